@@ -1,0 +1,39 @@
+# specbuild — the two fresh-machine entry points are `make demo` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup test demo lint clean bench-convert bench-reference
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# The CPU build of torch lies on this disk; installing it first keeps pip from pulling a CUDA build.
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[local,dev]'
+	touch $(STAMP)
+
+test: setup
+	$(BIN)/python -m pytest -q tests
+
+demo: setup
+	$(BIN)/python -m specbuild.demo
+
+lint: setup
+	$(BIN)/ruff check specbuild tests
+
+bench-convert: setup
+	$(BIN)/python -m specbuild.engines.trtllm.bench_convert
+
+bench-reference: setup
+	$(BIN)/python -m specbuild.engines.reference.bench
+
+clean:
+	rm -rf build .pytest_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) .cache
