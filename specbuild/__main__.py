@@ -1,0 +1,3 @@
+from specbuild.cli import main
+
+main()

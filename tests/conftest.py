@@ -1,0 +1,53 @@
+"""Shared fixtures: tiny checkpoints the tests make themselves with transformers (no downloads)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory) -> Path:
+    from specbuild.builder.synthetic import train_tokenizer
+
+    return train_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+@pytest.fixture(scope="session")
+def make_tiny(tmp_path_factory, tokenizer_dir):
+    """Factory: make_tiny(name, **make_model kwargs) -> folder (cached per name for the session)."""
+    from specbuild.builder.synthetic import make_model
+
+    cache: dict[str, Path] = {}
+
+    def make(name: str, **kwargs) -> Path:
+        if name not in cache:
+            out = tmp_path_factory.mktemp(name)
+            make_model(out, tokenizer_dir, **kwargs)
+            cache[name] = out
+        return cache[name]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_target(make_tiny) -> Path:
+    """Llama with GQA (4 heads, 2 KV heads), untied head: the usual target."""
+    return make_tiny("target", num_layers=2, num_heads=4, num_kv_heads=2, seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_draft(make_tiny) -> Path:
+    """A smaller Llama sharing the target's tokenizer."""
+    return make_tiny("draft", hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64, seed=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2(make_tiny) -> Path:
+    return make_tiny("qwen2", family="qwen2", num_heads=4, num_kv_heads=2, seed=3)
+
+
+@pytest.fixture(scope="session")
+def tiny_tied(make_tiny) -> Path:
+    return make_tiny("tied", tie_word_embeddings=True, num_heads=4, num_kv_heads=4, seed=4)
