@@ -1,0 +1,223 @@
+"""config.pbtxt builders: each model's configuration as an `inference.ModelConfig` protobuf message.
+
+Never string templates (the upstream `fill_template.py` leaves forgotten `${var}` in place, and a
+wrong value silently becomes a default): every field is set on the message and the file is written
+with `google.protobuf.text_format`, so a typo in a field name fails here, not at server load.
+Tensor names, types and dims come from `specbuild.model_repo.tensors`.
+
+tritonclient (protobuf) is imported inside the functions: this module is imported by the CLI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specbuild.model_repo import tensors as T
+
+BACKENDS = ("tensorrtllm", "python")
+# Parameters the C++ backend reads without a fallback: a config without them does not load (triton.md 1.2).
+REQUIRED_ENGINE_PARAMETERS = (
+    "gpt_model_type", "gpt_model_path", "tokenizer_dir", "guided_decoding_backend",
+    "xgrammar_tokenizer_info_path",
+)
+EXECUTOR_WORKER_PATH = "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
+BATCHING_STRATEGY = "inflight_fused_batching"
+BATCH_SCHEDULER_POLICY = "guaranteed_no_evict"  # never evicts a started request (the backend default)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineModel:
+    """One tensorrt_llm-interface model: the target (or Medusa) engine, or the draft engine."""
+
+    name: str  # tensorrt_llm | tensorrt_llm_draft
+    engine_dir: str  # gpt_model_path as the server will see it
+    decoupled: bool  # streaming responses (Medusa); draft/target engines are called round by round
+    kv_fraction: float  # kv_cache_free_gpu_mem_fraction from the memory plan
+    gpu_device_ids: tuple[int, ...]  # one instance: its TP x PP ranks
+    decoding_mode: str  # medusa | top_k_top_p
+    enable_kv_cache_reuse: bool
+    max_tokens_in_paged_kv_cache: int | None = None  # equal token pools for draft and target
+    medusa_choices: str | None = None  # MedusaChoices.to_triton(): `{0}, {0, 0}` (no outer braces)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RepoLayout:
+    """Everything the configs of one repository depend on."""
+
+    mode: str  # draft_target | medusa
+    backend: str  # tensorrtllm | python (the engine models' backend)
+    trtllm_version: str
+    max_batch_size: int
+    tokenizer_dir: str  # as the server will see it
+    target: EngineModel
+    draft: EngineModel | None  # draft_target only
+    logits_dtype: str = T.DEFAULT_LOGITS_DTYPE
+    max_queue_delay_microseconds: int = 0
+    bls_instance_count: int = 4
+    default_num_draft_tokens: int = 0  # BLS: used when a request omits num_draft_tokens
+    default_use_draft_logits: bool = False  # BLS: used when a request omits use_draft_logits
+    accumulate_tokens: bool = True  # BLS: detokenize streamed tokens with their context
+
+    @property
+    def names(self) -> T.Names:
+        return T.names_for(self.trtllm_version)
+
+
+def _pb():
+    from tritonclient.grpc import model_config_pb2
+
+    return model_config_pb2
+
+
+def _add_tensors(config, interface: T.Interface) -> None:
+    pb = _pb()
+    for t in interface.inputs:
+        msg = config.input.add(name=t.name, data_type=pb.DataType.Value(t.data_type), dims=list(t.dims))
+        if t.optional:
+            msg.optional = True
+        if t.reshape:
+            msg.reshape.SetInParent()  # `reshape: { shape: [ ] }`: a scalar per batch item
+        if t.ragged:
+            msg.allow_ragged_batch = True
+    for t in interface.outputs:
+        config.output.add(name=t.name, data_type=pb.DataType.Value(t.data_type), dims=list(t.dims))
+
+
+def _set_params(config, params: dict[str, str]) -> None:
+    for key, value in params.items():
+        config.parameters[key].string_value = value
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _dynamic_batching(config, layout: RepoLayout) -> None:
+    config.dynamic_batching.preferred_batch_size.append(layout.max_batch_size)
+    config.dynamic_batching.max_queue_delay_microseconds = layout.max_queue_delay_microseconds
+    config.dynamic_batching.default_queue_policy.max_queue_size = 0  # 0 = unbounded (upstream default)
+
+
+def engine_config(layout: RepoLayout, engine: EngineModel):
+    """tensorrt_llm / tensorrt_llm_draft: the C++ backend, or the local Python model (same interface)."""
+    pb = _pb()
+    config = pb.ModelConfig(name=engine.name, backend=layout.backend, max_batch_size=layout.max_batch_size)
+    config.model_transaction_policy.decoupled = engine.decoupled
+    _dynamic_batching(config, layout)
+    _add_tensors(config, T.tensorrt_llm_interface(layout.names, logits_dtype=layout.logits_dtype))
+    config.instance_group.add(count=1, kind=pb.ModelInstanceGroup.KIND_CPU)  # the backend places ranks itself
+    params = {
+        "max_beam_width": "1",
+        "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
+        "gpt_model_type": BATCHING_STRATEGY,
+        "gpt_model_path": engine.engine_dir,
+        "batch_scheduler_policy": BATCH_SCHEDULER_POLICY,
+        "kv_cache_free_gpu_mem_fraction": f"{engine.kv_fraction:.4g}",
+        "exclude_input_in_output": "true",  # streamed and BLS responses carry new tokens only
+        "enable_kv_cache_reuse": _bool(engine.enable_kv_cache_reuse),
+        "normalize_log_probs": "true",
+        "enable_chunked_context": "false",
+        "gpu_device_ids": ",".join(str(i) for i in engine.gpu_device_ids),
+        "decoding_mode": engine.decoding_mode,
+        "cancellation_check_period_ms": "100",
+        "stats_check_period_ms": "100",
+        "gpu_weights_percent": "1.0",
+        "multi_block_mode": "true",
+        "cuda_graph_mode": "false",
+        "enable_context_fmha_fp32_acc": "false",
+        "speculative_decoding_fast_logits": "false",  # needs orchestrator mode with spawning disabled
+        "executor_worker_path": EXECUTOR_WORKER_PATH,
+        "tokenizer_dir": layout.tokenizer_dir,
+        "guided_decoding_backend": "",  # empty = guided decoding off (the key itself must exist)
+        "xgrammar_tokenizer_info_path": "",
+    }
+    if engine.max_tokens_in_paged_kv_cache:
+        params["max_tokens_in_paged_kv_cache"] = str(engine.max_tokens_in_paged_kv_cache)
+    if engine.medusa_choices is not None:
+        params["medusa_choices"] = engine.medusa_choices
+    _set_params(config, params)
+    return config
+
+
+def preprocessing_config(layout: RepoLayout, *, instance_count: int = 1):
+    pb = _pb()
+    config = pb.ModelConfig(name="preprocessing", backend="python", max_batch_size=layout.max_batch_size)
+    _dynamic_batching(config, layout)
+    _add_tensors(config, T.preprocessing_interface())
+    config.instance_group.add(count=instance_count, kind=pb.ModelInstanceGroup.KIND_CPU)
+    _set_params(config, {
+        "tokenizer_dir": layout.tokenizer_dir,
+        "add_special_tokens": "true",
+        "gpt_model_path": layout.target.engine_dir,
+    })
+    return config
+
+
+def postprocessing_config(layout: RepoLayout, *, instance_count: int = 1):
+    pb = _pb()
+    config = pb.ModelConfig(name="postprocessing", backend="python", max_batch_size=layout.max_batch_size)
+    config.dynamic_batching.SetInParent()
+    _add_tensors(config, T.postprocessing_interface())
+    config.instance_group.add(count=instance_count, kind=pb.ModelInstanceGroup.KIND_CPU)
+    _set_params(config, {"tokenizer_dir": layout.tokenizer_dir, "skip_special_tokens": "true"})
+    return config
+
+
+def ensemble_config(layout: RepoLayout):
+    pb = _pb()
+    config = pb.ModelConfig(name="ensemble", platform="ensemble", max_batch_size=layout.max_batch_size)
+    _add_tensors(config, T.ensemble_interface(layout.names, logits_dtype=layout.logits_dtype))
+    for step in T.ensemble_steps(layout.names, llm_model=layout.target.name):
+        msg = config.ensemble_scheduling.step.add(model_name=step.model_name, model_version=-1)
+        for key, value in step.input_map:
+            msg.input_map[key] = value
+        for key, value in step.output_map:
+            msg.output_map[key] = value
+    return config
+
+
+def bls_config(layout: RepoLayout):
+    """The BLS: decoupled so it can stream (accepted tokens per round, or the Medusa stream)."""
+    pb = _pb()
+    config = pb.ModelConfig(name="tensorrt_llm_bls", backend="python", max_batch_size=layout.max_batch_size)
+    config.model_transaction_policy.decoupled = True
+    _add_tensors(config, T.bls_interface(layout.names, logits_dtype=layout.logits_dtype))
+    config.instance_group.add(count=layout.bls_instance_count, kind=pb.ModelInstanceGroup.KIND_CPU)
+    _set_params(config, {
+        "accumulate_tokens": _bool(layout.accumulate_tokens),
+        "tensorrt_llm_model_name": layout.target.name,
+        "tensorrt_llm_draft_model_name": layout.draft.name if layout.draft else "",
+        "multimodal_encoders_name": "",
+        # specbuild additions (the upstream BLS ignores unknown keys):
+        "tensorrt_llm_decoupled": _bool(layout.target.decoupled),
+        "default_num_draft_tokens": str(layout.default_num_draft_tokens),
+        "default_use_draft_logits": _bool(layout.default_use_draft_logits),
+    })
+    return config
+
+
+def all_configs(layout: RepoLayout) -> dict[str, object]:
+    """model name -> ModelConfig, in the order a reader expects them."""
+    configs = {
+        "ensemble": ensemble_config(layout),
+        "preprocessing": preprocessing_config(layout),
+        "postprocessing": postprocessing_config(layout),
+        layout.target.name: engine_config(layout, layout.target),
+    }
+    if layout.draft is not None:
+        configs[layout.draft.name] = engine_config(layout, layout.draft)
+    configs["tensorrt_llm_bls"] = bls_config(layout)
+    return configs
+
+
+def to_text(config) -> str:
+    from google.protobuf import text_format
+
+    return text_format.MessageToString(config)
+
+
+def parse_text(text: str):
+    """Parse config.pbtxt text into a ModelConfig (raises google.protobuf.text_format.ParseError)."""
+    from google.protobuf import text_format
+
+    return text_format.Parse(text, _pb().ModelConfig())
