@@ -1,0 +1,241 @@
+"""Generate through a running tritonserver with tritonclient.grpc: streaming or unary.
+
+`generate_remote(url, prompt, params, ...)` returns the same `GenerationResult` as the in-process
+`generate_local`: the continuation's text and token ids, with speculative statistics from the
+server's `return_perf_metrics` outputs (and, when streaming, the accepted length of each step).
+
+Routing: draft/target repositories (they have `tensorrt_llm_draft`) go to `tensorrt_llm_bls`
+with `num_draft_tokens` (0 = the target alone); Medusa repositories go to the `ensemble`.
+Decoupled models answer only on the bidirectional stream, so "unary" on a decoupled model is a
+stream read to its final response with `stream=False` (one response with the whole text).
+Every failure (server down, unknown model, timeout, server gone mid-request) is a ClientError.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from specbuild.client.request import BLS, DRAFT_MODEL, ENSEMBLE, Chunk, build_inputs, parse_response
+from specbuild.errors import ClientError
+from specbuild.generation import GenerationResult, SpecStats
+from specbuild.sampling_params import SamplingParams
+
+DEFAULT_TIMEOUT_S = 60.0
+CONNECT_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    inputs: frozenset[str]
+    decoupled: bool
+    draft_target: bool  # the repository has a draft model: speculation is per request
+
+
+def normalize_url(url: str) -> str:
+    """'grpc://host:port' or 'host:port' -> 'host:port'."""
+    url = url.strip().removeprefix("grpc://").rstrip("/")
+    host, _, port = url.rpartition(":")
+    if not host or not port.isdigit():
+        raise ClientError(
+            f"cannot read the server address {url!r}",
+            expected="HOST:PORT of the gRPC endpoint, e.g. 127.0.0.1:8001",
+            found=url,
+            fix="pass --url 127.0.0.1:8001",
+        )
+    return url
+
+
+def _error_text(exc: Exception) -> str:
+    msg = getattr(exc, "message", None)
+    text = msg() if callable(msg) else str(exc)
+    return " ".join(str(text).split())
+
+
+def _is_unavailable(exc: Exception) -> bool:
+    status = getattr(exc, "status", lambda: None)()
+    return "UNAVAILABLE" in str(status) or "failed to connect" in str(exc).lower()
+
+
+def connect(url: str):
+    """An InferenceServerClient for a live server, or a ClientError saying the server is down."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    url = normalize_url(url)
+    client = grpcclient.InferenceServerClient(url=url)
+    try:
+        live = client.is_server_live(client_timeout=CONNECT_TIMEOUT_S)
+    except InferenceServerException as exc:
+        client.close()
+        raise ClientError(
+            f"cannot reach tritonserver at {url}",
+            expected="a running server with its gRPC endpoint on that address",
+            found=_error_text(exc),
+            fix="start it with `specbuild serve REPO --grpc-port PORT`, or check --url",
+        ) from None
+    if not live:
+        client.close()
+        raise ClientError(f"tritonserver at {url} is not live", fix="wait for it to finish starting, or restart it")
+    return client
+
+
+def model_info(client, model: str | None) -> ModelInfo:
+    """Resolve the model (None: BLS for draft/target repositories, else the ensemble) and read its inputs."""
+    from tritonclient.utils import InferenceServerException
+
+    index = client.get_repository_index(as_json=True).get("models", [])
+    ready = {m["name"] for m in index if m.get("state") == "READY"}
+    draft_target = DRAFT_MODEL in ready
+    name = model or (BLS if draft_target else ENSEMBLE)
+    if name not in ready:
+        raise ClientError(
+            f"model {name!r} is not served here",
+            expected=f"one of the READY models: {', '.join(sorted(ready)) or 'none'}",
+            found=name,
+            fix=f"pass --model {ENSEMBLE} (Medusa) or --model {BLS} (draft/target)",
+        )
+    try:
+        meta = client.get_model_metadata(name, as_json=True)
+        config = client.get_model_config(name, as_json=True).get("config", {})
+    except InferenceServerException as exc:
+        raise ClientError(f"cannot read the configuration of model {name!r}", found=_error_text(exc)) from None
+    decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
+    return ModelInfo(name, frozenset(i["name"] for i in meta.get("inputs", [])), decoupled, draft_target)
+
+
+class _Collector:
+    """Gathers a request's responses; the stream callback feeds it (keyword args result=, error=)."""
+
+    def __init__(self, on_text: Callable[[str], None] | None) -> None:
+        self.chunks: list[Chunk] = []
+        self.times: list[float] = []  # monotonic arrival of each response with tokens or text
+        self.done = threading.Event()
+        self.error: str | None = None
+        self._on_text = on_text
+
+    def callback(self, result=None, error=None) -> None:
+        if error is not None:
+            self.error = _error_text(error)
+            self.done.set()
+            return
+        chunk = parse_response(result)
+        if chunk.text or chunk.token_ids or chunk.perf:
+            self.chunks.append(chunk)
+            self.times.append(time.monotonic())
+            if self._on_text and chunk.text:
+                self._on_text(chunk.text)
+        if chunk.final:
+            self.done.set()
+
+
+def _inputs(info: ModelInfo, prompt, params, *, stream, num_draft_tokens):
+    import tritonclient.grpc as grpcclient
+
+    out = []
+    for name, array, dtype in build_inputs(info.name, prompt, params, stream=stream, num_draft_tokens=num_draft_tokens,
+                                           declared=set(info.inputs)):
+        tensor = grpcclient.InferInput(name, list(array.shape), dtype)
+        tensor.set_data_from_numpy(array)
+        out.append(tensor)
+    return out
+
+
+def _run_stream(client, info: ModelInfo, inputs, *, timeout_s: float, on_text) -> _Collector:
+    collector = _Collector(on_text)
+    client.start_stream(callback=collector.callback)
+    try:
+        client.async_stream_infer(info.name, inputs, request_id=uuid.uuid4().hex, enable_empty_final_response=True)
+        if not collector.done.wait(timeout_s):
+            raise ClientError(
+                f"no complete answer from {info.name!r} within {timeout_s:g} s",
+                expected="the final response of the request",
+                found=f"{len(collector.chunks)} partial responses",
+                fix="raise --timeout, lower --max-tokens, or check the server log",
+            )
+    finally:
+        client.stop_stream(cancel_requests=collector.error is not None or not collector.done.is_set())
+    return collector
+
+
+def _run_unary(client, info: ModelInfo, inputs, *, timeout_s: float) -> _Collector:
+    from tritonclient.utils import InferenceServerException
+
+    collector = _Collector(None)
+    try:
+        result = client.infer(info.name, inputs, request_id=uuid.uuid4().hex, client_timeout=timeout_s)
+    except InferenceServerException as exc:
+        collector.error = _error_text(exc)
+        return collector
+    collector.callback(result=result)
+    return collector
+
+
+def _raise_request_error(url: str, model: str, error: str, timeout_s: float) -> None:
+    low = error.lower()
+    if "deadline" in low:
+        raise ClientError(f"request to {model!r} timed out after {timeout_s:g} s", found=error,
+                          fix="raise --timeout or lower --max-tokens")
+    if "unavailable" in low or "socket closed" in low or "connection" in low or "failed to connect" in low:
+        raise ClientError(
+            f"lost the connection to tritonserver at {url} during the request",
+            expected="a response from the server",
+            found=error,
+            fix="the server stopped or crashed: check its log, restart it with `specbuild serve`, retry",
+        )
+    raise ClientError(f"the server answered the request to {model!r} with an error", found=error,
+                      fix="check the request options against the model (and the server log)")
+
+
+def _result(collector: _Collector, *, t0: float, params: SamplingParams, medusa: bool) -> GenerationResult:
+    text = "".join(c.text for c in collector.chunks)
+    token_ids = [t for c in collector.chunks for t in c.token_ids]
+    perf: dict[str, float] = {}
+    for c in collector.chunks:
+        perf.update(c.perf)
+    stats = SpecStats(drafted=int(perf.get("total_draft_tokens", 0)), accepted=int(perf.get("total_accepted_draft_tokens", 0)))
+    steps = [len(c.token_ids) for c in collector.chunks if c.token_ids]
+    speculative = medusa or stats.drafted > 0
+    if speculative and len(steps) > 1:  # streaming: one response per engine step
+        stats.accepted_per_step = [max(n - 1, 0) for n in steps]
+        stats.target_passes = len(steps)
+    timings = {"total": time.monotonic() - t0}
+    if collector.times:
+        timings["ttft"] = collector.times[0] - t0
+    if "first_token_time_ns" in perf and "arrival_time_ns" in perf and perf["arrival_time_ns"] > 0:
+        timings["server_ttft"] = (perf["first_token_time_ns"] - perf["arrival_time_ns"]) / 1e9
+    if "last_token_time_ns" in perf and "arrival_time_ns" in perf and perf["arrival_time_ns"] > 0:
+        timings["server_total"] = (perf["last_token_time_ns"] - perf["arrival_time_ns"]) / 1e9
+    timings["chunks"] = float(len(steps))
+    finish = "length" if len(token_ids) >= params.max_tokens else "stop"
+    return GenerationResult(text=text, token_ids=token_ids, finish_reason=finish, speculative=speculative,
+                            stats=stats, timings=timings)
+
+
+def generate_remote(
+    url: str, prompt: str, params: SamplingParams, *, stream: bool = False, num_draft_tokens: int | None = None,
+    model: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S, on_text: Callable[[str], None] | None = None,
+) -> GenerationResult:
+    """One request through Triton; `on_text` receives streamed text pieces as they arrive."""
+    client = connect(url)
+    try:
+        info = model_info(client, model)
+        inputs = _inputs(info, prompt, params, stream=stream, num_draft_tokens=num_draft_tokens)
+        t0 = time.monotonic()
+        if stream or info.decoupled:
+            collector = _run_stream(client, info, inputs, timeout_s=timeout_s, on_text=on_text if stream else None)
+        else:
+            collector = _run_unary(client, info, inputs, timeout_s=timeout_s)
+        if collector.error is not None:
+            _raise_request_error(normalize_url(url), info.name, collector.error, timeout_s)
+        medusa = info.name == ENSEMBLE and not info.draft_target  # the Medusa engine always speculates
+        result = _result(collector, t0=t0, params=params, medusa=medusa)
+        if on_text and not stream and result.text:
+            on_text(result.text)
+        return result
+    finally:
+        client.close()

@@ -1,0 +1,126 @@
+"""Request tensors for the ensemble / tensorrt_llm_bls, and what one response carries (pure numpy).
+
+Names and dtypes come from `specbuild.model_repo.tensors` (the tables the repository is
+generated from); the client sends only inputs the served model declares (read from its
+metadata), so one client talks to both template generations (`seed` vs `random_seed`).
+
+Token ids: the repository's ensemble and BLS return `output_ids` (tokens of this response,
+prompt excluded: every request sets `exclude_input_in_output`) and `sequence_length` next to
+`text_output`. Streaming responses carry the new tokens of one engine step (draft/target: one
+verification round; Medusa: one tree step), so their sizes give the accepted length per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from specbuild.sampling_params import SamplingParams
+
+ENSEMBLE = "ensemble"
+BLS = "tensorrt_llm_bls"
+DRAFT_MODEL = "tensorrt_llm_draft"
+TEXT_OUTPUT = "text_output"
+TOKEN_OUTPUT = "output_ids"
+LENGTH_OUTPUT = "sequence_length"
+FINAL_PARAM = "triton_final_response"  # bool response parameter on every streamed response
+PERF_TIMES = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
+
+
+def _interface(model: str, trtllm_version: str | None):
+    from specbuild.model_repo import tensors
+
+    kind = BLS if model == BLS else ENSEMBLE
+    return tensors.interface(kind, trtllm_version=trtllm_version)
+
+
+def request_values(
+    prompt: str, params: SamplingParams, *, stream: bool, num_draft_tokens: int | None, seed_name: str
+) -> dict[str, Any]:
+    """Input name -> python value (one request, batch of one) before dtype/shape are applied."""
+    values: dict[str, Any] = {
+        "text_input": prompt,
+        "max_tokens": params.max_tokens,
+        "stream": stream,
+        "exclude_input_in_output": True,
+        "beam_width": 1,
+        "temperature": params.temperature,
+        "return_perf_metrics": True,
+    }
+    if not params.greedy:  # the backends ignore top_k/top_p at T=0; send them only when they matter
+        if params.top_k:
+            values["top_k"] = params.top_k
+        values["top_p"] = params.top_p
+    if params.seed is not None:
+        values[seed_name] = params.seed
+    if params.end_id is not None:
+        values["end_id"] = params.end_id
+    if num_draft_tokens is not None:
+        values["num_draft_tokens"] = num_draft_tokens
+    return values
+
+
+def build_inputs(
+    model: str, prompt: str, params: SamplingParams, *, stream: bool, num_draft_tokens: int | None,
+    declared: set[str], trtllm_version: str | None = None,
+) -> list[tuple[str, Any, str]]:
+    """[(name, array [1, ...], wire dtype)] for the inputs `model` declares; raises on a missing one."""
+    import numpy as np
+
+    from specbuild.errors import ClientError
+
+    iface = _interface(model, trtllm_version)
+    seed_name = "random_seed" if "random_seed" in declared else "seed"
+    values = request_values(prompt, params, stream=stream, num_draft_tokens=num_draft_tokens, seed_name=seed_name)
+    if num_draft_tokens is not None and "num_draft_tokens" not in declared:
+        raise ClientError(
+            f"model {model!r} does not take num_draft_tokens",
+            expected=f"draft/target speculation through {BLS}",
+            found=f"{model} inputs: {', '.join(sorted(declared))}",
+            fix=f"pass --model {BLS} (a draft/target repository), or drop --num-draft-tokens for Medusa",
+        )
+    out = []
+    for name, value in values.items():
+        if name not in declared:
+            continue  # an optional input this generation of the templates does not have
+        tensor = iface.input(name)
+        if tensor.data_type == "TYPE_STRING":
+            array = np.array([[value.encode("utf-8")]], dtype=object)  # [1, 1]
+        else:
+            array = np.array([[value]], dtype=tensor.numpy_dtype)  # [1, 1]
+        out.append((name, array, tensor.wire_dtype))
+    return out
+
+
+@dataclass
+class Chunk:
+    """What one response carries (streaming: one engine step; unary: the whole continuation)."""
+
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    final: bool = True
+    perf: dict[str, float] = field(default_factory=dict)  # return_perf_metrics outputs present
+
+
+def parse_response(result) -> Chunk:
+    """A tritonclient InferResult -> Chunk (`output_ids` [1, beam, T] or [1, T]; beam 0 used)."""
+    response = result.get_response()
+    final = True
+    if FINAL_PARAM in response.parameters:
+        final = response.parameters[FINAL_PARAM].bool_param
+    names = {o.name for o in response.outputs}
+    chunk = Chunk(final=final)
+    if TEXT_OUTPUT in names:
+        texts = result.as_numpy(TEXT_OUTPUT).reshape(-1)  # [1] per beam; beam 0
+        chunk.text = texts[0].decode("utf-8", errors="replace") if len(texts) else ""
+    if TOKEN_OUTPUT in names:
+        ids = result.as_numpy(TOKEN_OUTPUT)
+        ids = ids.reshape(-1, ids.shape[-1])[0] if ids.size else ids.reshape(-1)  # [T] of beam 0
+        if LENGTH_OUTPUT in names:
+            n = int(result.as_numpy(LENGTH_OUTPUT).reshape(-1)[0])
+            ids = ids[:n]
+        chunk.token_ids = [int(t) for t in ids]
+    for name in ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens", *PERF_TIMES):
+        if name in names:
+            chunk.perf[name] = float(result.as_numpy(name).reshape(-1)[0])
+    return chunk
