@@ -1,0 +1,140 @@
+"""The speculation math `tune` uses: pure functions on plain numbers (no torch, no models).
+
+Draft/target (Leviathan et al. 2023, with per-position acceptance instead of one alpha):
+  acceptance[k-1] = P(draft token k accepted | drafts 1..k-1 accepted)
+  tokens per target pass with K drafts  E(K) = 1 + sum_{k=1..K} prod_{i<=k} acceptance[i-1]
+  predicted speedup                     S(K) = E(K) / (K*c + 1),  c = draft pass time / target pass time
+  With one alpha, E(K) = (1 - alpha^(K+1)) / (1 - alpha).
+
+Medusa trees (Cai et al. 2024): depth_probs[d][i] = P(rank-i candidate of head d is the true token |
+the path above it is right). A node (i_0, ..., i_d) is accepted with prob prod_j depth_probs[j][i_j];
+tokens per pass = 1 + sum over nodes. Greedy growth by path probability picks the best tree for a
+node budget: a child never beats its parent, so the top-N nodes are prefix-closed by construction.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from specbuild.engines.reference.medusa_choices import MedusaChoices
+
+# ---- draft/target --------------------------------------------------------------------------------
+
+def iid_tokens_per_pass(alpha: float, k: int) -> float:
+    """(1 - alpha^(K+1)) / (1 - alpha); K + 1 when alpha == 1."""
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def chain_tokens_per_pass(acceptance: Sequence[float], k: int) -> float:
+    """1 + sum_{j<=K} prod_{i<=j} a_i. Positions past the measured ones reuse the last measured rate."""
+    if k > 0 and not acceptance:
+        raise ValueError("chain_tokens_per_pass: no acceptance rates for K > 0")
+    total, survive = 1.0, 1.0
+    for j in range(k):
+        survive *= acceptance[min(j, len(acceptance) - 1)]
+        total += survive
+    return total
+
+
+def predicted_speedup(tokens_per_pass: float, k: int, cost_ratio: float) -> float:
+    """Wall-time factor vs plain decoding: E / (K*c + 1)."""
+    return tokens_per_pass / (k * cost_ratio + 1.0)
+
+
+@dataclass(frozen=True)
+class KChoice:
+    k: int
+    tokens_per_pass: float
+    speedup: float
+
+
+def k_table(acceptance: Sequence[float], cost_ratio: float, k_max: int) -> list[KChoice]:
+    """Predicted tokens per pass and speedup for K = 1..k_max."""
+    rows = []
+    for k in range(1, k_max + 1):
+        e = chain_tokens_per_pass(acceptance, k)
+        rows.append(KChoice(k=k, tokens_per_pass=e, speedup=predicted_speedup(e, k, cost_ratio)))
+    return rows
+
+
+def choose_k(acceptance: Sequence[float], cost_ratio: float, k_max: int) -> KChoice:
+    """The K in 1..k_max with the highest predicted speedup (the smaller K on a tie)."""
+    return max(k_table(acceptance, cost_ratio, k_max), key=lambda r: (round(r.speedup, 12), -r.k))
+
+
+# ---- Medusa trees --------------------------------------------------------------------------------
+
+def path_probability(path: Sequence[int], depth_probs: Sequence[Sequence[float]]) -> float:
+    p = 1.0
+    for depth, rank in enumerate(path):
+        if depth >= len(depth_probs) or rank >= len(depth_probs[depth]):
+            return 0.0
+        p *= depth_probs[depth][rank]
+    return p
+
+
+def tree_tokens_per_pass(choices: MedusaChoices, depth_probs: Sequence[Sequence[float]]) -> float:
+    """Expected tokens per pass of a tree: the root token plus each node's path probability."""
+    return 1.0 + sum(path_probability(p, depth_probs) for p in choices.paths)
+
+
+def grow_tree(depth_probs: Sequence[Sequence[float]], *, budget: int, num_heads: int | None = None) -> MedusaChoices:
+    """The tree of at most `budget` nodes (depth <= num_heads) with the largest expected length.
+
+    Greedy growth: keep a frontier of children of chosen nodes, always take the most probable one.
+    Nodes of probability 0 are never added, so the tree may be smaller than the budget.
+    """
+    depth_max = min(len(depth_probs), num_heads if num_heads is not None else len(depth_probs))
+    frontier: list[tuple[float, int, tuple[int, ...]]] = []  # (-prob, depth, path): shallow first on ties
+
+    def push_children(path: tuple[int, ...], prob: float) -> None:
+        d = len(path)
+        if d >= depth_max:
+            return
+        for rank, p in enumerate(depth_probs[d]):
+            if prob * p > 0.0:
+                heapq.heappush(frontier, (-prob * p, d + 1, path + (rank,)))
+
+    push_children((), 1.0)
+    chosen: list[tuple[int, ...]] = []
+    while frontier and len(chosen) < budget:
+        neg, _, path = heapq.heappop(frontier)
+        chosen.append(path)
+        push_children(path, -neg)
+    return MedusaChoices(tuple(chosen))
+
+
+# ---- from measured ranks -------------------------------------------------------------------------
+
+def conditional_depth_probs(ranks: Sequence[Sequence[int]], *, topk: int) -> list[list[float]]:
+    """depth_probs from samples: ranks[n][d] = rank of the true token in head d's list (>= topk: absent).
+
+    depth_probs[d][i] = #(rank_d == i and every earlier rank < topk) / #(every earlier rank < topk):
+    head d's top-k accuracy, conditional on the path being right so far.
+    """
+    depth = max((len(r) for r in ranks), default=0)
+    probs = []
+    for d in range(depth):
+        alive = [r for r in ranks if len(r) > d and all(x < topk for x in r[:d])]
+        counts = [0] * topk
+        for r in alive:
+            if r[d] < topk:
+                counts[r[d]] += 1
+        probs.append([c / len(alive) if alive else 0.0 for c in counts])
+    return probs
+
+
+def accepted_lengths(choices: MedusaChoices, ranks: Sequence[Sequence[int]]) -> list[int]:
+    """Tokens each sample would emit in one greedy tree pass: 1 + the longest tree path matching it."""
+    nodes = set(choices.paths)
+    out = []
+    for r in ranks:
+        n = 0
+        while n < len(r) and tuple(r[: n + 1]) in nodes:
+            n += 1
+        out.append(1 + n)
+    return out
