@@ -1,0 +1,152 @@
+"""`specbuild compile`: spec -> checkpoints -> engines (TensorRT-LLM or reference), one atomic folder.
+
+Layout of DIR: target/{checkpoint,engine}, draft/{checkpoint,engine} (draft/target only), plan.json,
+build.sh, specbuild.json (kind "build": the spec, the engine kind, the tokenizer folder, the roles).
+engine="trtllm" runs the plan when `trtllm-build` is on PATH (GPU hosts), logging to <role>/build.log;
+otherwise, or with dry_run, the engines are left to build.sh. engine="reference" writes the
+reference engine folders (engines/trtllm/engine_dir.py).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from specbuild.errors import BuildError
+
+ENGINES = ("reference", "trtllm")
+LOG_TAIL_LINES = 40
+Progress = Callable[[str, int, int], None]  # (task label, done, total)
+
+
+def compile_spec(
+    spec,
+    out: str | Path,
+    *,
+    engine: str = "reference",
+    dry_run: bool = False,
+    force: bool = False,
+    on_progress: Progress | None = None,
+    on_message: Callable[[str], None] | None = None,
+) -> Path:
+    """Convert every model of `spec` and build its engines into `out`; returns `out`."""
+    from specbuild.builder.resolve import resolve_model
+    from specbuild.engines.trtllm.convert import convert_checkpoint
+    from specbuild.engines.trtllm.engine_dir import write_reference_engine
+    from specbuild.engines.trtllm.medusa import MedusaHeadsSource
+    from specbuild.engines.trtllm.plan import build_plan, build_script, plan_json, speculation
+    from specbuild.manifest import atomic_output_dir, write_manifest
+
+    if engine not in ENGINES:
+        raise BuildError(f"unknown engine {engine!r}", expected=" | ".join(ENGINES), found=engine, fix="use --engine reference or --engine trtllm")
+    say = on_message or (lambda _msg: None)
+    out = Path(out)
+    _preflight(spec)
+    plans = build_plan(spec)  # pure; fails before any conversion if a flag were wrong
+    models = {role: resolve_model(_section(spec, role).model, base=spec.base_dir, what=role) for role in (p.role for p in plans)}
+    trtllm_build = shutil.which("trtllm-build")
+    run_trtllm = engine == "trtllm" and not dry_run and trtllm_build is not None
+    with atomic_output_dir(out, force=force) as tmp:
+        for p in plans:
+            section = _section(spec, p.role)
+            medusa = None
+            if spec.mode == "medusa" and p.role == "target":
+                heads = resolve_model(spec.medusa.heads, base=spec.base_dir, what="medusa.heads")
+                medusa = MedusaHeadsSource(heads, num_heads=spec.medusa.num_heads, num_layers=spec.medusa.num_layers, max_draft_len=speculation(spec, "target")[1])
+            label = f"convert {p.role}"
+            convert_checkpoint(
+                models[p.role], tmp / p.checkpoint_dir, dtype=spec.dtype, tp_size=section.tp_size, pp_size=section.pp_size,
+                medusa=medusa, weight_only=spec.build.weight_only,
+                on_progress=(lambda done, total, _name, label=label: on_progress(label, done, total)) if on_progress else None,
+            )
+        (tmp / "plan.json").write_text(json.dumps(plan_json(spec, plans), indent=2) + "\n")
+        script = tmp / "build.sh"
+        script.write_text(build_script(spec, plans))
+        script.chmod(0o755)
+        built = False
+        if engine == "reference":
+            for p in plans:
+                write_reference_engine(tmp / p.checkpoint_dir, tmp / p.output_dir, build_config=p.build_config, version=spec.trtllm_version)
+            built = True
+        elif run_trtllm:
+            for i, p in enumerate(plans):
+                if on_progress:
+                    on_progress("trtllm-build", i, len(plans))
+                _run_trtllm_build(p, tmp, out)
+            built = True
+        write_manifest(
+            tmp,
+            kind="build",
+            spec=spec.to_dict(),
+            engine=engine,
+            engine_built=built,
+            tokenizer_dir=str(models["target"]),
+            roles={p.role: _role_record(spec, p, models[p.role], built) for p in plans},
+        )
+    if engine == "trtllm" and not built:
+        why = "--dry-run" if dry_run else "trtllm-build is not installed here"
+        say(f"{why}: wrote the checkpoints, {out / 'plan.json'} and {out / 'build.sh'}. "
+            f"On a GPU host with tensorrt_llm {spec.trtllm_version}, run: bash {out / 'build.sh'}")
+    return out
+
+
+def _section(spec, role: str):
+    return spec.draft if role == "draft" else spec.target
+
+
+def _role_record(spec, plan, hf_dir: Path, built: bool) -> dict[str, Any]:
+    section = _section(spec, plan.role)
+    return {
+        "hf_dir": str(hf_dir),
+        "checkpoint": plan.checkpoint_dir,
+        "engine": plan.output_dir if built else None,
+        "tp_size": section.tp_size,
+        "pp_size": section.pp_size,
+        "speculative_decoding_mode": plan.build_config["speculative_decoding_mode"],
+        "max_draft_len": plan.build_config["max_draft_len"],
+        "argv": list(plan.argv),
+    }
+
+
+def _preflight(spec) -> None:
+    """Run the builder's preflight checks when that module exists (it raises on failures)."""
+    try:
+        from specbuild.builder import preflight
+    except ModuleNotFoundError as exc:
+        if exc.name == "specbuild.builder.preflight":
+            return
+        raise
+    for name in ("run_preflight", "preflight", "check_spec"):
+        fn = getattr(preflight, name, None)
+        if callable(fn):
+            result = fn(spec)
+            _raise_on_failures(result)
+            return
+
+
+def _raise_on_failures(result: Any) -> None:
+    """Preflight may return a report instead of raising; refuse to build when it has failures."""
+    ok = getattr(result, "ok", None)
+    if ok is False:
+        raise BuildError("preflight checks failed", expected="all checks passing", found=str(getattr(result, "failures", result))[:500], fix="run `specbuild check SPEC` and fix what it reports")
+
+
+def _run_trtllm_build(plan, tmp: Path, final: Path) -> None:
+    """Run one role's argv in the build folder; the log stays in <role>/build.log (and beside DIR on failure)."""
+    log_path = tmp / plan.role / "build.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.run(list(plan.argv), cwd=tmp, stdout=log, stderr=subprocess.STDOUT, check=False)
+    if proc.returncode != 0:
+        kept = final.parent / f"{final.name}.{plan.role}-build.log"
+        shutil.copyfile(log_path, kept)  # the temporary folder is removed on failure; keep the log
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
+        raise BuildError(
+            f"trtllm-build failed for the {plan.role} engine (exit {proc.returncode})",
+            expected="a built engine",
+            found=f"log tail ({kept}):\n{tail}",
+            fix="read the log; check GPU memory, tensorrt_llm version (1.2.x) and the spec's limits",
+        )

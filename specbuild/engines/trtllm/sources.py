@@ -1,0 +1,143 @@
+"""Reading source tensors without loading whole checkpoints.
+
+`SafetensorsSource` indexes one or many (sharded, with `model.safetensors.index.json`) safetensors
+files from their headers only, then reads one tensor, or one row/column slice of it, at a time
+through a memory map (`safe_open`). Each read opens and closes the map, so the pages it touched leave
+the process: peak memory follows the largest tensor, not the checkpoint size.
+
+`MemorySource` wraps an already-loaded state dict (a Medusa `medusa_lm_head.pt`) behind the same
+interface. Both report dtype as a torch dtype name ("float32", "bfloat16", ...).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specbuild.errors import CheckpointError
+
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+_ST_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I64": "int64", "I32": "int32", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    file: Path
+    dtype: str  # torch dtype name
+    shape: tuple[int, ...]
+
+
+class SafetensorsSource:
+    """All tensors of a model folder's *.safetensors files, by name."""
+
+    def __init__(self, files: list[Path], *, where: str) -> None:
+        self.where = where
+        self.files = files
+        self.index: dict[str, TensorInfo] = {}
+        for f in files:
+            for name, info in _read_header(f).items():
+                if name in self.index:
+                    raise CheckpointError(f"{where}: tensor {name} appears in two files", expected="each tensor in one file", found=f"{self.index[name].file.name} and {f.name}", fix="re-save the checkpoint")
+                self.index[name] = info
+
+    @classmethod
+    def from_folder(cls, folder: Path, *, pattern: str = "*.safetensors") -> SafetensorsSource:
+        folder = Path(folder)
+        index_file = folder / "model.safetensors.index.json"
+        if index_file.is_file():
+            try:
+                weight_map = json.loads(index_file.read_text())["weight_map"]
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise CheckpointError(f"{index_file} is not a safetensors index", expected='{"weight_map": {tensor: file}}', found=str(exc), fix="re-save the checkpoint") from None
+            names = sorted(set(weight_map.values()))
+            for n in names:
+                if Path(n).name != n:
+                    raise CheckpointError(f"{index_file} names a file outside the folder", expected="plain file names", found=n, fix="re-save the checkpoint")
+            files = [folder / n for n in names]
+            missing = [f.name for f in files if not f.is_file()]
+            if missing:
+                raise CheckpointError(f"{folder}: shard(s) listed in the index are missing", expected=", ".join(names), found=f"missing: {', '.join(missing)}", fix="download the missing shard files")
+            src = cls(files, where=str(folder))
+            for name, fname in weight_map.items():
+                if name in src.index and src.index[name].file.name != fname:
+                    raise CheckpointError(f"{index_file}: {name} is not in {fname}", expected=fname, found=src.index[name].file.name, fix="re-save the checkpoint")
+            return src
+        files = sorted(folder.glob(pattern))
+        if not files:
+            other = [p.name for p in folder.glob("*.bin")] + [p.name for p in folder.glob("*.pt")]
+            raise CheckpointError(
+                f"{folder} has no safetensors weights",
+                expected=f"{pattern} (optionally sharded with model.safetensors.index.json)",
+                found=", ".join(other) if other else "no weight files",
+                fix="re-save the model with save_pretrained(..., safe_serialization=True)",
+            )
+        return cls(files, where=str(folder))
+
+    def names(self) -> set[str]:
+        return set(self.index)
+
+    def info(self, name: str) -> TensorInfo:
+        return self.index[name]
+
+    def read(self, name: str, *, rows: tuple[int, int] | None = None, cols: tuple[int, int] | None = None):
+        """The tensor, or rows[0]:rows[1] of dim 0 / cols of dim 1, as a fresh torch tensor."""
+        from safetensors import SafetensorError, safe_open
+
+        info = self.index[name]
+        try:
+            with safe_open(str(info.file), framework="pt") as f:  # mmap; closed (pages released) on exit
+                sl = f.get_slice(name)
+                if rows is None and cols is None:
+                    return f.get_tensor(name)
+                if cols is not None:
+                    r = slice(*rows) if rows else slice(None)
+                    return sl[r, cols[0] : cols[1]]
+                return sl[rows[0] : rows[1]]
+        except (SafetensorError, OSError) as exc:
+            raise CheckpointError(f"cannot read tensor {name} from {info.file}", expected="a readable safetensors file", found=str(exc), fix="re-download or re-save the checkpoint") from None
+
+
+class MemorySource:
+    """A loaded state dict ({name: tensor}) with the SafetensorsSource interface."""
+
+    def __init__(self, tensors: dict[str, Any], *, file: Path) -> None:
+        self.where = str(file)
+        self.tensors = tensors
+        self.index = {n: TensorInfo(file, str(t.dtype).replace("torch.", ""), tuple(t.shape)) for n, t in tensors.items()}
+
+    def names(self) -> set[str]:
+        return set(self.index)
+
+    def info(self, name: str) -> TensorInfo:
+        return self.index[name]
+
+    def read(self, name: str, *, rows: tuple[int, int] | None = None, cols: tuple[int, int] | None = None):
+        t = self.tensors[name]
+        if cols is not None:
+            t = t[:, cols[0] : cols[1]]
+        if rows is not None:
+            t = t[rows[0] : rows[1]]
+        return t.clone()
+
+
+def _read_header(path: Path) -> dict[str, TensorInfo]:
+    """Names, dtypes and shapes of one safetensors file; truncated or corrupt files are errors here."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            out = {}
+            for name in f.keys():
+                sl = f.get_slice(name)
+                out[name] = TensorInfo(path, _ST_DTYPES.get(sl.get_dtype(), sl.get_dtype()), tuple(sl.get_shape()))
+            return out
+    except (SafetensorError, OSError, ValueError) as exc:
+        size = path.stat().st_size if path.exists() else 0
+        raise CheckpointError(
+            f"{path} is not a readable safetensors file (truncated or corrupt)",
+            expected="an 8-byte header length, a JSON header and the full tensor data",
+            found=f"{size} bytes; {exc}",
+            fix="re-download or re-save this file",
+        ) from None
