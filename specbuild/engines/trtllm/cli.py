@@ -7,32 +7,41 @@ level; torch, safetensors and the converter load inside the command bodies.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from specbuild.cli_common import EXIT_CHECK_FAILED, console, handle_errors
+from specbuild.engines.trtllm.medusa import DEFAULT_MAX_DRAFT_LEN  # torch-free at import
 
 GPU_NOTE = "trtllm-build (the TensorRT-LLM engine build) only runs on GPU hosts with tensorrt_llm 1.2.x installed."
 
 
 def _progress():
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
 
     return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(), console=console(), transient=False)
 
 
 def convert(
-    hf_model: str = typer.Argument(..., help="HF model folder (config.json + *.safetensors) or a cached hub id."),
-    out: Path = typer.Option(..., "--out", help="Output folder for the TensorRT-LLM checkpoint (must not exist unless --force)."),
-    dtype: str | None = typer.Option(None, "--dtype", help="float32 | float16 | bfloat16 (default: the checkpoint's dtype)."),
-    tp_size: int = typer.Option(1, "--tp-size", help="Tensor-parallel ranks (KV heads are repeated when tp > KV heads)."),
-    pp_size: int = typer.Option(1, "--pp-size", help="Pipeline-parallel stages (layers split like torch.tensor_split)."),
-    medusa: Path | None = typer.Option(None, "--medusa", help="Folder with HF Medusa heads (medusa_lm_head.safetensors or .pt, optional config.json)."),
-    num_medusa_heads: int | None = typer.Option(None, "--num-medusa-heads", help="Medusa heads (default: medusa_num_heads of the heads' config.json); must match the weights."),
-    num_medusa_layers: int | None = typer.Option(None, "--num-medusa-layers", help="ResBlocks per head (default: medusa_num_layers of the heads' config.json); must match the weights."),
-    max_draft_len: int = typer.Option(63, "--max-draft-len", help="Medusa only: max_draft_len written to the checkpoint (>= the tree size)."),
-    weight_only: str = typer.Option("none", "--weight-only", help="none | int8 | int4: sets quant_algo W8A16 / W4A16; trtllm-build quantizes the float weights."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing output folder (only after the new one is complete)."),
+    hf_model: Annotated[str, typer.Argument(help="HF model folder (config.json + *.safetensors) or a cached hub id.")],
+    out: Annotated[Path, typer.Option("--out", help="Output folder for the TensorRT-LLM checkpoint (must not exist unless --force).")],
+    dtype: Annotated[str | None, typer.Option("--dtype", help="float32 | float16 | bfloat16 (default: the checkpoint's dtype).")] = None,
+    tp_size: Annotated[int, typer.Option("--tp-size", help="Tensor-parallel ranks (KV heads are repeated when tp > KV heads).")] = 1,
+    pp_size: Annotated[int, typer.Option("--pp-size", help="Pipeline-parallel stages (layers split like torch.tensor_split).")] = 1,
+    medusa: Annotated[Path | None, typer.Option("--medusa", help="Folder with HF Medusa heads (medusa_lm_head.safetensors or .pt, optional config.json).")] = None,
+    num_medusa_heads: Annotated[int | None, typer.Option("--num-medusa-heads", help="Medusa heads (default: medusa_num_heads of the heads' config.json); must match the weights.")] = None,
+    num_medusa_layers: Annotated[int | None, typer.Option("--num-medusa-layers", help="ResBlocks per head (default: medusa_num_layers of the heads' config.json); must match the weights.")] = None,
+    max_draft_len: Annotated[int, typer.Option("--max-draft-len", help="Medusa only: max_draft_len written to the checkpoint (>= the tree size).")] = DEFAULT_MAX_DRAFT_LEN,
+    weight_only: Annotated[str, typer.Option("--weight-only", help="none | int8 | int4: sets quant_algo W8A16 / W4A16; trtllm-build quantizes the float weights.")] = "none",
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing output folder (only after the new one is complete).")] = False,
 ) -> None:
     """Convert an HF Llama/Mistral/Qwen2 checkpoint (plus optional Medusa heads) into a TensorRT-LLM 1.2.x
     checkpoint: config.json + rank{N}.safetensors + specbuild.json. Runs on CPU; building engines from it
@@ -53,11 +62,11 @@ def convert(
 
 
 def compile_cmd(
-    spec_path: Path = typer.Argument(..., metavar="SPEC", help="Build spec (YAML)."),
-    out: Path = typer.Option(..., "--out", help="Output folder: target/, draft/, plan.json, build.sh, specbuild.json."),
-    engine: str = typer.Option("reference", "--engine", help="reference (PyTorch engine folder, runs on CPU) | trtllm (runs trtllm-build; GPU hosts only)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="With --engine trtllm: convert and write plan.json + build.sh, but do not run trtllm-build."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing output folder (only after the new one is complete)."),
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="Build spec (YAML).")],
+    out: Annotated[Path, typer.Option("--out", help="Output folder: target/, draft/, plan.json, build.sh, specbuild.json.")],
+    engine: Annotated[str, typer.Option("--engine", help="reference (PyTorch engine folder, runs on CPU) | trtllm (runs trtllm-build; GPU hosts only).")] = "reference",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="With --engine trtllm: convert and write plan.json + build.sh, but do not run trtllm-build.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing output folder (only after the new one is complete).")] = False,
 ) -> None:
     """Run preflight, convert every model of SPEC to TensorRT-LLM checkpoints, and build the engines.
 
@@ -81,7 +90,7 @@ def compile_cmd(
 
 
 def verify(
-    folder: Path = typer.Argument(..., metavar="DIR", help="A folder written by specbuild (checkpoint, build, engine, repository)."),
+    folder: Annotated[Path, typer.Argument(metavar="DIR", help="A folder written by specbuild (checkpoint, build, engine, repository).")],
 ) -> None:
     """Re-hash every file of DIR and of every artifact folder nested in it against their specbuild.json
     manifests; print what changed; exit 1 if anything did."""
@@ -103,6 +112,8 @@ def verify(
 
 def register(app: typer.Typer) -> None:
     """Add convert, compile and verify to `app`."""
-    app.command("convert", help=(convert.__doc__ or "") + "\n\n" + GPU_NOTE)(handle_errors(convert))
-    app.command("compile", help=(compile_cmd.__doc__ or "") + "\n\n" + GPU_NOTE)(handle_errors(compile_cmd))
+    import inspect
+
+    app.command("convert", help=inspect.cleandoc(convert.__doc__ or "") + "\n\n" + GPU_NOTE)(handle_errors(convert))
+    app.command("compile", help=inspect.cleandoc(compile_cmd.__doc__ or "") + "\n\n" + GPU_NOTE)(handle_errors(compile_cmd))
     app.command("verify")(handle_errors(verify))

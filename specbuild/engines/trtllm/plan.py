@@ -133,7 +133,7 @@ def build_script(spec, plans: tuple[RolePlan, ...]) -> str:
     lines = [
         "#!/usr/bin/env bash",
         f"# Written by `specbuild compile` for spec {spec.name!r} ({spec.mode}).",
-        f"# Builds the TensorRT-LLM engines from the checkpoints beside this file. Needs a GPU host with",
+        "# Builds the TensorRT-LLM engines from the checkpoints beside this file. Needs a GPU host with",
         f"# tensorrt_llm {spec.trtllm_version} (trtllm-build on PATH), e.g. a tritonserver:<yy.mm>-trtllm-python-py3 container.",
         "set -euo pipefail",
         'cd "$(dirname "$0")"',
