@@ -112,8 +112,14 @@ def verify(
 
 def register(app: typer.Typer) -> None:
     """Add convert, compile and verify to `app`."""
+    app.command("convert", help=_help(convert, GPU_NOTE))(handle_errors(convert))
+    app.command("compile", help=_help(compile_cmd, GPU_NOTE))(handle_errors(compile_cmd))
+    app.command("verify", help=_help(verify))(handle_errors(verify))
+
+
+def _help(fn, *extra: str) -> str:
+    """The docstring's paragraphs as single lines (rich keeps the docstring's line breaks otherwise)."""
     import inspect
 
-    app.command("convert", help=inspect.cleandoc(convert.__doc__ or "") + "\n\n" + GPU_NOTE)(handle_errors(convert))
-    app.command("compile", help=inspect.cleandoc(compile_cmd.__doc__ or "") + "\n\n" + GPU_NOTE)(handle_errors(compile_cmd))
-    app.command("verify")(handle_errors(verify))
+    paragraphs = inspect.cleandoc(fn.__doc__ or "").split("\n\n")
+    return "\n\n".join([" ".join(p.split()) for p in paragraphs] + list(extra))
