@@ -283,7 +283,8 @@ def _split_kv(spec: BuildSpec, engines: list[EngineMemory], reserve_gib: float) 
         free -= e.resident_bytes
         kv = tokens * e.kv_bytes_per_token
         fraction = min(1.0, kv / free) if free > 0 else 0.0
-        planned.append(_replace(e, kv_fraction=round(fraction, 4), kv_bytes=kv, kv_tokens=tokens))
+        # floor, not round: a fraction rounded up would leave the next engine less than planned
+        planned.append(_replace(e, kv_fraction=math.floor(fraction * 1e4) / 1e4, kv_bytes=kv, kv_tokens=tokens))
         free -= kv
     assumptions = (
         "gpu_memory_gb in GiB (2^30 bytes); planning GPU = GPU 0 (target rank 0 + draft rank 0)",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specbuild.errors import SpecError
+from specbuild.errors import SpecbuildError, SpecError
 
 MODES = ("draft_target", "medusa")
 DTYPES = ("float32", "float16", "bfloat16")
@@ -121,8 +121,12 @@ def parse_version(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def load_spec(path: str | Path) -> BuildSpec:
-    """Read and validate a YAML build spec."""
+def load_spec(path: str | Path, *, validate_tree: bool = True) -> BuildSpec:
+    """Read and validate a YAML build spec.
+
+    `validate_tree=False` still parses `medusa.choices` but leaves its consistency (prefix closure,
+    depth, size) to the caller: `specbuild check` reports it as a row of its table.
+    """
     import yaml
 
     path = Path(path)
@@ -132,16 +136,16 @@ def load_spec(path: str | Path) -> BuildSpec:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise SpecError(f"{path}: not valid YAML", expected="a YAML mapping", found=str(exc).splitlines()[0], fix="fix the YAML syntax") from None
-    return spec_from_dict(raw, source=path)
+    return spec_from_dict(raw, source=path, validate_tree=validate_tree)
 
 
-def spec_from_dict(raw: Any, *, source: Path | None = None) -> BuildSpec:
+def spec_from_dict(raw: Any, *, source: Path | None = None, validate_tree: bool = True) -> BuildSpec:
     where = str(source) if source else "<spec>"
     if not isinstance(raw, dict):
         raise SpecError(f"{where}: the spec must be a mapping", expected="keys name, mode, target, ...", found=type(raw).__name__, fix="start from examples/*.yaml")
     values = _build(BuildSpec, raw, where, "", skip={"source"})
     spec = BuildSpec(**values, source=source.resolve() if source else None)
-    _check_values(spec, where)
+    _check_values(spec, where, validate_tree=validate_tree)
     return spec
 
 
@@ -210,7 +214,7 @@ def _fail(where: str, key: str, expected: str, found: Any, fix: str) -> None:
     raise SpecError(f"{where}: impossible value for {key}", expected=expected, found=repr(found), fix=fix)
 
 
-def _check_values(spec: BuildSpec, where: str) -> None:
+def _check_values(spec: BuildSpec, where: str, *, validate_tree: bool = True) -> None:
     if spec.mode not in MODES:
         close = difflib.get_close_matches(spec.mode, MODES, n=1)
         _fail(where, "mode", " | ".join(MODES), spec.mode, f"did you mean {close[0]!r}?" if close else "use draft_target or medusa")
@@ -236,7 +240,14 @@ def _check_values(spec: BuildSpec, where: str) -> None:
             _fail(where, "draft", "no draft section for mode medusa", "draft: {...}", "remove draft, or set mode: draft_target")
         if spec.medusa.num_heads < 1 or spec.medusa.num_layers < 1:
             _fail(where, "medusa.num_heads/num_layers", "integers >= 1", (spec.medusa.num_heads, spec.medusa.num_layers), "use num_heads: 4, num_layers: 1")
-        spec.medusa_choices().validate(num_heads=spec.medusa.num_heads, max_draft_len=spec.speculation.max_draft_len, where=f"{where}: medusa.choices")
+        try:
+            choices = spec.medusa_choices()  # parse errors always raise
+        except SpecError:
+            raise
+        except SpecbuildError as exc:
+            raise SpecError(f"{where}: medusa.choices: {exc.what}", expected=exc.expected, found=exc.found, fix=exc.fix) from None
+        if validate_tree:
+            choices.validate(num_heads=spec.medusa.num_heads, max_draft_len=spec.speculation.max_draft_len, where=f"{where}: medusa.choices")
     k = spec.speculation.max_draft_len
     if not 1 <= k <= 256:
         _fail(where, "speculation.max_draft_len", "an integer in 1..256", k, "use 4-8 for draft/target, the tree size for Medusa")

@@ -1,0 +1,130 @@
+"""`specbuild inspect MODEL`: what a checkpoint is, from config.json, weight headers and tokenizer files.
+
+Nothing is loaded into memory: the parameter count comes from the config shapes and, when weights are
+present, from the safetensors headers too (the two must agree for a Llama-family checkpoint).
+A Medusa heads folder (config.json with medusa_num_heads) is recognised and described as such.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specbuild.builder.hf_config import HFModelConfig
+from specbuild.builder.memory_plan import GIB
+from specbuild.builder.tokenizer_compare import TokenizerInfo, read_tokenizer
+from specbuild.builder.weights import WeightFiles, WeightStats, find_weights, weight_stats
+
+
+@dataclass(frozen=True)
+class ModelInspection:
+    folder: Path
+    config: HFModelConfig | None  # None for a Medusa heads folder
+    weights: WeightFiles
+    stats: WeightStats | None  # from safetensors headers, when present
+    tokenizer: TokenizerInfo | None
+    medusa: dict[str, Any] | None = None  # heads summary when the folder holds Medusa heads
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"folder": str(self.folder)}
+        if self.config is not None:
+            c = self.config
+            out["config"] = c.to_dict()
+            out.update(
+                family=c.family, supported=c.supported, head_dim=c.head_dim,
+                num_parameters=c.num_parameters, weight_bytes=c.weight_bytes(),
+                kv_bytes_per_token=c.kv_bytes_per_token(),
+            )
+        out["weights"] = {
+            "present": self.weights.present, "files": [p.name for p in (*self.weights.safetensors, *self.weights.torch_bins)],
+            "missing_shards": list(self.weights.missing), "disk_bytes": self.weights.disk_bytes,
+            "num_parameters": self.stats.num_parameters if self.stats else None,
+            "num_bytes": self.stats.num_bytes if self.stats else None,
+            "dtypes": list(self.stats.dtypes) if self.stats else None,
+        }
+        out["tokenizer"] = self.tokenizer.summary() if self.tokenizer else None
+        if self.medusa is not None:
+            out["medusa"] = self.medusa
+        return out
+
+    def rows(self) -> list[tuple[str, str]]:
+        """(field, value) pairs for the table."""
+        rows: list[tuple[str, str]] = [("folder", str(self.folder))]
+        if self.config is not None:
+            c = self.config
+            rope = f"theta {c.rope_theta:g}"
+            if c.rope_scaling:
+                rope += ", " + ", ".join(f"{k} {v}" for k, v in c.rope_scaling.items())
+            rows += [
+                ("architecture", f"{c.architecture} ({c.family or 'unsupported'})"),
+                ("layers", str(c.num_hidden_layers)),
+                ("hidden size", str(c.hidden_size)),
+                ("intermediate size", str(c.intermediate_size)),
+                ("heads / KV heads", f"{c.num_attention_heads} / {c.num_key_value_heads}" + (" (GQA)" if c.num_key_value_heads < c.num_attention_heads else "")),
+                ("head dim", str(c.head_dim)),
+                ("vocab", str(c.vocab_size)),
+                ("max positions", str(c.max_position_embeddings)),
+                ("rope", rope),
+                ("tied embeddings", str(c.tie_word_embeddings).lower()),
+                ("qkv bias", str(c.attention_bias).lower()),
+                ("dtype", c.dtype),
+                ("parameters", f"{c.num_parameters:,} ({c.num_parameters / 1e9:.2f} B)"),
+                ("bytes", f"{c.weight_bytes():,} ({c.weight_bytes() / GIB:.2f} GiB at {c.dtype})"),
+                ("KV bytes / token", f"{c.kv_bytes_per_token():,} at {c.dtype}"),
+            ]
+        if self.medusa is not None:
+            rows += [(f"medusa {k}", str(v)) for k, v in self.medusa.items()]
+        if self.weights.missing:
+            rows.append(("weights", f"{len(self.weights.missing)} shard(s) missing, e.g. {self.weights.missing[0]}"))
+        elif not self.weights.present:
+            rows.append(("weights", "absent (config only)"))
+        else:
+            n = len(self.weights.safetensors) + len(self.weights.torch_bins)
+            text = f"{n} file(s), {self.weights.disk_bytes / GIB:.2f} GiB on disk"
+            if self.stats:
+                text += f"; headers: {self.stats.num_parameters:,} parameters in {self.stats.num_tensors} tensors, {'/'.join(self.stats.dtypes)}"
+            rows.append(("weights", text))
+        t = self.tokenizer
+        if t is None:
+            rows.append(("tokenizer", "absent (no tokenizer.json / tokenizer.model)"))
+        else:
+            rows.append(("tokenizer", f"{t.class_name or '?'} ({t.model_type or t.source}), {t.vocab_size} ids, {len(t.merges)} merges, {len(t.added)} added"))
+            specials = ", ".join(f"{k.removesuffix('_token')} {tok!r}={i}" for k, (tok, i) in t.special.items())
+            rows.append(("special tokens", specials or "none"))
+        return rows
+
+
+def inspect_model(ref: str | Path, *, base: Path | None = None) -> ModelInspection:
+    from specbuild.builder.resolve import resolve_model
+
+    folder = resolve_model(ref, base=base)
+    raw = {}
+    if (folder / "config.json").is_file():
+        try:
+            raw = json.loads((folder / "config.json").read_text())
+        except json.JSONDecodeError:
+            raw = {}
+    medusa = None
+    if "architectures" not in raw and ("medusa_num_heads" in raw or "num_medusa_heads" in raw):
+        medusa = _medusa_summary(folder)
+        config = None
+    else:
+        config = HFModelConfig.from_hf(folder)
+    weights = find_weights(folder)
+    return ModelInspection(folder, config, weights, weight_stats(weights), read_tokenizer(folder), medusa)
+
+
+def _medusa_summary(folder: Path) -> dict[str, Any]:
+    from specbuild.builder.medusa_heads import read_medusa_heads
+
+    info = read_medusa_heads(folder)
+    return {
+        "config heads x layers": f"{info.config_num_heads} x {info.config_num_layers}",
+        "weights": info.weights_file.name if info.weights_file else "absent (config only)",
+        "heads x layers (weights)": f"{info.num_heads} x {info.num_layers}" if info.weights_file else "-",
+        "hidden / vocab": f"{info.hidden_size or info.config_hidden_size} / {info.vocab_size or info.config_vocab_size}",
+        "problems": "; ".join(info.problems) or "none",
+    }
+

@@ -1,0 +1,259 @@
+"""`specbuild check`: every preflight check of a build spec, as pass / warn / fail rows.
+
+Checks run from config.json alone when weights are absent (plan before downloading); a missing model
+or config fails its row and skips what depends on it, so one run shows every problem at once. Every
+row says what was found and, when it is not a pass, the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from specbuild.builder.hf_config import SUPPORTED_ARCHITECTURES, HFModelConfig
+from specbuild.builder.memory_plan import GIB, RUNTIME_RESERVE_GIB, MedusaShape, MemoryPlan, plan_memory
+from specbuild.builder.spec import BuildSpec, ModelSection
+from specbuild.builder.weights import WeightFiles, find_weights
+from specbuild.errors import SpecbuildError
+
+PASS, WARN, FAIL = "pass", "warn", "fail"
+TP_CANDIDATES = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    status: str  # pass | warn | fail
+    found: str  # what was found
+    fix: str = ""  # how to fix it (empty on a pass)
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    spec: BuildSpec
+    results: tuple[CheckResult, ...]
+    plan: MemoryPlan | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not any(r.status == FAIL for r in self.results)
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.results)
+
+    def result(self, name: str) -> CheckResult | None:
+        return next((r for r in self.results if r.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "spec": str(self.spec.source) if self.spec.source else self.spec.name,
+            "ok": self.ok,
+            "results": [r.__dict__ for r in self.results],
+            "plan": self.plan.to_dict() if self.plan else None,
+        }
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    role: str  # target | draft
+    section: ModelSection
+    folder: Path
+    config: HFModelConfig
+    weights: WeightFiles = field(repr=False)
+
+
+def run_checks(spec: BuildSpec, *, runtime_reserve_gib: float = RUNTIME_RESERVE_GIB) -> CheckReport:
+    out: list[CheckResult] = []
+    target = _load(spec, "target", spec.target, out)
+    draft = _load(spec, "draft", spec.draft, out) if spec.draft else None
+    for m in (target, draft):
+        if m is not None:
+            _check_architecture(m, out)
+            _check_parallel(m, out)
+            _check_lengths(m, spec, out)
+            _check_dtype(m, spec, out)
+    if target and draft:
+        _check_vocab_sizes(target, draft, out)
+        _check_special_ids(target, draft, out)
+        from specbuild.builder.tokenizer_checks import check_tokenizers
+
+        out.extend(check_tokenizers(target, draft))
+    medusa = None
+    if spec.mode == "medusa":
+        from specbuild.builder.medusa_checks import check_medusa_heads, check_tree
+
+        medusa = check_medusa_heads(spec, target, out)
+        out.append(check_tree(spec))
+    plan = None
+    if target and (draft or spec.mode == "medusa"):
+        plan = plan_memory(spec, target=target.config, draft=draft.config if draft else None, medusa=medusa,
+                           runtime_reserve_gib=runtime_reserve_gib)
+        out.append(_check_plan(spec, plan, target, draft, runtime_reserve_gib))
+    else:
+        out.append(CheckResult("memory plan", FAIL, "not computed: a model config could not be read",
+                               "fix the model rows above; the plan needs each model's config.json"))
+    return CheckReport(spec, tuple(out), plan)
+
+
+# ---- models --------------------------------------------------------------------------------------
+
+def _load(spec: BuildSpec, role: str, section: ModelSection, out: list[CheckResult]) -> LoadedModel | None:
+    from specbuild.builder.resolve import resolve_model
+
+    try:
+        folder = resolve_model(section.model, base=spec.base_dir, what=f"{role} model")
+        config = HFModelConfig.from_hf(folder)
+    except SpecbuildError as exc:
+        out.append(CheckResult(f"{role}: model", FAIL, f"{exc.what} ({exc.found})", exc.fix or ""))
+        return None
+    weights = find_weights(folder)
+    if weights.missing:
+        out.append(CheckResult(f"{role}: weights", FAIL, f"{folder}: {len(weights.missing)} shard(s) listed in the index are missing, e.g. {weights.missing[0]}",
+                               "finish the download (huggingface-cli download resumes) before compile"))
+    elif not weights.present:
+        out.append(CheckResult(f"{role}: weights", WARN, f"{folder}: config.json only, no *.safetensors / pytorch_model*.bin; checks and the plan use the shapes",
+                               "download the weights before `specbuild compile`"))
+    else:
+        n = len(weights.safetensors) + len(weights.torch_bins)
+        out.append(CheckResult(f"{role}: weights", PASS, f"{n} file(s), {weights.disk_bytes / GIB:.2f} GiB in {folder}"))
+    return LoadedModel(role, section, folder, config, weights)
+
+
+def _check_architecture(m: LoadedModel, out: list[CheckResult]) -> None:
+    c = m.config
+    if c.supported:
+        out.append(CheckResult(f"{m.role}: architecture", PASS, f"{c.architecture} ({c.family}), {c.num_hidden_layers} layers, hidden {c.hidden_size}"))
+    else:
+        out.append(CheckResult(f"{m.role}: architecture", FAIL, f"{c.architecture} is not supported",
+                               f"use a checkpoint of {', '.join(SUPPORTED_ARCHITECTURES)} (the Llama, Mistral and Qwen2 families)"))
+
+
+def valid_tp_sizes(c: HFModelConfig, limit: int = 64) -> list[int]:
+    return [t for t in TP_CANDIDATES if t <= limit and not _tp_problems(c, t)]
+
+
+def _tp_problems(c: HFModelConfig, tp: int) -> list[str]:
+    problems = []
+    if c.num_attention_heads % tp:
+        problems.append(f"num_attention_heads {c.num_attention_heads} is not divisible by tp_size {tp}")
+    nkv = c.num_key_value_heads
+    if tp <= nkv and nkv % tp:
+        problems.append(f"num_key_value_heads {nkv} is not divisible by tp_size {tp}")
+    if tp > nkv and tp % nkv:
+        problems.append(f"tp_size {tp} > num_key_value_heads {nkv} needs tp_size % {nkv} == 0 to duplicate KV heads")
+    if c.hidden_size % tp:
+        problems.append(f"hidden_size {c.hidden_size} is not divisible by tp_size {tp}")
+    if c.intermediate_size % tp:
+        problems.append(f"intermediate_size {c.intermediate_size} is not divisible by tp_size {tp}")
+    return problems
+
+
+def _check_parallel(m: LoadedModel, out: list[CheckResult]) -> None:
+    c, tp, pp = m.config, m.section.tp_size, m.section.pp_size
+    problems = _tp_problems(c, tp)
+    if problems:
+        ok = ", ".join(str(t) for t in valid_tp_sizes(c))
+        out.append(CheckResult(f"{m.role}: tensor parallel", FAIL, "; ".join(problems), f"set {m.role}.tp_size to one of {ok}"))
+    else:
+        note = f"tp {tp}: {c.num_attention_heads // tp} heads, "
+        if tp > c.num_key_value_heads:
+            note += f"1 KV head per GPU (each of the {c.num_key_value_heads} KV heads duplicated x{tp // c.num_key_value_heads})"
+        else:
+            note += f"{c.num_key_value_heads // tp} KV heads per GPU"
+        if c.vocab_size % tp:
+            note += f"; lm_head padded to {-(-c.vocab_size // tp) * tp} rows"
+        out.append(CheckResult(f"{m.role}: tensor parallel", PASS, note))
+    layers = c.num_hidden_layers
+    if pp > layers:
+        out.append(CheckResult(f"{m.role}: pipeline parallel", FAIL, f"pp_size {pp} > {layers} layers", f"set {m.role}.pp_size <= {layers}"))
+    elif layers % pp:
+        from specbuild.builder.memory_plan import pp_layers
+
+        out.append(CheckResult(f"{m.role}: pipeline parallel", WARN, f"{layers} layers over pp {pp} is uneven: stages hold {pp_layers(layers, pp)}",
+                               f"use a pp_size that divides {layers} to balance the stages"))
+    elif pp > 1:
+        out.append(CheckResult(f"{m.role}: pipeline parallel", PASS, f"pp {pp}: {layers // pp} layers per stage"))
+
+
+def _check_lengths(m: LoadedModel, spec: BuildSpec, out: list[CheckResult]) -> None:
+    limit = m.config.max_position_embeddings
+    seq = spec.build.max_seq_len
+    # trtllm-build adds max_draft_len to max_seq_len of a speculative engine (trtllm.md 1.2)
+    extra = spec.speculation.max_draft_len if m.role == "target" else 0
+    name = f"{m.role}: sequence length"
+    if seq > limit:
+        out.append(CheckResult(name, FAIL, f"build.max_seq_len {seq} > max_position_embeddings {limit}", f"set build.max_seq_len <= {limit}"))
+    elif seq + extra > limit:
+        out.append(CheckResult(name, WARN, f"max_seq_len {seq} + max_draft_len {extra} > max_position_embeddings {limit}",
+                               f"set build.max_seq_len <= {limit - extra}"))
+    else:
+        plus = f" + max_draft_len {extra}" if extra else ""
+        out.append(CheckResult(name, PASS, f"max_seq_len {seq}{plus} <= max_position_embeddings {limit}"))
+
+
+def _check_dtype(m: LoadedModel, spec: BuildSpec, out: list[CheckResult]) -> None:
+    stored, chosen = m.config.dtype, spec.dtype
+    if stored == "bfloat16" and chosen == "float16":
+        out.append(CheckResult(f"{m.role}: dtype", WARN, "bfloat16 checkpoint built as float16: activations may overflow float16's range",
+                               "set dtype: bfloat16 (Ampere or newer)"))
+    else:
+        out.append(CheckResult(f"{m.role}: dtype", PASS, f"{stored} checkpoint -> {chosen}" + (f", weight-only {spec.build.weight_only}" if spec.build.weight_only != "none" else "")))
+
+
+def _check_vocab_sizes(target: LoadedModel, draft: LoadedModel, out: list[CheckResult]) -> None:
+    tv, dv = target.config.vocab_size, draft.config.vocab_size
+    if tv == dv:
+        out.append(CheckResult("vocab size", PASS, f"target and draft vocab_size {tv}"))
+    else:
+        out.append(CheckResult("vocab size", FAIL, f"target vocab_size {tv}, draft vocab_size {dv}",
+                               "pick a draft from the target's family with the same tokenizer and vocab_size; draft tokens are passed as ids"))
+
+
+def _check_special_ids(target: LoadedModel, draft: LoadedModel, out: list[CheckResult]) -> None:
+    t, d = target.config, draft.config
+    if t.bos_token_id != d.bos_token_id:
+        out.append(CheckResult("special token ids", FAIL, f"bos_token_id: target {t.bos_token_id}, draft {d.bos_token_id}",
+                               "use a draft with the target's tokenizer (same special-token ids)"))
+    elif set(t.eos_ids) != set(d.eos_ids):
+        out.append(CheckResult("special token ids", WARN, f"eos_token_id: target {list(t.eos_ids)}, draft {list(d.eos_ids)}; the target's decides when to stop",
+                               "align the draft's eos_token_id in its config.json with the target's"))
+    else:
+        out.append(CheckResult("special token ids", PASS, f"bos {t.bos_token_id}, eos {list(t.eos_ids)} in both configs"))
+
+
+# ---- memory --------------------------------------------------------------------------------------
+
+def _check_plan(spec: BuildSpec, plan: MemoryPlan, target: LoadedModel, draft: LoadedModel | None, reserve: float) -> CheckResult:
+    t = plan.engine("target")
+    d = plan.engine("draft")
+    gpu = spec.serving.gpu_memory_gb
+    need = (plan.gpu_memory_bytes - plan.free_after_weights_bytes) / GIB
+    if plan.free_after_weights_bytes <= 0:
+        return CheckResult("memory plan", FAIL, f"GPU 0 needs {need:.1f} GiB for weights, activations and the {reserve:g} GiB reserve; serving.gpu_memory_gb is {gpu:g}",
+                           _fit_fix(spec, target, draft, reserve))
+    needed = spec.build.max_seq_len + spec.speculation.max_draft_len
+    if plan.kv_tokens < needed:
+        return CheckResult("memory plan", FAIL, f"KV cache holds {plan.kv_tokens} tokens per engine, one sequence needs {needed}",
+                           _fit_fix(spec, target, draft, reserve))
+    fractions = f"kv_cache_free_gpu_mem_fraction target {t.kv_fraction}" + (f", draft {d.kv_fraction}" if d else "")
+    found = (f"weights {t.weight_bytes / GIB:.2f} GiB/GPU (target)" + (f" + {d.weight_bytes / GIB:.2f} GiB (draft)" if d else "")
+             + f"; KV {plan.kv_tokens} tokens per engine = {plan.full_sequences} sequences of {plan.max_seq_len}; {fractions}")
+    if plan.full_sequences < plan.max_batch_size:
+        return CheckResult("memory plan", WARN, found + f" (< max_batch_size {plan.max_batch_size})",
+                           "long sequences cap the batch: lower build.max_seq_len or max_batch_size, or raise tp_size")
+    return CheckResult("memory plan", PASS, found)
+
+
+def _fit_fix(spec: BuildSpec, target: LoadedModel, draft: LoadedModel | None, reserve: float) -> str:
+    """Name the smallest target tp_size that fits, else the other levers."""
+    for tp in valid_tp_sizes(target.config):
+        if tp <= spec.target.tp_size:
+            continue
+        trial = replace(spec, target=replace(spec.target, tp_size=tp), serving=replace(spec.serving, num_gpus=None))
+        plan = plan_memory(trial, target=target.config, draft=draft.config if draft else None,
+                           medusa=MedusaShape(spec.medusa.num_heads, spec.medusa.num_layers) if spec.medusa else None,
+                           runtime_reserve_gib=reserve)
+        if plan.fits and plan.kv_tokens >= spec.build.max_seq_len + spec.speculation.max_draft_len:
+            return f"set target.tp_size: {tp} ({tp} GPUs), or build.weight_only: int8, or a GPU with more memory"
+    return "use build.weight_only: int8 / int4, a GPU with more memory, or a smaller model"
