@@ -1,0 +1,143 @@
+"""Benchmark arithmetic: latency statistics with genai-perf's names, and the speculative figures.
+
+Definitions (genai-perf `llm_metrics.py`, triton.md §6.2), all from the client's clock:
+* time_to_first_token (ms): first streamed response with tokens - request send;
+* inter_token_latency (ms), per request: (request_latency - TTFT) / (output tokens - 1);
+* request_latency (ms): send -> final response;
+* output_token_throughput (tokens/s): all output tokens / benchmark duration;
+* request_throughput (requests/s): requests / benchmark duration.
+
+Speculative figures (design.md): acceptance rate alpha = accepted / drafted; mean accepted tokens per
+target pass = output tokens / target passes (accepted drafts + the token the target adds);
+predicted speedup with K drafts and draft/target cost ratio c:
+(1 - alpha^(K+1)) / ((1 - alpha) (K c + 1)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+STATS = ("avg", "p50", "p90", "p99")
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request as the client saw it."""
+
+    ttft_s: float
+    latency_s: float
+    output_tokens: int
+    target_passes: int  # streamed responses with tokens (one per engine step)
+    drafted: int = 0
+    accepted: int = 0
+    accepted_per_step: tuple[int, ...] = ()
+
+    @property
+    def itl_s(self) -> float | None:
+        if self.output_tokens < 2:
+            return None
+        return (self.latency_s - self.ttft_s) / (self.output_tokens - 1)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default method), q in [0, 100]."""
+    if not values:
+        return float("nan")
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def summarize(values: list[float], scale: float = 1.0) -> dict[str, float]:
+    """avg, p50, p90, p99 of `values` times `scale` (1000: seconds -> ms)."""
+    if not values:
+        return {k: float("nan") for k in STATS}
+    scaled = [v * scale for v in values]
+    return {"avg": sum(scaled) / len(scaled), "p50": percentile(scaled, 50), "p90": percentile(scaled, 90),
+            "p99": percentile(scaled, 99)}
+
+
+def expected_tokens_per_pass(alpha: float, k: int) -> float:
+    """(1 - alpha^(K+1)) / (1 - alpha): tokens per target pass with i.i.d. acceptance alpha."""
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def predicted_speedup(alpha: float, k: int, c: float) -> float:
+    """Leviathan et al. 2023, eq. for the walltime improvement with cost ratio c."""
+    return expected_tokens_per_pass(alpha, k) / (k * c + 1.0)
+
+
+def accepted_length_per_position(steps: list[int], k: int) -> list[float]:
+    """[k]: fraction of verification steps whose first i+1 drafts were all accepted."""
+    if not steps or k <= 0:
+        return []
+    return [sum(1 for s in steps if s > i) / len(steps) for i in range(k)]
+
+
+@dataclass
+class RunSummary:
+    """One (mode, temperature, concurrency) run."""
+
+    mode: str  # baseline | speculative
+    temperature: float
+    concurrency: int
+    num_draft_tokens: int
+    requests: int
+    duration_s: float
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    def row(self) -> dict[str, Any]:
+        """Flat record for CSV: name_stat columns."""
+        flat: dict[str, Any] = {"mode": self.mode, "temperature": self.temperature, "concurrency": self.concurrency,
+                                "num_draft_tokens": self.num_draft_tokens, "requests": self.requests,
+                                "duration_s": round(self.duration_s, 4)}
+        for key, value in self.metrics.items():
+            if isinstance(value, dict):
+                flat.update({f"{key}_{s}": v for s, v in value.items()})
+            elif not isinstance(value, list):
+                flat[key] = value
+        return flat
+
+
+def summarize_run(records: list[RequestRecord], *, mode: str, temperature: float, concurrency: int,
+                  num_draft_tokens: int, duration_s: float) -> RunSummary:
+    tokens = sum(r.output_tokens for r in records)
+    metrics: dict[str, Any] = {
+        "time_to_first_token": summarize([r.ttft_s for r in records], 1000.0),
+        "inter_token_latency": summarize([r.itl_s for r in records if r.itl_s is not None], 1000.0),
+        "request_latency": summarize([r.latency_s for r in records], 1000.0),
+        "output_sequence_length": summarize([float(r.output_tokens) for r in records]),
+        "output_token_throughput": tokens / duration_s if duration_s > 0 else float("nan"),
+        "request_throughput": len(records) / duration_s if duration_s > 0 else float("nan"),
+    }
+    if mode == "speculative":
+        drafted = sum(r.drafted for r in records)
+        accepted = sum(r.accepted for r in records)
+        passes = sum(r.target_passes for r in records)
+        steps = [s for r in records for s in r.accepted_per_step]
+        # Medusa has no K per request: the deepest accepted path stands in for the tree depth
+        num_draft_tokens = num_draft_tokens or max(steps, default=0)
+        metrics["acceptance_rate"] = accepted / drafted if drafted else float("nan")
+        metrics["mean_accepted_tokens_per_pass"] = tokens / passes if passes else float("nan")
+        metrics["accepted_length_per_position"] = accepted_length_per_position(steps, num_draft_tokens)
+    return RunSummary(mode, temperature, concurrency, num_draft_tokens, len(records), duration_s, metrics)
+
+
+def attach_speedups(runs: list[RunSummary], *, cost_ratio: float | None) -> None:
+    """Measured speedup (throughput vs the baseline at the same T and concurrency) and predicted speedup."""
+    base = {(r.temperature, r.concurrency): r for r in runs if r.mode == "baseline"}
+    for run in runs:
+        if run.mode != "speculative":
+            continue
+        ref = base.get((run.temperature, run.concurrency))
+        if ref is not None and ref.metrics["output_token_throughput"] > 0:
+            run.metrics["speedup_measured"] = run.metrics["output_token_throughput"] / ref.metrics["output_token_throughput"]
+        alpha = run.metrics.get("acceptance_rate", float("nan"))
+        if cost_ratio is not None and alpha == alpha:  # not NaN
+            run.metrics["cost_ratio"] = cost_ratio
+            run.metrics["speedup_predicted"] = predicted_speedup(alpha, run.num_draft_tokens, cost_ratio)

@@ -1,0 +1,134 @@
+"""Benchmark reports: bench.json, bench.csv, PNG plots (matplotlib, Agg) and a console table."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from specbuild.client.metrics import RunSummary
+
+PLOTS = ("speedup_vs_concurrency.png", "throughput_vs_concurrency.png", "accepted_length_per_position.png")
+
+
+def _clean(value: Any) -> Any:
+    """NaN -> None so the JSON is standard."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def write_json(runs: list[RunSummary], context: dict[str, Any], path: Path) -> None:
+    data = {"context": context, "runs": [_clean({**r.row(), "metrics": r.metrics}) for r in runs]}
+    for run in data["runs"]:  # the flat copy is for CSV; JSON keeps metrics nested
+        for key in list(run):
+            if key not in ("mode", "temperature", "concurrency", "num_draft_tokens", "requests", "duration_s", "metrics"):
+                del run[key]
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def write_csv(runs: list[RunSummary], path: Path) -> None:
+    rows = [r.row() for r in runs]
+    columns: list[str] = []
+    for row in rows:
+        columns += [c for c in row if c not in columns]
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
+
+
+def write_plots(runs: list[RunSummary], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    temps = sorted({r.temperature for r in runs})
+    written = []
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for t in temps:
+        spec = sorted((r for r in runs if r.mode == "speculative" and r.temperature == t), key=lambda r: r.concurrency)
+        xs = [r.concurrency for r in spec]
+        if any("speedup_measured" in r.metrics for r in spec):
+            ax.plot(xs, [r.metrics.get("speedup_measured", float("nan")) for r in spec], "o-", label=f"measured T={t:g}")
+        if any("speedup_predicted" in r.metrics for r in spec):
+            ax.plot(xs, [r.metrics.get("speedup_predicted", float("nan")) for r in spec], "x--", label=f"predicted T={t:g}")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set(xlabel="concurrency", ylabel="speedup over target alone", title="Speculative speedup", xscale="log", xticks=[])
+    _finish(fig, ax, out / PLOTS[0], written)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for t in temps:
+        for mode, style in (("baseline", "s-"), ("speculative", "o-")):
+            sel = sorted((r for r in runs if r.mode == mode and r.temperature == t), key=lambda r: r.concurrency)
+            if sel:
+                ax.plot([r.concurrency for r in sel], [r.metrics["output_token_throughput"] for r in sel], style,
+                        label=f"{mode} T={t:g}")
+    ax.set(xlabel="concurrency", ylabel="output tokens / s", title="Output token throughput", xscale="log", xticks=[])
+    _finish(fig, ax, out / PLOTS[1], written)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in runs:
+        per_pos = r.metrics.get("accepted_length_per_position") or []
+        if r.mode == "speculative" and per_pos:
+            ax.plot(range(1, len(per_pos) + 1), per_pos, "o-", label=f"T={r.temperature:g} c={r.concurrency}")
+    ax.set(xlabel="draft position", ylabel="P(accepted through this position)", title="Accepted length per position",
+           ylim=(0, 1.05))
+    _finish(fig, ax, out / PLOTS[2], written)
+    return written
+
+
+def _finish(fig, ax, path: Path, written: list[Path]) -> None:
+    import matplotlib.pyplot as plt
+
+    if ax.get_xscale() == "log":
+        ticks = sorted({int(x) for line in ax.get_lines() for x in line.get_xdata() if x > 0})
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    written.append(path)
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def table(runs: list[RunSummary]):
+    """A rich Table: one row per run."""
+    from rich.table import Table
+
+    t = Table(title="specbuild bench (ms; tokens/s)")
+    for col in ("mode", "T", "conc", "TTFT avg", "ITL avg", "latency p50", "latency p99", "out tok/s", "req/s",
+                "accept", "tok/pass", "speedup", "predicted"):
+        t.add_column(col, justify="right" if col not in ("mode",) else "left")
+    for r in runs:
+        m = r.metrics
+        t.add_row(r.mode, f"{r.temperature:g}", str(r.concurrency), _fmt(m["time_to_first_token"]["avg"], 1),
+                  _fmt(m["inter_token_latency"]["avg"], 1), _fmt(m["request_latency"]["p50"], 1),
+                  _fmt(m["request_latency"]["p99"], 1), _fmt(m["output_token_throughput"], 1),
+                  _fmt(m["request_throughput"], 2), _fmt(m.get("acceptance_rate")),
+                  _fmt(m.get("mean_accepted_tokens_per_pass")), _fmt(m.get("speedup_measured")),
+                  _fmt(m.get("speedup_predicted")))
+    return t
+
+
+def write_report(runs: list[RunSummary], context: dict[str, Any], out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(runs, context, out / "bench.json")
+    write_csv(runs, out / "bench.csv")
+    return [out / "bench.json", out / "bench.csv", *write_plots(runs, out)]

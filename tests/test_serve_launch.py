@@ -1,0 +1,97 @@
+"""GPU-host launch commands: container pairing and the MPI launch, argv-exact."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specbuild.client.launch import (
+    LaunchLayout,
+    container_image,
+    docker_argv,
+    launch_commands,
+    mpirun_argv,
+    orchestrator_env,
+    repo_mounts,
+)
+from specbuild.errors import ServerError
+
+TS = "/opt/tritonserver/bin/tritonserver"
+PORTS = ["--grpc-address=127.0.0.1", "--grpc-port=8001", "--http-address=127.0.0.1", "--http-port=8000",
+         "--metrics-address=127.0.0.1", "--metrics-port=8002"]
+
+
+def test_container_matches_trtllm_version():
+    assert container_image("1.2.1") == "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"
+    assert container_image("1.2.1", tag="26.04") == "nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3"
+    assert container_image("1.2.0") == "nvcr.io/nvidia/tritonserver:26.03-trtllm-python-py3"
+    assert container_image("0.19.0") == "nvcr.io/nvidia/tritonserver:25.05-trtllm-python-py3"
+
+
+def test_unknown_trtllm_version_names_the_known_ones():
+    with pytest.raises(ServerError, match="1.9.9") as err:
+        container_image("1.9.9")
+    assert "1.2.1" in err.value.expected
+
+
+def test_leader_mode_medusa_tp2():
+    layout = LaunchLayout(trtllm_version="1.2.1", mode="medusa", target_world_size=2, num_gpus=2)
+    assert layout.world_size == 2 and orchestrator_env(layout) == {}
+    assert mpirun_argv(layout, "/r") == [
+        "mpirun", "--allow-run-as-root",
+        "-n", "1", TS, "--model-repository=/r", *PORTS,
+        "--disable-auto-complete-config", "--backend-config=python,shm-region-prefix-name=prefix0_",
+        ":", "-n", "1", TS, "--model-repository=/r", *PORTS,
+        "--model-control-mode=explicit", "--load-model=tensorrt_llm",
+        "--disable-auto-complete-config", "--backend-config=python,shm-region-prefix-name=prefix1_",
+    ]
+
+
+def test_orchestrator_mode_draft_target_with_log():
+    layout = LaunchLayout(trtllm_version="1.2.1", mode="draft_target", target_world_size=2, draft_world_size=1,
+                          num_gpus=2)
+    assert layout.multi_model and layout.world_size == 1
+    assert orchestrator_env(layout) == {"TRTLLM_ORCHESTRATOR": "1", "TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES": "1"}
+    assert mpirun_argv(layout, "/r", log_file="triton_log.txt") == [
+        "mpirun", "--allow-run-as-root",
+        "-n", "1", TS, "--model-repository=/r", *PORTS, "--log-verbose=3", "--log-file=triton_log.txt",
+        "--pinned-memory-pool-byte-size=0", "--enable-peer-access=false",
+        "--cuda-memory-pool-byte-size=0:0", "--cuda-memory-pool-byte-size=1:0",
+        "--disable-auto-complete-config", "--backend-config=python,shm-region-prefix-name=prefix0_",
+    ]
+
+
+def test_docker_run_line():
+    argv = docker_argv("img:1", mounts=["/e", "/r", "/e"], env={"B": "2", "A": "1"})
+    assert argv == [
+        "docker", "run", "--rm", "-it", "--net", "host", "--shm-size=2g", "--ulimit", "memlock=-1",
+        "--ulimit", "stack=67108864", "--gpus", "all", "-v", "/e:/e:ro", "-v", "/r:/r:ro",
+        "-e", "A=1", "-e", "B=2", "img:1",
+    ]
+
+
+def test_layout_from_spec_dict():
+    spec = {"trtllm_version": "1.2.1", "mode": "draft_target", "target": {"tp_size": 2, "pp_size": 2},
+            "draft": {"tp_size": 1, "pp_size": 1}, "serving": {"num_gpus": None}}
+    assert LaunchLayout.from_spec_dict(spec) == LaunchLayout(
+        trtllm_version="1.2.1", mode="draft_target", target_world_size=4, draft_world_size=1, num_gpus=4)
+
+
+def test_launch_commands_from_a_repository(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "tensorrt_llm").mkdir(parents=True)
+    (repo / "tensorrt_llm" / "config.pbtxt").write_text(
+        'parameters {\n  key: "gpt_model_path"\n  value {\n    string_value: "/engines/target"\n  }\n}\n')
+    (repo / "specbuild.json").write_text(json.dumps({"kind": "model_repo", "spec": {
+        "trtllm_version": "1.2.1", "mode": "medusa", "target": {"tp_size": 1, "pp_size": 1}, "draft": None}}))
+    assert repo_mounts(repo) == [repo.resolve(), __import__("pathlib").Path("/engines/target")]
+    [argv] = launch_commands(repo)
+    image = argv.index("nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3")
+    assert argv[image + 1:image + 3] == ["mpirun", "--allow-run-as-root"]
+    assert "/engines/target:/engines/target:ro" in argv and argv.count(TS) == 1
+
+
+def test_launch_without_manifest_is_explained(tmp_path):
+    with pytest.raises(ServerError, match="cannot read the deployment layout"):
+        launch_commands(tmp_path)

@@ -1,0 +1,160 @@
+"""The bundled tritonserver launcher: argv, port checks, log triage; a real server on a trivial repo."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from specbuild.client import bundle as bundle_mod
+from specbuild.client.server import (
+    ServerOptions,
+    TritonServer,
+    check_ports_free,
+    free_port,
+    important_log_lines,
+    repo_models,
+    server_argv,
+)
+from specbuild.errors import ServerError
+
+ECHO_CONFIG = """name: "{name}"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "x" data_type: TYPE_INT32 dims: [ -1 ] }} ]
+output [ {{ name: "y" data_type: TYPE_INT32 dims: [ -1 ] }} ]
+instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+"""
+ECHO_MODEL = """import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "x").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("y", (x * 2).astype(np.int32))]))
+        return out
+"""
+
+
+def make_repo(root: Path, models: dict[str, str]) -> Path:
+    """A repository of python-backend models: name -> model.py source."""
+    for name, source in models.items():
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "config.pbtxt").write_text(ECHO_CONFIG.format(name=name))
+        (root / name / "1" / "model.py").write_text(source)
+    return root
+
+
+def loopback_options(**kw) -> ServerOptions:
+    return ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(), **kw)
+
+
+def group_alive(pgid: int) -> list[int]:
+    """Pids still in process group `pgid` (the server and its python stubs)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getpgid(int(entry)) == pgid:
+                    pids.append(int(entry))
+            except ProcessLookupError:
+                pass
+    return pids
+
+
+def test_server_argv_binds_every_endpoint_to_the_host():
+    opts = ServerOptions(grpc_port=9001, http_port=9000, metrics_port=9002)
+    argv = server_argv(Path("/b/tritonserver"), Path("/w/backends"), Path("/r"), opts)
+    assert argv == [
+        "/b/tritonserver", "--model-repository=/r", "--backend-directory=/w/backends",
+        "--grpc-address=127.0.0.1", "--grpc-port=9001", "--http-address=127.0.0.1", "--http-port=9000",
+        "--metrics-address=127.0.0.1", "--metrics-port=9002", "--exit-timeout-secs=5", "--log-verbose=0",
+    ]
+
+
+def test_busy_port_is_refused_before_start():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        busy = sock.getsockname()[1]
+        opts = ServerOptions(grpc_port=busy, http_port=free_port(), metrics_port=free_port())
+        with pytest.raises(ServerError, match=f"grpc port 127.0.0.1:{busy} is busy") as err:
+            check_ports_free(opts)
+        assert "--grpc-port" in err.value.fix
+
+
+def test_repeated_port_is_refused():
+    with pytest.raises(ServerError, match="both 9000"):
+        check_ports_free(ServerOptions(grpc_port=9000, http_port=9000, metrics_port=free_port()))
+
+
+def test_important_log_lines_keep_errors_drop_cpu_host_noise():
+    log = "\n".join([
+        'E1129 19:35:34.979066 6413 server.cc:241] "CudaDriverHelper has not been initialized."',
+        'I1129 19:35:36.589416 6413 python_be.cc:2249] "TRITONBACKEND_ModelInstanceInitialize: echo_0_0"',
+        'E1129 19:36:58.587891 7132 model_lifecycle.cc:642] "failed to load \'bad\' version 1: ModuleNotFoundError"',
+        "error: creating server: Internal - failed to load all models",
+    ])
+    lines = important_log_lines(log)
+    assert len(lines) == 2 and "ModuleNotFoundError" in lines[0] and "creating server" in lines[1]
+
+
+def test_not_a_repository(tmp_path):
+    assert repo_models(tmp_path) == []
+    with pytest.raises(ServerError, match="not a Triton model repository"):
+        TritonServer(tmp_path, loopback_options()).start()
+
+
+def test_missing_libpython_is_explained(monkeypatch):
+    fake = subprocess.CompletedProcess([], 0, stdout="\tlibpython3.11.so.1.0 => not found\n\tlibc.so.6 => /lib/libc.so.6\n")
+    monkeypatch.setattr(bundle_mod.subprocess, "run", lambda *a, **k: fake)
+    b = bundle_mod.find_bundle()
+    with pytest.raises(ServerError, match="cannot load a shared library") as err:
+        bundle_mod.check_libpython(b, b.env())
+    assert "libpython3.11.so.1.0" in err.value.expected and "--enable-shared" in err.value.fix
+
+
+def test_bundle_env_puts_venv_first_and_libs_on_loader_path():
+    b = bundle_mod.find_bundle()
+    env = b.env({"PATH": "/usr/bin", "LD_LIBRARY_PATH": "/x"})
+    assert env["LD_LIBRARY_PATH"].split(":")[0] == str(b.libs) and env["LD_LIBRARY_PATH"].endswith(":/x")
+    assert env["PATH"].split(":")[0] == str(Path(os.sys.executable).parent)
+
+
+@pytest.mark.slow
+def test_trivial_repo_serves_and_stops_without_leftovers(tmp_path):
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    repo = make_repo(tmp_path / "repo", {"echo": ECHO_MODEL})
+    progress = []
+    server = TritonServer(repo, loopback_options())
+    server.start(on_progress=lambda ready, total: progress.append((ready, total)))
+    pgid = server.pid
+    try:
+        assert progress[-1] == (1, 1)
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        x = grpcclient.InferInput("x", [3], "INT32")
+        x.set_data_from_numpy(np.array([1, 2, 3], dtype=np.int32))
+        assert client.infer("echo", [x]).as_numpy("y").tolist() == [2, 4, 6]
+        assert len(group_alive(pgid)) >= 2  # the server and its python stub
+    finally:
+        server.stop()
+    assert group_alive(pgid) == []
+    assert "Started GRPCInferenceService at 127.0.0.1" in server.log_text()
+
+
+@pytest.mark.slow
+def test_model_that_fails_to_load_shows_the_log_lines_that_matter(tmp_path):
+    repo = make_repo(tmp_path / "repo", {"echo": ECHO_MODEL, "bad": "import no_such_module_xyz\n"})
+    log = tmp_path / "server.log"
+    with pytest.raises(ServerError, match="tritonserver exited") as err:
+        TritonServer(repo, loopback_options(log_file=log)).start()
+    assert "No module named 'no_such_module_xyz'" in err.value.found
+    assert str(log) in err.value.fix and log.exists()
