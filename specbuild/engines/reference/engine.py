@@ -1,0 +1,291 @@
+"""`ReferenceEngine`: load what specbuild wrote and run it (plain, draft/target, Medusa, external drafts).
+
+`ReferenceEngine.load(path)` accepts:
+  * a `specbuild compile` output folder (specbuild.json kind "build"): the target engine, the draft
+    engine (draft/target) or the Medusa tree (from the build's spec), K = max_draft_len, the tokenizer;
+  * one engine folder (config.json with pretrained_config + build_config, rank{N}.safetensors);
+  * one TensorRT-LLM checkpoint folder (config.json + rank{N}.safetensors).
+The tokenizer is the build's `tokenizer_dir`, else the HF folder the checkpoint was converted from
+(its manifest's inputs.hf_dir), else tokenizer files in the folder itself.
+
+What the local Triton `tensorrt_llm` Python model calls (all thread-safe, one lock per engine):
+  * `generate(prompt_ids, params, speculative=, num_draft_tokens=, on_tokens=)` — one request,
+    streaming new tokens through on_tokens(list[int]);
+  * `generate_batch(prompts, params, on_tokens=)` — several requests; plain decode runs them in one
+    batch (different prompt lengths), speculative decode runs each request's loop in turn;
+  * `verify_external(prefix_ids, draft_ids, draft_logits=None, params)` — TensorRT-LLM's
+    draft_tokens_external: one target pass over prefix + drafts, returns accepted drafts + 1 token.
+    Repeated calls with a growing prefix reuse the cached prefix KV (`PrefixCache`, LRU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specbuild.errors import EngineError
+from specbuild.generation import GenerationResult, SpecStats
+from specbuild.sampling_params import SamplingParams
+
+DEFAULT_NUM_DRAFT_TOKENS = 4  # K when neither the caller nor the build says (the build's max_draft_len wins)
+
+
+@dataclass(frozen=True)
+class EngineLayout:
+    """Where the pieces of a loadable folder are."""
+
+    target: Path
+    draft: Path | None = None
+    tokenizer_dir: Path | None = None
+    medusa_choices: Any = None  # whatever MedusaChoices.parse accepts, or None
+    max_draft_len: int | None = None
+    mode: str | None = None  # draft_target | medusa | None (plain model)
+    extras: dict = field(default_factory=dict)
+
+
+def locate(path: str | Path) -> EngineLayout:
+    """Work out what `path` is (build output, engine folder or checkpoint)."""
+    folder = Path(path)
+    manifest = _manifest(folder)
+    if manifest.get("kind") == "build":
+        spec, roles = manifest.get("spec") or {}, manifest.get("roles") or {}
+        if "target" not in roles:
+            raise EngineError(f"{folder}: the build has no target", expected="roles.target in specbuild.json", found=str(list(roles)), fix="re-run `specbuild compile`")
+
+        def where(role: str) -> Path | None:
+            rec = roles.get(role)
+            if not rec:
+                return None
+            return folder / (rec.get("engine") or rec["checkpoint"])
+
+        medusa = spec.get("medusa") or {}
+        return EngineLayout(
+            target=where("target"),
+            draft=where("draft"),
+            tokenizer_dir=Path(manifest["tokenizer_dir"]) if manifest.get("tokenizer_dir") else None,
+            medusa_choices=medusa.get("choices"),
+            max_draft_len=roles["target"].get("max_draft_len") or (spec.get("speculation") or {}).get("max_draft_len"),
+            mode=spec.get("mode"),
+        )
+    raw = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else {}
+    build_config = raw.get("build_config") or {}
+    return EngineLayout(target=folder, tokenizer_dir=_tokenizer_of(folder, manifest), max_draft_len=build_config.get("max_draft_len") or None)
+
+
+class ReferenceEngine:
+    """A loaded target (+ draft or Medusa heads) with a tokenizer; see the module docstring for the API."""
+
+    def __init__(self, target, *, draft=None, medusa_choices=None, tokenizer_dir: Path | None = None, max_draft_len: int | None = None):
+        from specbuild.engines.reference.medusa import MedusaHeads, TreeBuffers
+        from specbuild.engines.reference.medusa_choices import MedusaChoices
+        from specbuild.engines.reference.runners import PrefixCache
+
+        self.target, self.draft = target, draft
+        self.tokenizer_dir = tokenizer_dir
+        self.heads = self.tree = None
+        if target.cfg.num_medusa_heads:
+            self.heads = MedusaHeads(target)
+            choices = MedusaChoices.parse(medusa_choices if medusa_choices is not None else default_tree(target.cfg.num_medusa_heads))
+            self.tree = TreeBuffers.from_choices(choices, num_heads=target.cfg.num_medusa_heads)
+        self.num_draft_tokens = max_draft_len or DEFAULT_NUM_DRAFT_TOKENS
+        self.prefix_cache = PrefixCache(target)
+        self._lock = threading.RLock()
+        self._tokenizer = None
+
+    @classmethod
+    def load(cls, path: str | Path, *, device: str = "cpu", medusa_choices: Any = None) -> ReferenceEngine:
+        from specbuild.engines.reference.loader import load_weights
+        from specbuild.engines.reference.model import LlamaModel
+
+        layout = locate(path)
+        target = LlamaModel(load_weights(layout.target), device=device)
+        draft = LlamaModel(load_weights(layout.draft), device=device) if layout.draft else None
+        if draft is not None and draft.cfg.vocab_size != target.cfg.vocab_size:
+            raise EngineError("draft and target vocabularies differ", expected=f"vocab_size {target.cfg.vocab_size}",
+                              found=f"draft vocab_size {draft.cfg.vocab_size}", fix="use a draft model trained with the target's tokenizer")
+        return cls(target, draft=draft, medusa_choices=medusa_choices if medusa_choices is not None else layout.medusa_choices,
+                   tokenizer_dir=layout.tokenizer_dir, max_draft_len=layout.max_draft_len)
+
+    # ---- properties ---------------------------------------------------------------------------
+    @property
+    def mode(self) -> str | None:
+        """draft_target | medusa | None (plain model: `speculative=True` falls back to plain decode)."""
+        return "medusa" if self.heads else "draft_target" if self.draft else None
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            if self.tokenizer_dir is None:
+                raise EngineError("no tokenizer for this engine", expected="a build folder (tokenizer_dir) or a checkpoint converted by specbuild",
+                                  found="no tokenizer_dir", fix="pass the `specbuild compile` output folder, or token ids instead of text")
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(str(self.tokenizer_dir), trust_remote_code=False)
+        return self._tokenizer
+
+    def end_ids(self) -> tuple[int, ...]:
+        """The model's end-of-sequence ids (tokenizer's eos, or the HF config's eos list)."""
+        ids: list[int] = []
+        if self.tokenizer_dir is not None and (self.tokenizer_dir / "config.json").is_file():
+            from specbuild.builder.hf_config import HFModelConfig
+
+            ids += list(HFModelConfig.from_hf(self.tokenizer_dir).eos_ids)
+        if not ids and self.tokenizer_dir is not None and self.tokenizer.eos_token_id is not None:
+            ids.append(int(self.tokenizer.eos_token_id))
+        return tuple(ids)
+
+    def resolve(self, params: SamplingParams) -> SamplingParams:
+        """Fill end_id with the model's eos when unset (extra eos ids become stop tokens)."""
+        if params.end_id is not None:
+            return params
+        ids = self.end_ids()
+        if not ids:
+            return params
+        return dataclasses.replace(params, end_id=ids[0], stop_token_ids=tuple(dict.fromkeys(params.stop_token_ids + ids[1:])))
+
+    # ---- generation ---------------------------------------------------------------------------
+    def generate(self, prompt_ids: list[int], params: SamplingParams, *, speculative: bool = True,
+                 num_draft_tokens: int | None = None, on_tokens=None) -> GenerationResult:
+        """One request: the continuation of prompt_ids (text decoded when a tokenizer is known)."""
+        from specbuild.engines.reference.medusa import medusa_generate
+        from specbuild.engines.reference.runners import ModelDrafter, ModelVerifier, generate_cached
+        from specbuild.engines.reference.sampling import make_generator
+        from specbuild.engines.reference.speculative import speculative_generate
+
+        _check_prompt(prompt_ids, self.target.cfg.vocab_size)
+        params = self.resolve(params)
+        started = time.perf_counter()
+        with self._lock:
+            if speculative and self.mode == "draft_target":
+                k = self.num_draft_tokens if num_draft_tokens is None else num_draft_tokens
+                drafter = ModelDrafter(self.draft, generator=make_generator(params.seed, offset=1))
+                verifier = ModelVerifier(self.target, generator=make_generator(params.seed))
+                ids, stats = speculative_generate(drafter, verifier, prompt_ids, params, num_draft_tokens=k, on_tokens=on_tokens)
+            elif speculative and self.mode == "medusa":
+                ids, stats = medusa_generate(self.target, self.heads, self.tree, prompt_ids, params, on_tokens=on_tokens)
+            else:
+                seq = self.prefix_cache.acquire(list(prompt_ids))
+                ids, _, passes = generate_cached(seq, list(prompt_ids), params, on_tokens=on_tokens)
+                stats = SpecStats(target_passes=passes)
+        return self._result(ids, params, stats, speculative=bool(speculative and self.mode), seconds=time.perf_counter() - started)
+
+    def generate_batch(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams], *, speculative: bool = True,
+                       num_draft_tokens: int | None = None, on_tokens=None) -> list[GenerationResult]:
+        """Several requests. on_tokens(index, list[int]) streams. Plain decode shares one batched pass per step."""
+        from specbuild.engines.reference.runners import generate_batch
+
+        plist = [self.resolve(p) for p in (params if isinstance(params, list) else [params] * len(prompts))]
+        if speculative and self.mode:
+            return [self.generate(p, q, speculative=True, num_draft_tokens=num_draft_tokens,
+                                  on_tokens=(lambda toks, i=i: on_tokens(i, toks)) if on_tokens else None)
+                    for i, (p, q) in enumerate(zip(prompts, plist, strict=True))]
+        for p in prompts:
+            _check_prompt(p, self.target.cfg.vocab_size)
+        started = time.perf_counter()
+        with self._lock:
+            outs, _, passes = generate_batch(self.target, [list(p) for p in prompts], plist, on_tokens=on_tokens)
+        seconds = time.perf_counter() - started
+        return [self._result(o, q, SpecStats(target_passes=passes), speculative=False, seconds=seconds) for o, q in zip(outs, plist, strict=True)]
+
+    def generate_with_logits(self, prompt_ids: list[int], params: SamplingParams, *, on_tokens=None):
+        """Plain decode of one request that also returns its generation logits [n,V] (float32).
+
+        What a draft model serves to the BLS when `return_generation_logits` is set; reuses the
+        prefix cache, so drafting again after a growing prefix does not recompute the prompt.
+        """
+        import torch
+
+        from specbuild.engines.reference.runners import generate_cached
+
+        _check_prompt(prompt_ids, self.target.cfg.vocab_size)
+        params = self.resolve(params)
+        started = time.perf_counter()
+        with self._lock:
+            seq = self.prefix_cache.acquire(list(prompt_ids))
+            ids, rows, passes = generate_cached(seq, list(prompt_ids), params, on_tokens=on_tokens, keep_logits=True)
+        result = self._result(ids, params, SpecStats(target_passes=passes), speculative=False, seconds=time.perf_counter() - started)
+        return result, torch.stack(rows)  # [n,V]
+
+    def verify_external(self, prefix_ids: list[int], draft_ids: list[int], draft_logits=None, *, params: SamplingParams) -> list[int]:
+        """One target pass over prefix + drafts; returns the accepted drafts plus one target token.
+
+        draft_logits [K,V] (float, any dtype): modified rejection sampling on the draft's probabilities
+        (computed with the same params). Without them: token equality with the target's own sample
+        (argmax at temperature 0). Seeded params give a reproducible draw per call.
+        """
+        import torch
+
+        from specbuild.engines.reference.runners import ModelVerifier
+        from specbuild.engines.reference.sampling import make_generator, probs_from_logits
+
+        _check_prompt(prefix_ids, self.target.cfg.vocab_size)
+        draft_probs = None
+        if draft_logits is not None:
+            logits = torch.as_tensor(draft_logits).float()  # [K,V]
+            if logits.shape != (len(draft_ids), self.target.cfg.vocab_size):
+                raise EngineError("draft_logits have the wrong shape", expected=f"[{len(draft_ids)}, {self.target.cfg.vocab_size}] (one row per draft token)",
+                                  found=str(tuple(logits.shape)), fix="send the draft model's generation logits for exactly the draft tokens")
+            draft_probs = probs_from_logits(logits, params)  # [K,V]
+        with self._lock:
+            verifier = ModelVerifier(self.target, generator=make_generator(params.seed), prefix_cache=self.prefix_cache)
+            return verifier.verify(list(prefix_ids), list(draft_ids), draft_probs, params)
+
+    # ---- text ---------------------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text)["input_ids"])
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _result(self, ids, params, stats, *, speculative: bool, seconds: float) -> GenerationResult:
+        text = self.decode(ids) if self.tokenizer_dir is not None else ""
+        stops = set(params.stop_token_ids) | ({params.end_id} if params.end_id is not None else set())
+        reason = "stop" if ids and ids[-1] in stops else "length"
+        return GenerationResult(text=text, token_ids=list(ids), finish_reason=reason, speculative=speculative, stats=stats, timings={"total": seconds})
+
+
+def default_tree(num_heads: int) -> list[list[int]]:
+    """The tree used when neither the build nor the caller names one: mc_sim_7b_63 (needs 4 heads), else a chain."""
+    from specbuild.engines.reference.medusa_choices import MC_SIM_7B_63
+
+    if num_heads >= 4:
+        return MC_SIM_7B_63
+    return [[0] * d for d in range(1, num_heads + 1)]
+
+
+def _check_prompt(ids: list[int], vocab: int) -> None:
+    if not ids:
+        raise EngineError("empty prompt", expected="at least one token", found="[]", fix="pass a non-empty prompt")
+    bad = [t for t in ids if not 0 <= int(t) < vocab]
+    if bad:
+        raise EngineError("prompt token id out of range", expected=f"ids in [0, {vocab})", found=str(bad[:5]), fix="tokenize with the engine's tokenizer")
+
+
+def _manifest(folder: Path) -> dict[str, Any]:
+    if not folder.is_dir():
+        raise EngineError(f"{folder} is not a folder", expected="a `specbuild compile` output, an engine folder or a TensorRT-LLM checkpoint",
+                          found="no such folder", fix="check the --engine path")
+    path = folder / "specbuild.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _tokenizer_of(folder: Path, manifest: dict[str, Any]) -> Path | None:
+    """HF folder a checkpoint came from (engine manifests point at their checkpoint), or the folder itself."""
+    seen = 0
+    while manifest and seen < 3:
+        hf = (manifest.get("inputs") or {}).get("hf_dir")
+        if hf and Path(hf).is_dir():
+            return Path(hf)
+        ckpt = manifest.get("checkpoint")
+        if not ckpt:
+            break
+        folder = (folder / ckpt).resolve()
+        manifest, seen = _manifest(folder), seen + 1
+    if (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file():
+        return folder
+    return None

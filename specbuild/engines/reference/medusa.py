@@ -1,0 +1,174 @@
+"""Medusa (Cai et al. 2024): heads on the last hidden state propose a token tree; one pass verifies it.
+
+Shape legend: N tree nodes (root excluded), P root-to-leaf paths, Dm tree depth, nH Medusa heads,
+Kt largest top-k index + 1, H hidden, V vocab.
+
+Tree layout: node 0 is the root, the token the base model produced last (emitted, not yet in the
+KV cache); node i > 0 is `choices.paths[i-1]` after a stable sort by depth, so parents come before
+children and a root-to-leaf path has ascending node indices. Head d proposes the candidates at
+depth d+1 (head 0 guesses the token after the root), each node taking its head's top-k entry
+`path[-1]`.
+
+Acceptance walks the tree from the root. At a node with target probabilities p (from the verify
+pass), each child, in top-k order, is accepted with probability p[child token]; a rejected child's
+token is removed from p and p renormalised; if no child is accepted the next token is drawn from what
+is left of p. The drafts are deterministic, so this is modified rejection sampling with one-hot draft
+distributions applied to siblings in turn (SpecInfer-style): lossless at any temperature. At
+temperature 0, p is one-hot, so the rule is exactly "follow the child equal to the target's argmax":
+greedy acceptance of the longest matching path, as TensorRT-LLM does (trtllm.md §3.4, greedy only).
+Typical acceptance is not offered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from specbuild.engines.reference.medusa_choices import MedusaChoices
+from specbuild.engines.reference.model import LlamaModel
+from specbuild.engines.reference.runners import CachedSequence
+from specbuild.engines.reference.sampling import make_generator, probs_from_logits, sample
+from specbuild.engines.reference.speculative import emit, stop_ids
+from specbuild.errors import EngineError
+from specbuild.generation import SpecStats
+from specbuild.sampling_params import SamplingParams
+
+
+@dataclass(frozen=True)
+class TreeBuffers:
+    """Static tensors of one Medusa tree (built once per tree)."""
+
+    paths: tuple[tuple[int, ...], ...]  # node i > 0 -> its path of top-k indices (index 0: root, ())
+    attention_mask: torch.Tensor  # [N+1,N+1] bool: node i attends node j iff j is i or an ancestor
+    position_offsets: torch.Tensor  # [N+1] long: depth of each node (root 0), added to the sequence length
+    retrieve_indices: torch.Tensor  # [P,Dm+1] long: node ids of each root-to-leaf path, -1 padded
+    parents: torch.Tensor  # [N+1] long: parent node id (-1 for the root)
+    topk_index: torch.Tensor  # [N+1] long: the node's top-k rank in its head's candidates (-1 for the root)
+    children: tuple[tuple[int, ...], ...]  # node id -> child node ids in top-k order
+
+    @classmethod
+    def from_choices(cls, choices: MedusaChoices, *, num_heads: int) -> TreeBuffers:
+        choices.validate(num_heads=num_heads)
+        paths = ((),) + tuple(sorted(choices.paths, key=len))  # stable: keeps the given order per depth
+        index = {p: i for i, p in enumerate(paths)}
+        n = len(paths)
+        mask = torch.zeros(n, n, dtype=torch.bool)  # [N+1,N+1]
+        for i, p in enumerate(paths):
+            for d in range(len(p) + 1):
+                mask[i, index[p[:d]]] = True
+        parents = [-1] + [index[p[:-1]] for p in paths[1:]]
+        kids: list[list[int]] = [[] for _ in range(n)]
+        for i in sorted(range(1, n), key=lambda i: paths[i][-1]):
+            kids[parents[i]].append(i)
+        leaves = [i for i in range(n) if not kids[i]]
+        depth = max(len(p) for p in paths)
+        retrieve = torch.full((len(leaves), depth + 1), -1, dtype=torch.long)  # [P,Dm+1]
+        for row, leaf in enumerate(leaves):
+            chain = [index[paths[leaf][:d]] for d in range(len(paths[leaf]) + 1)]
+            retrieve[row, : len(chain)] = torch.tensor(chain)
+        return cls(
+            paths=paths,
+            attention_mask=mask,
+            position_offsets=torch.tensor([len(p) for p in paths], dtype=torch.long),  # [N+1]
+            retrieve_indices=retrieve,
+            parents=torch.tensor(parents, dtype=torch.long),  # [N+1]
+            topk_index=torch.tensor([-1] + [p[-1] for p in paths[1:]], dtype=torch.long),  # [N+1]
+            children=tuple(tuple(k) for k in kids),
+        )
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.paths) - 1
+
+    @property
+    def depth(self) -> int:
+        return self.retrieve_indices.shape[1] - 1
+
+    def candidates(self, root: int, head_logits: torch.Tensor) -> torch.Tensor:
+        """Tree tokens [N+1]: the root, then each node's top-k entry of its head. head_logits [nH,V]."""
+        kt = int(self.topk_index.max()) + 1
+        top = head_logits.topk(kt, dim=-1).indices  # [nH,Kt]
+        heads = self.position_offsets[1:] - 1  # [N] head of each node
+        return torch.cat([torch.tensor([root]), top[heads, self.topk_index[1:]]])  # [N+1]
+
+
+class MedusaHeads:
+    """nH heads: x <- x + SiLU(linear_j(x)) for each ResBlock j, then the head's own lm_head."""
+
+    def __init__(self, model: LlamaModel):
+        cfg = model.cfg
+        if cfg.num_medusa_heads < 1:
+            raise EngineError("the model has no Medusa heads", expected="a MedusaForCausalLM checkpoint", found=cfg.architecture,
+                              fix="convert with Medusa heads (spec mode: medusa)")
+        self.num_heads, self.num_layers, self.w = cfg.num_medusa_heads, cfg.num_medusa_layers, model.w
+
+    @torch.inference_mode()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [H] (final-normed last hidden state) -> float32 logits [nH,V]."""
+        out = []
+        for h in range(self.num_heads):
+            x = hidden  # [H]
+            for j in range(self.num_layers):
+                x = x + F.silu(F.linear(x, self.w[f"medusa.{h}.{j}.w"], self.w[f"medusa.{h}.{j}.b"]))  # [H]
+            out.append(F.linear(x, self.w[f"medusa.{h}.lm_head"]).float())  # [V]
+        return torch.stack(out)  # [nH,V]
+
+
+def walk_tree(tree: TreeBuffers, tokens: torch.Tensor, target_probs: torch.Tensor, generator=None) -> tuple[list[int], int]:
+    """Accept a path. tokens [N+1], target_probs [N+1,V] -> (accepted node ids after the root, next token)."""
+    node, path = 0, []
+    while True:
+        probs = target_probs[node].clone()  # [V] what the target wants after `node`
+        chosen = None
+        for child in tree.children[node]:
+            x = int(tokens[child])
+            if probs[x] >= 1.0 or (probs[x] > 0 and float(torch.rand((), generator=generator)) < probs[x]):
+                chosen = child
+                break
+            probs[x] = 0.0
+            probs = probs / probs.sum()  # [V] mass of the rejected sibling removed
+        if chosen is None:
+            return path, sample(probs, generator)
+        path.append(chosen)
+        node = chosen
+
+
+def medusa_generate(
+    model: LlamaModel,
+    heads: MedusaHeads,
+    tree: TreeBuffers,
+    prompt_ids: list[int],
+    params: SamplingParams,
+    *,
+    on_tokens=None,
+) -> tuple[list[int], SpecStats]:
+    """Generate with Medusa; `params.end_id` resolved by the caller. Returns (new token ids, stats)."""
+    gen = make_generator(params.seed)
+    stops = stop_ids(params)
+    seq = CachedSequence(model, capacity=len(prompt_ids) + params.max_tokens + tree.num_nodes + 1)
+    hidden = seq.feed(list(prompt_ids), 1)[0]  # [H] prefill
+    out: list[int] = []
+    stats = SpecStats(target_passes=1)
+    root = sample(probs_from_logits(model.logits(hidden), params), gen)
+    taken, finished = emit(out, [root], params, stops)
+    if on_tokens and taken:
+        on_tokens(taken)
+    mask, offsets = tree.attention_mask, tree.position_offsets
+    while not finished:
+        tokens = tree.candidates(root, heads.logits(hidden))  # [N+1]
+        start = seq.cache.lengths[0]
+        states = model.forward(tokens[None], seq.cache, new_mask=mask, depths=offsets)[0]  # [N+1,H]
+        stats.target_passes += 1
+        target_probs = probs_from_logits(model.logits(states), params)  # [N+1,V]
+        path, nxt = walk_tree(tree, tokens, target_probs, gen)
+        seq.cache.keep_slots(0, start, [start] + [start + i for i in path])  # root + accepted nodes
+        accepted = [int(tokens[i]) for i in path]
+        seq.tokens = seq.tokens + [root] + accepted
+        stats.record_step(len(path), tree.depth)
+        taken, finished = emit(out, accepted + [nxt], params, stops)
+        if on_tokens and taken:
+            on_tokens(taken)
+        hidden, root = states[path[-1] if path else 0], nxt  # [H]
+    return out, stats

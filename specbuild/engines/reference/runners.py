@@ -1,0 +1,205 @@
+"""In-process runners over `LlamaModel`: cached sequences, the prefix cache, Drafter / Verifier, batched decode.
+
+Shape legend: V vocab, H hidden, K draft tokens, B batch rows, T tokens in one pass.
+
+A `CachedSequence` is one sequence's KV cache plus the token ids in it. `feed(ids, n_out)` makes the
+cache hold exactly `ids`: it keeps the longest prefix it already shares with `ids` (at most
+len(ids) - n_out tokens, so the last n_out positions are recomputed and their hidden states
+returned), rolls back the rest and runs the new tail in one pass. That one mechanism is the KV
+rollback after a rejected draft and the token-prefix reuse of repeated verify calls.
+
+`PrefixCache` keeps the most recently used sequences (LRU) and hands out the one sharing the longest
+prefix with a request, so a BLS that calls verify with a growing prefix reuses the prompt's KV.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+
+from specbuild.engines.reference.model import LlamaModel
+from specbuild.engines.reference.sampling import accept_draft, make_generator, probs_from_logits, sample
+from specbuild.engines.reference.speculative import emit, stop_ids
+from specbuild.sampling_params import SamplingParams
+
+DEFAULT_PREFIX_CACHE_ENTRIES = 8  # sequences kept by PrefixCache (each holds one KV cache)
+
+
+class CachedSequence:
+    """One sequence (batch row of 1) in a KV cache, with the token ids it holds."""
+
+    def __init__(self, model: LlamaModel, capacity: int = 256):
+        self.model = model
+        self.cache = model.new_cache(1, capacity)
+        self.tokens: list[int] = []
+        self.forward_passes = 0
+
+    def common_prefix(self, ids: list[int]) -> int:
+        n = 0
+        for a, b in zip(self.tokens, ids, strict=False):
+            if a != b:
+                break
+            n += 1
+        return n
+
+    def feed(self, ids: list[int], n_out: int = 1) -> torch.Tensor:
+        """Make the cache hold `ids`; return the hidden states of the last n_out positions [n_out,H]."""
+        assert 1 <= n_out <= len(ids), f"n_out={n_out} for {len(ids)} ids"
+        keep = min(self.common_prefix(ids), len(ids) - n_out)
+        self.cache.truncate(0, keep)
+        tail = torch.tensor([ids[keep:]], dtype=torch.long, device=self.model.device)  # [1,T]
+        hidden = self.model.forward(tail, self.cache)  # [1,T,H]
+        self.tokens = list(ids)
+        self.forward_passes += 1
+        return hidden[0, -n_out:]  # [n_out,H]
+
+
+class PrefixCache:
+    """LRU of CachedSequence keyed by their tokens: `acquire(ids)` returns the best match (or a fresh one)."""
+
+    def __init__(self, model: LlamaModel, *, max_entries: int = DEFAULT_PREFIX_CACHE_ENTRIES):
+        self.model = model
+        self.max_entries = max_entries
+        self._entries: OrderedDict[int, CachedSequence] = OrderedDict()
+        self._next = 0
+        self.reused_tokens = 0  # prompt tokens not recomputed thanks to the cache (for tests / metrics)
+
+    def acquire(self, ids: list[int]) -> CachedSequence:
+        best_key, best_len = None, 0
+        for key, seq in self._entries.items():
+            n = seq.common_prefix(ids)
+            if n > best_len:
+                best_key, best_len = key, n
+        if best_key is None:
+            if len(self._entries) >= self.max_entries:
+                self._entries.popitem(last=False)  # least recently used
+            best_key, self._next = self._next, self._next + 1
+            self._entries[best_key] = CachedSequence(self.model)
+        self._entries.move_to_end(best_key)
+        self.reused_tokens += min(best_len, max(len(ids) - 1, 0))
+        return self._entries[best_key]
+
+
+class ModelDrafter:
+    """Drafter over a draft LlamaModel: k autoregressive passes (the first also catches up on new ids)."""
+
+    def __init__(self, model: LlamaModel, *, generator: torch.Generator | None = None):
+        self.seq = CachedSequence(model)
+        self.generator = generator
+
+    @property
+    def forward_passes(self) -> int:
+        return self.seq.forward_passes
+
+    def propose(self, ids: list[int], k: int, params: SamplingParams) -> tuple[list[int], torch.Tensor]:
+        drafts: list[int] = []
+        rows = []
+        hidden = self.seq.feed(ids, 1)  # [1,H]
+        for i in range(k):
+            probs = probs_from_logits(self.seq.model.logits(hidden), params)  # [1,V]
+            drafts.append(sample(probs[0], self.generator))
+            rows.append(probs)
+            if i + 1 < k:
+                hidden = self.seq.feed(ids + drafts, 1)  # [1,H]
+        return drafts, torch.cat(rows, 0)  # [k,V]
+
+
+class ModelVerifier:
+    """Verifier over a target LlamaModel: one pass over the new ids + drafts, then `accept_draft`.
+
+    With a PrefixCache, each call picks the cached sequence sharing the longest prefix (external
+    verification from the BLS); without, it owns one sequence (the in-process loop).
+    """
+
+    def __init__(self, model: LlamaModel, *, generator: torch.Generator | None = None, prefix_cache: PrefixCache | None = None):
+        self.model = model
+        self.generator = generator
+        self.prefix_cache = prefix_cache
+        self._own = None if prefix_cache else CachedSequence(model)
+        self.forward_passes = 0
+
+    def verify(self, ids: list[int], draft_tokens: list[int], draft_probs: torch.Tensor | None, params: SamplingParams) -> list[int]:
+        k = len(draft_tokens)
+        seq = self._own or self.prefix_cache.acquire(ids)
+        hidden = seq.feed(list(ids) + list(draft_tokens), k + 1)  # [K+1,H]
+        self.forward_passes += 1
+        target_probs = probs_from_logits(self.model.logits(hidden), params)  # [K+1,V]
+        n, nxt = accept_draft(draft_tokens, draft_probs, target_probs, self.generator)
+        return list(draft_tokens[:n]) + [nxt]
+
+
+def generate_cached(
+    seq: CachedSequence,
+    prompt: list[int],
+    params: SamplingParams,
+    *,
+    on_tokens=None,
+    keep_logits: bool = False,
+) -> tuple[list[int], list[torch.Tensor], int]:
+    """Plain decode of one request on a (possibly reused) CachedSequence.
+
+    Returns (new tokens, per-token float32 logits [V] when keep_logits, forward passes).
+    """
+    gen = make_generator(params.seed)
+    stops = stop_ids(params)
+    out: list[int] = []
+    logits_rows: list[torch.Tensor] = []
+    start = seq.forward_passes
+    finished = False
+    while not finished:
+        logits = seq.model.logits(seq.feed(list(prompt) + out, 1)[0])  # [V]
+        tok = sample(probs_from_logits(logits, params), gen)
+        taken, finished = emit(out, [tok], params, stops)
+        if keep_logits:
+            logits_rows.append(logits)
+        if on_tokens is not None and taken:
+            on_tokens(taken)
+    return out, logits_rows, seq.forward_passes - start
+
+
+def generate_batch(
+    model: LlamaModel,
+    prompts: list[list[int]],
+    params: list[SamplingParams],
+    *,
+    on_tokens=None,
+) -> tuple[list[list[int]], list[str], int]:
+    """Plain (non-speculative) decode of several prompts of different lengths in one batch.
+
+    Prefill runs all prompts right-padded in one pass; each decode step feeds one token per
+    unfinished row. on_tokens(row, [token]) streams. Returns (tokens per row, finish reasons, passes).
+    """
+    b = len(prompts)
+    assert b == len(params) and all(prompts), "one non-empty prompt and one SamplingParams per row"
+    gens = [make_generator(p.seed) for p in params]
+    stops = [stop_ids(p) for p in params]
+    lengths = [len(p) for p in prompts]
+    width = max(lengths)
+    cache = model.new_cache(b, width + max(p.max_tokens for p in params) + 1)
+    tokens = torch.zeros(b, width, dtype=torch.long, device=model.device)  # [B,T] right-padded
+    for row, p in enumerate(prompts):
+        tokens[row, : len(p)] = torch.tensor(p)
+    hidden = model.forward(tokens, cache, n_new=lengths)  # [B,T,H]
+    last = hidden[torch.arange(b), torch.tensor(lengths) - 1]  # [B,H] each row's last real position
+    outs: list[list[int]] = [[] for _ in range(b)]
+    done = [False] * b
+    passes = 1
+    while True:
+        next_ids = []
+        for row in range(b):
+            tok = 0
+            if not done[row]:
+                probs = probs_from_logits(model.logits(last[row]), params[row])  # [V]
+                tok = sample(probs, gens[row])
+                taken, done[row] = emit(outs[row], [tok], params[row], stops[row])
+                if on_tokens is not None and taken:
+                    on_tokens(row, taken)
+            next_ids.append(tok)
+        if all(done):
+            break
+        step = torch.tensor(next_ids, device=model.device)[:, None]  # [B,1]
+        last = model.forward(step, cache, n_new=[0 if d else 1 for d in done])[:, 0]  # [B,H]
+        passes += 1
+    reasons = ["stop" if o and o[-1] in s else "length" for o, s in zip(outs, stops, strict=True)]
+    return outs, reasons, passes
