@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from specbuild.tuning.predict import iid_tokens_per_pass, predicted_speedup  # the one copy of the formulas
+
 STATS = ("avg", "p50", "p90", "p99")
 
 
@@ -58,18 +60,6 @@ def summarize(values: list[float], scale: float = 1.0) -> dict[str, float]:
     scaled = [v * scale for v in values]
     return {"avg": sum(scaled) / len(scaled), "p50": percentile(scaled, 50), "p90": percentile(scaled, 90),
             "p99": percentile(scaled, 99)}
-
-
-def expected_tokens_per_pass(alpha: float, k: int) -> float:
-    """(1 - alpha^(K+1)) / (1 - alpha): tokens per target pass with i.i.d. acceptance alpha."""
-    if alpha >= 1.0:
-        return float(k + 1)
-    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
-
-
-def predicted_speedup(alpha: float, k: int, c: float) -> float:
-    """Leviathan et al. 2023, eq. for the walltime improvement with cost ratio c."""
-    return expected_tokens_per_pass(alpha, k) / (k * c + 1.0)
 
 
 def accepted_length_per_position(steps: list[int], k: int) -> list[float]:
@@ -140,4 +130,5 @@ def attach_speedups(runs: list[RunSummary], *, cost_ratio: float | None) -> None
         alpha = run.metrics.get("acceptance_rate", float("nan"))
         if cost_ratio is not None and alpha == alpha:  # not NaN
             run.metrics["cost_ratio"] = cost_ratio
-            run.metrics["speedup_predicted"] = predicted_speedup(alpha, run.num_draft_tokens, cost_ratio)
+            k = run.num_draft_tokens
+            run.metrics["speedup_predicted"] = predicted_speedup(iid_tokens_per_pass(alpha, k), k, cost_ratio)

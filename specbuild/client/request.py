@@ -27,11 +27,13 @@ FINAL_PARAM = "triton_final_response"  # bool response parameter on every stream
 PERF_TIMES = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
 
 
-def _interface(model: str, trtllm_version: str | None):
+def _interface(model: str, declared: set[str]):
+    """The table of `model`, in the template generation its declared inputs show (seed vs random_seed)."""
     from specbuild.model_repo import tensors
 
-    kind = BLS if model == BLS else ENSEMBLE
-    return tensors.interface(kind, trtllm_version=trtllm_version)
+    legacy = "random_seed" in declared  # TensorRT-LLM < 0.20 names
+    names = tensors.Names(min_tokens="min_length", seed="random_seed") if legacy else tensors.names_for(None)
+    return tensors.bls_interface(names) if model == BLS else tensors.ensemble_interface(names)
 
 
 def request_values(
@@ -62,14 +64,14 @@ def request_values(
 
 def build_inputs(
     model: str, prompt: str, params: SamplingParams, *, stream: bool, num_draft_tokens: int | None,
-    declared: set[str], trtllm_version: str | None = None,
+    declared: set[str],
 ) -> list[tuple[str, Any, str]]:
     """[(name, array [1, ...], wire dtype)] for the inputs `model` declares; raises on a missing one."""
     import numpy as np
 
     from specbuild.errors import ClientError
 
-    iface = _interface(model, trtllm_version)
+    iface = _interface(model, declared)
     seed_name = "random_seed" if "random_seed" in declared else "seed"
     values = request_values(prompt, params, stream=stream, num_draft_tokens=num_draft_tokens, seed_name=seed_name)
     if num_draft_tokens is not None and "num_draft_tokens" not in declared:
