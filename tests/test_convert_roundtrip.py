@@ -44,8 +44,8 @@ def make_heads(folder: Path, *, hidden: int, vocab: int, heads: int, layers: int
     return folder
 
 
-def unshard(ckpt: Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """Rebuild HF-named model tensors and HF-named Medusa tensors from rank{N}.safetensors."""
+def unshard(ckpt: Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], int]:
+    """(HF-named model tensors, HF-named Medusa tensors, tensors written) from rank{N}.safetensors."""
     cfg = json.loads((ckpt / "config.json").read_text())
     tp, pp = cfg["mapping"]["tp_size"], cfg["mapping"]["pp_size"]
     assert cfg["mapping"]["world_size"] == tp * pp
