@@ -1,0 +1,301 @@
+"""`specbuild repo check REPO`: is this model repository consistent with itself and its engines?
+
+Every config.pbtxt is parsed as an `inference.ModelConfig`; then the repository is checked against the
+engine folders it points to (their config.json: build_config.max_draft_len and
+speculative_decoding_mode, pretrained_config.num_medusa_heads / logits_dtype). Paths written for a
+container (`--engine-root`, `--tokenizer-dir`) are mapped back to this host through the repository's
+specbuild.json. Each finding names the file, the field and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specbuild.model_repo.configs import REQUIRED_ENGINE_PARAMETERS
+
+ENGINE_MODELS = ("tensorrt_llm", "tensorrt_llm_draft")
+REQUIRED_PARAMETERS = {
+    "preprocessing": ("tokenizer_dir",),
+    "postprocessing": ("tokenizer_dir",),
+    "tensorrt_llm_bls": ("tensorrt_llm_model_name",),
+}
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+DECODING_MODE_FOR = {"medusa": "medusa", "draft_tokens_external": None, None: None}  # None: any non-speculative mode
+
+
+@dataclass(frozen=True)
+class Finding:
+    file: str  # relative to the repository
+    field: str
+    problem: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.field}: {self.problem}\n    fix: {self.fix}"
+
+
+class _Repo:
+    def __init__(self, root: Path):
+        self.root = root
+        self.findings: list[Finding] = []
+        self.configs: dict[str, Any] = {}
+        manifest_path = root / "specbuild.json"
+        self.manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+
+    def fail(self, file: str, field: str, problem: str, fix: str) -> None:
+        self.findings.append(Finding(file, field, problem, fix))
+
+    def param(self, model: str, key: str) -> str | None:
+        cfg = self.configs.get(model)
+        if cfg is None or key not in cfg.parameters:
+            return None
+        return cfg.parameters[key].string_value
+
+    def host_path(self, served: str) -> Path:
+        """A path as written in a config -> where it is on this host (undo --engine-root / --tokenizer-dir)."""
+        root, build = self.manifest.get("engine_root"), self.manifest.get("build_dir")
+        if root and build and (served == root or served.startswith(root.rstrip("/") + "/")):
+            return Path(build) / Path(served).relative_to(root)
+        layout = self.manifest.get("layout") or {}
+        if served == layout.get("tokenizer_dir") and self.manifest.get("tokenizer_dir_host"):
+            return Path(self.manifest["tokenizer_dir_host"])
+        return Path(served)
+
+
+def check_repo(root: str | Path) -> list[Finding]:
+    """Every inconsistency found (empty list: the repository is consistent)."""
+    repo = _Repo(Path(root))
+    if not repo.root.is_dir():
+        return [Finding(str(root), "-", "no such folder", "pass the folder `specbuild repo` wrote")]
+    _parse_all(repo)
+    engines = _check_engines(repo)
+    _check_speculation(repo, engines)
+    _check_logits(repo, engines)
+    _check_tokenizers(repo)
+    _check_ensemble(repo)
+    _check_parameters(repo)
+    return repo.findings
+
+
+def _parse_all(repo: _Repo) -> None:
+    from google.protobuf import text_format
+
+    from specbuild.model_repo.configs import parse_text
+
+    for path in sorted(repo.root.glob("*/config.pbtxt")):
+        rel = path.relative_to(repo.root).as_posix()
+        try:
+            cfg = parse_text(path.read_text())
+        except text_format.ParseError as exc:
+            repo.fail(rel, "-", f"not a valid inference.ModelConfig: {exc}", "regenerate it with `specbuild repo --force`")
+            continue
+        if cfg.name and cfg.name != path.parent.name:
+            repo.fail(rel, "name", f"{cfg.name!r} differs from its folder {path.parent.name!r}", f'set name: "{path.parent.name}"')
+        repo.configs[path.parent.name] = cfg
+    for model in ("ensemble", "preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_bls"):
+        if model not in repo.configs:
+            repo.fail(f"{model}/config.pbtxt", "-", "missing", "regenerate the repository with `specbuild repo`")
+
+
+def _check_engines(repo: _Repo) -> dict[str, dict]:
+    """engine model -> its engine config.json (only for the folders that exist)."""
+    out = {}
+    for model in ENGINE_MODELS:
+        if model not in repo.configs:
+            continue
+        rel = f"{model}/config.pbtxt"
+        served = repo.param(model, "gpt_model_path")
+        if not served:
+            continue  # reported by _check_parameters
+        folder = repo.host_path(served)
+        if not (folder / "config.json").is_file():
+            repo.fail(rel, "parameters.gpt_model_path", f"engine folder {folder} does not exist (or has no config.json)",
+                      "build the engines (`specbuild compile`, then build.sh on a GPU host) or fix the path / --engine-root")
+            continue
+        cfg = json.loads((folder / "config.json").read_text())
+        out[model] = cfg
+        if repo.configs[model].backend == "tensorrtllm" and not any(folder.glob("rank*.engine")):
+            repo.fail(rel, "parameters.gpt_model_path", f"{folder} holds no rank*.engine (a reference engine or an unbuilt plan)",
+                      "run build.sh on a GPU host with tensorrt_llm, or generate with --backend python for local serving")
+    return out
+
+
+def _check_speculation(repo: _Repo, engines: dict[str, dict]) -> None:
+    target = engines.get("tensorrt_llm")
+    if target is None:
+        return
+    build = target.get("build_config") or {}
+    mode = build.get("speculative_decoding_mode")
+    max_draft_len = int(build.get("max_draft_len") or 0)
+    rel = "tensorrt_llm/config.pbtxt"
+    decoding = repo.param("tensorrt_llm", "decoding_mode") or ""
+    if mode == "medusa" and decoding != "medusa":
+        repo.fail(rel, "parameters.decoding_mode", f"{decoding!r} but the engine was built with speculative_decoding_mode medusa",
+                  'set decoding_mode to "medusa"')
+    if mode != "medusa" and decoding == "medusa":
+        repo.fail(rel, "parameters.decoding_mode", f"medusa but the engine's speculative_decoding_mode is {mode}",
+                  'set decoding_mode to "top_k_top_p" (or rebuild the engine with Medusa heads)')
+    if mode == "medusa":
+        _check_medusa_tree(repo, target, max_draft_len)
+    k = repo.param("tensorrt_llm_bls", "default_num_draft_tokens")
+    draft_name = repo.param("tensorrt_llm_bls", "tensorrt_llm_draft_model_name")
+    if draft_name:
+        if draft_name not in repo.configs:
+            repo.fail("tensorrt_llm_bls/config.pbtxt", "parameters.tensorrt_llm_draft_model_name",
+                      f"names {draft_name!r}, which is not in the repository", "set it to tensorrt_llm_draft or regenerate")
+        if mode != "draft_tokens_external":
+            repo.fail("tensorrt_llm/config.pbtxt", "parameters.gpt_model_path",
+                      f"the target engine's speculative_decoding_mode is {mode}, but the BLS drafts with {draft_name}",
+                      "rebuild the target with --speculative_decoding_mode draft_tokens_external --max_draft_len K")
+        if k is not None and k.isdigit() and int(k) > max_draft_len:
+            repo.fail("tensorrt_llm_bls/config.pbtxt", "parameters.default_num_draft_tokens",
+                      f"{k} draft tokens but the target engine's max_draft_len is {max_draft_len}",
+                      f"set default_num_draft_tokens <= {max_draft_len}, or rebuild the target with a larger --max_draft_len")
+
+
+def _check_medusa_tree(repo: _Repo, target: dict, max_draft_len: int) -> None:
+    from specbuild.engines.reference.medusa_choices import MedusaChoices
+    from specbuild.errors import SpecbuildError
+
+    rel = "tensorrt_llm/config.pbtxt"
+    text = repo.param("tensorrt_llm", "medusa_choices")
+    if not text:
+        repo.fail(rel, "parameters.medusa_choices", "missing: the backend would use its default mc_sim_7b_63 tree",
+                  "set medusa_choices to the tree the engine was built for, e.g. {0}, {0, 0}, {1}")
+        return
+    try:
+        tree = MedusaChoices.from_triton(text)
+    except SpecbuildError as exc:
+        repo.fail(rel, "parameters.medusa_choices", f"{exc.what}: {text[:80]}", exc.fix or "write {0}, {0, 0}, {1} (no outer braces)")
+        return
+    heads = int((target.get("pretrained_config") or {}).get("num_medusa_heads") or 0)
+    for problem in tree.problems(num_heads=heads, max_draft_len=max_draft_len):
+        repo.fail(rel, "parameters.medusa_choices", problem,
+                  f"use a tree of at most {max_draft_len} nodes and depth <= {heads} (or rebuild the engine)")
+
+
+def _check_logits(repo: _Repo, engines: dict[str, dict]) -> None:
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    def logits_type(model: str) -> str | None:
+        cfg = repo.configs.get(model)
+        for out in cfg.output if cfg else ():
+            if out.name == "generation_logits":
+                return pb.DataType.Name(out.data_type)
+        return None
+
+    types = {m: logits_type(m) for m in (*ENGINE_MODELS, "tensorrt_llm_bls", "ensemble") if logits_type(m)}
+    if len(set(types.values())) > 1:
+        target = types.get("tensorrt_llm")
+        for model, dtype in types.items():
+            if dtype != target:
+                repo.fail(f"{model}/config.pbtxt", "output generation_logits.data_type",
+                          f"{dtype} but tensorrt_llm uses {target} (draft_logits travel between them)",
+                          f"use {target} in every model (logits_datatype)")
+    names = {"float32": "TYPE_FP32", "float16": "TYPE_FP16", "bfloat16": "TYPE_BF16"}
+    for model, cfg in engines.items():
+        want = names.get(str((cfg.get("pretrained_config") or {}).get("logits_dtype", "float32")))
+        if want and types.get(model) and types[model] != want:
+            repo.fail(f"{model}/config.pbtxt", "output generation_logits.data_type",
+                      f"{types[model]} but the engine's logits_dtype is {want}", f"use {want}")
+
+
+def _check_tokenizers(repo: _Repo) -> None:
+    seen: dict[str, Path] = {}
+    for model in ("preprocessing", "postprocessing", *ENGINE_MODELS):
+        served = repo.param(model, "tokenizer_dir")
+        if served is None or model not in repo.configs:
+            continue
+        folder = repo.host_path(served)
+        rel = f"{model}/config.pbtxt"
+        if not folder.is_dir() or not any((folder / f).is_file() for f in TOKENIZER_FILES):
+            repo.fail(rel, "parameters.tokenizer_dir", f"{folder} holds no tokenizer ({', '.join(TOKENIZER_FILES)})",
+                      "point tokenizer_dir at the target model's HF folder")
+            continue
+        seen[model] = folder
+    folders = {str(p.resolve()) for p in seen.values()}
+    if len(folders) > 1 and not _same_tokenizer(list(seen.values())):
+        for model, folder in seen.items():
+            repo.fail(f"{model}/config.pbtxt", "parameters.tokenizer_dir", f"{folder} differs from the other models' tokenizer",
+                      "use the target model's tokenizer folder in preprocessing, postprocessing and the engine models")
+
+
+def _same_tokenizer(folders: list[Path]) -> bool:
+    """Two folders hold the same tokenizer when their tokenizer files are byte-identical."""
+    def digest(folder: Path) -> tuple:
+        return tuple((f, (folder / f).read_bytes()) for f in TOKENIZER_FILES if (folder / f).is_file())
+
+    first = digest(folders[0])
+    return all(digest(f) == first for f in folders[1:])
+
+
+def _check_ensemble(repo: _Repo) -> None:
+    ens = repo.configs.get("ensemble")
+    if ens is None:
+        return
+    rel = "ensemble/config.pbtxt"
+    types: dict[str, int] = {t.name: t.data_type for t in ens.input}
+    produced: dict[str, int] = {}
+    for i, step in enumerate(ens.ensemble_scheduling.step):
+        model = repo.configs.get(step.model_name)
+        if model is None:
+            repo.fail(rel, f"ensemble_scheduling.step[{i}].model_name", f"{step.model_name!r} is not in the repository",
+                      "regenerate the repository")
+            continue
+        inputs = {t.name: t for t in model.input}
+        outputs = {t.name: t for t in model.output}
+        for key, tensor in step.input_map.items():
+            field = f"ensemble_scheduling.step[{i}].input_map[{key}]"
+            if key not in inputs:
+                repo.fail(rel, field, f"{step.model_name} has no input {key!r}", "map an existing input name")
+            elif tensor not in types and tensor not in produced:
+                repo.fail(rel, field, f"ensemble tensor {tensor!r} is neither an ensemble input nor produced by an earlier step",
+                          "map an ensemble input or an earlier step's output")
+            else:
+                have = types.get(tensor, produced.get(tensor))
+                if have != inputs[key].data_type:
+                    repo.fail(rel, field, f"{tensor!r} has type {_dtype(have)} but {step.model_name}.{key} wants {_dtype(inputs[key].data_type)}",
+                              "make the types agree (logits_datatype / the tensor tables)")
+        for key, tensor in step.output_map.items():
+            field = f"ensemble_scheduling.step[{i}].output_map[{key}]"
+            if key not in outputs:
+                repo.fail(rel, field, f"{step.model_name} has no output {key!r}", "map an existing output name")
+                continue
+            produced[tensor] = outputs[key].data_type
+        missing = [t.name for t in model.input if not t.optional and t.name not in step.input_map]
+        for name in missing:
+            repo.fail(rel, f"ensemble_scheduling.step[{i}].input_map", f"required input {step.model_name}.{name} is not mapped",
+                      f"map {name} to an ensemble tensor")
+    for out in ens.output:
+        if out.name not in produced:
+            repo.fail(rel, f"output {out.name}", "no step produces it", "map it in a step's output_map")
+        elif produced[out.name] != out.data_type:
+            repo.fail(rel, f"output {out.name}.data_type", f"{_dtype(out.data_type)} but the step produces {_dtype(produced[out.name])}",
+                      "make the types agree")
+
+
+def _dtype(value: int | None) -> str:
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    return pb.DataType.Name(value) if value is not None else "?"
+
+
+def _check_parameters(repo: _Repo) -> None:
+    required = dict(REQUIRED_PARAMETERS)
+    for model in ENGINE_MODELS:
+        required[model] = REQUIRED_ENGINE_PARAMETERS
+    for model, keys in required.items():
+        cfg = repo.configs.get(model)
+        if cfg is None:
+            continue
+        for key in keys:
+            if key not in cfg.parameters:
+                repo.fail(f"{model}/config.pbtxt", f"parameters.{key}", "missing (the model does not load without it)",
+                          f'add parameters {{ key: "{key}" value: {{ string_value: "..." }} }}')
+    for model in ENGINE_MODELS:
+        if repo.param(model, "gpt_model_type") not in (None, "inflight_fused_batching", "inflight_batching", "V1", "v1"):
+            repo.fail(f"{model}/config.pbtxt", "parameters.gpt_model_type", f"{repo.param(model, 'gpt_model_type')!r} is not a batching strategy",
+                      'use "inflight_fused_batching"')

@@ -1,0 +1,237 @@
+"""`specbuild repo`: lay out a Triton model repository from what `specbuild compile` built.
+
+Reads the build folder's manifest (kind "build": the resolved spec, the engine kind, the tokenizer
+folder) and each engine's config.json, plans the repository (`RepoLayout`), builds every config as a
+ModelConfig message (configs.py), copies this project's Python models, and writes the repository's
+own specbuild.json, all into a temporary folder renamed into place at the end.
+
+Engine and tokenizer paths in the configs are absolute paths on this host by default. With
+`engine_root` (the folder where the build folder will be mounted in the serving container) engine
+paths become `engine_root/<path inside the build folder>`; `tokenizer_dir` overrides the tokenizer path
+the same way. The repository manifest records both mappings so `repo check` can find the files here.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from specbuild.errors import RepoError
+from specbuild.model_repo.configs import BACKENDS, EngineModel, RepoLayout
+
+PYTHON_MODELS = Path(__file__).parent / "python_models"
+TARGET_MODEL, DRAFT_MODEL = "tensorrt_llm", "tensorrt_llm_draft"
+REPO_KIND = "model_repo"
+# The torch-light modules the BLS needs for the shared speculative loop. Production containers do not
+# have specbuild installed, so the generator vendors them into tensorrt_llm_bls/1/vendor/.
+# Their packages get empty __init__.py files, so nothing else of specbuild is imported.
+VENDORED_MODULES = (
+    "errors.py", "sampling_params.py", "generation.py", "engines/reference/speculative.py",
+    "engines/reference/sampling.py",
+)
+
+
+@dataclass(frozen=True)
+class BuiltEngine:
+    role: str  # target | draft
+    path: Path  # engine folder on this host
+    config: dict[str, Any] | None  # its config.json (None when not built yet: trtllm plan only)
+
+    @property
+    def build_config(self) -> dict[str, Any]:
+        return (self.config or {}).get("build_config", {})
+
+    @property
+    def pretrained_config(self) -> dict[str, Any]:
+        return (self.config or {}).get("pretrained_config", {})
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    """What `specbuild compile` wrote, read back from its manifest."""
+
+    build_dir: Path
+    spec: Any  # BuildSpec
+    engine_kind: str  # reference | trtllm
+    tokenizer_dir: Path
+    engines: dict[str, BuiltEngine]  # role -> engine
+
+
+def read_build(build_dir: str | Path) -> BuildInfo:
+    from specbuild.builder.spec import spec_from_dict
+    from specbuild.manifest import read_manifest
+
+    build_dir = Path(build_dir).resolve()
+    manifest = read_manifest(build_dir, kind="build")
+    raw = dict(manifest["spec"])
+    source = raw.pop("source", None)
+    spec = spec_from_dict(raw, source=Path(source) if source else None)
+    engine_kind = manifest.get("engine", "reference")
+    roles = manifest.get("roles") or {}
+    engines = {}
+    for role in ("target", "draft") if spec.mode == "draft_target" else ("target",):
+        rel = (roles.get(role) or {}).get("engine") if isinstance(roles.get(role), dict) else None
+        path = Path(rel) if rel else Path(role) / "engine"
+        path = path if path.is_absolute() else build_dir / path
+        cfg_file = path / "config.json"
+        engines[role] = BuiltEngine(role, path, json.loads(cfg_file.read_text()) if cfg_file.is_file() else None)
+    return BuildInfo(build_dir, spec, engine_kind, Path(manifest["tokenizer_dir"]), engines)
+
+
+def kv_fractions(spec) -> tuple[float, float | None, int | None]:
+    """(target fraction, draft fraction, KV tokens per engine) from the memory plan."""
+    try:
+        from specbuild.builder.memory_plan import plan_memory
+    except ImportError:  # the memory plan module is not there: an even split of the configured total
+        total = spec.serving.kv_cache_free_gpu_mem_fraction
+        if spec.mode == "draft_target":
+            return total / 2, total / 2, None
+        return total, None, None
+    plan = plan_memory(spec)
+    return plan.target_kv_fraction, plan.draft_kv_fraction, plan.kv_tokens or None
+
+
+def plan_layout(
+    build: BuildInfo,
+    *,
+    backend: str,
+    trtllm_version: str | None = None,
+    engine_root: str | None = None,
+    tokenizer_dir: str | None = None,
+) -> RepoLayout:
+    spec = build.spec
+    if backend not in BACKENDS:
+        raise RepoError(f"unknown backend {backend!r}", expected=" | ".join(BACKENDS), found=backend,
+                        fix="pass --backend tensorrtllm (GPU containers) or --backend python (local)")
+    version = trtllm_version or spec.trtllm_version
+
+    def served(path: Path) -> str:
+        if engine_root is None:
+            return str(path)
+        try:
+            rel = path.relative_to(build.build_dir)
+        except ValueError:
+            raise RepoError(f"engine folder {path} is outside the build folder", expected=f"a folder under {build.build_dir}",
+                            found=str(path), fix="omit --engine-root, or mount the engine folder yourself") from None
+        return str(Path(engine_root) / rel)
+
+    target_kv, draft_kv, kv_tokens = kv_fractions(spec)
+    medusa = spec.mode == "medusa"
+    target = EngineModel(
+        name=TARGET_MODEL,
+        engine_dir=served(build.engines["target"].path),
+        decoupled=medusa,  # draft/target: the BLS calls the engines round by round, non-streaming
+        kv_fraction=target_kv,
+        gpu_device_ids=tuple(range(spec.target.world_size)),
+        decoding_mode="medusa" if medusa else "top_k_top_p",
+        enable_kv_cache_reuse=not medusa,  # the BLS re-sends the growing prefix every round
+        max_tokens_in_paged_kv_cache=kv_tokens,
+        medusa_choices=spec.medusa_choices().to_triton() if medusa else None,
+    )
+    draft = None
+    if not medusa:
+        draft = EngineModel(
+            name=DRAFT_MODEL,
+            engine_dir=served(build.engines["draft"].path),
+            decoupled=False,
+            kv_fraction=draft_kv if draft_kv is not None else target_kv,
+            gpu_device_ids=tuple(range(spec.draft.world_size)),  # shares the target's first GPUs
+            decoding_mode="top_k_top_p",
+            enable_kv_cache_reuse=True,
+            max_tokens_in_paged_kv_cache=kv_tokens,
+        )
+    return RepoLayout(
+        mode=spec.mode,
+        backend=backend,
+        trtllm_version=version,
+        max_batch_size=spec.build.max_batch_size,
+        tokenizer_dir=tokenizer_dir or str(build.tokenizer_dir),
+        target=target,
+        draft=draft,
+        logits_dtype=logits_dtype_of(build.engines["target"]),
+        max_queue_delay_microseconds=spec.serving.max_queue_delay_microseconds,
+        bls_instance_count=spec.serving.bls_instance_count,
+        default_num_draft_tokens=0 if medusa else spec.speculation.max_draft_len,
+        default_use_draft_logits=bool(spec.speculation.use_logits) and not medusa,
+    )
+
+
+_LOGITS_DTYPES = {"float32": "TYPE_FP32", "float16": "TYPE_FP16", "bfloat16": "TYPE_BF16"}
+
+
+def logits_dtype_of(engine: BuiltEngine) -> str:
+    """The engine's logits dtype as a Triton type (TRT-LLM checkpoints default to float32 logits)."""
+    return _LOGITS_DTYPES.get(str(engine.pretrained_config.get("logits_dtype", "float32")), "TYPE_FP32")
+
+
+def generate_repo(
+    build_dir: str | Path,
+    out: str | Path,
+    *,
+    backend: str | None = None,
+    trtllm_version: str | None = None,
+    force: bool = False,
+    engine_root: str | None = None,
+    tokenizer_dir: str | None = None,
+) -> Path:
+    """Write the Triton model repository for BUILD_DIR into OUT. backend None: tensorrtllm when the
+    build used TensorRT-LLM, python (the reference engine) otherwise."""
+    from specbuild.manifest import atomic_output_dir, write_manifest
+    from specbuild.model_repo.configs import all_configs, to_text
+
+    build = read_build(build_dir)
+    backend = backend or ("tensorrtllm" if build.engine_kind == "trtllm" else "python")
+    layout = plan_layout(build, backend=backend, trtllm_version=trtllm_version, engine_root=engine_root,
+                         tokenizer_dir=tokenizer_dir)
+    configs = all_configs(layout)
+    out = Path(out)
+    with atomic_output_dir(out, force=force) as tmp:
+        for name, config in configs.items():
+            (tmp / name / "1").mkdir(parents=True)
+            (tmp / name / "config.pbtxt").write_text(to_text(config))
+            _copy_python_model(name, tmp / name / "1", layout)
+        write_manifest(
+            tmp,
+            kind=REPO_KIND,
+            backend=backend,
+            mode=layout.mode,
+            trtllm_version=layout.trtllm_version,
+            build_dir=str(build.build_dir),
+            engine_root=engine_root,
+            tokenizer_dir_host=str(build.tokenizer_dir),
+            models=list(configs),
+            layout=asdict(layout),
+            spec=build.spec.to_dict(),
+        )
+    return out
+
+
+def _copy_python_model(name: str, version_dir: Path, layout: RepoLayout) -> None:
+    if name == "ensemble":
+        return
+    if name in (TARGET_MODEL, DRAFT_MODEL):
+        if layout.backend != "python":
+            return  # the C++ backend needs only the engine folder
+        source = PYTHON_MODELS / "tensorrt_llm_local"
+    else:
+        source = PYTHON_MODELS / name
+    for file in sorted([*source.glob("*.py"), *(PYTHON_MODELS / "common").glob("*.py")]):
+        shutil.copy2(file, version_dir / file.name)
+    if name == "tensorrt_llm_bls" and layout.backend == "tensorrtllm":
+        _vendor(version_dir / "vendor" / "specbuild")
+
+
+def _vendor(dest: Path) -> None:
+    package = Path(__file__).resolve().parent.parent
+    for rel in VENDORED_MODULES:
+        src = package / rel
+        if not src.is_file():
+            raise RepoError(f"cannot vendor specbuild/{rel} into the BLS", expected="the module in the installed package",
+                            found="missing", fix="reinstall specbuild (pip install -e .)")
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dest / rel)
+    for folder in (dest, dest / "engines", dest / "engines" / "reference"):
+        (folder / "__init__.py").write_text('"""Vendored by specbuild repo: the BLS\'s shared speculative loop."""\n')

@@ -1,0 +1,41 @@
+"""Triton Python model `postprocessing`: token ids -> text (HF tokenizer, never trust_remote_code).
+
+TOKENS_BATCH [b, beams, T] with SEQUENCE_LENGTH [b, beams] -> OUTPUT [b, beams] (BYTES). Each
+response is detokenized on its own (streamed chunks carry new tokens only).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def _param(config: dict, key: str, default: str = "") -> str:
+    value = config.get("parameters", {}).get(key, {}).get("string_value", "")
+    return default if value == "" or value.startswith("${") else value
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        from transformers import AutoTokenizer
+
+        config = json.loads(args["model_config"])
+        self.skip_special_tokens = _param(config, "skip_special_tokens", "true").lower() in ("true", "1", "yes")
+        self.tokenizer = AutoTokenizer.from_pretrained(_param(config, "tokenizer_dir"), legacy=False)
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            tokens = pb_utils.get_input_tensor_by_name(request, "TOKENS_BATCH").as_numpy()  # [b, beams, T]
+            lengths = pb_utils.get_input_tensor_by_name(request, "SEQUENCE_LENGTH").as_numpy()  # [b, beams]
+            if tokens.ndim == 2:  # [b, T]: a caller that dropped the beam dim
+                tokens, lengths = tokens[:, None, :], lengths.reshape(-1, 1)
+            text = np.empty(lengths.shape, dtype=object)  # [b, beams]
+            for i in range(tokens.shape[0]):
+                for j in range(tokens.shape[1]):
+                    ids = tokens[i, j, : int(lengths[i, j])].tolist()
+                    text[i, j] = self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens).encode()
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT", text)]))
+        return responses

@@ -1,0 +1,303 @@
+"""The BLS logic without Triton: request options, the engine calls, and the draft->target loop glue.
+
+The Triton glue (model.py) hands this module a `call(model_name, inputs, output_names) -> outputs`
+function (numpy arrays in and out, batch dim included); everything here is plain Python + numpy, so
+it is unit-tested against a fake executor.
+
+The speculative loop itself is NOT here: `specbuild.engines.reference.speculative.speculative_generate`
+is the one loop; `TritonDrafter` / `TritonVerifier` implement its two protocols (Drafter.propose, Verifier.verify)
+with calls to the `tensorrt_llm_draft` and `tensorrt_llm` models, as the real backend's BLS does.
+
+Shape legend: L tokens so far (prompt + accepted), k draft tokens this round, V vocab.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+Call = Callable[[str, dict[str, np.ndarray], list[str]], dict[str, np.ndarray]]
+ENGINE_OUTPUTS = ["output_ids", "sequence_length"]
+PERF_OUTPUTS = [
+    "kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks",
+    "arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns",
+    "acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens",
+]
+# BLS input -> tensorrt_llm input for the sampling options forwarded unchanged (names: tensors.py).
+FORWARDED = {
+    "temperature": "temperature", "top_k": "runtime_top_k", "top_p": "runtime_top_p",
+    "length_penalty": "len_penalty", "repetition_penalty": "repetition_penalty",
+    "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
+    "beam_width": "beam_width", "num_return_sequences": "num_return_sequences",
+}
+
+
+def _i32(value) -> np.ndarray:
+    return np.array([[value]], dtype=np.int32)  # [1, 1]
+
+
+@dataclass(frozen=True)
+class BlsOptions:
+    """One BLS request, read from its input tensors (batch size 1)."""
+
+    text: str
+    max_tokens: int
+    stream: bool = False
+    num_draft_tokens: int = 0
+    use_draft_logits: bool = False
+    return_perf_metrics: bool = False
+    exclude_input_in_output: bool = True
+    seed: int | None = None
+    end_id: int | None = None
+    pad_id: int | None = None
+    temperature: float | None = None  # None: the backend's defaults (trtllm_semantics.py)
+    top_k: int | None = None
+    top_p: float | None = None
+    forwarded: dict[str, np.ndarray] = field(default_factory=dict)  # tensorrt_llm inputs passed as given
+    bad_words: np.ndarray | None = None  # [1, n] BYTES
+    stop_words: np.ndarray | None = None  # [1, n] BYTES
+
+    @classmethod
+    def from_inputs(cls, get: Callable[[str], np.ndarray | None], *, default_num_draft_tokens: int,
+                    default_use_draft_logits: bool, seed_name: str, min_tokens_name: str) -> BlsOptions:
+        def scalar(name, kind, default=None):
+            value = get(name)
+            return default if value is None else kind(np.asarray(value).reshape(-1)[0])
+
+        text = get("text_input")
+        if text is None or get("max_tokens") is None:
+            raise ValueError("text_input and max_tokens are required")
+        raw = np.asarray(text).reshape(-1)[0]
+        forwarded = {dst: np.asarray(get(src)).reshape(1, 1) for src, dst in FORWARDED.items() if get(src) is not None}
+        if get(min_tokens_name) is not None:
+            forwarded[min_tokens_name] = np.asarray(get(min_tokens_name)).reshape(1, 1)
+        k = scalar("num_draft_tokens", int, default_num_draft_tokens)
+        return cls(
+            text=raw.decode() if isinstance(raw, bytes) else str(raw),
+            max_tokens=scalar("max_tokens", int),
+            stream=scalar("stream", bool, False),
+            num_draft_tokens=max(0, k),
+            use_draft_logits=scalar("use_draft_logits", bool, default_use_draft_logits),
+            return_perf_metrics=scalar("return_perf_metrics", bool, False),
+            exclude_input_in_output=scalar("exclude_input_in_output", bool, True),
+            seed=scalar(seed_name, int, None),
+            end_id=scalar("end_id", int, None),
+            pad_id=scalar("pad_id", int, None),
+            temperature=scalar("temperature", float, None),
+            top_k=scalar("top_k", int, None),
+            top_p=scalar("top_p", float, None),
+            forwarded=forwarded,
+            bad_words=get("bad_words"),
+            stop_words=get("stop_words"),
+        )
+
+    def sampling_params(self, end_id: int):
+        """What the engines will do with this request's sampling inputs (the loop must agree)."""
+        from trtllm_semantics import sampling_params
+
+        return sampling_params(max_tokens=self.max_tokens, temperature=self.temperature, top_k=self.top_k,
+                               top_p=self.top_p, seed=self.seed, end_id=end_id)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What preprocessing returned for one request."""
+
+    prompt_ids: list[int]
+    end_id: int
+    pad_id: int
+    stop_words_list: np.ndarray  # [1, 2, n]
+    bad_words_list: np.ndarray  # [1, 2, n]
+
+
+def preprocess(call: Call, opts: BlsOptions, seed_name: str = "seed") -> Prepared:
+    inputs = {"QUERY": np.array([[opts.text.encode()]], dtype=object), "REQUEST_OUTPUT_LEN": _i32(opts.max_tokens)}
+    if opts.bad_words is not None:
+        inputs["BAD_WORDS_DICT"] = np.asarray(opts.bad_words, dtype=object).reshape(1, -1)
+    if opts.stop_words is not None:
+        inputs["STOP_WORDS_DICT"] = np.asarray(opts.stop_words, dtype=object).reshape(1, -1)
+    if opts.end_id is not None:
+        inputs["END_ID"] = _i32(opts.end_id)
+    if opts.pad_id is not None:
+        inputs["PAD_ID"] = _i32(opts.pad_id)
+    out = call("preprocessing", inputs, ["INPUT_ID", "REQUEST_INPUT_LEN", "OUT_END_ID", "OUT_PAD_ID",
+                                         "STOP_WORDS_IDS", "BAD_WORDS_IDS"])
+    n = int(out["REQUEST_INPUT_LEN"].reshape(-1)[0])
+    return Prepared(
+        prompt_ids=[int(t) for t in out["INPUT_ID"].reshape(-1)[:n]],
+        end_id=int(out["OUT_END_ID"].reshape(-1)[0]),
+        pad_id=int(out["OUT_PAD_ID"].reshape(-1)[0]),
+        stop_words_list=out["STOP_WORDS_IDS"].reshape(1, 2, -1).astype(np.int32),
+        bad_words_list=out["BAD_WORDS_IDS"].reshape(1, 2, -1).astype(np.int32),
+    )
+
+
+def detokenize(call: Call, tokens: list[int]) -> str:
+    out = call("postprocessing", {"TOKENS_BATCH": np.array([[tokens]], dtype=np.int32).reshape(1, 1, -1),
+                                  "SEQUENCE_LENGTH": _i32(len(tokens))}, ["OUTPUT"])
+    raw = out["OUTPUT"].reshape(-1)[0]
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def engine_inputs(ids: list[int], output_len: int, opts: BlsOptions, prep: Prepared, *, seed_name: str,
+                  seed: int | None, stop_words: bool = True) -> dict[str, np.ndarray]:
+    """The tensorrt_llm request for `ids` (prompt + accepted so far) -> `output_len` new tokens."""
+    inputs = {
+        "input_ids": np.array([ids], dtype=np.int32),  # [1, L]
+        "input_lengths": _i32(len(ids)),
+        "request_output_len": _i32(output_len),
+        "end_id": _i32(prep.end_id),
+        "pad_id": _i32(prep.pad_id),
+        "exclude_input_in_output": np.array([[True]]),
+        "streaming": np.array([[False]]),
+        **opts.forwarded,
+    }
+    if seed is not None:
+        inputs[seed_name] = np.array([[seed]], dtype=np.uint64)
+    if prep.bad_words_list.shape[-1]:
+        inputs["bad_words_list"] = prep.bad_words_list
+    if stop_words and prep.stop_words_list.shape[-1]:
+        inputs["stop_words_list"] = prep.stop_words_list
+    return inputs
+
+
+def new_tokens(out: dict[str, np.ndarray]) -> list[int]:
+    """output_ids [1, beams, T] + sequence_length [1, beams] -> beam 0's tokens (input excluded)."""
+    n = int(out["sequence_length"].reshape(-1)[0])
+    return [int(t) for t in out["output_ids"].reshape(out["output_ids"].shape[0], -1, out["output_ids"].shape[-1])[0, 0, :n]]
+
+
+class _Shared:
+    """State one request's drafter and verifier share."""
+
+    def __init__(self, call: Call, opts: BlsOptions, prep: Prepared, *, seed_name: str, logits_dtype: str):
+        self.call, self.opts, self.prep = call, opts, prep
+        self.seed_name, self.logits_dtype = seed_name, logits_dtype
+        self.calls = 0  # engine calls so far: separates the per-call seeds of one request
+        self.draft_logits: np.ndarray | None = None  # [k, V] raw logits of the last proposal
+        self.last_perf: dict[str, np.ndarray] = {}
+        self.first_call_ns: int | None = None
+
+    def inputs(self, ids: list[int], output_len: int, *, stop_words: bool = True) -> dict[str, np.ndarray]:
+        if self.first_call_ns is None:
+            self.first_call_ns = time.time_ns()
+        self.calls += 1
+        # A fixed seed on every call would replay the same random numbers in every round.
+        seed = None if self.opts.seed is None else (self.opts.seed + self.calls) % 2**64
+        return engine_inputs(ids, output_len, self.opts, self.prep, seed_name=self.seed_name, seed=seed,
+                             stop_words=stop_words)
+
+
+class TritonDrafter:
+    """Drafter of the shared loop: one non-streaming call to the draft model per round."""
+
+    def __init__(self, shared: _Shared, model: str):
+        self.shared, self.model = shared, model
+        self.forward_passes = 0  # engine calls (the engine's own passes are not visible through Triton)
+
+    def propose(self, ids, k, params):
+        sh = self.shared
+        inputs = sh.inputs(list(ids), k, stop_words=False)
+        # min tokens = k: the draft must not stop at end_id before offering k tokens (as upstream).
+        inputs["min_length" if sh.seed_name == "random_seed" else "min_tokens"] = _i32(k)
+        wanted = list(ENGINE_OUTPUTS)
+        if sh.opts.use_draft_logits:
+            inputs["return_generation_logits"] = np.array([[True]])
+            wanted.append("generation_logits")
+        out = sh.call(self.model, inputs, wanted)
+        self.forward_passes += 1
+        tokens = new_tokens(out)[:k]
+        if not sh.opts.use_draft_logits:
+            sh.draft_logits = None
+            return tokens, None
+        import torch
+
+        from specbuild.engines.reference.sampling import probs_from_logits
+
+        rows = np.asarray(out["generation_logits"], dtype=np.float32)  # [1, beams, T, V]
+        rows = rows.reshape(-1, rows.shape[-1])  # [T, V] (beam 0)
+        logits = rows[rows.shape[0] - len(tokens):]  # [k, V]: the rows that produced the k drafts
+        sh.draft_logits = logits
+        return tokens, probs_from_logits(torch.from_numpy(logits.copy()), params)  # [k, V]
+
+
+class TritonVerifier:
+    """Verifier of the shared loop: the target model scores draft_input_ids (+ draft_logits) in one call
+    and returns the accepted drafts plus its own next token."""
+
+    def __init__(self, shared: _Shared, model: str):
+        self.shared, self.model = shared, model
+        self.forward_passes = 0
+
+    def verify(self, ids, draft_tokens, draft_probs, params):
+        sh = self.shared
+        draft_tokens = [int(t) for t in draft_tokens]
+        inputs = sh.inputs(list(ids), len(draft_tokens) + 1)
+        if draft_tokens:
+            inputs["draft_input_ids"] = np.array([draft_tokens], dtype=np.int32)  # [1, k]
+            if sh.draft_logits is not None and draft_probs is not None:
+                inputs["draft_logits"] = sh.draft_logits[None].astype(sh.logits_dtype)  # [1, k, V]
+        inputs["return_perf_metrics"] = np.array([[True]])
+        out = sh.call(self.model, inputs, ENGINE_OUTPUTS + PERF_OUTPUTS)
+        self.forward_passes += 1
+        sh.last_perf = {name: out[name] for name in PERF_OUTPUTS if out.get(name) is not None}
+        return new_tokens(out)
+
+
+def perf_outputs(*, stats, arrival_ns: int, first_scheduled_ns: int | None, first_token_ns: int | None,
+                 last_token_ns: int | None, kv: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The perf outputs of a whole speculative request (SpecStats `stats`), batch dim included."""
+    def one(value, dtype):
+        return np.array([[value]], dtype=dtype)
+
+    out = {
+        "arrival_time_ns": one(arrival_ns, np.int64),
+        "first_scheduled_time_ns": one(first_scheduled_ns or arrival_ns, np.int64),
+        "first_token_time_ns": one(first_token_ns or 0, np.int64),
+        "last_token_time_ns": one(last_token_ns or 0, np.int64),
+        "acceptance_rate": one(stats.acceptance_rate, np.float32),
+        "total_accepted_draft_tokens": one(stats.accepted, np.int32),
+        "total_draft_tokens": one(stats.drafted, np.int32),
+    }
+    for name in ("kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks"):
+        out[name] = np.asarray(kv[name], dtype=np.int32).reshape(1, 1) if name in kv else one(0, np.int32)
+    return out
+
+
+class TextStream:
+    """Accumulates tokens and yields only the new text: detokenizing with context keeps spaces and
+    multi-byte characters right (a lone chunk can decode differently than inside the sequence)."""
+
+    def __init__(self, detok: Callable[[list[int]], str]):
+        self.detok, self.tokens, self.text = detok, [], ""
+
+    def push(self, tokens: list[int]) -> str:
+        self.tokens += [int(t) for t in tokens]
+        full = self.detok(self.tokens)
+        if full.endswith("\ufffd"):  # an incomplete UTF-8 character: wait for its next byte
+            return ""
+        delta = full[len(self.text):] if full.startswith(self.text) else full
+        self.text = full
+        return delta
+
+    def flush(self) -> str:
+        full = self.detok(self.tokens)
+        delta = full[len(self.text):] if full.startswith(self.text) else ""
+        self.text = full
+        return delta
+
+
+def speculate(call: Call, opts: BlsOptions, prep: Prepared, *, draft_model: str, target_model: str,
+              seed_name: str, logits_dtype: str, on_tokens: Callable[[list[int]], None] | None = None):
+    """Run the shared speculative loop over the Triton models; returns (new tokens, SpecStats, shared state)."""
+    from specbuild.engines.reference.speculative import speculative_generate
+
+    shared = _Shared(call, opts, prep, seed_name=seed_name, logits_dtype=logits_dtype)
+    tokens, stats = speculative_generate(
+        TritonDrafter(shared, draft_model), TritonVerifier(shared, target_model), prep.prompt_ids,
+        opts.sampling_params(prep.end_id), num_draft_tokens=opts.num_draft_tokens, on_tokens=on_tokens,
+    )
+    return list(tokens), stats, shared

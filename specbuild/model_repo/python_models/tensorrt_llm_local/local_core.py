@@ -1,0 +1,164 @@
+"""The local `tensorrt_llm` model without Triton: read a request like the C++ backend, run the
+reference engine, shape the outputs like the C++ backend.
+
+Interface: specbuild.model_repo.tensors.tensorrt_llm_interface (names, dtypes, dims). What the local
+model does with each input:
+* input_ids / input_lengths / request_output_len / end_id / temperature / runtime_top_k / runtime_top_p /
+  seed (random_seed before TRT-LLM 0.20) / streaming / exclude_input_in_output / return_perf_metrics /
+  return_generation_logits: as the backend (sampling defaults: trtllm_semantics.py);
+* draft_input_ids (+ draft_logits): external draft verification (draft_tokens_external): one target pass,
+  output = the accepted drafts + one target token;
+* min_tokens (min_length) >= request_output_len: the end id does not stop the request (the BLS's
+  draft calls ask for exactly k tokens);
+* stop_words_list: single-token stop words stop the request; bad_words_list, beams > 1, LoRA, prompt
+  tables, log probs and context logits are not supported and are rejected when actually used.
+
+Shape legend: L prompt length, n new tokens, V vocab, k draft tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+Get = Callable[[str], "np.ndarray | None"]
+
+
+@dataclass(frozen=True)
+class LocalRequest:
+    prompt_ids: list[int]
+    max_new: int  # request_output_len
+    params: object  # SamplingParams
+    streaming: bool = False
+    exclude_input: bool = True
+    perf: bool = False
+    generation_logits: bool = False
+    draft_ids: list[int] | None = None  # external draft verification
+    draft_logits: np.ndarray | None = None  # [k, V]
+    arrival_ns: int = 0
+
+
+def _scalar(get: Get, name: str, kind, default=None):
+    value = get(name)
+    return default if value is None or np.asarray(value).size == 0 else kind(np.asarray(value).reshape(-1)[0])
+
+
+def _word_list_tokens(value: np.ndarray | None) -> list[list[int]]:
+    """[1, 2, n] backend word list -> the words as token lists."""
+    if value is None or np.asarray(value).size == 0:
+        return []
+    arr = np.asarray(value).reshape(2, -1)
+    ids, offsets = arr[0].tolist(), [o for o in arr[1].tolist() if o >= 0]
+    words, start = [], 0
+    for end in offsets:
+        words.append([int(t) for t in ids[start:end]])
+        start = end
+    return [w for w in words if w]
+
+
+def parse_request(get: Get, *, seed_name: str, min_tokens_name: str, exclude_default: bool, default_end_id: int | None) -> LocalRequest:
+    from trtllm_semantics import sampling_params
+
+    ids = get("input_ids")
+    if ids is None:
+        raise ValueError("input_ids is required by the local engine model")
+    length = _scalar(get, "input_lengths", int, np.asarray(ids).size)
+    prompt = [int(t) for t in np.asarray(ids).reshape(-1)[:length]]
+    max_new = _scalar(get, "request_output_len", int)
+    if max_new is None or max_new < 1:
+        raise ValueError(f"request_output_len must be >= 1, got {max_new}")
+    beam = _scalar(get, "beam_width", int, 1)
+    if beam != 1:
+        raise ValueError(f"beam_width {beam} is not supported by the local engine (1 only)")
+    for name in ("bad_words_list", "lora_weights", "lora_task_id", "prompt_embedding_table"):
+        value = get(name)
+        if value is not None and np.asarray(value).size:
+            raise ValueError(f"{name} is not supported by the local engine model")
+    for name in ("return_log_probs", "return_context_logits"):
+        if _scalar(get, name, bool, False):
+            raise ValueError(f"{name} is not supported by the local engine model")
+    end_id = _scalar(get, "end_id", int, default_end_id)
+    min_tokens = _scalar(get, min_tokens_name, int, 0)
+    stops = tuple(w[0] for w in _word_list_tokens(get("stop_words_list")) if len(w) == 1)
+    if min_tokens >= max_new:  # nothing may stop the request early
+        end_id, stops = -1, ()
+    params = sampling_params(
+        max_tokens=max_new, temperature=_scalar(get, "temperature", float), top_k=_scalar(get, "runtime_top_k", int),
+        top_p=_scalar(get, "runtime_top_p", float), seed=_scalar(get, seed_name, int), end_id=end_id,
+    )
+    params = dataclasses.replace(params, stop_token_ids=stops)
+    draft = get("draft_input_ids")
+    draft_ids = [int(t) for t in np.asarray(draft).reshape(-1)] if draft is not None else None
+    logits = get("draft_logits")
+    draft_logits = None
+    if logits is not None and draft_ids:
+        arr = np.asarray(logits, dtype=np.float32)
+        draft_logits = arr.reshape(-1, arr.shape[-1])  # [k, V]
+    return LocalRequest(
+        prompt_ids=prompt, max_new=max_new, params=params,
+        streaming=_scalar(get, "streaming", bool, False),
+        exclude_input=_scalar(get, "exclude_input_in_output", bool, exclude_default),
+        perf=_scalar(get, "return_perf_metrics", bool, False),
+        generation_logits=_scalar(get, "return_generation_logits", bool, False),
+        draft_ids=draft_ids, draft_logits=draft_logits, arrival_ns=time.time_ns(),
+    )
+
+
+def token_outputs(tokens: list[int], req: LocalRequest, *, with_prompt: bool) -> dict[str, np.ndarray]:
+    """output_ids [1, 1, n] and sequence_length [1, 1] (prompt first when it is not excluded)."""
+    ids = (req.prompt_ids + list(tokens)) if with_prompt else list(tokens)
+    return {
+        "output_ids": np.array(ids, dtype=np.int32).reshape(1, 1, -1),  # [batch 1, beam 1, n]
+        "sequence_length": np.array([[len(ids)]], dtype=np.int32),  # [1, 1]
+    }
+
+
+@dataclass
+class Perf:
+    """The backend's return_perf_metrics outputs for one request."""
+
+    arrival_ns: int
+    first_scheduled_ns: int = 0
+    first_token_ns: int = 0
+    last_token_ns: int = 0
+    accepted: int = 0
+    drafted: int = 0
+    reused_blocks: int = 0
+    new_blocks: int = 0
+
+    def token(self) -> None:
+        now = time.time_ns()
+        self.first_token_ns = self.first_token_ns or now
+        self.last_token_ns = now
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        def one(value, dtype):
+            return np.array([[value]], dtype=dtype)  # [1, 1]
+
+        return {
+            "kv_cache_alloc_new_blocks": one(self.new_blocks, np.int32),
+            "kv_cache_reused_blocks": one(self.reused_blocks, np.int32),
+            "kv_cache_alloc_total_blocks": one(self.new_blocks + self.reused_blocks, np.int32),
+            "arrival_time_ns": one(self.arrival_ns, np.int64),
+            "first_scheduled_time_ns": one(self.first_scheduled_ns or self.arrival_ns, np.int64),
+            "first_token_time_ns": one(self.first_token_ns, np.int64),
+            "last_token_time_ns": one(self.last_token_ns, np.int64),
+            "acceptance_rate": one(self.accepted / self.drafted if self.drafted else 0.0, np.float32),
+            "total_accepted_draft_tokens": one(self.accepted, np.int32),
+            "total_draft_tokens": one(self.drafted, np.int32),
+        }
+
+
+def cut(tokens: list[int], params, limit: int) -> list[int]:
+    """Stop after the first end/stop token and at `limit` tokens (as the backend's output would)."""
+    stops = set(params.stop_token_ids) | ({params.end_id} if params.end_id is not None else set())
+    out = []
+    for t in tokens[:limit]:
+        out.append(int(t))
+        if t in stops:
+            break
+    return out

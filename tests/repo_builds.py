@@ -1,0 +1,44 @@
+"""Tiny `specbuild compile` outputs for the model-repository tests (reference engines, CPU)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "tiny"
+
+
+def make_heads(folder: Path, *, hidden: int, vocab: int, heads: int, layers: int = 1, seed: int = 0) -> Path:
+    """Random HF Medusa heads ({h}.{j}.linear.weight|bias, {h}.{layers}.weight)."""
+    import torch
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(seed)
+    state = {}
+    for h in range(heads):
+        for j in range(layers):
+            state[f"{h}.{j}.linear.weight"] = torch.randn(hidden, hidden, generator=g) * 0.02
+            state[f"{h}.{j}.linear.bias"] = torch.zeros(hidden)
+        state[f"{h}.{layers}.weight"] = torch.randn(vocab, hidden, generator=g) * 0.02
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(state, folder / "medusa_lm_head.safetensors")
+    (folder / "config.json").write_text(json.dumps({"medusa_num_heads": heads, "medusa_num_layers": layers}))
+    return folder
+
+
+def compile_tiny(workdir: Path, mode: str, *, target: Path, draft: Path | None = None) -> Path:
+    """Place the tiny models beside a copy of examples/tiny/<spec>.yaml and compile reference engines."""
+    from specbuild.builder.compile import compile_spec
+    from specbuild.builder.spec import load_spec
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    spec_name = "draft-target.yaml" if mode == "draft_target" else "medusa.yaml"
+    shutil.copy(EXAMPLES / spec_name, workdir / spec_name)
+    shutil.copytree(target, workdir / "target")
+    if draft is not None:
+        shutil.copytree(draft, workdir / "draft")
+    if mode == "medusa":
+        cfg = json.loads((target / "config.json").read_text())
+        make_heads(workdir / "medusa_heads", hidden=cfg["hidden_size"], vocab=cfg["vocab_size"], heads=3)
+    return compile_spec(load_spec(workdir / spec_name), workdir / "build", engine="reference")
