@@ -169,7 +169,7 @@ def _build(cls: type, raw: dict[str, Any], where: str, prefix: str, skip: set[st
     for key in raw:
         if key not in fields:
             close = difflib.get_close_matches(str(key), fields, n=1)
-            hint = f"did you mean {prefix}{close[0]!r}?" if close else f"valid keys here: {', '.join(fields)}"
+            hint = f"did you mean {(prefix + close[0])!r}?" if close else f"valid keys here: {', '.join(fields)}"
             raise SpecError(f"{where}: unknown key {prefix}{key}", expected=f"one of {', '.join(fields)}", found=str(key), fix=hint)
     out: dict[str, Any] = {}
     for name, f in fields.items():
@@ -240,14 +240,15 @@ def _check_values(spec: BuildSpec, where: str, *, validate_tree: bool = True) ->
             _fail(where, "draft", "no draft section for mode medusa", "draft: {...}", "remove draft, or set mode: draft_target")
         if spec.medusa.num_heads < 1 or spec.medusa.num_layers < 1:
             _fail(where, "medusa.num_heads/num_layers", "integers >= 1", (spec.medusa.num_heads, spec.medusa.num_layers), "use num_heads: 4, num_layers: 1")
-        try:
-            choices = spec.medusa_choices()  # parse errors always raise
+        try:  # parse errors always raise; consistency only when asked (check reports it as a row)
+            choices = spec.medusa_choices()
+            if validate_tree:
+                choices.validate(num_heads=spec.medusa.num_heads, max_draft_len=spec.speculation.max_draft_len, where="medusa.choices")
         except SpecError:
             raise
         except SpecbuildError as exc:
-            raise SpecError(f"{where}: medusa.choices: {exc.what}", expected=exc.expected, found=exc.found, fix=exc.fix) from None
-        if validate_tree:
-            choices.validate(num_heads=spec.medusa.num_heads, max_draft_len=spec.speculation.max_draft_len, where=f"{where}: medusa.choices")
+            what = exc.what if exc.what.startswith("medusa.choices") else f"medusa.choices: {exc.what}"
+            raise SpecError(f"{where}: {what}", expected=exc.expected, found=exc.found, fix=exc.fix) from None
     k = spec.speculation.max_draft_len
     if not 1 <= k <= 256:
         _fail(where, "speculation.max_draft_len", "an integer in 1..256", k, "use 4-8 for draft/target, the tree size for Medusa")
