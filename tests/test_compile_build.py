@@ -66,6 +66,7 @@ def test_compile_medusa_reference(tmp_path, tiny_target):
     spec = write_spec(
         tmp_path / "spec", name="m", mode="medusa", dtype="float32", target={"model": str(tiny_target)},
         medusa={"heads": "../heads", "num_heads": 2, "num_layers": 1, "choices": [[0], [0, 0], [1]]}, speculation={"max_draft_len": 3},
+        build={"max_batch_size": 2, "max_input_len": 64, "max_seq_len": 128},
     )
     out = compile_spec(load_spec(spec), tmp_path / "build", engine="reference")
     assert not (out / "draft").exists()
@@ -74,6 +75,14 @@ def test_compile_medusa_reference(tmp_path, tiny_target):
     assert eng["pretrained_config"]["max_draft_len"] == 3 == eng["build_config"]["max_draft_len"]
     assert eng["build_config"]["speculative_decoding_mode"] == "medusa"
     assert read_manifest(out)["spec"]["medusa"]["choices"] == [[0], [0, 0], [1]]
+
+
+def test_compile_refuses_a_spec_that_fails_preflight(tmp_path, tiny_target, tiny_draft):
+    spec = write_spec(tmp_path / "spec", name="long", mode="draft_target", target={"model": str(tiny_target)}, draft={"model": str(tiny_draft)}, build={"max_seq_len": 4096})
+    with pytest.raises(BuildError, match="preflight failed") as exc:
+        compile_spec(load_spec(spec), tmp_path / "build")
+    assert "max_position_embeddings" in str(exc.value)
+    assert not (tmp_path / "build").exists()
 
 
 def test_compile_trtllm_dry_run_and_without_trtllm_build(dt_spec, tmp_path, monkeypatch):

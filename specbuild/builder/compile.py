@@ -113,26 +113,22 @@ def _role_record(spec, plan, hf_dir: Path, built: bool) -> dict[str, Any]:
 
 
 def _preflight(spec) -> None:
-    """Run the builder's preflight checks when that module exists (it raises on failures)."""
+    """Run `specbuild check`'s preflight (builder/preflight.py) when it exists; refuse to build on a fail."""
     try:
-        from specbuild.builder import preflight
+        from specbuild.builder.preflight import FAIL, run_checks
     except ModuleNotFoundError as exc:
         if exc.name == "specbuild.builder.preflight":
             return
         raise
-    for name in ("run_preflight", "preflight", "check_spec"):
-        fn = getattr(preflight, name, None)
-        if callable(fn):
-            result = fn(spec)
-            _raise_on_failures(result)
-            return
-
-
-def _raise_on_failures(result: Any) -> None:
-    """Preflight may return a report instead of raising; refuse to build when it has failures."""
-    ok = getattr(result, "ok", None)
-    if ok is False:
-        raise BuildError("preflight checks failed", expected="all checks passing", found=str(getattr(result, "failures", result))[:500], fix="run `specbuild check SPEC` and fix what it reports")
+    report = run_checks(spec)
+    if not report.ok:
+        failed = [r for r in report.results if r.status == FAIL]
+        raise BuildError(
+            f"preflight failed: {len(failed)} check(s)",
+            expected="every check passing (warnings are allowed)",
+            found="; ".join(f"{r.name}: {r.found}" for r in failed),
+            fix="; ".join(r.fix for r in failed if r.fix) or "run `specbuild check SPEC` for details",
+        )
 
 
 def _run_trtllm_build(plan, tmp: Path, final: Path) -> None:
