@@ -56,16 +56,21 @@ def test_seed_split_gives_equal_tokens_and_consistent_fractions(seed_plan):
     budget = int(0.9 * free_after)
     tokens = budget // (t.kv_bytes_per_token + d.kv_bytes_per_token)
     assert t.kv_tokens == d.kv_tokens == seed_plan.kv_tokens == tokens
-    # replay TensorRT-LLM's allocation with the planned fractions: target loads first
-    free = gpu - 2 * GIB - t.resident_bytes
-    kv_t = t.kv_fraction * free
-    free2 = free - kv_t - d.resident_bytes
-    kv_d = d.kv_fraction * free2
-    assert kv_t / t.kv_bytes_per_token == pytest.approx(tokens, rel=1e-3)
-    assert kv_d / d.kv_bytes_per_token == pytest.approx(tokens, rel=1e-3)
-    # the two pools use the configured 90 % of what weights left
-    assert kv_t + kv_d == pytest.approx(budget, rel=1e-3)
-    assert seed_plan.target_kv_fraction == t.kv_fraction and 0 < t.kv_fraction < d.kv_fraction < 1
+    # replay TensorRT-LLM's allocation in both load orders: pool = min(fraction x free now, token cap)
+    for order in ((t, d), (d, t)):
+        free = gpu - 2 * GIB
+        got = {}
+        for e in order:
+            free -= e.resident_bytes
+            pool = min(e.kv_fraction * free, tokens * e.kv_bytes_per_token)  # max_tokens_in_paged_kv_cache
+            got[e.role] = pool / e.kv_bytes_per_token
+            free -= pool
+        assert got["target"] == pytest.approx(tokens, rel=1e-4) and got["draft"] == pytest.approx(tokens, rel=1e-4)
+        assert free >= 0.1 * free_after * 0.99  # the configured 10 % stays free
+    assert seed_plan.target_kv_fraction == t.kv_fraction and 0 < t.kv_fraction < 1 and 0 < d.kv_fraction < 1
+    # by hand: F = 100.53 GiB left after weights; pools 64.63 (target) and 25.85 GiB (draft)
+    assert t.kv_fraction == pytest.approx(t.kv_bytes / (free_after - d.kv_bytes), abs=1e-4)
+    assert d.kv_fraction == pytest.approx(d.kv_bytes / (free_after - t.kv_bytes), abs=1e-4)
     assert seed_plan.fits and seed_plan.full_sequences == tokens // 8192
 
 

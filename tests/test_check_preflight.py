@@ -206,3 +206,17 @@ def test_example_specs_check_offline():
         assert result.exit_code == 0, result.output
         assert "memory plan" in result.output and "kv_cache_free_gpu_mem_fraction" in result.output
         assert "config.json only" in result.output  # weights absent: a warning, not a fail
+
+
+def test_weights_that_disagree_with_config_warn_and_broken_header_fails(tmp_path, tiny_target, tiny_draft):
+    odd = tmp_path / "odd"
+    shutil.copytree(tiny_target, odd)
+    cfg = json.loads((odd / "config.json").read_text())
+    cfg["intermediate_size"] = 256  # the weights were saved with 128
+    (odd / "config.json").write_text(json.dumps(cfg))
+    spec = place_spec(tmp_path, "draft-target.yaml", {"target": odd, "draft": tiny_draft})
+    status, found, fix = rows(run_checks(load_spec(spec)))["target: weights"]
+    assert status == "warn" and "config.json's shapes make" in found and "specbuild inspect" in fix
+    (odd / "model.safetensors").write_bytes(b"\xff" * 16)  # truncated download
+    status, found, fix = rows(run_checks(load_spec(spec)))["target: weights"]
+    assert status == "fail" and "safetensors header" in found and "re-download" in fix

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def check_medusa_heads(spec: BuildSpec, target: LoadedModel | None, out: list[CheckResult]) -> MedusaShape:
     """Append the heads' rows; return the head counts the memory plan should use (the spec's)."""
-    from specbuild.builder.preflight import FAIL, PASS, WARN, CheckResult
+    from specbuild.builder.preflight import FAIL, PASS, WARN, CheckResult, short_path
     from specbuild.builder.resolve import resolve_model
 
     assert spec.medusa is not None
@@ -28,7 +28,7 @@ def check_medusa_heads(spec: BuildSpec, target: LoadedModel | None, out: list[Ch
         return shape
     info = read_medusa_heads(folder)
     if info.weights_file is None and info.config_num_heads is None:
-        out.append(CheckResult("medusa: heads", FAIL, f"{folder} has neither config.json with medusa_num_heads nor {' / '.join(WEIGHT_FILES)}",
+        out.append(CheckResult("medusa: heads", FAIL, f"{short_path(folder)} has neither config.json with medusa_num_heads nor {' / '.join(WEIGHT_FILES)}",
                                "point medusa.heads at the folder of the trained heads (FasterDecoding/Medusa layout)"))
         return shape
     if info.problems:
@@ -36,7 +36,7 @@ def check_medusa_heads(spec: BuildSpec, target: LoadedModel | None, out: list[Ch
                                "re-save the heads with keys {h}.{j}.linear.weight/bias and {h}.{L}.weight"))
         return shape
     if info.weights_file is None:
-        out.append(CheckResult("medusa: weights", WARN, f"{folder}: config.json only, no {' / '.join(WEIGHT_FILES)}; counts and shapes come from the spec and config",
+        out.append(CheckResult("medusa: weights", WARN, f"{short_path(folder)}: config.json only, no {' / '.join(WEIGHT_FILES)}; counts and shapes come from the spec and config",
                                "download the heads' weights before `specbuild compile`"))
         heads, layers, source = want_heads, want_layers, "spec"
     else:

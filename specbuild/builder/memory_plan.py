@@ -6,10 +6,13 @@ given so that both engines hold the same number of tokens.
 
 The fraction is TensorRT-LLM's: an engine, once its weights and activation buffers are on the GPU,
 takes that fraction of the memory *then free* for its paged KV cache. With two engines on one GPU the
-second one to load sees only what the first left free, so the two fractions differ. We model the
-load order target, then draft (the repository generator loads them in that order), and also give the
-token count itself (`kv_tokens`): set as `max_tokens_in_paged_kv_cache` it caps each pool independently
-of the load order (TensorRT-LLM takes the smaller of the two limits).
+one that loads second sees only what the first left free, and Triton may load the two models in
+either order. So each engine gets two settings that together make the split order-independent:
+* `max_tokens_in_paged_kv_cache = kv_tokens` (TensorRT-LLM uses the smaller of the two limits), and
+* `kv_fraction` = what it needs when it loads *last*: its pool / (memory left after every engine's
+  weights and activations minus the other engines' pools).
+Loading first, its fraction asks for more than it needs and the token cap holds it to `kv_tokens`;
+loading last, the fraction gives exactly its pool. Either way both engines hold `kv_tokens` tokens.
 
 The planning GPU is GPU 0: it holds rank 0 of the target and rank 0 of the draft (the draft shares the
 target's GPUs, `gpu_device_ids` 0..draft_world-1). Under TP every rank of an engine gets the same
@@ -268,8 +271,8 @@ def plan_memory(
 def _split_kv(spec: BuildSpec, engines: list[EngineMemory], reserve_gib: float) -> MemoryPlan:
     """Give every engine the same number of KV tokens and derive each one's free-memory fraction.
 
-    free_0 = GPU - reserve; engine i loads (resident_i), then takes kv_i = f_i * (free before its KV).
-    Equal tokens: kv_i = N * bytes_per_token_i with N = budget / sum(bytes_per_token).
+    F = GPU - reserve - sum(resident); budget = fraction_total * F; N = budget // sum(bytes_per_token);
+    kv_i = N * bytes_per_token_i; f_i = kv_i / (F - sum_{j != i} kv_j) (engine i loading last).
     """
     gpu = int(spec.serving.gpu_memory_gb * GIB)
     reserve = int(reserve_gib * GIB)
@@ -277,20 +280,22 @@ def _split_kv(spec: BuildSpec, engines: list[EngineMemory], reserve_gib: float) 
     free_after = gpu - reserve - sum(e.resident_bytes for e in engines)
     budget = int(frac * free_after) if free_after > 0 else 0
     tokens = budget // sum(e.kv_bytes_per_token for e in engines)
-    free = gpu - reserve
+    pools = [tokens * e.kv_bytes_per_token for e in engines]
     planned = []
-    for e in engines:
-        free -= e.resident_bytes
-        kv = tokens * e.kv_bytes_per_token
-        fraction = min(1.0, kv / free) if free > 0 else 0.0
-        # floor, not round: a fraction rounded up would leave the next engine less than planned
-        planned.append(_replace(e, kv_fraction=math.floor(fraction * 1e4) / 1e4, kv_bytes=kv, kv_tokens=tokens))
-        free -= kv
+    for e, kv in zip(engines, pools, strict=True):
+        if free_after <= 0:
+            fraction = 0.0
+        elif len(engines) == 1:  # one engine: the configured share as is (tokens only quantize it)
+            fraction = frac
+        else:
+            fraction = min(1.0, kv / (free_after - (sum(pools) - kv)))
+        # ceil to 4 decimals: the token cap bounds the pool, a fraction rounded down would not reach it
+        planned.append(_replace(e, kv_fraction=min(1.0, math.ceil(fraction * 1e4) / 1e4), kv_bytes=kv, kv_tokens=tokens))
     assumptions = (
         "gpu_memory_gb in GiB (2^30 bytes); planning GPU = GPU 0 (target rank 0 + draft rank 0)",
         f"runtime reserve {reserve_gib:g} GiB per GPU (CUDA context, cuBLAS/NCCL workspaces, Triton)",
         "activations ~ max_num_tokens x (4*hidden + 3*intermediate/tp) at dtype + fp32 logits",
-        "load order: target then draft; each fraction is of the memory free when that engine loads",
+        "each fraction is of the memory free when that engine loads, sized for loading last; with max_tokens_in_paged_kv_cache = KV tokens the split holds in either load order",
         f"kv_cache_free_gpu_mem_fraction {frac:g} = share of memory left after weights, split so both engines hold the same tokens",
         "TensorRT-LLM layout: embedding replicated, lm_head split by vocab, KV heads duplicated when tp > n_kv",
     )

@@ -96,6 +96,14 @@ def run_checks(spec: BuildSpec, *, runtime_reserve_gib: float = RUNTIME_RESERVE_
     return CheckReport(spec, tuple(out), plan)
 
 
+def short_path(path: Path) -> str:
+    """Relative to the working directory when below it (table cells stay readable)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 # ---- models --------------------------------------------------------------------------------------
 
 def _load(spec: BuildSpec, role: str, section: ModelSection, out: list[CheckResult]) -> LoadedModel | None:
@@ -109,15 +117,30 @@ def _load(spec: BuildSpec, role: str, section: ModelSection, out: list[CheckResu
         return None
     weights = find_weights(folder)
     if weights.missing:
-        out.append(CheckResult(f"{role}: weights", FAIL, f"{folder}: {len(weights.missing)} shard(s) listed in the index are missing, e.g. {weights.missing[0]}",
+        out.append(CheckResult(f"{role}: weights", FAIL, f"{short_path(folder)}: {len(weights.missing)} shard(s) listed in the index are missing, e.g. {weights.missing[0]}",
                                "finish the download (huggingface-cli download resumes) before compile"))
     elif not weights.present:
-        out.append(CheckResult(f"{role}: weights", WARN, f"{folder}: config.json only, no *.safetensors / pytorch_model*.bin; checks and the plan use the shapes",
+        out.append(CheckResult(f"{role}: weights", WARN, f"{short_path(folder)}: config.json only, no *.safetensors / pytorch_model*.bin; checks and the plan use the shapes",
                                "download the weights before `specbuild compile`"))
     else:
-        n = len(weights.safetensors) + len(weights.torch_bins)
-        out.append(CheckResult(f"{role}: weights", PASS, f"{n} file(s), {weights.disk_bytes / GIB:.2f} GiB in {folder}"))
+        out.append(_weights_row(role, folder, config, weights))
     return LoadedModel(role, section, folder, config, weights)
+
+
+def _weights_row(role: str, folder: Path, config: HFModelConfig, weights: WeightFiles) -> CheckResult:
+    """Present weights: the safetensors headers must be readable and hold what config.json describes."""
+    from specbuild.builder.weights import weight_stats
+
+    n = len(weights.safetensors) + len(weights.torch_bins)
+    found = f"{n} file(s), {weights.disk_bytes / GIB:.2f} GiB in {short_path(folder)}"
+    try:
+        stats = weight_stats(weights)
+    except SpecbuildError as exc:
+        return CheckResult(f"{role}: weights", FAIL, f"{exc.what}: {exc.found}", exc.fix or "")
+    if stats is not None and stats.num_parameters != config.num_parameters:
+        return CheckResult(f"{role}: weights", WARN, f"{found}; the headers hold {stats.num_parameters:,} parameters, config.json's shapes make {config.num_parameters:,}",
+                           "check that config.json belongs to these weights (specbuild inspect shows both)")
+    return CheckResult(f"{role}: weights", PASS, found + (f", {stats.num_parameters:,} parameters" if stats else ""))
 
 
 def _check_architecture(m: LoadedModel, out: list[CheckResult]) -> None:
