@@ -88,7 +88,7 @@ def model_info(client, model: str | None) -> ModelInfo:
     """Resolve the model (None: BLS for draft/target repositories, else the ensemble) and read its inputs."""
     from tritonclient.utils import InferenceServerException
 
-    index = client.get_repository_index(as_json=True).get("models", [])
+    index = client.get_model_repository_index(as_json=True).get("models", [])
     ready = {m["name"] for m in index if m.get("state") == "READY"}
     draft_target = DRAFT_MODEL in ready
     name = model or (BLS if draft_target else ENSEMBLE)
