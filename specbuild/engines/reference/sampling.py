@@ -22,7 +22,7 @@ import torch
 
 from specbuild.sampling_params import SamplingParams
 
-__all__ = ["SamplingParams", "accept_draft", "make_generator", "probs_from_logits", "sample"]
+__all__ = ["SamplingParams", "accept_draft", "make_generator", "probs_from_logits", "residual_probs", "sample"]
 
 
 def make_generator(seed: int | None, *, offset: int = 0, device: str | torch.device = "cpu") -> torch.Generator | None:
@@ -82,12 +82,16 @@ def accept_draft(
         u = float(torch.rand((), generator=generator))
         if u * p_draft < p_target:  # u < target/draft, written without dividing
             continue
-        residual = (target_probs[i] - draft_probs[i]).clamp_min(0.0)  # [V]
-        mass = float(residual.sum())
-        # mass == 0 only if target == draft, which never rejects; fall back to the target row defensively.
-        next_probs = residual / mass if mass > 0 else target_probs[i]  # [V]
-        return i, sample(next_probs, generator)
+        return i, sample(residual_probs(target_probs[i], draft_probs[i]), generator)
     return k, sample(target_probs[k], generator)
+
+
+def residual_probs(target_row: torch.Tensor, draft_row: torch.Tensor) -> torch.Tensor:
+    """max(0, target - draft) renormalised to sum 1: where to sample after a rejection. [V] -> [V]."""
+    residual = (target_row.float() - draft_row.float()).clamp_min(0.0)  # [V]
+    mass = float(residual.sum())
+    # mass == 0 only if target == draft, which never rejects; fall back to the target row defensively.
+    return residual / mass if mass > 0 else target_row.float()  # [V]
 
 
 def _accept_by_equality(tokens: list[int], target_probs: torch.Tensor, generator) -> tuple[int, int]:
