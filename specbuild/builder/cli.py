@@ -22,12 +22,9 @@ def check(
 ) -> None:
     """Run every preflight check of SPEC and print a pass/warn/fail table and the per-GPU memory plan.
 
-    Checks: supported architecture (Llama, Mistral, Qwen2); draft and target share the tokenizer
-    (vocabulary, merges, special-token ids) and the vocab size; TP/PP divisibility (heads, KV heads
-    incl. duplication when tp > KV heads, layers, hidden/intermediate); Medusa heads and tree; sequence
-    length; memory plan (weights, KV cache per token, tokens that fit, kv_cache_free_gpu_mem_fraction
-    of each engine). Works from config.json alone (weights absent: a warning). Runs on any machine.
-    Exit code 1 when a check fails.
+    Checks: supported architecture (Llama, Mistral, Qwen2); draft and target share the tokenizer (vocabulary, merges, special-token ids) and the vocab size; TP/PP divisibility (heads, KV heads incl. duplication when tp > KV heads, layers, hidden/intermediate); Medusa heads and tree; sequence length; memory plan (weights, KV cache per token, tokens that fit, kv_cache_free_gpu_mem_fraction and max_tokens_in_paged_kv_cache of each engine).
+
+    Works from config.json alone (weights absent: a warning), on any machine, without a GPU. Exit code 1 when a check fails, 2 when the spec itself is invalid.
     """
     from specbuild.builder.memory_plan import RUNTIME_RESERVE_GIB
     from specbuild.builder.preflight import run_checks
@@ -50,10 +47,10 @@ def inspect(
     model: Annotated[str, typer.Argument(help="A model folder (config.json, weights, tokenizer) or a hub id in the local Hugging Face cache.")],
     as_json: bool = typer.Option(False, "--json", help="Print a JSON object instead of the table."),
 ) -> None:
-    """Show what a checkpoint is: architecture, layers, hidden size, heads / KV heads, head dim, vocab,
-    rope settings, dtype, parameter count and bytes, weight files, and a tokenizer summary (class,
-    vocab size, special tokens). Reads config.json, safetensors headers and tokenizer files only;
-    also describes a Medusa heads folder. Never downloads."""
+    """Show what a checkpoint is: architecture, layers, hidden size, heads / KV heads, head dim, vocab, rope settings, dtype, parameter count and bytes, weight files, and a tokenizer summary (class, vocab size, special tokens).
+
+    Reads config.json, safetensors headers and tokenizer files only (nothing is loaded, never downloads); also describes a Medusa heads folder.
+    """
     from specbuild.builder.inspect_model import inspect_model
 
     report = inspect_model(model)
@@ -69,9 +66,10 @@ def inspect(
 def doctor(
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
 ) -> None:
-    """Report the environment: Python, torch (+CUDA, GPUs), tensorrt_llm and trtllm-build (GPU hosts
-    only), the local tritonserver binary from the nvidia-pytriton wheel, its Python backend stub and
-    the libpython the stub loads. Exit code 1 when something required is missing (a fail row)."""
+    """Report the environment: Python, torch (+CUDA, GPUs), tensorrt_llm and trtllm-build (GPU hosts only), the local tritonserver binary from the nvidia-pytriton wheel, its Python backend stub and the libpython the stub loads.
+
+    Exit code 1 when something required is missing (a fail row).
+    """
     from specbuild.builder.doctor import run_doctor
 
     rows = run_doctor()

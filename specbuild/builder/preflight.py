@@ -261,7 +261,7 @@ def _check_plan(spec: BuildSpec, plan: MemoryPlan, target: LoadedModel, draft: L
                            _fit_fix(spec, target, draft, reserve))
     fractions = f"kv_cache_free_gpu_mem_fraction target {t.kv_fraction}" + (f", draft {d.kv_fraction}" if d else "")
     found = (f"weights {t.weight_bytes / GIB:.2f} GiB/GPU (target)" + (f" + {d.weight_bytes / GIB:.2f} GiB (draft)" if d else "")
-             + f"; KV {plan.kv_tokens} tokens per engine = {plan.full_sequences} sequences of {plan.max_seq_len}; {fractions}")
+             + f"; KV {plan.kv_tokens:,} tokens per engine = {plan.full_sequences} sequences of {plan.max_seq_len}; {fractions}")
     if plan.full_sequences < plan.max_batch_size:
         return CheckResult("memory plan", WARN, found + f" (< max_batch_size {plan.max_batch_size})",
                            "long sequences cap the batch: lower build.max_seq_len or max_batch_size, or raise tp_size")

@@ -36,7 +36,9 @@ def _rows_table(title: str, rows, *, with_fix: bool = True):
 
 
 def render_check(report: CheckReport, console: Console) -> None:
-    title = f"specbuild check {report.spec.source or report.spec.name}"
+    from specbuild.builder.preflight import short_path
+
+    title = f"specbuild check {short_path(report.spec.source) if report.spec.source else report.spec.name}"
     console.print(_rows_table(title, report.results))
     if report.plan is not None:
         render_plan(report.plan, console)
@@ -83,7 +85,9 @@ def render_plan(plan: MemoryPlan, console: Console) -> None:
 def render_inspection(report: ModelInspection, console: Console) -> None:
     from rich.table import Table
 
-    table = Table(title=f"specbuild inspect {report.folder}", title_justify="left", show_header=False)
+    from specbuild.builder.preflight import short_path
+
+    table = Table(title=f"specbuild inspect {short_path(report.folder)}", title_justify="left", show_header=False)
     table.add_column("field", no_wrap=True)
     table.add_column("value")
     for key, value in report.rows():
