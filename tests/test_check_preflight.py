@@ -220,3 +220,36 @@ def test_weights_that_disagree_with_config_warn_and_broken_header_fails(tmp_path
     (odd / "model.safetensors").write_bytes(b"\xff" * 16)  # truncated download
     status, found, fix = rows(run_checks(load_spec(spec)))["target: weights"]
     assert status == "fail" and "safetensors header" in found and "re-download" in fix
+
+
+def config_only(tmp: Path, source: Path, name: str, **changes) -> Path:
+    folder = tmp / name
+    folder.mkdir()
+    cfg = json.loads((source / "config.json").read_text())
+    cfg.update(changes)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+def test_architecture_and_pipeline_rows(tmp_path, tiny_target, tiny_draft, tiny_qwen2):
+    neox = config_only(tmp_path, tiny_target, "neox", architectures=["GPTNeoXForCausalLM"])
+    spec = place_spec(tmp_path, "draft-target.yaml", {"target": neox, "draft": tiny_draft}, **{"target.pp_size": 3, "serving.num_gpus": 3})
+    r = rows(run_checks(load_spec(spec)))
+    assert r["target: architecture"][0] == "fail" and "GPTNeoXForCausalLM is not supported" in r["target: architecture"][1]
+    assert "Qwen2ForCausalLM" in r["target: architecture"][2]
+    assert r["target: pipeline parallel"][0] == "fail" and "pp_size 3 > 2 layers" in r["target: pipeline parallel"][1]
+
+    qwen = config_only(tmp_path, tiny_qwen2, "qwen")
+    spec2 = tmp_path / "q"
+    spec2.mkdir()
+    spec2 = place_spec(spec2, "draft-target.yaml", {"target": qwen, "draft": tiny_draft})
+    r = rows(run_checks(load_spec(spec2)))
+    assert r["target: architecture"][0] == "pass" and "(qwen2)" in r["target: architecture"][1]
+
+
+def test_sequence_length_and_dtype_rows(tmp_path, tiny_target, tiny_draft):
+    short = config_only(tmp_path, tiny_target, "short", max_position_embeddings=100, torch_dtype="bfloat16", dtype="bfloat16")
+    spec = place_spec(tmp_path, "draft-target.yaml", {"target": short, "draft": tiny_draft}, dtype="float16")
+    r = rows(run_checks(load_spec(spec)))
+    assert r["target: sequence length"][0] == "fail" and r["target: sequence length"][2] == "set build.max_seq_len <= 100"
+    assert r["target: dtype"][0] == "warn" and "bfloat16" in r["target: dtype"][2]
