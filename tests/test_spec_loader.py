@@ -129,3 +129,14 @@ def test_spec_from_dict_roundtrip():
     spec = spec_from_dict({**BASE, "speculation": {"max_draft_len": 6}})
     again = spec_from_dict({k: v for k, v in spec.to_dict().items() if k != "source" and v is not None})
     assert again == spec
+
+
+def test_check_cli_reports_spec_errors_with_exit_2(tmp_path):
+    from typer.testing import CliRunner
+
+    from specbuild.cli import app
+
+    path = write(tmp_path, {**BASE, "bulid": {"max_batch_size": 4}})
+    result = CliRunner().invoke(app, ["check", str(path)])
+    assert result.exit_code == 2
+    assert f"{path}: unknown key bulid" in result.output and "did you mean 'build'?" in result.output
