@@ -253,3 +253,15 @@ def test_sequence_length_and_dtype_rows(tmp_path, tiny_target, tiny_draft):
     r = rows(run_checks(load_spec(spec)))
     assert r["target: sequence length"][0] == "fail" and r["target: sequence length"][2] == "set build.max_seq_len <= 100"
     assert r["target: dtype"][0] == "warn" and "bfloat16" in r["target: dtype"][2]
+
+
+def test_sliding_window_and_bad_config_values(tmp_path, tiny_target, tiny_draft):
+    mistral = config_only(tmp_path, tiny_target, "mistral", architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=64)
+    spec = place_spec(tmp_path, "draft-target.yaml", {"target": mistral, "draft": tiny_draft})
+    r = rows(run_checks(load_spec(spec)))
+    assert r["target: sequence length"][0] == "warn" and "sliding_window 64 < max_seq_len 128" in r["target: sequence length"][1]
+    broken = config_only(tmp_path, tiny_target, "broken", hidden_size="64")
+    (tmp_path / "target").unlink()
+    os.symlink(broken, tmp_path / "target")
+    status, found, fix = rows(run_checks(load_spec(spec)))["target: model"]
+    assert status == "fail" and "impossible hidden_size" in found and "'64'" in found

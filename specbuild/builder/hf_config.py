@@ -47,6 +47,7 @@ class HFModelConfig:
     dtype: str  # float32 | float16 | bfloat16 (the checkpoint's stored dtype)
     bos_token_id: int | None = None
     eos_token_id: int | tuple[int, ...] | None = None
+    sliding_window: int | None = None  # Mistral-style local attention window; None = full attention
 
     @classmethod
     def from_hf(cls, source: str | Path | dict[str, Any]) -> HFModelConfig:
@@ -86,6 +87,8 @@ class HFModelConfig:
             dtype=_dtype(raw),
             bos_token_id=raw.get("bos_token_id"),
             eos_token_id=tuple(eos) if isinstance(eos, list) else eos,
+            # Qwen2 configs carry a sliding_window value but switch it off with use_sliding_window: false
+            sliding_window=raw.get("sliding_window") if raw.get("use_sliding_window", True) else None,
         )
 
     # ---- derived ----------------------------------------------------------------------------------
@@ -158,10 +161,13 @@ def _load(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any], str]:
         ) from None
 
 
-def _req(raw: dict[str, Any], key: str, where: str) -> Any:
+def _req(raw: dict[str, Any], key: str, where: str) -> int:
     if key not in raw:
         raise CheckpointError(f"{where}: config.json lacks {key!r}", expected=f"an integer {key}", found="missing", fix="re-save the config with transformers")
-    return raw[key]
+    value = raw[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise CheckpointError(f"{where}: config.json has an impossible {key}", expected="a positive integer", found=repr(value), fix="re-save the config with transformers")
+    return value
 
 
 def _rope(raw: dict[str, Any]) -> tuple[float, dict | None]:

@@ -211,6 +211,11 @@ def _check_lengths(m: LoadedModel, spec: BuildSpec, out: list[CheckResult]) -> N
         out.append(CheckResult(name, WARN, f"max_seq_len {seq} + max_draft_len {extra} > max_position_embeddings {limit}",
                                f"set build.max_seq_len <= {limit - extra}"))
     else:
+        window = m.config.sliding_window
+        if window is not None and window < seq + extra:
+            out.append(CheckResult(name, WARN, f"sliding_window {window} < max_seq_len {seq}{f' + {extra}' if extra else ''}: attention beyond {window} tokens is local",
+                                   f"set build.max_seq_len <= {window - extra} for exact full-attention results, or configure max_attention_window_size {window}"))
+            return
         plus = f" + max_draft_len {extra}" if extra else ""
         out.append(CheckResult(name, PASS, f"max_seq_len {seq}{plus} <= max_position_embeddings {limit}"))
 
