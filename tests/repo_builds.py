@@ -42,3 +42,27 @@ def compile_tiny(workdir: Path, mode: str, *, target: Path, draft: Path | None =
         cfg = json.loads((target / "config.json").read_text())
         make_heads(workdir / "medusa_heads", hidden=cfg["hidden_size"], vocab=cfg["vocab_size"], heads=3)
     return compile_spec(load_spec(workdir / spec_name), workdir / "build", engine="reference")
+
+
+_BUILDS: dict[tuple, Path] = {}
+
+
+def cached_build(tmp_path_factory, name: str, mode: str, *, target: Path, draft: Path | None = None) -> Path:
+    """compile_tiny once per session and name (several test modules share the builds)."""
+    key = (name, mode, str(target), str(draft))
+    if key not in _BUILDS:
+        _BUILDS[key] = compile_tiny(tmp_path_factory.mktemp(f"build-{name}"), mode, target=target, draft=draft)
+    return _BUILDS[key]
+
+
+def repo_text(repo: Path, *, replace: dict[str, str]) -> str:
+    """Every config.pbtxt and the file list of a repository, with machine paths replaced (golden files)."""
+    parts = ["# files"]
+    parts += [p.relative_to(repo).as_posix() for p in sorted(repo.rglob("*")) if p.is_file() and p.name != "specbuild.json"
+              and "__pycache__" not in p.parts]
+    for path in sorted(repo.glob("*/config.pbtxt")):
+        parts += [f"# {path.relative_to(repo).as_posix()}", path.read_text().rstrip("\n")]
+    text = "\n".join(parts) + "\n"
+    for old, new in sorted(replace.items(), key=lambda kv: -len(kv[0])):
+        text = text.replace(old, new)
+    return text

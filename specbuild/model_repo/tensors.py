@@ -243,6 +243,13 @@ def postprocessing_interface() -> Interface:
 
 # ---- the external interfaces: ensemble and tensorrt_llm_bls ---------------------------------------
 
+# specbuild additions to the ensemble and BLS outputs (not in the upstream templates): the token ids of
+# each response (prompt excluded; streamed: that response's new tokens), so clients get token ids and
+# can count tokens per step. The ensemble routes tensorrt_llm's output_ids / sequence_length through
+# these ensemble outputs into postprocessing.
+EXTRA_TEXT_OUTPUTS = ("output_ids", "sequence_length")
+
+
 def _text_outputs(lg: str) -> list[Tensor]:
     return [
         _t("text_output", "STRING", (-1,)),
@@ -253,6 +260,8 @@ def _text_outputs(lg: str) -> list[Tensor]:
         _t("batch_index", "INT32", (1,)),
         _t("sequence_index", "INT32", (1,)),
         *_perf_outputs(),
+        _t("output_ids", "INT32", (-1, -1)),  # specbuild addition, see EXTRA_TEXT_OUTPUTS
+        _t("sequence_length", "INT32", (-1,)),  # specbuild addition
     ]
 
 
@@ -374,14 +383,13 @@ def ensemble_steps(names: Names, *, llm_model: str = "tensorrt_llm") -> tuple[St
         ("bad_words_list", "_BAD_WORDS_IDS"), ("prompt_table_extra_ids", "_OUT_PROMPT_TABLE_EXTRA_IDS"),
         *((n, n) for n in same),
     )
-    llm_outputs = (
-        ("output_ids", "_TOKENS_BATCH"), ("sequence_length", "_SEQUENCE_LENGTH"),
-        *((t.name, t.name) for t in _text_outputs("FP32")[1:]),
-    )
+    # Every tensorrt_llm output goes to the same-named ensemble output; upstream routes output_ids and
+    # sequence_length through the internal _TOKENS_BATCH / _SEQUENCE_LENGTH instead (EXTRA_TEXT_OUTPUTS).
+    llm_outputs = tuple((t.name, t.name) for t in _text_outputs("FP32")[1:])
     llm = Step(llm_model, llm_inputs, llm_outputs)
     post = Step(
         "postprocessing",
-        (("TOKENS_BATCH", "_TOKENS_BATCH"), ("SEQUENCE_LENGTH", "_SEQUENCE_LENGTH")),
+        (("TOKENS_BATCH", "output_ids"), ("SEQUENCE_LENGTH", "sequence_length")),
         (("OUTPUT", "text_output"),),
     )
     return (pre, llm, post)

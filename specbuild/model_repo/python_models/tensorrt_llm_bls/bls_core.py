@@ -166,8 +166,11 @@ def engine_inputs(ids: list[int], output_len: int, opts: BlsOptions, prep: Prepa
 
 def new_tokens(out: dict[str, np.ndarray]) -> list[int]:
     """output_ids [1, beams, T] + sequence_length [1, beams] -> beam 0's tokens (input excluded)."""
-    n = int(out["sequence_length"].reshape(-1)[0])
-    return [int(t) for t in out["output_ids"].reshape(out["output_ids"].shape[0], -1, out["output_ids"].shape[-1])[0, 0, :n]]
+    n = int(np.asarray(out["sequence_length"]).reshape(-1)[0])
+    ids = np.asarray(out["output_ids"])
+    if n == 0 or ids.size == 0:  # a streamed final response carries no tokens
+        return []
+    return [int(t) for t in ids.reshape(-1, ids.shape[-1])[0, :n]]
 
 
 class _Shared:

@@ -7,8 +7,9 @@
   whole request. With stream=true each round's accepted tokens are sent as they are accepted.
 * otherwise the request goes to `tensorrt_llm` alone (streamed when that model is decoupled: Medusa).
 
-Responses: text_output chunks are deltas (concatenate them); the last response carries the
-COMPLETE_FINAL flag, the remaining text and, with return_perf_metrics, the perf outputs.
+Responses: text_output chunks are deltas (concatenate them), output_ids / sequence_length the token
+ids of each response (prompt excluded); the last response carries the COMPLETE_FINAL flag, the
+remaining text and, with return_perf_metrics, the perf outputs.
 Production repositories ship the needed specbuild modules in ./vendor (no specbuild in the container).
 """
 
@@ -40,6 +41,12 @@ from bls_core import (  # noqa: E402
 )
 
 _NUMPY_LOGITS = {"TYPE_FP32": "float32", "TYPE_FP16": "float16", "TYPE_BF16": "float32"}  # no numpy bf16
+
+
+def _token_outputs(tokens: list[int]) -> dict:
+    """The response's token ids (specbuild addition): output_ids [1, 1, n], sequence_length [1, 1]."""
+    return {"output_ids": np.array(tokens, dtype=np.int32).reshape(1, 1, -1),
+            "sequence_length": np.array([[len(tokens)]], dtype=np.int32)}
 
 
 def _param(config: dict, key: str, default: str = "") -> str:
@@ -129,9 +136,9 @@ class TritonPythonModel:
         def on_tokens(tokens):
             times["first"] = times["first"] or time.time_ns()
             times["last"] = time.time_ns()
-            delta = text.push(tokens) if opts.stream else (text.tokens.extend(tokens) or "")
-            if delta:
-                sender.send(self._response({"text_output": np.array([[delta.encode()]], dtype=object)}))
+            if opts.stream:
+                delta = text.push(tokens)
+                sender.send(self._response({"text_output": np.array([[delta.encode()]], dtype=object), **_token_outputs(tokens)}))
 
         if opts.num_draft_tokens > 0 and self.draft:
             tokens, stats, shared = speculate(self._call, opts, prep, draft_model=self.draft, target_model=self.target,
@@ -147,7 +154,8 @@ class TritonPythonModel:
             final_text = detokenize(self._call, prep.prompt_ids + tokens)
         else:
             final_text = detokenize(self._call, tokens)
-        outputs = {"text_output": np.array([[final_text.encode()]], dtype=object)}
+        outputs = {"text_output": np.array([[final_text.encode()]], dtype=object),
+                   **_token_outputs([] if opts.stream else tokens)}
         if opts.return_perf_metrics:
             outputs.update(perf)
         sender.send(self._response(outputs), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)

@@ -1,0 +1,205 @@
+"""An in-process stand-in for the Python backend, to unit-test a generated repository's Python models
+without a server: a fake `triton_python_backend_utils` module and a tiny scheduler that loads each
+model's 1/model.py, routes BLS calls between models and runs the ensemble's steps.
+
+It checks what a real server would check at the boundary (declared input names, required inputs,
+data types); real serving is tested end to end by the client tests with tritonserver.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+
+FINAL = 1  # TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+class Tensor:
+    def __init__(self, name: str, value):
+        self._name, self._value = name, np.asarray(value)
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self):
+        return self._value
+
+
+class TritonError:
+    def __init__(self, message: str):
+        self._message = message
+
+    def message(self) -> str:
+        return self._message
+
+
+class InferenceResponse:
+    def __init__(self, output_tensors=(), error=None):
+        self.output_tensors, self._error = list(output_tensors), error
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self):
+        return self._error
+
+
+class Sender:
+    def __init__(self):
+        self.responses: list[tuple[InferenceResponse | None, int]] = []
+
+    def send(self, response=None, flags=0):
+        self.responses.append((response, flags))
+
+
+class Request:
+    def __init__(self, inputs: dict[str, np.ndarray], requested: list[str] | None = None):
+        self.inputs, self.requested = inputs, requested
+        self.sender = Sender()
+
+    def get_response_sender(self):
+        return self.sender
+
+
+def get_input_tensor_by_name(request, name):
+    return Tensor(name, request.inputs[name]) if name in request.inputs else None
+
+
+def get_output_tensor_by_name(response, name):
+    return next((t for t in response.output_tensors if t.name() == name), None)
+
+
+class FakeServer:
+    """Loads every model of a repository folder; `infer(model, inputs)` returns its responses."""
+
+    def __init__(self, repo: Path):
+        from google.protobuf.json_format import MessageToDict
+
+        from specbuild.model_repo.configs import parse_text
+
+        self.repo = Path(repo)
+        self.configs = {p.parent.name: parse_text(p.read_text()) for p in self.repo.glob("*/config.pbtxt")}
+        self.calls: list[tuple[str, dict]] = []  # (model, inputs) of every request, in order
+        self._install_module()
+        self.models = {}
+        for name, cfg in self.configs.items():
+            if cfg.platform == "ensemble":
+                continue
+            as_dict = MessageToDict(cfg, preserving_proto_field_name=True)
+            model = self._load(name)
+            model.initialize({"model_config": json.dumps(as_dict), "model_name": name,
+                              "model_repository": str(self.repo / name), "model_version": "1"})
+            self.models[name] = model
+
+    def _install_module(self) -> None:
+        server = self
+        mod = types.ModuleType("triton_python_backend_utils")
+        mod.Tensor, mod.TritonError, mod.InferenceResponse = Tensor, TritonError, InferenceResponse
+        mod.get_input_tensor_by_name, mod.get_output_tensor_by_name = get_input_tensor_by_name, get_output_tensor_by_name
+        mod.TRITONSERVER_RESPONSE_COMPLETE_FINAL = FINAL
+        mod.using_decoupled_model_transaction_policy = lambda cfg: bool(cfg.get("model_transaction_policy", {}).get("decoupled"))
+
+        class InferenceRequest:
+            def __init__(self, model_name, requested_output_names, inputs):
+                self.model_name, self.requested = model_name, list(requested_output_names)
+                self.inputs = {t.name(): t.as_numpy() for t in inputs}
+
+            def exec(self, decoupled=False):
+                responses = server.infer(self.model_name, self.inputs)
+                if decoupled:
+                    return iter(responses)
+                assert len(responses) == 1, f"{self.model_name}: {len(responses)} responses to a non-decoupled call"
+                return responses[0]
+
+        mod.InferenceRequest = InferenceRequest
+        sys.modules["triton_python_backend_utils"] = mod
+
+    def _load(self, name: str):
+        path = self.repo / name / "1" / "model.py"
+        spec = importlib.util.spec_from_file_location(f"fake_triton_model_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.TritonPythonModel()
+
+    def _validate(self, name: str, inputs: dict[str, np.ndarray]) -> None:
+        from tritonclient.grpc import model_config_pb2 as pb
+
+        from specbuild.model_repo.tensors import NUMPY_DTYPE
+
+        declared = {t.name: t for t in self.configs[name].input}
+        for key, value in inputs.items():
+            assert key in declared, f"{name}: input {key!r} is not declared in its config.pbtxt"
+            want = NUMPY_DTYPE[pb.DataType.Name(declared[key].data_type)]
+            got = "object" if np.asarray(value).dtype.kind in "OSU" else str(np.asarray(value).dtype)
+            assert got == want, f"{name}: input {key} is {got}, config says {want}"
+        for t in declared.values():
+            assert t.optional or t.name in inputs, f"{name}: required input {t.name} missing"
+
+    def infer(self, name: str, inputs: dict[str, np.ndarray]) -> list[InferenceResponse]:
+        """All responses of one request (decoupled models may send several)."""
+        self._validate(name, inputs)
+        self.calls.append((name, inputs))
+        cfg = self.configs[name]
+        if cfg.platform == "ensemble":
+            return self._ensemble(cfg, inputs)
+        request = Request(inputs)
+        returned = self.models[name].execute([request])
+        if cfg.model_transaction_policy.decoupled:
+            assert returned is None, f"{name}: a decoupled model must return None from execute"
+            out = [r for r, _ in request.sender.responses if r is not None]
+            assert request.sender.responses and request.sender.responses[-1][1] == FINAL, f"{name}: no final flag"
+            return out
+        assert len(returned) == 1
+        return returned
+
+    def _ensemble(self, cfg, inputs: dict[str, np.ndarray]) -> list[InferenceResponse]:
+        """Run the steps in order; a step with several responses feeds each one to the following steps."""
+        def run(step_index: int, tensors: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+            if step_index == len(cfg.ensemble_scheduling.step):
+                return [tensors]
+            step = cfg.ensemble_scheduling.step[step_index]
+            step_inputs = {k: tensors[v] for k, v in step.input_map.items() if v in tensors}
+            results = []
+            for response in self.infer(step.model_name, step_inputs):
+                assert not response.has_error(), response.error().message()
+                produced = dict(tensors)
+                for t in response.output_tensors:
+                    if t.name() in step.output_map:
+                        produced[step.output_map[t.name()]] = t.as_numpy()
+                results += run(step_index + 1, produced)
+            return results
+
+        names = {o.name for o in cfg.output}
+        return [InferenceResponse([Tensor(k, v) for k, v in r.items() if k in names]) for r in run(0, dict(inputs))]
+
+
+def text_request(text: str, max_tokens: int, **extra) -> dict[str, np.ndarray]:
+    """Ensemble / BLS inputs with the batch dim: scalars become [1, 1] arrays of the right dtype."""
+    dtypes = {"stream": bool, "use_draft_logits": bool, "return_perf_metrics": bool, "exclude_input_in_output": bool,
+              "num_draft_tokens": np.int32, "top_k": np.int32, "temperature": np.float32, "top_p": np.float32,
+              "seed": np.uint64, "end_id": np.int32}
+    inputs = {"text_input": np.array([[text.encode()]], dtype=object), "max_tokens": np.array([[max_tokens]], dtype=np.int32)}
+    for key, value in extra.items():
+        inputs[key] = np.array([[value]], dtype=dtypes[key])
+    return inputs
+
+
+def collect(responses) -> dict:
+    """Concatenate text deltas and token ids of a response stream; keep the last perf outputs."""
+    text, tokens, perf = "", [], {}
+    for r in responses:
+        assert not r.has_error(), r.error().message()
+        out = {t.name(): t.as_numpy() for t in r.output_tensors}
+        text += out["text_output"].reshape(-1)[0].decode() if "text_output" in out else ""
+        if "output_ids" in out:
+            tokens += out["output_ids"].reshape(-1)[: int(out["sequence_length"].reshape(-1)[0])].tolist()
+        for key in ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens", "first_token_time_ns",
+                    "last_token_time_ns", "arrival_time_ns", "kv_cache_reused_blocks"):
+            if key in out:
+                perf[key] = out[key].reshape(-1)[0].item()
+    return {"text": text, "tokens": tokens, "perf": perf, "responses": len(list(responses))}

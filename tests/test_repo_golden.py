@@ -1,0 +1,52 @@
+"""Golden files: the whole generated repository (file list + every config.pbtxt), both modes, both backends.
+
+Regenerate after an intended change with:
+    SPECBUILD_UPDATE_GOLDEN=1 .venv/bin/python -m pytest -q tests/test_repo_golden.py
+and review the diff of tests/data/golden/ before committing. Machine paths become <WORK>.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from repo_builds import cached_build, repo_text
+
+from specbuild.model_repo.generate import generate_repo
+
+GOLDEN = Path(__file__).parent / "data" / "golden"
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory, tiny_target, tiny_draft):
+    return {
+        "draft_target": cached_build(tmp_path_factory, "dt", "draft_target", target=tiny_target, draft=tiny_draft),
+        "medusa": cached_build(tmp_path_factory, "medusa", "medusa", target=tiny_target),
+    }
+
+
+@pytest.mark.parametrize("mode", ["draft_target", "medusa"])
+@pytest.mark.parametrize("backend", ["tensorrtllm", "python"])
+def test_repository_matches_golden(builds, tmp_path, mode, backend):
+    build = builds[mode]
+    repo = generate_repo(build, tmp_path / "repo", backend=backend)
+    text = repo_text(repo, replace={str(build.parent): "<WORK>"})
+    assert "${" not in text  # no template placeholder can survive: there are no templates
+    golden = GOLDEN / f"{mode}_{backend}.txt"
+    if os.environ.get("SPECBUILD_UPDATE_GOLDEN"):
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(text)
+    assert golden.is_file(), f"missing {golden}: run with SPECBUILD_UPDATE_GOLDEN=1"
+    assert text == golden.read_text(), f"{golden.name} differs: regenerate with SPECBUILD_UPDATE_GOLDEN=1 if intended"
+
+
+def test_engine_root_rewrites_engine_paths(builds, tmp_path):
+    repo = generate_repo(builds["draft_target"], tmp_path / "repo", backend="tensorrtllm", engine_root="/engines",
+                         tokenizer_dir="/tokenizer")
+    target = (repo / "tensorrt_llm" / "config.pbtxt").read_text()
+    draft = (repo / "tensorrt_llm_draft" / "config.pbtxt").read_text()
+    assert 'string_value: "/engines/target/engine"' in target
+    assert 'string_value: "/engines/draft/engine"' in draft
+    assert 'string_value: "/tokenizer"' in (repo / "preprocessing" / "config.pbtxt").read_text()
+    assert str(builds["draft_target"]) not in target
