@@ -265,3 +265,21 @@ def test_sliding_window_and_bad_config_values(tmp_path, tiny_target, tiny_draft)
     os.symlink(broken, tmp_path / "target")
     status, found, fix = rows(run_checks(load_spec(spec)))["target: model"]
     assert status == "fail" and "impossible hidden_size" in found and "'64'" in found
+
+
+def test_medusa_heads_as_torch_pt_and_corrupt(tmp_path, tiny_target):
+    import torch
+
+    from specbuild.builder.medusa_heads import read_medusa_heads
+
+    folder = tmp_path / "pt"
+    folder.mkdir()
+    state = {"0.0.linear.weight": torch.zeros(64, 64), "0.0.linear.bias": torch.zeros(64), "0.1.weight": torch.zeros(384, 64),
+             "1.0.linear.weight": torch.zeros(64, 64), "1.0.linear.bias": torch.zeros(64), "1.1.weight": torch.zeros(384, 64)}
+    torch.save(state, folder / "medusa_lm_head.pt")
+    info = read_medusa_heads(folder)
+    assert (info.num_heads, info.num_layers, info.hidden_size, info.vocab_size, info.problems) == (2, 1, 64, 384, ())
+    (folder / "medusa_lm_head.pt").write_bytes(b"not a torch file")
+    spec = place_spec(tmp_path, "medusa.yaml", {"target": tiny_target, "medusa_heads": folder})
+    status, found, fix = rows(run_checks(load_spec(spec)))["medusa: heads"]
+    assert status == "fail" and "cannot read" in found and "re-download" in fix

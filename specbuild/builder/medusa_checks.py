@@ -26,7 +26,11 @@ def check_medusa_heads(spec: BuildSpec, target: LoadedModel | None, out: list[Ch
     except SpecbuildError as exc:
         out.append(CheckResult("medusa: heads", FAIL, f"{exc.what} ({exc.found})", exc.fix or ""))
         return shape
-    info = read_medusa_heads(folder)
+    try:
+        info = read_medusa_heads(folder)
+    except SpecbuildError as exc:  # unreadable weights file
+        out.append(CheckResult("medusa: heads", FAIL, f"{exc.what} ({exc.found})", exc.fix or ""))
+        return shape
     if info.weights_file is None and info.config_num_heads is None:
         out.append(CheckResult("medusa: heads", FAIL, f"{short_path(folder)} has neither config.json with medusa_num_heads nor {' / '.join(WEIGHT_FILES)}",
                                "point medusa.heads at the folder of the trained heads (FasterDecoding/Medusa layout)"))

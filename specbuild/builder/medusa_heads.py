@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbuild.builder.weights import safetensors_shapes
+from specbuild.errors import CheckpointError
 
 WEIGHT_FILES = ("medusa_lm_head.pt", "medusa_lm_head.safetensors")
 _KEY = re.compile(r"^(?:medusa_heads\.)?(\d+)\.(\d+)\.(linear\.weight|linear\.bias|weight)$")
@@ -103,5 +104,17 @@ def _shapes(path: Path) -> dict[str, tuple[int, ...]]:
         return safetensors_shapes(path)
     import torch
 
-    state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    try:
+        try:  # memory-mapped: only the shapes are needed
+            state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError:  # legacy (non-zip) torch.save format cannot be memory-mapped
+            state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as exc:  # unpickling refused (weights_only) or a truncated file
+        raise CheckpointError(
+            f"cannot read {path}", expected="a torch state dict of tensors (loaded with weights_only=True)",
+            found=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
+            fix="re-download the heads, or save them as medusa_lm_head.safetensors",
+        ) from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"cannot read {path}", expected="a state dict", found=type(state).__name__, fix="save the heads' state_dict()")
     return {k: tuple(v.shape) for k, v in state.items() if hasattr(v, "shape")}
