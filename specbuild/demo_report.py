@@ -1,0 +1,123 @@
+"""The demo's closing summary: one table per mode from the `specbuild bench` reports (bench.json).
+
+Columns per (temperature, concurrency): acceptance rate alpha, mean accepted tokens per target pass,
+predicted speedup (from alpha, K and the measured cost ratio c), measured speedup (speculative
+output tokens/s over the target alone), TTFT and inter-token latency of both runs.
+
+A Medusa engine always speculates, so its bench has no baseline of its own; its measured speedup is
+taken against the draft/target run's baseline at the same temperature and concurrency, which serves
+the same target model with the same prompts and lengths (marked "vs d/t baseline").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+COLUMNS = ("T", "conc", "accept", "tok/pass", "predicted", "measured", "TTFT ms", "ITL ms", "base ITL ms",
+           "tok/s", "base tok/s")  # fmt: skip
+
+
+def load_bench(path: Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text())
+
+
+def summary_rows(
+    bench: dict[str, Any], *, baseline_from: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """One row per speculative run; `baseline_from` supplies baselines the bench itself lacks (Medusa)."""
+    base_runs = [r for r in bench["runs"] if r["mode"] == "baseline"]
+    borrowed = False
+    if not base_runs and baseline_from is not None:
+        base_runs = [r for r in baseline_from["runs"] if r["mode"] == "baseline"]
+        borrowed = True
+    base = {(r["temperature"], r["concurrency"]): r["metrics"] for r in base_runs}
+    rows = []
+    for run in bench["runs"]:
+        if run["mode"] != "speculative":
+            continue
+        m = run["metrics"]
+        b = base.get((run["temperature"], run["concurrency"]))
+        measured = m.get("speedup_measured")
+        if measured is None and b and b.get("output_token_throughput"):
+            measured = m["output_token_throughput"] / b["output_token_throughput"]
+        rows.append({
+            "T": run["temperature"],
+            "conc": run["concurrency"],
+            "accept": m.get("acceptance_rate"),
+            "tok/pass": m.get("mean_accepted_tokens_per_pass"),
+            "predicted": m.get("speedup_predicted"),
+            "measured": measured,
+            "TTFT ms": m["time_to_first_token"]["avg"],
+            "ITL ms": m["inter_token_latency"]["avg"],
+            "base ITL ms": b["inter_token_latency"]["avg"] if b else None,
+            "tok/s": m["output_token_throughput"],
+            "base tok/s": b["output_token_throughput"] if b else None,
+            "baseline": "vs d/t baseline" if borrowed and b else ("own baseline" if b else "none"),
+        })  # fmt: skip
+    return rows
+
+
+def _fmt(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.2f}" if abs(value) < 100 else f"{value:.0f}"
+    return str(value)
+
+
+def markdown(title: str, rows: list[dict[str, Any]]) -> str:
+    lines = [f"**{title}**", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_fmt(row[c]) for c in COLUMNS) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def print_summary(benches: dict[str, Path], *, family_metrics: dict | None, out: Path, timings: dict[str, float],
+                  total_s: float) -> dict[str, Any]:  # fmt: skip
+    """Print the tables and write OUT/summary.json and OUT/summary.md; returns the summary."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False, soft_wrap=True)
+    loaded = {mode: load_bench(path) for mode, path in benches.items() if Path(path).is_file()}
+    summary: dict[str, Any] = {"modes": {}, "timings_s": {k: round(v, 1) for k, v in timings.items()},
+                               "total_s": round(total_s, 1)}  # fmt: skip
+    md = []
+    for mode, bench in loaded.items():
+        rows = summary_rows(bench, baseline_from=loaded.get("draft_target") if mode == "medusa" else None)
+        ctx = bench.get("context", {})
+        title = f"{mode}: K={ctx.get('num_draft_tokens')}, cost ratio c={_fmt(ctx.get('cost_ratio'))}" if mode == "draft_target" \
+            else f"{mode}: tree from the tuned spec, c=0 (heads ride on the target pass)"  # fmt: skip
+        if rows and rows[0]["baseline"] == "vs d/t baseline":
+            title += "; measured vs the draft/target run's target-alone baseline"
+        table = Table(title=title)
+        for col in COLUMNS:
+            table.add_column(col, justify="right")
+        for row in rows:
+            table.add_row(*(_fmt(row[c]) for c in COLUMNS))
+        console.print(table)
+        summary["modes"][mode] = {
+            "context": ctx,
+            "rows": rows,
+            "plots": sorted(str(p) for p in Path(benches[mode]).parent.glob("*.png")),
+        }
+        md.append(markdown(title, rows))
+    if family_metrics:
+        acc = family_metrics.get("held_out_greedy_acceptance", {})
+        summary["demo_family"] = family_metrics
+        console.print(
+            f"demo family: target {family_metrics['target_params'] / 1e6:.1f}M params, draft "
+            f"{family_metrics['draft_params'] / 1e6:.2f}M; offline greedy acceptance per token "
+            f"{_fmt(acc.get('alpha_token'))}, tokens per pass at K=4 {_fmt(acc.get('tokens_per_pass_k4'))}"
+        )
+    for mode in loaded:
+        for plot in summary["modes"][mode]["plots"]:
+            console.print(f"plot: {plot}")
+    console.print("stage times: " + ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()))
+    console.print(f"total: {total_s:.0f}s")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    (out / "summary.md").write_text("\n".join(md))
+    return summary

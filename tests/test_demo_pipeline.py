@@ -1,0 +1,90 @@
+"""The demo orchestration without models: spec copies, echoed commands, the closing summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specbuild import demo, demo_report
+
+
+def _run(mode, concurrency, *, tps, ttft=10.0, itl=5.0, **extra):
+    metrics = {
+        "time_to_first_token": {"avg": ttft},
+        "inter_token_latency": {"avg": itl},
+        "output_token_throughput": tps,
+    }
+    metrics.update(extra)
+    return {"mode": mode, "temperature": 0.0, "concurrency": concurrency, "metrics": metrics}
+
+
+def test_summary_rows_take_the_bench_baseline_or_borrow_the_draft_target_one():
+    dt = {"runs": [_run("baseline", 1, tps=50.0, itl=20.0),
+                   _run("speculative", 1, tps=100.0, itl=9.0, acceptance_rate=0.8, mean_accepted_tokens_per_pass=3.2,
+                        speedup_measured=2.0, speedup_predicted=2.4),
+                   _run("baseline", 4, tps=80.0),
+                   _run("speculative", 4, tps=120.0, speedup_measured=1.5)]}  # fmt: skip
+    rows = demo_report.summary_rows(dt)
+    assert [(r["conc"], r["measured"], r["base ITL ms"], r["baseline"]) for r in rows] == [
+        (1, 2.0, 20.0, "own baseline"),
+        (4, 1.5, 5.0, "own baseline"),
+    ]
+    assert rows[0]["tok/pass"] == 3.2 and rows[0]["predicted"] == 2.4
+    medusa = {
+        "runs": [
+            _run("speculative", 1, tps=75.0, mean_accepted_tokens_per_pass=1.9),
+            _run("speculative", 2, tps=60.0),
+        ]
+    }
+    rows = demo_report.summary_rows(medusa, baseline_from=dt)
+    assert rows[0]["measured"] == pytest.approx(1.5) and rows[0]["baseline"] == "vs d/t baseline"
+    assert rows[1]["measured"] is None and rows[1]["baseline"] == "none"  # no baseline at concurrency 2
+    table = demo_report.markdown("medusa", rows)
+    assert "| 0.00 | 1 | - | 1.90 | - | 1.50 |" in table
+
+
+def test_print_summary_writes_json_and_markdown(tmp_path):
+    bench_dir = tmp_path / "draft_target" / "bench"
+    bench_dir.mkdir(parents=True)
+    bench = {"context": {"num_draft_tokens": 4, "cost_ratio": 0.2},
+             "runs": [_run("baseline", 1, tps=50.0), _run("speculative", 1, tps=90.0, speedup_measured=1.8)]}  # fmt: skip
+    (bench_dir / "bench.json").write_text(json.dumps(bench))
+    (bench_dir / "speedup_vs_concurrency.png").write_bytes(b"png")
+    summary = demo_report.print_summary({"draft_target": bench_dir / "bench.json"}, family_metrics=None,
+                                        out=tmp_path, timings={"compile": 3.0}, total_s=10.0)  # fmt: skip
+    assert summary["modes"]["draft_target"]["rows"][0]["measured"] == 1.8
+    assert json.loads((tmp_path / "summary.json").read_text())["total_s"] == 10.0
+    assert "K=4, cost ratio c=0.20" in (tmp_path / "summary.md").read_text()
+
+
+def test_spec_copies_point_at_the_same_models_from_build(tmp_path):
+    from specbuild.builder.spec import load_spec
+
+    specs = demo.stage_specs(demo.DemoOptions(out=tmp_path), demo.MODES)
+    cache = (demo.EXAMPLES / "../../.cache/demo").resolve()
+    dt = load_spec(specs["draft_target"])
+    assert Path(dt.target.model) == cache / "target" and Path(dt.draft.model) == cache / "draft"
+    medusa = load_spec(specs["medusa"])
+    assert Path(medusa.medusa.heads) == cache / "medusa_heads"
+    original = load_spec(demo.EXAMPLES / "medusa.yaml")
+    assert medusa.medusa_choices() == original.medusa_choices()
+    assert medusa.speculation == original.speculation and medusa.build == original.build
+
+
+def test_commands_are_echoed_as_a_user_types_them(tmp_path, monkeypatch):
+    monkeypatch.chdir(demo.REPO_ROOT)
+    argv = [
+        "/x/.venv/bin/specbuild",
+        "compile",
+        str(demo.REPO_ROOT / "build/demo/specs/medusa.yaml"),
+        "--prompt",
+        "def f(x):",
+    ]
+    assert demo._shown(argv) == 'specbuild compile build/demo/specs/medusa.yaml --prompt "def f(x):"'
+
+
+def test_free_ports_are_distinct_loopback_ports():
+    ports = {demo.free_port() for _ in range(3)}
+    assert all(1024 < p < 65536 for p in ports)
