@@ -36,7 +36,14 @@ def error_of(tmp_path: Path, raw) -> SpecError:
     return info.value
 
 
-@pytest.mark.parametrize("name", ["llama33-70b-1b.yaml", "medusa-vicuna-7b.yaml", "tiny/draft-target.yaml", "tiny/medusa.yaml"])
+EXAMPLE_SPECS = sorted(str(p.relative_to(EXAMPLES)) for p in EXAMPLES.rglob("*.yaml"))
+
+
+def test_examples_are_there():
+    assert {"llama33-70b-1b.yaml", "medusa-vicuna-7b.yaml", "tiny/draft-target.yaml", "tiny/medusa.yaml"} <= set(EXAMPLE_SPECS)
+
+
+@pytest.mark.parametrize("name", EXAMPLE_SPECS)
 def test_example_specs_load(name):
     spec = load_spec(EXAMPLES / name)
     assert spec.source == (EXAMPLES / name).resolve()
