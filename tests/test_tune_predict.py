@@ -108,3 +108,17 @@ def test_conditional_depth_probs_and_accepted_lengths():
     assert accepted_lengths(chain, ranks) == [3, 2, 1, 1]
     tree = MedusaChoices.parse([[0], [1], [0, 0], [0, 1], [1, 0]])
     assert accepted_lengths(tree, ranks) == [3, 3, 2, 1]
+
+
+def test_grow_tree_from_ranks_keeps_head_correlation():
+    from specbuild.tuning.predict import grow_tree_from_ranks
+
+    # head 1 is right exactly when head 0 is (correlated); the factorised model cannot see that
+    ranks = [[0, 0]] * 6 + [[1, 3]] * 3 + [[2, 3]]
+    tree = grow_tree_from_ranks(ranks, topk=3, budget=3, num_heads=2)
+    assert tree.problems(num_heads=2, max_draft_len=3) == []
+    assert tree.to_lists() == [[0], [0, 0], [1]]
+    assert sum(accepted_lengths(tree, ranks)) / len(ranks) == pytest.approx(1 + 0.6 + 0.6 + 0.3)
+    # never larger than the budget, always prefix-closed
+    big = grow_tree_from_ranks(ranks, topk=3, budget=10, num_heads=2)
+    assert big.size <= 10 and big.problems(num_heads=2) == []

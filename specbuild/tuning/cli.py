@@ -13,11 +13,13 @@ import typer
 
 from specbuild.cli_common import console, handle_errors
 from specbuild.tuning.config import TrainConfig, default
+from specbuild.tuning.tune_options import TuneOptions
 
 
 def register(app: typer.Typer) -> None:
     """Add this stage's commands to `app`."""
     app.command("train-medusa")(train_medusa_cmd)
+    app.command("tune")(tune_cmd)
 
 
 @handle_errors
@@ -64,4 +66,69 @@ def format_accuracy_table(metrics: dict) -> str:
     lines = [f"held-out accuracy ({metrics['evaluated_on']}, {metrics['heldout_tokens']} tokens):", f"  head  predicts  top1    top{k}    untrained top1  untrained top{k}"]
     for h in metrics["heads"]:
         lines.append(f"  {h['head']:<4}  {h['predicts']:<8}  {h['top1']:.3f}   {h['topk']:.3f}    {h['untrained_top1']:.3f}           {h['untrained_topk']:.3f}")
+    return "\n".join(lines)
+
+
+@handle_errors
+def tune_cmd(
+    spec: Annotated[Path, typer.Argument(help="Build spec (YAML), mode draft_target or medusa.")],
+    prompts: Annotated[Path, typer.Option("--prompts", help='Prompts to profile on: .txt (one per non-empty line) or .jsonl ("text" or "prompt"). Use prompts like the traffic you will serve.')],
+    write: Annotated[bool, typer.Option("--write", help="Update the spec: speculation.max_draft_len (draft/target) or medusa.choices (Medusa). A narrow in-place edit that keeps comments; falls back to a full rewrite (comments lost) for unusual layouts, and says so.")] = default(TuneOptions, "write"),
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Greedy tokens generated per prompt while profiling.")] = default(TuneOptions, "max_tokens"),
+    topk: Annotated[int, typer.Option("--topk", help="Medusa: candidates per head considered when growing the tree.")] = default(TuneOptions, "topk"),
+    k_max: Annotated[int | None, typer.Option("--k-max", help="draft/target: largest K profiled (default: max(8, the spec's max_draft_len)).")] = default(TuneOptions, "k_max"),
+    budget: Annotated[int | None, typer.Option("--budget", help="Medusa: tree nodes (default and upper bound: the spec's speculation.max_draft_len).")] = default(TuneOptions, "budget"),
+    eval_prompts: Annotated[Path | None, typer.Option("--eval-prompts", help="Held-out prompts: run the engine's greedy speculative loop with the chosen and current settings (draft/target: every K) and print measured tokens per pass next to the prediction.")] = default(TuneOptions, "eval_prompts"),  # noqa: B008
+    engine: Annotated[Path | None, typer.Option("--engine", help="Run this `specbuild compile` output instead of converting the spec's checkpoints.")] = default(TuneOptions, "engine"),  # noqa: B008
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Profile acceptance offline on the reference engine and pick K (draft/target) or grow the Medusa tree.
+
+    draft/target: measures the greedy acceptance of each draft position and the draft/target pass-time ratio c, then picks the K that maximises the predicted speedup E(K)/(K*c+1). Medusa: measures each head's top-k accuracy (conditional on the path so far) and grows the tree with the largest expected accepted length within max_draft_len nodes (greedy by path probability). Prints predicted tokens per pass and speedup for the chosen and the current settings. Runs on the CPU (timings are CPU timings: c and tree costs on a GPU differ).
+    """
+    import json
+
+    from specbuild.tuning.progress import RichReporter
+    from specbuild.tuning.tune import tune_spec
+
+    options = TuneOptions(prompts=prompts, max_tokens=max_tokens, topk=topk, k_max=k_max, budget=budget, eval_prompts=eval_prompts, engine=engine, write=write)
+    with RichReporter() as reporter:
+        report = tune_spec(spec, options, reporter=reporter)
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=2))
+        return
+    console().print(format_tune_report(report), markup=False)
+
+
+def format_tune_report(report) -> str:
+    d = report.details
+    lines = []
+    if report.mode == "draft_target":
+        acc = ", ".join(f"{a:.3f}" for a in d["acceptance_per_position"])
+        lines += [f"acceptance per draft position (greedy, conditional): {acc}", f"cost ratio c = draft pass / target pass = {d['cost_ratio']:.3f} ({d['draft_pass_ms']:.2f} ms / {d['target_pass_ms']:.2f} ms)", "  K   tokens/pass  predicted speedup"]
+        lines += [f"  {r['k']:<3} {r['tokens_per_pass']:<12.3f} {r['speedup']:.3f}" for r in d["table"]]
+    else:
+        lines.append(f"profiled positions: {d['profiled_positions']}")
+        for depth, probs in enumerate(d["depth_probs"]):
+            cum = sum(probs)
+            lines.append(f"  head {depth}: top1 {probs[0]:.3f}  top{len(probs)} {cum:.3f} (conditional on the path so far)")
+    if report.mode == "medusa":
+        lines.append("predicted = exact greedy replay of each tree on the profiled positions")
+    for s in (report.chosen, report.current):
+        what = f"K={s.value}" if report.mode == "draft_target" else f"{s.size}-node tree"
+        lines.append(f"{s.label:<8} {what}: predicted {s.tokens_per_pass:.3f} tokens/pass, speedup {s.speedup:.3f}")
+    if report.mode == "medusa":
+        fp = d["factorised_tokens_per_pass"]
+        lines.append(f"independent-heads model: chosen {fp['chosen']:.3f}, current {fp['current']:.3f} tokens/pass")
+        lines.append(f"tree pass cost / plain pass: chosen {d['tree_pass_cost']['chosen']:.2f}, current {d['tree_pass_cost']['current']:.2f}")
+        lines.append(f"chosen tree: {report.chosen.value}")
+    m = d.get("measured")
+    if m and report.mode == "medusa":
+        lines.append(f"measured on held-out prompts (reference engine, greedy): chosen {m['chosen']:.3f}, current {m['current']:.3f} tokens/pass")
+    elif m:
+        lines.append("measured on held-out prompts (reference engine, greedy):  K  tokens/pass  speedup(measured E, c)  seconds")
+        lines += [f"  {r['k']:<3} {r['tokens_per_pass']:<12.3f} {r['speedup_from_measured']:<24.3f} {r['seconds']:.2f}" for r in m["sweep"]]
+        lines.append(f"best measured K: {m['best_k']}")
+    if report.written:
+        lines.append(f"spec updated ({report.written})")
     return "\n".join(lines)

@@ -82,6 +82,37 @@ def tree_tokens_per_pass(choices: MedusaChoices, depth_probs: Sequence[Sequence[
     return 1.0 + sum(path_probability(p, depth_probs) for p in choices.paths)
 
 
+def grow_tree_from_ranks(ranks: Sequence[Sequence[int]], *, topk: int, budget: int, num_heads: int, prior_weight: float = 1e-3) -> MedusaChoices:
+    """Greedy growth on the measured joint path probability (the fraction of positions whose ranks start
+    with the path), plus `prior_weight` times the factorised one from conditional_depth_probs so that
+    paths never seen still rank sensibly. Both terms shrink from parent to child, so the top nodes are
+    prefix-closed. Unlike the factorised model, this keeps the correlation between heads.
+    """
+    from collections import Counter
+
+    counts: Counter[tuple[int, ...]] = Counter()
+    for r in ranks:
+        for d in range(1, min(len(r), num_heads) + 1):
+            if r[d - 1] >= topk:
+                break
+            counts[tuple(r[:d])] += 1
+    n = max(1, len(ranks))
+    probs = conditional_depth_probs(ranks, topk=topk)
+    factored = grow_tree(probs, budget=budget * 4, num_heads=num_heads).paths  # candidates beyond the seen ones
+    candidates = set(counts) | set(factored)
+    score = {p: counts[p] / n + prior_weight * path_probability(p, probs) for p in candidates}
+    ordered = sorted(candidates, key=lambda p: (-score[p], len(p), p))
+    chosen: list[tuple[int, ...]] = []
+    taken: set[tuple[int, ...]] = set()
+    for p in ordered:
+        if len(chosen) >= budget:
+            break
+        if score[p] > 0 and (len(p) == 1 or p[:-1] in taken):
+            chosen.append(p)
+            taken.add(p)
+    return MedusaChoices(tuple(chosen))
+
+
 def grow_tree(depth_probs: Sequence[Sequence[float]], *, budget: int, num_heads: int | None = None) -> MedusaChoices:
     """The tree of at most `budget` nodes (depth <= num_heads) with the largest expected length.
 

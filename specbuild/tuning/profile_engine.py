@@ -1,0 +1,155 @@
+"""Offline profiling on the reference engine: greedy acceptance, pass cost, measured tokens per pass.
+
+Everything here runs the engine's own loops (speculative_generate for draft/target, medusa_generate
+for trees) at temperature 0 over held-out prompts, so "measured" means what serving would do.
+
+Shape legend: T tokens, H hidden size, nH Medusa heads, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from specbuild.engines.reference.medusa_choices import MedusaChoices
+from specbuild.generation import SpecStats
+from specbuild.sampling_params import SamplingParams
+from specbuild.tuning.progress import Reporter
+
+TIMING_REPEATS = 15  # single-token passes timed per model for the cost ratio (median taken)
+
+
+def greedy_params(max_tokens: int) -> SamplingParams:
+    return SamplingParams(max_tokens=max_tokens, temperature=0.0)
+
+
+# ---- draft/target ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ChainProfile:
+    acceptance: list[float]  # [K]: P(draft position k accepted | earlier ones accepted)
+    cost_ratio: float  # one draft pass / one target pass (median single-token decode times)
+    target_pass_s: float
+    draft_pass_s: float
+    stats: SpecStats
+
+
+def chain_acceptance(stats: SpecStats) -> list[float]:
+    """Conditional per-position acceptance from greedy runs' counters.
+
+    Position k is reached when positions < k were accepted; near the end of a request fewer positions
+    are drafted, so the denominator is the smaller of "k-1 accepted" and "k drafted".
+    """
+    out = []
+    for k, drafted in enumerate(stats.drafted_per_position):
+        reached = drafted if k == 0 else min(stats.accepted_per_position[k - 1], drafted)
+        out.append(stats.accepted_per_position[k] / reached if reached else 0.0)
+    return out
+
+
+def profile_chain(engine, prompts: Sequence[list[int]], *, k_max: int, max_tokens: int, reporter: Reporter | None = None) -> ChainProfile:
+    rep = reporter or Reporter()
+    stats = SpecStats()
+    rep.start("profile", len(prompts))
+    for p in prompts:
+        res = engine.generate(list(p), greedy_params(max_tokens), speculative=True, num_draft_tokens=k_max)
+        stats.merge(res.stats)
+        rep.advance("profile", 1)
+    rep.stop("profile")
+    t = pass_times({"target": decode_pass(engine.target, prompts[0]), "draft": decode_pass(engine.draft, prompts[0])})
+    t_target, t_draft = t["target"], t["draft"]
+    return ChainProfile(acceptance=chain_acceptance(stats), cost_ratio=t_draft / t_target, target_pass_s=t_target, draft_pass_s=t_draft, stats=stats)
+
+
+def pass_times(passes: dict[str, Callable[[], None]], *, repeats: int = TIMING_REPEATS) -> dict[str, float]:
+    """Median seconds of each pass, timed in interleaved rounds so load changes hit all of them alike."""
+    times: dict[str, list[float]] = {name: [] for name in passes}
+    for round_ in range(repeats + 2):
+        for name, run in passes.items():
+            start = time.perf_counter()
+            run()
+            if round_ >= 2:  # the first rounds warm up allocators
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
+def decode_pass(model, prompt: list[int]) -> Callable[[], None]:
+    """A callable running one single-token decode pass after `prompt` (the prompt stays cached)."""
+    from specbuild.engines.reference.runners import CachedSequence
+
+    seq = CachedSequence(model, capacity=len(prompt) + 4)
+    seq.feed(list(prompt))
+    ids = list(prompt) + [int(prompt[-1])]
+    return lambda: seq.feed(ids)
+
+
+@dataclass(frozen=True)
+class KMeasurement:
+    k: int
+    tokens_per_pass: float  # measured: (accepted + verification steps) / steps
+    seconds: float  # wall time of the run over all prompts
+
+
+def sweep_k(engine, prompts: Sequence[list[int]], ks: Sequence[int], *, max_tokens: int) -> list[KMeasurement]:
+    """Run the speculative loop at each K over the prompts (greedy) and measure tokens per pass."""
+    out = []
+    for k in ks:
+        stats, start = SpecStats(), time.perf_counter()
+        for p in prompts:
+            stats.merge(engine.generate(list(p), greedy_params(max_tokens), speculative=True, num_draft_tokens=k).stats)
+        out.append(KMeasurement(k=k, tokens_per_pass=stats.mean_accepted_per_step, seconds=time.perf_counter() - start))
+    return out
+
+
+# ---- Medusa ----------------------------------------------------------------------------------------
+
+class ReferenceMedusa:
+    """The MedusaRunner protocol (profile_medusa) over a ReferenceEngine with Medusa heads."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.num_heads = engine.heads.num_heads
+
+    def greedy(self, prompt: list[int], max_new_tokens: int) -> list[int]:
+        return list(self.engine.generate(list(prompt), greedy_params(max_new_tokens), speculative=False).token_ids)
+
+    def head_logits(self, ids: list[int]) -> torch.Tensor:
+        from specbuild.engines.reference.runners import CachedSequence
+
+        seq = CachedSequence(self.engine.target, capacity=len(ids) + 1)
+        hidden = seq.feed(list(ids), len(ids))  # [T, H]
+        return self.engine.heads.logits(hidden)  # [nH, T, V]
+
+
+def measure_tree(engine, choices: MedusaChoices, prompts: Sequence[list[int]], *, max_tokens: int) -> SpecStats:
+    """Greedy Medusa generation with `choices` over the prompts; stats.mean_accepted_per_step is tokens/pass."""
+    from specbuild.engines.reference.medusa import TreeBuffers, medusa_generate
+
+    tree = TreeBuffers.from_choices(choices, num_heads=engine.heads.num_heads)
+    params = engine.resolve(greedy_params(max_tokens))
+    stats = SpecStats()
+    for p in prompts:
+        _, s = medusa_generate(engine.target, engine.heads, tree, list(p), params)
+        stats.merge(s)
+    return stats
+
+
+def tree_pass(engine, choices: MedusaChoices, prompt: list[int]) -> Callable[[], None]:
+    """A callable running one tree verification pass (heads + root + nodes) after `prompt`."""
+    from specbuild.engines.reference.medusa import TreeBuffers
+    from specbuild.engines.reference.runners import CachedSequence
+
+    tree = TreeBuffers.from_choices(choices, num_heads=engine.heads.num_heads)
+    seq = CachedSequence(engine.target, capacity=len(prompt) + tree.num_nodes + 2)
+    hidden = seq.feed(list(prompt))[0]  # [H]
+
+    def run() -> None:
+        tokens = tree.candidates(int(prompt[-1]), engine.heads.logits(hidden))  # [N+1]
+        engine.target.forward(tokens[None], seq.cache, new_mask=tree.attention_mask, depths=tree.position_offsets)
+        seq.cache.truncate(0, len(prompt))
+
+    return run

@@ -1,0 +1,86 @@
+"""`tune --write`: change one key of a build spec in place, keeping the user's comments and layout.
+
+The edit is textual and narrow: the `key:` line inside a top-level `section:` (plus the indented
+continuation lines of its old value) becomes `key: <flow YAML value>`. The result is re-loaded with
+the spec loader and must carry exactly the intended value; if not (an unusual layout), the spec is
+rewritten whole with builder.spec.save_spec_yaml, which drops comments, and the caller is told.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+
+def set_spec_value(path: Path, section: str, key: str, value: Any) -> bool:
+    """Set section.key = value in the YAML spec at `path`. Returns True when comments were kept."""
+    import yaml
+
+    from specbuild.builder.spec import load_spec, save_spec_yaml, spec_from_dict
+
+    text = path.read_text()
+    edited = edit_text(text, section, key, value)
+    try:
+        raw = yaml.safe_load(edited)
+        ok = isinstance(raw, dict) and raw.get(section, {}).get(key) == value
+        if ok:
+            spec_from_dict(raw, source=path)  # still a valid spec
+    except Exception:  # any parse/validation failure: fall back to a full rewrite
+        ok = False
+    if ok:
+        path.write_text(edited)
+        return True
+    spec = load_spec(path)
+    raw = yaml.safe_load(text)
+    raw.setdefault(section, {})[key] = value
+    spec = spec_from_dict(raw, source=spec.source)
+    save_spec_yaml(spec, path)
+    return False
+
+
+def edit_text(text: str, section: str, key: str, value: Any) -> str:
+    """The narrow textual edit (see the module docstring); value written as flow YAML (JSON)."""
+    flow = json.dumps(value)
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, ln in enumerate(lines) if re.match(rf"^{re.escape(section)}\s*:\s*(#.*)?$", ln)), None)
+    if start is None:
+        flow_line = next((i for i, ln in enumerate(lines) if re.match(rf"^{re.escape(section)}\s*:\s*{{", ln)), None)
+        if flow_line is not None:
+            return "".join(lines[:flow_line]) + _edit_flow_line(lines[flow_line], section, key, value) + "".join(lines[flow_line + 1 :])
+        sep = "" if text.endswith("\n") or not text else "\n"
+        return f"{text}{sep}{section}:\n  {key}: {flow}\n"
+    end = start + 1
+    while end < len(lines) and (not lines[end].strip() or lines[end][0] in " \t" or lines[end].lstrip().startswith("#")):
+        end += 1
+    child_indent = next((len(ln) - len(ln.lstrip()) for ln in lines[start + 1 : end] if ln.strip() and not ln.lstrip().startswith("#")), 2)
+    pad = " " * child_indent
+    for i in range(start + 1, end):
+        if re.match(rf"^{pad}{re.escape(key)}\s*:", lines[i]):
+            j = i + 1
+            while j < end and lines[j].strip() and (len(lines[j]) - len(lines[j].lstrip()) > child_indent or lines[j].lstrip().startswith("- ")):
+                j += 1
+            comment = re.search(r"\s+#.*$", lines[i].rstrip("\n")) if j == i + 1 else None
+            tail = comment.group(0) if comment and _scalar_line(lines[i]) else ""
+            return "".join(lines[:i]) + f"{pad}{key}: {flow}{tail}\n" + "".join(lines[j:])
+    return "".join(lines[: start + 1]) + f"{pad}{key}: {flow}\n" + "".join(lines[start + 1 :])
+
+
+def _scalar_line(line: str) -> bool:
+    """A `key: value  # comment` line whose value has no quotes or brackets (so '#' starts a comment)."""
+    value = line.split(":", 1)[1]
+    return not any(ch in value.split("#", 1)[0] for ch in "'\"[]{}")
+
+
+def _edit_flow_line(line: str, section: str, key: str, value: Any) -> str:
+    """`section: {a: 1, key: old}  # note` -> the same mapping with key set, the comment kept."""
+    import yaml
+
+    body = line.split(":", 1)[1]
+    close = body.rfind("}")
+    mapping = yaml.safe_load(body[: close + 1])
+    comment = body[close + 1 :].rstrip("\n")
+    mapping[key] = value
+    items = ", ".join(f"{k}: {json.dumps(v) if not isinstance(v, str) else yaml.safe_dump(v, default_style=None).strip().removesuffix('...').strip()}" for k, v in mapping.items())
+    return f"{section}: {{{items}}}{comment}\n"

@@ -1,0 +1,202 @@
+"""`specbuild tune`: measure acceptance offline on the reference engine, then pick K or grow the tree.
+
+draft/target: greedy runs at K = k_max give the acceptance of each draft position (conditional on the
+earlier ones); timed single-token passes give c; K maximises E(K) / (K*c + 1) (predict.py).
+Medusa: greedy continuations give, at every position, the rank of the true token in each head's
+top-k; from them the per-depth accuracies (conditional on the path so far) and a tree grown greedily
+by path probability up to the node budget (max_draft_len); the path probability is the measured joint
+one (heads are correlated), with the factorised one as a small prior for unseen paths. The predicted
+tokens per pass of a tree is its exact greedy replay on the profiled positions. Tree speedup = tokens per pass divided by
+the measured time of a tree pass relative to a plain decode pass.
+
+The spec's HF checkpoints are converted (float32, tp 1) into a temporary folder and run by the
+reference engine, unless --engine points at a `specbuild compile` output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specbuild.errors import TrainingError
+from specbuild.tuning.progress import Reporter
+from specbuild.tuning.tune_options import TuneOptions
+
+
+@dataclass(frozen=True)
+class Setting:
+    label: str  # "chosen" | "current"
+    value: Any  # K, or the tree as lists
+    tokens_per_pass: float  # predicted from the profile
+    speedup: float  # predicted
+    size: int  # K, or tree nodes
+
+
+@dataclass(frozen=True)
+class TuneReport:
+    mode: str
+    chosen: Setting
+    current: Setting
+    details: dict[str, Any] = field(default_factory=dict)
+    written: str | None = None  # "kept comments" | "rewrote the spec (comments lost)" | None
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+def tune_spec(spec_path: Path, options: TuneOptions, *, reporter: Reporter | None = None) -> TuneReport:
+    from specbuild.builder.spec import load_spec
+    from specbuild.tuning.data import read_texts
+
+    rep = reporter or Reporter()
+    spec = load_spec(spec_path)
+    texts = read_texts(options.prompts)
+    with open_engine(spec, options.engine, rep) as engine:
+        prompts = [engine.tokenizer(t, add_special_tokens=True)["input_ids"] for t in texts]
+        if spec.mode == "draft_target":
+            report = _tune_chain(spec, engine, prompts, options, rep)
+        else:
+            report = _tune_medusa(spec, engine, prompts, options, rep)
+        if options.eval_prompts is not None:
+            held = [engine.tokenizer(t, add_special_tokens=True)["input_ids"] for t in read_texts(options.eval_prompts)]
+            report = _measure(report, engine, held, options, rep)
+    if options.write:
+        report = _write(spec_path, report)
+    return report
+
+
+@contextlib.contextmanager
+def open_engine(spec, engine_dir: Path | None, rep: Reporter, *, device: str = "cpu") -> Iterator[Any]:
+    """A ReferenceEngine over the spec's models (converted into a temporary folder) or `engine_dir`."""
+    from specbuild.engines.reference.engine import ReferenceEngine
+    from specbuild.engines.reference.loader import load_weights
+    from specbuild.engines.reference.model import LlamaModel
+
+    if engine_dir is not None:
+        yield ReferenceEngine.load(engine_dir, device=device)
+        return
+    from specbuild.builder.resolve import resolve_model
+    from specbuild.engines.trtllm.convert import convert_checkpoint
+    from specbuild.engines.trtllm.medusa import MedusaHeadsSource
+
+    target_hf = resolve_model(spec.target.model, base=spec.base_dir, what="target model")
+    with tempfile.TemporaryDirectory(prefix="specbuild-tune-") as tmp:
+        medusa = None
+        if spec.medusa is not None:
+            heads = resolve_model(spec.medusa.heads, base=spec.base_dir, what="Medusa heads")
+            medusa = MedusaHeadsSource(heads, num_heads=spec.medusa.num_heads, num_layers=spec.medusa.num_layers)
+        rep.log("converting the spec's checkpoints for the reference engine (float32)")
+        target = LlamaModel(load_weights(convert_checkpoint(target_hf, Path(tmp) / "target", dtype="float32", medusa=medusa)), device=device)
+        draft = None
+        if spec.draft is not None:
+            draft_hf = resolve_model(spec.draft.model, base=spec.base_dir, what="draft model")
+            draft = LlamaModel(load_weights(convert_checkpoint(draft_hf, Path(tmp) / "draft", dtype="float32")), device=device)
+        yield ReferenceEngine(target, draft=draft, medusa_choices=spec.medusa_choices().to_lists() if spec.medusa else None,
+                              tokenizer_dir=target_hf, max_draft_len=spec.speculation.max_draft_len)
+
+
+def _tune_chain(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> TuneReport:
+    from specbuild.tuning.predict import chain_tokens_per_pass, choose_k, k_table, predicted_speedup
+    from specbuild.tuning.profile_engine import profile_chain
+
+    current_k = spec.speculation.max_draft_len
+    k_max = options.k_max or max(8, current_k)
+    prof = profile_chain(engine, prompts, k_max=k_max, max_tokens=options.max_tokens, reporter=rep)
+    best = choose_k(prof.acceptance, prof.cost_ratio, k_max)
+    e_cur = chain_tokens_per_pass(prof.acceptance, current_k)
+    return TuneReport(
+        mode="draft_target",
+        chosen=Setting("chosen", best.k, best.tokens_per_pass, best.speedup, best.k),
+        current=Setting("current", current_k, e_cur, predicted_speedup(e_cur, current_k, prof.cost_ratio), current_k),
+        details={
+            "acceptance_per_position": prof.acceptance,
+            "cost_ratio": prof.cost_ratio,
+            "target_pass_ms": prof.target_pass_s * 1e3,
+            "draft_pass_ms": prof.draft_pass_s * 1e3,
+            "profiled_steps": len(prof.stats.accepted_per_step),
+            "table": [{"k": r.k, "tokens_per_pass": r.tokens_per_pass, "speedup": r.speedup} for r in k_table(prof.acceptance, prof.cost_ratio, k_max)],
+        },
+    )
+
+
+def _tune_medusa(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> TuneReport:
+    from specbuild.tuning.predict import (
+        accepted_lengths,
+        conditional_depth_probs,
+        grow_tree_from_ranks,
+        tree_tokens_per_pass,
+    )
+    from specbuild.tuning.profile_engine import ReferenceMedusa, decode_pass, pass_times, tree_pass
+    from specbuild.tuning.profile_medusa import medusa_ranks
+
+    ranks = medusa_ranks(ReferenceMedusa(engine), prompts, max_new_tokens=options.max_tokens, topk=options.topk, reporter=rep)
+    if not ranks:
+        raise TrainingError("no position to profile", expected=f"greedy continuations longer than {spec.medusa.num_heads + 1} tokens",
+                            found=f"{len(prompts)} prompts, max_tokens {options.max_tokens}", fix="raise --max-tokens or add prompts")
+    probs = conditional_depth_probs(ranks, topk=options.topk)
+    budget = options.budget or spec.speculation.max_draft_len
+    tree = grow_tree_from_ranks(ranks, topk=options.topk, budget=min(budget, spec.speculation.max_draft_len), num_heads=spec.medusa.num_heads)
+    current = spec.medusa_choices()
+    cost = pass_times({"plain": decode_pass(engine.target, prompts[0]), "chosen": tree_pass(engine, tree, prompts[0]),
+                       "current": tree_pass(engine, current, prompts[0])})
+    ratio = {name: cost[name] / cost["plain"] for name in ("chosen", "current")}
+
+    def setting(label, choices):
+        lengths = accepted_lengths(choices, ranks)  # exact greedy replay on the profiled positions
+        e = sum(lengths) / len(lengths)
+        return Setting(label, choices.to_lists(), e, e / ratio[label], choices.size)
+
+    chosen, cur = setting("chosen", tree), setting("current", current)
+    factorised = {"chosen": tree_tokens_per_pass(tree, probs), "current": tree_tokens_per_pass(current, probs)}
+    return TuneReport(
+        mode="medusa",
+        chosen=chosen,
+        current=cur,
+        details={
+            "depth_probs": probs,
+            "profiled_positions": len(ranks),
+            "factorised_tokens_per_pass": factorised,  # the independent-heads model of the Medusa authors
+            "tree_pass_cost": ratio,  # tree pass time / plain decode pass time
+        },
+    )
+
+
+def _measure(report: TuneReport, engine, prompts, options: TuneOptions, rep: Reporter) -> TuneReport:
+    """Predicted vs measured on held-out prompts: the engine's own greedy loops, tokens per pass."""
+    from dataclasses import replace
+
+    from specbuild.engines.reference.medusa_choices import MedusaChoices
+    from specbuild.tuning.predict import predicted_speedup
+    from specbuild.tuning.profile_engine import measure_tree, sweep_k
+
+    rep.log(f"measuring on {len(prompts)} held-out prompts")
+    if report.mode == "medusa":
+        measured = {s.label: measure_tree(engine, MedusaChoices.parse(s.value), prompts, max_tokens=options.max_tokens).mean_accepted_per_step
+                    for s in (report.chosen, report.current)}
+    else:
+        c = report.details["cost_ratio"]
+        ks = sorted({r["k"] for r in report.details["table"]} | {report.current.value})
+        rows = sweep_k(engine, prompts, ks, max_tokens=options.max_tokens)
+        measured = {"sweep": [{"k": r.k, "tokens_per_pass": r.tokens_per_pass, "speedup_from_measured": predicted_speedup(r.tokens_per_pass, r.k, c),
+                               "seconds": r.seconds} for r in rows]}
+        best = max(measured["sweep"], key=lambda r: r["speedup_from_measured"])
+        measured["best_k"] = best["k"]
+    return replace(report, details={**report.details, "measured": measured})
+
+
+def _write(spec_path: Path, report: TuneReport) -> TuneReport:
+    from dataclasses import replace
+
+    from specbuild.tuning.spec_edit import set_spec_value
+
+    if report.mode == "draft_target":
+        kept = set_spec_value(spec_path, "speculation", "max_draft_len", report.chosen.value)
+    else:
+        kept = set_spec_value(spec_path, "medusa", "choices", report.chosen.value)
+    return replace(report, written="kept comments" if kept else "rewrote the spec (comments lost)")
