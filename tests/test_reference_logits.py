@@ -11,6 +11,15 @@ torch = pytest.importorskip("torch")
 
 TOL = 1e-4  # float32, max abs difference of logits
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny matmuls: one thread is far faster than two fighting other test processes for 2 cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 
 def _convert(hf_dir, out, **kw):
     from specbuild.engines.trtllm.convert import convert_checkpoint
@@ -44,7 +53,6 @@ def prompt_ids():
     [("tiny_target", 1, 1), ("tiny_qwen2", 1, 1), ("tiny_tied", 1, 1), ("tiny_target", 2, 1), ("tiny_target", 1, 2), ("tiny_qwen2", 2, 2)],
 )
 def test_converted_logits_match_hf(request, tmp_path, prompt_ids, fixture, tp, pp):
-    torch.set_num_threads(1)
     hf_dir = request.getfixturevalue(fixture)
     model = _ref(_convert(hf_dir, tmp_path / "ckpt", tp_size=tp, pp_size=pp))
     got = model.logits(model.forward(prompt_ids, model.new_cache(1, 8)))  # [1,T,V]

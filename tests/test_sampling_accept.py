@@ -27,6 +27,15 @@ DRAFT = torch.tensor([
 TRIALS = 8000  # for the real rule; broken rules are caught with far fewer
 BROKEN_TRIALS = 2000
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny matmuls: one thread is far faster than two fighting other test processes for 2 cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 
 def _chi2_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
     """Pearson chi-square goodness of fit; zero-probability categories must have zero counts."""

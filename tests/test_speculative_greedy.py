@@ -20,6 +20,15 @@ from specbuild.sampling_params import SamplingParams  # noqa: E402
 PROMPTS = [[5, 17, 99, 3, 44, 12], [7, 7, 8], [200, 31, 64, 90, 11, 2, 150, 42, 77, 19]]
 MAX_TOKENS = 20
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny matmuls: one thread is far faster than two fighting other test processes for 2 cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 
 @pytest.fixture(scope="module")
 def target_ckpt(tiny_target, tmp_path_factory):
@@ -34,7 +43,6 @@ def models(target_ckpt, tiny_draft, tmp_path_factory):
     from specbuild.engines.reference.model import LlamaModel
     from specbuild.engines.trtllm.convert import convert_checkpoint
 
-    torch.set_num_threads(1)
     weights = load_weights(target_ckpt)
     gen = torch.Generator().manual_seed(3)
     noisy = {k: t + 0.04 * torch.randn(t.shape, generator=gen) for k, t in weights.tensors.items()}
