@@ -111,19 +111,25 @@ def test_tuned_tree_beats_mc_sim_7b_63_measured_on_the_reference_engine(family):
 
 
 def test_chosen_k_is_at_or_next_to_the_best_measured_k(family):
+    """Through the CLI (`tune --json --write`)."""
+    from typer.testing import CliRunner
+
     from specbuild.builder.spec import load_spec
-    from specbuild.tuning.tune import tune_spec
-    from specbuild.tuning.tune_options import TuneOptions
+    from specbuild.cli import app
 
     root = family["root"]
     spec_path = root / "dt.yaml"
     spec_path.write_text("name: tiny-dt\nmode: draft_target\ndtype: float32\ntarget: {model: target}\ndraft: {model: draft}\n"
                          "speculation:\n  max_draft_len: 5  # K\n")
-    report = tune_spec(spec_path, TuneOptions(prompts=root / "train.txt", eval_prompts=root / "held.txt", max_tokens=24, k_max=6, write=True))
-    acc = report.details["acceptance_per_position"]
-    measured = report.details["measured"]
-    print("draft/target tune:", json.dumps({"acceptance": acc, "c": report.details["cost_ratio"], "chosen": report.chosen.value, "measured": measured}))
+    r = CliRunner().invoke(app, ["tune", str(spec_path), "--prompts", str(root / "train.txt"), "--eval-prompts", str(root / "held.txt"),
+                                 "--max-tokens", "24", "--k-max", "6", "--write", "--json"])
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    acc = report["details"]["acceptance_per_position"]
+    measured = report["details"]["measured"]
+    print("draft/target tune:", json.dumps({"acceptance": acc, "c": report["details"]["cost_ratio"], "chosen": report["chosen"]["value"], "measured": measured}))
     assert 0.0 < acc[0] < 1.0
-    assert abs(report.chosen.value - measured["best_k"]) <= 1
-    assert load_spec(spec_path).speculation.max_draft_len == report.chosen.value
+    assert len(measured["sweep"]) == 6
+    assert abs(report["chosen"]["value"] - measured["best_k"]) <= 1
+    assert load_spec(spec_path).speculation.max_draft_len == report["chosen"]["value"]
     assert "# K" in spec_path.read_text()

@@ -21,6 +21,7 @@ class Reporter:
 
 class RichReporter(Reporter):
     def __init__(self) -> None:
+        from rich.console import Console
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -33,6 +34,7 @@ class RichReporter(Reporter):
         self._progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TimeRemainingColumn(), TextColumn("{task.fields[info]}"), transient=False,
+            console=Console(stderr=True),  # stdout carries the results (tune --json)
         )
         self._tasks: dict[str, Any] = {}
 
