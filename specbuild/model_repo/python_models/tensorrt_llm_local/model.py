@@ -27,6 +27,7 @@ if _HERE not in sys.path:
 
 from local_core import Perf, cut, parse_request, token_outputs  # noqa: E402
 
+DEFAULT_TORCH_THREADS = "1"  # per engine model process; SPECBUILD_TORCH_THREADS overrides
 DEFAULT_TOKENS_PER_BLOCK = 32  # KV block size the perf counters are reported in (TRT-LLM's default)
 
 
@@ -37,7 +38,13 @@ def _param(config: dict, key: str, default: str = "") -> str:
 
 class TritonPythonModel:
     def initialize(self, args):
+        import torch
+
         from specbuild.engines.reference.engine import ReferenceEngine
+
+        # Several stub processes (draft, target, BLS, pre/post) share the CPU: torch's default of one
+        # thread per core in each of them oversubscribes it (measured 50x slower on 2 loaded cores).
+        torch.set_num_threads(int(os.environ.get("SPECBUILD_TORCH_THREADS", DEFAULT_TORCH_THREADS)))
 
         config = json.loads(args["model_config"])
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)

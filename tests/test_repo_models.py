@@ -1,0 +1,169 @@
+"""The generated repositories' Python models, served in-process by a fake Python backend (fake_triton):
+preprocessing/postprocessing, the BLS running the shared speculative loop over the local tensorrt_llm
+models, the local engine model's backend interface. Real serving: the client's tritonserver tests."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+from fake_triton import FakeServer, collect, text_request
+from repo_builds import cached_build
+
+from specbuild.model_repo.generate import generate_repo
+from specbuild.sampling_params import SamplingParams
+
+PROMPT = "def add(a, b):"
+N = 8  # new tokens per request: enough for several speculative rounds, cheap on a loaded CPU
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory, tiny_target, tiny_draft):
+    root = tmp_path_factory.mktemp("served")
+    same_draft = shutil.copytree(tiny_target, root / "same-draft")  # a draft identical to the target
+    builds = {
+        "dt": cached_build(tmp_path_factory, "dt", "draft_target", target=tiny_target, draft=tiny_draft),
+        "same": cached_build(tmp_path_factory, "same", "draft_target", target=tiny_target, draft=same_draft),
+        "medusa": cached_build(tmp_path_factory, "medusa", "medusa", target=tiny_target),
+    }
+    import torch
+
+    threads = torch.get_num_threads()  # the local engine model sets 1 thread per process; restore after
+    yield {name: FakeServer(generate_repo(b, root / name, backend="python")) for name, b in builds.items()}
+    torch.set_num_threads(threads)
+
+
+def greedy_baseline(server, n=N, speculative=False):
+    ids = server.models["preprocessing"].tokenizer.encode(PROMPT)
+    engine = server.models["tensorrt_llm"].engine
+    return engine.generate(ids, SamplingParams(max_tokens=n), speculative=speculative).token_ids
+
+
+def bls(server, **kw):
+    return collect(server.infer("tensorrt_llm_bls", text_request(PROMPT, N, **kw)))
+
+
+def test_bls_speculation_equals_plain_greedy(servers):
+    s = servers["dt"]
+    spec = bls(s, num_draft_tokens=3, return_perf_metrics=True)
+    plain = bls(s, num_draft_tokens=0)
+    ensemble = collect(s.infer("ensemble", text_request(PROMPT, N)))
+    assert spec["tokens"] == plain["tokens"] == ensemble["tokens"] == greedy_baseline(s)
+    assert spec["text"] == plain["text"] == ensemble["text"]
+    perf = spec["perf"]
+    assert perf["total_draft_tokens"] > 0 and 0 <= perf["total_accepted_draft_tokens"] <= perf["total_draft_tokens"]
+    assert perf["acceptance_rate"] == pytest.approx(perf["total_accepted_draft_tokens"] / perf["total_draft_tokens"])
+    assert perf["arrival_time_ns"] <= perf["first_token_time_ns"] <= perf["last_token_time_ns"]
+
+
+def test_bls_uses_repository_default_num_draft_tokens(servers):
+    s = servers["dt"]
+    s.calls.clear()
+    bls(s)  # no num_draft_tokens: the repository's default (the target's max_draft_len, 4)
+    drafts = [inputs for model, inputs in s.calls if model == "tensorrt_llm_draft"]
+    assert drafts and int(drafts[0]["request_output_len"].reshape(-1)[0]) == 4
+
+
+def test_identical_draft_is_always_accepted(servers):
+    out = bls(servers["same"], num_draft_tokens=3, return_perf_metrics=True)
+    assert out["tokens"] == greedy_baseline(servers["same"])
+    assert out["perf"]["acceptance_rate"] == 1.0
+    assert out["perf"]["total_accepted_draft_tokens"] == out["perf"]["total_draft_tokens"] > 0
+
+
+def test_bls_streams_accepted_tokens_per_round(servers):
+    s = servers["same"]
+    whole = bls(s, num_draft_tokens=3)
+    stream = bls(s, num_draft_tokens=3, stream=True)
+    assert stream["responses"] > 2 and whole["responses"] == 1
+    assert stream["tokens"] == whole["tokens"] and stream["text"] == whole["text"]
+
+
+def test_bls_sends_draft_logits_and_min_tokens(servers):
+    s = servers["dt"]
+    s.calls.clear()
+    out = bls(s, num_draft_tokens=3, use_draft_logits=True)
+    assert out["tokens"] == greedy_baseline(s)  # lossless: greedy output unchanged
+    drafts = [inputs for model, inputs in s.calls if model == "tensorrt_llm_draft"]
+    targets = [inputs for model, inputs in s.calls if model == "tensorrt_llm" and "draft_input_ids" in inputs]
+    assert drafts and targets
+    for d in drafts:
+        assert d["return_generation_logits"].all() and d["min_tokens"].item() == d["request_output_len"].item()
+    vocab = s.models["tensorrt_llm"].engine.target.cfg.vocab_size
+    for t in targets:
+        k = t["draft_input_ids"].shape[1]
+        assert t["draft_logits"].shape == (1, k, vocab) and t["draft_logits"].dtype == np.float32
+        assert t["request_output_len"].item() == k + 1
+
+
+def test_bls_seeded_sampling_is_reproducible_with_fresh_seed_per_call(servers):
+    s = servers["dt"]
+    kw = dict(num_draft_tokens=3, temperature=0.9, top_p=1.0, seed=7)
+    s.calls.clear()
+    first = bls(s, **kw)
+    seeds = [int(inputs["seed"].item()) for model, inputs in s.calls if model.startswith("tensorrt_llm") and "seed" in inputs]
+    assert len(seeds) == len(set(seeds)) > 2  # a fixed seed per call would replay the same draws each round
+    assert bls(s, **kw)["tokens"] == first["tokens"]
+
+
+def test_medusa_streams_through_the_ensemble(servers):
+    s = servers["medusa"]
+    expected = greedy_baseline(s, speculative=True)
+    assert expected == greedy_baseline(s)  # Medusa at T=0 is lossless
+    stream = collect(s.infer("ensemble", text_request(PROMPT, N, stream=True, return_perf_metrics=True)))
+    whole = collect(s.infer("ensemble", text_request(PROMPT, N)))
+    assert stream["tokens"] == whole["tokens"] == expected and stream["text"] == whole["text"]
+    assert stream["responses"] > 1 and stream["perf"]["total_draft_tokens"] > 0
+    via_bls = bls(s, stream=True)  # BLS without a draft model: the Medusa engine alone, streamed
+    assert via_bls["tokens"] == expected and via_bls["responses"] > 1
+
+
+def engine_request(ids, n, **extra):
+    inputs = {"input_ids": np.array([ids], dtype=np.int32), "input_lengths": np.array([[len(ids)]], dtype=np.int32),
+              "request_output_len": np.array([[n]], dtype=np.int32)}
+    for key, value in extra.items():
+        inputs[key] = np.asarray(value)
+    return inputs
+
+
+def outputs(response):
+    assert not response.has_error(), response.error().message()
+    return {t.name(): t.as_numpy() for t in response.output_tensors}
+
+
+def test_local_engine_model_verifies_external_drafts_with_prefix_reuse(servers):
+    s = servers["dt"]
+    ids = s.models["preprocessing"].tokenizer.encode(PROMPT)
+    greedy = greedy_baseline(s, n=6)
+    engine = s.models["tensorrt_llm"].engine
+    reused = engine.prefix_cache.reused_tokens
+    perf = {"return_perf_metrics": np.array([[True]])}
+    (r,) = s.infer("tensorrt_llm", engine_request(ids, 4, draft_input_ids=np.array([greedy[:3]], dtype=np.int32), **perf))
+    out = outputs(r)
+    assert out["output_ids"].shape == (1, 1, 4) and out["output_ids"].reshape(-1).tolist() == greedy[:4]
+    assert out["acceptance_rate"].item() == 1.0 and out["total_draft_tokens"].item() == 3
+    wrong = [greedy[3], (greedy[4] + 1) % 300]  # first draft right, second wrong
+    (r,) = s.infer("tensorrt_llm", engine_request(ids + greedy[:3], 3, draft_input_ids=np.array([wrong], dtype=np.int32), **perf))
+    out = outputs(r)
+    assert out["output_ids"].reshape(-1).tolist() == greedy[3:5]  # one accepted + the target's own token
+    assert out["total_accepted_draft_tokens"].item() == 1
+    assert engine.prefix_cache.reused_tokens - reused >= len(ids)  # the second call reused the prompt's KV
+
+
+def test_local_engine_model_rejects_streaming_when_not_decoupled(servers):
+    s = servers["dt"]
+    (r,) = s.infer("tensorrt_llm", engine_request([1, 2, 3], 2, streaming=np.array([[True]])))
+    assert r.has_error() and "decoupled" in r.error().message()
+
+
+def test_trtllm_019_names_serve(tiny_target, tiny_draft, tmp_path_factory, servers):
+    build = cached_build(tmp_path_factory, "dt", "draft_target", target=tiny_target, draft=tiny_draft)
+    old = FakeServer(generate_repo(build, tmp_path_factory.mktemp("old") / "repo", backend="python", trtllm_version="0.19.0"))
+    old.calls.clear()
+    inputs = text_request(PROMPT, N, num_draft_tokens=2)
+    inputs["random_seed"] = np.array([[3]], dtype=np.uint64)
+    out = collect(old.infer("tensorrt_llm_bls", inputs))
+    assert out["tokens"] == greedy_baseline(servers["dt"])
+    drafts = [i for m, i in old.calls if m == "tensorrt_llm_draft"]
+    assert all("min_length" in d and "min_tokens" not in d and "random_seed" in d for d in drafts)
