@@ -48,6 +48,10 @@ def train_medusa(config: TrainConfig, *, reporter: Reporter | None = None, on_st
     rep = reporter or Reporter()
     _check_options(config)
     base = load_base(config.model, device=config.device)
+    max_pos = getattr(base.model.config, "max_position_embeddings", None)
+    if max_pos is not None and config.seq_len > max_pos:
+        raise TrainingError("--seq-len is longer than the base model's context", expected=f"at most {max_pos} (max_position_embeddings)",
+                            found=str(config.seq_len), fix=f"pass --seq-len {min(max_pos, 512)}")
     windows = _training_windows(config, base, rep)
     train_w, heldout_w = split_heldout(windows, fraction=config.heldout_fraction, seed=config.seed)
     rep.log(f"{train_w.shape[0]} training windows and {heldout_w.shape[0]} held-out windows of {windows.shape[1]} tokens")
