@@ -134,6 +134,7 @@ class TritonServer:
         self._bundle = bundle
         self._proc: subprocess.Popen | None = None
         self._workdir: tempfile.TemporaryDirectory | None = None
+        self._models: list[str] = []
         self.log_path: Path | None = None
 
     # ---- addresses -------------------------------------------------------------------------
@@ -157,8 +158,14 @@ class TritonServer:
     # ---- lifecycle -------------------------------------------------------------------------
     def start(self, *, on_progress: Callable[[int, int], None] | None = None) -> TritonServer:
         """Start the server and block until every model of the repository is READY."""
-        models = repo_models(self.repo)
-        if not models:
+        self.launch()
+        return self.wait_ready(on_progress=on_progress)
+
+    def launch(self) -> TritonServer:
+        """Start the server process without waiting (call from the main thread: the process dies with
+        the thread that started it). `wait_ready()` completes the start."""
+        self._models = repo_models(self.repo)
+        if not self._models:
             raise ServerError(
                 f"{self.repo} is not a Triton model repository",
                 expected="sub-folders with a config.pbtxt (ensemble/, preprocessing/, tensorrt_llm/, ...)",
@@ -186,8 +193,12 @@ class TritonServer:
                 cwd=work, start_new_session=True, preexec_fn=_set_pdeathsig,
             )
         atexit.register(self.stop)
+        return self
+
+    def wait_ready(self, *, on_progress: Callable[[int, int], None] | None = None) -> TritonServer:
+        """Block until every model is READY; on failure stop the server and raise ServerError."""
         try:
-            self._wait_ready(models, on_progress)
+            self._wait_ready(self._models, on_progress)
         except BaseException:
             self.stop()
             raise

@@ -1,0 +1,168 @@
+"""End to end: tiny models -> reference engines -> Python-backend repositories -> a real tritonserver
+(the library `specbuild serve` calls) -> the gRPC client, compared with the in-process greedy baseline.
+
+One server per repository for the whole module (both start together: loading is the slow part).
+The last test kills the draft/target server mid-request.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+pytestmark = pytest.mark.slow
+
+MAX_TOKENS = 12
+K = 3
+PROMPTS = ["The quick brown fox", "Once upon a time", "def main():", "Speculative decoding is",
+           "A recipe for bread", "In the morning", "Dear team,", "The weather tomorrow"]
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory, tiny_target, tiny_draft):
+    from repo_builds import compile_tiny
+
+    from specbuild.model_repo.generate import generate_repo
+
+    root = tmp_path_factory.mktemp("e2e")
+    out = {}
+    for mode, draft in (("draft_target", tiny_draft), ("medusa", None)):
+        build = compile_tiny(root / mode, mode, target=tiny_target, draft=draft)
+        out[mode] = (build, generate_repo(build, root / mode / "repo", backend="python"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def servers(builds):
+    from specbuild.client.server import ServerOptions, TritonServer, free_port
+
+    started = {}
+    try:
+        for mode, (_, repo) in builds.items():  # launch both, then wait: their model loading overlaps
+            opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
+            started[mode] = TritonServer(repo, opts).launch()
+        for server in started.values():
+            server.wait_ready()
+        yield started
+    finally:
+        for server in started.values():
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def baseline(builds):
+    """prompt -> (text, token_ids) of the target alone, greedy, in-process (both modes share the target)."""
+    import torch
+
+    from specbuild.engines.reference.api import generate_local
+    from specbuild.engines.reference.engine import ReferenceEngine
+    from specbuild.sampling_params import SamplingParams
+
+    torch.set_num_threads(1)
+    engine = ReferenceEngine.load(builds["draft_target"][0])
+    params = SamplingParams(max_tokens=MAX_TOKENS)
+    out = {}
+    for prompt in PROMPTS:
+        r = generate_local(engine, prompt, params, speculative=False)
+        out[prompt] = (r.text, r.token_ids)
+    return out
+
+
+def _remote(server, prompt, **kw):
+    from specbuild.client.remote import generate_remote
+    from specbuild.sampling_params import SamplingParams
+
+    return generate_remote(server.grpc_url, prompt, SamplingParams(max_tokens=MAX_TOKENS), timeout_s=120, **kw)
+
+
+def test_draft_target_unary_and_streaming_equal_greedy_baseline(servers, baseline):
+    server = servers["draft_target"]
+    prompt = PROMPTS[0]
+    expected = baseline[prompt]
+    unary = _remote(server, prompt, num_draft_tokens=K)
+    streamed_text: list[str] = []
+    stream = _remote(server, prompt, num_draft_tokens=K, stream=True, on_text=streamed_text.append)
+    alone = _remote(server, prompt, num_draft_tokens=0)
+    for result in (unary, stream, alone):
+        assert (result.text, result.token_ids) == expected
+    assert "".join(streamed_text) == expected[0] and len(streamed_text) > 1
+    assert unary.speculative and unary.stats.drafted > 0 and not alone.speculative
+    assert stream.stats.target_passes >= 1 and stream.timings["ttft"] <= stream.timings["total"]
+
+
+def test_medusa_unary_and_streaming_equal_greedy_baseline(servers, baseline):
+    server = servers["medusa"]
+    for prompt in PROMPTS[:2]:
+        unary = _remote(server, prompt)
+        stream = _remote(server, prompt, stream=True)
+        assert (unary.text, unary.token_ids) == baseline[prompt]
+        assert (stream.text, stream.token_ids) == baseline[prompt]
+        assert unary.speculative and unary.stats.drafted > 0
+
+
+def test_generate_cli_json_through_triton(servers, baseline):
+    from typer.testing import CliRunner
+
+    from specbuild.cli import app
+
+    url = servers["medusa"].grpc_url
+    result = CliRunner().invoke(app, ["generate", "--url", url, "--prompt", PROMPTS[1], "--max-tokens",
+                                      str(MAX_TOKENS), "--json", "--model", "ensemble"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert (data["text"], data["token_ids"]) == baseline[PROMPTS[1]]
+    assert set(data) >= {"text", "token_ids", "finish_reason", "speculative", "stats", "timings"}
+
+
+def test_eight_concurrent_streams_complete_unmixed(servers, baseline):
+    server = servers["draft_target"]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda p: _remote(server, p, num_draft_tokens=K, stream=True), PROMPTS))
+    assert len(results) == 8
+    for prompt, result in zip(PROMPTS, results, strict=True):
+        assert (result.text, result.token_ids) == baseline[prompt], prompt
+
+
+def test_wrong_model_is_a_clear_error(servers):
+    from specbuild.errors import ClientError
+
+    with pytest.raises(ClientError, match="model 'nope' is not served here") as err:
+        _remote(servers["medusa"], "x", model="nope")
+    assert "ensemble" in err.value.expected
+
+
+def test_serve_refuses_a_busy_port(servers, builds):
+    from typer.testing import CliRunner
+
+    from specbuild.cli import app
+
+    busy = servers["medusa"].options.grpc_port
+    result = CliRunner().invoke(app, ["serve", str(builds["medusa"][1]), "--grpc-port", str(busy)])
+    assert result.exit_code == 2
+    assert f"grpc port 127.0.0.1:{busy} is busy" in result.output
+
+
+def test_killing_the_server_mid_request_is_a_clear_error(servers):
+    """Last: kills the draft/target server while a streamed request is under way."""
+    from specbuild.client.remote import generate_remote
+    from specbuild.errors import ClientError
+    from specbuild.sampling_params import SamplingParams
+
+    server = servers["draft_target"]
+    first = threading.Event()
+    killer = threading.Thread(target=lambda: first.wait(60) and server.kill())
+    killer.start()
+    with pytest.raises(ClientError) as err:
+        generate_remote(server.grpc_url, PROMPTS[2], SamplingParams(max_tokens=100), stream=True,
+                        num_draft_tokens=K, timeout_s=60, on_text=lambda _: first.set())
+    killer.join()
+    assert first.is_set()
+    assert "lost the connection to tritonserver" in err.value.what
+    assert "specbuild serve" in err.value.fix
