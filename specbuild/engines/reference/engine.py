@@ -201,13 +201,15 @@ class ReferenceEngine:
         import torch
 
         from specbuild.engines.reference.runners import generate_cached
+        from specbuild.engines.reference.sampling import make_generator
 
         _check_prompt(prompt_ids, self.target.cfg.vocab_size)
         params = self.resolve(params)
         started = time.perf_counter()
         with self._lock:
             seq = self.prefix_cache.acquire(list(prompt_ids))
-            ids, rows, passes = generate_cached(seq, list(prompt_ids), params, on_tokens=on_tokens, keep_logits=True)
+            gen = make_generator(params.seed, offset=len(prompt_ids))  # see verify_external
+            ids, rows, passes = generate_cached(seq, list(prompt_ids), params, on_tokens=on_tokens, keep_logits=True, generator=gen)
         result = self._result(ids, params, SpecStats(target_passes=passes), speculative=False, seconds=time.perf_counter() - started)
         return result, torch.stack(rows)  # [n,V]
 
@@ -216,7 +218,9 @@ class ReferenceEngine:
 
         draft_logits [K,V] (float, any dtype): modified rejection sampling on the draft's probabilities
         (computed with the same params). Without them: token equality with the target's own sample
-        (argmax at temperature 0). Seeded params give a reproducible draw per call.
+        (argmax at temperature 0). Seeded params give a reproducible draw per call; the stream is
+        seeded with seed + len(prefix_ids), so the rounds of one request (growing prefixes) do not
+        reuse the same random numbers, which would correlate accept decisions and bias the output.
         """
         import torch
 
@@ -232,7 +236,8 @@ class ReferenceEngine:
                                   found=str(tuple(logits.shape)), fix="send the draft model's generation logits for exactly the draft tokens")
             draft_probs = probs_from_logits(logits, params)  # [K,V]
         with self._lock:
-            verifier = ModelVerifier(self.target, generator=make_generator(params.seed), prefix_cache=self.prefix_cache)
+            gen = make_generator(params.seed, offset=len(prefix_ids))
+            verifier = ModelVerifier(self.target, generator=gen, prefix_cache=self.prefix_cache)
             return verifier.verify(list(prefix_ids), list(draft_ids), draft_probs, params)
 
     # ---- text ---------------------------------------------------------------------------------

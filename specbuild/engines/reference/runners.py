@@ -136,12 +136,14 @@ def generate_cached(
     *,
     on_tokens=None,
     keep_logits: bool = False,
+    generator: torch.Generator | None = None,
 ) -> tuple[list[int], list[torch.Tensor], int]:
     """Plain decode of one request on a (possibly reused) CachedSequence.
 
-    Returns (new tokens, per-token float32 logits [V] when keep_logits, forward passes).
+    Returns (new tokens, per-token float32 logits [V] when keep_logits, forward passes). The
+    generator defaults to one seeded with params.seed.
     """
-    gen = make_generator(params.seed)
+    gen = generator or make_generator(params.seed)
     stops = stop_ids(params)
     out: list[int] = []
     logits_rows: list[torch.Tensor] = []
