@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo lint clean bench-convert bench-reference
+.PHONY: setup test demo lint clean bench-convert bench-reference bench-serve
 
 setup: $(STAMP)
 
@@ -30,6 +30,9 @@ bench-convert: setup
 
 bench-reference: setup
 	$(BIN)/python -m specbuild.engines.reference.bench
+
+bench-serve: setup
+	$(BIN)/python -m specbuild.client.bench_serve
 
 clean:
 	rm -rf build .pytest_cache

@@ -1,0 +1,127 @@
+"""`make bench-serve`: tokens/s through Triton vs in-process at concurrency 1 (goal: >= 0.8x).
+
+Uses the demo family (`specbuild.demo_models`: a trained target and a distilled draft, built once
+into .cache/demo and reused), compiles reference engines for a draft/target spec, generates the
+Python-backend repository, serves it on free loopback ports and runs the same prompts, one at a
+time, both ways: the target alone (Triton: `num_draft_tokens=0` to the BLS) and speculative (K
+drafts). Then the `bench` sweep (speculation off/on per concurrency) writes its report into OUT.
+
+    python -m specbuild.client.bench_serve [--out build/bench-serve] [--prompts 8] [--max-tokens 48]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from specbuild.sampling_params import SamplingParams
+
+DEFAULT_OUT = Path("build/bench-serve")
+GOAL_RATIO = 0.8  # Triton tokens/s over in-process tokens/s at concurrency 1
+
+
+def build_repo(out: Path, *, num_draft_tokens: int, log=print) -> tuple[Path, Path, Path]:
+    """(compile folder, repository, prompts.jsonl) for the demo family's draft/target pair."""
+    from specbuild.builder.compile import compile_spec
+    from specbuild.builder.spec import spec_from_dict
+    from specbuild.demo_models import build_family
+    from specbuild.model_repo.generate import generate_repo
+
+    family = build_family(log=log)
+    spec = spec_from_dict({
+        "name": "bench-serve", "mode": "draft_target", "dtype": "float32",
+        "target": {"model": str(family.target)}, "draft": {"model": str(family.draft)},
+        "speculation": {"max_draft_len": num_draft_tokens},
+        "build": {"max_batch_size": 8, "max_input_len": 256, "max_seq_len": 512},
+        "serving": {"gpu_memory_gb": 4},
+    }, source=out / "spec.yaml")
+    build = compile_spec(spec, out / "build", engine="reference", force=True)
+    repo = generate_repo(build, out / "repo", backend="python", force=True)
+    return build, repo, family.prompts
+
+
+def _in_process(build: Path, prompts: list[str], params: SamplingParams, k: int) -> dict[str, dict]:
+    import torch
+
+    from specbuild.engines.reference.api import generate_local
+    from specbuild.engines.reference.engine import ReferenceEngine
+
+    torch.set_num_threads(1)  # the server's local engine processes run with one thread each too
+    engine = ReferenceEngine.load(build)
+    out = {}
+    for mode, spec in (("baseline", False), ("speculative", True)):
+        generate_local(engine, prompts[0], params, speculative=spec, num_draft_tokens=k)  # warm-up
+        tokens, t0 = 0, time.perf_counter()
+        for prompt in prompts:
+            tokens += len(generate_local(engine, prompt, params, speculative=spec, num_draft_tokens=k).token_ids)
+        out[mode] = {"tokens": tokens, "seconds": time.perf_counter() - t0}
+    return out
+
+
+def _through_triton(url: str, prompts: list[str], params: SamplingParams, k: int) -> dict[str, dict]:
+    from specbuild.client.remote import generate_remote
+
+    out = {}
+    for mode, drafts in (("baseline", 0), ("speculative", k)):
+        generate_remote(url, prompts[0], params, num_draft_tokens=drafts, timeout_s=300)  # warm-up
+        tokens, t0 = 0, time.perf_counter()
+        for prompt in prompts:
+            tokens += len(generate_remote(url, prompt, params, num_draft_tokens=drafts, stream=True,
+                                          timeout_s=300).token_ids)
+        out[mode] = {"tokens": tokens, "seconds": time.perf_counter() - t0}
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m specbuild.client.bench_serve", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--prompts", type=int, default=8, help="held-out demo prompts to run")
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--num-draft-tokens", type=int, default=4)
+    parser.add_argument("--concurrency", default="1,2,4", help="bench sweep concurrencies ('' skips the sweep)")
+    args = parser.parse_args(argv)
+
+    from rich.console import Console
+
+    from specbuild.client.bench import BenchConfig, load_prompts, run_bench
+    from specbuild.client.report import table, write_report
+    from specbuild.client.server import ServerOptions, TritonServer, free_port
+
+    console = Console()
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    build, repo, prompts_file = build_repo(out, num_draft_tokens=args.num_draft_tokens, log=console.print)
+    prompts = list(load_prompts(prompts_file))[: args.prompts]
+    params = SamplingParams(max_tokens=args.max_tokens)
+    local = _in_process(build, prompts, params, args.num_draft_tokens)
+    opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
+    with TritonServer(repo, opts) as server:
+        remote = _through_triton(server.grpc_url, prompts, params, args.num_draft_tokens)
+        sweep = None
+        if args.concurrency:
+            config = BenchConfig(url=server.grpc_url, prompts=tuple(prompts), max_tokens=args.max_tokens,
+                                 concurrency=tuple(int(c) for c in args.concurrency.split(",")),
+                                 temperatures=(0.0, 0.8), num_draft_tokens=args.num_draft_tokens, timeout_s=300)
+            runs, context = run_bench(config, console=console)
+            write_report(runs, context, out)
+            console.print(table(runs))
+            sweep = str(out / "bench.json")
+    result = {"prompts": len(prompts), "max_tokens": args.max_tokens, "num_draft_tokens": args.num_draft_tokens,
+              "concurrency": 1, "modes": {}, "sweep_report": sweep}
+    for mode in ("baseline", "speculative"):
+        tps_local = local[mode]["tokens"] / local[mode]["seconds"]
+        tps_triton = remote[mode]["tokens"] / remote[mode]["seconds"]
+        result["modes"][mode] = {"in_process_tokens_per_s": round(tps_local, 2),
+                                 "triton_tokens_per_s": round(tps_triton, 2),
+                                 "ratio": round(tps_triton / tps_local, 3)}
+        verdict = "meets" if tps_triton >= GOAL_RATIO * tps_local else "MISSES"
+        console.print(f"{mode:11s} in-process {tps_local:8.1f} tok/s   Triton {tps_triton:8.1f} tok/s   "
+                      f"ratio {tps_triton / tps_local:.2f} ({verdict} the {GOAL_RATIO}x goal)")
+    (out / "bench_serve.json").write_text(json.dumps(result, indent=2) + "\n")
+    console.print(f"wrote {out / 'bench_serve.json'}")
+
+
+if __name__ == "__main__":
+    main()
