@@ -10,6 +10,8 @@ Shape legend: V vocab, H hidden, I intermediate, nh/nkv heads, hd head dim, tp/p
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,7 +76,7 @@ def convert_checkpoint(
     on_progress: Progress | None = None,
 ) -> Path:
     """Write config.json + rank{N}.safetensors + specbuild.json (kind trtllm_checkpoint) to `out_dir`."""
-    from specbuild.manifest import atomic_output_dir, write_manifest
+    from specbuild.manifest import atomic_output_dir
 
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     src = SafetensorsSource.from_folder(hf_dir)
@@ -83,19 +85,22 @@ def convert_checkpoint(
     sources = {"model": src, "medusa": heads.source if heads else None}
     done, total = 0, plan.total_bytes
     with atomic_output_dir(out_dir, force=force) as tmp:
-        import json
-
-        (tmp / "config.json").write_text(json.dumps(plan.config, indent=2) + "\n")
+        config_text = json.dumps(plan.config, indent=2) + "\n"
+        (tmp / "config.json").write_text(config_text)
+        hashes = {"config.json": hashlib.sha256(config_text.encode()).hexdigest()}
+        scratch = Scratch()
         for rank, items in enumerate(plan.ranks):
-            with StreamingWriter(tmp / f"rank{rank}.safetensors", [it.entry for it in items]) as writer:
+            name = f"rank{rank}.safetensors"
+            with StreamingWriter(tmp / name, [it.entry for it in items]) as writer:
                 for it in items:
-                    writer.write(it.entry.name, _produce(it, sources, plan, rank))
+                    writer.write(it.entry.name, _produce(it, sources, plan, rank, scratch))
                     done += it.entry.nbytes
                     if on_progress:
                         on_progress(done, total, f"rank{rank}/{it.entry.name}")
-        write_manifest(
+            hashes[name] = writer.sha256
+        _write_manifest(
             tmp,
-            kind="trtllm_checkpoint",
+            hashes,
             inputs={
                 "hf_dir": str(hf_dir.resolve()),
                 "hf_files": {f.name: f.stat().st_size for f in src.files},
@@ -147,6 +152,17 @@ def plan_checkpoint(
     ranks = tuple(tuple(_rank_items(rank, dims, par, dtype, heads)) for rank in range(par.world_size))
     _check_sources(ranks, {"model": src, "medusa": heads.source if heads else None}, dims, par)
     return CheckpointPlan(cfg=cfg, dims=dims, par=par, dtype=dtype, ranks=ranks, config=config)
+
+
+def _write_manifest(folder: Path, hashes: dict[str, str], **fields) -> None:
+    """specbuild.json in manifest.write_manifest's format, from the hashes taken while writing (a second
+    pass over a multi-GB checkpoint would cost as much as the conversion's own reads)."""
+    from specbuild.manifest import MANIFEST, tool_versions
+
+    on_disk = {p.name for p in folder.iterdir()}
+    assert on_disk == set(hashes), f"unhashed files: {on_disk ^ set(hashes)}"
+    manifest = {"kind": "trtllm_checkpoint", **fields, "versions": tool_versions(), "files": dict(sorted(hashes.items()))}
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
 
 
 # ---- planning ------------------------------------------------------------------------------------
@@ -226,41 +242,85 @@ def _check_sources(ranks, sources: dict, dims: ConvertDims, par: Parallel) -> No
 
 # ---- producing one rank's tensor -----------------------------------------------------------------
 
-def _produce(it: Item, sources: dict, plan: CheckpointPlan, rank: int):
+class Scratch:
+    """Two reusable byte buffers for tensors that must be assembled (fused, strided, padded, cast).
+
+    Fresh multi-MB allocations are returned to the OS on free and page-faulted again on the next
+    one, which costs more than the copy itself; reusing two buffers avoids that. Two, alternated,
+    because the writer may still be hashing the previous assembled tensor (see StreamingWriter._emit).
+    """
+
+    def __init__(self) -> None:
+        self._bufs: list = [None, None]
+        self._turn = 0
+
+    def take(self, dtype: str, shape: tuple[int, ...]):
+        import torch
+
+        n = Entry("", dtype, shape).nbytes
+        buf = self._bufs[self._turn]
+        if buf is None or buf.numel() < n:
+            buf = self._bufs[self._turn] = torch.empty(n, dtype=torch.uint8)  # [bytes]
+        self._turn ^= 1
+        return buf[:n].view(getattr(torch, dtype)).view(shape)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A slice of one source tensor: rows of dim 0 (contiguous in the file) or cols of dim 1 (strided)."""
+
+    name: str
+    rows: tuple[int, int] | None = None
+    cols: tuple[int, int] | None = None
+
+
+def _produce(it: Item, sources: dict, plan: CheckpointPlan, rank: int, scratch: Scratch) -> list:
+    """This rank's tensor as writer parts: file ranges copied as they are when the slices are row
+    ranges at the output dtype, else one tensor assembled (stacked, cast, padded) in `scratch`."""
     import torch
 
-    src, par, dims = sources[it.rule.source], plan.par, plan.dims
+    src = sources[it.rule.source]
+    pieces, pad_rows = _pieces(it, src, plan, rank)
+    rows = sum((p.rows[1] - p.rows[0]) if p.rows else src.info(p.name).shape[0] for p in pieces) + pad_rows
+    if rows != it.entry.shape[0]:
+        raise ConversionError(f"internal: {it.entry.name} would get {rows} rows", expected=str(list(it.entry.shape)), found=f"{rows} rows", fix="report this bug")
+    direct = isinstance(src, SafetensorsSource) and all(p.cols is None and src.info(p.name).dtype == plan.dtype for p in pieces)
+    if direct:
+        parts: list = [src.byte_range(p.name, p.rows) for p in pieces]
+        if pad_rows:  # zero rows up to ceil(V/tp): the padded vocab of the last rank(s)
+            parts.append(torch.zeros((pad_rows, *it.entry.shape[1:]), dtype=getattr(torch, plan.dtype)))  # [pad, H]
+        return parts
+    t = scratch.take(plan.dtype, it.entry.shape)  # [rows, ...]
+    row = 0
+    for p in pieces:  # stack along dim 0, casting while copying
+        part = src.read(p.name, rows=p.rows, cols=p.cols)  # [r, ...]
+        t[row : row + part.shape[0]].copy_(part)
+        row += part.shape[0]
+    t[row:].zero_()  # vocab padding rows
+    return [t]
+
+
+def _pieces(it: Item, src, plan: CheckpointPlan, rank: int) -> tuple[list[Piece], int]:
+    """(source slices to stack along dim 0, zero rows to append) for one rank's tensor."""
+    par, dims = plan.par, plan.dims
     r, tp, split = par.tp_rank(rank), par.tp, it.rule.split
     name = it.sources[0]
     if split is Split.NONE:
-        t = src.read(name)
-    elif split is Split.COLUMN:
+        return [Piece(name)], 0
+    if split is Split.COLUMN:
         n = src.info(name).shape[0] // tp
-        t = src.read(name, rows=(r * n, (r + 1) * n))  # [n, ...]
-    elif split is Split.ROW:
+        return [Piece(name, rows=(r * n, (r + 1) * n))], 0  # [n, ...]
+    if split is Split.ROW:
         n = src.info(name).shape[1] // tp
-        t = src.read(name, cols=(r * n, (r + 1) * n))  # [rows, n]
-    elif split is Split.VOCAB:
+        return [Piece(name, cols=(r * n, (r + 1) * n))], 0  # [rows, n]
+    if split is Split.VOCAB:
         start, stop, per = par.vocab_rows(r, src.info(name).shape[0])
-        t = src.read(name, rows=(start, stop))  # [stop-start, H]
-        if t.shape[0] < per:  # zero rows up to ceil(V/tp): the padded vocab of the last rank(s)
-            t = torch.cat([t, t.new_zeros((per - t.shape[0], *t.shape[1:]))])  # [per, H]
-    else:
-        t = _qkv(src, it.sources, r, par, dims)
-    t = t.to(getattr(torch, plan.dtype))
-    if tuple(t.shape) != it.entry.shape:
-        raise ConversionError(f"internal: {it.entry.name} came out {list(t.shape)}", expected=str(list(it.entry.shape)), found=str(list(t.shape)), fix="report this bug")
-    return t
-
-
-def _qkv(src, names: tuple[str, ...], r: int, par: Parallel, dims: ConvertDims):
-    """[Q_r; K_r; V_r]: this rank's query heads, then its KV head(s) (repeated when tp > nkv)."""
-    import torch
-
-    hd = dims.head_dim
-    q_per = dims.num_heads // par.tp
+        return [Piece(name, rows=(start, stop))], per - (stop - start)  # [stop-start, H] + zero rows to ceil(V/tp)
+    # QKV: [Q_r; K_r; V_r], this rank's query heads, then its KV head(s) (repeated when tp > nkv)
+    hd, q_per = dims.head_dim, dims.num_heads // tp
     kv = par.kv_heads(r, dims.num_kv_heads)
-    q = src.read(names[0], rows=(r * q_per * hd, (r + 1) * q_per * hd))  # [nh/tp*hd, H] or [nh/tp*hd]
-    k = src.read(names[1], rows=(kv.start * hd, kv.stop * hd))  # [nkv_r*hd, H]
-    v = src.read(names[2], rows=(kv.start * hd, kv.stop * hd))  # [nkv_r*hd, H]
-    return torch.cat([q, k, v])  # [(nh/tp + 2*nkv_r)*hd, H]
+    return [
+        Piece(it.sources[0], rows=(r * q_per * hd, (r + 1) * q_per * hd)),  # [nh/tp*hd, H] or [nh/tp*hd]
+        Piece(it.sources[1], rows=(kv.start * hd, kv.stop * hd)),  # [nkv_r*hd, H]
+        Piece(it.sources[2], rows=(kv.start * hd, kv.stop * hd)),  # [nkv_r*hd, H]
+    ], 0

@@ -5,6 +5,10 @@ files from their headers only, then reads one tensor, or one row/column slice of
 through a memory map (`safe_open`). Each read opens and closes the map, so the pages it touched leave
 the process: peak memory follows the largest tensor, not the checkpoint size.
 
+`byte_range` gives the file offset and length of a tensor's row range (rows are contiguous in the
+file), so the writer can copy it with `os.copy_file_range` (in the kernel, as fast as a file copy)
+instead of through Python.
+
 `MemorySource` wraps an already-loaded state dict (a Medusa `medusa_lm_head.pt`) behind the same
 interface. Both report dtype as a torch dtype name ("float32", "bfloat16", ...).
 """
@@ -12,6 +16,7 @@ interface. Both report dtype as a torch dtype name ("float32", "bfloat16", ...).
 from __future__ import annotations
 
 import json
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +32,19 @@ class TensorInfo:
     file: Path
     dtype: str  # torch dtype name
     shape: tuple[int, ...]
+    offset: int | None = None  # absolute file offset of the tensor's first byte (safetensors only)
+
+
+@dataclass(frozen=True)
+class FileRange:
+    """`nbytes` bytes at `offset` of `file`: a contiguous piece of a source tensor."""
+
+    file: Path
+    offset: int
+    nbytes: int
+
+
+_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 class SafetensorsSource:
@@ -81,6 +99,16 @@ class SafetensorsSource:
     def info(self, name: str) -> TensorInfo:
         return self.index[name]
 
+    def byte_range(self, name: str, rows: tuple[int, int] | None = None) -> FileRange:
+        """Where the tensor (or rows[0]:rows[1] of dim 0) lies in its file."""
+        info = self.index[name]
+        assert info.offset is not None
+        row_bytes = _ITEMSIZE[info.dtype]
+        for d in info.shape[1:]:
+            row_bytes *= d
+        start, stop = rows if rows is not None else (0, info.shape[0] if info.shape else 1)
+        return FileRange(info.file, info.offset + start * row_bytes, (stop - start) * row_bytes)
+
     def read(self, name: str, *, rows: tuple[int, int] | None = None, cols: tuple[int, int] | None = None):
         """The tensor, or rows[0]:rows[1] of dim 0 / cols of dim 1, as a fresh torch tensor."""
         from safetensors import SafetensorError, safe_open
@@ -127,13 +155,16 @@ def _read_header(path: Path) -> dict[str, TensorInfo]:
     from safetensors import SafetensorError, safe_open
 
     try:
-        with safe_open(str(path), framework="pt") as f:
-            out = {}
-            for name in f.keys():
-                sl = f.get_slice(name)
-                out[name] = TensorInfo(path, _ST_DTYPES.get(sl.get_dtype(), sl.get_dtype()), tuple(sl.get_shape()))
-            return out
-    except (SafetensorError, OSError, ValueError) as exc:
+        with safe_open(str(path), framework="pt") as f:  # validates header and data coverage
+            shapes = {name: (f.get_slice(name).get_dtype(), tuple(f.get_slice(name).get_shape())) for name in f.keys()}
+        with open(path, "rb") as fh:  # the data offsets, which safe_open does not expose
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+        return {
+            name: TensorInfo(path, _ST_DTYPES.get(dt, dt), shape, 8 + n + header[name]["data_offsets"][0])
+            for name, (dt, shape) in shapes.items()
+        }
+    except (SafetensorError, OSError, ValueError, KeyError, struct.error) as exc:
         size = path.stat().st_size if path.exists() else 0
         raise CheckpointError(
             f"{path} is not a readable safetensors file (truncated or corrupt)",

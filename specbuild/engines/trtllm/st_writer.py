@@ -5,20 +5,32 @@ File format (safetensors): u64 little-endian header length N, N bytes of JSON
 {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}} padded with spaces to a
 multiple of 8, then the tensors' bytes back to back in header order (offsets relative to the data
 start, contiguous, no gaps). `safetensors.safe_open` / `load_file` read it like any other file.
+
+A tensor is written from parts: tensors (bytes through Python) or `FileRange`s of a source file,
+copied with `os.copy_file_range` inside the kernel (a plain read/write loop where the kernel or file
+system refuses). The file's sha256 is computed while writing, on a helper thread (hashlib releases the
+GIL) that reads the same bytes, so the manifest needs no second pass over the output.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
+import os
 import struct
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from specbuild.engines.trtllm.sources import FileRange
 from specbuild.errors import ConversionError
 
 ST_DTYPE = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+_CHUNK = 8 << 20  # bytes per read when hashing or copying a FileRange through Python
+_NO_COPY_FILE_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF}
 
 
 @dataclass(frozen=True)
@@ -44,6 +56,12 @@ class StreamingWriter:
         self.metadata = metadata or {"format": "pt"}
         self._next = 0
         self._file: BinaryIO | None = None
+        self._hash = hashlib.sha256()
+        self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sha256")
+        self._pending: Future | None = None
+        self._fds: dict[Path, int] = {}  # source files of FileRange parts (shared by both threads: pread only)
+        self._kernel_copy = hasattr(os, "copy_file_range")
+        self.sha256: str | None = None  # set when the file is complete
 
     def __enter__(self) -> StreamingWriter:
         header: dict[str, object] = {"__metadata__": self.metadata}
@@ -53,32 +71,87 @@ class StreamingWriter:
             offset += e.nbytes
         raw = json.dumps(header, separators=(",", ":")).encode()
         raw += b" " * (-len(raw) % 8)  # 8-byte alignment of the data section, as safetensors writes it
-        self._file = open(self.path, "wb")
-        self._file.write(struct.pack("<Q", len(raw)))
-        self._file.write(raw)
+        self._file = open(self.path, "wb", buffering=0)  # unbuffered: copy_file_range writes at the fd position
+        self._emit(struct.pack("<Q", len(raw)))
+        self._emit(raw)
         return self
 
-    def write(self, name: str, tensor) -> None:
-        """Append the next tensor; its name, dtype and shape must be the planned ones."""
+    def _emit(self, part) -> None:
+        """Hash `part` on the helper thread while writing it here; at most one part is in flight."""
+        assert self._file is not None
+        if self._pending is not None:
+            self._pending.result()  # in order, and bounds memory to the part being written
+        if isinstance(part, FileRange):
+            self._pending = self._hasher.submit(self._hash_range, part)
+            self._copy_range(part)
+        else:
+            self._pending = self._hasher.submit(self._hash.update, part)
+            self._file.write(part)
+
+    def _fd(self, path: Path) -> int:
+        if path not in self._fds:
+            self._fds[path] = os.open(path, os.O_RDONLY)
+        return self._fds[path]
+
+    def _hash_range(self, part: FileRange) -> None:
+        fd, pos, end = self._fd(part.file), part.offset, part.offset + part.nbytes
+        while pos < end:
+            chunk = os.pread(fd, min(_CHUNK, end - pos), pos)
+            self._hash.update(chunk)
+            pos += len(chunk)
+
+    def _copy_range(self, part: FileRange) -> None:
+        assert self._file is not None
+        fd, out, pos, left = self._fd(part.file), self._file.fileno(), part.offset, part.nbytes
+        while left and self._kernel_copy:
+            try:
+                n = os.copy_file_range(fd, out, left, pos)
+            except OSError as exc:
+                if exc.errno not in _NO_COPY_FILE_RANGE:
+                    raise
+                self._kernel_copy = False
+                break
+            if n == 0:
+                raise ConversionError(f"{part.file} ended early", expected=f"{part.nbytes} bytes at {part.offset}", found="end of file", fix="re-download the checkpoint")
+            pos, left = pos + n, left - n
+        while left:
+            chunk = os.pread(fd, min(_CHUNK, left), pos)
+            if not chunk:
+                raise ConversionError(f"{part.file} ended early", expected=f"{part.nbytes} bytes at {part.offset}", found="end of file", fix="re-download the checkpoint")
+            self._file.write(chunk)
+            pos, left = pos + len(chunk), left - len(chunk)
+
+    def write(self, name: str, parts: list) -> None:
+        """Append the next planned tensor from its parts (tensors and FileRanges, in order)."""
         import torch
 
         assert self._file is not None, "use StreamingWriter as a context manager"
         e = self.entries[self._next]
-        found = (name, str(tensor.dtype).replace("torch.", ""), tuple(tensor.shape))
-        if found != (e.name, e.dtype, e.shape):
+        nbytes = sum(p.nbytes if isinstance(p, FileRange) else p.numel() * p.element_size() for p in parts)
+        dtypes = {str(p.dtype).replace("torch.", "") for p in parts if not isinstance(p, FileRange)}
+        if name != e.name or nbytes != e.nbytes or not dtypes <= {e.dtype}:
             raise ConversionError(
                 f"internal: tensor {name} does not match the planned layout",
-                expected=f"{e.name} {e.dtype} {list(e.shape)}",
-                found=f"{found[0]} {found[1]} {list(found[2])}",
+                expected=f"{e.name} {e.dtype} {e.nbytes} bytes",
+                found=f"{name} {'/'.join(sorted(dtypes)) or e.dtype} {nbytes} bytes",
                 fix="report this bug; the conversion table and the writer disagree",
             )
-        flat = tensor.contiguous().reshape(-1).view(torch.uint8)  # [nbytes] raw little-endian bytes
-        self._file.write(memoryview(flat.numpy()))
+        for p in parts:
+            if isinstance(p, FileRange):
+                self._emit(p)
+            else:  # [nbytes] raw little-endian bytes; the view keeps the tensor alive until hashed
+                self._emit(memoryview(p.contiguous().reshape(-1).view(torch.uint8).numpy()))
         self._next += 1
 
     def __exit__(self, exc_type, exc, tb) -> None:
         assert self._file is not None
         self._file.close()
+        if self._pending is not None:
+            self._pending.result()
+        self._hasher.shutdown()
+        for fd in self._fds.values():
+            os.close(fd)
+        self.sha256 = self._hash.hexdigest()
         if exc_type is None and self._next != len(self.entries):
             missing = [e.name for e in self.entries[self._next :]]
             raise ConversionError(f"internal: {self.path.name} is missing {len(missing)} tensor(s)", expected="every planned tensor written", found=", ".join(missing[:5]), fix="report this bug")
