@@ -149,6 +149,26 @@ def test_serve_refuses_a_busy_port(servers, builds):
     assert f"grpc port 127.0.0.1:{busy} is busy" in result.output
 
 
+def test_bench_through_triton_writes_the_report(servers, tmp_path):
+    from specbuild.client.bench import BenchConfig, run_bench
+    from specbuild.client.report import PLOTS, write_report
+
+    config = BenchConfig(url=servers["draft_target"].grpc_url, prompts=tuple(PROMPTS[:2]), concurrency=(1, 2),
+                         temperatures=(0.0,), max_tokens=8, num_draft_tokens=K)
+    runs, context = run_bench(config)
+    assert [(r.mode, r.concurrency) for r in runs] == [("baseline", 1), ("speculative", 1), ("baseline", 2),
+                                                       ("speculative", 2)]
+    assert context["cost_ratio"] is not None and context["cost_ratio"] >= 0
+    for run in runs:
+        assert run.requests == 2 and run.metrics["output_sequence_length"]["avg"] == 8
+        assert 0 < run.metrics["time_to_first_token"]["p50"] <= run.metrics["request_latency"]["p50"]
+    spec = runs[1].metrics
+    assert spec["speedup_measured"] > 0 and spec["speedup_predicted"] > 0 and 0 <= spec["acceptance_rate"] <= 1
+    assert spec["mean_accepted_tokens_per_pass"] >= 1
+    files = write_report(runs, context, tmp_path)
+    assert {f.name for f in files} == {"bench.json", "bench.csv", *PLOTS}
+
+
 def test_killing_the_server_mid_request_is_a_clear_error(servers):
     """Last: kills the draft/target server while a streamed request is under way."""
     from specbuild.client.remote import generate_remote

@@ -158,3 +158,41 @@ def test_model_that_fails_to_load_shows_the_log_lines_that_matter(tmp_path):
         TritonServer(repo, loopback_options(log_file=log)).start()
     assert "No module named 'no_such_module_xyz'" in err.value.found
     assert str(log) in err.value.fix and log.exists()
+
+
+@pytest.mark.slow
+def test_serve_cli_stops_cleanly_on_sigterm(tmp_path):
+    import signal
+    import sys
+    import time
+
+    repo = make_repo(tmp_path / "repo", {"echo": ECHO_MODEL})
+    ports = [str(free_port()) for _ in range(3)]
+    log = tmp_path / "server.log"
+    cmd = [sys.executable, "-m", "specbuild", "serve", str(repo), "--grpc-port", ports[0], "--http-port", ports[1],
+           "--metrics-port", ports[2], "--log-file", str(log)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if line.startswith("ready") or not line:
+            break
+    assert lines[-1].startswith("ready: echo"), "".join(lines)
+    server_pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and _cmdline(int(p)).find(f"--grpc-port={ports[0]}") >= 0]
+    assert server_pids
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, rest
+    assert "stopping tritonserver" in rest
+    for pid in server_pids:
+        assert group_alive(pid) == []
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
