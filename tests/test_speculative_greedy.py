@@ -86,8 +86,21 @@ def test_unrelated_draft_and_batched_speculation(models, baseline):
     assert [r.token_ids for r in results] == baseline
     plain = engine.generate_batch(PROMPTS, SamplingParams(max_tokens=MAX_TOKENS), speculative=False)
     assert [r.token_ids for r in plain] == baseline
-    near = _engine(models, "near").generate_batch(PROMPTS, SamplingParams(max_tokens=MAX_TOKENS), num_draft_tokens=5)
-    assert [r.token_ids for r in near] == baseline
+    streamed: dict[int, list[int]] = {}
+    for k in (1, 5, 8):
+        near = _engine(models, "near").generate_batch(PROMPTS, SamplingParams(max_tokens=MAX_TOKENS), num_draft_tokens=k,
+                                                      on_tokens=lambda i, toks: streamed.setdefault(i, []).extend(toks))
+        assert [r.token_ids for r in near] == baseline
+        assert [streamed.pop(i) for i in range(len(PROMPTS))] == baseline
+        assert all(r.stats.accepted == sum(r.stats.accepted_per_step) for r in near)
+
+
+def test_batched_sampling_equals_unbatched_with_the_same_seeds(models):
+    engine = _engine(models, "near")
+    params = [SamplingParams(max_tokens=MAX_TOKENS, temperature=0.7, seed=s) for s in (1, 2, 3)]
+    batched = engine.generate_batch(PROMPTS, params, num_draft_tokens=3)
+    alone = [engine.generate(p, q, num_draft_tokens=3) for p, q in zip(PROMPTS, params, strict=True)]
+    assert [r.token_ids for r in batched] == [r.token_ids for r in alone]
 
 
 def test_stop_token_and_max_tokens(models, baseline):

@@ -176,17 +176,31 @@ class ReferenceEngine:
 
     def generate_batch(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams], *, speculative: bool = True,
                        num_draft_tokens: int | None = None, on_tokens=None) -> list[GenerationResult]:
-        """Several requests. on_tokens(index, list[int]) streams. Plain decode shares one batched pass per step."""
-        from specbuild.engines.reference.runners import generate_batch
+        """Several requests. on_tokens(index, list[int]) streams.
+
+        Plain decode and draft/target run all requests in lockstep, one batched pass per step (rows
+        keep their own lengths); Medusa runs them one after the other.
+        """
+        from specbuild.engines.reference.runners import BatchModelDrafter, BatchModelVerifier, generate_batch
+        from specbuild.engines.reference.sampling import make_generator
+        from specbuild.engines.reference.speculative import speculative_generate_batch
 
         plist = [self.resolve(p) for p in (params if isinstance(params, list) else [params] * len(prompts))]
-        if speculative and self.mode:
-            return [self.generate(p, q, speculative=True, num_draft_tokens=num_draft_tokens,
-                                  on_tokens=(lambda toks, i=i: on_tokens(i, toks)) if on_tokens else None)
+        if speculative and self.mode == "medusa":  # Medusa runs one request at a time
+            return [self.generate(p, q, on_tokens=(lambda toks, i=i: on_tokens(i, toks)) if on_tokens else None)
                     for i, (p, q) in enumerate(zip(prompts, plist, strict=True))]
         for p in prompts:
             _check_prompt(p, self.target.cfg.vocab_size)
         started = time.perf_counter()
+        if speculative and self.mode == "draft_target":
+            k = self.num_draft_tokens if num_draft_tokens is None else num_draft_tokens
+            with self._lock:
+                done = speculative_generate_batch(
+                    BatchModelDrafter(self.draft, len(prompts), [make_generator(q.seed, offset=1) for q in plist]),
+                    BatchModelVerifier(self.target, len(prompts), [make_generator(q.seed) for q in plist]),
+                    [list(p) for p in prompts], plist, num_draft_tokens=k, on_tokens=on_tokens)
+            seconds = time.perf_counter() - started
+            return [self._result(ids, q, stats, speculative=True, seconds=seconds) for (ids, stats), q in zip(done, plist, strict=True)]
         with self._lock:
             outs, _, passes = generate_batch(self.target, [list(p) for p in prompts], plist, on_tokens=on_tokens)
         seconds = time.perf_counter() - started

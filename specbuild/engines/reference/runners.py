@@ -129,6 +129,77 @@ class ModelVerifier:
         return list(draft_tokens[:n]) + [nxt]
 
 
+class SequenceBatch:
+    """B sequences in one KV cache (row = request index); `feed` runs every given row's new tail in one pass."""
+
+    def __init__(self, model: LlamaModel, rows: int, capacity: int = 256):
+        self.model = model
+        self.cache = model.new_cache(rows, capacity)
+        self.tokens: list[list[int]] = [[] for _ in range(rows)]
+        self.forward_passes = 0
+
+    def feed(self, rows: list[int], ids: list[list[int]], n_out: list[int]) -> list[torch.Tensor]:
+        """Like CachedSequence.feed for several rows at once; returns [n_out_i,H] per given row."""
+        tails = []
+        for row, seq, n in zip(rows, ids, n_out, strict=True):
+            assert 1 <= n <= len(seq)
+            held = self.tokens[row]
+            common = next((i for i, (a, b) in enumerate(zip(held, seq, strict=False)) if a != b), min(len(held), len(seq)))
+            keep = min(common, len(seq) - n)
+            self.cache.truncate(row, keep)
+            tails.append(seq[keep:])
+            self.tokens[row] = list(seq)
+        width = max(len(t) for t in tails)
+        tokens = torch.zeros(len(self.tokens), width, dtype=torch.long, device=self.model.device)  # [B,T] right-padded
+        n_new = [0] * len(self.tokens)  # rows not given this pass write only dead slots
+        for row, tail in zip(rows, tails, strict=True):
+            tokens[row, : len(tail)] = torch.tensor(tail)
+            n_new[row] = len(tail)
+        hidden = self.model.forward(tokens, self.cache, n_new=n_new)  # [B,T,H]
+        self.forward_passes += 1
+        return [hidden[row, len(t) - n: len(t)] for row, t, n in zip(rows, tails, n_out, strict=True)]  # [n,H] each
+
+
+class BatchModelDrafter:
+    """BatchDrafter over a draft LlamaModel: draft position i of every row in one batched pass."""
+
+    def __init__(self, model: LlamaModel, rows: int, generators: list[torch.Generator | None]):
+        self.batch = SequenceBatch(model, rows)
+        self.generators = generators
+
+    def propose_batch(self, rows, ids, ks, params):
+        drafts: list[list[int]] = [[] for _ in rows]
+        probs: list[list[torch.Tensor]] = [[] for _ in rows]
+        live = [j for j, k in enumerate(ks) if k > 0]
+        step = 0
+        while live:
+            hidden = self.batch.feed([rows[j] for j in live], [ids[j] + drafts[j] for j in live], [1] * len(live))  # [1,H] each
+            for j, h in zip(live, hidden, strict=True):
+                p = probs_from_logits(self.batch.model.logits(h), params[j])  # [1,V]
+                drafts[j].append(sample(p[0], self.generators[rows[j]]))
+                probs[j].append(p)
+            step += 1
+            live = [j for j in live if ks[j] > step]
+        return [(d, torch.cat(p, 0) if p else None) for d, p in zip(drafts, probs, strict=True)]  # [k,V] each
+
+
+class BatchModelVerifier:
+    """BatchVerifier over a target LlamaModel: every row's drafts scored in one batched pass."""
+
+    def __init__(self, model: LlamaModel, rows: int, generators: list[torch.Generator | None]):
+        self.batch = SequenceBatch(model, rows)
+        self.generators = generators
+
+    def verify_batch(self, rows, ids, drafts, draft_probs, params):
+        hidden = self.batch.feed(rows, [i + d for i, d in zip(ids, drafts, strict=True)], [len(d) + 1 for d in drafts])  # [k+1,H] each
+        out = []
+        for row, h, d, dp, p in zip(rows, hidden, drafts, draft_probs, params, strict=True):
+            target_probs = probs_from_logits(self.batch.model.logits(h), p)  # [k+1,V]
+            n, nxt = accept_draft(d, dp, target_probs, self.generators[row])
+            out.append(d[:n] + [nxt])
+        return out
+
+
 def generate_cached(
     seq: CachedSequence,
     prompt: list[int],

@@ -15,6 +15,9 @@ verifier scores them in one target pass and returns the accepted drafts plus one
 (never emits past max_tokens), and records SpecStats. Each call gets the whole sequence so far;
 implementations keep their KV caches and roll them back to the longest prefix they share with it.
 
+`speculative_generate_batch` runs the same rounds (`SpecRequest`) for several in-process requests in
+lockstep over `BatchDrafter` / `BatchVerifier` (one batched pass per draft position, one per verify).
+
 Stop tokens are included in the returned ids (like HF `generate`); `params.end_id` must already be
 resolved by the caller (None: no end id).
 """
@@ -52,6 +55,19 @@ class Verifier(Protocol):
         ...
 
 
+class BatchDrafter(Protocol):
+    """In-process batched drafting: rows are request indices (stable across rounds)."""
+
+    def propose_batch(self, rows: list[int], ids: list[list[int]], ks: list[int], params: list[SamplingParams]) -> list[tuple[list[int], object | None]]:
+        ...
+
+
+class BatchVerifier(Protocol):
+    def verify_batch(self, rows: list[int], ids: list[list[int]], drafts: list[list[int]], draft_probs: list[object | None],
+                     params: list[SamplingParams]) -> list[list[int]]:
+        ...
+
+
 def stop_ids(params: SamplingParams) -> frozenset[int]:
     """Tokens that end a request: the end id and the extra stop tokens."""
     ids = set(params.stop_token_ids)
@@ -73,6 +89,38 @@ def emit(out: list[int], new: list[int], params: SamplingParams, stops: frozense
     return taken, len(out) >= params.max_tokens
 
 
+class SpecRequest:
+    """One request's place in the loop: the next draft length, and what a verified round appends."""
+
+    def __init__(self, prompt_ids: list[int], params: SamplingParams, *, num_draft_tokens: int, on_tokens: OnTokens | None = None):
+        if num_draft_tokens < 0:
+            raise ValueError(f"num_draft_tokens must be >= 0, got {num_draft_tokens}")
+        self.prompt = [int(t) for t in prompt_ids]
+        self.params, self.num_draft_tokens, self.on_tokens = params, num_draft_tokens, on_tokens
+        self.out: list[int] = []
+        self.stats = SpecStats()
+        self.stops = stop_ids(params)
+        self.finished = False
+
+    @property
+    def ids(self) -> list[int]:
+        return self.prompt + self.out
+
+    def next_k(self) -> int:
+        # The verifier always adds one token, so draft at most (room - 1): never past max_tokens.
+        return min(self.num_draft_tokens, self.params.max_tokens - len(self.out) - 1)
+
+    def take(self, drafts: list[int], accepted: list[int]) -> None:
+        """Record one verified round: `accepted` = the kept drafts + the verifier's token."""
+        assert 1 <= len(accepted) <= len(drafts) + 1, f"verifier returned {len(accepted)} tokens for {len(drafts)} drafts"
+        assert accepted[:-1] == list(drafts[: len(accepted) - 1]), "verifier changed an accepted draft token"
+        if drafts:
+            self.stats.record_step(len(accepted) - 1, len(drafts))
+        taken, self.finished = emit(self.out, accepted, self.params, self.stops)
+        if self.on_tokens is not None and taken:
+            self.on_tokens(taken)
+
+
 def speculative_generate(
     drafter: Drafter,
     verifier: Verifier,
@@ -83,27 +131,39 @@ def speculative_generate(
     on_tokens: OnTokens | None = None,
 ) -> tuple[list[int], SpecStats]:
     """Generate up to params.max_tokens tokens after prompt_ids; return (new token ids, stats)."""
-    if num_draft_tokens < 0:
-        raise ValueError(f"num_draft_tokens must be >= 0, got {num_draft_tokens}")
-    prompt = [int(t) for t in prompt_ids]
-    out: list[int] = []
-    stats = SpecStats()
-    stops = stop_ids(params)
+    req = SpecRequest(prompt_ids, params, num_draft_tokens=num_draft_tokens, on_tokens=on_tokens)
     draft_start, target_start = drafter.forward_passes, verifier.forward_passes
-    finished = False
-    while not finished:
-        # The verifier always adds one token, so draft at most (room - 1): never past max_tokens.
-        k = min(num_draft_tokens, params.max_tokens - len(out) - 1)
-        ids = prompt + out
-        drafts, draft_probs = drafter.propose(ids, k, params) if k > 0 else ([], None)
-        accepted = verifier.verify(ids, list(drafts), draft_probs, params)
-        assert 1 <= len(accepted) <= len(drafts) + 1, f"verifier returned {len(accepted)} tokens for {len(drafts)} drafts"
-        assert accepted[:-1] == list(drafts[: len(accepted) - 1]), "verifier changed an accepted draft token"
-        if drafts:
-            stats.record_step(len(accepted) - 1, len(drafts))
-        taken, finished = emit(out, accepted, params, stops)
-        if on_tokens is not None and taken:
-            on_tokens(taken)
-    stats.draft_passes = drafter.forward_passes - draft_start
-    stats.target_passes = verifier.forward_passes - target_start
-    return out, stats
+    while not req.finished:
+        k = req.next_k()
+        drafts, draft_probs = drafter.propose(req.ids, k, params) if k > 0 else ([], None)
+        req.take(list(drafts), verifier.verify(req.ids, list(drafts), draft_probs, params))
+    req.stats.draft_passes = drafter.forward_passes - draft_start
+    req.stats.target_passes = verifier.forward_passes - target_start
+    return req.out, req.stats
+
+
+def speculative_generate_batch(
+    drafter: BatchDrafter,
+    verifier: BatchVerifier,
+    prompts: list[list[int]],
+    params: list[SamplingParams],
+    *,
+    num_draft_tokens: int,
+    on_tokens: Callable[[int, list[int]], None] | None = None,
+) -> list[tuple[list[int], SpecStats]]:
+    """The same rounds for several requests in lockstep: one batched draft pass per draft position and
+    one batched verify pass per round for all unfinished requests (rows keep their own lengths)."""
+    reqs = [
+        SpecRequest(p, q, num_draft_tokens=num_draft_tokens, on_tokens=(lambda toks, i=i: on_tokens(i, toks)) if on_tokens else None)
+        for i, (p, q) in enumerate(zip(prompts, params, strict=True))
+    ]
+    while active := [i for i, r in enumerate(reqs) if not r.finished]:
+        ks = [reqs[i].next_k() for i in active]
+        proposals = drafter.propose_batch(active, [reqs[i].ids for i in active], ks, [reqs[i].params for i in active])
+        drafts = [list(d) for d, _ in proposals]
+        accepted = verifier.verify_batch(active, [reqs[i].ids for i in active], drafts, [p for _, p in proposals], [reqs[i].params for i in active])
+        for i, k, d, a in zip(active, ks, drafts, accepted, strict=True):
+            reqs[i].stats.draft_passes += max(k, 0)  # k batched passes in which this row took part
+            reqs[i].stats.target_passes += 1
+            reqs[i].take(d, a)
+    return [(r.out, r.stats) for r in reqs]
