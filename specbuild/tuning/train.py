@@ -85,7 +85,7 @@ def train_medusa(config: TrainConfig, *, reporter: Reporter | None = None, on_st
         "evaluated_on": "heldout" if heldout_w.shape[0] else "train (no held-out window: too little data)",
         "steps": config.steps,
         "final_loss": losses[-1] if losses else None,
-        "heads": [{"head": h, "predicts": f"t+{h + 2}", **trained[h], **{f"untrained_{k}": v for k, v in untrained[h].items()}} for h in range(config.num_heads)],
+        "heads": [{"head": h, "predicts": f"t+{h + 2}", **trained[h], **{f"untrained_{k}": v for k, v in untrained[h].items() if k != "positions"}} for h in range(config.num_heads)],
     }
     out = _write_output(config, base, heads, metrics)
     shutil.rmtree(config.checkpoint_dir, ignore_errors=True)
