@@ -71,6 +71,9 @@ class TritonPythonModel:
         self.min_tokens_name = "min_tokens" if "min_tokens" in inputs else "min_length"
         outputs = {t["name"]: t["data_type"] for t in config["output"]}
         self.logits_dtype = _NUMPY_LOGITS.get(outputs.get("generation_logits", "TYPE_FP32"), "float32")
+        if self.draft:  # import the loop (and torch, for draft logits) now, not in the first request
+            import specbuild.engines.reference.sampling  # noqa: F401
+            import specbuild.engines.reference.speculative  # noqa: F401
 
     # ---- Triton plumbing ------------------------------------------------------------------------
     def _call(self, model: str, inputs: dict, output_names: list[str]) -> dict:

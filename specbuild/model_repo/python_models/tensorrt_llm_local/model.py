@@ -57,6 +57,17 @@ class TritonPythonModel:
         self.min_tokens_name = "min_tokens" if "min_tokens" in names else "min_length"
         build = json.loads(open(os.path.join(path, "config.json")).read()).get("build_config", {})
         self.tokens_per_block = int((build.get("plugin_config") or {}).get("tokens_per_block") or DEFAULT_TOKENS_PER_BLOCK)
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """One tiny generation and verification at load: the first request must not pay for torch's
+        lazy initialisation (seconds on a busy CPU, which would distort TTFT measurements)."""
+        from specbuild.sampling_params import SamplingParams
+
+        params = SamplingParams(max_tokens=2, end_id=-1)
+        self.engine.generate([0], params, speculative=True)
+        if self.engine.mode != "medusa":
+            self.engine.verify_external([0], [0], None, params=params)
 
     def execute(self, requests):
         responses = []
