@@ -112,6 +112,7 @@ def test_compile_trtllm_runs_trtllm_build(dt_spec, tmp_path, monkeypatch):
     out = compile_spec(load_spec(dt_spec), tmp_path / "build", engine="trtllm")
     assert read_manifest(out)["engine_built"] is True
     assert (out / "target" / "engine" / "rank0.engine").exists() and "built target/engine" in (out / "target" / "build.log").read_text()
+    assert read_manifest(out / "target" / "engine", kind="engine")["engine"] == "trtllm"
 
 
 def test_compile_trtllm_failure_shows_log_tail(dt_spec, tmp_path, monkeypatch):

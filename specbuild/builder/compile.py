@@ -77,6 +77,7 @@ def compile_spec(
                 if on_progress:
                     on_progress("trtllm-build", i, len(plans))
                 _run_trtllm_build(p, tmp, out)
+                write_manifest(tmp / p.output_dir, kind="engine", engine="trtllm", checkpoint="../checkpoint", build_config=p.build_config, argv=list(p.argv))
             built = True
         write_manifest(
             tmp,
