@@ -16,6 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from specbuild.engines.trtllm.convert import convert_checkpoint
 from specbuild.engines.trtllm.medusa import MedusaHeadsSource
+from specbuild.manifest import read_manifest, verify_manifest
 
 
 def hf_tensors(folder: Path) -> dict[str, torch.Tensor]:
@@ -157,6 +158,19 @@ def test_unshard_gives_back_every_hf_tensor(models, tmp_path, model, tp, pp):
     for name, t in hf.items():
         assert back[name].dtype == t.dtype and torch.equal(back[name], t), name
     assert written == expected_count(cfg, tp, pp, cfg["attn_bias"])  # nothing extra in the rank files
+    assert verify_manifest(out) == []  # the sha256 taken while writing matches the files
+    assert read_manifest(out, kind="trtllm_checkpoint")["options"]["tp_size"] == tp
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_cast_round_trip(models, tmp_path, dtype):
+    """Casting goes through the assembled-tensor path (scratch buffers) for every split kind."""
+    src = models["mqa_oddvocab"]
+    out = convert_checkpoint(src, tmp_path / "ckpt", tp_size=4, pp_size=2, dtype=dtype)
+    back, _, _ = unshard(out)
+    for name, t in hf_tensors(src).items():
+        assert torch.equal(back[name], t.to(getattr(torch, dtype))), name
+    assert verify_manifest(out) == []
 
 
 def test_medusa_heads_round_trip(tiny_target, tmp_path):
@@ -233,3 +247,18 @@ def test_sharded_checkpoint_with_index(tiny_target, tmp_path):
     (shard / "config.json").write_text((tiny_target / "config.json").read_text())
     back, _, _ = unshard(convert_checkpoint(shard, tmp_path / "ckpt", tp_size=2))
     assert all(torch.equal(back[n], hf[n]) for n in names)
+
+
+def test_without_copy_file_range(tiny_target, tmp_path, monkeypatch):
+    """File systems that refuse copy_file_range (EXDEV, ENOSYS, ...) get the read/write fallback."""
+    import errno
+    import os
+
+    def refuse(*_a, **_k):
+        raise OSError(errno.EXDEV, "cross-device")
+
+    monkeypatch.setattr(os, "copy_file_range", refuse)
+    out = convert_checkpoint(tiny_target, tmp_path / "ckpt", tp_size=2)
+    back, _, _ = unshard(out)
+    assert all(torch.equal(back[n], t) for n, t in hf_tensors(tiny_target).items())
+    assert verify_manifest(out) == []
