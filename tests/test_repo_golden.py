@@ -50,3 +50,26 @@ def test_engine_root_rewrites_engine_paths(builds, tmp_path):
     assert 'string_value: "/engines/draft/engine"' in draft
     assert 'string_value: "/tokenizer"' in (repo / "preprocessing" / "config.pbtxt").read_text()
     assert str(builds["draft_target"]) not in target
+
+
+def test_production_bls_vendors_a_self_contained_loop(builds, tmp_path):
+    """In the NVIDIA container specbuild is not installed: the BLS must find every module in vendor/."""
+    import subprocess
+    import sys
+
+    repo = generate_repo(builds["draft_target"], tmp_path / "repo", backend="tensorrtllm")
+    bls = repo / "tensorrt_llm_bls" / "1"
+    code = f"""
+import sys
+sys.path[:0] = [{str(bls / "vendor")!r}, {str(bls)!r}]
+import bls_core, trtllm_semantics
+import specbuild.engines.reference.sampling, specbuild.engines.reference.speculative
+params = trtllm_semantics.sampling_params(max_tokens=4, temperature=None, top_k=None, top_p=None, seed=None, end_id=2)
+assert params.greedy
+outside = [m.__file__ for n, m in sys.modules.items() if n.startswith("specbuild") and getattr(m, "__file__", None)
+           and not m.__file__.startswith({str(bls / "vendor")!r})]
+print(outside)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

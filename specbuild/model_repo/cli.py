@@ -57,9 +57,9 @@ def build(
         help="Tokenizer folder as the server sees it (default: the build's target HF folder on this host).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing REPO (only after the new one is complete).")] = False,
 ) -> None:
-    """Lay out ensemble, preprocessing, postprocessing, tensorrt_llm, tensorrt_llm_draft (draft/target)
-    and tensorrt_llm_bls, each with config.pbtxt and 1/. Production repositories (--backend tensorrtllm)
-    serve TensorRT-LLM engines and need a GPU host; --backend python repositories serve anywhere."""
+    """Lay out ensemble, preprocessing, postprocessing, tensorrt_llm, tensorrt_llm_draft (draft/target) and tensorrt_llm_bls, each with config.pbtxt and 1/, from a `specbuild compile` folder.
+
+    Production repositories (--backend tensorrtllm) serve TensorRT-LLM engines in the NVIDIA Triton TensorRT-LLM container and need a GPU host; --backend python repositories serve the reference engine on any CPU with the bundled tritonserver. `specbuild repo BUILD_DIR` is short for `specbuild repo build BUILD_DIR`."""
     from specbuild.model_repo.generate import generate_repo
 
     path = generate_repo(build_dir, out, backend=backend, trtllm_version=trtllm_version, force=force,
@@ -72,10 +72,9 @@ def build(
 def check(
     repo: Annotated[Path, typer.Argument(help="A model repository written by `specbuild repo`.")],
 ) -> None:
-    """Parse every config.pbtxt as inference.ModelConfig and check the repository against its engines:
-    engine folders, max_draft_len vs num_draft_tokens, Medusa tree vs heads and max_draft_len,
-    decoding_mode vs the engine's speculative mode, logits dtypes, tokenizer folders, ensemble tensor
-    mapping and types, required parameters. Exit code 1 when anything is wrong."""
+    """Parse every config.pbtxt as inference.ModelConfig and check the repository against its engines.
+
+    Checks: engine folders, max_draft_len vs the default num_draft_tokens, Medusa tree vs heads and max_draft_len, decoding_mode vs the engine's speculative mode, logits dtypes, tokenizer folders, ensemble tensor mapping and types, required parameters. Each failure names the file, the field and the fix; exit code 1 when anything is wrong."""
     from specbuild.model_repo.check import check_repo
 
     findings = check_repo(repo)
