@@ -73,3 +73,19 @@ print(outside)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_production_refuses_a_memory_plan_without_kv_room(builds, tmp_path):
+    import json
+    import shutil
+
+    from specbuild.errors import RepoError
+
+    build = shutil.copytree(builds["draft_target"], tmp_path / "build")
+    manifest = json.loads((build / "specbuild.json").read_text())
+    manifest["spec"]["serving"]["gpu_memory_gb"] = 2.0005  # the 2 GiB runtime reserve leaves nothing
+    (build / "specbuild.json").write_text(json.dumps(manifest))
+    with pytest.raises(RepoError, match="no room for the KV cache"):
+        generate_repo(build, tmp_path / "prod", backend="tensorrtllm")
+    local = generate_repo(build, tmp_path / "local", backend="python")  # fractions unused locally: even split
+    assert 'string_value: "0.45"' in (local / "tensorrt_llm" / "config.pbtxt").read_text()

@@ -39,14 +39,12 @@ class BuiltEngine:
     role: str  # target | draft
     path: Path  # engine folder on this host
     config: dict[str, Any] | None  # its config.json (None when not built yet: trtllm plan only)
-
-    @property
-    def build_config(self) -> dict[str, Any]:
-        return (self.config or {}).get("build_config", {})
+    checkpoint_config: dict[str, Any] | None = None  # the TensorRT-LLM checkpoint's config.json
+    hf_dir: Path | None = None  # the HF folder it was converted from
 
     @property
     def pretrained_config(self) -> dict[str, Any]:
-        return (self.config or {}).get("pretrained_config", {})
+        return (self.config or {}).get("pretrained_config") or self.checkpoint_config or {}
 
 
 @dataclass(frozen=True)
@@ -73,25 +71,48 @@ def read_build(build_dir: str | Path) -> BuildInfo:
     roles = manifest.get("roles") or {}
     engines = {}
     for role in ("target", "draft") if spec.mode == "draft_target" else ("target",):
-        rel = (roles.get(role) or {}).get("engine") if isinstance(roles.get(role), dict) else None
-        path = Path(rel) if rel else Path(role) / "engine"
-        path = path if path.is_absolute() else build_dir / path
-        cfg_file = path / "config.json"
-        engines[role] = BuiltEngine(role, path, json.loads(cfg_file.read_text()) if cfg_file.is_file() else None)
+        record = roles.get(role) if isinstance(roles.get(role), dict) else {}
+        # An engine not built yet (trtllm plan only) has no "engine" entry: build.sh writes <role>/engine.
+        path = build_dir / (record.get("engine") or f"{role}/engine")
+        checkpoint = build_dir / (record.get("checkpoint") or f"{role}/checkpoint") / "config.json"
+        engines[role] = BuiltEngine(
+            role, path, _json(path / "config.json"), checkpoint_config=_json(checkpoint),
+            hf_dir=Path(record["hf_dir"]) if record.get("hf_dir") else None,
+        )
     return BuildInfo(build_dir, spec, engine_kind, Path(manifest["tokenizer_dir"]), engines)
 
 
-def kv_fractions(spec) -> tuple[float, float | None, int | None]:
-    """(target fraction, draft fraction, KV tokens per engine) from the memory plan."""
+def _json(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def kv_fractions(build: BuildInfo, *, strict: bool) -> tuple[float, float | None, int | None]:
+    """(target fraction, draft fraction, KV tokens per engine) from the memory plan.
+
+    strict (production): a plan that leaves no KV cache is an error. Otherwise (local serving, where
+    the fraction is not used) and when the memory-plan module is absent: an even split of
+    serving.kv_cache_free_gpu_mem_fraction.
+    """
+    spec = build.spec
+    total = spec.serving.kv_cache_free_gpu_mem_fraction
+    even = (total / 2, total / 2, None) if spec.mode == "draft_target" else (total, None, None)
     try:
         from specbuild.builder.memory_plan import plan_memory
-    except ImportError:  # the memory plan module is not there: an even split of the configured total
-        total = spec.serving.kv_cache_free_gpu_mem_fraction
-        if spec.mode == "draft_target":
-            return total / 2, total / 2, None
-        return total, None, None
-    plan = plan_memory(spec)
-    return plan.target_kv_fraction, plan.draft_kv_fraction, plan.kv_tokens or None
+    except ImportError:
+        return even
+    from specbuild.builder.hf_config import HFModelConfig
+
+    # The HF folders the build recorded (the spec's relative paths may not resolve from here).
+    configs = {role: HFModelConfig.from_hf(e.hf_dir) for role, e in build.engines.items() if e.hf_dir and e.hf_dir.is_dir()}
+    plan = plan_memory(spec, target=configs.get("target"), draft=configs.get("draft"))
+    fractions = [plan.target_kv_fraction] + ([plan.draft_kv_fraction] if spec.mode == "draft_target" else [])
+    if all(f is not None and 0.0 < f <= 1.0 for f in fractions) and plan.fits:
+        return plan.target_kv_fraction, plan.draft_kv_fraction, plan.kv_tokens or None
+    if strict:
+        raise RepoError("the memory plan leaves no room for the KV cache", expected="weights + KV cache that fit the GPUs",
+                        found=f"kv fractions {fractions}, {plan.kv_tokens} KV tokens for max_seq_len {plan.max_seq_len}",
+                        fix="run `specbuild check SPEC`; lower build.max_batch_size / max_seq_len, raise tp_size or serving.gpu_memory_gb")
+    return even
 
 
 def plan_layout(
@@ -118,7 +139,7 @@ def plan_layout(
                             found=str(path), fix="omit --engine-root, or mount the engine folder yourself") from None
         return str(Path(engine_root) / rel)
 
-    target_kv, draft_kv, kv_tokens = kv_fractions(spec)
+    target_kv, draft_kv, kv_tokens = kv_fractions(build, strict=backend == "tensorrtllm")
     medusa = spec.mode == "medusa"
     target = EngineModel(
         name=TARGET_MODEL,
