@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import mmap
 import os
 import struct
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -94,11 +95,17 @@ class StreamingWriter:
         return self._fds[path]
 
     def _hash_range(self, part: FileRange) -> None:
-        fd, pos, end = self._fd(part.file), part.offset, part.offset + part.nbytes
-        while pos < end:
-            chunk = os.pread(fd, min(_CHUNK, end - pos), pos)
-            self._hash.update(chunk)
-            pos += len(chunk)
+        """Hash a source range through a map of just that range (no copy; unmapped right after, so
+        its pages leave this process)."""
+        start = part.offset - part.offset % mmap.ALLOCATIONGRANULARITY
+        skip = part.offset - start
+        with mmap.mmap(self._fd(part.file), skip + part.nbytes, access=mmap.ACCESS_READ, offset=start) as m:
+            view = memoryview(m)
+            try:
+                for pos in range(skip, skip + part.nbytes, _CHUNK):
+                    self._hash.update(view[pos : min(pos + _CHUNK, skip + part.nbytes)])
+            finally:
+                view.release()
 
     def _copy_range(self, part: FileRange) -> None:
         assert self._file is not None
