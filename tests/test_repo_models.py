@@ -167,3 +167,15 @@ def test_trtllm_019_names_serve(tiny_target, tiny_draft, tmp_path_factory, serve
     assert out["tokens"] == greedy_baseline(servers["dt"])
     drafts = [i for m, i in old.calls if m == "tensorrt_llm_draft"]
     assert all("min_length" in d and "min_tokens" not in d and "random_seed" in d for d in drafts)
+
+
+def test_draft_logits_make_an_identical_draft_lossless_at_temperature(servers):
+    """T > 0: with draft logits (rejection sampling) an identical draft's tokens are accepted (draft_probs ==
+    target_probs); with token equality they are accepted only when two independent samples agree."""
+    s = servers["same"]
+    kw = dict(num_draft_tokens=3, temperature=1.0, top_p=1.0, seed=11, return_perf_metrics=True)
+    with_logits = bls(s, use_draft_logits=True, **kw)["perf"]
+    without = bls(s, use_draft_logits=False, **kw)["perf"]
+    assert with_logits["total_draft_tokens"] > 0 and without["total_draft_tokens"] > 0
+    assert with_logits["acceptance_rate"] >= 0.9, with_logits
+    assert without["acceptance_rate"] < with_logits["acceptance_rate"]
