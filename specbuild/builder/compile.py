@@ -78,6 +78,8 @@ def compile_spec(
                     on_progress("trtllm-build", i, len(plans))
                 _run_trtllm_build(p, tmp, out)
                 write_manifest(tmp / p.output_dir, kind="engine", engine="trtllm", checkpoint="../checkpoint", build_config=p.build_config, argv=list(p.argv))
+            if on_progress:
+                on_progress("trtllm-build", len(plans), len(plans))
             built = True
         write_manifest(
             tmp,
