@@ -179,3 +179,22 @@ def test_draft_logits_make_an_identical_draft_lossless_at_temperature(servers):
     assert with_logits["total_draft_tokens"] > 0 and without["total_draft_tokens"] > 0
     assert with_logits["acceptance_rate"] >= 0.9, with_logits
     assert without["acceptance_rate"] < with_logits["acceptance_rate"]
+
+
+def test_preprocessing_word_lists_and_single_token_stop_words(servers):
+    s = servers["dt"]
+    tok = s.models["preprocessing"].tokenizer
+    greedy = greedy_baseline(s)
+    stop = next(i for i in range(1, N) if tok.encode(tok.decode([greedy[i]]), add_special_tokens=False) == [greedy[i]])
+    word = tok.decode([greedy[stop]])
+    (pre,) = s.infer("preprocessing", {"QUERY": np.array([[PROMPT.encode()]], dtype=object),
+                                        "REQUEST_OUTPUT_LEN": np.array([[N]], dtype=np.int32),
+                                        "STOP_WORDS_DICT": np.array([[word.encode(), b"def add"]], dtype=object)})
+    words = outputs(pre)["STOP_WORDS_IDS"]  # [1, 2, n]: ids, then cumulative end offsets padded with -1
+    two = tok.encode("def add", add_special_tokens=False)
+    assert words.shape == (1, 2, 1 + len(two))
+    assert words[0, 0].tolist() == [greedy[stop], *two] and words[0, 1].tolist() == [1, 1 + len(two)] + [-1] * (len(two) - 1)
+    inputs = text_request(PROMPT, N)
+    inputs["stop_words"] = np.array([[word.encode()]], dtype=object)
+    out = collect(s.infer("ensemble", inputs))
+    assert out["tokens"] == greedy[: greedy.index(greedy[stop]) + 1]  # stops at (and keeps) the stop token
