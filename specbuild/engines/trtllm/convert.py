@@ -79,9 +79,10 @@ def convert_checkpoint(
     from specbuild.manifest import atomic_output_dir
 
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
+    cfg = HFModelConfig.from_hf(hf_dir)  # first: a missing or foreign config.json is the clearest error
     src = SafetensorsSource.from_folder(hf_dir)
     heads = open_heads(medusa) if medusa is not None else None
-    plan = plan_checkpoint(hf_dir, src, dtype=dtype, tp_size=tp_size, pp_size=pp_size, heads=heads, medusa=medusa, weight_only=weight_only)
+    plan = plan_checkpoint(cfg, src, dtype=dtype, tp_size=tp_size, pp_size=pp_size, heads=heads, medusa=medusa, weight_only=weight_only)
     sources = {"model": src, "medusa": heads.source if heads else None}
     done, total = 0, plan.total_bytes
     with atomic_output_dir(out_dir, force=force) as tmp:
@@ -120,7 +121,7 @@ def convert_checkpoint(
 
 
 def plan_checkpoint(
-    hf_dir: Path,
+    cfg: HFModelConfig,
     src: SafetensorsSource,
     *,
     dtype: str | None,
@@ -131,8 +132,7 @@ def plan_checkpoint(
     weight_only: str,
 ) -> CheckpointPlan:
     """Every rank's tensors with expected shapes; raises before anything is written."""
-    cfg = HFModelConfig.from_hf(hf_dir)
-    where = str(hf_dir)
+    where = src.where
     if not cfg.supported:
         raise ConversionError(f"{where}: architecture {cfg.architecture} is not supported", expected="LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM", found=cfg.architecture, fix="convert a Llama-family model")
     dtype = dtype or cfg.dtype
