@@ -97,6 +97,8 @@ class StreamingWriter:
     def _hash_range(self, part: FileRange) -> None:
         """Hash a source range through a map of just that range (no copy; unmapped right after, so
         its pages leave this process)."""
+        if part.nbytes == 0:
+            return  # (a zero length would map the whole file)
         start = part.offset - part.offset % mmap.ALLOCATIONGRANULARITY
         skip = part.offset - start
         with mmap.mmap(self._fd(part.file), skip + part.nbytes, access=mmap.ACCESS_READ, offset=start) as m:
