@@ -1,0 +1,45 @@
+"""The streaming safetensors writer: readable by safetensors, hashed while written, strict about the plan."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from specbuild.engines.trtllm.sources import SafetensorsSource
+from specbuild.engines.trtllm.st_writer import Entry, StreamingWriter
+from specbuild.errors import ConversionError
+
+
+def test_parts_from_tensors_and_file_ranges(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    src_tensors = {"a": torch.randn(6, 5, generator=g), "b": torch.randn(7, generator=g).to(torch.bfloat16)}
+    save_file(src_tensors, tmp_path / "src.safetensors")
+    src = SafetensorsSource([tmp_path / "src.safetensors"], where="test")
+    entries = [Entry("x", "float32", (4, 5)), Entry("y", "bfloat16", (7,)), Entry("z", "float32", (2, 3))]
+    z = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    with StreamingWriter(tmp_path / "out.safetensors", entries) as w:
+        w.write("x", [src.byte_range("a", (1, 3)), torch.zeros(2, 5)])  # rows 1..2 of a, then 2 zero rows
+        w.write("y", [src.byte_range("b")])
+        w.write("z", [z.t().contiguous().t()])  # a non-contiguous tensor is written in logical order
+    back = load_file(tmp_path / "out.safetensors")
+    assert torch.equal(back["x"], torch.cat([src_tensors["a"][1:3], torch.zeros(2, 5)]))
+    assert torch.equal(back["y"], src_tensors["b"]) and torch.equal(back["z"], z)
+    data = (tmp_path / "out.safetensors").read_bytes()
+    assert w.sha256 == hashlib.sha256(data).hexdigest()
+    (n,) = struct.unpack("<Q", data[:8])
+    assert n % 8 == 0 and json.loads(data[8 : 8 + n])["x"]["data_offsets"] == [0, 80]
+
+
+def test_writer_refuses_what_was_not_planned(tmp_path):
+    entries = [Entry("x", "float32", (2, 2)), Entry("y", "float32", (1,))]
+    with pytest.raises(ConversionError, match="does not match the planned layout"):
+        with StreamingWriter(tmp_path / "a.safetensors", entries) as w:
+            w.write("x", [torch.zeros(2, 2, dtype=torch.float16)])
+    with pytest.raises(ConversionError, match="missing 1 tensor"):
+        with StreamingWriter(tmp_path / "b.safetensors", entries) as w:
+            w.write("x", [torch.zeros(2, 2)])
