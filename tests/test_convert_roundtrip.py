@@ -129,6 +129,7 @@ CASES = [
     ("mha_tied", 2, 1), ("mha_tied", 4, 2),
     ("qwen2", 2, 2), ("qwen2", 4, 1),
     ("mqa_oddvocab", 4, 2), ("mqa_oddvocab", 2, 2),
+    ("mistral", 2, 1),
 ]
 
 
@@ -140,6 +141,7 @@ def models(make_tiny, tiny_target, tiny_tied, tiny_qwen2):
         "qwen2": tiny_qwen2,  # qkv bias
         # 1 KV head (MQA), 3 layers (uneven PP split), vocab 390 (not a multiple of 4: padded lm_head)
         "mqa_oddvocab": make_tiny("mqa_oddvocab", num_layers=3, num_heads=4, num_kv_heads=1, vocab_size=390, seed=7),
+        "mistral": make_tiny("mistral", family="mistral", num_layers=1, num_heads=4, num_kv_heads=2, head_dim=32, seed=10),  # explicit head_dim: nh*hd != H
     }
 
 
@@ -158,6 +160,7 @@ def test_unshard_gives_back_every_hf_tensor(models, tmp_path, model, tp, pp):
     for name, t in hf.items():
         assert back[name].dtype == t.dtype and torch.equal(back[name], t), name
     assert written == expected_count(cfg, tp, pp, cfg["attn_bias"])  # nothing extra in the rank files
+    assert cfg["architecture"] == json.loads((src / "config.json").read_text())["architectures"][0]
     assert verify_manifest(out) == []  # the sha256 taken while writing matches the files
     assert read_manifest(out, kind="trtllm_checkpoint")["options"]["tp_size"] == tp
 
