@@ -25,16 +25,39 @@ PROMPTS = ["The quick brown fox", "Once upon a time", "def main():", "Speculativ
            "A recipe for bread", "In the morning", "Dear team,", "The weather tomorrow"]
 
 
+def _compile(workdir: Path, mode: str, *, target: Path, draft: Path | None, bls_instances: int) -> Path:
+    """examples/tiny/<mode> spec with the tiny models beside it, BLS instance count set (fewer Python
+    processes to start: the Medusa tests never call the BLS)."""
+    import shutil
+
+    import yaml
+    from repo_builds import EXAMPLES, make_heads
+
+    from specbuild.builder.compile import compile_spec
+    from specbuild.builder.spec import load_spec
+
+    workdir.mkdir(parents=True)
+    name = "draft-target.yaml" if mode == "draft_target" else "medusa.yaml"
+    raw = yaml.safe_load((EXAMPLES / name).read_text())
+    raw.setdefault("serving", {})["bls_instance_count"] = bls_instances
+    (workdir / name).write_text(yaml.safe_dump(raw))
+    shutil.copytree(target, workdir / "target")
+    if draft is not None:
+        shutil.copytree(draft, workdir / "draft")
+    else:
+        cfg = json.loads((target / "config.json").read_text())
+        make_heads(workdir / "medusa_heads", hidden=cfg["hidden_size"], vocab=cfg["vocab_size"], heads=3)
+    return compile_spec(load_spec(workdir / name), workdir / "build", engine="reference")
+
+
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory, tiny_target, tiny_draft):
-    from repo_builds import compile_tiny
-
     from specbuild.model_repo.generate import generate_repo
 
     root = tmp_path_factory.mktemp("e2e")
     out = {}
-    for mode, draft in (("draft_target", tiny_draft), ("medusa", None)):
-        build = compile_tiny(root / mode, mode, target=tiny_target, draft=draft)
+    for mode, draft, bls in (("draft_target", tiny_draft, 4), ("medusa", None, 1)):
+        build = _compile(root / mode, mode, target=tiny_target, draft=draft, bls_instances=bls)
         out[mode] = (build, generate_repo(build, root / mode / "repo", backend="python"))
     return out
 

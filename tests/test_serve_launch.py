@@ -95,3 +95,23 @@ def test_launch_commands_from_a_repository(tmp_path):
 def test_launch_without_manifest_is_explained(tmp_path):
     with pytest.raises(ServerError, match="cannot read the deployment layout"):
         launch_commands(tmp_path)
+
+
+def test_serve_print_launch_cli(tmp_path):
+    from typer.testing import CliRunner
+
+    from specbuild.cli import app
+
+    repo = tmp_path / "repo"
+    (repo / "tensorrt_llm").mkdir(parents=True)
+    (repo / "tensorrt_llm" / "config.pbtxt").write_text('name: "tensorrt_llm"\n')
+    (repo / "specbuild.json").write_text(json.dumps({"kind": "model_repo", "spec": {
+        "trtllm_version": "1.2.1", "mode": "draft_target", "target": {"tp_size": 1, "pp_size": 1},
+        "draft": {"tp_size": 1, "pp_size": 1}}}))
+    result = CliRunner().invoke(app, ["serve", str(repo), "--print-launch", "--container-tag", "26.05",
+                                      "--grpc-port", "9001"])
+    assert result.exit_code == 0, result.output
+    line = result.output.strip()
+    assert line.startswith("docker run --rm -it --net host")
+    assert "-e TRTLLM_ORCHESTRATOR=1" in line and "nvcr.io/nvidia/tritonserver:26.05-trtllm-python-py3 mpirun" in line
+    assert "--grpc-port=9001" in line and "--cuda-memory-pool-byte-size=0:0" in line

@@ -22,24 +22,49 @@ DEFAULT_OUT = Path("build/bench-serve")
 GOAL_RATIO = 0.8  # Triton tokens/s over in-process tokens/s at concurrency 1
 
 
-def build_repo(out: Path, *, num_draft_tokens: int, log=print) -> tuple[Path, Path, Path]:
+def _random_pair(out: Path) -> tuple[Path, Path, Path]:
+    """Untrained target and draft with the demo family's shapes (no training: minutes saved, but the
+    draft's acceptance is near zero, so only the Triton/in-process ratio means something)."""
+    from specbuild.builder.synthetic import make_model, train_tokenizer
+    from specbuild.client.bench import default_prompts_file
+    from specbuild.demo_models import DemoSettings
+
+    settings = DemoSettings()
+    tok = train_tokenizer(out / "models" / "tokenizer")
+    paths = []
+    for name, shape, seed in (("target", settings.target, 1), ("draft", settings.draft, 2)):
+        folder = out / "models" / name
+        if not (folder / "config.json").exists():
+            make_model(folder, tok, hidden_size=shape.hidden_size, num_layers=shape.num_layers,
+                       num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
+                       intermediate_size=shape.intermediate_size, seed=seed)
+        paths.append(folder)
+    return paths[0], paths[1], default_prompts_file()
+
+
+def build_repo(out: Path, *, num_draft_tokens: int, random_models: bool = False, log=print) -> tuple[Path, Path, Path]:
     """(compile folder, repository, prompts.jsonl) for the demo family's draft/target pair."""
     from specbuild.builder.compile import compile_spec
     from specbuild.builder.spec import spec_from_dict
-    from specbuild.demo_models import build_family
     from specbuild.model_repo.generate import generate_repo
 
-    family = build_family(log=log)
+    if random_models:
+        target, draft, prompts = _random_pair(out)
+    else:
+        from specbuild.demo_models import build_family
+
+        family = build_family(log=log)
+        target, draft, prompts = family.target, family.draft, family.prompts
     spec = spec_from_dict({
         "name": "bench-serve", "mode": "draft_target", "dtype": "float32",
-        "target": {"model": str(family.target)}, "draft": {"model": str(family.draft)},
+        "target": {"model": str(target)}, "draft": {"model": str(draft)},
         "speculation": {"max_draft_len": num_draft_tokens},
         "build": {"max_batch_size": 8, "max_input_len": 256, "max_seq_len": 512},
         "serving": {"gpu_memory_gb": 4},
     }, source=out / "spec.yaml")
     build = compile_spec(spec, out / "build", engine="reference", force=True)
     repo = generate_repo(build, out / "repo", backend="python", force=True)
-    return build, repo, family.prompts
+    return build, repo, prompts
 
 
 def _in_process(build: Path, prompts: list[str], params: SamplingParams, k: int) -> dict[str, dict]:
@@ -81,6 +106,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--num-draft-tokens", type=int, default=4)
     parser.add_argument("--concurrency", default="1,2,4", help="bench sweep concurrencies ('' skips the sweep)")
+    parser.add_argument("--random-models", action="store_true",
+                        help="untrained models with the demo shapes instead of the trained demo family")
     args = parser.parse_args(argv)
 
     from rich.console import Console
@@ -92,7 +119,8 @@ def main(argv: list[str] | None = None) -> None:
     console = Console()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    build, repo, prompts_file = build_repo(out, num_draft_tokens=args.num_draft_tokens, log=console.print)
+    build, repo, prompts_file = build_repo(out, num_draft_tokens=args.num_draft_tokens,
+                                           random_models=args.random_models, log=console.print)
     prompts = list(load_prompts(prompts_file))[: args.prompts]
     params = SamplingParams(max_tokens=args.max_tokens)
     local = _in_process(build, prompts, params, args.num_draft_tokens)
@@ -108,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
             write_report(runs, context, out)
             console.print(table(runs))
             sweep = str(out / "bench.json")
-    result = {"prompts": len(prompts), "max_tokens": args.max_tokens, "num_draft_tokens": args.num_draft_tokens,
+    result = {"models": "random (demo shapes)" if args.random_models else "demo family", "prompts": len(prompts), "max_tokens": args.max_tokens, "num_draft_tokens": args.num_draft_tokens,
               "concurrency": 1, "modes": {}, "sweep_report": sweep}
     for mode in ("baseline", "speculative"):
         tps_local = local[mode]["tokens"] / local[mode]["seconds"]

@@ -56,11 +56,6 @@ def _error_text(exc: Exception) -> str:
     return " ".join(str(text).split())
 
 
-def _is_unavailable(exc: Exception) -> bool:
-    status = getattr(exc, "status", lambda: None)()
-    return "UNAVAILABLE" in str(status) or "failed to connect" in str(exc).lower()
-
-
 def connect(url: str):
     """An InferenceServerClient for a live server, or a ClientError saying the server is down."""
     import tritonclient.grpc as grpcclient
@@ -123,7 +118,12 @@ class _Collector:
             self.error = _error_text(error)
             self.done.set()
             return
-        chunk = parse_response(result)
+        try:
+            chunk = parse_response(result)
+        except Exception as exc:  # noqa: BLE001 - runs in tritonclient's thread: report, never lose it
+            self.error = f"unreadable response: {type(exc).__name__}: {exc}"
+            self.done.set()
+            return
         if chunk.text or chunk.token_ids or chunk.perf:
             self.chunks.append(chunk)
             self.times.append(time.monotonic())
