@@ -119,8 +119,8 @@ def _vocab(group, name: str, V: int, tp: int) -> torch.Tensor:
 
 def expected_count(cfg: dict, tp: int, pp: int, bias: bool, medusa: tuple[int, int] | None = None) -> int:
     per_layer = 7 + (1 if bias else 0)
-    heads = medusa[0] * (2 * medusa[1] + 1) if medusa else 0
-    return tp * (cfg["num_hidden_layers"] * per_layer + 1 + 2 + heads)
+    heads = medusa[0] * (2 * medusa[1] + 1) if medusa else 0  # on every rank
+    return tp * (cfg["num_hidden_layers"] * per_layer + 1 + 2) + tp * pp * heads
 
 
 CASES = [
@@ -188,8 +188,13 @@ def test_medusa_heads_round_trip(tiny_target, tmp_path):
     for name, t in src.items():
         assert torch.equal(heads[name], t), name
     assert written == expected_count(c, 2, 2, False, medusa=(3, 2))
-    first = load_file(out / "rank0.safetensors")
-    assert not any(k.startswith("medusa_heads.") for k in first)  # heads live on the last PP stage only
+    # MedusaForCausalLm builds the heads on every PP stage and its loader requires them there too:
+    # every rank file holds its TP slice of every head, the same on both stages.
+    for tp_rank in range(2):
+        first, last = load_file(out / f"rank{tp_rank}.safetensors"), load_file(out / f"rank{2 + tp_rank}.safetensors")
+        heads_first = {k: v for k, v in first.items() if k.startswith("medusa_heads.")}
+        assert len(heads_first) == 3 * (2 * 2 + 1)
+        assert all(torch.equal(v, last[k]) for k, v in heads_first.items())
 
 
 def test_medusa_pt_heads_padded_vocab(make_tiny, tmp_path):

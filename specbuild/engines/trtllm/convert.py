@@ -177,15 +177,21 @@ def _rank_items(rank: int, dims: ConvertDims, par: Parallel, dtype: str, heads: 
         if rule.stage is Stage.LAYER:
             for i, layer in enumerate(layers):
                 yield _item(rule, {"i": i, "l": layer}, dims, par, dtype)
-        elif (rule.stage is Stage.FIRST and first) or (rule.stage is Stage.LAST and last):
+        elif _on_stage(rule.stage, first=first, last=last):
             srcs = (TIED_LM_HEAD_SOURCE,) if rule.trt == "lm_head.weight" and dims.tie_word_embeddings else None
             yield _item(rule, {}, dims, par, dtype, sources=srcs)
-    if heads is not None and last:
+    if heads is not None:
         for h in range(heads.num_heads):
             for rule in MEDUSA_RULES:
+                if not _on_stage(rule.stage, first=first, last=last):
+                    continue
                 js = range(heads.num_layers) if any(k in rule.trt for k in MEDUSA_PER_LAYER) else (None,)
                 for j in js:
                     yield _item(rule, {"h": h, "j": j, "L": heads.num_layers}, dims, par, dtype)
+
+
+def _on_stage(stage: Stage, *, first: bool, last: bool) -> bool:
+    return stage is Stage.EVERY or (stage is Stage.FIRST and first) or (stage is Stage.LAST and last)
 
 
 def _item(rule: Rule, fmt: dict, dims: ConvertDims, par: Parallel, dtype: str, sources: tuple[str, ...] | None = None) -> Item:

@@ -32,6 +32,7 @@ class Stage(Enum):
     LAYER = "layer"  # once per decoder layer, on the PP stage that owns the layer
     FIRST = "first"  # first PP stage only
     LAST = "last"  # last PP stage only
+    EVERY = "every"  # every rank file, whatever its PP stage
 
 
 @dataclass(frozen=True)
@@ -67,11 +68,13 @@ MODEL_RULES: tuple[Rule, ...] = (
 TIED_LM_HEAD_SOURCE = "model.embed_tokens.weight"  # lm_head's source when tie_word_embeddings
 
 # HF Medusa heads (FasterDecoding format, trtllm.md §3.3): ResBlock j of head h, then the head's lm_head
-# stored as ResBlock index L = num_layers. On the last PP stage, where the final hidden state is.
+# stored as ResBlock index L = num_layers. On EVERY rank: TensorRT-LLM's MedusaForCausalLm creates the
+# heads on every PP stage (only the last one runs them) and its loader requires every parameter, as
+# its own converter (load_medusa_hf, no PP condition) provides them.
 MEDUSA_RULES: tuple[Rule, ...] = (
-    Rule("medusa_heads.{h}.medusa_layers.{j}.linear.weight", ("{h}.{j}.linear.weight",), (("hidden", "hidden"),), Split.COLUMN, Stage.LAST, source="medusa"),
-    Rule("medusa_heads.{h}.medusa_layers.{j}.linear.bias", ("{h}.{j}.linear.bias",), (("hidden",),), Split.COLUMN, Stage.LAST, source="medusa"),
-    Rule("medusa_heads.{h}.lm_head.weight", ("{h}.{L}.weight",), (("vocab", "hidden"),), Split.VOCAB, Stage.LAST, source="medusa"),
+    Rule("medusa_heads.{h}.medusa_layers.{j}.linear.weight", ("{h}.{j}.linear.weight",), (("hidden", "hidden"),), Split.COLUMN, Stage.EVERY, source="medusa"),
+    Rule("medusa_heads.{h}.medusa_layers.{j}.linear.bias", ("{h}.{j}.linear.bias",), (("hidden",),), Split.COLUMN, Stage.EVERY, source="medusa"),
+    Rule("medusa_heads.{h}.lm_head.weight", ("{h}.{L}.weight",), (("vocab", "hidden"),), Split.VOCAB, Stage.EVERY, source="medusa"),
 )
 MEDUSA_PER_LAYER = ("medusa_layers",)  # rules containing this repeat for every ResBlock j
 
