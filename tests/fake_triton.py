@@ -123,6 +123,7 @@ class FakeServer:
         path = self.repo / name / "1" / "model.py"
         spec = importlib.util.spec_from_file_location(f"fake_triton_model_{name}", path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
         spec.loader.exec_module(module)
         return module.TritonPythonModel()
 
@@ -142,20 +143,30 @@ class FakeServer:
 
     def infer(self, name: str, inputs: dict[str, np.ndarray]) -> list[InferenceResponse]:
         """All responses of one request (decoupled models may send several)."""
-        self._validate(name, inputs)
-        self.calls.append((name, inputs))
+        if self.configs[name].platform == "ensemble":
+            self._validate(name, inputs)
+            self.calls.append((name, inputs))
+            return self._ensemble(self.configs[name], inputs)
+        return self.infer_batch(name, [inputs])[0]
+
+    def infer_batch(self, name: str, batch: list[dict[str, np.ndarray]]) -> list[list[InferenceResponse]]:
+        """Several requests handed to one execute() call, as Triton's dynamic batcher does."""
+        for inputs in batch:
+            self._validate(name, inputs)
+            self.calls.append((name, inputs))
         cfg = self.configs[name]
-        if cfg.platform == "ensemble":
-            return self._ensemble(cfg, inputs)
-        request = Request(inputs)
-        returned = self.models[name].execute([request])
+        requests = [Request(inputs) for inputs in batch]
+        returned = self.models[name].execute(requests)
         if cfg.model_transaction_policy.decoupled:
             assert returned is None, f"{name}: a decoupled model must return None from execute"
-            out = [r for r, _ in request.sender.responses if r is not None]
-            assert request.sender.responses and request.sender.responses[-1][1] == FINAL, f"{name}: no final flag"
+            out = []
+            for request in requests:
+                sent = request.sender.responses
+                assert sent and sent[-1][1] == FINAL and all(flags == 0 for _, flags in sent[:-1]), f"{name}: final flag"
+                out.append([r for r, _ in sent if r is not None])
             return out
-        assert len(returned) == 1
-        return returned
+        assert len(returned) == len(requests)
+        return [[r] for r in returned]
 
     def _ensemble(self, cfg, inputs: dict[str, np.ndarray]) -> list[InferenceResponse]:
         """Run the steps in order; a step with several responses feeds each one to the following steps."""

@@ -198,3 +198,19 @@ def test_preprocessing_word_lists_and_single_token_stop_words(servers):
     inputs["stop_words"] = np.array([[word.encode()]], dtype=object)
     out = collect(s.infer("ensemble", inputs))
     assert out["tokens"] == greedy[: greedy.index(greedy[stop]) + 1]  # stops at (and keeps) the stop token
+
+
+@pytest.mark.parametrize("name", ["dt", "medusa"])
+def test_local_engine_model_serves_a_batch_of_requests(servers, name):
+    """Requests Triton batches into one execute(): each gets its own answer (plain ones decode together)."""
+    s = servers[name]
+    tok = s.models["preprocessing"].tokenizer
+    prompts = [tok.encode(PROMPT), tok.encode("import numpy as np")]
+    engine = s.models["tensorrt_llm"].engine
+    expected = [engine.generate(p, SamplingParams(max_tokens=N), speculative=False).token_ids for p in prompts]
+    streaming = np.array([[name == "medusa"]])  # the Medusa model is decoupled: stream it
+    batch = [engine_request(p, N, streaming=streaming) for p in prompts]
+    got = []
+    for responses in s.infer_batch("tensorrt_llm", batch):
+        got.append([t for r in responses for t in outputs(r)["output_ids"].reshape(-1).tolist()])
+    assert got == expected

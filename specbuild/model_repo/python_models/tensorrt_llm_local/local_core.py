@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -162,3 +162,16 @@ def cut(tokens: list[int], params, limit: int) -> list[int]:
         if t in stops:
             break
     return out
+
+
+@dataclass
+class Job:
+    """One request being served."""
+
+    req: LocalRequest
+    sender: object  # the response sender (decoupled) or None
+    perf: Perf
+    reused_before: int  # prefix-cache counter when the request arrived
+    tokens: list = field(default_factory=list)
+    ran: bool = False  # generated already (batched with others)
+    extra: dict = field(default_factory=dict)  # outputs beyond the tokens (generation_logits)

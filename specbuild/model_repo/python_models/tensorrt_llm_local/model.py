@@ -9,8 +9,9 @@ selects the Medusa tree. What each input does: local_core.py.
   is true; the last response carries COMPLETE_FINAL (and the perf outputs);
 * draft_input_ids: external verification through the engine's prefix cache, so the BLS's growing
   prefix is not recomputed each round (enable_kv_cache_reuse);
-* several requests may be in flight (Triton's dynamic batcher hands them over together); the engine
-  serves them one after another under its lock.
+* several requests in flight: Triton's dynamic batcher hands them over together; plain requests of
+  one batch decode together (ReferenceEngine.generate_batch: lockstep, rows of their own length;
+  Medusa one after another), verification and logits requests one by one.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from local_core import Perf, cut, parse_request, token_outputs  # noqa: E402
+from local_core import Job, Perf, cut, parse_request, token_outputs  # noqa: E402
 
 DEFAULT_TORCH_THREADS = "1"  # per engine model process; SPECBUILD_TORCH_THREADS overrides
 DEFAULT_TOKENS_PER_BLOCK = 32  # KV block size the perf counters are reported in (TRT-LLM's default)
@@ -70,21 +71,34 @@ class TritonPythonModel:
             self.engine.verify_external([0], [0], None, params=params)
 
     def execute(self, requests):
-        responses = []
+        jobs = []  # [sender, request state or None, response or None]
         for request in requests:
             sender = request.get_response_sender() if self.decoupled else None
             try:
-                outputs = self._serve(request, sender)
-                response = pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in outputs.items()])
+                jobs.append([sender, self._parse(request, sender), None])
             except Exception as exc:  # the request's error response, as the backend reports bad requests
-                response = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm (local): {exc}"))
-            if sender is not None:
+                jobs.append([sender, None, self._error(exc)])
+        plain = [job for job in jobs if job[1] is not None and job[1].req.draft_ids is None and not job[1].req.generation_logits]
+        if len(plain) > 1:  # several requests in flight: one batched decode (lockstep, rows of their own length)
+            self._run_batch([job[1] for job in plain])
+        for job in jobs:
+            if job[2] is None:
+                try:
+                    state = job[1]
+                    job[2] = self._finish(state if state.ran else self._run(state))
+                except Exception as exc:
+                    job[2] = self._error(exc)
+        if self.decoupled:
+            for sender, _, response in jobs:
                 sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-            else:
-                responses.append(response)
-        return None if self.decoupled else responses
+            return None
+        return [response for _, _, response in jobs]
 
-    def _serve(self, request, sender) -> dict:
+    @staticmethod
+    def _error(exc: Exception):
+        return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm (local): {exc}"))
+
+    def _parse(self, request, sender) -> Job:
         def get(name):
             tensor = pb_utils.get_input_tensor_by_name(request, name)
             return None if tensor is None else tensor.as_numpy()
@@ -93,39 +107,52 @@ class TritonPythonModel:
                             exclude_default=self.exclude_default, default_end_id=None)
         if req.streaming and sender is None:
             raise ValueError("Streaming is only supported if model is deployed using decoupled mode.")
-        perf = Perf(arrival_ns=req.arrival_ns)
-        reused_before = self.engine.prefix_cache.reused_tokens
-        extra = {}
+        return Job(req=req, sender=sender, perf=Perf(arrival_ns=req.arrival_ns), reused_before=self.engine.prefix_cache.reused_tokens)
+
+    def _on_tokens(self, job: Job, new: list[int]) -> None:
+        job.perf.token()
+        if job.req.streaming:
+            chunk = token_outputs(new, job.req, with_prompt=False)
+            job.sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in chunk.items()]))
+
+    def _run_batch(self, jobs: list[Job]) -> None:
+        results = self.engine.generate_batch([j.req.prompt_ids for j in jobs], [j.req.params for j in jobs], speculative=True,
+                                             on_tokens=lambda i, new: self._on_tokens(jobs[i], new))
+        for job, result in zip(jobs, results, strict=True):
+            job.tokens, job.ran = result.token_ids, True
+            job.perf.accepted, job.perf.drafted = result.stats.accepted, result.stats.drafted
+
+    def _run(self, job: Job) -> Job:
+        req, perf = job.req, job.perf
         if req.draft_ids is not None:
             perf.token()
             tokens = self.engine.verify_external(req.prompt_ids, req.draft_ids, req.draft_logits, params=req.params)
-            tokens = cut(tokens, req.params, req.max_new)
+            job.tokens = cut(tokens, req.params, req.max_new)
             perf.token()
             perf.drafted = len(req.draft_ids)
-            perf.accepted = max(0, len(tokens) - 1)
+            perf.accepted = max(0, len(job.tokens) - 1)
+            return job
+        if req.generation_logits:
+            result, logits = self.engine.generate_with_logits(req.prompt_ids, req.params, on_tokens=lambda new: self._on_tokens(job, new))
+            job.extra["generation_logits"] = logits.float().numpy()[None, None]  # [1, 1, n, V]
         else:
-            def on_tokens(new):
-                perf.token()
-                if req.streaming:
-                    chunk = token_outputs(new, req, with_prompt=False)
-                    sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in chunk.items()]))
+            result = self.engine.generate(req.prompt_ids, req.params, speculative=True, on_tokens=lambda new: self._on_tokens(job, new))
+        job.tokens = result.token_ids
+        perf.accepted, perf.drafted = result.stats.accepted, result.stats.drafted
+        return job
 
-            if req.generation_logits:
-                result, logits = self.engine.generate_with_logits(req.prompt_ids, req.params, on_tokens=on_tokens)
-                extra["generation_logits"] = logits.float().numpy()[None, None]  # [1, 1, n, V]
-            else:
-                result = self.engine.generate(req.prompt_ids, req.params, speculative=True, on_tokens=on_tokens)
-            tokens = result.token_ids
-            perf.accepted, perf.drafted = result.stats.accepted, result.stats.drafted
-        reused = self.engine.prefix_cache.reused_tokens - reused_before
+    def _finish(self, job: Job):
+        req, perf = job.req, job.perf
+        reused = self.engine.prefix_cache.reused_tokens - job.reused_before
         perf.reused_blocks = reused // self.tokens_per_block
-        total = len(req.prompt_ids) + len(tokens)
+        total = len(req.prompt_ids) + len(job.tokens)
         perf.new_blocks = max(0, -(-total // self.tokens_per_block) - perf.reused_blocks)
         if req.streaming:  # the chunks went out already; the final response carries no new tokens
             outputs = token_outputs([], req, with_prompt=False)
         else:
-            outputs = token_outputs(tokens, req, with_prompt=not req.exclude_input)
-        outputs.update(extra)
+            outputs = token_outputs(job.tokens, req, with_prompt=not req.exclude_input)
+        outputs.update(job.extra)
         if req.perf:
             outputs.update(perf.outputs())
-        return outputs
+        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in outputs.items()])
+
