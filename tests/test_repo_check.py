@@ -174,3 +174,14 @@ def test_cli_repo_build_and_check(builds, tmp_path):
     assert result.exit_code == 1 and "default_num_draft_tokens" in result.output
     result = runner.invoke(app, ["repo", str(builds["draft_target"]), "--out", str(out)])
     assert result.exit_code == 2 and "already exists" in result.output  # no --force
+
+
+def test_tokenizer_larger_than_the_engine_vocabulary(repo, tmp_path):
+    pre = parse_text((repo / "preprocessing" / "config.pbtxt").read_text()).parameters["tokenizer_dir"].string_value
+    bigger = shutil.copytree(pre, tmp_path / "bigger-tokenizer")
+    data = json.loads((bigger / "tokenizer.json").read_text())
+    data["added_tokens"].append({**data["added_tokens"][0], "id": 100000, "content": "<extra>"})
+    (bigger / "tokenizer.json").write_text(json.dumps(data))
+    for model in ("preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_draft"):
+        edit(repo, model, set_param("tokenizer_dir", str(bigger)))
+    assert "100001 tokens" in only(check_repo(repo), "preprocessing/config.pbtxt", "parameters.tokenizer_dir").problem

@@ -74,7 +74,7 @@ def check_repo(root: str | Path) -> list[Finding]:
     engines = _check_engines(repo)
     _check_speculation(repo, engines)
     _check_logits(repo, engines)
-    _check_tokenizers(repo)
+    _check_tokenizers(repo, engines)
     _check_ensemble(repo)
     _check_parameters(repo)
     return repo.findings
@@ -203,7 +203,7 @@ def _check_logits(repo: _Repo, engines: dict[str, dict]) -> None:
                       f"{types[model]} but the engine's logits_dtype is {want}", f"use {want}")
 
 
-def _check_tokenizers(repo: _Repo) -> None:
+def _check_tokenizers(repo: _Repo, engines: dict[str, dict]) -> None:
     seen: dict[str, Path] = {}
     for model in ("preprocessing", "postprocessing", *ENGINE_MODELS):
         served = repo.param(model, "tokenizer_dir")
@@ -221,6 +221,24 @@ def _check_tokenizers(repo: _Repo) -> None:
         for model, folder in seen.items():
             repo.fail(f"{model}/config.pbtxt", "parameters.tokenizer_dir", f"{folder} differs from the other models' tokenizer",
                       "use the target model's tokenizer folder in preprocessing, postprocessing and the engine models")
+    vocab = int((engines.get("tensorrt_llm", {}).get("pretrained_config") or {}).get("vocab_size") or 0)
+    if "preprocessing" in seen and vocab:
+        size = _tokenizer_size(seen["preprocessing"])
+        if size > vocab:
+            repo.fail("preprocessing/config.pbtxt", "parameters.tokenizer_dir",
+                      f"the tokenizer in {seen['preprocessing']} has {size} tokens but the target engine's vocab_size is {vocab}",
+                      "use the tokenizer of the model the engine was built from")
+
+
+def _tokenizer_size(folder: Path) -> int:
+    """Token count of a fast tokenizer (tokenizer.json: vocab + added tokens); 0 when unknown."""
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        return 0
+    data = json.loads(path.read_text())
+    ids = set(((data.get("model") or {}).get("vocab") or {}).values()) if isinstance((data.get("model") or {}).get("vocab"), dict) else set()
+    ids |= {t.get("id") for t in data.get("added_tokens") or [] if isinstance(t, dict)}
+    return max((i for i in ids if isinstance(i, int)), default=-1) + 1
 
 
 def _same_tokenizer(folders: list[Path]) -> bool:
