@@ -16,7 +16,7 @@ from specbuild.builder.compile import compile_spec
 from specbuild.builder.spec import load_spec
 from specbuild.cli import app
 from specbuild.errors import BuildError
-from specbuild.manifest import read_manifest
+from specbuild.manifest import read_manifest, verify_manifest
 
 
 def write_spec(folder: Path, **raw) -> Path:
@@ -52,6 +52,10 @@ def test_compile_reference_draft_target(dt_spec, tmp_path, tiny_target):
     plan = json.loads((out / "plan.json").read_text())
     assert [r["role"] for r in plan["roles"]] == ["target", "draft"] and os.access(out / "build.sh", os.X_OK)
     assert not any(p.name.startswith(".build") for p in tmp_path.iterdir())
+    # digests reused from nested manifests and hard links match a fresh hash of every file
+    for folder in (out, out / "target" / "engine", out / "draft" / "engine", out / "target" / "checkpoint"):
+        assert verify_manifest(folder) == []
+    assert set(m["files"]) >= {"plan.json", "build.sh", "target/engine/rank1.safetensors", "draft/checkpoint/config.json"}
 
 
 def test_compile_medusa_reference(tmp_path, tiny_target):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from specbuild.builder.hf_config import HFModelConfig
 from specbuild.engines.trtllm.ckpt_config import WEIGHT_ONLY_ALGO, checkpoint_config, medusa_config
+from specbuild.engines.trtllm.hashed_manifest import write_manifest_known
 from specbuild.engines.trtllm.layout import (
     IGNORED_SUFFIXES,
     MEDUSA_PER_LAYER,
@@ -99,9 +100,10 @@ def convert_checkpoint(
                     if on_progress:
                         on_progress(done, total, f"rank{rank}/{it.entry.name}")
             hashes[name] = writer.sha256
-        _write_manifest(
+        write_manifest_known(
             tmp,
-            hashes,
+            kind="trtllm_checkpoint",
+            known=hashes,  # taken while writing: no second pass over a multi-GB checkpoint
             inputs={
                 "hf_dir": str(hf_dir.resolve()),
                 "hf_files": {f.name: f.stat().st_size for f in src.files},
@@ -152,17 +154,6 @@ def plan_checkpoint(
     ranks = tuple(tuple(_rank_items(rank, dims, par, dtype, heads)) for rank in range(par.world_size))
     _check_sources(ranks, {"model": src, "medusa": heads.source if heads else None}, dims, par)
     return CheckpointPlan(cfg=cfg, dims=dims, par=par, dtype=dtype, ranks=ranks, config=config)
-
-
-def _write_manifest(folder: Path, hashes: dict[str, str], **fields) -> None:
-    """specbuild.json in manifest.write_manifest's format, from the hashes taken while writing (a second
-    pass over a multi-GB checkpoint would cost as much as the conversion's own reads)."""
-    from specbuild.manifest import MANIFEST, tool_versions
-
-    on_disk = {p.name for p in folder.iterdir()}
-    assert on_disk == set(hashes), f"unhashed files: {on_disk ^ set(hashes)}"
-    manifest = {"kind": "trtllm_checkpoint", **fields, "versions": tool_versions(), "files": dict(sorted(hashes.items()))}
-    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
 
 
 # ---- planning ------------------------------------------------------------------------------------

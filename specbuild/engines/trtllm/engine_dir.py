@@ -20,20 +20,23 @@ REFERENCE = "reference"
 
 def write_reference_engine(checkpoint_dir: str | Path, out_dir: str | Path, *, build_config: dict[str, Any], version: str) -> Path:
     """Write the engine folder `out_dir` (which must not exist) next to or inside a build output."""
-    from specbuild.manifest import read_manifest, write_manifest
+    from specbuild.engines.trtllm.hashed_manifest import write_manifest_known
+    from specbuild.manifest import read_manifest
 
     ckpt, out = Path(checkpoint_dir), Path(out_dir)
-    read_manifest(ckpt, kind="trtllm_checkpoint")  # refuse folders that are not complete checkpoints
+    ckpt_files = read_manifest(ckpt, kind="trtllm_checkpoint")["files"]  # refuses incomplete checkpoints
     pretrained = json.loads((ckpt / "config.json").read_text())
     out.mkdir(parents=True)
     config = {"version": version, "pretrained_config": pretrained, "build_config": build_config, "specbuild_engine": REFERENCE}
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     world = pretrained["mapping"]["world_size"]
+    known = {}
     for rank in range(world):
         name = f"rank{rank}.safetensors"
         try:
             os.link(ckpt / name, out / name)  # same bytes, no second copy on disk
+            known[name] = ckpt_files[name]  # and no second hash: the same inode
         except OSError:
             shutil.copyfile(ckpt / name, out / name)
-    write_manifest(out, kind="engine", engine=REFERENCE, checkpoint=os.path.relpath(ckpt, out), build_config=build_config)
+    write_manifest_known(out, kind="engine", known=known, engine=REFERENCE, checkpoint=os.path.relpath(ckpt, out), build_config=build_config)
     return out
