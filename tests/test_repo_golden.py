@@ -89,3 +89,13 @@ def test_production_refuses_a_memory_plan_without_kv_room(builds, tmp_path):
         generate_repo(build, tmp_path / "prod", backend="tensorrtllm")
     local = generate_repo(build, tmp_path / "local", backend="python")  # fractions unused locally: even split
     assert 'string_value: "0.45"' in (local / "tensorrt_llm" / "config.pbtxt").read_text()
+
+
+def test_backend_defaults_to_the_build_engine(builds, tmp_path):
+    import json
+
+    repo = generate_repo(builds["medusa"], tmp_path / "repo")  # a reference build: local Python models
+    manifest = json.loads((repo / "specbuild.json").read_text())
+    assert manifest["kind"] == "model_repo" and manifest["backend"] == "python" and manifest["mode"] == "medusa"
+    assert 'backend: "python"' in (repo / "tensorrt_llm" / "config.pbtxt").read_text()
+    assert set(manifest["files"]) >= {"tensorrt_llm/config.pbtxt", "tensorrt_llm/1/model.py", "ensemble/config.pbtxt"}
