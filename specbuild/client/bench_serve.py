@@ -3,7 +3,7 @@
 Uses the demo family (`specbuild.demo_models`: a trained target and a distilled draft, built once
 into .cache/demo and reused), compiles reference engines for a draft/target spec, generates the
 Python-backend repository, serves it on free loopback ports and runs the same prompts, one at a
-time, both ways: the target alone (Triton: `num_draft_tokens=0` to the BLS) and speculative (K
+time, both ways (interleaved prompt by prompt, so both see the same machine load): the target alone (Triton: `num_draft_tokens=0` to the BLS) and speculative (K
 drafts). Then the `bench` sweep (speculation off/on per concurrency) writes its report into OUT.
 
     python -m specbuild.client.bench_serve [--out build/bench-serve] [--prompts 8] [--max-tokens 48]
@@ -67,35 +67,33 @@ def build_repo(out: Path, *, num_draft_tokens: int, random_models: bool = False,
     return build, repo, prompts
 
 
-def _in_process(build: Path, prompts: list[str], params: SamplingParams, k: int) -> dict[str, dict]:
+def compare(build: Path, url: str, prompts: list[str], params: SamplingParams, k: int) -> dict[str, dict]:
+    """Sequential requests (concurrency 1), in-process and through Triton interleaved prompt by prompt,
+    so both see the same load on a shared machine. mode -> {in_process|triton: {tokens, seconds}}."""
     import torch
 
+    from specbuild.client.remote import generate_remote
     from specbuild.engines.reference.api import generate_local
     from specbuild.engines.reference.engine import ReferenceEngine
 
-    torch.set_num_threads(1)  # the server's local engine processes run with one thread each too
+    torch.set_num_threads(1)  # the server's local engine processes run one torch thread each too
     engine = ReferenceEngine.load(build)
-    out = {}
-    for mode, spec in (("baseline", False), ("speculative", True)):
-        generate_local(engine, prompts[0], params, speculative=spec, num_draft_tokens=k)  # warm-up
-        tokens, t0 = 0, time.perf_counter()
-        for prompt in prompts:
-            tokens += len(generate_local(engine, prompt, params, speculative=spec, num_draft_tokens=k).token_ids)
-        out[mode] = {"tokens": tokens, "seconds": time.perf_counter() - t0}
-    return out
-
-
-def _through_triton(url: str, prompts: list[str], params: SamplingParams, k: int) -> dict[str, dict]:
-    from specbuild.client.remote import generate_remote
-
-    out = {}
+    out: dict[str, dict] = {}
     for mode, drafts in (("baseline", 0), ("speculative", k)):
-        generate_remote(url, prompts[0], params, num_draft_tokens=drafts, timeout_s=300)  # warm-up
-        tokens, t0 = 0, time.perf_counter()
+        def local(prompt: str, speculative: bool = drafts > 0) -> int:
+            return len(generate_local(engine, prompt, params, speculative=speculative, num_draft_tokens=k).token_ids)
+
+        def remote(prompt: str, drafts: int = drafts) -> int:
+            return len(generate_remote(url, prompt, params, num_draft_tokens=drafts, stream=True, timeout_s=300).token_ids)
+
+        local(prompts[0]), remote(prompts[0])  # warm-up both paths
+        totals = {"in_process": {"tokens": 0, "seconds": 0.0}, "triton": {"tokens": 0, "seconds": 0.0}}
         for prompt in prompts:
-            tokens += len(generate_remote(url, prompt, params, num_draft_tokens=drafts, stream=True,
-                                          timeout_s=300).token_ids)
-        out[mode] = {"tokens": tokens, "seconds": time.perf_counter() - t0}
+            for side, run in (("in_process", local), ("triton", remote)):
+                t0 = time.perf_counter()
+                totals[side]["tokens"] += run(prompt)
+                totals[side]["seconds"] += time.perf_counter() - t0
+        out[mode] = totals
     return out
 
 
@@ -116,17 +114,16 @@ def main(argv: list[str] | None = None) -> None:
     from specbuild.client.report import table, write_report
     from specbuild.client.server import ServerOptions, TritonServer, free_port
 
-    console = Console()
+    console = Console(width=160)  # the bench table has 13 columns
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     build, repo, prompts_file = build_repo(out, num_draft_tokens=args.num_draft_tokens,
                                            random_models=args.random_models, log=console.print)
     prompts = list(load_prompts(prompts_file))[: args.prompts]
     params = SamplingParams(max_tokens=args.max_tokens)
-    local = _in_process(build, prompts, params, args.num_draft_tokens)
     opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
     with TritonServer(repo, opts) as server:
-        remote = _through_triton(server.grpc_url, prompts, params, args.num_draft_tokens)
+        measured = compare(build, server.grpc_url, prompts, params, args.num_draft_tokens)
         sweep = None
         if args.concurrency:
             config = BenchConfig(url=server.grpc_url, prompts=tuple(prompts), max_tokens=args.max_tokens,
@@ -139,8 +136,9 @@ def main(argv: list[str] | None = None) -> None:
     result = {"models": "random (demo shapes)" if args.random_models else "demo family", "prompts": len(prompts), "max_tokens": args.max_tokens, "num_draft_tokens": args.num_draft_tokens,
               "concurrency": 1, "modes": {}, "sweep_report": sweep}
     for mode in ("baseline", "speculative"):
-        tps_local = local[mode]["tokens"] / local[mode]["seconds"]
-        tps_triton = remote[mode]["tokens"] / remote[mode]["seconds"]
+        side = measured[mode]
+        tps_local = side["in_process"]["tokens"] / side["in_process"]["seconds"]
+        tps_triton = side["triton"]["tokens"] / side["triton"]["seconds"]
         result["modes"][mode] = {"in_process_tokens_per_s": round(tps_local, 2),
                                  "triton_tokens_per_s": round(tps_triton, 2),
                                  "ratio": round(tps_triton / tps_local, 3)}

@@ -77,10 +77,14 @@ def write_plots(runs: list[RunSummary], out: Path) -> list[Path]:
     _finish(fig, ax, out / PLOTS[1], written)
 
     fig, ax = plt.subplots(figsize=(6, 4))
+    depth = 0
     for r in runs:
         per_pos = r.metrics.get("accepted_length_per_position") or []
         if r.mode == "speculative" and per_pos:
+            depth = max(depth, len(per_pos))
             ax.plot(range(1, len(per_pos) + 1), per_pos, "o-", label=f"T={r.temperature:g} c={r.concurrency}")
+    if depth:
+        ax.set_xticks(range(1, depth + 1))
     ax.set(xlabel="draft position", ylabel="P(accepted through this position)", title="Accepted length per position",
            ylim=(0, 1.05))
     _finish(fig, ax, out / PLOTS[2], written)
@@ -92,6 +96,7 @@ def _finish(fig, ax, path: Path, written: list[Path]) -> None:
 
     if ax.get_xscale() == "log":
         ticks = sorted({int(x) for line in ax.get_lines() for x in line.get_xdata() if x > 0})
+        ax.minorticks_off()  # log-axis minor labels (2x10^0, ...) would clutter integer concurrencies
         ax.set_xticks(ticks, [str(t) for t in ticks])
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
