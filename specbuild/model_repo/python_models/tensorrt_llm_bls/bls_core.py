@@ -190,8 +190,12 @@ class _Shared:
         self.calls += 1
         # A fixed seed on every call would replay the same random numbers in every round.
         seed = None if self.opts.seed is None else (self.opts.seed + self.calls) % 2**64
-        return engine_inputs(ids, output_len, self.opts, self.prep, seed_name=self.seed_name, seed=seed,
-                             stop_words=stop_words)
+        inputs = engine_inputs(ids, output_len, self.opts, self.prep, seed_name=self.seed_name, seed=seed,
+                               stop_words=stop_words)
+        # A request's min_tokens bounds the whole continuation, not one round: never forward it per round.
+        for name in ("min_tokens", "min_length"):
+            inputs.pop(name, None)
+        return inputs
 
 
 class TritonDrafter:
