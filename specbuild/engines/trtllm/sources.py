@@ -44,7 +44,7 @@ class FileRange:
     nbytes: int
 
 
-_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}  # bytes per element of FLOAT_DTYPES
 
 
 class SafetensorsSource:
@@ -103,7 +103,7 @@ class SafetensorsSource:
         """Where the tensor (or rows[0]:rows[1] of dim 0) lies in its file."""
         info = self.index[name]
         assert info.offset is not None
-        row_bytes = _ITEMSIZE[info.dtype]
+        row_bytes = ITEMSIZE[info.dtype]
         for d in info.shape[1:]:
             row_bytes *= d
         start, stop = rows if rows is not None else (0, info.shape[0] if info.shape else 1)

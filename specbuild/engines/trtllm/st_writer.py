@@ -25,11 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from specbuild.engines.trtllm.sources import FileRange
+from specbuild.engines.trtllm.sources import ITEMSIZE, FileRange
 from specbuild.errors import ConversionError
 
 ST_DTYPE = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
-ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 _CHUNK = 8 << 20  # bytes per read when hashing or copying a FileRange through Python
 _NO_COPY_FILE_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF}
 
