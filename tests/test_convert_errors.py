@@ -136,3 +136,15 @@ def test_cli_convert_and_errors(tiny_draft, tmp_path):
     assert res.exit_code == 2 and "already exists" in res.output
     res = runner.invoke(app, ["convert", str(tiny_draft), "--out", str(tmp_path / "d"), "--tp-size", "3"])
     assert res.exit_code == 2 and "tp_size=3" in res.output
+
+
+def test_medusa_pt_legacy_format_and_corrupt(tiny_target, tmp_path):
+    folder = tmp_path / "heads"
+    folder.mkdir()
+    state = {"0.0.linear.weight": torch.zeros(64, 64), "0.0.linear.bias": torch.zeros(64), "0.1.weight": torch.zeros(384, 64)}
+    torch.save(state, folder / "medusa_lm_head.pt", _use_new_zipfile_serialization=False)  # cannot be memory-mapped
+    out = convert_checkpoint(tiny_target, tmp_path / "out", medusa=MedusaHeadsSource(folder))
+    assert json.loads((out / "config.json").read_text())["num_medusa_heads"] == 1
+    (folder / "medusa_lm_head.pt").write_bytes(b"not a pickle")
+    with pytest.raises(CheckpointError, match="cannot load"):
+        convert_checkpoint(tiny_target, tmp_path / "out2", medusa=MedusaHeadsSource(folder))

@@ -63,7 +63,12 @@ def _load_pt(path: Path) -> MemorySource:
     import torch
 
     try:
-        state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+        try:
+            state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:  # files in torch's legacy (pre-zip) format cannot be memory-mapped
+            if "mmap" not in str(exc):
+                raise
+            state = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:  # pickle errors, truncated zip, forbidden globals
         raise CheckpointError(f"cannot load {path}", expected="a torch state dict of tensors", found=f"{type(exc).__name__}: {exc}"[:300], fix="re-save the heads, preferably as medusa_lm_head.safetensors") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
