@@ -27,7 +27,7 @@ def make_heads(folder: Path, *, hidden: int, vocab: int, heads: int, layers: int
     return folder
 
 
-def compile_tiny(workdir: Path, mode: str, *, target: Path, draft: Path | None = None) -> Path:
+def compile_tiny(workdir: Path, mode: str, *, target: Path, draft: Path | None = None, engine: str = "reference") -> Path:
     """Place the tiny models beside a copy of examples/tiny/<spec>.yaml and compile reference engines."""
     from specbuild.builder.compile import compile_spec
     from specbuild.builder.spec import load_spec
@@ -41,7 +41,7 @@ def compile_tiny(workdir: Path, mode: str, *, target: Path, draft: Path | None =
     if mode == "medusa":
         cfg = json.loads((target / "config.json").read_text())
         make_heads(workdir / "medusa_heads", hidden=cfg["hidden_size"], vocab=cfg["vocab_size"], heads=3)
-    return compile_spec(load_spec(workdir / spec_name), workdir / "build", engine="reference")
+    return compile_spec(load_spec(workdir / spec_name), workdir / "build", engine=engine)
 
 
 _BUILDS: dict[tuple, Path] = {}

@@ -185,3 +185,15 @@ def test_tokenizer_larger_than_the_engine_vocabulary(repo, tmp_path):
     for model in ("preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_draft"):
         edit(repo, model, set_param("tokenizer_dir", str(bigger)))
     assert "100001 tokens" in only(check_repo(repo), "preprocessing/config.pbtxt", "parameters.tokenizer_dir").problem
+
+
+def test_unbuilt_trtllm_plan_is_reported(tiny_target, tiny_draft, tmp_path):
+    """compile --engine trtllm without trtllm-build writes checkpoints and build.sh only: the repository is
+    production by default and check says the engines still have to be built."""
+    from repo_builds import compile_tiny
+
+    build = compile_tiny(tmp_path / "w", "draft_target", target=tiny_target, draft=tiny_draft, engine="trtllm")
+    repo = generate_repo(build, tmp_path / "repo")
+    assert 'backend: "tensorrtllm"' in (repo / "tensorrt_llm" / "config.pbtxt").read_text()
+    finding = only(check_repo(repo), "tensorrt_llm/config.pbtxt", "parameters.gpt_model_path")
+    assert "does not exist" in finding.problem and "build.sh" in finding.fix

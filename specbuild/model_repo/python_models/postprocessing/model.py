@@ -23,7 +23,7 @@ class TritonPythonModel:
 
         config = json.loads(args["model_config"])
         self.skip_special_tokens = _param(config, "skip_special_tokens", "true").lower() in ("true", "1", "yes")
-        self.tokenizer = AutoTokenizer.from_pretrained(_param(config, "tokenizer_dir"), legacy=False)
+        self.tokenizer = AutoTokenizer.from_pretrained(_param(config, "tokenizer_dir"), legacy=False, trust_remote_code=False)
 
     def execute(self, requests):
         responses = []

@@ -59,7 +59,7 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         tokenizer_dir = _param(config, "tokenizer_dir")
         self.add_special_tokens = _param(config, "add_special_tokens", "true").lower() in ("true", "1", "yes")
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, legacy=False, padding_side="left")
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, legacy=False, padding_side="left", trust_remote_code=False)
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.end_id = int(self.tokenizer.eos_token_id)
