@@ -10,7 +10,7 @@ model does with each input:
   output = the accepted drafts + one target token;
 * min_tokens (min_length) >= request_output_len: the end id does not stop the request (the BLS's
   draft calls ask for exactly k tokens);
-* stop_words_list: single-token stop words stop the request; bad_words_list, beams > 1, LoRA, prompt
+* stop_words_list: single-token stop words stop the request; bad_words_list, beams or sequences > 1, LoRA, prompt
   tables, log probs and context logits are not supported and are rejected when actually used.
 
 Shape legend: L prompt length, n new tokens, V vocab, k draft tokens.
@@ -71,9 +71,10 @@ def parse_request(get: Get, *, seed_name: str, min_tokens_name: str, exclude_def
     max_new = _scalar(get, "request_output_len", int)
     if max_new is None or max_new < 1:
         raise ValueError(f"request_output_len must be >= 1, got {max_new}")
-    beam = _scalar(get, "beam_width", int, 1)
-    if beam != 1:
-        raise ValueError(f"beam_width {beam} is not supported by the local engine (1 only)")
+    for name in ("beam_width", "num_return_sequences"):
+        value = _scalar(get, name, int, 1)
+        if value != 1:
+            raise ValueError(f"{name} {value} is not supported by the local engine (1 only)")
     for name in ("bad_words_list", "lora_weights", "lora_task_id", "prompt_embedding_table"):
         value = get(name)
         if value is not None and np.asarray(value).size:
