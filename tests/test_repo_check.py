@@ -197,3 +197,14 @@ def test_unbuilt_trtllm_plan_is_reported(tiny_target, tiny_draft, tmp_path):
     assert 'backend: "tensorrtllm"' in (repo / "tensorrt_llm" / "config.pbtxt").read_text()
     finding = only(check_repo(repo), "tensorrt_llm/config.pbtxt", "parameters.gpt_model_path")
     assert "does not exist" in finding.problem and "build.sh" in finding.fix
+
+
+def test_python_model_source_missing(repo):
+    (repo / "postprocessing" / "1" / "model.py").unlink()
+    only(check_repo(repo), "postprocessing/1/model.py", "-")
+
+
+def test_production_bls_without_vendored_loop(builds, tmp_path):
+    repo = generate_repo(builds["draft_target"], tmp_path / "prod", backend="tensorrtllm")
+    shutil.rmtree(repo / "tensorrt_llm_bls" / "1" / "vendor")
+    assert "cannot import its loop" in only(check_repo(repo), "tensorrt_llm_bls/1/vendor", "-").problem

@@ -77,6 +77,7 @@ def check_repo(root: str | Path) -> list[Finding]:
     _check_tokenizers(repo, engines)
     _check_ensemble(repo)
     _check_parameters(repo)
+    _check_python_sources(repo)
     return repo.findings
 
 
@@ -317,3 +318,16 @@ def _check_parameters(repo: _Repo) -> None:
         if repo.param(model, "gpt_model_type") not in (None, "inflight_fused_batching", "inflight_batching", "V1", "v1"):
             repo.fail(f"{model}/config.pbtxt", "parameters.gpt_model_type", f"{repo.param(model, 'gpt_model_type')!r} is not a batching strategy",
                       'use "inflight_fused_batching"')
+
+
+def _check_python_sources(repo: _Repo) -> None:
+    """Python-backend models need 1/model.py; a production BLS needs its vendored loop (no specbuild there)."""
+    for name, cfg in repo.configs.items():
+        if cfg.backend == "python" and not (repo.root / name / "1" / "model.py").is_file():
+            repo.fail(f"{name}/1/model.py", "-", "missing: the Python backend has nothing to run",
+                      "regenerate the repository with `specbuild repo --force`")
+    production = any(repo.configs.get(m) is not None and repo.configs[m].backend == "tensorrtllm" for m in ENGINE_MODELS)
+    loop = repo.root / "tensorrt_llm_bls" / "1" / "vendor" / "specbuild" / "engines" / "reference" / "speculative.py"
+    if production and "tensorrt_llm_bls" in repo.configs and not loop.is_file():
+        repo.fail("tensorrt_llm_bls/1/vendor", "-", "missing: the container has no specbuild, the BLS cannot import its loop",
+                  "regenerate the repository with `specbuild repo --backend tensorrtllm --force`")
