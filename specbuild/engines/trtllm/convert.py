@@ -85,21 +85,13 @@ def convert_checkpoint(
     heads = open_heads(medusa) if medusa is not None else None
     plan = plan_checkpoint(cfg, src, dtype=dtype, tp_size=tp_size, pp_size=pp_size, heads=heads, medusa=medusa, weight_only=weight_only)
     sources = {"model": src, "medusa": heads.source if heads else None}
-    done, total = 0, plan.total_bytes
     with atomic_output_dir(out_dir, force=force) as tmp:
         config_text = json.dumps(plan.config, indent=2) + "\n"
         (tmp / "config.json").write_text(config_text)
         hashes = {"config.json": hashlib.sha256(config_text.encode()).hexdigest()}
-        scratch = Scratch()
-        for rank, items in enumerate(plan.ranks):
-            name = f"rank{rank}.safetensors"
-            with StreamingWriter(tmp / name, [it.entry for it in items]) as writer:
-                for it in items:
-                    writer.write(it.entry.name, _produce(it, sources, plan, rank, scratch))
-                    done += it.entry.nbytes
-                    if on_progress:
-                        on_progress(done, total, f"rank{rank}/{it.entry.name}")
-            hashes[name] = writer.sha256
+        progress = _Counter(plan.total_bytes, on_progress)
+        for stage in range(plan.par.pp):
+            hashes.update(_write_stage(tmp, plan, sources, stage, progress))
         write_manifest_known(
             tmp,
             kind="trtllm_checkpoint",
@@ -154,6 +146,42 @@ def plan_checkpoint(
     ranks = tuple(tuple(_rank_items(rank, dims, par, dtype, heads)) for rank in range(par.world_size))
     _check_sources(ranks, {"model": src, "medusa": heads.source if heads else None}, dims, par)
     return CheckpointPlan(cfg=cfg, dims=dims, par=par, dtype=dtype, ranks=ranks, config=config)
+
+
+@dataclass
+class _Counter:
+    total: int
+    callback: Progress | None
+    done: int = 0
+
+    def add(self, nbytes: int, name: str) -> None:
+        self.done += nbytes
+        if self.callback:
+            self.callback(self.done, self.total, name)
+
+
+def _write_stage(tmp: Path, plan: CheckpointPlan, sources: dict, stage: int, progress: _Counter) -> dict[str, str]:
+    """Write the TP rank files of one PP stage side by side, tensor by tensor: the TP slices of a
+    tensor are produced back to back (its source pages are still in cache; the slices add up to one
+    tensor of memory), a replicated tensor is produced once, and each file is hashed on its own
+    thread. Returns {file name: sha256}."""
+    import contextlib
+
+    ranks = [stage * plan.par.tp + r for r in range(plan.par.tp)]
+    names = [f"rank{rank}.safetensors" for rank in ranks]
+    scratch = [Scratch() for _ in ranks]  # per rank: its in-flight assembled tensor stays untouched
+    with contextlib.ExitStack() as stack:
+        writers = [stack.enter_context(StreamingWriter(tmp / n, [it.entry for it in plan.ranks[rank]])) for n, rank in zip(names, ranks, strict=True)]
+        for i, first in enumerate(plan.ranks[ranks[0]]):
+            shared = None
+            if first.rule.split is Split.NONE:  # replicated: produce once, write to every TP file
+                shared = _produce(first, sources, plan, ranks[0], scratch[0])
+            for k, rank in enumerate(ranks):
+                it = plan.ranks[rank][i]
+                assert it.entry.name == first.entry.name, "TP ranks of a stage share one tensor order"
+                writers[k].write(it.entry.name, shared if shared is not None else _produce(it, sources, plan, rank, scratch[k]))
+                progress.add(it.entry.nbytes, f"rank{rank}/{it.entry.name}")
+    return {n: w.sha256 for n, w in zip(names, writers, strict=True)}
 
 
 # ---- planning ------------------------------------------------------------------------------------
