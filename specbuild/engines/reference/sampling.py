@@ -14,6 +14,9 @@ Shape legend: V vocab, K draft tokens in one round, R rows.
   token equality), the target samples each position itself and drafts are accepted while they
   equal the target's sample — also lossless. At temperature 0 both probs are one-hot, so both reduce
   to greedy equality with the target's argmax, deterministically.
+
+Vendored as-is into the production Triton BLS (model_repo VENDORED_MODULES): import only
+specbuild.errors, sampling_params, generation and the reference sampling/speculative modules.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ implementations keep their KV caches and roll them back to the longest prefix th
 `speculative_generate_batch` runs the same rounds (`SpecRequest`) for several in-process requests in
 lockstep over `BatchDrafter` / `BatchVerifier` (one batched pass per draft position, one per verify).
 
+Vendored as-is into the production Triton BLS (model_repo VENDORED_MODULES): import only
+specbuild.errors, sampling_params, generation and the reference sampling/speculative modules.
+
 Stop tokens are included in the returned ids (like HF `generate`); `params.end_id` must already be
 resolved by the caller (None: no end id).
 """
