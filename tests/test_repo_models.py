@@ -214,3 +214,17 @@ def test_local_engine_model_serves_a_batch_of_requests(servers, name):
     for responses in s.infer_batch("tensorrt_llm", batch):
         got.append([t for r in responses for t in outputs(r)["output_ids"].reshape(-1).tolist()])
     assert got == expected
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_multi_token_stop_word_ends_the_request(servers, stream):
+    s = servers["medusa"]  # decoupled: both unary and streamed requests
+    tok = s.models["preprocessing"].tokenizer
+    greedy = greedy_baseline(s)
+    i = next(i for i in range(1, N - 1) if tok.encode(tok.decode(greedy[i:i + 2]), add_special_tokens=False) == greedy[i:i + 2])
+    seq = greedy[i:i + 2]
+    first_end = next(e for e in range(2, N + 1) if greedy[e - 2:e] == seq)
+    inputs = text_request(PROMPT, N, stream=stream)
+    inputs["stop_words"] = np.array([[tok.decode(seq).encode()]], dtype=object)
+    out = collect(s.infer("ensemble", inputs))
+    assert out["tokens"] == greedy[:first_end]

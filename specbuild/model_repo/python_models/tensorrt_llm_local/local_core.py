@@ -10,7 +10,8 @@ model does with each input:
   output = the accepted drafts + one target token;
 * min_tokens (min_length) >= request_output_len: the end id does not stop the request (the BLS's
   draft calls ask for exactly k tokens);
-* stop_words_list: single-token stop words stop the request; bad_words_list, beams or sequences > 1, LoRA, prompt
+* stop_words_list: a stop word ends the request after its last token (single-token words through the
+  engine's stop ids, longer ones by watching the output); bad_words_list, beams or sequences > 1, LoRA, prompt
   tables, log probs and context logits are not supported and are rejected when actually used.
 
 Shape legend: L prompt length, n new tokens, V vocab, k draft tokens.
@@ -40,6 +41,7 @@ class LocalRequest:
     draft_ids: list[int] | None = None  # external draft verification
     draft_logits: np.ndarray | None = None  # [k, V]
     arrival_ns: int = 0
+    stop_sequences: tuple[tuple[int, ...], ...] = ()  # stop words longer than one token
 
 
 def _scalar(get: Get, name: str, kind, default=None):
@@ -84,9 +86,11 @@ def parse_request(get: Get, *, seed_name: str, min_tokens_name: str, exclude_def
             raise ValueError(f"{name} is not supported by the local engine model")
     end_id = _scalar(get, "end_id", int, default_end_id)
     min_tokens = _scalar(get, min_tokens_name, int, 0)
-    stops = tuple(w[0] for w in _word_list_tokens(get("stop_words_list")) if len(w) == 1)
+    words = _word_list_tokens(get("stop_words_list"))
+    stops = tuple(w[0] for w in words if len(w) == 1)
+    sequences = tuple(tuple(w) for w in words if len(w) > 1)
     if min_tokens >= max_new:  # nothing may stop the request early
-        end_id, stops = -1, ()
+        end_id, stops, sequences = -1, (), ()
     params = sampling_params(
         max_tokens=max_new, temperature=_scalar(get, "temperature", float), top_k=_scalar(get, "runtime_top_k", int),
         top_p=_scalar(get, "runtime_top_p", float), seed=_scalar(get, seed_name, int), end_id=end_id,
@@ -105,7 +109,7 @@ def parse_request(get: Get, *, seed_name: str, min_tokens_name: str, exclude_def
         exclude_input=_scalar(get, "exclude_input_in_output", bool, exclude_default),
         perf=_scalar(get, "return_perf_metrics", bool, False),
         generation_logits=_scalar(get, "return_generation_logits", bool, False),
-        draft_ids=draft_ids, draft_logits=draft_logits, arrival_ns=time.time_ns(),
+        draft_ids=draft_ids, draft_logits=draft_logits, arrival_ns=time.time_ns(), stop_sequences=sequences,
     )
 
 
@@ -154,6 +158,19 @@ class Perf:
         }
 
 
+class StopSequence(Exception):
+    """Raised from the streaming callback to end a generation at a multi-token stop word."""
+
+
+def find_stop(tokens: list[int], sequences, start: int = 0) -> int | None:
+    """End (exclusive) of the first stop sequence in `tokens` that ends after position `start`."""
+    for end in range(start + 1, len(tokens) + 1):
+        for seq in sequences:
+            if end >= len(seq) and tuple(tokens[end - len(seq):end]) == tuple(seq):
+                return end
+    return None
+
+
 def cut(tokens: list[int], params, limit: int) -> list[int]:
     """Stop after the first end/stop token and at `limit` tokens (as the backend's output would)."""
     stops = set(params.stop_token_ids) | ({params.end_id} if params.end_id is not None else set())
@@ -174,5 +191,6 @@ class Job:
     perf: Perf
     reused_before: int  # prefix-cache counter when the request arrived
     tokens: list = field(default_factory=list)
+    produced: list = field(default_factory=list)  # tokens streamed out of the engine so far
     ran: bool = False  # generated already (batched with others)
     extra: dict = field(default_factory=dict)  # outputs beyond the tokens (generation_logits)

@@ -26,7 +26,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from local_core import Job, Perf, cut, parse_request, token_outputs  # noqa: E402
+from local_core import Job, Perf, StopSequence, cut, find_stop, parse_request, token_outputs  # noqa: E402
 
 DEFAULT_TORCH_THREADS = "1"  # per engine model process; SPECBUILD_TORCH_THREADS overrides
 DEFAULT_TOKENS_PER_BLOCK = 32  # KV block size the perf counters are reported in (TRT-LLM's default)
@@ -78,7 +78,8 @@ class TritonPythonModel:
                 jobs.append([sender, self._parse(request, sender), None])
             except Exception as exc:  # the request's error response, as the backend reports bad requests
                 jobs.append([sender, None, self._error(exc)])
-        plain = [job for job in jobs if job[1] is not None and job[1].req.draft_ids is None and not job[1].req.generation_logits]
+        plain = [job for job in jobs if job[1] is not None and job[1].req.draft_ids is None
+                 and not job[1].req.generation_logits and not job[1].req.stop_sequences]
         if len(plain) > 1:  # several requests in flight: one batched decode (lockstep, rows of their own length)
             self._run_batch([job[1] for job in plain])
         for job in jobs:
@@ -111,9 +112,16 @@ class TritonPythonModel:
 
     def _on_tokens(self, job: Job, new: list[int]) -> None:
         job.perf.token()
-        if job.req.streaming:
+        start = len(job.produced)
+        job.produced += list(new)
+        end = find_stop(job.produced, job.req.stop_sequences, start) if job.req.stop_sequences else None
+        if end is not None:
+            new, job.produced = job.produced[start:end], job.produced[:end]
+        if job.req.streaming and new:
             chunk = token_outputs(new, job.req, with_prompt=False)
             job.sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in chunk.items()]))
+        if end is not None:
+            raise StopSequence  # ends the engine's generation here (its state stays consistent)
 
     def _run_batch(self, jobs: list[Job]) -> None:
         results = self.engine.generate_batch([j.req.prompt_ids for j in jobs], [j.req.params for j in jobs], speculative=True,
@@ -126,17 +134,23 @@ class TritonPythonModel:
         req, perf = job.req, job.perf
         if req.draft_ids is not None:
             perf.token()
-            tokens = self.engine.verify_external(req.prompt_ids, req.draft_ids, req.draft_logits, params=req.params)
-            job.tokens = cut(tokens, req.params, req.max_new)
+            tokens = cut(self.engine.verify_external(req.prompt_ids, req.draft_ids, req.draft_logits, params=req.params),
+                         req.params, req.max_new)
+            end = find_stop(tokens, req.stop_sequences) if req.stop_sequences else None
+            job.tokens = tokens[:end] if end is not None else tokens
             perf.token()
             perf.drafted = len(req.draft_ids)
             perf.accepted = max(0, len(job.tokens) - 1)
             return job
-        if req.generation_logits:
-            result, logits = self.engine.generate_with_logits(req.prompt_ids, req.params, on_tokens=lambda new: self._on_tokens(job, new))
-            job.extra["generation_logits"] = logits.float().numpy()[None, None]  # [1, 1, n, V]
-        else:
-            result = self.engine.generate(req.prompt_ids, req.params, speculative=True, on_tokens=lambda new: self._on_tokens(job, new))
+        try:
+            if req.generation_logits:
+                result, logits = self.engine.generate_with_logits(req.prompt_ids, req.params, on_tokens=lambda new: self._on_tokens(job, new))
+                job.extra["generation_logits"] = logits.float().numpy()[None, None]  # [1, 1, n, V]
+            else:
+                result = self.engine.generate(req.prompt_ids, req.params, speculative=True, on_tokens=lambda new: self._on_tokens(job, new))
+        except StopSequence:  # a multi-token stop word: the tokens up to its end (no logits, no statistics)
+            job.tokens = job.produced
+            return job
         job.tokens = result.token_ids
         perf.accepted, perf.drafted = result.stats.accepted, result.stats.drafted
         return job
