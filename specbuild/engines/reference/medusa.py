@@ -89,7 +89,7 @@ class TreeBuffers:
     def candidates(self, root: int, head_logits: torch.Tensor) -> torch.Tensor:
         """Tree tokens [N+1]: the root, then each node's top-k entry of its head. head_logits [nH,V]."""
         kt = int(self.topk_index.max()) + 1
-        top = head_logits.topk(kt, dim=-1).indices  # [nH,Kt]
+        top = head_logits.topk(kt, dim=-1).indices.cpu()  # [nH,Kt] (tree buffers live on the CPU)
         heads = self.position_offsets[1:] - 1  # [N] head of each node
         return torch.cat([torch.tensor([root]), top[heads, self.topk_index[1:]]])  # [N+1]
 

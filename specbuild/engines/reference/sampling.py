@@ -60,6 +60,8 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> int
     top = int(probs.argmax())
     if float(probs[top]) >= 1.0:
         return top
+    if generator is not None and probs.device != generator.device:
+        probs = probs.to(generator.device)  # seeded generators live on the CPU; the model may not
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
