@@ -98,11 +98,11 @@ def baseline(builds):
     return out
 
 
-def _remote(server, prompt, **kw):
+def _remote(server, prompt, timeout_s=120.0, **kw):
     from specbuild.client.remote import generate_remote
     from specbuild.sampling_params import SamplingParams
 
-    return generate_remote(server.grpc_url, prompt, SamplingParams(max_tokens=MAX_TOKENS), timeout_s=120, **kw)
+    return generate_remote(server.grpc_url, prompt, SamplingParams(max_tokens=MAX_TOKENS), timeout_s=timeout_s, **kw)
 
 
 def test_draft_target_unary_and_streaming_equal_greedy_baseline(servers, baseline):
@@ -159,6 +159,15 @@ def test_wrong_model_is_a_clear_error(servers):
     with pytest.raises(ClientError, match="model 'nope' is not served here") as err:
         _remote(servers["medusa"], "x", model="nope")
     assert "ensemble" in err.value.expected
+
+
+def test_timeout_is_a_clear_error(servers):
+    from specbuild.errors import ClientError
+
+    with pytest.raises(ClientError, match="no complete answer from 'ensemble' within 0.01 s") as err:
+        _remote(servers["medusa"], PROMPTS[3], timeout_s=0.01)
+    assert "--timeout" in err.value.fix
+    assert _remote(servers["medusa"], PROMPTS[0]).token_ids == _remote(servers["medusa"], PROMPTS[0]).token_ids
 
 
 def test_serve_refuses_a_busy_port(servers, builds):
