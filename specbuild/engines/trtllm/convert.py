@@ -2,8 +2,9 @@
 
 `convert_checkpoint` plans every rank file from the declarative table in `layout.py`, checks the plan
 against the source (every source tensor consumed, every expected tensor present with its HF shape),
-then writes one rank file at a time, one tensor at a time, each read as the rank's slice only:
-peak memory follows the largest tensor. Output is built in a temporary folder renamed into place.
+then writes the TP rank files of one PP stage side by side, one tensor at a time, each rank reading
+only its slice: peak memory follows the largest tensor. Output is built in a temporary folder renamed
+into place.
 
 Shape legend: V vocab, H hidden, I intermediate, nh/nkv heads, hd head dim, tp/pp parallel sizes.
 """
