@@ -228,3 +228,20 @@ def test_multi_token_stop_word_ends_the_request(servers, stream):
     inputs["stop_words"] = np.array([[tok.decode(seq).encode()]], dtype=object)
     out = collect(s.infer("ensemble", inputs))
     assert out["tokens"] == greedy[:first_end]
+
+
+@pytest.mark.parametrize("length", [1, 2])
+@pytest.mark.parametrize("stream", [False, True])
+def test_bls_speculation_stops_at_stop_words(servers, length, stream):
+    s = servers["same"]  # every draft accepted: a stop word usually lands inside a multi-token round
+    tok = s.models["preprocessing"].tokenizer
+    greedy = greedy_baseline(s)
+    i = next(i for i in range(2, N - length)
+             if tok.encode(tok.decode(greedy[i:i + length]), add_special_tokens=False) == greedy[i:i + length])
+    seq = greedy[i:i + length]
+    first_end = next(e for e in range(length, N + 1) if greedy[e - length:e] == seq)
+    inputs = text_request(PROMPT, N, num_draft_tokens=3, stream=stream, return_perf_metrics=True)
+    inputs["stop_words"] = np.array([[tok.decode(seq).encode()]], dtype=object)
+    out = collect(s.infer("tensorrt_llm_bls", inputs))
+    assert out["tokens"] == greedy[:first_end]
+    assert out["perf"]["total_draft_tokens"] > 0 and out["perf"]["total_accepted_draft_tokens"] > 0

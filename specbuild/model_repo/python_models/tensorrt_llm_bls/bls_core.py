@@ -135,6 +135,25 @@ def preprocess(call: Call, opts: BlsOptions, seed_name: str = "seed") -> Prepare
     )
 
 
+def word_lists(words: np.ndarray) -> list[list[int]]:
+    """[1, 2, n] backend word list -> each word's token ids."""
+    arr = np.asarray(words).reshape(2, -1)
+    out, start = [], 0
+    for end in (int(o) for o in arr[1] if o >= 0):
+        out.append([int(t) for t in arr[0, start:end]])
+        start = end
+    return [w for w in out if w]
+
+
+def find_stop(tokens: list[int], sequences: list[list[int]], start: int = 0) -> int | None:
+    """End (exclusive) of the first stop sequence in `tokens` that ends after position `start`."""
+    for end in range(start + 1, len(tokens) + 1):
+        for seq in sequences:
+            if end >= len(seq) and tokens[end - len(seq):end] == seq:
+                return end
+    return None
+
+
 def detokenize(call: Call, tokens: list[int]) -> str:
     out = call("postprocessing", {"TOKENS_BATCH": np.array([[tokens]], dtype=np.int32).reshape(1, 1, -1),
                                   "SEQUENCE_LENGTH": _i32(len(tokens))}, ["OUTPUT"])
@@ -183,6 +202,7 @@ class _Shared:
         self.draft_logits: np.ndarray | None = None  # [k, V] raw logits of the last proposal
         self.last_perf: dict[str, np.ndarray] = {}
         self.first_call_ns: int | None = None
+        self.rounds: list[tuple[int, int]] = []  # (accepted, drafted) per verification with drafts
 
     def inputs(self, ids: list[int], output_len: int, *, stop_words: bool = True) -> dict[str, np.ndarray]:
         if self.first_call_ns is None:
@@ -251,7 +271,10 @@ class TritonVerifier:
         out = sh.call(self.model, inputs, ENGINE_OUTPUTS + PERF_OUTPUTS)
         self.forward_passes += 1
         sh.last_perf = {name: out[name] for name in PERF_OUTPUTS if out.get(name) is not None}
-        return new_tokens(out)
+        tokens = new_tokens(out)
+        if draft_tokens:
+            sh.rounds.append((max(0, len(tokens) - 1), len(draft_tokens)))
+        return tokens
 
 
 def perf_outputs(*, stats, arrival_ns: int, first_scheduled_ns: int | None, first_token_ns: int | None,
@@ -297,14 +320,47 @@ class TextStream:
         return delta
 
 
+class _StopWord(Exception):
+    """Ends the shared loop at a multi-token stop word (raised from its on_tokens callback)."""
+
+
 def speculate(call: Call, opts: BlsOptions, prep: Prepared, *, draft_model: str, target_model: str,
               seed_name: str, logits_dtype: str, on_tokens: Callable[[list[int]], None] | None = None):
-    """Run the shared speculative loop over the Triton models; returns (new tokens, SpecStats, shared state)."""
+    """Run the shared speculative loop over the Triton models; returns (new tokens, SpecStats, shared state).
+
+    Stop words: single-token ones are stop ids of the loop; longer ones are watched here and end the
+    loop after their last token (the engines also stop at them inside one call).
+    """
+    import dataclasses
+
     from specbuild.engines.reference.speculative import speculative_generate
+    from specbuild.generation import SpecStats
+
+    words = word_lists(prep.stop_words_list) if prep.stop_words_list.shape[-1] else []
+    sequences = [w for w in words if len(w) > 1]
+    params = opts.sampling_params(prep.end_id)
+    params = dataclasses.replace(params, stop_token_ids=tuple(w[0] for w in words if len(w) == 1))
+    produced: list[int] = []
+
+    def watch(new: list[int]) -> None:
+        start = len(produced)
+        produced.extend(new)
+        end = find_stop(produced, sequences, start) if sequences else None
+        if end is not None:
+            new = produced[start:end]
+            del produced[end:]
+        if on_tokens is not None and new:
+            on_tokens(list(new))
+        if end is not None:
+            raise _StopWord
 
     shared = _Shared(call, opts, prep, seed_name=seed_name, logits_dtype=logits_dtype)
-    tokens, stats = speculative_generate(
-        TritonDrafter(shared, draft_model), TritonVerifier(shared, target_model), prep.prompt_ids,
-        opts.sampling_params(prep.end_id), num_draft_tokens=opts.num_draft_tokens, on_tokens=on_tokens,
-    )
+    drafter, verifier = TritonDrafter(shared, draft_model), TritonVerifier(shared, target_model)
+    try:
+        tokens, stats = speculative_generate(drafter, verifier, prep.prompt_ids, params,
+                                             num_draft_tokens=opts.num_draft_tokens, on_tokens=watch)
+    except _StopWord:  # the loop ended early: its counters, rebuilt from the verification calls
+        tokens, stats = list(produced), SpecStats(draft_passes=drafter.forward_passes, target_passes=verifier.forward_passes)
+        for accepted, drafted in shared.rounds:
+            stats.record_step(accepted, drafted)
     return list(tokens), stats, shared
