@@ -117,6 +117,14 @@ class LlamaModel:
         self.device = torch.device(device)
         self.dtype = getattr(torch, self.cfg.dtype)
         self.w = {k: t.to(self.device, self.dtype) for k, t in weights.tensors.items()}
+        for layer in range(self.cfg.num_layers):  # fewer, larger matmuls: q|k|v and fc|gate each in one
+            p = f"layers.{layer}."
+            self.w[p + "qkv"] = torch.cat([self.w[p + "q"], self.w[p + "k"], self.w[p + "v"]], 0)  # [(nh+2nkv)*D,H]
+            if self.cfg.attn_bias:
+                self.w[p + "qkv_bias"] = torch.cat([self.w[p + "q_bias"], self.w[p + "k_bias"], self.w[p + "v_bias"]])  # [(nh+2nkv)*D]
+            self.w[p + "fc_gate"] = torch.cat([self.w[p + "fc"], self.w[p + "gate"]], 0)  # [2I,H]
+            for name in ("q", "k", "v", "q_bias", "k_bias", "v_bias", "fc", "gate"):  # keep one copy of each weight
+                self.w.pop(p + name, None)
         self.rope = Rope.from_config(self.cfg, self.device)
 
     def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
@@ -180,9 +188,11 @@ class LlamaModel:
         p = f"layers.{layer}."
         b, t, _ = x.shape
         h = self._rms(x, w[p + "ln1"])  # [B,T,H]
-        q = F.linear(h, w[p + "q"], w.get(p + "q_bias")).view(b, t, c.num_heads, c.head_size)  # [B,T,nh,D]
-        k = F.linear(h, w[p + "k"], w.get(p + "k_bias")).view(b, t, c.num_kv_heads, c.head_size)  # [B,T,nkv,D]
-        v = F.linear(h, w[p + "v"], w.get(p + "v_bias")).view(b, t, c.num_kv_heads, c.head_size)  # [B,T,nkv,D]
+        qkv = F.linear(h, w[p + "qkv"], w.get(p + "qkv_bias"))  # [B,T,(nh+2nkv)*D]
+        q, k, v = qkv.split([c.q_size, c.kv_size, c.kv_size], -1)  # [B,T,nh*D], [B,T,nkv*D] x2
+        q = q.view(b, t, c.num_heads, c.head_size)  # [B,T,nh,D]
+        k = k.view(b, t, c.num_kv_heads, c.head_size)  # [B,T,nkv,D]
+        v = v.view(b, t, c.num_kv_heads, c.head_size)  # [B,T,nkv,D]
         q = q * cos + _rotate_half(q) * sin  # [B,T,nh,D]
         k = k * cos + _rotate_half(k) * sin  # [B,T,nkv,D]
         cache.k[layer][rows, slots] = k  # row b, slots length_b..length_b+T-1
@@ -193,5 +203,6 @@ class LlamaModel:
         att = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=True)  # [B,nh,T,D]
         x = x + F.linear(att.transpose(1, 2).reshape(b, t, c.q_size), w[p + "o"])  # [B,T,H]
         h = self._rms(x, w[p + "ln2"])  # [B,T,H]
-        mlp = F.silu(F.linear(h, w[p + "fc"])) * F.linear(h, w[p + "gate"])  # [B,T,I]
+        fc, gate = F.linear(h, w[p + "fc_gate"]).chunk(2, -1)  # [B,T,I] each: gate_proj, up_proj
+        mlp = F.silu(fc) * gate  # [B,T,I]
         return x + F.linear(mlp, w[p + "proj"])  # [B,T,H]
