@@ -42,7 +42,8 @@ def _random_pair(out: Path) -> tuple[Path, Path, Path]:
     return paths[0], paths[1], default_prompts_file()
 
 
-def build_repo(out: Path, *, num_draft_tokens: int, random_models: bool = False, log=print) -> tuple[Path, Path, Path]:
+def build_repo(out: Path, *, num_draft_tokens: int, random_models: bool = False, demo_cache: Path | None = None,
+               log=print) -> tuple[Path, Path, Path]:
     """(compile folder, repository, prompts.jsonl) for the demo family's draft/target pair."""
     from specbuild.builder.compile import compile_spec
     from specbuild.builder.spec import spec_from_dict
@@ -51,9 +52,9 @@ def build_repo(out: Path, *, num_draft_tokens: int, random_models: bool = False,
     if random_models:
         target, draft, prompts = _random_pair(out)
     else:
-        from specbuild.demo_models import build_family
+        from specbuild.demo_models import DEFAULT_CACHE, build_family
 
-        family = build_family(log=log)
+        family = build_family(cache=demo_cache or DEFAULT_CACHE, log=log)
         target, draft, prompts = family.target, family.draft, family.prompts
     spec = spec_from_dict({
         "name": "bench-serve", "mode": "draft_target", "dtype": "float32",
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", default="1,2,4", help="bench sweep concurrencies ('' skips the sweep)")
     parser.add_argument("--random-models", action="store_true",
                         help="untrained models with the demo shapes instead of the trained demo family")
+    parser.add_argument("--demo-cache", type=Path, default=None, help="demo family cache (default .cache/demo)")
     args = parser.parse_args(argv)
 
     from rich.console import Console
@@ -118,7 +120,8 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     build, repo, prompts_file = build_repo(out, num_draft_tokens=args.num_draft_tokens,
-                                           random_models=args.random_models, log=console.print)
+                                           random_models=args.random_models, demo_cache=args.demo_cache,
+                                           log=console.print)
     prompts = list(load_prompts(prompts_file))[: args.prompts]
     params = SamplingParams(max_tokens=args.max_tokens)
     opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
