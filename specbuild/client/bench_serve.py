@@ -100,10 +100,10 @@ def compare(build: Path, url: str, prompts: list[str], params: SamplingParams, k
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m specbuild.client.bench_serve", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
     parser.add_argument("--prompts", type=int, default=8, help="held-out demo prompts to run")
-    parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--num-draft-tokens", type=int, default=4)
+    parser.add_argument("--max-tokens", type=int, default=48, help="new tokens per request")
+    parser.add_argument("--num-draft-tokens", type=int, default=4, help="K drafts per round (speculative runs)")
     parser.add_argument("--concurrency", default="1,2,4", help="bench sweep concurrencies ('' skips the sweep)")
     parser.add_argument("--random-models", action="store_true",
                         help="untrained models with the demo shapes instead of the trained demo family")
