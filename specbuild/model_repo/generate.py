@@ -128,6 +128,11 @@ def plan_layout(
         raise RepoError(f"unknown backend {backend!r}", expected=" | ".join(BACKENDS), found=backend,
                         fix="pass --backend tensorrtllm (GPU containers) or --backend python (local)")
     version = trtllm_version or spec.trtllm_version
+    from specbuild.builder.spec import parse_version
+
+    if not parse_version(version):
+        raise RepoError(f"cannot read TensorRT-LLM version {version!r}", expected="a version such as 1.2.1 or 0.19.0",
+                        found=version, fix="pass --trtllm-version 1.2.1 (the TensorRT-LLM inside the serving container)")
 
     def served(path: Path) -> str:
         if engine_root is None:
