@@ -111,6 +111,14 @@ def test_not_a_repository(tmp_path):
         TritonServer(tmp_path, loopback_options()).start()
 
 
+def test_production_repository_is_sent_to_the_gpu_launch(tmp_path):
+    (tmp_path / "tensorrt_llm").mkdir()
+    (tmp_path / "tensorrt_llm" / "config.pbtxt").write_text('name: "tensorrt_llm"\nbackend: "tensorrtllm"\n')
+    with pytest.raises(ServerError, match="production repository: tensorrt_llm") as err:
+        TritonServer(tmp_path, loopback_options()).start()
+    assert "--print-launch" in err.value.fix and "--backend python" in err.value.fix
+
+
 def test_missing_libpython_is_explained(monkeypatch):
     fake = subprocess.CompletedProcess([], 0, stdout="\tlibpython3.11.so.1.0 => not found\n\tlibc.so.6 => /lib/libc.so.6\n")
     monkeypatch.setattr(bundle_mod.subprocess, "run", lambda *a, **k: fake)

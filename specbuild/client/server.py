@@ -172,6 +172,15 @@ class TritonServer:
                 found="none",
                 fix="generate one with `specbuild repo BUILD_DIR OUT --backend python`",
             )
+        gpu_only = [m for m in self._models if 'backend: "tensorrtllm"' in (self.repo / m / "config.pbtxt").read_text()]
+        if gpu_only:
+            raise ServerError(
+                f"{self.repo} is a production repository: {', '.join(gpu_only)} use the TensorRT-LLM C++ backend",
+                expected='a local repository (backend: "python") for the bundled CPU tritonserver',
+                found='backend: "tensorrtllm"',
+                fix="on a GPU host run the container (`specbuild serve REPO --print-launch`); locally generate "
+                    "`specbuild repo BUILD_DIR OUT --backend python`",
+            )
         check_ports_free(self.options)
         bundle = self._bundle or find_bundle()
         self._workdir = tempfile.TemporaryDirectory(prefix="specbuild-triton-")
