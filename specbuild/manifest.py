@@ -79,14 +79,39 @@ def tool_versions() -> dict[str, str | None]:
     return out
 
 
-def write_manifest(folder: str | Path, *, kind: str, **fields: Any) -> dict[str, Any]:
-    """Hash every file under `folder` and write specbuild.json. `fields` must be JSON-serialisable."""
+def nested_digests(folder: Path) -> dict[str, str]:
+    """Digests recorded by the manifests of artifact folders inside `folder`, keyed relative to it."""
+    known: dict[str, str] = {}
+    for m in sorted(folder.rglob(MANIFEST)):
+        if m.parent == folder:
+            continue
+        sub = m.parent.relative_to(folder).as_posix()
+        for rel, digest in json.loads(m.read_text())["files"].items():
+            known.setdefault(f"{sub}/{rel}", digest)
+    return known
+
+
+def write_manifest(
+    folder: str | Path,
+    *,
+    kind: str,
+    known: dict[str, str] | None = None,
+    reuse_nested: bool = False,
+    **fields: Any,
+) -> dict[str, Any]:
+    """Hash every file under `folder` and write specbuild.json. `fields` must be JSON-serialisable.
+
+    `known` (relative path -> sha256) holds digests taken while the files were written, and
+    `reuse_nested` takes those of artifact folders written earlier in the same run: for a 70B
+    checkpoint a second hashing pass would cost minutes.
+    """
     folder = Path(folder)
-    files = {
-        p.relative_to(folder).as_posix(): sha256_file(p)
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.name != MANIFEST and "__pycache__" not in p.parts
-    }
+    digests = {**(nested_digests(folder) if reuse_nested else {}), **(known or {})}
+    files = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and p.name != MANIFEST and "__pycache__" not in p.parts:
+            rel = p.relative_to(folder).as_posix()
+            files[rel] = digests[rel] if rel in digests else sha256_file(p)
     manifest = {"kind": kind, **fields, "versions": tool_versions(), "files": files}
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n")
     return manifest

@@ -37,10 +37,9 @@ def compile_spec(
     from specbuild.builder.resolve import resolve_model
     from specbuild.engines.trtllm.convert import convert_checkpoint
     from specbuild.engines.trtllm.engine_dir import write_reference_engine
-    from specbuild.engines.trtllm.hashed_manifest import write_manifest_known
     from specbuild.engines.trtllm.medusa import MedusaHeadsSource
     from specbuild.engines.trtllm.plan import build_plan, build_script, plan_json, speculation
-    from specbuild.manifest import atomic_output_dir
+    from specbuild.manifest import atomic_output_dir, write_manifest
 
     if engine not in ENGINES:
         raise BuildError(f"unknown engine {engine!r}", expected=" | ".join(ENGINES), found=engine, fix="use --engine reference or --engine trtllm")
@@ -78,12 +77,13 @@ def compile_spec(
                 if on_progress:
                     on_progress("trtllm-build", i, len(plans))
                 _run_trtllm_build(p, tmp, out)
-                write_manifest_known(tmp / p.output_dir, kind="engine", engine="trtllm", checkpoint="../checkpoint", build_config=p.build_config, argv=list(p.argv))
+                write_manifest(tmp / p.output_dir, reuse_nested=True, kind="engine", engine="trtllm", checkpoint="../checkpoint", build_config=p.build_config, argv=list(p.argv))
             if on_progress:
                 on_progress("trtllm-build", len(plans), len(plans))
             built = True
-        write_manifest_known(  # reuses the digests of the checkpoint and engine manifests just written
+        write_manifest(  # reuses the digests of the checkpoint and engine manifests just written
             tmp,
+            reuse_nested=True,
             kind="build",
             spec=spec.to_dict(),
             engine=engine,

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from specbuild.builder.hf_config import HFModelConfig
 from specbuild.engines.trtllm.ckpt_config import WEIGHT_ONLY_ALGO, checkpoint_config, medusa_config
-from specbuild.engines.trtllm.hashed_manifest import write_manifest_known
 from specbuild.engines.trtllm.layout import (
     IGNORED_SUFFIXES,
     MEDUSA_PER_LAYER,
@@ -36,6 +35,7 @@ from specbuild.engines.trtllm.medusa import MedusaHeads, MedusaHeadsSource, open
 from specbuild.engines.trtllm.sources import FLOAT_DTYPES, SafetensorsSource
 from specbuild.engines.trtllm.st_writer import Entry, StreamingWriter
 from specbuild.errors import CheckpointError, ConversionError
+from specbuild.manifest import write_manifest
 
 __all__ = ["convert_checkpoint", "MedusaHeadsSource", "plan_checkpoint"]
 
@@ -93,8 +93,9 @@ def convert_checkpoint(
         progress = _Counter(plan.total_bytes, on_progress)
         for stage in range(plan.par.pp):
             hashes.update(_write_stage(tmp, plan, sources, stage, progress))
-        write_manifest_known(
+        write_manifest(
             tmp,
+            reuse_nested=True,
             kind="trtllm_checkpoint",
             known=hashes,  # taken while writing: no second pass over a multi-GB checkpoint
             inputs={

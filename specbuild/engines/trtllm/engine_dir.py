@@ -20,8 +20,7 @@ REFERENCE = "reference"
 
 def write_reference_engine(checkpoint_dir: str | Path, out_dir: str | Path, *, build_config: dict[str, Any], version: str) -> Path:
     """Write the engine folder `out_dir` (which must not exist) next to or inside a build output."""
-    from specbuild.engines.trtllm.hashed_manifest import write_manifest_known
-    from specbuild.manifest import read_manifest
+    from specbuild.manifest import read_manifest, write_manifest
 
     ckpt, out = Path(checkpoint_dir), Path(out_dir)
     ckpt_files = read_manifest(ckpt, kind="trtllm_checkpoint")["files"]  # refuses incomplete checkpoints
@@ -38,5 +37,5 @@ def write_reference_engine(checkpoint_dir: str | Path, out_dir: str | Path, *, b
             known[name] = ckpt_files[name]  # and no second hash: the same inode
         except OSError:
             shutil.copyfile(ckpt / name, out / name)
-    write_manifest_known(out, kind="engine", known=known, engine=REFERENCE, checkpoint=os.path.relpath(ckpt, out), build_config=build_config)
+    write_manifest(out, reuse_nested=True, kind="engine", known=known, engine=REFERENCE, checkpoint=os.path.relpath(ckpt, out), build_config=build_config)
     return out
