@@ -146,10 +146,16 @@ def _inputs(info: ModelInfo, prompt, params, *, stream, num_draft_tokens):
 
 
 def _run_stream(client, info: ModelInfo, inputs, *, timeout_s: float, on_text) -> _Collector:
+    from tritonclient.utils import InferenceServerException
+
     collector = _Collector(on_text)
     client.start_stream(callback=collector.callback)
     try:
-        client.async_stream_infer(info.name, inputs, request_id=uuid.uuid4().hex, enable_empty_final_response=True)
+        try:
+            client.async_stream_infer(info.name, inputs, request_id=uuid.uuid4().hex, enable_empty_final_response=True)
+        except InferenceServerException as exc:  # the stream broke before the request went out
+            collector.error = _error_text(exc)
+            return collector
         if not collector.done.wait(timeout_s):
             raise ClientError(
                 f"no complete answer from {info.name!r} within {timeout_s:g} s",
