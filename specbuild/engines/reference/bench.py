@@ -215,6 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--k", default=DEFAULT_KS, help="comma-separated draft lengths K")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1: steadiest timings on a shared CPU)")
     p.add_argument("--micro", action="store_true", help="demo family at micro size (pipeline check only)")
+    p.add_argument("--cache", type=Path, default=None, help="demo family cache folder (default: specbuild.demo_models' .cache/demo)")
     p.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -223,9 +224,10 @@ def main(argv: list[str] | None = None) -> None:
         from specbuild import demo_models
 
         settings = demo_models.MICRO if args.micro else demo_models.DemoSettings()
-        family = demo_models.build_family(settings)
+        cache = {"cache": args.cache} if args.cache else {}
+        family = demo_models.build_family(settings, **cache)
         target, draft, prompts_file = family.target, family.draft, prompts_file or family.prompts
-        medusa = demo_models.build_medusa(family, settings)
+        medusa = demo_models.build_medusa(family, settings, **cache)
     prompts = _read_prompts(prompts_file, args.num_prompts) if prompts_file else FALLBACK_PROMPTS[: args.num_prompts]
     ks = [int(k) for k in args.k.split(",") if k.strip()]
     print(f"reference bench: target={target} draft={draft} medusa={medusa} prompts={len(prompts)} max_tokens={args.max_tokens} threads={args.threads}")
