@@ -24,7 +24,7 @@ import dataclasses
 import json
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +44,7 @@ class EngineLayout:
     tokenizer_dir: Path | None = None
     medusa_choices: Any = None  # whatever MedusaChoices.parse accepts, or None
     max_draft_len: int | None = None
-    mode: str | None = None  # draft_target | medusa | None (plain model)
-    extras: dict = field(default_factory=dict)
+    mode: str | None = None  # draft_target | medusa | None (plain model), as the build's spec says
 
 
 def locate(path: str | Path) -> EngineLayout:
