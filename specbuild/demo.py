@@ -34,6 +34,7 @@ from pathlib import Path
 
 from specbuild.demo_models import (
     DEFAULT_CACHE,
+    MICRO,
     DemoSettings,
     build_family,
     build_medusa,
@@ -56,7 +57,10 @@ class DemoOptions:
     temperatures: str = "0"
     max_tokens: int = 64
     bench_prompts: int = 8  # of the held-out prompts; each runs baseline and speculative per concurrency
+    tune_prompts: int = 8  # the first held-out prompts profile acceptance; bench uses the next ones
+    tune_max_tokens: int = 48
     modes: tuple[str, ...] = MODES
+    settings: DemoSettings = DemoSettings()  # MICRO with --micro: a quick pipeline check, untrained models
 
 
 @dataclass
@@ -118,7 +122,9 @@ def run_cli(*args: str, capture: bool = False, check: bool = True) -> subprocess
     """Run `specbuild ARGS` (echoed first); a non-zero exit raises unless check=False."""
     argv = [specbuild_exe(), *args]
     _console().print(f"[bold cyan]$ {_shown(argv)}[/]")
-    done = subprocess.run(argv, capture_output=capture, text=True)
+    t0 = time.time()
+    done = subprocess.run(argv, capture_output=capture, text=True, env=_env())
+    _console().print(f"[dim]({time.time() - t0:.1f}s)[/]")
     if capture and done.stdout:
         print(done.stdout, end="")
     if check and done.returncode != 0:
@@ -131,6 +137,14 @@ def run_cli(*args: str, capture: bool = False, check: bool = True) -> subprocess
             fix="see the output above",
         )
     return done
+
+
+def _env() -> dict[str, str]:
+    """The environment of each command; wide tables when the output goes to a file, not a terminal."""
+    env = dict(os.environ)
+    if not sys.stdout.isatty():
+        env.setdefault("COLUMNS", "160")
+    return env
 
 
 def has_command(*words: str) -> bool:
@@ -150,7 +164,7 @@ def free_port() -> int:
 
 def stage_models(opts: DemoOptions):
     """Build or reuse the trained demo family and Medusa heads; link them where the specs look."""
-    settings = DemoSettings()
+    settings = opts.settings
     family = build_family(settings, cache=opts.cache)
     heads = build_medusa(family, settings, cache=opts.cache, specbuild=specbuild_exe())
     link_current(family, heads, cache=opts.cache)
@@ -163,7 +177,7 @@ def stage_models(opts: DemoOptions):
 
 
 def stage_specs(opts: DemoOptions, modes: tuple[str, ...]) -> dict[str, Path]:
-    """Copy the example specs to build/demo/specs/ with absolute model paths (tune --write edits the copy)."""
+    """Copy the example specs to OUT/specs/, model paths made absolute links in the cache (tune edits the copy)."""
     import yaml
 
     out = Path(opts.out) / "specs"
@@ -174,7 +188,8 @@ def stage_specs(opts: DemoOptions, modes: tuple[str, ...]) -> dict[str, Path]:
         raw = yaml.safe_load(source.read_text())
         for section, key in (("target", "model"), ("draft", "model"), ("medusa", "heads")):
             if section in raw:
-                raw[section][key] = os.path.normpath(source.parent / raw[section][key])  # links kept
+                # the example names .cache/demo/<link>; the copy names the same link in opts.cache
+                raw[section][key] = str(Path(opts.cache).absolute() / Path(raw[section][key]).name)
         dest = out / source.name
         dest.write_text(
             f"# Copied by `make demo` from {os.path.relpath(source, REPO_ROOT)}; tune --write edits this copy.\n"
@@ -184,10 +199,10 @@ def stage_specs(opts: DemoOptions, modes: tuple[str, ...]) -> dict[str, Path]:
     return specs
 
 
-def stage_check_and_tune(spec: Path, prompts: Path) -> None:
+def stage_check_and_tune(spec: Path, prompts: Path, max_tokens: int) -> None:
     run_cli("check", str(spec))
     if has_command("tune"):
-        run_cli("tune", str(spec), "--prompts", str(prompts), "--write")
+        run_cli("tune", str(spec), "--prompts", str(prompts), "--max-tokens", str(max_tokens), "--write")
     else:
         print("(`specbuild tune` is not in this checkout yet: the spec keeps its settings)")
 
@@ -219,7 +234,7 @@ def serving(repo: Path, log_file: Path) -> Iterator[str]:
     argv = [specbuild_exe(), "serve", str(repo), "--grpc-port", str(grpc), "--http-port", str(http),
             "--metrics-port", str(metrics), "--log-file", str(log_file)]  # fmt: skip
     _console().print(f"[bold cyan]$ {_shown(argv)} &[/]")
-    proc = subprocess.Popen(argv, start_new_session=True)
+    proc = subprocess.Popen(argv, start_new_session=True, env=_env())
     url = f"127.0.0.1:{grpc}"
     try:
         _wait_ready(proc, url, log_file)
@@ -285,9 +300,10 @@ def stage_bench(url: str, prompts: Path, out: Path, opts: DemoOptions, k: int | 
     return out / "bench.json"
 
 
-def bench_prompts_file(family_prompts: Path, out: Path, n: int) -> Path:
-    lines = [line for line in family_prompts.read_text().splitlines() if line.strip()][:n]
-    dest = out / "bench_prompts.jsonl"
+def prompts_subset(family_prompts: Path, dest: Path, n: int, *, skip: int = 0) -> Path:
+    """The held-out prompts [skip, skip + n) as a JSONL file (tune and bench use different ones)."""
+    lines = [line for line in family_prompts.read_text().splitlines() if line.strip()][skip : skip + n]
+    dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text("\n".join(lines) + "\n")
     return dest
 
@@ -302,7 +318,9 @@ def run_mode(mode: str, spec: Path, family, opts: DemoOptions, ledger: Ledger) -
         build = stage_compile(spec, out)
     with ledger.stage(f"{mode}: model repository"):
         repo = stage_repo(build, out)
-    prompts = bench_prompts_file(family.prompts, out, opts.bench_prompts)
+    prompts = prompts_subset(
+        family.prompts, out / "bench_prompts.jsonl", opts.bench_prompts, skip=opts.tune_prompts
+    )
     first = json.loads(prompts.read_text().splitlines()[0])["prompt"]
     k = load_spec(spec).speculation.max_draft_len if mode == "draft_target" else None
     with ledger.stage(f"{mode}: serve, generate, bench"), serving(repo, out / "tritonserver.log") as url:
@@ -328,9 +346,12 @@ def main(argv: list[str] | None = None) -> int:
         "--max-tokens", type=int, default=DemoOptions.max_tokens, help="tokens per request (default 64)"
     )
     parser.add_argument("--mode", choices=[*MODES, "both"], default="both", help="which deployment to run")
+    parser.add_argument(
+        "--micro", action="store_true", help="tiny untrained models: checks the pipeline in a minute"
+    )
     args = parser.parse_args(argv)
     opts = DemoOptions(out=args.out, cache=args.cache, concurrency=args.concurrency, temperatures=args.temperature,
-                       max_tokens=args.max_tokens, modes=MODES if args.mode == "both" else (args.mode,))  # fmt: skip
+                       max_tokens=args.max_tokens, modes=MODES if args.mode == "both" else (args.mode,), settings=MICRO if args.micro else DemoSettings())  # fmt: skip
     import torch
 
     torch.set_num_threads(cpu_count())
@@ -345,8 +366,11 @@ def main(argv: list[str] | None = None) -> int:
         modes = tuple(m for m in opts.modes if m != "medusa" or heads is not None)
         with ledger.stage("2. check and tune the demo specs"):
             specs = stage_specs(opts, modes)
+            tune_prompts = prompts_subset(
+                family.prompts, Path(opts.out) / "tune_prompts.jsonl", opts.tune_prompts
+            )
             for mode in modes:
-                stage_check_and_tune(specs[mode], family.prompts)
+                stage_check_and_tune(specs[mode], tune_prompts, opts.tune_max_tokens)
         for mode in modes:
             try:
                 bench = run_mode(mode, specs[mode], family, opts, ledger)

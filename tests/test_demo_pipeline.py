@@ -59,11 +59,13 @@ def test_print_summary_writes_json_and_markdown(tmp_path):
     assert "K=4, cost ratio c=0.20" in (tmp_path / "summary.md").read_text()
 
 
-def test_spec_copies_point_at_the_same_models_from_build(tmp_path):
+def test_spec_copies_point_at_the_cache_links(tmp_path):
     from specbuild.builder.spec import load_spec
 
-    specs = demo.stage_specs(demo.DemoOptions(out=tmp_path), demo.MODES)
-    cache = (demo.EXAMPLES / "../../.cache/demo").resolve()
+    cache = tmp_path / "cache"
+    specs = demo.stage_specs(demo.DemoOptions(out=tmp_path, cache=cache), demo.MODES)
+    # the examples name the links in .cache/demo at the repository root; the copies name the chosen cache
+    assert "../../.cache/demo/target" in (demo.EXAMPLES / "draft_target.yaml").read_text()
     dt = load_spec(specs["draft_target"])
     assert Path(dt.target.model) == cache / "target" and Path(dt.draft.model) == cache / "draft"
     medusa = load_spec(specs["medusa"])
@@ -71,6 +73,12 @@ def test_spec_copies_point_at_the_same_models_from_build(tmp_path):
     original = load_spec(demo.EXAMPLES / "medusa.yaml")
     assert medusa.medusa_choices() == original.medusa_choices()
     assert medusa.speculation == original.speculation and medusa.build == original.build
+    # the heads the demo trains are the heads the example spec describes
+    for settings in (demo.DemoSettings(), demo.MICRO):
+        assert (settings.medusa.num_heads, settings.medusa.num_layers) == (
+            medusa.medusa.num_heads,
+            medusa.medusa.num_layers,
+        )
 
 
 def test_commands_are_echoed_as_a_user_types_them(tmp_path, monkeypatch):
