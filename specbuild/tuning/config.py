@@ -30,6 +30,7 @@ class TrainConfig:
     topk: int = 5  # the k of the reported top-k accuracy
     head_decay: float = 0.8  # loss weight of head h is head_decay**h (deeper heads matter less)
     heldout_fraction: float = 0.1  # of the training windows, kept for the accuracy report
+    max_eval_windows: int = 64  # held-out windows the accuracy report runs on (two passes of the base each)
     warmup_steps: int | None = None  # None: 5% of steps
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     force: bool = False  # replace an existing --out

@@ -75,7 +75,7 @@ def train_medusa(config: TrainConfig, *, reporter: Reporter | None = None, on_st
     rep.stop("train")
 
     rep.log("measuring per-head accuracy on the held-out split")
-    eval_w = heldout_w if heldout_w.shape[0] else train_w
+    eval_w = (heldout_w if heldout_w.shape[0] else train_w)[: config.max_eval_windows]  # [<=max_eval_windows, T]
     untrained = head_accuracy(base, new_heads(base, config), eval_w, topk=config.topk)
     trained = head_accuracy(base, heads, eval_w, topk=config.topk)
     metrics = {
