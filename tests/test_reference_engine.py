@@ -64,6 +64,7 @@ def test_load_build_folder_engine_folder_and_checkpoint(dt_build, dt_engine):
     plain = engine.generate(prompt, SamplingParams(max_tokens=12), speculative=False)
     assert spec.token_ids == plain.token_ids and spec.text == plain.text
     assert spec.speculative and spec.stats.drafted > 0 and not plain.speculative
+    assert 0 < spec.timings["ttft"] <= spec.timings["total"]
 
     roles = json.loads((dt_build / "specbuild.json").read_text())["roles"]
     for sub in (roles["target"]["engine"], roles["target"]["checkpoint"]):

@@ -159,6 +159,15 @@ class ReferenceEngine:
         _check_prompt(prompt_ids, self.target.cfg.vocab_size)
         params = self.resolve(params)
         started = time.perf_counter()
+        first: list[float] = []
+        user_on_tokens = on_tokens
+
+        def on_tokens(tokens: list[int]) -> None:  # records the time to the first token (ttft)
+            if not first:
+                first.append(time.perf_counter() - started)
+            if user_on_tokens is not None:
+                user_on_tokens(tokens)
+
         with self._lock:
             if speculative and self.mode == "draft_target":
                 k = self.num_draft_tokens if num_draft_tokens is None else num_draft_tokens
@@ -171,7 +180,10 @@ class ReferenceEngine:
                 seq = self.prefix_cache.acquire(list(prompt_ids))
                 ids, _, passes = generate_cached(seq, list(prompt_ids), params, on_tokens=on_tokens)
                 stats = SpecStats(target_passes=passes)
-        return self._result(ids, params, stats, speculative=bool(speculative and self.mode), seconds=time.perf_counter() - started)
+        result = self._result(ids, params, stats, speculative=bool(speculative and self.mode), seconds=time.perf_counter() - started)
+        if first:
+            result.timings["ttft"] = first[0]
+        return result
 
     def generate_batch(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams], *, speculative: bool = True,
                        num_draft_tokens: int | None = None, on_tokens=None) -> list[GenerationResult]:
