@@ -51,3 +51,14 @@ def tiny_qwen2(make_tiny) -> Path:
 @pytest.fixture(scope="session")
 def tiny_tied(make_tiny) -> Path:
     return make_tiny("tied", tie_word_embeddings=True, num_heads=4, num_kv_heads=4, seed=4)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny matmuls: one thread is far faster than two fighting other test processes for 2 cores."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -10,14 +10,7 @@ torch = pytest.importorskip("torch")
 
 from specbuild.sampling_params import SamplingParams  # noqa: E402
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny matmuls: one thread is far faster than two fighting other test processes for 2 cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 

@@ -11,13 +11,7 @@ torch = pytest.importorskip("torch")
 
 TOL = 1e-4  # float32, max abs difference of logits
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny matmuls: one thread is far faster than two fighting other test processes for 2 cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 

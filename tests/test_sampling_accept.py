@@ -27,13 +27,7 @@ DRAFT = torch.tensor([
 TRIALS = 8000  # for the real rule; broken rules are caught with far fewer
 BROKEN_TRIALS = 2000
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny matmuls: one thread is far faster than two fighting other test processes for 2 cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 
