@@ -350,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         "--micro", action="store_true", help="tiny untrained models: checks the pipeline in a minute"
     )
     args = parser.parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)  # our lines and the commands' output stay in order in a log
     opts = DemoOptions(out=args.out, cache=args.cache, concurrency=args.concurrency, temperatures=args.temperature,
                        max_tokens=args.max_tokens, modes=MODES if args.mode == "both" else (args.mode,), settings=MICRO if args.micro else DemoSettings())  # fmt: skip
     import torch

@@ -526,6 +526,7 @@ def main(argv: list[str] | None = None) -> None:
         "--threads", type=int, default=cpu_count(), help="torch threads (default: the usable cores)"
     )
     args = parser.parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)  # our lines and the commands' output stay in order in a log
     torch.set_num_threads(args.threads)
     settings = MICRO if args.micro else DemoSettings()
     family = build_family(settings, cache=args.cache)

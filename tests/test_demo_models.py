@@ -133,3 +133,18 @@ def test_stable_links_point_at_the_current_build(tmp_path):
     dm.link_current(family, heads, cache=tmp_path)  # replacing existing links works
     assert (tmp_path / "medusa_heads").resolve() == heads.resolve()
     assert (tmp_path / "draft").is_symlink() and not Path((tmp_path / "draft").readlink()).is_absolute()
+
+
+def test_new_models_start_with_identity_blocks_and_unit_embeddings(tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    model = dm._new_model(dm.MICRO.target, tokenizer, dm.MICRO, seed=0)
+    params = dict(model.named_parameters())
+    zeroed = [n for n in params if n.endswith(("o_proj.weight", "down_proj.weight"))]
+    assert len(zeroed) == 2 * dm.MICRO.target.num_layers and all(
+        float(params[n].abs().max()) == 0.0 for n in zeroed
+    )
+    assert 0.8 < float(model.get_input_embeddings().weight.std()) < 1.2
+    assert float(params["model.layers.0.self_attn.q_proj.weight"].abs().max()) > 0  # the rest is random
+    assert model.config.vocab_size == len(tokenizer) and not model.config.tie_word_embeddings
