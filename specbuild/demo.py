@@ -87,7 +87,7 @@ class Ledger:
 def _console():
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True)
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 
 
 def _rule(title: str) -> None:

@@ -77,10 +77,13 @@ def markdown(title: str, rows: list[dict[str, Any]]) -> str:
 def print_summary(benches: dict[str, Path], *, family_metrics: dict | None, out: Path, timings: dict[str, float],
                   total_s: float) -> dict[str, Any]:  # fmt: skip
     """Print the tables and write OUT/summary.json and OUT/summary.md; returns the summary."""
+    import sys
+
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False, soft_wrap=True)
+    # A log file (not a terminal) gets the full table instead of rich's 80-column default.
+    console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
     loaded = {mode: load_bench(path) for mode, path in benches.items() if Path(path).is_file()}
     summary: dict[str, Any] = {"modes": {}, "timings_s": {k: round(v, 1) for k, v in timings.items()},
                                "total_s": round(total_s, 1)}  # fmt: skip
