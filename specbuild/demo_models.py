@@ -67,6 +67,10 @@ class MedusaSettings:
     batch_size: int = 8
     seq_len: int = 128
     lr: float = 1e-3
+    # Train on the target's own greedy continuations: heads trained on plain text were worse than
+    # untrained ones on this target (its greedy output repeats itself); self-distilled heads measured
+    # 2.66 vs 1.89 tokens/pass with their tuned trees on the held-out bench prompts.
+    self_distill: bool = True
 
 
 @dataclass(frozen=True)
@@ -438,7 +442,7 @@ def build_medusa(
         exe, "train-medusa", str(family.target), "--data", str(family.train_text), "--out", str(out),
         "--num-heads", str(m.num_heads), "--num-layers", str(m.num_layers), "--steps", str(m.steps),
         "--batch-size", str(m.batch_size), "--seq-len", str(m.seq_len), "--lr", str(m.lr),
-    ]  # fmt: skip
+    ] + (["--self-distill"] if m.self_distill else [])  # fmt: skip
     probe = subprocess.run([exe, "train-medusa", "--help"], capture_output=True, text=True)
     if probe.returncode != 0:
         log("  `specbuild train-medusa` is not available in this checkout; skipping the Medusa heads")
