@@ -26,13 +26,13 @@ lint: setup
 	$(BIN)/ruff check specbuild tests
 
 bench-convert: setup
-	$(BIN)/python -m specbuild.engines.trtllm.bench_convert
+	$(BIN)/python -m specbuild.benchmarks.convert
 
 bench-reference: setup
-	$(BIN)/python -m specbuild.engines.reference.bench
+	$(BIN)/python -m specbuild.benchmarks.reference
 
 bench-serve: setup
-	$(BIN)/python -m specbuild.client.bench_serve
+	$(BIN)/python -m specbuild.benchmarks.serve
 
 clean:
 	rm -rf build .pytest_cache

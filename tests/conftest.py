@@ -9,7 +9,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def tokenizer_dir(tmp_path_factory) -> Path:
-    from specbuild.builder.synthetic import train_tokenizer
+    from specbuild.demo.synthetic import train_tokenizer
 
     return train_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
@@ -17,7 +17,7 @@ def tokenizer_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def make_tiny(tmp_path_factory, tokenizer_dir):
     """Factory: make_tiny(name, **make_model kwargs) -> folder (cached per name for the session)."""
-    from specbuild.builder.synthetic import make_model
+    from specbuild.demo.synthetic import make_model
 
     cache: dict[str, Path] = {}
 

@@ -30,7 +30,7 @@ def make_heads(folder: Path, *, hidden: int, vocab: int, heads: int, layers: int
 def compile_tiny(workdir: Path, mode: str, *, target: Path, draft: Path | None = None, engine: str = "reference") -> Path:
     """Place the tiny models beside a copy of examples/tiny/<spec>.yaml and compile reference engines."""
     from specbuild.builder.compile import compile_spec
-    from specbuild.builder.spec import load_spec
+    from specbuild.core.spec import load_spec
 
     workdir.mkdir(parents=True, exist_ok=True)
     spec_name = "draft-target.yaml" if mode == "draft_target" else "medusa.yaml"

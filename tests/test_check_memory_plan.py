@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specbuild.builder.memory_plan import GIB, plan_memory, pp_layers
-from specbuild.builder.spec import load_spec
+from specbuild.core.spec import load_spec
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -75,8 +75,8 @@ def test_seed_split_gives_equal_tokens_and_consistent_fractions(seed_plan):
 
 
 def test_kv_duplication_when_tp_exceeds_kv_heads():
-    from specbuild.builder.hf_config import HFModelConfig
     from specbuild.builder.memory_plan import engine_memory
+    from specbuild.core.hf_config import HFModelConfig
 
     cfg = HFModelConfig.from_hf(EXAMPLES / "models" / "llama-3.3-70b-instruct")
     e = engine_memory(cfg, role="target", tp=16, pp=1, dtype="bfloat16", weight_only="none", max_num_tokens=8192, logits_rows=8)
@@ -86,8 +86,8 @@ def test_kv_duplication_when_tp_exceeds_kv_heads():
 
 
 def test_pp_split_and_weight_only():
-    from specbuild.builder.hf_config import HFModelConfig
     from specbuild.builder.memory_plan import rank_weight_bytes
+    from specbuild.core.hf_config import HFModelConfig
 
     assert pp_layers(10, 4) == [3, 3, 2, 2]
     cfg = HFModelConfig.from_hf(EXAMPLES / "models" / "llama-3.3-70b-instruct")

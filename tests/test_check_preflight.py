@@ -12,8 +12,8 @@ import yaml
 from typer.testing import CliRunner
 
 from specbuild.builder.preflight import run_checks
-from specbuild.builder.spec import load_spec
-from specbuild.cli import app
+from specbuild.cli.app import app
+from specbuild.core.spec import load_spec
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 runner = CliRunner()
@@ -42,7 +42,7 @@ def rows(report) -> dict[str, tuple[str, str, str]]:
 @pytest.fixture(scope="module")
 def other_tokenizer_model(tmp_path_factory, tiny_target):
     """A model whose tokenizer was trained on other text; its vocab_size is the target's."""
-    from specbuild.builder.synthetic import make_model, train_tokenizer
+    from specbuild.demo.synthetic import make_model, train_tokenizer
 
     base = tmp_path_factory.mktemp("othertok")
     tok = train_tokenizer(base / "tok", ["Completely different words about cats, dogs and boats. "] * 40)
@@ -270,7 +270,7 @@ def test_sliding_window_and_bad_config_values(tmp_path, tiny_target, tiny_draft)
 def test_medusa_heads_as_torch_pt_and_corrupt(tmp_path, tiny_target):
     import torch
 
-    from specbuild.builder.medusa_heads import read_medusa_heads
+    from specbuild.core.medusa_heads import read_medusa_heads
 
     folder = tmp_path / "pt"
     folder.mkdir()

@@ -13,10 +13,10 @@ from safetensors.torch import save_file
 from typer.testing import CliRunner
 
 from specbuild.builder.compile import compile_spec
-from specbuild.builder.spec import load_spec
-from specbuild.cli import app
-from specbuild.errors import BuildError
-from specbuild.manifest import read_manifest, verify_manifest
+from specbuild.cli.app import app
+from specbuild.core.errors import BuildError
+from specbuild.core.manifest import read_manifest, verify_manifest
+from specbuild.core.spec import load_spec
 
 
 def write_spec(folder: Path, **raw) -> Path:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from specbuild.builder.spec import spec_from_dict
+from specbuild.core.errors import BuildError
+from specbuild.core.spec import spec_from_dict
 from specbuild.engines.trtllm.plan import build_plan, build_script, effective_build_config, validate_argv
-from specbuild.errors import BuildError
 
 FLAGS = json.loads((Path(__file__).parent / "data" / "trtllm_build_flags.json").read_text())["flags"]
 

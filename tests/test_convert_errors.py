@@ -11,10 +11,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
-from specbuild.cli import app
+from specbuild.cli.app import app
+from specbuild.core.errors import CheckpointError, ConversionError, OutputExistsError
 from specbuild.engines.trtllm.convert import convert_checkpoint
 from specbuild.engines.trtllm.medusa import MedusaHeadsSource
-from specbuild.errors import CheckpointError, ConversionError, OutputExistsError
 
 
 def copy_model(src: Path, dst: Path, edit=None) -> Path:

@@ -14,9 +14,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from specbuild.core.manifest import read_manifest, verify_manifest
 from specbuild.engines.trtllm.convert import convert_checkpoint
 from specbuild.engines.trtllm.medusa import MedusaHeadsSource
-from specbuild.manifest import read_manifest, verify_manifest
 
 
 def hf_tensors(folder: Path) -> dict[str, torch.Tensor]:

@@ -10,9 +10,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from specbuild.core.errors import ConversionError
 from specbuild.engines.trtllm.sources import SafetensorsSource
 from specbuild.engines.trtllm.st_writer import Entry, StreamingWriter
-from specbuild.errors import ConversionError
 
 
 def test_parts_from_tensors_and_file_ranges(tmp_path):

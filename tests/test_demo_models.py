@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specbuild import demo_models as dm
+from specbuild.demo import models as dm
 
 
 def test_settings_key_is_deterministic_and_tracks_every_setting():
@@ -107,7 +107,7 @@ def test_micro_build_writes_a_complete_cached_family(tmp_path):
 
 
 def test_build_medusa_reuses_a_cached_entry_without_running_anything(tmp_path):
-    from specbuild.manifest import write_manifest
+    from specbuild.core.manifest import write_manifest
 
     family = dm.DemoFamily(root=tmp_path, tokenizer=tmp_path, target=tmp_path, draft=tmp_path,
                            train_text=tmp_path / "t.jsonl", prompts=tmp_path / "p.jsonl", metrics={})  # fmt: skip

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specbuild import demo, demo_report
+from specbuild.demo import report as demo_report
+from specbuild.demo import run as demo
 
 
 def _run(mode, concurrency, *, tps, ttft=10.0, itl=5.0, **extra):
@@ -60,7 +61,7 @@ def test_print_summary_writes_json_and_markdown(tmp_path):
 
 
 def test_spec_copies_point_at_the_cache_links(tmp_path):
-    from specbuild.builder.spec import load_spec
+    from specbuild.core.spec import load_spec
 
     cache = tmp_path / "cache"
     specs = demo.stage_specs(demo.DemoOptions(out=tmp_path, cache=cache), demo.MODES)

@@ -34,7 +34,7 @@ def _compile(workdir: Path, mode: str, *, target: Path, draft: Path | None, bls_
     from repo_builds import EXAMPLES, make_heads
 
     from specbuild.builder.compile import compile_spec
-    from specbuild.builder.spec import load_spec
+    from specbuild.core.spec import load_spec
 
     workdir.mkdir(parents=True)
     name = "draft-target.yaml" if mode == "draft_target" else "medusa.yaml"
@@ -64,7 +64,7 @@ def builds(tmp_path_factory, tiny_target, tiny_draft):
 
 @pytest.fixture(scope="module")
 def servers(builds):
-    from specbuild.client.server import ServerOptions, TritonServer, free_port
+    from specbuild.serve.server import ServerOptions, TritonServer, free_port
 
     started = {}
     try:
@@ -84,9 +84,9 @@ def baseline(builds):
     """prompt -> (text, token_ids) of the target alone, greedy, in-process (both modes share the target)."""
     import torch
 
+    from specbuild.core.sampling_params import SamplingParams
     from specbuild.engines.reference.api import generate_local
     from specbuild.engines.reference.engine import ReferenceEngine
-    from specbuild.sampling_params import SamplingParams
 
     torch.set_num_threads(1)
     engine = ReferenceEngine.load(builds["draft_target"][0])
@@ -100,7 +100,7 @@ def baseline(builds):
 
 def _remote(server, prompt, timeout_s=120.0, **kw):
     from specbuild.client.remote import generate_remote
-    from specbuild.sampling_params import SamplingParams
+    from specbuild.core.sampling_params import SamplingParams
 
     return generate_remote(server.grpc_url, prompt, SamplingParams(max_tokens=MAX_TOKENS), timeout_s=timeout_s, **kw)
 
@@ -133,7 +133,7 @@ def test_medusa_unary_and_streaming_equal_greedy_baseline(servers, baseline):
 def test_generate_cli_json_through_triton(servers, baseline):
     from typer.testing import CliRunner
 
-    from specbuild.cli import app
+    from specbuild.cli.app import app
 
     url = servers["medusa"].grpc_url
     result = CliRunner().invoke(app, ["generate", "--url", url, "--prompt", PROMPTS[1], "--max-tokens",
@@ -154,7 +154,7 @@ def test_eight_concurrent_streams_complete_unmixed(servers, baseline):
 
 
 def test_wrong_model_is_a_clear_error(servers):
-    from specbuild.errors import ClientError
+    from specbuild.core.errors import ClientError
 
     with pytest.raises(ClientError, match="model 'nope' is not served here") as err:
         _remote(servers["medusa"], "x", model="nope")
@@ -162,7 +162,7 @@ def test_wrong_model_is_a_clear_error(servers):
 
 
 def test_timeout_is_a_clear_error(servers, baseline):
-    from specbuild.errors import ClientError
+    from specbuild.core.errors import ClientError
 
     with pytest.raises(ClientError, match="no complete answer from 'ensemble' within 0.01 s") as err:
         _remote(servers["medusa"], PROMPTS[3], timeout_s=0.01)
@@ -174,7 +174,7 @@ def test_timeout_is_a_clear_error(servers, baseline):
 def test_serve_refuses_a_busy_port(servers, builds):
     from typer.testing import CliRunner
 
-    from specbuild.cli import app
+    from specbuild.cli.app import app
 
     busy = servers["medusa"].options.grpc_port
     result = CliRunner().invoke(app, ["serve", str(builds["medusa"][1]), "--grpc-port", str(busy)])
@@ -205,8 +205,8 @@ def test_bench_through_triton_writes_the_report(servers, tmp_path):
 def test_killing_the_server_mid_request_is_a_clear_error(servers):
     """Last: kills the draft/target server while a streamed request is under way."""
     from specbuild.client.remote import generate_remote
-    from specbuild.errors import ClientError
-    from specbuild.sampling_params import SamplingParams
+    from specbuild.core.errors import ClientError
+    from specbuild.core.sampling_params import SamplingParams
 
     server = servers["draft_target"]
     first = threading.Event()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specbuild.engines.reference.bench import conditional_alpha, predicted_speedup
-from specbuild.generation import SpecStats
+from specbuild.benchmarks.reference import conditional_alpha, predicted_speedup
+from specbuild.core.generation import SpecStats
 
 
 def test_predicted_speedup_formula():

@@ -8,14 +8,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specbuild.sampling_params import SamplingParams  # noqa: E402
+from specbuild.core.sampling_params import SamplingParams  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 
 def _spec(tmp_path, text: str):
-    from specbuild.builder.spec import load_spec
+    from specbuild.core.spec import load_spec
 
     path = tmp_path / "spec.yaml"
     path.write_text(text)
@@ -80,7 +80,7 @@ def test_generate_local_streams_the_same_text(dt_engine):
 def test_cli_generate_json(dt_build):
     from typer.testing import CliRunner
 
-    from specbuild.cli import app
+    from specbuild.cli.app import app
 
     runner = CliRunner()
     args = ["generate", "--engine", str(dt_build), "--prompt", "def add(a, b):", "--max-tokens", "8", "--json"]
@@ -95,7 +95,7 @@ def test_cli_generate_json(dt_build):
 def test_cli_errors_are_clear(dt_build, tmp_path):
     from typer.testing import CliRunner
 
-    from specbuild.cli import app
+    from specbuild.cli.app import app
 
     runner = CliRunner()
     both = runner.invoke(app, ["generate", "--engine", str(dt_build), "--url", "127.0.0.1:1", "--prompt", "x"])

@@ -124,8 +124,8 @@ def test_half_precision_runs_close_to_float32(tiny_target, tmp_path, prompt_ids,
 
 
 def test_missing_rank_file_is_a_clear_error(tiny_target, tmp_path):
+    from specbuild.core.errors import CheckpointError
     from specbuild.engines.reference.loader import load_weights
-    from specbuild.errors import CheckpointError
 
     ckpt = _convert(tiny_target, tmp_path / "ckpt", tp_size=2)
     (ckpt / "rank1.safetensors").unlink()

@@ -86,7 +86,7 @@ def test_production_refuses_a_memory_plan_without_kv_room(builds, tmp_path):
     import json
     import shutil
 
-    from specbuild.errors import RepoError
+    from specbuild.core.errors import RepoError
 
     build = shutil.copytree(builds["draft_target"], tmp_path / "build")
     manifest = json.loads((build / "specbuild.json").read_text())

@@ -29,8 +29,8 @@ import pytest
 from fake_triton import FakeServer, collect, text_request
 from repo_builds import cached_build
 
+from specbuild.core.sampling_params import SamplingParams
 from specbuild.model_repo.generate import generate_repo
-from specbuild.sampling_params import SamplingParams
 
 torch = pytest.importorskip("torch")
 

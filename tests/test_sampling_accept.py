@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from specbuild.core.sampling_params import SamplingParams  # noqa: E402
 from specbuild.engines.reference.sampling import accept_draft, probs_from_logits, residual_probs, sample  # noqa: E402
-from specbuild.sampling_params import SamplingParams  # noqa: E402
 
 TARGET = torch.tensor([
     [0.50, 0.20, 0.15, 0.10, 0.05, 0.00],

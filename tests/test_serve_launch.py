@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from specbuild.client.launch import (
+from specbuild.core.errors import ServerError
+from specbuild.serve.launch import (
     LaunchLayout,
     container_image,
     docker_argv,
@@ -15,7 +16,6 @@ from specbuild.client.launch import (
     orchestrator_env,
     repo_mounts,
 )
-from specbuild.errors import ServerError
 
 TS = "/opt/tritonserver/bin/tritonserver"
 PORTS = ["--grpc-address=127.0.0.1", "--grpc-port=8001", "--http-address=127.0.0.1", "--http-port=8000",
@@ -100,7 +100,7 @@ def test_launch_without_manifest_is_explained(tmp_path):
 def test_serve_print_launch_cli(tmp_path):
     from typer.testing import CliRunner
 
-    from specbuild.cli import app
+    from specbuild.cli.app import app
 
     repo = tmp_path / "repo"
     (repo / "tensorrt_llm").mkdir(parents=True)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from specbuild.client import bundle as bundle_mod
-from specbuild.client.server import (
+from specbuild.core.errors import ServerError
+from specbuild.serve import bundle as bundle_mod
+from specbuild.serve.server import (
     ServerOptions,
     TritonServer,
     check_ports_free,
@@ -19,7 +20,6 @@ from specbuild.client.server import (
     repo_models,
     server_argv,
 )
-from specbuild.errors import ServerError
 
 ECHO_CONFIG = """name: "{name}"
 backend: "python"

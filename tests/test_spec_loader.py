@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specbuild.builder.spec import load_spec, spec_from_dict
-from specbuild.errors import SpecError
+from specbuild.core.errors import SpecError
+from specbuild.core.spec import load_spec, spec_from_dict
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -141,7 +141,7 @@ def test_spec_from_dict_roundtrip():
 def test_check_cli_reports_spec_errors_with_exit_2(tmp_path):
     from typer.testing import CliRunner
 
-    from specbuild.cli import app
+    from specbuild.cli.app import app
 
     path = write(tmp_path, {**BASE, "bulid": {"max_batch_size": 4}})
     result = CliRunner().invoke(app, ["check", str(path)])

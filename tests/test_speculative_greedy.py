@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specbuild.sampling_params import SamplingParams  # noqa: E402
+from specbuild.core.sampling_params import SamplingParams  # noqa: E402
 
 PROMPTS = [[5, 17, 99, 3, 44, 12], [7, 7, 8], [200, 31, 64, 90, 11, 2, 150, 42, 77, 19]]
 MAX_TOKENS = 20
@@ -245,8 +245,8 @@ def test_medusa_oracle_heads_accept_long_paths(medusa_ckpt, baseline):
 
 
 def test_tree_buffers_shapes():
+    from specbuild.core.medusa_choices import MedusaChoices
     from specbuild.engines.reference.medusa import TreeBuffers
-    from specbuild.engines.reference.medusa_choices import MedusaChoices
 
     tree = TreeBuffers.from_choices(MedusaChoices.parse([[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]), num_heads=3)
     assert tree.attention_mask.shape == (7, 7) and tree.depth == 3 and tree.num_nodes == 6

@@ -10,8 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from specbuild.core.sampling_params import SamplingParams  # noqa: E402
 from specbuild.engines.reference.speculative import Drafter, Verifier, speculative_generate  # noqa: E402
-from specbuild.sampling_params import SamplingParams  # noqa: E402
 
 TRUTH = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25]  # the "target" continuation
 
@@ -63,8 +63,8 @@ def test_loop_stops_at_stop_token_and_end_id():
 
 
 def _tree():
+    from specbuild.core.medusa_choices import MedusaChoices
     from specbuild.engines.reference.medusa import TreeBuffers
-    from specbuild.engines.reference.medusa_choices import MedusaChoices
 
     return TreeBuffers.from_choices(MedusaChoices.parse([[0], [1], [0, 0]]), num_heads=2)
 

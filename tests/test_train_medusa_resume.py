@@ -29,7 +29,7 @@ def test_resume_continues_from_the_last_checkpoint_and_matches_an_uninterrupted_
     import torch
     from safetensors.torch import load_file
 
-    from specbuild.errors import TrainingError
+    from specbuild.core.errors import TrainingError
     from specbuild.tuning.train import train_medusa
 
     torch.set_num_threads(1)
@@ -67,7 +67,7 @@ def test_resume_continues_from_the_last_checkpoint_and_matches_an_uninterrupted_
 def test_resume_refuses_other_options(tmp_path, tiny_target):
     import torch
 
-    from specbuild.errors import TrainingError
+    from specbuild.core.errors import TrainingError
     from specbuild.tuning.train import train_medusa
 
     torch.set_num_threads(1)
@@ -89,7 +89,7 @@ def test_output_is_the_hf_medusa_format(tmp_path, tiny_tied):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from specbuild.manifest import read_manifest, verify_manifest
+    from specbuild.core.manifest import read_manifest, verify_manifest
     from specbuild.tuning.heads import load_heads
     from specbuild.tuning.train import train_medusa
 
@@ -127,7 +127,7 @@ def test_output_is_the_hf_medusa_format(tmp_path, tiny_tied):
 def test_cli_errors_are_typed(tmp_path, tiny_target):
     from typer.testing import CliRunner
 
-    from specbuild.cli import app
+    from specbuild.cli.app import app
 
     (tmp_path / "exists").mkdir()
     (tmp_path / "d.txt").write_text(TEXT)

@@ -25,7 +25,7 @@ def _train_lm(folder: Path, tokenizer_dir: Path, *, steps: int, seed: int, **sha
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from specbuild.builder.synthetic import _DEFAULT_CORPUS, make_model
+    from specbuild.demo.synthetic import _DEFAULT_CORPUS, make_model
 
     make_model(folder, tokenizer_dir, seed=seed, init_std=0.02, **shape)
     model = AutoModelForCausalLM.from_pretrained(str(folder))
@@ -65,7 +65,7 @@ def family(tmp_path_factory, tokenizer_dir):
 
 
 def test_trained_heads_beat_untrained_heads_on_held_out_prompts(family):
-    from specbuild.engines.reference.medusa_choices import MedusaChoices
+    from specbuild.core.medusa_choices import MedusaChoices
     from specbuild.tuning.data import encode
     from specbuild.tuning.heads import load_heads
     from specbuild.tuning.hf_base import load_base
@@ -87,7 +87,7 @@ def test_trained_heads_beat_untrained_heads_on_held_out_prompts(family):
 
 
 def test_tuned_tree_beats_mc_sim_7b_63_measured_on_the_reference_engine(family):
-    from specbuild.builder.spec import load_spec
+    from specbuild.core.spec import load_spec
     from specbuild.tuning.tune import tune_spec
     from specbuild.tuning.tune_options import TuneOptions
 
@@ -114,8 +114,8 @@ def test_chosen_k_is_at_or_next_to_the_best_measured_k(family):
     """Through the CLI (`tune --json --write`)."""
     from typer.testing import CliRunner
 
-    from specbuild.builder.spec import load_spec
-    from specbuild.cli import app
+    from specbuild.cli.app import app
+    from specbuild.core.spec import load_spec
 
     root = family["root"]
     spec_path = root / "dt.yaml"

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from specbuild.engines.reference.medusa_choices import MedusaChoices
+from specbuild.core.medusa_choices import MedusaChoices
 from specbuild.tuning.predict import (
     accepted_lengths,
     chain_tokens_per_pass,

@@ -49,7 +49,7 @@ def test_missing_key_and_section_are_added():
 
 
 def test_set_spec_value_writes_a_valid_spec(tmp_path):
-    from specbuild.builder.spec import load_spec
+    from specbuild.core.spec import load_spec
 
     (tmp_path / "t").mkdir()
     path = tmp_path / "s.yaml"
@@ -60,7 +60,7 @@ def test_set_spec_value_writes_a_valid_spec(tmp_path):
 
 
 def test_unusual_layout_falls_back_to_a_full_rewrite(tmp_path):
-    from specbuild.builder.spec import load_spec
+    from specbuild.core.spec import load_spec
 
     (tmp_path / "t").mkdir()
     path = tmp_path / "s.yaml"

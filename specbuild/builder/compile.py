@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specbuild.errors import BuildError
+from specbuild.core.errors import BuildError
 
 ENGINES = ("reference", "trtllm")
 LOG_TAIL_LINES = 40
@@ -35,11 +35,11 @@ def compile_spec(
 ) -> Path:
     """Convert every model of `spec` and build its engines into `out`; returns `out`."""
     from specbuild.builder.resolve import resolve_model
+    from specbuild.core.manifest import atomic_output_dir, write_manifest
     from specbuild.engines.trtllm.convert import convert_checkpoint
     from specbuild.engines.trtllm.engine_dir import write_reference_engine
     from specbuild.engines.trtllm.medusa import MedusaHeadsSource
     from specbuild.engines.trtllm.plan import build_plan, build_script, plan_json, speculation
-    from specbuild.manifest import atomic_output_dir, write_manifest
 
     if engine not in ENGINES:
         raise BuildError(f"unknown engine {engine!r}", expected=" | ".join(ENGINES), found=engine, fix="use --engine reference or --engine trtllm")

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specbuild.builder.hf_config import HFModelConfig
 from specbuild.builder.memory_plan import GIB
 from specbuild.builder.tokenizer_compare import TokenizerInfo, read_tokenizer
-from specbuild.builder.weights import WeightFiles, WeightStats, find_weights, weight_stats
+from specbuild.core.hf_config import HFModelConfig
+from specbuild.core.weights import WeightFiles, WeightStats, find_weights, weight_stats
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ def inspect_model(ref: str | Path, *, base: Path | None = None) -> ModelInspecti
 
 
 def _medusa_summary(folder: Path) -> dict[str, Any]:
-    from specbuild.builder.medusa_heads import read_medusa_heads
+    from specbuild.core.medusa_heads import read_medusa_heads
 
     info = read_medusa_heads(folder)
     return {

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from specbuild.builder.medusa_heads import WEIGHT_FILES, read_medusa_heads
 from specbuild.builder.memory_plan import MedusaShape
-from specbuild.errors import SpecbuildError
+from specbuild.core.errors import SpecbuildError
+from specbuild.core.medusa_heads import WEIGHT_FILES, read_medusa_heads
 
 if TYPE_CHECKING:
     from specbuild.builder.preflight import CheckResult, LoadedModel
-    from specbuild.builder.spec import BuildSpec
+    from specbuild.core.spec import BuildSpec
 
 
 def check_medusa_heads(spec: BuildSpec, target: LoadedModel | None, out: list[CheckResult]) -> MedusaShape:

@@ -39,10 +39,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from specbuild.builder.hf_config import DTYPE_BYTES, HFModelConfig
+from specbuild.core.hf_config import DTYPE_BYTES, HFModelConfig
 
 if TYPE_CHECKING:
-    from specbuild.builder.spec import BuildSpec
+    from specbuild.core.spec import BuildSpec
 
 GIB = 2**30
 RUNTIME_RESERVE_GIB = 2.0  # per GPU; see the module docstring

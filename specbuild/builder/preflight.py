@@ -11,11 +11,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from specbuild.builder.hf_config import SUPPORTED_ARCHITECTURES, HFModelConfig
 from specbuild.builder.memory_plan import GIB, RUNTIME_RESERVE_GIB, MedusaShape, MemoryPlan, plan_memory
-from specbuild.builder.spec import BuildSpec, ModelSection
-from specbuild.builder.weights import WeightFiles, find_weights
-from specbuild.errors import SpecbuildError
+from specbuild.core.errors import SpecbuildError
+from specbuild.core.hf_config import SUPPORTED_ARCHITECTURES, HFModelConfig
+from specbuild.core.spec import BuildSpec, ModelSection
+from specbuild.core.weights import WeightFiles, find_weights
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 TP_CANDIDATES = (1, 2, 4, 8, 16, 32, 64)
@@ -129,7 +129,7 @@ def _load(spec: BuildSpec, role: str, section: ModelSection, out: list[CheckResu
 
 def _weights_row(role: str, folder: Path, config: HFModelConfig, weights: WeightFiles) -> CheckResult:
     """Present weights: the safetensors headers must be readable and hold what config.json describes."""
-    from specbuild.builder.weights import weight_stats
+    from specbuild.core.weights import weight_stats
 
     n = len(weights.safetensors) + len(weights.torch_bins)
     found = f"{n} file(s), {weights.disk_bytes / GIB:.2f} GiB in {short_path(folder)}"

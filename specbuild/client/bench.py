@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbuild.client.metrics import RequestRecord, RunSummary, attach_speedups, summarize_run
-from specbuild.errors import ClientError
-from specbuild.sampling_params import DEFAULT_MAX_TOKENS, SamplingParams
+from specbuild.core.errors import ClientError
+from specbuild.core.sampling_params import DEFAULT_MAX_TOKENS, SamplingParams
 
 DEFAULT_CONCURRENCY = (1, 2, 4, 8)
 DEFAULT_TEMPERATURES = (0.0, 0.8)

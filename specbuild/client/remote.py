@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from specbuild.client.request import BLS, DRAFT_MODEL, ENSEMBLE, Chunk, build_inputs, parse_response
-from specbuild.errors import ClientError
-from specbuild.generation import GenerationResult, SpecStats
-from specbuild.sampling_params import SamplingParams
+from specbuild.core.errors import ClientError
+from specbuild.core.generation import GenerationResult, SpecStats
+from specbuild.core.sampling_params import SamplingParams
 
 DEFAULT_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 5.0

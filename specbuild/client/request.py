@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from specbuild.sampling_params import SamplingParams
+from specbuild.core.sampling_params import SamplingParams
 
 ENSEMBLE = "ensemble"
 BLS = "tensorrt_llm_bls"
@@ -69,7 +69,7 @@ def build_inputs(
     """[(name, array [1, ...], wire dtype)] for the inputs `model` declares; raises on a missing one."""
     import numpy as np
 
-    from specbuild.errors import ClientError
+    from specbuild.core.errors import ClientError
 
     iface = _interface(model, declared)
     seed_name = "random_seed" if "random_seed" in declared else "seed"

@@ -158,8 +158,8 @@ def _check_speculation(repo: _Repo, engines: dict[str, dict]) -> None:
 
 
 def _check_medusa_tree(repo: _Repo, target: dict, max_draft_len: int) -> None:
-    from specbuild.engines.reference.medusa_choices import MedusaChoices
-    from specbuild.errors import SpecbuildError
+    from specbuild.core.errors import SpecbuildError
+    from specbuild.core.medusa_choices import MedusaChoices
 
     rel = "tensorrt_llm/config.pbtxt"
     text = repo.param("tensorrt_llm", "medusa_choices")

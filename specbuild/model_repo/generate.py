@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from specbuild.errors import RepoError
+from specbuild.core.errors import RepoError
 from specbuild.model_repo.configs import BACKENDS, EngineModel, RepoLayout
 
 PYTHON_MODELS = Path(__file__).parent / "python_models"
@@ -29,7 +29,7 @@ REPO_KIND = "model_repo"
 # have specbuild installed, so the generator vendors them into tensorrt_llm_bls/1/vendor/.
 # Their packages get empty __init__.py files, so nothing else of specbuild is imported.
 VENDORED_MODULES = (
-    "errors.py", "sampling_params.py", "generation.py", "engines/reference/speculative.py",
+    "core/errors.py", "core/sampling_params.py", "core/generation.py", "engines/reference/speculative.py",
     "engines/reference/sampling.py",
 )
 
@@ -59,8 +59,8 @@ class BuildInfo:
 
 
 def read_build(build_dir: str | Path) -> BuildInfo:
-    from specbuild.builder.spec import spec_from_dict
-    from specbuild.manifest import read_manifest
+    from specbuild.core.manifest import read_manifest
+    from specbuild.core.spec import spec_from_dict
 
     build_dir = Path(build_dir).resolve()
     manifest = read_manifest(build_dir, kind="build")
@@ -100,7 +100,7 @@ def kv_fractions(build: BuildInfo, *, strict: bool) -> tuple[float, float | None
         from specbuild.builder.memory_plan import plan_memory
     except ImportError:
         return even
-    from specbuild.builder.hf_config import HFModelConfig
+    from specbuild.core.hf_config import HFModelConfig
 
     # The HF folders the build recorded (the spec's relative paths may not resolve from here).
     configs = {role: HFModelConfig.from_hf(e.hf_dir) for role, e in build.engines.items() if e.hf_dir and e.hf_dir.is_dir()}
@@ -128,7 +128,7 @@ def plan_layout(
         raise RepoError(f"unknown backend {backend!r}", expected=" | ".join(BACKENDS), found=backend,
                         fix="pass --backend tensorrtllm (GPU containers) or --backend python (local)")
     version = trtllm_version or spec.trtllm_version
-    from specbuild.builder.spec import parse_version
+    from specbuild.core.spec import parse_version
 
     if not parse_version(version):
         raise RepoError(f"cannot read TensorRT-LLM version {version!r}", expected="a version such as 1.2.1 or 0.19.0",
@@ -205,7 +205,7 @@ def generate_repo(
 ) -> Path:
     """Write the Triton model repository for BUILD_DIR into OUT. backend None: tensorrtllm when the
     build used TensorRT-LLM, python (the reference engine) otherwise."""
-    from specbuild.manifest import atomic_output_dir, write_manifest
+    from specbuild.core.manifest import atomic_output_dir, write_manifest
     from specbuild.model_repo.configs import all_configs, to_text
 
     build = read_build(build_dir)
@@ -259,5 +259,5 @@ def _vendor(dest: Path) -> None:
                             found="missing", fix="reinstall specbuild (pip install -e .)")
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dest / rel)
-    for folder in (dest, dest / "engines", dest / "engines" / "reference"):
+    for folder in (dest, dest / "core", dest / "engines", dest / "engines" / "reference"):
         (folder / "__init__.py").write_text('"""Vendored by specbuild repo: the BLS\'s shared speculative loop."""\n')

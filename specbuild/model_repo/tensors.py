@@ -64,7 +64,7 @@ class Names:
 
 def names_for(trtllm_version: str | None = None) -> Names:
     """The input-name generation for a TensorRT-LLM version (None: the project's default version)."""
-    from specbuild.builder.spec import DEFAULT_TRTLLM_VERSION, parse_version
+    from specbuild.core.spec import DEFAULT_TRTLLM_VERSION, parse_version
 
     version = parse_version(trtllm_version or DEFAULT_TRTLLM_VERSION)
     if version >= RENAME_VERSION:

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from specbuild.errors import TrainingError
-from specbuild.manifest import atomic_output_dir
+from specbuild.core.errors import TrainingError
+from specbuild.core.manifest import atomic_output_dir
 
 KEEP = 2  # complete checkpoints kept; older ones are deleted
 _PREFIX = "step-"

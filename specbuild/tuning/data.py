@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from specbuild.errors import TrainingError
+from specbuild.core.errors import TrainingError
 
 JSONL_FIELDS = ("text", "prompt")
 

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from specbuild.errors import CheckpointError
+from specbuild.core.errors import CheckpointError
 
 HEADS_FILE = "medusa_lm_head.safetensors"
 CONFIG_FILE = "config.json"

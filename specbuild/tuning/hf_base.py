@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from specbuild.errors import TrainingError
+from specbuild.core.errors import TrainingError
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,8 @@ def load_base(ref: str | Path, *, device: str = "auto") -> BaseModel:
     """Load tokenizer + model; float32 on CPU, the checkpoint's dtype on GPU."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from specbuild.builder.hf_config import HFModelConfig
     from specbuild.builder.resolve import resolve_model
+    from specbuild.core.hf_config import HFModelConfig
 
     folder = resolve_model(ref, what="base model")
     hf = HFModelConfig.from_hf(folder)

@@ -18,7 +18,7 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specbuild.engines.reference.medusa_choices import MedusaChoices
+from specbuild.core.medusa_choices import MedusaChoices
 
 # ---- draft/target --------------------------------------------------------------------------------
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from specbuild.engines.reference.medusa_choices import MedusaChoices
-from specbuild.generation import SpecStats
-from specbuild.sampling_params import SamplingParams
+from specbuild.core.generation import SpecStats
+from specbuild.core.medusa_choices import MedusaChoices
+from specbuild.core.sampling_params import SamplingParams
 from specbuild.tuning.progress import Reporter
 
 TIMING_REPEATS = 15  # single-token passes timed per model for the cost ratio (median taken)

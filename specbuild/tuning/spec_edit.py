@@ -18,7 +18,7 @@ def set_spec_value(path: Path, section: str, key: str, value: Any) -> bool:
     """Set section.key = value in the YAML spec at `path`. Returns True when comments were kept."""
     import yaml
 
-    from specbuild.builder.spec import load_spec, save_spec_yaml, spec_from_dict
+    from specbuild.core.spec import load_spec, save_spec_yaml, spec_from_dict
 
     text = path.read_text()
     edited = edit_text(text, section, key, value)

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from specbuild.errors import OutputExistsError, TrainingError
+from specbuild.core.errors import OutputExistsError, TrainingError
 from specbuild.tuning import checkpoint as ckpt
 from specbuild.tuning.config import TrainConfig
 from specbuild.tuning.data import encode, greedy_continuations, pack_windows, read_texts, split_heldout
@@ -271,7 +271,7 @@ def _maybe_resume(config: TrainConfig, heads: MedusaHeads, optimizer, base: Base
 
 
 def _write_output(config: TrainConfig, base: BaseModel, heads: MedusaHeads, metrics: dict[str, Any]) -> Path:
-    from specbuild.manifest import atomic_output_dir, write_manifest
+    from specbuild.core.manifest import atomic_output_dir, write_manifest
 
     with atomic_output_dir(config.out, force=config.force) as tmp:
         save_heads(heads, tmp, dtype=base.stored_dtype)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specbuild.errors import TrainingError
+from specbuild.core.errors import TrainingError
 from specbuild.tuning.progress import Reporter
 from specbuild.tuning.tune_options import TuneOptions
 
@@ -51,7 +51,7 @@ class TuneReport:
 
 
 def tune_spec(spec_path: Path, options: TuneOptions, *, reporter: Reporter | None = None) -> TuneReport:
-    from specbuild.builder.spec import load_spec
+    from specbuild.core.spec import load_spec
     from specbuild.tuning.data import read_texts
 
     rep = reporter or Reporter()
@@ -171,7 +171,7 @@ def _measure(report: TuneReport, engine, prompts, options: TuneOptions, rep: Rep
     """Predicted vs measured on held-out prompts: the engine's own greedy loops, tokens per pass."""
     from dataclasses import replace
 
-    from specbuild.engines.reference.medusa_choices import MedusaChoices
+    from specbuild.core.medusa_choices import MedusaChoices
     from specbuild.tuning.predict import predicted_speedup
     from specbuild.tuning.profile_engine import measure_tree, sweep_k
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specbuild.core.generation import GenerationResult
+from specbuild.core.sampling_params import SamplingParams
 from specbuild.engines.reference.engine import ReferenceEngine
-from specbuild.generation import GenerationResult
-from specbuild.sampling_params import SamplingParams
 
 __all__ = ["GenerationResult", "ReferenceEngine", "SamplingParams", "generate_local"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from specbuild.errors import CheckpointError
+from specbuild.core.errors import CheckpointError
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "MedusaForCausalLM")
 DTYPES = ("float32", "float16", "bfloat16")

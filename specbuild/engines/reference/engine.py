@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specbuild.errors import EngineError
-from specbuild.generation import GenerationResult, SpecStats
-from specbuild.sampling_params import SamplingParams
+from specbuild.core.errors import EngineError
+from specbuild.core.generation import GenerationResult, SpecStats
+from specbuild.core.sampling_params import SamplingParams
 
 DEFAULT_NUM_DRAFT_TOKENS = 4  # K when neither the caller nor the build says (the build's max_draft_len wins)
 
@@ -80,8 +80,8 @@ class ReferenceEngine:
     """A loaded target (+ draft or Medusa heads) with a tokenizer; see the module docstring for the API."""
 
     def __init__(self, target, *, draft=None, medusa_choices=None, tokenizer_dir: Path | None = None, max_draft_len: int | None = None):
+        from specbuild.core.medusa_choices import MedusaChoices
         from specbuild.engines.reference.medusa import MedusaHeads, TreeBuffers
-        from specbuild.engines.reference.medusa_choices import MedusaChoices
         from specbuild.engines.reference.runners import PrefixCache
 
         self.target, self.draft = target, draft
@@ -131,7 +131,7 @@ class ReferenceEngine:
         """The model's end-of-sequence ids (tokenizer's eos, or the HF config's eos list)."""
         ids: list[int] = []
         if self.tokenizer_dir is not None and (self.tokenizer_dir / "config.json").is_file():
-            from specbuild.builder.hf_config import HFModelConfig
+            from specbuild.core.hf_config import HFModelConfig
 
             ids += list(HFModelConfig.from_hf(self.tokenizer_dir).eos_ids)
         if not ids and self.tokenizer_dir is not None and self.tokenizer.eos_token_id is not None:
@@ -281,7 +281,7 @@ class ReferenceEngine:
 
 def default_tree(num_heads: int) -> list[list[int]]:
     """The tree used when neither the build nor the caller names one: mc_sim_7b_63 (needs 4 heads), else a chain."""
-    from specbuild.engines.reference.medusa_choices import MC_SIM_7B_63
+    from specbuild.core.medusa_choices import MC_SIM_7B_63
 
     if num_heads >= 4:
         return MC_SIM_7B_63

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specbuild.core.errors import CheckpointError
 from specbuild.engines.reference.config import RefModelConfig
-from specbuild.errors import CheckpointError
 
 LAYER_KEYS = ("ln1", "q", "k", "v", "o", "ln2", "fc", "gate", "proj")  # plus q_bias/k_bias/v_bias with attn_bias
 

@@ -26,14 +26,14 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from specbuild.engines.reference.medusa_choices import MedusaChoices
+from specbuild.core.errors import EngineError
+from specbuild.core.generation import SpecStats
+from specbuild.core.medusa_choices import MedusaChoices
+from specbuild.core.sampling_params import SamplingParams
 from specbuild.engines.reference.model import LlamaModel
 from specbuild.engines.reference.runners import CachedSequence
 from specbuild.engines.reference.sampling import make_generator, probs_from_logits, sample
 from specbuild.engines.reference.speculative import emit, stop_ids
-from specbuild.errors import EngineError
-from specbuild.generation import SpecStats
-from specbuild.sampling_params import SamplingParams
 
 
 @dataclass(frozen=True)

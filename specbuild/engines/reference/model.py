@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from specbuild.core.errors import EngineError
 from specbuild.engines.reference.config import RefModelConfig
 from specbuild.engines.reference.loader import Weights
-from specbuild.errors import EngineError
 
 
 class KVCache:

@@ -18,10 +18,10 @@ from collections import OrderedDict
 
 import torch
 
+from specbuild.core.sampling_params import SamplingParams
 from specbuild.engines.reference.model import LlamaModel
 from specbuild.engines.reference.sampling import accept_draft, make_generator, probs_from_logits, sample
 from specbuild.engines.reference.speculative import emit, stop_ids
-from specbuild.sampling_params import SamplingParams
 
 DEFAULT_PREFIX_CACHE_ENTRIES = 8  # sequences kept by PrefixCache (each holds one KV cache)
 

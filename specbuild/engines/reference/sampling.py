@@ -16,14 +16,14 @@ Shape legend: V vocab, K draft tokens in one round, R rows.
   to greedy equality with the target's argmax, deterministically.
 
 Vendored as-is into the production Triton BLS (model_repo VENDORED_MODULES): import only
-specbuild.errors, sampling_params, generation and the reference sampling/speculative modules.
+specbuild.core.errors, sampling_params, generation and the reference sampling/speculative modules.
 """
 
 from __future__ import annotations
 
 import torch
 
-from specbuild.sampling_params import SamplingParams
+from specbuild.core.sampling_params import SamplingParams
 
 __all__ = ["SamplingParams", "accept_draft", "make_generator", "probs_from_logits", "residual_probs", "sample"]
 

@@ -19,7 +19,7 @@ implementations keep their KV caches and roll them back to the longest prefix th
 lockstep over `BatchDrafter` / `BatchVerifier` (one batched pass per draft position, one per verify).
 
 Vendored as-is into the production Triton BLS (model_repo VENDORED_MODULES): import only
-specbuild.errors, sampling_params, generation and the reference sampling/speculative modules.
+specbuild.core.errors, sampling_params, generation and the reference sampling/speculative modules.
 
 Stop tokens are included in the returned ids (like HF `generate`); `params.end_id` must already be
 resolved by the caller (None: no end id).
@@ -30,8 +30,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from specbuild.generation import SpecStats
-from specbuild.sampling_params import SamplingParams
+from specbuild.core.generation import SpecStats
+from specbuild.core.sampling_params import SamplingParams
 
 OnTokens = Callable[[list[int]], None]
 

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from specbuild.builder.hf_config import HFModelConfig
-from specbuild.engines.trtllm.ckpt_config import WEIGHT_ONLY_ALGO, checkpoint_config, medusa_config
-from specbuild.engines.trtllm.layout import (
+from specbuild.core.errors import CheckpointError, ConversionError
+from specbuild.core.hf_config import HFModelConfig
+from specbuild.core.manifest import write_manifest
+from specbuild.core.trtllm_layout import (
     IGNORED_SUFFIXES,
     MEDUSA_PER_LAYER,
     MEDUSA_RULES,
@@ -31,11 +32,10 @@ from specbuild.engines.trtllm.layout import (
     Split,
     Stage,
 )
+from specbuild.engines.trtllm.ckpt_config import WEIGHT_ONLY_ALGO, checkpoint_config, medusa_config
 from specbuild.engines.trtllm.medusa import MedusaHeads, MedusaHeadsSource, open_heads
 from specbuild.engines.trtllm.sources import FLOAT_DTYPES, SafetensorsSource
 from specbuild.engines.trtllm.st_writer import Entry, StreamingWriter
-from specbuild.errors import CheckpointError, ConversionError
-from specbuild.manifest import write_manifest
 
 __all__ = ["convert_checkpoint", "MedusaHeadsSource", "plan_checkpoint"]
 
@@ -78,7 +78,7 @@ def convert_checkpoint(
     on_progress: Progress | None = None,
 ) -> Path:
     """Write config.json + rank{N}.safetensors + specbuild.json (kind trtllm_checkpoint) to `out_dir`."""
-    from specbuild.manifest import atomic_output_dir
+    from specbuild.core.manifest import atomic_output_dir
 
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     cfg = HFModelConfig.from_hf(hf_dir)  # first: a missing or foreign config.json is the clearest error

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from specbuild.core.errors import CheckpointError
 from specbuild.engines.trtllm.sources import MemorySource, SafetensorsSource
-from specbuild.errors import CheckpointError
 
 DEFAULT_MAX_DRAFT_LEN = 63  # TRT-LLM's --max_medusa_token_len default; holds the mc_sim_7b_63 tree
 _KEY = re.compile(r"^(\d+)\.(\d+)\.(linear\.weight|linear\.bias|weight)$")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from specbuild.errors import BuildError
+from specbuild.core.errors import BuildError
 
 TRTLLM_BUILD = "trtllm-build"
 DEFAULT_MAX_NUM_TOKENS = 8192  # trtllm-build's default when the spec leaves it unset

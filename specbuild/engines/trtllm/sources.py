@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specbuild.errors import CheckpointError
+from specbuild.core.errors import CheckpointError
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 _ST_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I64": "int64", "I32": "int32", "I8": "int8", "U8": "uint8", "BOOL": "bool"}

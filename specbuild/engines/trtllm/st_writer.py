@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from specbuild.core.errors import ConversionError
 from specbuild.engines.trtllm.sources import ITEMSIZE, FileRange
-from specbuild.errors import ConversionError
 
 ST_DTYPE = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
 _CHUNK = 8 << 20  # bytes per read when hashing or copying a FileRange through Python

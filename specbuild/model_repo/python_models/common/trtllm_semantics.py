@@ -14,7 +14,7 @@ from __future__ import annotations
 
 def sampling_params(*, max_tokens: int, temperature: float | None, top_k: int | None, top_p: float | None,
                     seed: int | None, end_id: int | None):
-    from specbuild.sampling_params import SamplingParams
+    from specbuild.core.sampling_params import SamplingParams
 
     temperature = 1.0 if temperature is None else float(temperature)
     top_k = 0 if top_k is None else max(0, int(top_k))

@@ -333,8 +333,8 @@ def speculate(call: Call, opts: BlsOptions, prep: Prepared, *, draft_model: str,
     """
     import dataclasses
 
+    from specbuild.core.generation import SpecStats
     from specbuild.engines.reference.speculative import speculative_generate
-    from specbuild.generation import SpecStats
 
     words = word_lists(prep.stop_words_list) if prep.stop_words_list.shape[-1] else []
     sequences = [w for w in words if len(w) > 1]

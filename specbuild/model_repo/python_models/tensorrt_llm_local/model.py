@@ -63,7 +63,7 @@ class TritonPythonModel:
     def _warm_up(self) -> None:
         """One tiny generation and verification at load: the first request must not pay for torch's
         lazy initialisation (seconds on a busy CPU, which would distort TTFT measurements)."""
-        from specbuild.sampling_params import SamplingParams
+        from specbuild.core.sampling_params import SamplingParams
 
         params = SamplingParams(max_tokens=2, end_id=-1)
         self.engine.generate([0], params, speculative=True)

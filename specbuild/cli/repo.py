@@ -1,0 +1,92 @@
+"""`specbuild repo BUILD_DIR --out REPO` and `specbuild repo check REPO` (registered on the root app).
+
+`repo` is a group whose default command is `build`: `specbuild repo BUILD_DIR ...` is the same as
+`specbuild repo build BUILD_DIR ...`. Only typer is imported here; the generator loads in the bodies.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from typer.core import TyperGroup
+
+from specbuild.cli.common import EXIT_CHECK_FAILED, console, handle_errors
+
+
+class _DefaultToBuild(TyperGroup):
+    """A group that runs `build` when the first word is not one of its commands (a BUILD_DIR)."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["build", *args]
+        return super().parse_args(ctx, args)
+
+
+repo_app = typer.Typer(
+    cls=_DefaultToBuild,
+    no_args_is_help=True,
+    help=(
+        "Triton model repositories: `specbuild repo BUILD_DIR --out REPO` lays one out from a "
+        "`specbuild compile` folder; `specbuild repo check REPO` checks it against its engines."
+    ),
+)
+
+
+@repo_app.command("build")
+@handle_errors
+def build(
+    build_dir: Annotated[Path, typer.Argument(help="The folder `specbuild compile` wrote (specbuild.json kind build).")],
+    out: Annotated[Path, typer.Option("--out", help="Model repository folder to write (must not exist unless --force).")],
+    backend: Annotated[str | None, typer.Option(
+        "--backend",
+        help="tensorrtllm: the C++ TensorRT-LLM backend (NVIDIA tritonserver trtllm-python-py3 containers, GPU "
+             "hosts only); python: Python-backend models running the reference engine on CPU, same tensors. "
+             "Default: tensorrtllm when the build used --engine trtllm, else python.")] = None,
+    trtllm_version: Annotated[str | None, typer.Option(
+        "--trtllm-version",
+        help="TensorRT-LLM version of the serving container (default: the spec's). Before 0.20 the inputs are "
+             "min_length/random_seed, from 0.20 min_tokens/seed.")] = None,
+    engine_root: Annotated[str | None, typer.Option(
+        "--engine-root",
+        help="Where BUILD_DIR is mounted in the serving container (e.g. /engines): engine paths become "
+             "ROOT/<path inside BUILD_DIR>. Default: absolute paths on this host.")] = None,
+    tokenizer_dir: Annotated[str | None, typer.Option(
+        "--tokenizer-dir",
+        help="Tokenizer folder as the server sees it (default: the build's target HF folder on this host).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing REPO (only after the new one is complete).")] = False,
+) -> None:
+    """Lay out ensemble, preprocessing, postprocessing, tensorrt_llm, tensorrt_llm_draft (draft/target) and tensorrt_llm_bls, each with config.pbtxt and 1/, from a `specbuild compile` folder.
+
+    Production repositories (--backend tensorrtllm) serve TensorRT-LLM engines in the NVIDIA Triton TensorRT-LLM container and need a GPU host; --backend python repositories serve the reference engine on any CPU with the bundled tritonserver. `specbuild repo BUILD_DIR` is short for `specbuild repo build BUILD_DIR`."""
+    from specbuild.model_repo.generate import generate_repo
+
+    path = generate_repo(build_dir, out, backend=backend, trtllm_version=trtllm_version, force=force,
+                         engine_root=engine_root, tokenizer_dir=tokenizer_dir)
+    console().print(f"wrote {path}")
+
+
+@repo_app.command("check")
+@handle_errors
+def check(
+    repo: Annotated[Path, typer.Argument(help="A model repository written by `specbuild repo`.")],
+) -> None:
+    """Parse every config.pbtxt as inference.ModelConfig and check the repository against its engines.
+
+    Checks: engine folders, max_draft_len vs the default num_draft_tokens, Medusa tree vs heads and max_draft_len, decoding_mode vs the engine's speculative mode, logits dtypes, tokenizer folders, ensemble tensor mapping and types, required parameters. Each failure names the file, the field and the fix; exit code 1 when anything is wrong."""
+    from specbuild.model_repo.check import check_repo
+
+    findings = check_repo(repo)
+    out = console()
+    for finding in findings:
+        out.print(f"FAIL {finding}")
+    if findings:
+        out.print(f"{len(findings)} problem(s) in {repo}")
+        raise typer.Exit(EXIT_CHECK_FAILED)
+    out.print(f"OK {repo}: every config parses and matches its engines")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `repo` group to `app`."""
+    app.add_typer(repo_app, name="repo")

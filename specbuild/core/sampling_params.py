@@ -1,0 +1,44 @@
+"""Sampling options, declared once and carried together (engine, BLS, client, CLI).
+
+No torch here: the client and the CLI import this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+DEFAULT_MAX_TOKENS = 64
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplingParams:
+    """How to pick each next token. temperature == 0 means greedy (top_k/top_p ignored)."""
+
+    max_tokens: int = DEFAULT_MAX_TOKENS  # new tokens to generate, prompt excluded
+    temperature: float = 0.0  # 0 = greedy argmax
+    top_k: int = 0  # 0 = no top-k filter
+    top_p: float = 1.0  # 1.0 = no nucleus filter
+    seed: int | None = None  # reproducible sampling when set
+    end_id: int | None = None  # stop when generated (None: the model's eos)
+    stop_token_ids: tuple[int, ...] = field(default_factory=tuple)  # extra single-token stops
+
+    def __post_init__(self) -> None:
+        from specbuild.core.errors import SpecbuildError
+
+        if self.max_tokens < 1:
+            raise SpecbuildError("max_tokens must be at least 1", found=str(self.max_tokens), fix="pass --max-tokens 32")
+        if self.temperature < 0:
+            raise SpecbuildError("temperature must be >= 0", found=str(self.temperature), fix="use 0 for greedy")
+        if self.top_k < 0:
+            raise SpecbuildError("top_k must be >= 0", found=str(self.top_k), fix="use 0 to disable top-k")
+        if not 0.0 < self.top_p <= 1.0:
+            raise SpecbuildError("top_p must be in (0, 1]", found=str(self.top_p), fix="use 1.0 to disable top-p")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["stop_token_ids"] = list(self.stop_token_ids)
+        return d

@@ -1,0 +1,395 @@
+"""`make demo`: the whole specbuild pipeline on a CPU machine, with the commands a user would type.
+
+Stages (each prints the real `specbuild ...` command it runs, in a subprocess of this virtualenv's
+`specbuild`, so the demo proves the CLI itself):
+
+1. models  - the trained demo family (target, draft, Medusa heads) from `specbuild.demo.models`,
+             cached under .cache/demo/ (a second run reuses it);
+2. specs   - examples/demo/*.yaml copied to build/demo/specs/ (model paths made absolute), then
+             `specbuild check` and `specbuild tune --write` on each copy;
+3. compile - `specbuild compile --engine reference` for both modes, and the TensorRT-LLM plan a GPU
+             host would run (`--engine trtllm --dry-run`, its build.sh printed);
+4. serve   - `specbuild repo --backend python`, `specbuild serve` (local tritonserver),
+             `specbuild generate --url --stream`, `specbuild bench` at concurrency 1 and 4;
+5. summary - one table per mode (acceptance, tokens per pass, predicted vs measured speedup, TTFT,
+             inter-token latency), build/demo/summary.{json,md}; the server is always stopped.
+
+Everything is written under build/demo/ (override with --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specbuild.core.errors import SpecbuildError
+from specbuild.demo.models import (
+    DEFAULT_CACHE,
+    MICRO,
+    DemoSettings,
+    build_family,
+    build_medusa,
+    cpu_count,
+    link_current,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO_ROOT / "examples" / "demo"
+MODES = ("draft_target", "medusa")
+SERVER_READY_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    out: Path = Path("build/demo")
+    cache: Path = DEFAULT_CACHE
+    concurrency: str = "1,4"
+    temperatures: str = "0"
+    max_tokens: int = 64
+    bench_prompts: int = 8  # of the held-out prompts; each runs baseline and speculative per concurrency
+    tune_prompts: int = 8  # the first held-out prompts profile acceptance; bench uses the next ones
+    tune_max_tokens: int = 48
+    modes: tuple[str, ...] = MODES
+    settings: DemoSettings = DemoSettings()  # MICRO with --micro: a quick pipeline check, untrained models
+
+
+@dataclass
+class Ledger:
+    """Wall time per stage and what failed; printed at the end."""
+
+    timings: dict[str, float] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        _rule(name)
+        t = time.time()
+        try:
+            yield
+        finally:
+            self.timings[name] = self.timings.get(name, 0.0) + time.time() - t
+
+
+# ---------------------------------------------------------------- running commands
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+
+
+def _rule(title: str) -> None:
+    _console().rule(f"[bold]{title}")
+
+
+def specbuild_exe() -> str:
+    exe = Path(sys.executable).with_name("specbuild")
+    if not exe.is_file():
+        raise SpecbuildError(
+            "the specbuild command is not installed next to this Python",
+            expected=str(exe),
+            found="no such file",
+            fix="run `make setup` (or `pip install -e .`) in this virtualenv",
+        )
+    return str(exe)
+
+
+def _shown(argv: list[str]) -> str:
+    """The command as a user would type it: `specbuild ...` with paths relative to the repository."""
+    words = ["specbuild" if i == 0 else a for i, a in enumerate(argv)]
+    return " ".join(_relative(w) for w in words)
+
+
+def _relative(word: str) -> str:
+    if word.startswith(str(REPO_ROOT) + os.sep):
+        return os.path.relpath(word, Path.cwd())
+    return word if " " not in word and "\n" not in word else json.dumps(word)
+
+
+def run_cli(*args: str, capture: bool = False, check: bool = True) -> subprocess.CompletedProcess:
+    """Run `specbuild ARGS` (echoed first); a non-zero exit raises unless check=False."""
+    argv = [specbuild_exe(), *args]
+    _console().print(f"[bold cyan]$ {_shown(argv)}[/]")
+    t0 = time.time()
+    done = subprocess.run(argv, capture_output=capture, text=True, env=_env())
+    _console().print(f"[dim]({time.time() - t0:.1f}s)[/]")
+    if capture and done.stdout:
+        print(done.stdout, end="")
+    if check and done.returncode != 0:
+        if capture and done.stderr:
+            print(done.stderr, end="", file=sys.stderr)
+        raise SpecbuildError(
+            f"`{_shown(argv)}` failed",
+            expected="exit code 0",
+            found=f"exit code {done.returncode}",
+            fix="see the output above",
+        )
+    return done
+
+
+def _env() -> dict[str, str]:
+    """The environment of each command; wide tables when the output goes to a file, not a terminal."""
+    env = dict(os.environ)
+    if not sys.stdout.isatty():
+        env.setdefault("COLUMNS", "160")
+    return env
+
+
+def has_command(*words: str) -> bool:
+    """Whether `specbuild WORDS --help` works (stages land independently while the project grows)."""
+    done = subprocess.run([specbuild_exe(), *words, "--help"], capture_output=True, text=True)
+    return done.returncode == 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------- stages
+
+
+def stage_models(opts: DemoOptions):
+    """Build or reuse the trained demo family and Medusa heads; link them where the specs look."""
+    settings = opts.settings
+    family = build_family(settings, cache=opts.cache)
+    heads = build_medusa(family, settings, cache=opts.cache, specbuild=specbuild_exe())
+    link_current(family, heads, cache=opts.cache)
+    acc = family.metrics["held_out_greedy_acceptance"]
+    print(
+        f"target {family.metrics['target_params'] / 1e6:.1f}M params, draft {family.metrics['draft_params'] / 1e6:.2f}M "
+        f"params; held-out greedy draft acceptance per token {acc['alpha_token']:.2f}"
+    )
+    return family, heads
+
+
+def stage_specs(opts: DemoOptions, modes: tuple[str, ...]) -> dict[str, Path]:
+    """Copy the example specs to OUT/specs/, model paths made absolute links in the cache (tune edits the copy)."""
+    import yaml
+
+    out = Path(opts.out) / "specs"
+    out.mkdir(parents=True, exist_ok=True)
+    specs = {}
+    for mode in modes:
+        source = EXAMPLES / f"{mode}.yaml"
+        raw = yaml.safe_load(source.read_text())
+        for section, key in (("target", "model"), ("draft", "model"), ("medusa", "heads")):
+            if section in raw:
+                # the example names .cache/demo/<link>; the copy names the same link in opts.cache
+                raw[section][key] = str(Path(opts.cache).absolute() / Path(raw[section][key]).name)
+        dest = out / source.name
+        dest.write_text(
+            f"# Copied by `make demo` from {os.path.relpath(source, REPO_ROOT)}; tune --write edits this copy.\n"
+            + yaml.safe_dump(raw, sort_keys=False)
+        )
+        specs[mode] = dest.resolve()
+    return specs
+
+
+def stage_check_and_tune(spec: Path, prompts: Path, max_tokens: int) -> None:
+    run_cli("check", str(spec))
+    if has_command("tune"):
+        run_cli("tune", str(spec), "--prompts", str(prompts), "--max-tokens", str(max_tokens), "--write")
+    else:
+        print("(`specbuild tune` is not in this checkout yet: the spec keeps its settings)")
+
+
+def stage_compile(spec: Path, out: Path) -> Path:
+    """Reference engine for this CPU, and the TensorRT-LLM plan a GPU host would run."""
+    build = out / "reference"
+    run_cli("compile", str(spec), "--out", str(build), "--engine", "reference", "--force")
+    plan = out / "trtllm-plan"
+    run_cli("compile", str(spec), "--out", str(plan), "--engine", "trtllm", "--dry-run", "--force")
+    script = plan / "build.sh"
+    if script.is_file():
+        print(f"--- {_relative(str(script))} (what a GPU host with TensorRT-LLM 1.2.x runs) ---")
+        print(script.read_text().rstrip())
+        print("---")
+    return build
+
+
+def stage_repo(build: Path, out: Path) -> Path:
+    repo = out / "repo"
+    run_cli("repo", str(build), "--out", str(repo), "--backend", "python", "--force")
+    return repo
+
+
+@contextmanager
+def serving(repo: Path, log_file: Path) -> Iterator[str]:
+    """`specbuild serve REPO` in the background until the block ends; yields HOST:PORT (gRPC)."""
+    grpc, http, metrics = free_port(), free_port(), free_port()
+    argv = [specbuild_exe(), "serve", str(repo), "--grpc-port", str(grpc), "--http-port", str(http),
+            "--metrics-port", str(metrics), "--log-file", str(log_file)]  # fmt: skip
+    _console().print(f"[bold cyan]$ {_shown(argv)} &[/]")
+    proc = subprocess.Popen(argv, start_new_session=True, env=_env())
+    url = f"127.0.0.1:{grpc}"
+    try:
+        _wait_ready(proc, url, log_file)
+        yield url
+    finally:
+        _stop(proc)
+
+
+def _wait_ready(proc: subprocess.Popen, url: str, log_file: Path) -> None:
+    import tritonclient.grpc as grpcclient
+
+    deadline = time.time() + SERVER_READY_TIMEOUT_S
+    t0 = time.time()
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SpecbuildError(
+                "`specbuild serve` exited before the server was ready",
+                expected="a running tritonserver",
+                found=f"exit code {proc.returncode}",
+                fix=f"see its messages above and the log {log_file}",
+            )
+        try:
+            client = grpcclient.InferenceServerClient(url)
+            ready = client.is_server_ready()
+            client.close()
+            if ready:
+                print(f"server ready at {url} after {time.time() - t0:.0f}s")
+                return
+        except Exception:  # not listening yet
+            pass
+        time.sleep(1.0)
+    raise SpecbuildError(
+        "the server did not become ready in time",
+        expected=f"ready within {SERVER_READY_TIMEOUT_S:.0f}s",
+        found="not ready",
+        fix=f"see {log_file}",
+    )
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM (serve stops tritonserver and its stubs), then kill the whole session if it lingers."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    print(f"server stopped (exit code {proc.returncode})")
+
+
+def stage_generate(url: str, prompt: str, max_tokens: int) -> None:
+    print(f"prompt: {prompt!r}")
+    run_cli("generate", "--url", url, "--prompt", prompt, "--max-tokens", str(max_tokens), "--stream")
+
+
+def stage_bench(url: str, prompts: Path, out: Path, opts: DemoOptions, k: int | None) -> Path:
+    args = ["bench", "--url", url, "--prompts", str(prompts), "--concurrency", opts.concurrency,
+            "--temperature", opts.temperatures, "--max-tokens", str(opts.max_tokens), "--out", str(out)]  # fmt: skip
+    if k is not None:
+        args += ["--num-draft-tokens", str(k)]
+    run_cli(*args)
+    return out / "bench.json"
+
+
+def prompts_subset(family_prompts: Path, dest: Path, n: int, *, skip: int = 0) -> Path:
+    """The held-out prompts [skip, skip + n) as a JSONL file (tune and bench use different ones)."""
+    lines = [line for line in family_prompts.read_text().splitlines() if line.strip()][skip : skip + n]
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text("\n".join(lines) + "\n")
+    return dest
+
+
+def run_mode(mode: str, spec: Path, family, opts: DemoOptions, ledger: Ledger) -> Path | None:
+    """Compile, lay out, serve, generate and bench one mode; returns its bench.json (None if skipped)."""
+    from specbuild.core.spec import load_spec
+
+    out = (Path(opts.out) / mode).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    with ledger.stage(f"{mode}: compile"):
+        build = stage_compile(spec, out)
+    with ledger.stage(f"{mode}: model repository"):
+        repo = stage_repo(build, out)
+    prompts = prompts_subset(
+        family.prompts, out / "bench_prompts.jsonl", opts.bench_prompts, skip=opts.tune_prompts
+    )
+    first = json.loads(prompts.read_text().splitlines()[0])["prompt"]
+    k = load_spec(spec).speculation.max_draft_len if mode == "draft_target" else None
+    with ledger.stage(f"{mode}: serve, generate, bench"), serving(repo, out / "tritonserver.log") as url:
+        stage_generate(url, first, opts.max_tokens)
+        return stage_bench(url, prompts, out / "bench", opts, k)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specbuild.demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--out", type=Path, default=DemoOptions.out, help="output folder (default build/demo)"
+    )
+    parser.add_argument(
+        "--cache", type=Path, default=DemoOptions.cache, help="model cache (default .cache/demo)"
+    )
+    parser.add_argument(
+        "--concurrency", default=DemoOptions.concurrency, help="bench concurrency list (default 1,4)"
+    )
+    parser.add_argument(
+        "--temperature", default=DemoOptions.temperatures, help="bench temperatures (default 0)"
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, default=DemoOptions.max_tokens, help="tokens per request (default 64)"
+    )
+    parser.add_argument("--mode", choices=[*MODES, "both"], default="both", help="which deployment to run")
+    parser.add_argument(
+        "--micro", action="store_true", help="tiny untrained models: checks the pipeline in a minute"
+    )
+    args = parser.parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)  # our lines and the commands' output stay in order in a log
+    opts = DemoOptions(out=args.out, cache=args.cache, concurrency=args.concurrency, temperatures=args.temperature,
+                       max_tokens=args.max_tokens, modes=MODES if args.mode == "both" else (args.mode,), settings=MICRO if args.micro else DemoSettings())  # fmt: skip
+    import torch
+
+    torch.set_num_threads(cpu_count())
+    from specbuild.demo.report import print_summary
+
+    ledger = Ledger()
+    benches: dict[str, Path] = {}
+    family = None
+    try:
+        with ledger.stage("1. demo models (trained once, then cached)"):
+            family, heads = stage_models(opts)
+        modes = tuple(m for m in opts.modes if m != "medusa" or heads is not None)
+        with ledger.stage("2. check and tune the demo specs"):
+            specs = stage_specs(opts, modes)
+            tune_prompts = prompts_subset(
+                family.prompts, Path(opts.out) / "tune_prompts.jsonl", opts.tune_prompts
+            )
+            for mode in modes:
+                stage_check_and_tune(specs[mode], tune_prompts, opts.tune_max_tokens)
+        for mode in modes:
+            try:
+                bench = run_mode(mode, specs[mode], family, opts, ledger)
+                if bench is not None:
+                    benches[mode] = bench
+            except SpecbuildError as exc:
+                ledger.failures.append(f"{mode}: {exc.what}")
+                print(exc.message(), file=sys.stderr)
+    except SpecbuildError as exc:
+        ledger.failures.append(exc.what)
+        print(exc.message(), file=sys.stderr)
+    _rule("summary")
+    print_summary(benches, family_metrics=family.metrics if family else None, out=Path(opts.out), timings=ledger.timings,
+                  total_s=time.time() - ledger.started)  # fmt: skip
+    for failure in ledger.failures:
+        print(f"FAILED: {failure}", file=sys.stderr)
+    return 1 if ledger.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""GPU hosts: the commands that serve a repository with the TensorRT-LLM Triton container.
+
+Pure argv builders (no server is started; `specbuild serve REPO --print-launch` prints them):
+* `container_image(trtllm_version)`: `nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3`
+  whose TensorRT-LLM matches the engines (NGC compatibility matrix, triton.md §4.2);
+* `docker_argv(...)`: the container run line (host network, shm, memlock/stack ulimits, all
+  GPUs, every host folder the repository points at mounted at the same path, read-only);
+* `mpirun_argv(...)`: what tensorrtllm_backend's `scripts/launch_triton_server.py` runs
+  (triton.md §4.1), written out so it needs no script inside the container. Leader mode
+  (Medusa): one tritonserver per MPI rank, world size = target tp*pp, only rank 0 serves.
+  Orchestrator mode (draft/target, several TensorRT-LLM models): world size 1 with
+  `TRTLLM_ORCHESTRATOR=1`; the orchestrator spawns each model's workers (MPI_Comm_spawn).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specbuild.core.errors import ServerError
+
+IMAGE_REPO = "nvcr.io/nvidia/tritonserver"
+IMAGE_SUFFIX = "trtllm-python-py3"
+CONTAINER_TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
+SHM_SIZE = "2g"  # the Python backend (pre/post-processing, BLS) moves tensors through /dev/shm
+STACK_BYTES = 67108864  # ulimit stack the TensorRT-LLM containers are documented with
+
+# TensorRT-LLM version -> NGC Triton containers shipping it (newest last); triton.md §4.2.
+CONTAINERS: dict[str, tuple[str, ...]] = {
+    "0.9.0": ("24.04", "24.05"),
+    "0.10.0": ("24.06",),
+    "0.11.0": ("24.07",),
+    "0.12.0": ("24.08",),
+    "0.13.0": ("24.09",),
+    "0.14.0": ("24.10",),
+    "0.15.0": ("24.11",),
+    "0.16.0": ("24.12",),
+    "0.17.0": ("25.01",),
+    "0.17.0.post1": ("25.02",),
+    "0.18.0": ("25.03",),
+    "0.18.2": ("25.04",),
+    "0.19.0": ("25.05",),
+    "0.20.0": ("25.06", "25.07"),
+    "0.21.0": ("25.08",),
+    "1.0.0": ("25.09", "25.10"),
+    "1.0.3.2510": ("25.11",),
+    "1.1.0": ("25.12", "26.01", "26.02"),
+    "1.2.0": ("26.03",),
+    "1.2.1": ("26.04", "26.05", "26.06", "26.07"),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchLayout:
+    """What decides the launch: the engines' TensorRT-LLM version and their parallel layout."""
+
+    trtllm_version: str
+    mode: str  # draft_target | medusa
+    target_world_size: int = 1  # target tp * pp
+    draft_world_size: int = 1  # draft tp * pp (draft_target only)
+    num_gpus: int = 1  # GPUs the deployment uses (serving.num_gpus or the larger world size)
+
+    @property
+    def multi_model(self) -> bool:
+        """Draft and target are two TensorRT-LLM models: orchestrator mode (`--multi-model`)."""
+        return self.mode == "draft_target"
+
+    @property
+    def world_size(self) -> int:
+        """MPI ranks started by mpirun: 1 in orchestrator mode, the target's tp*pp in leader mode."""
+        return 1 if self.multi_model else self.target_world_size
+
+    @classmethod
+    def from_spec_dict(cls, spec: dict[str, Any]) -> LaunchLayout:
+        """From a resolved spec (`BuildSpec.to_dict()`, as the manifests record it)."""
+
+        def world(section: dict[str, Any] | None) -> int:
+            return int(section.get("tp_size", 1)) * int(section.get("pp_size", 1)) if section else 1
+
+        target, draft = world(spec.get("target")), world(spec.get("draft"))
+        gpus = (spec.get("serving") or {}).get("num_gpus") or max(target, draft)
+        return cls(
+            trtllm_version=str(spec["trtllm_version"]), mode=str(spec["mode"]),
+            target_world_size=target, draft_world_size=draft, num_gpus=int(gpus),
+        )
+
+
+def container_tags(trtllm_version: str) -> tuple[str, ...]:
+    if trtllm_version not in CONTAINERS:
+        raise ServerError(
+            f"no Triton TensorRT-LLM container is known for TensorRT-LLM {trtllm_version}",
+            expected="one of " + ", ".join(CONTAINERS),
+            found=trtllm_version,
+            fix="set trtllm_version in the spec to a released version (1.2.1 pairs with 26.04-26.07), or pass --container-tag",
+        )
+    return CONTAINERS[trtllm_version]
+
+
+def container_image(trtllm_version: str, *, tag: str | None = None) -> str:
+    """The image whose TensorRT-LLM built the engines (newest matching release unless `tag`)."""
+    return f"{IMAGE_REPO}:{tag or container_tags(trtllm_version)[-1]}-{IMAGE_SUFFIX}"
+
+
+def docker_argv(image: str, *, mounts: list[Path], env: dict[str, str]) -> list[str]:
+    """`docker run` up to and including the image; the server command follows it."""
+    argv = ["docker", "run", "--rm", "-it", "--net", "host", f"--shm-size={SHM_SIZE}",
+            "--ulimit", "memlock=-1", "--ulimit", f"stack={STACK_BYTES}", "--gpus", "all"]
+    for path in sorted({str(Path(p)) for p in mounts}):
+        argv += ["-v", f"{path}:{path}:ro"]  # same path inside: config.pbtxt paths stay valid
+    for key, value in sorted(env.items()):
+        argv += ["-e", f"{key}={value}"]
+    return argv + [image]
+
+
+def orchestrator_env(layout: LaunchLayout) -> dict[str, str]:
+    """Env of `--multi-model` (orchestrator spawns the workers itself: SPAWN_PROCESSES=1)."""
+    if not layout.multi_model:
+        return {}
+    return {"TRTLLM_ORCHESTRATOR": "1", "TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES": "1"}
+
+
+def mpirun_argv(
+    layout: LaunchLayout, repo: Path, *, host: str = "127.0.0.1", grpc_port: int = 8001, http_port: int = 8000,
+    metrics_port: int = 8002, log_file: str | None = None, trtllm_models: tuple[str, ...] = ("tensorrt_llm",),
+) -> list[str]:
+    """The MPI launch of tritonserver inside the container (launch_triton_server.py's command)."""
+    argv = ["mpirun", "--allow-run-as-root"]
+    for rank in range(layout.world_size):
+        if rank:
+            argv.append(":")
+        argv += ["-n", "1", CONTAINER_TRITONSERVER, f"--model-repository={repo}",
+                 f"--grpc-address={host}", f"--grpc-port={grpc_port}", f"--http-address={host}",
+                 f"--http-port={http_port}", f"--metrics-address={host}", f"--metrics-port={metrics_port}"]
+        if log_file and rank == 0:
+            argv += ["--log-verbose=3", f"--log-file={log_file}"]
+        if rank:  # workers load only the TensorRT-LLM models; rank 0 serves the rest
+            argv += ["--model-control-mode=explicit"] + [f"--load-model={m}" for m in trtllm_models]
+        if layout.multi_model:  # orchestrator: no CUDA pools in the server process, workers own the GPUs
+            argv += ["--pinned-memory-pool-byte-size=0", "--enable-peer-access=false"]
+            argv += [f"--cuda-memory-pool-byte-size={gpu}:0" for gpu in range(layout.num_gpus)]
+        argv += ["--disable-auto-complete-config", f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
+    return argv
+
+
+def repo_mounts(repo: Path) -> list[Path]:
+    """The repository and every absolute folder its configs point at (engines, tokenizer)."""
+    mounts = [Path(repo).resolve()]
+    for config in sorted(Path(repo).glob("*/config.pbtxt")):
+        for line in config.read_text().splitlines():
+            line = line.strip()
+            if line.startswith("string_value:"):
+                value = line.split(":", 1)[1].strip().strip('"')
+                if value.startswith("/"):
+                    mounts.append(Path(value))
+    return mounts
+
+
+def read_layout(repo: Path) -> LaunchLayout:
+    """The layout recorded in the repository's specbuild.json (its resolved spec)."""
+    import json
+
+    manifest = Path(repo) / "specbuild.json"
+    try:
+        data = json.loads(manifest.read_text())
+        return LaunchLayout.from_spec_dict(data["spec"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ServerError(
+            f"cannot read the deployment layout of {repo}",
+            expected=f"{manifest} with the resolved build spec under \"spec\" (written by `specbuild repo`)",
+            found=f"{type(exc).__name__}: {exc}",
+            fix="generate the repository with `specbuild repo BUILD_DIR OUT`",
+        ) from None
+
+
+def launch_commands(repo: Path, *, tag: str | None = None, **server: Any) -> list[list[str]]:
+    """[docker run ... image mpirun ...] for `repo`: one argv, ready for shlex.join."""
+    layout = read_layout(repo)
+    image = container_image(layout.trtllm_version, tag=tag)
+    run = docker_argv(image, mounts=repo_mounts(repo), env=orchestrator_env(layout))
+    return [run + mpirun_argv(layout, Path(repo).resolve(), **server)]
+
+
+def format_commands(commands: list[list[str]]) -> str:
+    return "\n".join(shlex.join(argv) for argv in commands)

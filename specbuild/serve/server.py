@@ -1,0 +1,309 @@
+"""Run the bundled tritonserver on a model repository: start, wait until every model is ready, stop.
+
+`TritonServer` is a context manager; it never leaves a server behind: the server runs in its own
+process group (the Python-backend stubs are its children, so they are in it too), which is sent
+SIGTERM then SIGKILL on stop, on interpreter exit (atexit), and the kernel kills the server if
+the starting process dies first (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from specbuild.core.errors import ServerError
+from specbuild.serve.bundle import TritonBundle, check_libpython, find_bundle
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_GRPC_PORT = 8001
+DEFAULT_HTTP_PORT = 8000
+DEFAULT_METRICS_PORT = 8002
+READY_TIMEOUT_S = 300.0  # model loading of the reference engines takes seconds; bigger models longer
+EXIT_TIMEOUT_S = 5  # tritonserver --exit-timeout-secs: grace for in-flight requests on stop
+
+# Log lines of a CPU host that are not errors of ours (no CUDA driver, no NVML / DCGM).
+_HARMLESS = ("CudaDriverHelper", "NVML", "DCGM", "pinned memory pool", "CUDA memory pool")
+_ERROR_LINE = re.compile(r"^E\d{4} |failed to load|UNAVAILABLE|Error|error:|Traceback|Exception", re.IGNORECASE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerOptions:
+    """Where the server listens and what it does with its log."""
+
+    host: str = DEFAULT_HOST  # every endpoint binds here; loopback unless the user asks otherwise
+    grpc_port: int = DEFAULT_GRPC_PORT
+    http_port: int = DEFAULT_HTTP_PORT
+    metrics_port: int = DEFAULT_METRICS_PORT
+    log_file: Path | None = None  # None: a new file in the temp folder (its path is in .log_path)
+    log_verbose: int = 0  # tritonserver --log-verbose level
+    ready_timeout_s: float = READY_TIMEOUT_S
+    exit_timeout_s: int = EXIT_TIMEOUT_S
+
+    @property
+    def ports(self) -> dict[str, int]:
+        return {"grpc": self.grpc_port, "http": self.http_port, "metrics": self.metrics_port}
+
+
+def free_port(host: str = DEFAULT_HOST) -> int:
+    """A port the OS reports free right now (tests use it for loopback servers)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def check_ports_free(options: ServerOptions) -> None:
+    """Refuse a busy or repeated port before starting, naming the option that picks it."""
+    seen: dict[int, str] = {}
+    for name, port in options.ports.items():
+        if port in seen:
+            raise ServerError(
+                f"--{name}-port and --{seen[port]}-port are both {port}",
+                expected="three different ports (grpc, http, metrics)",
+                found=str(port),
+                fix=f"pass another --{name}-port",
+            )
+        seen[port] = name
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((options.host, port))
+            except OSError as exc:
+                raise ServerError(
+                    f"the {name} port {options.host}:{port} is busy",
+                    expected="a free port",
+                    found=f"{exc.strerror} (another server, maybe an earlier tritonserver, is listening)",
+                    fix=f"stop that process or pass --{name}-port with a free port",
+                ) from None
+
+
+def server_argv(binary: Path, backend_dir: Path, repo: Path, options: ServerOptions) -> list[str]:
+    """The tritonserver command line (pure; tested argv-exact)."""
+    host = options.host
+    return [
+        str(binary),
+        f"--model-repository={repo}",
+        f"--backend-directory={backend_dir}",
+        f"--grpc-address={host}",
+        f"--grpc-port={options.grpc_port}",
+        f"--http-address={host}",
+        f"--http-port={options.http_port}",
+        f"--metrics-address={host}",
+        f"--metrics-port={options.metrics_port}",
+        f"--exit-timeout-secs={options.exit_timeout_s}",
+        f"--log-verbose={options.log_verbose}",
+    ]
+
+
+def repo_models(repo: Path) -> list[str]:
+    """Model names of a repository: its sub-folders with a config.pbtxt."""
+    return sorted(p.parent.name for p in repo.glob("*/config.pbtxt"))
+
+
+def important_log_lines(log: str, limit: int = 25) -> list[str]:
+    """The lines of a server log that explain a failure (errors, load failures, Python tracebacks)."""
+    lines = [line for line in log.splitlines() if _ERROR_LINE.search(line) and not any(h in line for h in _HARMLESS)]
+    return lines[-limit:]
+
+
+def _set_pdeathsig() -> None:  # runs in the child between fork and exec
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except OSError:
+        pass
+
+
+class TritonServer:
+    """A running tritonserver for one repository. Use as `with TritonServer(repo, opts) as srv:`."""
+
+    def __init__(self, repo: Path, options: ServerOptions | None = None, *, bundle: TritonBundle | None = None):
+        self.repo = Path(repo).resolve()
+        self.options = options or ServerOptions()
+        self._bundle = bundle
+        self._proc: subprocess.Popen | None = None
+        self._workdir: tempfile.TemporaryDirectory | None = None
+        self._models: list[str] = []
+        self.log_path: Path | None = None
+
+    # ---- addresses -------------------------------------------------------------------------
+    @property
+    def grpc_url(self) -> str:
+        return f"{self.options.host}:{self.options.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.options.host}:{self.options.http_port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def log_text(self) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return self.log_path.read_text(errors="replace")
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def start(self, *, on_progress: Callable[[int, int], None] | None = None) -> TritonServer:
+        """Start the server and block until every model of the repository is READY."""
+        self.launch()
+        return self.wait_ready(on_progress=on_progress)
+
+    def launch(self) -> TritonServer:
+        """Start the server process without waiting (call from the main thread: the process dies with
+        the thread that started it). `wait_ready()` completes the start."""
+        self._models = repo_models(self.repo)
+        if not self._models:
+            raise ServerError(
+                f"{self.repo} is not a Triton model repository",
+                expected="sub-folders with a config.pbtxt (ensemble/, preprocessing/, tensorrt_llm/, ...)",
+                found="none",
+                fix="generate one with `specbuild repo BUILD_DIR OUT --backend python`",
+            )
+        gpu_only = [m for m in self._models if 'backend: "tensorrtllm"' in (self.repo / m / "config.pbtxt").read_text()]
+        if gpu_only:
+            raise ServerError(
+                f"{self.repo} is a production repository: {', '.join(gpu_only)} use the TensorRT-LLM C++ backend",
+                expected='a local repository (backend: "python") for the bundled CPU tritonserver',
+                found='backend: "tensorrtllm"',
+                fix="on a GPU host run the container (`specbuild serve REPO --print-launch`); locally generate "
+                    "`specbuild repo BUILD_DIR OUT --backend python`",
+            )
+        check_ports_free(self.options)
+        bundle = self._bundle or find_bundle()
+        self._workdir = tempfile.TemporaryDirectory(prefix="specbuild-triton-")
+        work = Path(self._workdir.name)
+        backend_dir = bundle.make_backend_dir(work / "backends")
+        env = bundle.env()
+        check_libpython(bundle, env)
+        if self.options.log_file:
+            self.log_path = Path(self.options.log_file)
+        else:  # outside the work folder: the log stays readable after stop()
+            fd, name = tempfile.mkstemp(prefix="specbuild-tritonserver-", suffix=".log")
+            os.close(fd)
+            self.log_path = Path(name)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        argv = server_argv(bundle.binary, backend_dir, self.repo, self.options)
+        with open(self.log_path, "wb") as log:
+            self._proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                cwd=work, start_new_session=True, preexec_fn=_set_pdeathsig,
+            )
+        atexit.register(self.stop)
+        return self
+
+    def wait_ready(self, *, on_progress: Callable[[int, int], None] | None = None) -> TritonServer:
+        """Block until every model is READY; on failure stop the server and raise ServerError."""
+        try:
+            self._wait_ready(self._models, on_progress)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self, models: list[str], on_progress: Callable[[int, int], None] | None) -> None:
+        deadline = time.monotonic() + self.options.ready_timeout_s
+        while True:
+            if self._proc.poll() is not None:
+                raise self._died("while loading the models")
+            states = self.model_states()
+            ready = sum(states.get(m, ("", ""))[0] == "READY" for m in models)
+            if on_progress:
+                on_progress(ready, len(models))
+            if ready == len(models) and self._http_ok("/v2/health/ready"):
+                return
+            if time.monotonic() > deadline:
+                waiting = [m for m in models if states.get(m, ("",))[0] != "READY"]
+                raise ServerError(
+                    f"models not ready after {self.options.ready_timeout_s:.0f} s: {', '.join(waiting)}",
+                    expected="every model READY",
+                    found="\n    ".join(important_log_lines(self.log_text())) or "no error in the log",
+                    fix=f"read the whole log: {self.log_path}",
+                )
+            time.sleep(0.25)
+
+    def _died(self, when: str) -> ServerError:
+        code = self._proc.returncode if self._proc else None
+        lines = important_log_lines(self.log_text())
+        return ServerError(
+            f"tritonserver exited (code {code}) {when}",
+            expected="a running server with every model READY",
+            found="\n    " + "\n    ".join(lines) if lines else "no error lines in the log",
+            fix=f"fix the model the log names and retry; whole log: {self.log_path}",
+        )
+
+    def _http_ok(self, path: str) -> bool:
+        try:
+            with urllib.request.urlopen(self.http_url + path, timeout=2) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def model_states(self) -> dict[str, tuple[str, str]]:
+        """name -> (state, reason) from the repository index (empty while the server is starting)."""
+        req = urllib.request.Request(self.http_url + "/v2/repository/index", data=b"{}", method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=2) as resp:
+                index = json.loads(resp.read())
+        except (urllib.error.URLError, OSError, ValueError):
+            return {}
+        return {m["name"]: (m.get("state", ""), m.get("reason", "")) for m in index}
+
+    def check_alive(self) -> None:
+        if self._proc is None or self._proc.poll() is not None:
+            raise self._died("while serving")
+
+    def wait(self) -> int:
+        """Block until the server exits by itself; return its exit code."""
+        return self._proc.wait() if self._proc else 0
+
+    def stop(self) -> None:
+        """SIGTERM the process group, SIGKILL what is left after the exit timeout; idempotent."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            self._stop_group(proc)
+        if self._workdir is not None:
+            self._workdir.cleanup()
+            self._workdir = None
+        atexit.unregister(self.stop)
+
+    def _stop_group(self, proc: subprocess.Popen) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=self.options.exit_timeout_s + 5)
+        except subprocess.TimeoutExpired:
+            pass
+        try:  # the stubs too, even if the server itself already exited
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+    def kill(self) -> None:
+        """Kill the server at once (tests: a server dying mid-request)."""
+        if self._proc is not None:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+
+    def __enter__(self) -> TritonServer:
+        if self._proc is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

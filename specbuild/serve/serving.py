@@ -1,0 +1,69 @@
+"""`specbuild serve`: start the server with a progress bar, follow its log, stop on Ctrl-C / SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import TextIO
+
+from specbuild.serve.server import ServerOptions, TritonServer
+
+POLL_S = 0.5
+
+
+def _follow(path: Path, out: TextIO, stop: threading.Event, start_at: int) -> None:
+    """Copy lines appended to `path` after byte `start_at` to `out` until `stop` is set."""
+    with open(path, errors="replace") as log:
+        log.seek(start_at)
+        while not stop.is_set():
+            line = log.readline()
+            if line:
+                out.write(line)
+                out.flush()
+            else:
+                time.sleep(0.2)
+
+
+def run_server(repo: Path, options: ServerOptions, *, console, log_stream: TextIO | None) -> int:
+    """Serve until interrupted (returns 0) or until the server dies (raises ServerError)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    def on_term(signum, frame):  # SIGTERM -> the same clean shutdown as Ctrl-C
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    server = TritonServer(repo, options)
+    stop_follow = threading.Event()
+    try:
+        with Progress(SpinnerColumn(), TextColumn("loading models"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, transient=True) as progress:
+            task = progress.add_task("models", total=None)
+            server.start(on_progress=lambda ready, total: progress.update(task, completed=ready, total=total))
+        models = ", ".join(sorted(server.model_states()))
+        console.print(f"[green]ready[/]: {models}")
+        console.print(f"  gRPC    {server.grpc_url}\n  HTTP    {server.http_url}\n"
+                      f"  metrics http://{options.host}:{options.metrics_port}/metrics")
+        console.print(f"  log     {server.log_path}")
+        console.print("Ctrl-C stops the server.")
+        if log_stream is not None:
+            size = server.log_path.stat().st_size
+            threading.Thread(target=_follow, args=(server.log_path, log_stream, stop_follow, size), daemon=True).start()
+        while True:
+            server.check_alive()  # a crash is a ServerError with the log lines that matter
+            time.sleep(POLL_S)
+    except KeyboardInterrupt:
+        console.print("stopping tritonserver ...")
+        return 0
+    finally:
+        stop_follow.set()
+        server.stop()
+        signal.signal(signal.SIGTERM, previous)
