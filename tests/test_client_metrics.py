@@ -61,8 +61,11 @@ def test_run_summary_and_speedups():
     assert spec.metrics["acceptance_rate"] == pytest.approx(0.5)
     assert spec.metrics["mean_accepted_tokens_per_pass"] == pytest.approx(80 / 32)
     assert spec.metrics["speedup_measured"] == pytest.approx(2.0)
-    # alpha 0.5, K 3: (1 - 0.5^4) / 0.5 = 1.875 tokens per pass, / (3 * 0.1 + 1)
-    assert spec.metrics["speedup_predicted"] == pytest.approx(1.875 / 1.3)
+    # rounds accepting 1, 2, 3, 0 of K = 3 test 2, 3, 3, 1 positions: alpha = 6 / 9 (core/theory.py),
+    # then (1 - alpha^4) / (1 - alpha) tokens per pass / (3 * 0.1 + 1)
+    alpha = 6 / 9
+    assert spec.metrics["alpha"] == pytest.approx(alpha)
+    assert spec.metrics["speedup_predicted"] == pytest.approx((1 - alpha**4) / (1 - alpha) / 1.3)
     assert "acceptance_rate" not in base.metrics and "speedup_measured" not in base.metrics
 
 

@@ -9,10 +9,11 @@ import pytest
 
 from specbuild.client.bench import default_prompts_file, load_prompts
 from specbuild.client.remote import generate_remote, normalize_url
-from specbuild.client.request import BLS, ENSEMBLE, build_inputs
+from specbuild.client.request import build_inputs
 from specbuild.core.errors import ClientError
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.model_repo import tensors
+from specbuild.model_repo.tensors import BLS, ENSEMBLE
 from specbuild.serve.server import free_port
 
 BLS_INPUTS = set(tensors.interface(BLS).input_names)

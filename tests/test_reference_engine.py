@@ -8,6 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from specbuild.core.methods import Method  # noqa: E402
 from specbuild.core.sampling_params import SamplingParams  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -50,7 +51,7 @@ def test_load_build_folder_engine_folder_and_checkpoint(dt_build, dt_engine):
     from specbuild.engines.reference.engine import ReferenceEngine
 
     engine = dt_engine
-    assert engine.mode == "draft_target" and engine.num_draft_tokens == 3
+    assert engine.method == Method.DRAFT_TARGET and engine.num_draft_tokens == 3  # from the build manifest
     assert engine.target.cfg.tp_size == 2 and engine.tokenizer_dir is not None
     prompt = engine.encode("def add(a, b):")
     spec = engine.generate(prompt, SamplingParams(max_tokens=12))
@@ -62,7 +63,7 @@ def test_load_build_folder_engine_folder_and_checkpoint(dt_build, dt_engine):
     roles = json.loads((dt_build / "specbuild.json").read_text())["roles"]
     for sub in (roles["target"]["engine"], roles["target"]["checkpoint"]):
         alone = ReferenceEngine.load(dt_build / sub)
-        assert alone.mode is None and alone.tokenizer_dir is not None  # found via the manifests
+        assert alone.method is None and alone.tokenizer_dir is not None  # found via the manifests
         assert alone.generate(prompt, SamplingParams(max_tokens=12)).token_ids == plain.token_ids
 
 
@@ -133,7 +134,7 @@ build: {{max_batch_size: 2, max_input_len: 64, max_seq_len: 128}}
 """)
     build = compile_spec(spec, tmp_path / "out", engine="reference")
     engine = ReferenceEngine.load(build)
-    assert engine.mode == "medusa" and engine.tree.num_nodes == 3
+    assert engine.method == Method.MEDUSA and engine.speculator.tree.num_nodes == 3
     prompt = engine.encode("Once upon a time")
     med = engine.generate(prompt, SamplingParams(max_tokens=10))
     assert med.token_ids == engine.generate(prompt, SamplingParams(max_tokens=10), speculative=False).token_ids

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from specbuild.core.methods import Method
 from specbuild.model_repo import tensors as T
 from specbuild.model_repo.configs import EngineModel, RepoLayout, all_configs, to_text
 
 CONTRACT = json.loads((Path(__file__).parent / "data" / "triton_backend_contract.json").read_text())["models"]
 # Parameters specbuild adds to the BLS (the upstream BLS ignores keys it does not know).
-SPECBUILD_BLS_PARAMETERS = {"tensorrt_llm_decoupled", "default_num_draft_tokens", "default_use_draft_logits"}
+SPECBUILD_BLS_PARAMETERS = {"tensorrt_llm_decoupled", "default_num_draft_tokens", "default_use_draft_logits",
+                            "speculation_method", "bls_drafter"}
 
 
 def layout(*, version="1.2.1", medusa=False) -> RepoLayout:
@@ -22,7 +24,7 @@ def layout(*, version="1.2.1", medusa=False) -> RepoLayout:
                            gpu_device_ids=(0, 1), decoding_mode="medusa" if medusa else "top_k_top_p",
                            enable_kv_cache_reuse=not medusa, medusa_choices="{0}, {0, 0}" if medusa else None)
 
-    return RepoLayout(mode="medusa" if medusa else "draft_target", backend="tensorrtllm", trtllm_version=version,
+    return RepoLayout(mode=Method.MEDUSA if medusa else Method.DRAFT_TARGET, backend="tensorrtllm", trtllm_version=version,
                       max_batch_size=8, tokenizer_dir="/tok", target=engine("tensorrt_llm", medusa),
                       draft=None if medusa else engine("tensorrt_llm_draft", False), default_num_draft_tokens=4)
 

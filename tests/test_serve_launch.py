@@ -7,6 +7,7 @@ import json
 import pytest
 
 from specbuild.core.errors import ServerError
+from specbuild.core.methods import Method
 from specbuild.serve.launch import (
     LaunchLayout,
     container_image,
@@ -75,7 +76,14 @@ def test_layout_from_spec_dict():
     spec = {"trtllm_version": "1.2.1", "mode": "draft_target", "target": {"tp_size": 2, "pp_size": 2},
             "draft": {"tp_size": 1, "pp_size": 1}, "serving": {"num_gpus": None}}
     assert LaunchLayout.from_spec_dict(spec) == LaunchLayout(
-        trtllm_version="1.2.1", mode="draft_target", target_world_size=4, draft_world_size=1, num_gpus=4)
+        trtllm_version="1.2.1", mode=Method.DRAFT_TARGET, target_world_size=4, draft_world_size=1, num_gpus=4)
+
+
+def write_repo_manifest(repo, spec):
+    """The fields `specbuild repo` records that the launch reads (its resolved spec), the rest minimal."""
+    (repo / "specbuild.json").write_text(json.dumps({
+        "kind": "model_repo", "backend": "tensorrtllm", "mode": spec["mode"], "trtllm_version": spec["trtllm_version"],
+        "build_dir": "/engines", "models": [], "layout": {}, "spec": spec}))
 
 
 def test_launch_commands_from_a_repository(tmp_path):
@@ -83,8 +91,8 @@ def test_launch_commands_from_a_repository(tmp_path):
     (repo / "tensorrt_llm").mkdir(parents=True)
     (repo / "tensorrt_llm" / "config.pbtxt").write_text(
         'parameters {\n  key: "gpt_model_path"\n  value {\n    string_value: "/engines/target"\n  }\n}\n')
-    (repo / "specbuild.json").write_text(json.dumps({"kind": "model_repo", "spec": {
-        "trtllm_version": "1.2.1", "mode": "medusa", "target": {"tp_size": 1, "pp_size": 1}, "draft": None}}))
+    write_repo_manifest(repo, {"trtllm_version": "1.2.1", "mode": "medusa", "target": {"tp_size": 1, "pp_size": 1},
+                               "draft": None})
     assert repo_mounts(repo) == [repo.resolve(), __import__("pathlib").Path("/engines/target")]
     [argv] = launch_commands(repo)
     image = argv.index("nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3")
@@ -105,9 +113,8 @@ def test_serve_print_launch_cli(tmp_path):
     repo = tmp_path / "repo"
     (repo / "tensorrt_llm").mkdir(parents=True)
     (repo / "tensorrt_llm" / "config.pbtxt").write_text('name: "tensorrt_llm"\n')
-    (repo / "specbuild.json").write_text(json.dumps({"kind": "model_repo", "spec": {
-        "trtllm_version": "1.2.1", "mode": "draft_target", "target": {"tp_size": 1, "pp_size": 1},
-        "draft": {"tp_size": 1, "pp_size": 1}}}))
+    write_repo_manifest(repo, {"trtllm_version": "1.2.1", "mode": "draft_target", "target": {"tp_size": 1, "pp_size": 1},
+                               "draft": {"tp_size": 1, "pp_size": 1}})
     result = CliRunner().invoke(app, ["serve", str(repo), "--print-launch", "--container-tag", "26.05",
                                       "--grpc-port", "9001"])
     assert result.exit_code == 0, result.output

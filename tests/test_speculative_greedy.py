@@ -15,6 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from specbuild.core.methods import Method  # noqa: E402
 from specbuild.core.sampling_params import SamplingParams  # noqa: E402
 
 PROMPTS = [[5, 17, 99, 3, 44, 12], [7, 7, 8], [200, 31, 64, 90, 11, 2, 150, 42, 77, 19]]
@@ -56,7 +57,7 @@ def baseline(models):
 def _engine(models, which):
     from specbuild.engines.reference.engine import ReferenceEngine
 
-    return ReferenceEngine(models[0], draft=models[1] if which == "near" else models[2])
+    return ReferenceEngine(models[0], draft=models[1] if which == "near" else models[2], method=Method.DRAFT_TARGET)
 
 
 @pytest.mark.parametrize("k", range(1, 9))
@@ -121,7 +122,7 @@ def test_sampling_is_seeded_and_self_draft_accepts_all(models):
     a = engine.generate(PROMPTS[0], params, num_draft_tokens=4).token_ids
     b = engine.generate(PROMPTS[0], params, num_draft_tokens=4).token_ids
     assert a == b and len(a) == MAX_TOKENS
-    same = ReferenceEngine(models[0], draft=models[0]).generate(PROMPTS[0], params, num_draft_tokens=4)
+    same = ReferenceEngine(models[0], draft=models[0], method=Method.DRAFT_TARGET).generate(PROMPTS[0], params, num_draft_tokens=4)
     assert same.stats.acceptance_rate == 1.0  # identical distributions: every draft accepted
 
 
@@ -187,9 +188,9 @@ def test_medusa_heads_load_and_compute(medusa_ckpt):
 
     ckpt, tensors = medusa_ckpt
     engine = ReferenceEngine.load(ckpt)
-    assert engine.mode == "medusa"
+    assert engine.method == Method.MEDUSA  # the checkpoint declares MedusaForCausalLM
     x = torch.randn(engine.target.cfg.hidden_size)
-    got = engine.heads.logits(x)  # [nH,V]
+    got = engine.speculator.heads.logits(x)  # [nH,V]
     for i in range(NUM_HEADS):
         y = x + torch.nn.functional.silu(tensors[f"{i}.0.linear.weight"] @ x + tensors[f"{i}.0.linear.bias"])
         assert (got[i] - tensors[f"{i}.1.weight"] @ y).abs().max() < 1e-4
@@ -201,7 +202,7 @@ def _medusa_engine(ckpt, tree):
     from specbuild.engines.reference.loader import load_weights
     from specbuild.engines.reference.model import LlamaModel
 
-    return ReferenceEngine(LlamaModel(load_weights(ckpt)), medusa_choices=tree)
+    return ReferenceEngine(LlamaModel(load_weights(ckpt)), method=Method.MEDUSA, medusa_choices=tree)
 
 
 TREES = ["chain_3", [[0], [1], [2], [0, 0], [1, 0], [0, 1]], "mc_sim_7b_61"]
@@ -238,7 +239,7 @@ def test_medusa_oracle_heads_accept_long_paths(medusa_ckpt, baseline):
     tree = [[0], [1], [0, 0], [0, 1], [1, 0], [0, 1, 0], [0, 0, 0]]
     engine = _medusa_engine(medusa_ckpt[0], tree)
     for prompt, want in zip(PROMPTS, baseline, strict=True):
-        engine.heads = OracleHeads(engine.target, prompt + want, NUM_HEADS)
+        engine.speculator.heads = OracleHeads(engine.target, prompt + want, NUM_HEADS)
         result = engine.generate(prompt, SamplingParams(max_tokens=MAX_TOKENS))
         assert result.token_ids == want
         assert result.stats.mean_accepted_per_step > 3.0  # path [0, 1, 0]: 3 drafts + 1 per pass

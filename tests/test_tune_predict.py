@@ -7,15 +7,15 @@ import itertools
 import pytest
 
 from specbuild.core.medusa_choices import MedusaChoices
+from specbuild.core.theory import speedup as predicted_speedup
+from specbuild.core.theory import tokens_per_pass_chain as chain_tokens_per_pass
+from specbuild.core.theory import tokens_per_pass_iid as iid_tokens_per_pass
 from specbuild.tuning.predict import (
     accepted_lengths,
-    chain_tokens_per_pass,
     choose_k,
     conditional_depth_probs,
     grow_tree,
-    iid_tokens_per_pass,
     k_table,
-    predicted_speedup,
     tree_tokens_per_pass,
 )
 

@@ -32,6 +32,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from specbuild.core import theory
+from specbuild.core.methods import Method
+
 DEFAULT_KS = "1,2,4,6"
 DEFAULT_PROMPTS = 8
 DEFAULT_MAX_TOKENS = 64
@@ -44,7 +47,7 @@ class Row:
     mode: str  # draft_target | medusa
     k: int  # draft tokens per step (Medusa: tree depth)
     rate: float  # accepted / drafted (TensorRT-LLM's acceptance_rate)
-    alpha: float  # per-token conditional acceptance (conditional_alpha), used in the prediction
+    alpha: float  # per-token acceptance of the i.i.d. model (core/theory.py alpha), used in the prediction
     c: float
     predicted: float
     measured: float
@@ -61,24 +64,6 @@ class Row:
     @property
     def ratio(self) -> float:
         return self.measured / self.predicted if self.predicted else 0.0
-
-
-def conditional_alpha(stats) -> float:
-    """Per-token acceptance alpha of the i.i.d. model: accepted / positions actually tested.
-
-    Position i of a round is tested only if positions 0..i-1 were accepted, so
-    accepted / drafted (TensorRT-LLM's acceptance_rate) undercounts alpha for K > 1; this is the
-    maximum-likelihood alpha of a geometric acceptance length.
-    """
-    acc, drafted = stats.accepted_per_position, stats.drafted_per_position
-    tested = sum(min(acc[i - 1], drafted[i]) if i else drafted[0] for i in range(len(drafted)))
-    return sum(acc) / tested if tested else 0.0
-
-
-def predicted_speedup(alpha: float, k: int, c: float) -> float:
-    """Expected wall-time speedup with i.i.d. acceptance alpha, K drafts and cost ratio c."""
-    tokens = float(k + 1) if alpha >= 1.0 else (1 - alpha ** (k + 1)) / (1 - alpha)
-    return tokens / (k * c + 1)
 
 
 def _loadable(path: Path, work: Path, name: str, *, medusa: Path | None = None) -> Path:
@@ -137,13 +122,13 @@ def bench(target: Path, *, draft: Path | None, medusa: Path | None, prompts: lis
             t_draft, n_draft, _ = _run(d, ids, params, speculative=False)
             c = (t_draft / n_draft) / (t_base / n_base)
             log(f"draft alone: {n_draft / t_draft:.1f} tok/s -> c = {c:.3f}")
-            pair = ReferenceEngine(base.target, draft=d.target, tokenizer_dir=base.tokenizer_dir)
+            pair = ReferenceEngine(base.target, draft=d.target, method=Method.DRAFT_TARGET, tokenizer_dir=base.tokenizer_dir)
             for k in ks:
                 secs, n, stats = _run(pair, ids, params, num_draft_tokens=k)
                 rows.append(_row("draft_target", k, stats, c, n / secs, base_tps, verify_cost(base.target, ids[0], k + 1)))
         if medusa is not None:
             m = ReferenceEngine.load(_loadable(target, work, "medusa", medusa=medusa), medusa_choices=tree)
-            heads: MedusaHeads = m.heads
+            heads: MedusaHeads = m.speculator.heads
             hidden = m.target.forward(__import__("torch").tensor([ids[0]]), m.target.new_cache(1, len(ids[0])))[0, -1]
             reps = 50
             start = _clock()
@@ -151,15 +136,15 @@ def bench(target: Path, *, draft: Path | None, medusa: Path | None, prompts: lis
                 heads.logits(hidden)
             c = ((_clock() - start) / reps) / (t_base / n_base)
             secs, n, stats = _run(m, ids, params)
-            tree = m.tree
+            tree = m.speculator.tree
             v = verify_cost(m.target, ids[0], tree.num_nodes + 1, new_mask=tree.attention_mask, depths=tree.position_offsets)
             rows.append(_row("medusa", tree.depth, stats, c, n / secs, base_tps, v))
     return rows
 
 
 def _row(mode, k, stats, c, tps, base_tps, v) -> Row:
-    alpha = conditional_alpha(stats)
-    return Row(mode=mode, k=k, rate=stats.acceptance_rate, alpha=alpha, c=c, predicted=predicted_speedup(alpha, k, c),
+    alpha = theory.alpha(stats.accepted_per_position, stats.drafted_per_position)
+    return Row(mode=mode, k=k, rate=stats.acceptance_rate, alpha=alpha, c=c, predicted=theory.predicted_speedup(alpha, k, c),
                measured=tps / base_tps, tokens_per_s=tps, baseline_tokens_per_s=base_tps, tokens_per_pass=stats.mean_accepted_per_step,
                verify_cost=v)
 

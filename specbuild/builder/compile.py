@@ -16,7 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from specbuild.core.artifacts import RoleRecord
 from specbuild.core.errors import BuildError
+from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 
 ENGINES = ("reference", "trtllm")
 LOG_TAIL_LINES = 40
@@ -39,7 +41,7 @@ def compile_spec(
     from specbuild.engines.trtllm.convert import convert_checkpoint
     from specbuild.engines.trtllm.engine_dir import write_reference_engine
     from specbuild.engines.trtllm.medusa import MedusaHeadsSource
-    from specbuild.engines.trtllm.plan import build_plan, build_script, plan_json, speculation
+    from specbuild.engines.trtllm.plan import build_plan, build_script, plan_json, role_of
 
     if engine not in ENGINES:
         raise BuildError(f"unknown engine {engine!r}", expected=" | ".join(ENGINES), found=engine, fix="use --engine reference or --engine trtllm")
@@ -54,9 +56,11 @@ def compile_spec(
         for p in plans:
             section = _section(spec, p.role)
             medusa = None
-            if spec.mode == "medusa" and p.role == "target":
-                heads = resolve_model(spec.medusa.heads, base=spec.base_dir, what="medusa.heads")
-                medusa = MedusaHeadsSource(heads, num_heads=spec.medusa.num_heads, num_layers=spec.medusa.num_layers, max_draft_len=speculation(spec, "target")[1])
+            role = role_of(spec, p.role)
+            if role.heads is not None:  # heads converted into this engine's checkpoint
+                heads = resolve_model(role.heads.heads, base=spec.base_dir, what="medusa.heads")
+                medusa = MedusaHeadsSource(heads, num_heads=role.heads.num_heads, num_layers=role.heads.num_layers,
+                                           max_draft_len=role.max_draft_len)
             label = f"convert {p.role}"
             convert_checkpoint(
                 models[p.role], tmp / p.checkpoint_dir, dtype=spec.dtype, tp_size=section.tp_size, pp_size=section.pp_size,
@@ -104,16 +108,12 @@ def _section(spec, role: str):
 
 def _role_record(spec, plan, hf_dir: Path, built: bool) -> dict[str, Any]:
     section = _section(spec, plan.role)
-    return {
-        "hf_dir": str(hf_dir),
-        "checkpoint": plan.checkpoint_dir,
-        "engine": plan.output_dir if built else None,
-        "tp_size": section.tp_size,
-        "pp_size": section.pp_size,
-        "speculative_decoding_mode": plan.build_config["speculative_decoding_mode"],
-        "max_draft_len": plan.build_config["max_draft_len"],
-        "argv": list(plan.argv),
-    }
+    return RoleRecord(
+        role=plan.role, hf_dir=hf_dir, checkpoint=plan.checkpoint_dir, engine=plan.output_dir if built else None,
+        tp_size=section.tp_size, pp_size=section.pp_size,
+        mode=SpeculativeDecodingMode.from_recorded(plan.build_config["speculative_decoding_mode"]),
+        max_draft_len=plan.build_config["max_draft_len"], argv=tuple(plan.argv),
+    ).to_dict()
 
 
 def _preflight(spec) -> None:

@@ -72,7 +72,7 @@ def bench(
     concurrency: str = typer.Option(_csv(B.DEFAULT_CONCURRENCY), "--concurrency", help="Concurrent requests, comma list."),
     max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, "--max-tokens", help="New tokens per request."),
     temperature: str = typer.Option(_csv(B.DEFAULT_TEMPERATURES), "--temperature", help="Temperatures, comma list (0 = greedy)."),
-    num_draft_tokens: int = typer.Option(B.DEFAULT_NUM_DRAFT_TOKENS, "--num-draft-tokens", help="K drafts per round (draft/target)."),
+    num_draft_tokens: Annotated[int | None, typer.Option("--num-draft-tokens", help="K drafts per round (draft/target; default: the repository's K, what `tune --write` chose).")] = None,
     out: Annotated[Path, typer.Option("--out", help="Folder for bench.json, bench.csv and PNG plots.")] = B.DEFAULT_OUT,
     timeout: float = typer.Option(B.DEFAULT_TIMEOUT_S, "--timeout", help="Seconds one request may take."),
 ) -> None:

@@ -1,15 +1,17 @@
 """`specbuild bench`: the same prompts with speculation off (target alone) and on, per temperature
 and concurrency, through a running tritonserver (streaming requests, as genai-perf measures).
 
-Baseline: draft/target repositories send `num_draft_tokens = 0` to `tensorrt_llm_bls` (the BLS
-then calls the target alone). A Medusa engine always speculates, so a Medusa repository has no
-baseline run here (measured speedup is left empty; the predicted one is still reported).
+The repository says its method and K (client/remote.py `repo_info`). Baseline: when the BLS runs
+the loop (draft/target), the same requests with `num_draft_tokens = 0` (the BLS then calls the target
+alone); without --num-draft-tokens the speculative runs use the repository's K (what `tune --write`
+chose and `repo` recorded). An engine that speculates by itself (Medusa) has no baseline run here
+(measured speedup is left empty; the predicted one is still reported).
 
-Cost ratio c (draft pass / target pass): measured through the same server by timing the
-`tensorrt_llm_draft` and `tensorrt_llm` models directly on the first prompt's token ids,
+Cost ratio c (draft pass / target pass): with a draft model, measured through the same server by
+timing the `tensorrt_llm_draft` and `tensorrt_llm` models directly on the first prompt's token ids,
 generating n tokens and 1 token each; c = (t_draft(n) - t_draft(1)) / (t_target(n) - t_target(1)),
-which cancels the prefill and the request overhead. Medusa heads cost ~nothing next to the
-target: c = 0 there.
+which cancels the prefill and the request overhead. Without one (Medusa heads ride on the target
+pass) c = 0.
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbuild.client.metrics import RequestRecord, RunSummary, attach_speedups, summarize_run
+from specbuild.core import theory
 from specbuild.core.errors import ClientError
 from specbuild.core.sampling_params import DEFAULT_MAX_TOKENS, SamplingParams
+from specbuild.model_repo.tensors import DRAFT_MODEL, TARGET_MODEL
 
 DEFAULT_CONCURRENCY = (1, 2, 4, 8)
 DEFAULT_TEMPERATURES = (0.0, 0.8)
-DEFAULT_NUM_DRAFT_TOKENS = 4
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_OUT = Path("build/bench")
 COST_TOKENS = 16  # tokens generated per timing call when measuring c
@@ -42,7 +45,7 @@ class BenchConfig:
     concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
     temperatures: tuple[float, ...] = DEFAULT_TEMPERATURES
     max_tokens: int = DEFAULT_MAX_TOKENS
-    num_draft_tokens: int = DEFAULT_NUM_DRAFT_TOKENS
+    num_draft_tokens: int | None = None  # None: the repository's K (its BLS default_num_draft_tokens)
     seed: int = 0  # T > 0 requests use seed + prompt index: runs are repeatable
     timeout_s: float = DEFAULT_TIMEOUT_S
 
@@ -79,10 +82,12 @@ def _one_request(config: BenchConfig, prompt: str, index: int, *, temperature: f
                             seed=config.seed + index if temperature > 0 else None)
     result = generate_remote(config.url, prompt, params, stream=True, num_draft_tokens=k, timeout_s=config.timeout_s)
     t = result.timings
+    steps = tuple(result.stats.accepted_per_step)
     return RequestRecord(
         ttft_s=t.get("ttft", t["total"]), latency_s=t["total"], output_tokens=len(result.token_ids),
         target_passes=int(t.get("chunks", 0)), drafted=result.stats.drafted, accepted=result.stats.accepted,
-        accepted_per_step=tuple(result.stats.accepted_per_step),
+        accepted_per_step=steps,
+        rounds=tuple(theory.rounds_from_steps(steps, k, config.max_tokens)) if k else (),
     )
 
 
@@ -114,10 +119,12 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
     client = connect(config.url)
     try:
         info = model_info(client, None)
-        cost_ratio = measure_cost_ratio(client, config.prompts[0]) if info.draft_target else 0.0
+        method = info.repo.speculation
+        cost_ratio = measure_cost_ratio(client, config.prompts[0]) if method.draft_model else 0.0
     finally:
         client.close()
-    modes = [("baseline", 0), ("speculative", config.num_draft_tokens)] if info.draft_target else [("speculative", None)]
+    k = config.num_draft_tokens if config.num_draft_tokens is not None else info.repo.num_draft_tokens
+    modes = [("baseline", 0), ("speculative", k)] if method.has_baseline else [("speculative", None)]
     plan = [(t, c, m, k) for t in config.temperatures for c in config.concurrency for m, k in modes]
     runs: list[RunSummary] = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -129,10 +136,10 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
                            advance=lambda: progress.advance(bar))
             runs.append(run)
     attach_speedups(runs, cost_ratio=cost_ratio)
-    context = {"url": config.url, "model": info.name, "mode": "draft_target" if info.draft_target else "medusa",
-               "cost_ratio": cost_ratio, "cost_ratio_method": "draft-only vs target-only timing" if info.draft_target
-               else "Medusa heads: c = 0", "prompts": len(config.prompts), "max_tokens": config.max_tokens,
-               "num_draft_tokens": config.num_draft_tokens}
+    context = {"url": config.url, "model": info.name, "mode": info.repo.method.value,
+               "cost_ratio": cost_ratio, "cost_ratio_method": "draft-only vs target-only timing" if method.draft_model
+               else f"{method.title}: no draft model, c = 0", "prompts": len(config.prompts), "max_tokens": config.max_tokens,
+               "num_draft_tokens": k if method.bls_drives_loop else None}
     return runs, context
 
 
@@ -167,8 +174,8 @@ def measure_cost_ratio(client, prompt: str) -> float | None:
         n = grpcclient.InferInput("REQUEST_OUTPUT_LEN", [1, 1], "INT32")
         n.set_data_from_numpy(np.array([[1]], dtype=np.int32))
         ids = client.infer("preprocessing", [q, n]).as_numpy("INPUT_ID").reshape(-1).astype(np.int32)  # [L]
-        draft = _time_generate(client, "tensorrt_llm_draft", ids, COST_TOKENS) - _time_generate(client, "tensorrt_llm_draft", ids, 1)
-        target = _time_generate(client, "tensorrt_llm", ids, COST_TOKENS) - _time_generate(client, "tensorrt_llm", ids, 1)
+        draft = _time_generate(client, DRAFT_MODEL, ids, COST_TOKENS) - _time_generate(client, DRAFT_MODEL, ids, 1)
+        target = _time_generate(client, TARGET_MODEL, ids, COST_TOKENS) - _time_generate(client, TARGET_MODEL, ids, 1)
     except InferenceServerException:
         return None
     if target <= 0:

@@ -7,9 +7,10 @@ Definitions (genai-perf `llm_metrics.py`, triton.md §6.2), all from the client'
 * output_token_throughput (tokens/s): all output tokens / benchmark duration;
 * request_throughput (requests/s): requests / benchmark duration.
 
-Speculative figures (design.md): acceptance rate alpha = accepted / drafted; mean accepted tokens per
-target pass = output tokens / target passes (accepted drafts + the token the target adds);
-predicted speedup with K drafts and draft/target cost ratio c:
+Speculative figures (core/theory.py, one definition for every benchmark): acceptance rate =
+accepted / drafted (the backend's); alpha = accepted / positions tested, from the accepted length of
+each streamed round; mean accepted tokens per target pass = output tokens / target passes (accepted
+drafts + the token the target adds); predicted speedup with K drafts and draft/target cost ratio c:
 (1 - alpha^(K+1)) / ((1 - alpha) (K c + 1)).
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from specbuild.tuning.predict import iid_tokens_per_pass, predicted_speedup  # the one copy of the formulas
+from specbuild.core import theory
 
 STATS = ("avg", "p50", "p90", "p99")
 
@@ -34,6 +35,7 @@ class RequestRecord:
     drafted: int = 0
     accepted: int = 0
     accepted_per_step: tuple[int, ...] = ()
+    rounds: tuple[tuple[int, int], ...] = ()  # (accepted, drafted) per round when K per round is known
 
     @property
     def itl_s(self) -> float | None:
@@ -110,9 +112,12 @@ def summarize_run(records: list[RequestRecord], *, mode: str, temperature: float
         accepted = sum(r.accepted for r in records)
         passes = sum(r.target_passes for r in records)
         steps = [s for r in records for s in r.accepted_per_step]
-        # Medusa has no K per request: the deepest accepted path stands in for the tree depth
+        # an engine that speculates by itself (Medusa) has no K per request: the deepest accepted path
+        # stands in for the tree depth, and every step is taken to have offered that many drafts
         num_draft_tokens = num_draft_tokens or max(steps, default=0)
+        rounds = [r for rec in records for r in rec.rounds] or [(s, num_draft_tokens) for s in steps]
         metrics["acceptance_rate"] = accepted / drafted if drafted else float("nan")
+        metrics["alpha"] = theory.alpha(*theory.positions_from_rounds(rounds)) if rounds else float("nan")
         metrics["mean_accepted_tokens_per_pass"] = tokens / passes if passes else float("nan")
         metrics["accepted_length_per_position"] = accepted_length_per_position(steps, num_draft_tokens)
     return RunSummary(mode, temperature, concurrency, num_draft_tokens, len(records), duration_s, metrics)
@@ -127,8 +132,7 @@ def attach_speedups(runs: list[RunSummary], *, cost_ratio: float | None) -> None
         ref = base.get((run.temperature, run.concurrency))
         if ref is not None and ref.metrics["output_token_throughput"] > 0:
             run.metrics["speedup_measured"] = run.metrics["output_token_throughput"] / ref.metrics["output_token_throughput"]
-        alpha = run.metrics.get("acceptance_rate", float("nan"))
+        alpha = run.metrics.get("alpha", float("nan"))
         if cost_ratio is not None and alpha == alpha:  # not NaN
             run.metrics["cost_ratio"] = cost_ratio
-            k = run.num_draft_tokens
-            run.metrics["speedup_predicted"] = predicted_speedup(iid_tokens_per_pass(alpha, k), k, cost_ratio)
+            run.metrics["speedup_predicted"] = theory.predicted_speedup(alpha, run.num_draft_tokens, cost_ratio)

@@ -4,8 +4,10 @@
 `generate_local`: the continuation's text and token ids, with speculative statistics from the
 server's `return_perf_metrics` outputs (and, when streaming, the accepted length of each step).
 
-Routing: draft/target repositories (they have `tensorrt_llm_draft`) go to `tensorrt_llm_bls`
-with `num_draft_tokens` (0 = the target alone); Medusa repositories go to the `ensemble`.
+Routing: the repository says its speculation method (the BLS's `speculation_method` parameter,
+written by `specbuild repo`). Methods whose BLS runs the draft -> verify loop (draft/target) go to
+`tensorrt_llm_bls` with `num_draft_tokens` (0 = the target alone; its `default_num_draft_tokens`
+when omitted); methods whose engine speculates by itself (Medusa) go to the `ensemble`.
 Decoupled models answer only on the bidirectional stream, so "unary" on a decoupled model is a
 stream read to its final response with `stream=False` (one response with the whole text).
 Every failure (server down, unknown model, timeout, server gone mid-request) is a ClientError.
@@ -19,13 +21,27 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from specbuild.client.request import BLS, DRAFT_MODEL, ENSEMBLE, Chunk, build_inputs, parse_response
-from specbuild.core.errors import ClientError
+from specbuild.client.request import Chunk, build_inputs, parse_response
+from specbuild.core.errors import ClientError, SpecbuildError
 from specbuild.core.generation import GenerationResult, SpecStats
+from specbuild.core.methods import Method, SpeculationMethod, method_of, parse_method
 from specbuild.core.sampling_params import SamplingParams
+from specbuild.model_repo.tensors import BLS, ENSEMBLE
 
 DEFAULT_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class RepoInfo:
+    """What the served repository says about itself (the BLS's parameters)."""
+
+    method: Method
+    num_draft_tokens: int  # the BLS's default_num_draft_tokens: the repository's K (0: not per round)
+
+    @property
+    def speculation(self) -> SpeculationMethod:
+        return method_of(self.method)
 
 
 @dataclass(frozen=True)
@@ -33,7 +49,12 @@ class ModelInfo:
     name: str
     inputs: frozenset[str]
     decoupled: bool
-    draft_target: bool  # the repository has a draft model: speculation is per request
+    repo: RepoInfo
+
+    @property
+    def per_request_k(self) -> bool:
+        """The BLS runs the draft -> verify loop: num_draft_tokens chooses K (0: the target alone)."""
+        return self.repo.speculation.bls_drives_loop
 
 
 def normalize_url(url: str) -> str:
@@ -79,20 +100,45 @@ def connect(url: str):
     return client
 
 
+def repo_info(client) -> RepoInfo:
+    """The speculation method and K of the served repository, from the BLS's configuration."""
+    from tritonclient.utils import InferenceServerException
+
+    try:
+        params = client.get_model_config(BLS, as_json=True).get("config", {}).get("parameters", {})
+    except InferenceServerException as exc:
+        raise ClientError(f"cannot read the configuration of {BLS!r}", expected="a repository from `specbuild repo`",
+                          found=_error_text(exc), fix="serve the repository with `specbuild serve REPO`") from None
+
+    def param(key: str) -> str:
+        return str((params.get(key) or {}).get("string_value", ""))
+
+    try:
+        method = parse_method(param("speculation_method"), where=f"{BLS} parameter speculation_method")
+    except SpecbuildError as exc:
+        raise ClientError(exc.what, expected=exc.expected, found=exc.found,
+                          fix="regenerate the repository with this specbuild (`specbuild repo BUILD --out REPO --force`)") from None
+    k = param("default_num_draft_tokens")
+    return RepoInfo(method, int(k) if k.isdigit() else 0)
+
+
 def model_info(client, model: str | None) -> ModelInfo:
-    """Resolve the model (None: BLS for draft/target repositories, else the ensemble) and read its inputs."""
+    """Resolve the model (None: the one the repository's method is served through) and read its inputs."""
     from tritonclient.utils import InferenceServerException
 
     index = client.get_model_repository_index(as_json=True).get("models", [])
     ready = {m["name"] for m in index if m.get("state") == "READY"}
-    draft_target = DRAFT_MODEL in ready
-    name = model or (BLS if draft_target else ENSEMBLE)
+    if BLS not in ready:
+        raise ClientError(f"model {BLS!r} is not served here", expected=f"a specbuild repository; READY: {', '.join(sorted(ready)) or 'none'}",
+                          found=", ".join(sorted(ready)) or "no model", fix="serve a repository from `specbuild repo`")
+    repo = repo_info(client)
+    name = model or (BLS if repo.speculation.bls_drives_loop else ENSEMBLE)
     if name not in ready:
         raise ClientError(
             f"model {name!r} is not served here",
             expected=f"one of the READY models: {', '.join(sorted(ready)) or 'none'}",
             found=name,
-            fix=f"pass --model {ENSEMBLE} (Medusa) or --model {BLS} (draft/target)",
+            fix=f"pass --model {ENSEMBLE} or --model {BLS}",
         )
     try:
         meta = client.get_model_metadata(name, as_json=True)
@@ -100,7 +146,7 @@ def model_info(client, model: str | None) -> ModelInfo:
     except InferenceServerException as exc:
         raise ClientError(f"cannot read the configuration of model {name!r}", found=_error_text(exc)) from None
     decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
-    return ModelInfo(name, frozenset(i["name"] for i in meta.get("inputs", [])), decoupled, draft_target)
+    return ModelInfo(name, frozenset(i["name"] for i in meta.get("inputs", [])), decoupled, repo)
 
 
 class _Collector:
@@ -197,7 +243,7 @@ def _raise_request_error(url: str, model: str, error: str, timeout_s: float) -> 
                       fix="check the request options against the model (and the server log)")
 
 
-def _result(collector: _Collector, *, t0: float, params: SamplingParams, medusa: bool) -> GenerationResult:
+def _result(collector: _Collector, *, t0: float, params: SamplingParams, always_speculates: bool) -> GenerationResult:
     text = "".join(c.text for c in collector.chunks)
     token_ids = [t for c in collector.chunks for t in c.token_ids]
     perf: dict[str, float] = {}
@@ -205,7 +251,7 @@ def _result(collector: _Collector, *, t0: float, params: SamplingParams, medusa:
         perf.update(c.perf)
     stats = SpecStats(drafted=int(perf.get("total_draft_tokens", 0)), accepted=int(perf.get("total_accepted_draft_tokens", 0)))
     steps = [len(c.token_ids) for c in collector.chunks if c.token_ids]
-    speculative = medusa or stats.drafted > 0
+    speculative = always_speculates or stats.drafted > 0
     if speculative and len(steps) > 1:  # streaming: one response per engine step
         stats.accepted_per_step = [max(n - 1, 0) for n in steps]
         stats.target_passes = len(steps)
@@ -238,8 +284,9 @@ def generate_remote(
             collector = _run_unary(client, info, inputs, timeout_s=timeout_s)
         if collector.error is not None:
             _raise_request_error(normalize_url(url), info.name, collector.error, timeout_s)
-        medusa = info.name == ENSEMBLE and not info.draft_target  # the Medusa engine always speculates
-        result = _result(collector, t0=t0, params=params, medusa=medusa)
+        # an engine that speculates by itself (Medusa) speculates on every request
+        always = not info.repo.speculation.bls_drives_loop and info.repo.speculation.target_mode.speculative
+        result = _result(collector, t0=t0, params=params, always_speculates=always)
         if on_text and not stream and result.text:
             on_text(result.text)
         return result

@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specbuild.core.sampling_params import SamplingParams
+from specbuild.core.trtllm_facts import LEGACY_NAMES
+from specbuild.model_repo.tensors import BLS
 
-ENSEMBLE = "ensemble"
-BLS = "tensorrt_llm_bls"
-DRAFT_MODEL = "tensorrt_llm_draft"
 TEXT_OUTPUT = "text_output"
 TOKEN_OUTPUT = "output_ids"
 LENGTH_OUTPUT = "sequence_length"
@@ -32,7 +31,7 @@ def _interface(model: str, declared: set[str]):
     from specbuild.model_repo import tensors
 
     legacy = "random_seed" in declared  # TensorRT-LLM < 0.20 names
-    names = tensors.Names(min_tokens="min_length", seed="random_seed") if legacy else tensors.names_for(None)
+    names = LEGACY_NAMES if legacy else tensors.names_for(None)
     return tensors.bls_interface(names) if model == BLS else tensors.ensemble_interface(names)
 
 

@@ -26,6 +26,7 @@ NAMED_TREES: dict[str, list[list[int]]] = {
     "chain_3": [[0], [0, 0], [0, 0, 0]],
     "chain_4": [[0], [0, 0], [0, 0, 0], [0, 0, 0, 0]],
 }
+DEFAULT_TREE = "mc_sim_7b_63"  # medusa.choices when a spec leaves it out (the TRT-LLM README tree)
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,14 @@ class MedusaChoices:
                 fix="fix the listed paths, use a named tree (mc_sim_7b_63), or let `specbuild tune` build one",
             )
         return self
+
+
+def default_tree(num_heads: int) -> list[list[int]] | str:
+    """The tree when neither a build nor a caller names one: DEFAULT_TREE when the heads reach its depth
+    (mc_sim_7b_63 needs 4), else a chain over every head."""
+    if num_heads >= MedusaChoices.parse(DEFAULT_TREE).depth:
+        return DEFAULT_TREE
+    return [[0] * d for d in range(1, num_heads + 1)]
 
 
 def _bad(found: str) -> SpecbuildError:

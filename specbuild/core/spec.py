@@ -15,12 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specbuild.core.errors import SpecbuildError, SpecError
+import yaml
 
-MODES = ("draft_target", "medusa")
+from specbuild.core.errors import SpecError
+from specbuild.core.medusa_choices import DEFAULT_TREE, MedusaChoices
+from specbuild.core.methods import SECTIONS, Method, method_of, parse_method
+from specbuild.core.trtllm_facts import DEFAULT_TRTLLM_VERSION, parse_version
+
 DTYPES = ("float32", "float16", "bfloat16")
 QUANT = ("none", "int8", "int4")  # weight-only; trtllm-build quantizes float weights (trtllm.md 2.2)
-DEFAULT_TRTLLM_VERSION = "1.2.1"
 
 
 @dataclass(frozen=True)
@@ -39,12 +42,14 @@ class MedusaSection:
     heads: str  # folder with the HF Medusa heads (config.json + medusa_lm_head.safetensors|.pt)
     num_heads: int = 4
     num_layers: int = 1  # ResBlocks per head
-    choices: Any = "mc_sim_7b_63"  # a named tree or a list of paths; see MedusaChoices
+    choices: Any = DEFAULT_TREE  # a named tree or a list of paths; see MedusaChoices
 
 
 @dataclass(frozen=True)
 class SpeculationSection:
-    max_draft_len: int = 5  # K for draft/target; tree size bound for Medusa
+    # K for draft/target, the tree size bound for Medusa. Left out: the method's default (draft/target 5,
+    # Medusa the tree's size), filled in by the loader so every later stage reads a number.
+    max_draft_len: int | None = None
     use_logits: bool = False  # draft/target: lossless rejection sampling on draft logits (needs generation logits)
 
 
@@ -69,7 +74,7 @@ class ServingSection:
 @dataclass(frozen=True)
 class BuildSpec:
     name: str
-    mode: str  # draft_target | medusa
+    mode: Method  # the speculation method (core/methods)
     target: ModelSection
     trtllm_version: str = DEFAULT_TRTLLM_VERSION
     dtype: str = "bfloat16"
@@ -94,31 +99,18 @@ class BuildSpec:
     def trtllm_version_tuple(self) -> tuple[int, ...]:
         return parse_version(self.trtllm_version)
 
-    def medusa_choices(self):
-        """The tree as a MedusaChoices (Medusa specs only)."""
-        from specbuild.core.medusa_choices import MedusaChoices
-
+    def medusa_choices(self) -> MedusaChoices:
+        """The tree as a MedusaChoices (specs with a medusa section only)."""
         assert self.medusa is not None
         return MedusaChoices.parse(self.medusa.choices)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
+        d["mode"] = self.mode.value
         d["source"] = str(self.source) if self.source else None
         if self.medusa is not None:
             d["medusa"]["choices"] = self.medusa_choices().to_lists()
         return d
-
-
-def parse_version(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in str(text).split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-        if not piece.isdigit():
-            break
-    return tuple(parts)
 
 
 def load_spec(path: str | Path, *, validate_tree: bool = True) -> BuildSpec:
@@ -127,8 +119,6 @@ def load_spec(path: str | Path, *, validate_tree: bool = True) -> BuildSpec:
     `validate_tree=False` still parses `medusa.choices` but leaves its consistency (prefix closure,
     depth, size) to the caller: `specbuild check` reports it as a row of its table.
     """
-    import yaml
-
     path = Path(path)
     if not path.is_file():
         raise SpecError(f"build spec {path} not found", expected="a YAML file", found="no such file", fix="check the path; examples/ has specs to start from")
@@ -145,17 +135,19 @@ def spec_from_dict(raw: Any, *, source: Path | None = None, validate_tree: bool 
         raise SpecError(f"{where}: the spec must be a mapping", expected="keys name, mode, target, ...", found=type(raw).__name__, fix="start from examples/*.yaml")
     values = _build(BuildSpec, raw, where, "", skip={"source"})
     spec = BuildSpec(**values, source=source.resolve() if source else None)
+    _check_sections(spec, where)
+    if spec.speculation.max_draft_len is None:  # the method's default, so every stage reads a number
+        k = method_of(spec).default_max_draft_len(spec)
+        spec = dataclasses.replace(spec, speculation=dataclasses.replace(spec.speculation, max_draft_len=k))
     _check_values(spec, where, validate_tree=validate_tree)
     return spec
 
 
 def save_spec_yaml(spec: BuildSpec, path: Path) -> None:
     """Write a spec back (used by `tune --write`); keeps relative model paths as given."""
-    import yaml
-
     d = spec.to_dict()
     d.pop("source", None)
-    for key in ("draft", "medusa"):
+    for key in SECTIONS:
         if d.get(key) is None:
             d.pop(key, None)
     path.write_text(yaml.safe_dump(d, sort_keys=False))
@@ -195,6 +187,8 @@ def _coerce(tp: Any, value: Any, where: str, keypath: str) -> Any:
         return tp(**_build(tp, value, where, keypath + "."))
     if tp is Any:
         return value
+    if tp is Method:
+        return parse_method(value, where=where)
     ok = (
         (tp is bool and isinstance(value, bool))
         or (tp is int and isinstance(value, int) and not isinstance(value, bool))
@@ -214,10 +208,19 @@ def _fail(where: str, key: str, expected: str, found: Any, fix: str) -> None:
     raise SpecError(f"{where}: impossible value for {key}", expected=expected, found=repr(found), fix=fix)
 
 
+def _check_sections(spec: BuildSpec, where: str) -> None:
+    """The method's own section must be there; another method's section must not."""
+    method = method_of(spec)
+    for section in SECTIONS:
+        present = getattr(spec, section) is not None
+        if section == method.section and not present:
+            _fail(where, section, f"a {section} section for mode {spec.mode}", None, f"add {method.section_example}")
+        if section != method.section and present:
+            _fail(where, section, f"no {section} section for mode {spec.mode}", f"{section}: {{...}}",
+                  f"remove {section}, or set the mode that uses it")
+
+
 def _check_values(spec: BuildSpec, where: str, *, validate_tree: bool = True) -> None:
-    if spec.mode not in MODES:
-        close = difflib.get_close_matches(spec.mode, MODES, n=1)
-        _fail(where, "mode", " | ".join(MODES), spec.mode, f"did you mean {close[0]!r}?" if close else "use draft_target or medusa")
     if spec.dtype not in DTYPES:
         _fail(where, "dtype", " | ".join(DTYPES), spec.dtype, "use bfloat16 (or float16 on pre-Ampere GPUs)")
     if not parse_version(spec.trtllm_version):
@@ -228,27 +231,7 @@ def _check_values(spec: BuildSpec, where: str, *, validate_tree: bool = True) ->
         for dim in ("tp_size", "pp_size"):
             if getattr(section, dim) < 1:
                 _fail(where, f"{key}.{dim}", "an integer >= 1", getattr(section, dim), f"set {key}.{dim}: 1")
-    if spec.mode == "draft_target":
-        if spec.draft is None:
-            _fail(where, "draft", "a draft section for mode draft_target", None, "add draft: {model: <folder>, tp_size: 1}")
-        if spec.medusa is not None:
-            _fail(where, "medusa", "no medusa section for mode draft_target", "medusa: {...}", "remove medusa, or set mode: medusa")
-    else:
-        if spec.medusa is None:
-            _fail(where, "medusa", "a medusa section for mode medusa", None, "add medusa: {heads: <folder>, num_heads: 4, choices: mc_sim_7b_63}")
-        if spec.draft is not None:
-            _fail(where, "draft", "no draft section for mode medusa", "draft: {...}", "remove draft, or set mode: draft_target")
-        if spec.medusa.num_heads < 1 or spec.medusa.num_layers < 1:
-            _fail(where, "medusa.num_heads/num_layers", "integers >= 1", (spec.medusa.num_heads, spec.medusa.num_layers), "use num_heads: 4, num_layers: 1")
-        try:  # parse errors always raise; consistency only when asked (check reports it as a row)
-            choices = spec.medusa_choices()
-            if validate_tree:
-                choices.validate(num_heads=spec.medusa.num_heads, max_draft_len=spec.speculation.max_draft_len, where="medusa.choices")
-        except SpecError:
-            raise
-        except SpecbuildError as exc:
-            what = exc.what if exc.what.startswith("medusa.choices") else f"medusa.choices: {exc.what}"
-            raise SpecError(f"{where}: {what}", expected=exc.expected, found=exc.found, fix=exc.fix) from None
+    method_of(spec).validate(spec, where, validate_tree=validate_tree)
     k = spec.speculation.max_draft_len
     if not 1 <= k <= 256:
         _fail(where, "speculation.max_draft_len", "an integer in 1..256", k, "use 4-8 for draft/target, the tree size for Medusa")

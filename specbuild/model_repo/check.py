@@ -14,6 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specbuild.core.artifacts import RepoManifest, read_repo_manifest
+from specbuild.core.errors import SpecbuildError
+from specbuild.core.manifest import MANIFEST
+from specbuild.core.medusa_choices import MedusaChoices
+from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 from specbuild.model_repo.configs import REQUIRED_ENGINE_PARAMETERS
 
 ENGINE_MODELS = ("tensorrt_llm", "tensorrt_llm_draft")
@@ -23,7 +28,8 @@ REQUIRED_PARAMETERS = {
     "tensorrt_llm_bls": ("tensorrt_llm_model_name",),
 }
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
-DECODING_MODE_FOR = {"medusa": "medusa", "draft_tokens_external": None, None: None}  # None: any non-speculative mode
+# Triton decoding_mode values that need an engine built for that speculative mode.
+SPECULATIVE_DECODING_MODES = tuple(m.triton_decoding_mode for m in SpeculativeDecodingMode if m.triton_decoding_mode != "top_k_top_p")
 
 
 @dataclass(frozen=True)
@@ -42,8 +48,11 @@ class _Repo:
         self.root = root
         self.findings: list[Finding] = []
         self.configs: dict[str, Any] = {}
-        manifest_path = root / "specbuild.json"
-        self.manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+        try:  # a repository without (or with a broken) manifest is still checked; paths stay as written
+            self.manifest: RepoManifest | None = read_repo_manifest(root) if (root / MANIFEST).is_file() else None
+        except SpecbuildError as exc:
+            self.manifest = None
+            self.fail(MANIFEST, "-", exc.what, exc.fix or "regenerate the repository with `specbuild repo --force`")
 
     def fail(self, file: str, field: str, problem: str, fix: str) -> None:
         self.findings.append(Finding(file, field, problem, fix))
@@ -56,12 +65,14 @@ class _Repo:
 
     def host_path(self, served: str) -> Path:
         """A path as written in a config -> where it is on this host (undo --engine-root / --tokenizer-dir)."""
-        root, build = self.manifest.get("engine_root"), self.manifest.get("build_dir")
-        if root and build and (served == root or served.startswith(root.rstrip("/") + "/")):
-            return Path(build) / Path(served).relative_to(root)
-        layout = self.manifest.get("layout") or {}
-        if served == layout.get("tokenizer_dir") and self.manifest.get("tokenizer_dir_host"):
-            return Path(self.manifest["tokenizer_dir_host"])
+        m = self.manifest
+        if m is None:
+            return Path(served)
+        root = m.engine_root
+        if root and (served == root or served.startswith(root.rstrip("/") + "/")):
+            return m.build_dir / Path(served).relative_to(root)
+        if served == m.layout.get("tokenizer_dir") and m.tokenizer_dir_host:
+            return m.tokenizer_dir_host
         return Path(served)
 
 
@@ -129,17 +140,22 @@ def _check_speculation(repo: _Repo, engines: dict[str, dict]) -> None:
     if target is None:
         return
     build = target.get("build_config") or {}
-    mode = build.get("speculative_decoding_mode")
-    max_draft_len = int(build.get("max_draft_len") or 0)
     rel = "tensorrt_llm/config.pbtxt"
+    try:
+        mode = SpeculativeDecodingMode.from_recorded(build.get("speculative_decoding_mode"))
+    except SpecbuildError as exc:
+        repo.fail(rel, "parameters.gpt_model_path", f"{exc.what}: {exc.found}", exc.fix or "rebuild the engine")
+        return
+    max_draft_len = int(build.get("max_draft_len") or 0)
     decoding = repo.param("tensorrt_llm", "decoding_mode") or ""
-    if mode == "medusa" and decoding != "medusa":
-        repo.fail(rel, "parameters.decoding_mode", f"{decoding!r} but the engine was built with speculative_decoding_mode medusa",
-                  'set decoding_mode to "medusa"')
-    if mode != "medusa" and decoding == "medusa":
-        repo.fail(rel, "parameters.decoding_mode", f"medusa but the engine's speculative_decoding_mode is {mode}",
-                  'set decoding_mode to "top_k_top_p" (or rebuild the engine with Medusa heads)')
-    if mode == "medusa":
+    want = mode.triton_decoding_mode
+    if want != "top_k_top_p" and decoding != want:
+        repo.fail(rel, "parameters.decoding_mode", f"{decoding!r} but the engine was built with speculative_decoding_mode "
+                  f"{mode.arg}", f'set decoding_mode to "{want}"')
+    if want == "top_k_top_p" and decoding in SPECULATIVE_DECODING_MODES:
+        repo.fail(rel, "parameters.decoding_mode", f"{decoding} but the engine's speculative_decoding_mode is {mode.arg}",
+                  'set decoding_mode to "top_k_top_p" (or rebuild the engine for that mode)')
+    if mode is SpeculativeDecodingMode.MEDUSA:
         _check_medusa_tree(repo, target, max_draft_len)
     k = repo.param("tensorrt_llm_bls", "default_num_draft_tokens")
     draft_name = repo.param("tensorrt_llm_bls", "tensorrt_llm_draft_model_name")
@@ -147,9 +163,9 @@ def _check_speculation(repo: _Repo, engines: dict[str, dict]) -> None:
         if draft_name not in repo.configs:
             repo.fail("tensorrt_llm_bls/config.pbtxt", "parameters.tensorrt_llm_draft_model_name",
                       f"names {draft_name!r}, which is not in the repository", "set it to tensorrt_llm_draft or regenerate")
-        if mode != "draft_tokens_external":
+        if mode is not SpeculativeDecodingMode.DRAFT_TOKENS_EXTERNAL:
             repo.fail("tensorrt_llm/config.pbtxt", "parameters.gpt_model_path",
-                      f"the target engine's speculative_decoding_mode is {mode}, but the BLS drafts with {draft_name}",
+                      f"the target engine's speculative_decoding_mode is {mode.arg}, but the BLS drafts with {draft_name}",
                       "rebuild the target with --speculative_decoding_mode draft_tokens_external --max_draft_len K")
         if k is not None and k.isdigit() and int(k) > max_draft_len:
             repo.fail("tensorrt_llm_bls/config.pbtxt", "parameters.default_num_draft_tokens",
@@ -158,9 +174,6 @@ def _check_speculation(repo: _Repo, engines: dict[str, dict]) -> None:
 
 
 def _check_medusa_tree(repo: _Repo, target: dict, max_draft_len: int) -> None:
-    from specbuild.core.errors import SpecbuildError
-    from specbuild.core.medusa_choices import MedusaChoices
-
     rel = "tensorrt_llm/config.pbtxt"
     text = repo.param("tensorrt_llm", "medusa_choices")
     if not text:

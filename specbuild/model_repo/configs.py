@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specbuild.core.methods import Method
 from specbuild.model_repo import tensors as T
 
 BACKENDS = ("tensorrtllm", "python")
@@ -44,7 +45,7 @@ class EngineModel:
 class RepoLayout:
     """Everything the configs of one repository depend on."""
 
-    mode: str  # draft_target | medusa
+    mode: Method  # the speculation method: the BLS and the client read it from speculation_method
     backend: str  # tensorrtllm | python (the engine models' backend)
     trtllm_version: str
     max_batch_size: int
@@ -54,6 +55,7 @@ class RepoLayout:
     logits_dtype: str = T.DEFAULT_LOGITS_DTYPE
     max_queue_delay_microseconds: int = 0
     bls_instance_count: int = 4
+    bls_drafter: str | None = None  # BLS: "module:Class" it drafts with (None: the target speculates itself)
     default_num_draft_tokens: int = 0  # BLS: used when a request omits num_draft_tokens
     default_use_draft_logits: bool = False  # BLS: used when a request omits use_draft_logits
     accumulate_tokens: bool = True  # BLS: detokenize streamed tokens with their context
@@ -190,6 +192,8 @@ def bls_config(layout: RepoLayout):
         "multimodal_encoders_name": "",
         # specbuild additions (the upstream BLS ignores unknown keys):
         "tensorrt_llm_decoupled": _bool(layout.target.decoupled),
+        "speculation_method": layout.mode.value,
+        "bls_drafter": layout.bls_drafter or "",
         "default_num_draft_tokens": str(layout.default_num_draft_tokens),
         "default_use_draft_logits": _bool(layout.default_use_draft_logits),
     })

@@ -19,12 +19,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from specbuild.builder.memory_plan import plan_memory
+from specbuild.core.artifacts import REPO_KIND, BuildManifest, read_build_manifest
 from specbuild.core.errors import RepoError
-from specbuild.model_repo.configs import BACKENDS, EngineModel, RepoLayout
+from specbuild.core.hf_config import HFModelConfig
+from specbuild.core.manifest import atomic_output_dir, write_manifest
+from specbuild.core.trtllm_facts import parse_version
+from specbuild.model_repo.configs import BACKENDS, EngineModel, RepoLayout, all_configs, to_text
+from specbuild.model_repo.tensors import DRAFT_MODEL, ROLE_MODELS, TARGET_MODEL
 
 PYTHON_MODELS = Path(__file__).parent / "python_models"
-TARGET_MODEL, DRAFT_MODEL = "tensorrt_llm", "tensorrt_llm_draft"
-REPO_KIND = "model_repo"
 # The torch-light modules the BLS needs for the shared speculative loop. Production containers do not
 # have specbuild installed, so the generator vendors them into tensorrt_llm_bls/1/vendor/.
 # Their packages get empty __init__.py files, so nothing else of specbuild is imported.
@@ -49,37 +53,41 @@ class BuiltEngine:
 
 @dataclass(frozen=True)
 class BuildInfo:
-    """What `specbuild compile` wrote, read back from its manifest."""
+    """What `specbuild compile` wrote: its manifest plus each engine's config.json."""
 
-    build_dir: Path
-    spec: Any  # BuildSpec
-    engine_kind: str  # reference | trtllm
-    tokenizer_dir: Path
+    manifest: BuildManifest
     engines: dict[str, BuiltEngine]  # role -> engine
+
+    @property
+    def build_dir(self) -> Path:
+        return self.manifest.folder
+
+    @property
+    def spec(self):
+        return self.manifest.spec
+
+    @property
+    def engine_kind(self) -> str:
+        return self.manifest.engine_kind
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return self.manifest.tokenizer_dir
 
 
 def read_build(build_dir: str | Path) -> BuildInfo:
-    from specbuild.core.manifest import read_manifest
-    from specbuild.core.spec import spec_from_dict
-
-    build_dir = Path(build_dir).resolve()
-    manifest = read_manifest(build_dir, kind="build")
-    raw = dict(manifest["spec"])
-    source = raw.pop("source", None)
-    spec = spec_from_dict(raw, source=Path(source) if source else None)
-    engine_kind = manifest.get("engine", "reference")
-    roles = manifest.get("roles") or {}
+    manifest = read_build_manifest(build_dir)
     engines = {}
-    for role in ("target", "draft") if spec.mode == "draft_target" else ("target",):
-        record = roles.get(role) if isinstance(roles.get(role), dict) else {}
-        # An engine not built yet (trtllm plan only) has no "engine" entry: build.sh writes <role>/engine.
-        path = build_dir / (record.get("engine") or f"{role}/engine")
-        checkpoint = build_dir / (record.get("checkpoint") or f"{role}/checkpoint") / "config.json"
-        engines[role] = BuiltEngine(
-            role, path, _json(path / "config.json"), checkpoint_config=_json(checkpoint),
-            hf_dir=Path(record["hf_dir"]) if record.get("hf_dir") else None,
-        )
-    return BuildInfo(build_dir, spec, engine_kind, Path(manifest["tokenizer_dir"]), engines)
+    for role in manifest.method.roles(manifest.spec):
+        record = manifest.roles.get(role.role)
+        if record is None:
+            raise RepoError(f"{manifest.folder}: the build has no {role.role} engine", expected=f"roles.{role.role} in specbuild.json",
+                            found=", ".join(manifest.roles), fix="re-run `specbuild compile`")
+        path = manifest.engine_dir(role.role)
+        engines[role.role] = BuiltEngine(role.role, path, _json(path / "config.json"),
+                                         checkpoint_config=_json(manifest.checkpoint_dir(role.role) / "config.json"),
+                                         hf_dir=record.hf_dir)
+    return BuildInfo(manifest, engines)
 
 
 def _json(path: Path) -> dict[str, Any] | None:
@@ -90,22 +98,16 @@ def kv_fractions(build: BuildInfo, *, strict: bool) -> tuple[float, float | None
     """(target fraction, draft fraction, KV tokens per engine) from the memory plan.
 
     strict (production): a plan that leaves no KV cache is an error. Otherwise (local serving, where
-    the fraction is not used) and when the memory-plan module is absent: an even split of
-    serving.kv_cache_free_gpu_mem_fraction.
+    the fraction is not used): an even split of serving.kv_cache_free_gpu_mem_fraction.
     """
     spec = build.spec
     total = spec.serving.kv_cache_free_gpu_mem_fraction
-    even = (total / 2, total / 2, None) if spec.mode == "draft_target" else (total, None, None)
-    try:
-        from specbuild.builder.memory_plan import plan_memory
-    except ImportError:
-        return even
-    from specbuild.core.hf_config import HFModelConfig
-
+    n = len(build.engines)
+    even = (total / n, total / n if "draft" in build.engines else None, None)
     # The HF folders the build recorded (the spec's relative paths may not resolve from here).
     configs = {role: HFModelConfig.from_hf(e.hf_dir) for role, e in build.engines.items() if e.hf_dir and e.hf_dir.is_dir()}
     plan = plan_memory(spec, target=configs.get("target"), draft=configs.get("draft"))
-    fractions = [plan.target_kv_fraction] + ([plan.draft_kv_fraction] if spec.mode == "draft_target" else [])
+    fractions = [plan.target_kv_fraction] + ([plan.draft_kv_fraction] if "draft" in build.engines else [])
     if all(f is not None and 0.0 < f <= 1.0 for f in fractions) and plan.fits:
         return plan.target_kv_fraction, plan.draft_kv_fraction, plan.kv_tokens or None
     if strict:
@@ -128,8 +130,6 @@ def plan_layout(
         raise RepoError(f"unknown backend {backend!r}", expected=" | ".join(BACKENDS), found=backend,
                         fix="pass --backend tensorrtllm (GPU containers) or --backend python (local)")
     version = trtllm_version or spec.trtllm_version
-    from specbuild.core.spec import parse_version
-
     if not parse_version(version):
         raise RepoError(f"cannot read TensorRT-LLM version {version!r}", expected="a version such as 1.2.1 or 0.19.0",
                         found=version, fix="pass --trtllm-version 1.2.1 (the TensorRT-LLM inside the serving container)")
@@ -145,29 +145,22 @@ def plan_layout(
         return str(Path(engine_root) / rel)
 
     target_kv, draft_kv, kv_tokens = kv_fractions(build, strict=backend == "tensorrtllm")
-    medusa = spec.mode == "medusa"
-    target = EngineModel(
-        name=TARGET_MODEL,
-        engine_dir=served(build.engines["target"].path),
-        decoupled=medusa,  # draft/target: the BLS calls the engines round by round, non-streaming
-        kv_fraction=target_kv,
-        gpu_device_ids=tuple(range(spec.target.world_size)),
-        decoding_mode="medusa" if medusa else "top_k_top_p",
-        enable_kv_cache_reuse=not medusa,  # the BLS re-sends the growing prefix every round
-        max_tokens_in_paged_kv_cache=kv_tokens,
-        medusa_choices=spec.medusa_choices().to_triton() if medusa else None,
-    )
-    draft = None
-    if not medusa:
-        draft = EngineModel(
-            name=DRAFT_MODEL,
-            engine_dir=served(build.engines["draft"].path),
-            decoupled=False,
-            kv_fraction=draft_kv if draft_kv is not None else target_kv,
-            gpu_device_ids=tuple(range(spec.draft.world_size)),  # shares the target's first GPUs
-            decoding_mode="top_k_top_p",
-            enable_kv_cache_reuse=True,
+    method = build.manifest.method
+    roles = {r.role: r for r in method.roles(spec)}
+    loop = method.bls_drives_loop  # the BLS calls the engines round by round (else the engine speculates)
+    models = {}
+    for name, role in roles.items():
+        section = spec.draft if name == "draft" else spec.target
+        models[name] = EngineModel(
+            name=ROLE_MODELS[name],
+            engine_dir=served(build.engines[name].path),
+            decoupled=name == "target" and not loop,  # an engine that speculates itself streams its steps
+            kv_fraction=draft_kv if name == "draft" and draft_kv is not None else target_kv,
+            gpu_device_ids=tuple(range(section.world_size)),  # the draft shares the target's first GPUs
+            decoding_mode=role.mode.triton_decoding_mode,
+            enable_kv_cache_reuse=loop,  # the BLS re-sends the growing prefix every round
             max_tokens_in_paged_kv_cache=kv_tokens,
+            medusa_choices=spec.medusa_choices().to_triton() if role.heads is not None else None,
         )
     return RepoLayout(
         mode=spec.mode,
@@ -175,13 +168,14 @@ def plan_layout(
         trtllm_version=version,
         max_batch_size=spec.build.max_batch_size,
         tokenizer_dir=tokenizer_dir or str(build.tokenizer_dir),
-        target=target,
-        draft=draft,
+        target=models["target"],
+        draft=models.get("draft"),
         logits_dtype=logits_dtype_of(build.engines["target"]),
         max_queue_delay_microseconds=spec.serving.max_queue_delay_microseconds,
         bls_instance_count=spec.serving.bls_instance_count,
-        default_num_draft_tokens=0 if medusa else spec.speculation.max_draft_len,
-        default_use_draft_logits=bool(spec.speculation.use_logits) and not medusa,
+        bls_drafter=method.bls_drafter,
+        default_num_draft_tokens=spec.speculation.max_draft_len if loop else 0,
+        default_use_draft_logits=roles["target"].gather_generation_logits and loop,
     )
 
 
@@ -205,9 +199,6 @@ def generate_repo(
 ) -> Path:
     """Write the Triton model repository for BUILD_DIR into OUT. backend None: tensorrtllm when the
     build used TensorRT-LLM, python (the reference engine) otherwise."""
-    from specbuild.core.manifest import atomic_output_dir, write_manifest
-    from specbuild.model_repo.configs import all_configs, to_text
-
     build = read_build(build_dir)
     backend = backend or ("tensorrtllm" if build.engine_kind == "trtllm" else "python")
     layout = plan_layout(build, backend=backend, trtllm_version=trtllm_version, engine_root=engine_root,
@@ -223,7 +214,7 @@ def generate_repo(
             tmp,
             kind=REPO_KIND,
             backend=backend,
-            mode=layout.mode,
+            mode=layout.mode.value,
             trtllm_version=layout.trtllm_version,
             build_dir=str(build.build_dir),
             engine_root=engine_root,

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specbuild.core.trtllm_facts import TritonInputNames, facts_for
+
 # Protobuf DataType names -> the KServe wire name (tritonclient InferInput datatype) and numpy dtype.
 WIRE_DTYPE = {
     "TYPE_BOOL": "BOOL", "TYPE_UINT8": "UINT8", "TYPE_UINT16": "UINT16", "TYPE_UINT32": "UINT32",
@@ -30,7 +32,11 @@ NUMPY_DTYPE = {
 }
 LOGITS_DTYPES = ("TYPE_FP32", "TYPE_FP16", "TYPE_BF16")  # allowed `logits_datatype` values
 DEFAULT_LOGITS_DTYPE = "TYPE_FP32"
-RENAME_VERSION = (0, 20)  # first TensorRT-LLM release with min_tokens / seed
+
+# The models of a repository. Engine models are named by their build role.
+ENSEMBLE, BLS, PREPROCESSING, POSTPROCESSING = "ensemble", "tensorrt_llm_bls", "preprocessing", "postprocessing"
+TARGET_MODEL, DRAFT_MODEL = "tensorrt_llm", "tensorrt_llm_draft"
+ROLE_MODELS = {"target": TARGET_MODEL, "draft": DRAFT_MODEL}
 
 
 @dataclass(frozen=True)
@@ -54,22 +60,12 @@ class Tensor:
         return NUMPY_DTYPE[self.data_type]
 
 
-@dataclass(frozen=True)
-class Names:
-    """Input names that depend on the TensorRT-LLM version."""
-
-    min_tokens: str  # "min_tokens" (>= 0.20) | "min_length"
-    seed: str  # "seed" (>= 0.20) | "random_seed"
+Names = TritonInputNames  # the input names that depend on the TensorRT-LLM version (core/trtllm_facts.py)
 
 
 def names_for(trtllm_version: str | None = None) -> Names:
     """The input-name generation for a TensorRT-LLM version (None: the project's default version)."""
-    from specbuild.core.spec import DEFAULT_TRTLLM_VERSION, parse_version
-
-    version = parse_version(trtllm_version or DEFAULT_TRTLLM_VERSION)
-    if version >= RENAME_VERSION:
-        return Names(min_tokens="min_tokens", seed="seed")
-    return Names(min_tokens="min_length", seed="random_seed")
+    return facts_for(trtllm_version).input_names
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specbuild.core.errors import ServerError
+from specbuild.core.artifacts import read_repo_manifest
+from specbuild.core.errors import ServerError, SpecbuildError
+from specbuild.core.methods import Method, method_of, parse_method
+from specbuild.core.trtllm_facts import CONTAINERS
 
 IMAGE_REPO = "nvcr.io/nvidia/tritonserver"
 IMAGE_SUFFIX = "trtllm-python-py3"
@@ -27,45 +30,20 @@ CONTAINER_TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
 SHM_SIZE = "2g"  # the Python backend (pre/post-processing, BLS) moves tensors through /dev/shm
 STACK_BYTES = 67108864  # ulimit stack the TensorRT-LLM containers are documented with
 
-# TensorRT-LLM version -> NGC Triton containers shipping it (newest last); triton.md §4.2.
-CONTAINERS: dict[str, tuple[str, ...]] = {
-    "0.9.0": ("24.04", "24.05"),
-    "0.10.0": ("24.06",),
-    "0.11.0": ("24.07",),
-    "0.12.0": ("24.08",),
-    "0.13.0": ("24.09",),
-    "0.14.0": ("24.10",),
-    "0.15.0": ("24.11",),
-    "0.16.0": ("24.12",),
-    "0.17.0": ("25.01",),
-    "0.17.0.post1": ("25.02",),
-    "0.18.0": ("25.03",),
-    "0.18.2": ("25.04",),
-    "0.19.0": ("25.05",),
-    "0.20.0": ("25.06", "25.07"),
-    "0.21.0": ("25.08",),
-    "1.0.0": ("25.09", "25.10"),
-    "1.0.3.2510": ("25.11",),
-    "1.1.0": ("25.12", "26.01", "26.02"),
-    "1.2.0": ("26.03",),
-    "1.2.1": ("26.04", "26.05", "26.06", "26.07"),
-}
-
-
 @dataclass(frozen=True, kw_only=True)
 class LaunchLayout:
     """What decides the launch: the engines' TensorRT-LLM version and their parallel layout."""
 
     trtllm_version: str
-    mode: str  # draft_target | medusa
+    mode: Method
     target_world_size: int = 1  # target tp * pp
-    draft_world_size: int = 1  # draft tp * pp (draft_target only)
+    draft_world_size: int = 1  # draft tp * pp (methods with a draft model)
     num_gpus: int = 1  # GPUs the deployment uses (serving.num_gpus or the larger world size)
 
     @property
     def multi_model(self) -> bool:
         """Draft and target are two TensorRT-LLM models: orchestrator mode (`--multi-model`)."""
-        return self.mode == "draft_target"
+        return method_of(self.mode).draft_model
 
     @property
     def world_size(self) -> int:
@@ -82,7 +60,7 @@ class LaunchLayout:
         target, draft = world(spec.get("target")), world(spec.get("draft"))
         gpus = (spec.get("serving") or {}).get("num_gpus") or max(target, draft)
         return cls(
-            trtllm_version=str(spec["trtllm_version"]), mode=str(spec["mode"]),
+            trtllm_version=str(spec["trtllm_version"]), mode=parse_method(spec["mode"]),
             target_world_size=target, draft_world_size=draft, num_gpus=int(gpus),
         )
 
@@ -159,17 +137,14 @@ def repo_mounts(repo: Path) -> list[Path]:
 
 def read_layout(repo: Path) -> LaunchLayout:
     """The layout recorded in the repository's specbuild.json (its resolved spec)."""
-    import json
-
-    manifest = Path(repo) / "specbuild.json"
     try:
-        data = json.loads(manifest.read_text())
-        return LaunchLayout.from_spec_dict(data["spec"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return LaunchLayout.from_spec_dict(read_repo_manifest(repo).spec)
+    except (SpecbuildError, KeyError, TypeError, ValueError) as exc:
+        found = exc.message() if isinstance(exc, SpecbuildError) else f"{type(exc).__name__}: {exc}"
         raise ServerError(
             f"cannot read the deployment layout of {repo}",
-            expected=f"{manifest} with the resolved build spec under \"spec\" (written by `specbuild repo`)",
-            found=f"{type(exc).__name__}: {exc}",
+            expected=f"{Path(repo) / 'specbuild.json'} with the resolved build spec under \"spec\" (written by `specbuild repo`)",
+            found=found,
             fix="generate the repository with `specbuild repo BUILD_DIR OUT`",
         ) from None
 

@@ -1,10 +1,7 @@
-"""The speculation math `tune` uses: pure functions on plain numbers (no torch, no models).
+"""What `tune` chooses, from measured acceptance: pure functions on plain numbers (no torch, no models).
 
-Draft/target (Leviathan et al. 2023, with per-position acceptance instead of one alpha):
-  acceptance[k-1] = P(draft token k accepted | drafts 1..k-1 accepted)
-  tokens per target pass with K drafts  E(K) = 1 + sum_{k=1..K} prod_{i<=k} acceptance[i-1]
-  predicted speedup                     S(K) = E(K) / (K*c + 1),  c = draft pass time / target pass time
-  With one alpha, E(K) = (1 - alpha^(K+1)) / (1 - alpha).
+Draft/target: the K with the best predicted speedup E(K) / (K*c + 1), E(K) from the per-position
+conditional acceptance (the definitions are core/theory.py's).
 
 Medusa trees (Cai et al. 2024): depth_probs[d][i] = P(rank-i candidate of head d is the true token |
 the path above it is right). A node (i_0, ..., i_d) is accepted with prob prod_j depth_probs[j][i_j];
@@ -19,31 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specbuild.core.medusa_choices import MedusaChoices
+from specbuild.core.theory import speedup, tokens_per_pass_chain
 
-# ---- draft/target --------------------------------------------------------------------------------
-
-def iid_tokens_per_pass(alpha: float, k: int) -> float:
-    """(1 - alpha^(K+1)) / (1 - alpha); K + 1 when alpha == 1."""
-    if alpha >= 1.0:
-        return float(k + 1)
-    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
-
-
-def chain_tokens_per_pass(acceptance: Sequence[float], k: int) -> float:
-    """1 + sum_{j<=K} prod_{i<=j} a_i. Positions past the measured ones reuse the last measured rate."""
-    if k > 0 and not acceptance:
-        raise ValueError("chain_tokens_per_pass: no acceptance rates for K > 0")
-    total, survive = 1.0, 1.0
-    for j in range(k):
-        survive *= acceptance[min(j, len(acceptance) - 1)]
-        total += survive
-    return total
-
-
-def predicted_speedup(tokens_per_pass: float, k: int, cost_ratio: float) -> float:
-    """Wall-time factor vs plain decoding: E / (K*c + 1)."""
-    return tokens_per_pass / (k * cost_ratio + 1.0)
-
+# ---- draft/target: K from the per-position acceptance (core/theory.py) ------------------------
 
 @dataclass(frozen=True)
 class KChoice:
@@ -56,8 +31,8 @@ def k_table(acceptance: Sequence[float], cost_ratio: float, k_max: int) -> list[
     """Predicted tokens per pass and speedup for K = 1..k_max."""
     rows = []
     for k in range(1, k_max + 1):
-        e = chain_tokens_per_pass(acceptance, k)
-        rows.append(KChoice(k=k, tokens_per_pass=e, speedup=predicted_speedup(e, k, cost_ratio)))
+        e = tokens_per_pass_chain(acceptance, k)
+        rows.append(KChoice(k=k, tokens_per_pass=e, speedup=speedup(e, k, cost_ratio)))
     return rows
 
 

@@ -18,6 +18,7 @@ import torch
 from specbuild.core.generation import SpecStats
 from specbuild.core.medusa_choices import MedusaChoices
 from specbuild.core.sampling_params import SamplingParams
+from specbuild.core.theory import conditional_acceptance
 from specbuild.tuning.progress import Reporter
 
 TIMING_REPEATS = 15  # single-token passes timed per model for the cost ratio (median taken)
@@ -38,19 +39,6 @@ class ChainProfile:
     stats: SpecStats
 
 
-def chain_acceptance(stats: SpecStats) -> list[float]:
-    """Conditional per-position acceptance from greedy runs' counters.
-
-    Position k is reached when positions < k were accepted; near the end of a request fewer positions
-    are drafted, so the denominator is the smaller of "k-1 accepted" and "k drafted".
-    """
-    out = []
-    for k, drafted in enumerate(stats.drafted_per_position):
-        reached = drafted if k == 0 else min(stats.accepted_per_position[k - 1], drafted)
-        out.append(stats.accepted_per_position[k] / reached if reached else 0.0)
-    return out
-
-
 def profile_chain(engine, prompts: Sequence[list[int]], *, k_max: int, max_tokens: int, reporter: Reporter | None = None) -> ChainProfile:
     rep = reporter or Reporter()
     stats = SpecStats()
@@ -62,7 +50,7 @@ def profile_chain(engine, prompts: Sequence[list[int]], *, k_max: int, max_token
     rep.stop("profile")
     t = pass_times({"target": decode_pass(engine.target, prompts[0]), "draft": decode_pass(engine.draft, prompts[0])})
     t_target, t_draft = t["target"], t["draft"]
-    return ChainProfile(acceptance=chain_acceptance(stats), cost_ratio=t_draft / t_target, target_pass_s=t_target, draft_pass_s=t_draft, stats=stats)
+    return ChainProfile(acceptance=conditional_acceptance(stats.accepted_per_position, stats.drafted_per_position), cost_ratio=t_draft / t_target, target_pass_s=t_target, draft_pass_s=t_draft, stats=stats)
 
 
 def pass_times(passes: dict[str, Callable[[], None]], *, repeats: int = TIMING_REPEATS) -> dict[str, float]:
@@ -112,7 +100,7 @@ class ReferenceMedusa:
 
     def __init__(self, engine) -> None:
         self.engine = engine
-        self.num_heads = engine.heads.num_heads
+        self.num_heads = engine.speculator.heads.num_heads
 
     def greedy(self, prompt: list[int], max_new_tokens: int) -> list[int]:
         return list(self.engine.generate(list(prompt), greedy_params(max_new_tokens), speculative=False).token_ids)
@@ -122,18 +110,18 @@ class ReferenceMedusa:
 
         seq = CachedSequence(self.engine.target, capacity=len(ids) + 1)
         hidden = seq.feed(list(ids), len(ids))  # [T, H]
-        return self.engine.heads.logits(hidden)  # [nH, T, V]
+        return self.engine.speculator.heads.logits(hidden)  # [nH, T, V]
 
 
 def measure_tree(engine, choices: MedusaChoices, prompts: Sequence[list[int]], *, max_tokens: int) -> SpecStats:
     """Greedy Medusa generation with `choices` over the prompts; stats.mean_accepted_per_step is tokens/pass."""
     from specbuild.engines.reference.medusa import TreeBuffers, medusa_generate
 
-    tree = TreeBuffers.from_choices(choices, num_heads=engine.heads.num_heads)
+    tree = TreeBuffers.from_choices(choices, num_heads=engine.speculator.heads.num_heads)
     params = engine.resolve(greedy_params(max_tokens))
     stats = SpecStats()
     for p in prompts:
-        _, s = medusa_generate(engine.target, engine.heads, tree, list(p), params)
+        _, s = medusa_generate(engine.target, engine.speculator.heads, tree, list(p), params)
         stats.merge(s)
     return stats
 
@@ -143,12 +131,12 @@ def tree_pass(engine, choices: MedusaChoices, prompt: list[int]) -> Callable[[],
     from specbuild.engines.reference.medusa import TreeBuffers
     from specbuild.engines.reference.runners import CachedSequence
 
-    tree = TreeBuffers.from_choices(choices, num_heads=engine.heads.num_heads)
+    tree = TreeBuffers.from_choices(choices, num_heads=engine.speculator.heads.num_heads)
     seq = CachedSequence(engine.target, capacity=len(prompt) + tree.num_nodes + 2)
     hidden = seq.feed(list(prompt))[0]  # [H]
 
     def run() -> None:
-        tokens = tree.candidates(int(prompt[-1]), engine.heads.logits(hidden))  # [N+1]
+        tokens = tree.candidates(int(prompt[-1]), engine.speculator.heads.logits(hidden))  # [N+1]
         engine.target.forward(tokens[None], seq.cache, new_mask=tree.attention_mask, depths=tree.position_offsets)
         seq.cache.truncate(0, len(prompt))
 

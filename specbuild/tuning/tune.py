@@ -97,23 +97,25 @@ def open_engine(spec, engine_dir: Path | None, rep: Reporter, *, device: str = "
         if spec.draft is not None:
             draft_hf = resolve_model(spec.draft.model, base=spec.base_dir, what="draft model")
             draft = LlamaModel(load_weights(convert_checkpoint(draft_hf, Path(tmp) / "draft", dtype="float32")), device=device)
-        yield ReferenceEngine(target, draft=draft, medusa_choices=spec.medusa_choices().to_lists() if spec.medusa else None,
+        yield ReferenceEngine(target, draft=draft, method=spec.mode,
+                              medusa_choices=spec.medusa_choices().to_lists() if spec.medusa else None,
                               tokenizer_dir=target_hf, max_draft_len=spec.speculation.max_draft_len)
 
 
 def _tune_chain(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> TuneReport:
-    from specbuild.tuning.predict import chain_tokens_per_pass, choose_k, k_table, predicted_speedup
+    from specbuild.core.theory import speedup, tokens_per_pass_chain
+    from specbuild.tuning.predict import choose_k, k_table
     from specbuild.tuning.profile_engine import profile_chain
 
     current_k = spec.speculation.max_draft_len
     k_max = options.k_max or max(8, current_k)
     prof = profile_chain(engine, prompts, k_max=k_max, max_tokens=options.max_tokens, reporter=rep)
     best = choose_k(prof.acceptance, prof.cost_ratio, k_max)
-    e_cur = chain_tokens_per_pass(prof.acceptance, current_k)
+    e_cur = tokens_per_pass_chain(prof.acceptance, current_k)
     return TuneReport(
         mode="draft_target",
         chosen=Setting("chosen", best.k, best.tokens_per_pass, best.speedup, best.k),
-        current=Setting("current", current_k, e_cur, predicted_speedup(e_cur, current_k, prof.cost_ratio), current_k),
+        current=Setting("current", current_k, e_cur, speedup(e_cur, current_k, prof.cost_ratio), current_k),
         details={
             "acceptance_per_position": prof.acceptance,
             "cost_ratio": prof.cost_ratio,
@@ -172,7 +174,7 @@ def _measure(report: TuneReport, engine, prompts, options: TuneOptions, rep: Rep
     from dataclasses import replace
 
     from specbuild.core.medusa_choices import MedusaChoices
-    from specbuild.tuning.predict import predicted_speedup
+    from specbuild.core.theory import speedup
     from specbuild.tuning.profile_engine import measure_tree, sweep_k
 
     rep.log(f"measuring on {len(prompts)} held-out prompts")
@@ -183,7 +185,7 @@ def _measure(report: TuneReport, engine, prompts, options: TuneOptions, rep: Rep
         c = report.details["cost_ratio"]
         ks = sorted({r["k"] for r in report.details["table"]} | {report.current.value})
         rows = sweep_k(engine, prompts, ks, max_tokens=options.max_tokens)
-        measured = {"sweep": [{"k": r.k, "tokens_per_pass": r.tokens_per_pass, "speedup_from_measured": predicted_speedup(r.tokens_per_pass, r.k, c),
+        measured = {"sweep": [{"k": r.k, "tokens_per_pass": r.tokens_per_pass, "speedup_from_measured": speedup(r.tokens_per_pass, r.k, c),
                                "seconds": r.seconds} for r in rows]}
         best = max(measured["sweep"], key=lambda r: r["speedup_from_measured"])
         measured["best_k"] = best["k"]

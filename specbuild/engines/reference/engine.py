@@ -1,18 +1,22 @@
-"""`ReferenceEngine`: load what specbuild wrote and run it (plain, draft/target, Medusa, external drafts).
+"""`ReferenceEngine`: load what specbuild wrote and run it (plain, speculative, external drafts).
 
 `ReferenceEngine.load(path)` accepts:
-  * a `specbuild compile` output folder (specbuild.json kind "build"): the target engine, the draft
-    engine (draft/target) or the Medusa tree (from the build's spec), K = max_draft_len, the tokenizer;
-  * one engine folder (config.json with pretrained_config + build_config, rank{N}.safetensors);
-  * one TensorRT-LLM checkpoint folder (config.json + rank{N}.safetensors).
-The tokenizer is the build's `tokenizer_dir`, else the HF folder the checkpoint was converted from
-(its manifest's inputs.hf_dir), else tokenizer files in the folder itself.
+  * a `specbuild compile` output folder (specbuild.json kind "build"): its method, target and draft
+    engines, the Medusa tree and K = max_draft_len from the build's spec, the tokenizer;
+  * one engine folder (config.json with pretrained_config + build_config, rank{N}.safetensors): an
+    engine built to speculate by itself (speculative_decoding_mode medusa) speculates; one built to
+    verify what a BLS drafts (draft_tokens_external) or plain decodes, and verifies;
+  * one TensorRT-LLM checkpoint folder (config.json + rank{N}.safetensors): a MedusaForCausalLM
+    checkpoint declares Medusa, any other decodes plainly.
+What the folder *declares* decides the method, never which weights happen to load. The tokenizer is
+the build's `tokenizer_dir`, else the HF folder the checkpoint was converted from (its manifest's
+inputs.hf_dir), else tokenizer files in the folder itself.
 
 What the local Triton `tensorrt_llm` Python model calls (all thread-safe, one lock per engine):
-  * `generate(prompt_ids, params, speculative=, num_draft_tokens=, on_tokens=)` — one request,
-    streaming new tokens through on_tokens(list[int]);
+  * `generate(prompt_ids, params, speculative=, num_draft_tokens=, on_tokens=, stop=)` — one request,
+    streaming new tokens through on_tokens(list[int]); `stop` may end it after any step;
   * `generate_batch(prompts, params, on_tokens=)` — several requests; plain decode runs them in one
-    batch (different prompt lengths), speculative decode runs each request's loop in turn;
+    batch (different prompt lengths), speculative decode in lockstep when the method allows it;
   * `verify_external(prefix_ids, draft_ids, draft_logits=None, params)` — TensorRT-LLM's
     draft_tokens_external: one target pass over prefix + drafts, returns accepted drafts + 1 token.
     Repeated calls with a growing prefix reuse the cached prefix KV (`PrefixCache`, LRU).
@@ -28,93 +32,109 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from specbuild.core.artifacts import BuildManifest, CheckpointManifest, EngineManifest, read_artifact
 from specbuild.core.errors import EngineError
 from specbuild.core.generation import GenerationResult, SpecStats
+from specbuild.core.hf_config import HFModelConfig
+from specbuild.core.methods import Method, engine_speculator, method_of, resolve_name
 from specbuild.core.sampling_params import SamplingParams
+from specbuild.core.trtllm_facts import SpeculativeDecodingMode
+from specbuild.engines.reference.loader import load_weights
+from specbuild.engines.reference.model import LlamaModel
+from specbuild.engines.reference.runners import ModelVerifier, PrefixCache, generate_batch, generate_cached
+from specbuild.engines.reference.sampling import make_generator, probs_from_logits
+from specbuild.engines.reference.speculative import StopHook
 
-DEFAULT_NUM_DRAFT_TOKENS = 4  # K when neither the caller nor the build says (the build's max_draft_len wins)
+MEDUSA_ARCHITECTURE = "MedusaForCausalLM"  # what a TensorRT-LLM Medusa checkpoint declares
 
 
 @dataclass(frozen=True)
 class EngineLayout:
-    """Where the pieces of a loadable folder are."""
+    """Where the pieces of a loadable folder are, and the method it declares."""
 
     target: Path
     draft: Path | None = None
     tokenizer_dir: Path | None = None
     medusa_choices: Any = None  # whatever MedusaChoices.parse accepts, or None
     max_draft_len: int | None = None
-    mode: str | None = None  # draft_target | medusa | None (plain model), as the build's spec says
+    method: Method | None = None  # None: plain decode (and external verification)
 
 
 def locate(path: str | Path) -> EngineLayout:
-    """Work out what `path` is (build output, engine folder or checkpoint)."""
+    """Work out what `path` is (build output, engine folder or checkpoint) from what it declares."""
     folder = Path(path)
-    manifest = _manifest(folder)
-    if manifest.get("kind") == "build":
-        spec, roles = manifest.get("spec") or {}, manifest.get("roles") or {}
-        if "target" not in roles:
-            raise EngineError(f"{folder}: the build has no target", expected="roles.target in specbuild.json", found=str(list(roles)), fix="re-run `specbuild compile`")
-
-        def where(role: str) -> Path | None:
-            rec = roles.get(role)
-            if not rec:
-                return None
-            return folder / (rec.get("engine") or rec["checkpoint"])
-
-        medusa = spec.get("medusa") or {}
+    if not folder.is_dir():
+        raise EngineError(f"{folder} is not a folder", expected="a `specbuild compile` output, an engine folder or a TensorRT-LLM checkpoint",
+                          found="no such folder", fix="check the --engine path")
+    artifact = read_artifact(folder)
+    if isinstance(artifact, BuildManifest):
+        method, spec = artifact.method, artifact.spec
         return EngineLayout(
-            target=where("target"),
-            draft=where("draft"),
-            tokenizer_dir=Path(manifest["tokenizer_dir"]) if manifest.get("tokenizer_dir") else None,
-            medusa_choices=medusa.get("choices"),
-            max_draft_len=roles["target"].get("max_draft_len") or (spec.get("speculation") or {}).get("max_draft_len"),
-            mode=spec.get("mode"),
+            target=artifact.loadable_dir("target"),
+            draft=artifact.loadable_dir("draft") if method.draft_model else None,
+            tokenizer_dir=artifact.tokenizer_dir,
+            medusa_choices=spec.medusa.choices if spec.medusa else None,
+            max_draft_len=artifact.roles["target"].max_draft_len,
+            method=spec.mode,
         )
     raw = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else {}
-    build_config = raw.get("build_config") or {}
-    return EngineLayout(target=folder, tokenizer_dir=_tokenizer_of(folder, manifest), max_draft_len=build_config.get("max_draft_len") or None)
+    if "build_config" in raw:  # an engine folder: its speculative_decoding_mode says what it does
+        build_config = raw["build_config"]
+        mode = SpeculativeDecodingMode.from_recorded(build_config.get("speculative_decoding_mode"))
+        speculator = engine_speculator(mode)
+        return EngineLayout(target=folder, tokenizer_dir=_tokenizer_of(folder, artifact),
+                            max_draft_len=build_config.get("max_draft_len") or None,
+                            method=Method(speculator.name) if speculator else None)
+    medusa = engine_speculator(SpeculativeDecodingMode.MEDUSA) if raw.get("architecture") == MEDUSA_ARCHITECTURE else None
+    return EngineLayout(target=folder, tokenizer_dir=_tokenizer_of(folder, artifact),
+                        max_draft_len=raw.get("max_draft_len") or None, method=Method(medusa.name) if medusa else None)
 
 
 class ReferenceEngine:
-    """A loaded target (+ draft or Medusa heads) with a tokenizer; see the module docstring for the API."""
+    """A loaded target (+ draft) with a tokenizer; see the module docstring for the API.
 
-    def __init__(self, target, *, draft=None, medusa_choices=None, tokenizer_dir: Path | None = None, max_draft_len: int | None = None):
-        from specbuild.core.medusa_choices import MedusaChoices
-        from specbuild.engines.reference.medusa import MedusaHeads, TreeBuffers
-        from specbuild.engines.reference.runners import PrefixCache
+    `method` says how `generate(speculative=True)` speculates (None: plain decode); `max_draft_len`
+    is K for methods that draft per round (the build's; the method's default when not given).
+    """
 
+    def __init__(self, target: LlamaModel, *, draft: LlamaModel | None = None, method: Method | str | None = None,
+                 medusa_choices: Any = None, tokenizer_dir: Path | None = None, max_draft_len: int | None = None):
         self.target, self.draft = target, draft
         self.tokenizer_dir = tokenizer_dir
-        self.heads = self.tree = None
-        if target.cfg.num_medusa_heads:
-            self.heads = MedusaHeads(target)
-            choices = MedusaChoices.parse(medusa_choices if medusa_choices is not None else default_tree(target.cfg.num_medusa_heads))
-            self.tree = TreeBuffers.from_choices(choices, num_heads=target.cfg.num_medusa_heads)
-        self.num_draft_tokens = max_draft_len or DEFAULT_NUM_DRAFT_TOKENS
+        self.medusa_choices = medusa_choices
+        self.method = Method(method) if method is not None else None
+        self.speculator = None
+        if self.method is not None:
+            factory = method_of(self.method).reference_decoder
+            if factory is None:
+                raise EngineError(f"the reference engine cannot run {method_of(self.method).title} speculation",
+                                  expected="a method with an in-process speculator", found=str(self.method),
+                                  fix="serve it on TensorRT-LLM, or use --no-speculation")
+            self.speculator = resolve_name(factory)(self)
+        self.num_draft_tokens = max_draft_len or (method_of(self.method).default_k if self.method else 0)
         self.prefix_cache = PrefixCache(target)
         self._lock = threading.RLock()
         self._tokenizer = None
 
     @classmethod
     def load(cls, path: str | Path, *, device: str = "cpu", medusa_choices: Any = None) -> ReferenceEngine:
-        from specbuild.engines.reference.loader import load_weights
-        from specbuild.engines.reference.model import LlamaModel
-
         layout = locate(path)
         target = LlamaModel(load_weights(layout.target), device=device)
         draft = LlamaModel(load_weights(layout.draft), device=device) if layout.draft else None
         if draft is not None and draft.cfg.vocab_size != target.cfg.vocab_size:
             raise EngineError("draft and target vocabularies differ", expected=f"vocab_size {target.cfg.vocab_size}",
                               found=f"draft vocab_size {draft.cfg.vocab_size}", fix="use a draft model trained with the target's tokenizer")
-        return cls(target, draft=draft, medusa_choices=medusa_choices if medusa_choices is not None else layout.medusa_choices,
+        return cls(target, draft=draft, method=layout.method,
+                   medusa_choices=medusa_choices if medusa_choices is not None else layout.medusa_choices,
                    tokenizer_dir=layout.tokenizer_dir, max_draft_len=layout.max_draft_len)
 
     # ---- properties ---------------------------------------------------------------------------
     @property
-    def mode(self) -> str | None:
-        """draft_target | medusa | None (plain model: `speculative=True` falls back to plain decode)."""
-        return "medusa" if self.heads else "draft_target" if self.draft else None
+    def speculates(self) -> bool:
+        """`generate(speculative=True)` speculates (else it decodes plainly)."""
+        return self.speculator is not None
 
     @property
     def tokenizer(self):
@@ -122,7 +142,8 @@ class ReferenceEngine:
             if self.tokenizer_dir is None:
                 raise EngineError("no tokenizer for this engine", expected="a build folder (tokenizer_dir) or a checkpoint converted by specbuild",
                                   found="no tokenizer_dir", fix="pass the `specbuild compile` output folder, or token ids instead of text")
-            from transformers import AutoTokenizer
+            # transformers takes ~2 s to import; engines that only ever see token ids (the Triton models) skip it.
+            from transformers import AutoTokenizer  # noqa: PLC0415
 
             self._tokenizer = AutoTokenizer.from_pretrained(str(self.tokenizer_dir), trust_remote_code=False)
         return self._tokenizer
@@ -131,8 +152,6 @@ class ReferenceEngine:
         """The model's end-of-sequence ids (tokenizer's eos, or the HF config's eos list)."""
         ids: list[int] = []
         if self.tokenizer_dir is not None and (self.tokenizer_dir / "config.json").is_file():
-            from specbuild.core.hf_config import HFModelConfig
-
             ids += list(HFModelConfig.from_hf(self.tokenizer_dir).eos_ids)
         if not ids and self.tokenizer_dir is not None and self.tokenizer.eos_token_id is not None:
             ids.append(int(self.tokenizer.eos_token_id))
@@ -149,13 +168,8 @@ class ReferenceEngine:
 
     # ---- generation ---------------------------------------------------------------------------
     def generate(self, prompt_ids: list[int], params: SamplingParams, *, speculative: bool = True,
-                 num_draft_tokens: int | None = None, on_tokens=None) -> GenerationResult:
+                 num_draft_tokens: int | None = None, on_tokens=None, stop: StopHook | None = None) -> GenerationResult:
         """One request: the continuation of prompt_ids (text decoded when a tokenizer is known)."""
-        from specbuild.engines.reference.medusa import medusa_generate
-        from specbuild.engines.reference.runners import ModelDrafter, ModelVerifier, generate_cached
-        from specbuild.engines.reference.sampling import make_generator
-        from specbuild.engines.reference.speculative import speculative_generate
-
         _check_prompt(prompt_ids, self.target.cfg.vocab_size)
         params = self.resolve(params)
         started = time.perf_counter()
@@ -168,19 +182,16 @@ class ReferenceEngine:
             if user_on_tokens is not None:
                 user_on_tokens(tokens)
 
+        speculate = speculative and self.speculates
         with self._lock:
-            if speculative and self.mode == "draft_target":
+            if speculate:
                 k = self.num_draft_tokens if num_draft_tokens is None else num_draft_tokens
-                drafter = ModelDrafter(self.draft, generator=make_generator(params.seed, offset=1))
-                verifier = ModelVerifier(self.target, generator=make_generator(params.seed))
-                ids, stats = speculative_generate(drafter, verifier, prompt_ids, params, num_draft_tokens=k, on_tokens=on_tokens)
-            elif speculative and self.mode == "medusa":
-                ids, stats = medusa_generate(self.target, self.heads, self.tree, prompt_ids, params, on_tokens=on_tokens)
+                ids, stats = self.speculator.generate(list(prompt_ids), params, num_draft_tokens=k, on_tokens=on_tokens, stop=stop)
             else:
                 seq = self.prefix_cache.acquire(list(prompt_ids))
-                ids, _, passes = generate_cached(seq, list(prompt_ids), params, on_tokens=on_tokens)
+                ids, _, passes = generate_cached(seq, list(prompt_ids), params, on_tokens=on_tokens, stop=stop)
                 stats = SpecStats(target_passes=passes)
-        result = self._result(ids, params, stats, speculative=bool(speculative and self.mode), seconds=time.perf_counter() - started)
+        result = self._result(ids, params, stats, speculative=speculate, seconds=time.perf_counter() - started)
         if first:
             result.timings["ttft"] = first[0]
         return result
@@ -189,27 +200,21 @@ class ReferenceEngine:
                        num_draft_tokens: int | None = None, on_tokens=None) -> list[GenerationResult]:
         """Several requests. on_tokens(index, list[int]) streams.
 
-        Plain decode and draft/target run all requests in lockstep, one batched pass per step (rows
-        keep their own lengths); Medusa runs them one after the other.
+        Plain decode and batched speculators (draft/target) run all requests in lockstep, one batched
+        pass per step (rows keep their own lengths); other speculators (Medusa) one after the other.
         """
-        from specbuild.engines.reference.runners import BatchModelDrafter, BatchModelVerifier, generate_batch
-        from specbuild.engines.reference.sampling import make_generator
-        from specbuild.engines.reference.speculative import speculative_generate_batch
-
         plist = [self.resolve(p) for p in (params if isinstance(params, list) else [params] * len(prompts))]
-        if speculative and self.mode == "medusa":  # Medusa runs one request at a time
-            return [self.generate(p, q, on_tokens=(lambda toks, i=i: on_tokens(i, toks)) if on_tokens else None)
+        speculate = speculative and self.speculates
+        if speculate and not self.speculator.batched:
+            return [self.generate(p, q, num_draft_tokens=num_draft_tokens, on_tokens=(lambda toks, i=i: on_tokens(i, toks)) if on_tokens else None)
                     for i, (p, q) in enumerate(zip(prompts, plist, strict=True))]
         for p in prompts:
             _check_prompt(p, self.target.cfg.vocab_size)
         started = time.perf_counter()
-        if speculative and self.mode == "draft_target":
+        if speculate:
             k = self.num_draft_tokens if num_draft_tokens is None else num_draft_tokens
             with self._lock:
-                done = speculative_generate_batch(
-                    BatchModelDrafter(self.draft, len(prompts), [make_generator(q.seed, offset=1) for q in plist]),
-                    BatchModelVerifier(self.target, len(prompts), [make_generator(q.seed) for q in plist]),
-                    [list(p) for p in prompts], plist, num_draft_tokens=k, on_tokens=on_tokens)
+                done = self.speculator.generate_batch([list(p) for p in prompts], plist, num_draft_tokens=k, on_tokens=on_tokens)
             seconds = time.perf_counter() - started
             return [self._result(ids, q, stats, speculative=True, seconds=seconds) for (ids, stats), q in zip(done, plist, strict=True)]
         with self._lock:
@@ -223,11 +228,6 @@ class ReferenceEngine:
         What a draft model serves to the BLS when `return_generation_logits` is set; reuses the
         prefix cache, so drafting again after a growing prefix does not recompute the prompt.
         """
-        import torch
-
-        from specbuild.engines.reference.runners import generate_cached
-        from specbuild.engines.reference.sampling import make_generator
-
         _check_prompt(prompt_ids, self.target.cfg.vocab_size)
         params = self.resolve(params)
         started = time.perf_counter()
@@ -247,11 +247,6 @@ class ReferenceEngine:
         seeded with seed + len(prefix_ids), so the rounds of one request (growing prefixes) do not
         reuse the same random numbers, which would correlate accept decisions and bias the output.
         """
-        import torch
-
-        from specbuild.engines.reference.runners import ModelVerifier
-        from specbuild.engines.reference.sampling import make_generator, probs_from_logits
-
         _check_prompt(prefix_ids, self.target.cfg.vocab_size)
         draft_probs = None
         if draft_logits is not None:
@@ -279,15 +274,6 @@ class ReferenceEngine:
         return GenerationResult(text=text, token_ids=list(ids), finish_reason=reason, speculative=speculative, stats=stats, timings={"total": seconds})
 
 
-def default_tree(num_heads: int) -> list[list[int]]:
-    """The tree used when neither the build nor the caller names one: mc_sim_7b_63 (needs 4 heads), else a chain."""
-    from specbuild.core.medusa_choices import MC_SIM_7B_63
-
-    if num_heads >= 4:
-        return MC_SIM_7B_63
-    return [[0] * d for d in range(1, num_heads + 1)]
-
-
 def _check_prompt(ids: list[int], vocab: int) -> None:
     if not ids:
         raise EngineError("empty prompt", expected="at least one token", found="[]", fix="pass a non-empty prompt")
@@ -296,26 +282,16 @@ def _check_prompt(ids: list[int], vocab: int) -> None:
         raise EngineError("prompt token id out of range", expected=f"ids in [0, {vocab})", found=str(bad[:5]), fix="tokenize with the engine's tokenizer")
 
 
-def _manifest(folder: Path) -> dict[str, Any]:
-    if not folder.is_dir():
-        raise EngineError(f"{folder} is not a folder", expected="a `specbuild compile` output, an engine folder or a TensorRT-LLM checkpoint",
-                          found="no such folder", fix="check the --engine path")
-    path = folder / "specbuild.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
-def _tokenizer_of(folder: Path, manifest: dict[str, Any]) -> Path | None:
+def _tokenizer_of(folder: Path, artifact) -> Path | None:
     """HF folder a checkpoint came from (engine manifests point at their checkpoint), or the folder itself."""
     seen = 0
-    while manifest and seen < 3:
-        hf = (manifest.get("inputs") or {}).get("hf_dir")
-        if hf and Path(hf).is_dir():
-            return Path(hf)
-        ckpt = manifest.get("checkpoint")
-        if not ckpt:
+    while artifact is not None and seen < 3:
+        if isinstance(artifact, CheckpointManifest) and artifact.hf_dir and artifact.hf_dir.is_dir():
+            return artifact.hf_dir
+        if not isinstance(artifact, EngineManifest) or artifact.checkpoint is None:
             break
-        folder = (folder / ckpt).resolve()
-        manifest, seen = _manifest(folder), seen + 1
+        folder = artifact.checkpoint
+        artifact, seen = read_artifact(folder), seen + 1
     if (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file():
         return folder
     return None

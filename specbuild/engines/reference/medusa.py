@@ -28,12 +28,12 @@ import torch.nn.functional as F
 
 from specbuild.core.errors import EngineError
 from specbuild.core.generation import SpecStats
-from specbuild.core.medusa_choices import MedusaChoices
+from specbuild.core.medusa_choices import MedusaChoices, default_tree
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.engines.reference.model import LlamaModel
 from specbuild.engines.reference.runners import CachedSequence
 from specbuild.engines.reference.sampling import make_generator, probs_from_logits, sample
-from specbuild.engines.reference.speculative import emit, stop_ids
+from specbuild.engines.reference.speculative import StopHook, emit, stop_ids
 
 
 @dataclass(frozen=True)
@@ -143,6 +143,7 @@ def medusa_generate(
     params: SamplingParams,
     *,
     on_tokens=None,
+    stop: StopHook | None = None,
 ) -> tuple[list[int], SpecStats]:
     """Generate with Medusa; `params.end_id` resolved by the caller. Returns (new token ids, stats)."""
     gen = make_generator(params.seed)
@@ -152,7 +153,7 @@ def medusa_generate(
     out: list[int] = []
     stats = SpecStats(target_passes=1)
     root = sample(probs_from_logits(model.logits(hidden), params), gen)
-    taken, finished = emit(out, [root], params, stops)
+    taken, finished = emit(out, [root], params, stops, stop)
     if on_tokens and taken:
         on_tokens(taken)
     mask, offsets = tree.attention_mask, tree.position_offsets
@@ -167,8 +168,34 @@ def medusa_generate(
         accepted = [int(tokens[i]) for i in path]
         seq.tokens = seq.tokens + [root] + accepted
         stats.record_step(len(path), tree.depth)
-        taken, finished = emit(out, accepted + [nxt], params, stops)
+        taken, finished = emit(out, accepted + [nxt], params, stops, stop)
         if on_tokens and taken:
             on_tokens(taken)
         hidden, root = states[path[-1] if path else 0], nxt  # [H]
     return out, stats
+
+
+class MedusaSpeculator:
+    """Medusa in-process: the tree step of `medusa_generate`, one request at a time."""
+
+    batched = False
+
+    def __init__(self, target: LlamaModel, choices: MedusaChoices):
+        self.target = target
+        self.heads = MedusaHeads(target)
+        self.tree = TreeBuffers.from_choices(choices, num_heads=target.cfg.num_medusa_heads)
+
+    def generate(self, prompt_ids, params, *, num_draft_tokens=0, on_tokens=None, stop=None):
+        """num_draft_tokens is unused: the tree fixes what is drafted."""
+        return medusa_generate(self.target, self.heads, self.tree, prompt_ids, params, on_tokens=on_tokens, stop=stop)
+
+    def generate_batch(self, prompts, params, *, num_draft_tokens=0, on_tokens=None):
+        return [self.generate(p, q, on_tokens=(lambda toks, i=i: on_tokens(i, toks)) if on_tokens else None)
+                for i, (p, q) in enumerate(zip(prompts, params, strict=True))]
+
+
+def medusa_speculator(engine) -> MedusaSpeculator:
+    """The engine's tree: the one it was loaded with, else `default_tree` for its head count."""
+    choices = engine.medusa_choices if engine.medusa_choices is not None else default_tree(engine.target.cfg.num_medusa_heads)
+    return MedusaSpeculator(engine.target, MedusaChoices.parse(choices))
+

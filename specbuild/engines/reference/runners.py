@@ -21,7 +21,7 @@ import torch
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.engines.reference.model import LlamaModel
 from specbuild.engines.reference.sampling import accept_draft, make_generator, probs_from_logits, sample
-from specbuild.engines.reference.speculative import emit, stop_ids
+from specbuild.engines.reference.speculative import StopHook, emit, stop_ids
 
 DEFAULT_PREFIX_CACHE_ENTRIES = 8  # sequences kept by PrefixCache (each holds one KV cache)
 
@@ -208,6 +208,7 @@ def generate_cached(
     on_tokens=None,
     keep_logits: bool = False,
     generator: torch.Generator | None = None,
+    stop: StopHook | None = None,
 ) -> tuple[list[int], list[torch.Tensor], int]:
     """Plain decode of one request on a (possibly reused) CachedSequence.
 
@@ -223,9 +224,10 @@ def generate_cached(
     while not finished:
         logits = seq.model.logits(seq.feed(list(prompt) + out, 1)[0])  # [V]
         tok = sample(probs_from_logits(logits, params), gen)
-        taken, finished = emit(out, [tok], params, stops)
+        taken, finished = emit(out, [tok], params, stops, stop)
         if keep_logits:
             logits_rows.append(logits)
+            del logits_rows[len(out):]  # a stop hook may have cut the token these logits produced
         if on_tokens is not None and taken:
             on_tokens(taken)
     return out, logits_rows, seq.forward_passes - start

@@ -34,6 +34,9 @@ from specbuild.core.generation import SpecStats
 from specbuild.core.sampling_params import SamplingParams
 
 OnTokens = Callable[[list[int]], None]
+# stop(out, start) after tokens out[start:] were appended: None to go on, or the length to cut `out` at
+# (len(out) keeps everything) to end the request there.
+StopHook = Callable[[list[int], int], "int | None"]
 
 
 @runtime_checkable
@@ -79,27 +82,42 @@ def stop_ids(params: SamplingParams) -> frozenset[int]:
     return frozenset(ids)
 
 
-def emit(out: list[int], new: list[int], params: SamplingParams, stops: frozenset[int]) -> tuple[list[int], bool]:
-    """Append `new` to `out` up to max_tokens and the first stop token; return (appended, finished)."""
+def emit(out: list[int], new: list[int], params: SamplingParams, stops: frozenset[int],
+         stop: StopHook | None = None) -> tuple[list[int], bool]:
+    """Append `new` to `out` up to max_tokens and the first stop token; return (appended, finished).
+
+    `stop` then may end the request: out is cut at the length it returns and only what is left of
+    the appended tokens counts as appended."""
+    start = len(out)
     taken: list[int] = []
+    finished = False
     for tok in new:
         if len(out) >= params.max_tokens:
             break
         out.append(tok)
         taken.append(tok)
         if tok in stops:
-            return taken, True
-    return taken, len(out) >= params.max_tokens
+            finished = True
+            break
+    finished = finished or len(out) >= params.max_tokens
+    if stop is not None:
+        end = stop(out, start)
+        if end is not None:
+            del out[max(end, start):]
+            del taken[max(end - start, 0):]
+            finished = True
+    return taken, finished
 
 
 class SpecRequest:
     """One request's place in the loop: the next draft length, and what a verified round appends."""
 
-    def __init__(self, prompt_ids: list[int], params: SamplingParams, *, num_draft_tokens: int, on_tokens: OnTokens | None = None):
+    def __init__(self, prompt_ids: list[int], params: SamplingParams, *, num_draft_tokens: int,
+                 on_tokens: OnTokens | None = None, stop: StopHook | None = None):
         if num_draft_tokens < 0:
             raise ValueError(f"num_draft_tokens must be >= 0, got {num_draft_tokens}")
         self.prompt = [int(t) for t in prompt_ids]
-        self.params, self.num_draft_tokens, self.on_tokens = params, num_draft_tokens, on_tokens
+        self.params, self.num_draft_tokens, self.on_tokens, self.stop = params, num_draft_tokens, on_tokens, stop
         self.out: list[int] = []
         self.stats = SpecStats()
         self.stops = stop_ids(params)
@@ -119,7 +137,7 @@ class SpecRequest:
         assert accepted[:-1] == list(drafts[: len(accepted) - 1]), "verifier changed an accepted draft token"
         if drafts:
             self.stats.record_step(len(accepted) - 1, len(drafts))
-        taken, self.finished = emit(self.out, accepted, self.params, self.stops)
+        taken, self.finished = emit(self.out, accepted, self.params, self.stops, self.stop)
         if self.on_tokens is not None and taken:
             self.on_tokens(taken)
 
@@ -132,9 +150,10 @@ def speculative_generate(
     *,
     num_draft_tokens: int,
     on_tokens: OnTokens | None = None,
+    stop: StopHook | None = None,
 ) -> tuple[list[int], SpecStats]:
     """Generate up to params.max_tokens tokens after prompt_ids; return (new token ids, stats)."""
-    req = SpecRequest(prompt_ids, params, num_draft_tokens=num_draft_tokens, on_tokens=on_tokens)
+    req = SpecRequest(prompt_ids, params, num_draft_tokens=num_draft_tokens, on_tokens=on_tokens, stop=stop)
     draft_start, target_start = drafter.forward_passes, verifier.forward_passes
     while not req.finished:
         k = req.next_k()

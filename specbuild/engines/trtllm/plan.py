@@ -1,29 +1,26 @@
 """The exact `trtllm-build` (TensorRT-LLM 1.2.x) argv of each engine of a spec: pure functions.
 
-Draft/target (trtllm.md §4.1): only the target gets `--speculative_decoding_mode draft_tokens_external
---max_draft_len K`; both get paged context FMHA (KV-cache reuse needs it) and, only with `use_logits`,
-`--gather_generation_logits`. Medusa (§3.4): one engine with `--speculative_decoding_mode medusa` and a
-`--max_draft_len` that holds the tree. Every flag and value is checked against
-`specbuild/data/trtllm_build_flags.json` (read from TensorRT-LLM's build.py / plugin.py).
+The engines and their speculative settings come from the spec's method (`method_of(spec).roles`):
+draft/target builds the target with `--speculative_decoding_mode draft_tokens_external --max_draft_len
+K` and the draft as an ordinary engine (trtllm.md §4.1), Medusa one engine with `--speculative_decoding_mode
+medusa` and a `--max_draft_len` that holds the tree (§3.4). Every engine gets paged context FMHA
+(KV-cache reuse needs it) and, with draft logits, `--gather_generation_logits`.
 
-`effective_build_config` mirrors what `trtllm-build` records in the engine's config.json (it adds
-max_draft_len to max_seq_len and raises max_num_tokens for speculative modes, §1.2); the reference
-engine folder carries the same values.
+`role_values` is the one list of (flag, value) pairs of an engine; `build_argv` turns it into argv
+(checked against `specbuild/data/trtllm_build_flags.json`) and `recorded_build_config` into the
+`build_config` trtllm-build records in the engine's config.json (with build()'s adjustments, §1.2);
+the reference engine folder carries the same values (core/trtllm_facts.py).
 """
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
-from specbuild.core.errors import BuildError
-
-TRTLLM_BUILD = "trtllm-build"
-DEFAULT_MAX_NUM_TOKENS = 8192  # trtllm-build's default when the spec leaves it unset
-TOKENS_PER_BLOCK = 32  # the 1.x PluginConfig default, recorded in build_config
+from specbuild.core.methods import EngineRole, method_of
+from specbuild.core.spec import BuildSpec
+from specbuild.core.trtllm_facts import TRTLLM_BUILD, build_argv, facts_for, recorded_build_config
 
 
 @dataclass(frozen=True)
@@ -35,100 +32,68 @@ class RolePlan:
     build_config: dict[str, Any]  # what the built engine's config.json "build_config" holds
 
     def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "checkpoint_dir": self.checkpoint_dir, "output_dir": self.output_dir, "argv": list(self.argv), "command": shlex.join(self.argv), "build_config": self.build_config}
+        return {"role": self.role, "checkpoint_dir": self.checkpoint_dir, "output_dir": self.output_dir,
+                "argv": list(self.argv), "command": shlex.join(self.argv), "build_config": self.build_config}
 
 
-def roles(spec) -> tuple[str, ...]:
-    """Engines of a spec: draft/target builds two, Medusa one (the heads live in the target)."""
-    return ("target", "draft") if spec.mode == "draft_target" else ("target",)
-
-
-def speculation(spec, role: str) -> tuple[str | None, int]:
-    """(speculative_decoding_mode, max_draft_len) of a role's engine."""
-    if spec.mode == "medusa":
-        # The tree must fit: the spec validates choices.size <= max_draft_len.
-        return "medusa", max(spec.speculation.max_draft_len, spec.medusa_choices().size)
-    if role == "target":
-        return "draft_tokens_external", spec.speculation.max_draft_len
-    return None, 0  # the draft is an ordinary engine
-
-
-def role_argv(spec, role: str, *, checkpoint_dir: str, output_dir: str) -> list[str]:
-    section = spec.draft if role == "draft" else spec.target
+def role_values(spec: BuildSpec, role: EngineRole, *, checkpoint_dir: str, output_dir: str) -> list[tuple[str, Any]]:
+    """(flag, value) of one engine, in argv order; None leaves a flag out (its default applies)."""
+    section = spec.draft if role.role == "draft" else spec.target
     b = spec.build
-    mode, max_draft_len = speculation(spec, role)
-    argv = [
-        TRTLLM_BUILD,
-        "--checkpoint_dir", checkpoint_dir,
-        "--output_dir", output_dir,
-        "--gemm_plugin", "auto",  # GEMM plugin at the checkpoint dtype (off by default in 1.x)
-        "--gpt_attention_plugin", "auto",
-        "--max_batch_size", str(b.max_batch_size),
-        "--max_input_len", str(b.max_input_len),
-        "--max_seq_len", str(b.max_seq_len),
-        "--max_beam_width", "1",  # speculative decoding is beam-free in TRT-LLM
-        "--kv_cache_type", "paged",
-        "--use_paged_context_fmha", "enable",  # KV-cache reuse (draft/target README) and chunked context
-        "--remove_input_padding", "enable",
-        "--context_fmha", "enable",
-        "--workers", str(section.world_size),
+    return [
+        ("--checkpoint_dir", checkpoint_dir),
+        ("--output_dir", output_dir),
+        ("--gemm_plugin", "auto"),  # GEMM plugin at the checkpoint dtype (off by default in 1.x)
+        ("--gpt_attention_plugin", "auto"),
+        ("--max_batch_size", b.max_batch_size),
+        ("--max_input_len", b.max_input_len),
+        ("--max_seq_len", b.max_seq_len),
+        ("--max_beam_width", 1),  # speculative decoding is beam-free in TRT-LLM
+        ("--kv_cache_type", "paged"),
+        ("--use_paged_context_fmha", True),  # KV-cache reuse (draft/target README) and chunked context
+        ("--remove_input_padding", True),
+        ("--context_fmha", True),
+        ("--workers", section.world_size),
+        ("--max_num_tokens", b.max_num_tokens),
+        ("--speculative_decoding_mode", role.mode),
+        ("--max_draft_len", role.max_draft_len if role.mode.speculative else None),
+        ("--gather_generation_logits", role.gather_generation_logits or None),  # rejection sampling needs both logits
     ]
-    if b.max_num_tokens is not None:
-        argv += ["--max_num_tokens", str(b.max_num_tokens)]
-    if mode is not None:
-        argv += ["--speculative_decoding_mode", mode, "--max_draft_len", str(max_draft_len)]
-    if spec.mode == "draft_target" and spec.speculation.use_logits:
-        argv += ["--gather_generation_logits"]  # both engines: rejection sampling needs both logits
-    validate_argv(argv)
-    return argv
 
 
-def effective_build_config(spec, role: str) -> dict[str, Any]:
+def role_argv(spec: BuildSpec, role: EngineRole, *, checkpoint_dir: str, output_dir: str) -> list[str]:
+    values = role_values(spec, role, checkpoint_dir=checkpoint_dir, output_dir=output_dir)
+    return build_argv(values, facts_for(spec.trtllm_version))
+
+
+def role_of(spec: BuildSpec, name: str) -> EngineRole:
+    """The engine role called `name` ("target" | "draft") of the spec's method."""
+    return next(r for r in method_of(spec).roles(spec) if r.role == name)
+
+
+def effective_build_config(spec: BuildSpec, role: EngineRole | str) -> dict[str, Any]:
     """The engine config.json `build_config` trtllm-build would write for this role (§1.2)."""
-    b = spec.build
-    mode, k = speculation(spec, role)
-    max_seq_len = b.max_seq_len + (k if mode else 0)
-    max_num_tokens = b.max_num_tokens or DEFAULT_MAX_NUM_TOKENS
-    if mode:
-        max_num_tokens = max(max_num_tokens, b.max_batch_size * (k + 1))
-    gather = spec.mode == "draft_target" and spec.speculation.use_logits
-    return {
-        "max_batch_size": b.max_batch_size,
-        "max_input_len": min(b.max_input_len, max_seq_len),
-        "max_seq_len": max_seq_len,
-        "max_num_tokens": max_num_tokens,
-        "max_beam_width": 1,
-        "kv_cache_type": "PAGED",
-        "gather_context_logits": False,
-        "gather_generation_logits": gather,
-        "speculative_decoding_mode": mode,
-        "max_draft_len": k,
-        "plugin_config": {
-            "gemm_plugin": "auto",
-            "gpt_attention_plugin": "auto",
-            "use_paged_context_fmha": True,
-            "context_fmha": True,
-            "remove_input_padding": True,
-            "paged_kv_cache": True,
-            "tokens_per_block": TOKENS_PER_BLOCK,
-        },
-    }
+    role = role_of(spec, role) if isinstance(role, str) else role
+    values = role_values(spec, role, checkpoint_dir="", output_dir="")
+    return recorded_build_config(values, facts_for(spec.trtllm_version))
 
 
-def build_plan(spec) -> tuple[RolePlan, ...]:
+def build_plan(spec: BuildSpec) -> tuple[RolePlan, ...]:
     out = []
-    for role in roles(spec):
-        ckpt, eng = f"{role}/checkpoint", f"{role}/engine"
-        argv = role_argv(spec, role, checkpoint_dir=ckpt, output_dir=eng)
-        out.append(RolePlan(role, ckpt, eng, tuple(argv), effective_build_config(spec, role)))
+    for role in method_of(spec).roles(spec):
+        ckpt, eng = f"{role.role}/checkpoint", f"{role.role}/engine"
+        values = role_values(spec, role, checkpoint_dir=ckpt, output_dir=eng)
+        facts = facts_for(spec.trtllm_version)
+        out.append(RolePlan(role.role, ckpt, eng, tuple(build_argv(values, facts)), recorded_build_config(values, facts)))
     return tuple(out)
 
 
-def plan_json(spec, plans: tuple[RolePlan, ...]) -> dict[str, Any]:
-    return {"trtllm_version": spec.trtllm_version, "mode": spec.mode, "gpu_host_only": True, "roles": [p.to_dict() for p in plans]}
+def plan_json(spec: BuildSpec, plans: tuple[RolePlan, ...]) -> dict[str, Any]:
+    return {"trtllm_version": spec.trtllm_version, "mode": spec.mode.value, "gpu_host_only": True,
+            "roles": [p.to_dict() for p in plans]}
 
 
-def build_script(spec, plans: tuple[RolePlan, ...]) -> str:
+def build_script(spec: BuildSpec, plans: tuple[RolePlan, ...]) -> str:
     """build.sh: runs the plan from the build folder (relative paths); needs a GPU host."""
     lines = [
         "#!/usr/bin/env bash",
@@ -150,35 +115,3 @@ def build_script(spec, plans: tuple[RolePlan, ...]) -> str:
             f"{shlex.join(p.argv)} 2>&1 | tee {shlex.quote(p.role + '/build.log')}",
         ]
     return "\n".join(lines) + "\n"
-
-
-# ---- validation against the accepted flags -------------------------------------------------------
-
-@lru_cache(maxsize=1)
-def accepted_flags() -> dict[str, Any]:
-    from importlib import resources
-
-    return json.loads(resources.files("specbuild.data").joinpath("trtllm_build_flags.json").read_text())["flags"]
-
-
-def validate_argv(argv: list[str] | tuple[str, ...], flags: dict[str, Any] | None = None) -> None:
-    """Every flag must be one trtllm-build 1.2.x accepts, with a value of the right kind."""
-    flags = flags or accepted_flags()
-    if not argv or argv[0] != TRTLLM_BUILD:
-        raise BuildError("not a trtllm-build command", expected=TRTLLM_BUILD, found=str(argv[:1]), fix="report this bug")
-    i = 1
-    while i < len(argv):
-        flag = argv[i]
-        if flag not in flags:
-            raise BuildError(f"trtllm-build does not accept {flag}", expected="a flag of TensorRT-LLM 1.2.x build.py", found=flag, fix="report this bug")
-        kind = flags[flag]
-        if kind == "bool":
-            i += 1
-            continue
-        if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
-            raise BuildError(f"{flag} needs a value", expected=str(kind), found="nothing", fix="report this bug")
-        value = argv[i + 1]
-        ok = value in kind if isinstance(kind, list) else (value.isdigit() if kind == "int" else bool(value))
-        if not ok:
-            raise BuildError(f"trtllm-build {flag} does not accept {value!r}", expected=" | ".join(kind) if isinstance(kind, list) else kind, found=value, fix="report this bug")
-        i += 2

@@ -67,7 +67,7 @@ class TritonPythonModel:
 
         params = SamplingParams(max_tokens=2, end_id=-1)
         self.engine.generate([0], params, speculative=True)
-        if self.engine.mode != "medusa":
+        if not self.engine.speculates:  # an engine the BLS drives verifies drafts
             self.engine.verify_external([0], [0], None, params=params)
 
     def execute(self, requests):

@@ -1,0 +1,110 @@
+"""What every speculation method answers, so that no stage compares method names.
+
+A `SpeculationMethod` is a small frozen object: which spec section it needs, which engines a build
+has (`roles`, each with TensorRT-LLM's `speculative_decoding_mode` and `max_draft_len`), who drives
+the draft -> verify loop when serving (the Triton BLS with a named drafter, or the engine itself),
+how the reference engine speculates in-process, what `tune` tunes and how the benchmarks baseline it.
+
+Drafter code lives in the stages (engines/reference, the BLS model); a method only *names* it as
+"module:attribute", resolved by the stage that runs it (`resolve_name`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from specbuild.core.errors import SpecError
+from specbuild.core.trtllm_facts import SpeculativeDecodingMode
+
+if TYPE_CHECKING:
+    from specbuild.core.spec import BuildSpec, MedusaSection
+
+
+class Tunable(Enum):
+    """What `specbuild tune` chooses, as the spec key `tune --write` edits."""
+
+    DRAFT_LEN = ("speculation", "max_draft_len")  # K, draft tokens per round
+    TREE = ("medusa", "choices")  # the token tree
+
+    @property
+    def section(self) -> str:
+        return self.value[0]
+
+    @property
+    def key(self) -> str:
+        return self.value[1]
+
+
+@dataclass(frozen=True)
+class EngineRole:
+    """One engine of a build: `<role>/checkpoint` and `<role>/engine` in the build folder."""
+
+    role: str  # "target" | "draft": also the spec section that names its checkpoint
+    mode: SpeculativeDecodingMode  # trtllm-build --speculative_decoding_mode (NONE: an ordinary engine)
+    max_draft_len: int  # trtllm-build --max_draft_len (0 for NONE)
+    gather_generation_logits: bool = False  # draft logits travel to the target (lossless T > 0)
+    heads: MedusaSection | None = None  # Medusa heads converted into this engine's checkpoint
+
+
+@dataclass(frozen=True)
+class SpeculationMethod:
+    """The answers one method gives every stage. Subclasses override the spec-dependent ones."""
+
+    name: str  # the spec's `mode:` value (a Method)
+    title: str  # for messages
+    section: str | None  # the spec section this method needs; other methods' sections must be absent
+    section_example: str  # how that section looks, for the "add it" fix
+    target_mode: SpeculativeDecodingMode  # the target engine's speculative_decoding_mode
+    draft_model: bool  # a separate draft engine (role "draft") next to the target
+    bls_drafter: str | None  # "bls_core:Class" the BLS drafts with; None: the engine speculates itself
+    reference_decoder: str | None  # "module:factory" of the in-process speculator; None: not runnable
+    tunes: Tunable
+    tuner: str  # "module:function" of `specbuild tune`
+    default_k: int = 0  # draft tokens per round when neither a spec nor a caller says (0: not per round)
+
+    # ---- spec ---------------------------------------------------------------------------------
+    def default_max_draft_len(self, spec: BuildSpec) -> int:
+        """speculation.max_draft_len when the spec leaves it out."""
+        return self.default_k
+
+    def validate(self, spec: BuildSpec, where: str, *, validate_tree: bool = True) -> None:
+        """Method-specific value checks (sections are checked by the spec loader); raise SpecError."""
+
+    # ---- engines ------------------------------------------------------------------------------
+    def roles(self, spec: BuildSpec) -> tuple[EngineRole, ...]:
+        """The engines a build of `spec` has, target first."""
+        gather = spec.speculation.use_logits and self.draft_model
+        target = EngineRole("target", self.target_mode, spec.speculation.max_draft_len, gather, self.heads_of(spec))
+        if not self.draft_model:
+            return (target,)
+        return (target, EngineRole("draft", SpeculativeDecodingMode.NONE, 0, gather))
+
+    def heads_of(self, spec: BuildSpec) -> MedusaSection | None:
+        """Heads converted into the target's checkpoint (None: plain target weights)."""
+        return None
+
+    # ---- serving and benchmarks --------------------------------------------------------------
+    @property
+    def bls_drives_loop(self) -> bool:
+        """The BLS runs draft -> verify rounds against the target (K per request, a target-alone
+        baseline with num_draft_tokens 0); otherwise the engine speculates inside one call."""
+        return self.bls_drafter is not None
+
+    @property
+    def has_baseline(self) -> bool:
+        """Whether a repository can run the target alone (the benchmarks' baseline)."""
+        return self.bls_drives_loop
+
+
+def resolve_name(name: str) -> Any:
+    """"package.module:attribute" -> the attribute (used by the stage that runs a method's code)."""
+    module, _, attr = name.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def require(condition: bool, where: str, key: str, expected: str, found: Any, fix: str) -> None:
+    if not condition:
+        raise SpecError(f"{where}: impossible value for {key}", expected=expected, found=repr(found), fix=fix)

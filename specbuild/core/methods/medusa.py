@@ -1,0 +1,54 @@
+"""Medusa (Cai et al. 2024): heads on the target's last hidden state propose a token tree
+(`medusa.choices`), verified in one pass with a tree attention mask. Engine flow only: one engine
+built with `--speculative_decoding_mode medusa` and a `--max_draft_len` that holds the tree
+(trtllm.md §3.4); the engine speculates inside each call (the BLS forwards to it)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from specbuild.core.errors import SpecbuildError, SpecError
+from specbuild.core.medusa_choices import DEFAULT_TREE, MedusaChoices
+from specbuild.core.methods.base import SpeculationMethod, Tunable, require
+from specbuild.core.trtllm_facts import SpeculativeDecodingMode
+
+if TYPE_CHECKING:
+    from specbuild.core.spec import BuildSpec, MedusaSection
+
+
+class Medusa(SpeculationMethod):
+    def default_max_draft_len(self, spec: BuildSpec) -> int:
+        """The tree's size: every node is one draft token of the verify pass."""
+        return MedusaChoices.parse(spec.medusa.choices if spec.medusa else DEFAULT_TREE).size
+
+    def heads_of(self, spec: BuildSpec) -> MedusaSection | None:
+        return spec.medusa
+
+    def validate(self, spec: BuildSpec, where: str, *, validate_tree: bool = True) -> None:
+        heads = spec.medusa
+        require(heads.num_heads >= 1 and heads.num_layers >= 1, where, "medusa.num_heads/num_layers", "integers >= 1",
+                (heads.num_heads, heads.num_layers), "use num_heads: 4, num_layers: 1")
+        try:  # parse errors always raise; consistency only when asked (check reports it as a row)
+            choices = MedusaChoices.parse(heads.choices)
+            if validate_tree:
+                choices.validate(num_heads=heads.num_heads, max_draft_len=spec.speculation.max_draft_len,
+                                 where="medusa.choices")
+        except SpecError:
+            raise
+        except SpecbuildError as exc:
+            what = exc.what if exc.what.startswith("medusa.choices") else f"medusa.choices: {exc.what}"
+            raise SpecError(f"{where}: {what}", expected=exc.expected, found=exc.found, fix=exc.fix) from None
+
+
+MEDUSA = Medusa(
+    name="medusa",
+    title="Medusa",
+    section="medusa",
+    section_example=f"medusa: {{heads: <folder>, num_heads: 4, choices: {DEFAULT_TREE}}}",
+    target_mode=SpeculativeDecodingMode.MEDUSA,
+    draft_model=False,
+    bls_drafter=None,
+    reference_decoder="specbuild.engines.reference.medusa:medusa_speculator",
+    tunes=Tunable.TREE,
+    tuner="specbuild.tuning.tune:tune_tree",
+)

@@ -1,0 +1,302 @@
+"""Versioned TensorRT-LLM facts: everything that depends on which TensorRT-LLM release serves the engines.
+
+One home for: the release line the engine flow targets, `SpeculativeDecodingMode` (TensorRT-LLM's
+IntFlag, recorded as an int in an engine's `build_config`), the `trtllm-build` flags and their
+accepted values (`specbuild/data/trtllm_build_flags.json`, read from TensorRT-LLM 1.x
+`commands/build.py` and `plugin/plugin.py`), the `build_config` key each flag records and the
+adjustments `build()` makes (`tensorrt_llm/builder.py` @ 008b2b8d23af, trtllm.md §1.2), the
+defaults of flags left unset, the Triton inputs renamed with 0.20 (`min_length` -> `min_tokens`,
+`random_seed` -> `seed`; tensorrtllm_backend templates, triton.md §1.1) and the NGC containers
+that ship each release (triton.md §4.2).
+
+`facts_for(version)` returns the facts of one release. Torch-free, no I/O at import.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import IntFlag
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from specbuild.core.errors import BuildError
+
+DEFAULT_TRTLLM_VERSION = "1.2.1"  # the last release line with the convert -> trtllm-build engine flow
+TRTLLM_BUILD = "trtllm-build"
+RENAME_VERSION = (0, 20)  # first TensorRT-LLM release whose Triton templates say min_tokens / seed
+
+
+def parse_version(text: object) -> tuple[int, ...]:
+    """'1.2.1' -> (1, 2, 1); '1.0.3.2510' -> (1, 0, 3, 2510); stops at the first non-numeric piece."""
+    parts = []
+    for piece in str(text).split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+        if not piece.isdigit():
+            break
+    return tuple(parts)
+
+
+class SpeculativeDecodingMode(IntFlag):
+    """`tensorrt_llm.models.modeling_utils.SpeculativeDecodingMode` (@ 01ea6d79d454, members in order of
+    `auto()`): what an engine's `build_config.speculative_decoding_mode` records as an int."""
+
+    NONE = 1
+    DRAFT_TOKENS_EXTERNAL = 2
+    MEDUSA = 4
+    LOOKAHEAD_DECODING = 8
+    EXPLICIT_DRAFT_TOKENS = 16
+    EAGLE = 32
+
+    @property
+    def arg(self) -> str | None:
+        """The `trtllm-build --speculative_decoding_mode` value (`from_arguments` maps them one-to-one);
+        None for NONE (the flag is not passed)."""
+        return None if self is SpeculativeDecodingMode.NONE else str(self.name).lower()
+
+    @property
+    def speculative(self) -> bool:
+        return self is not SpeculativeDecodingMode.NONE
+
+    @property
+    def triton_decoding_mode(self) -> str:
+        """The Triton `tensorrt_llm` model's `decoding_mode` parameter for an engine built this way."""
+        return _DECODING_MODES.get(self, "top_k_top_p")
+
+    @classmethod
+    def from_arg(cls, text: str | None) -> SpeculativeDecodingMode:
+        """A `--speculative_decoding_mode` value (None: NONE)."""
+        if text is None:
+            return cls.NONE
+        try:
+            return cls[text.upper()]
+        except KeyError:
+            raise BuildError(f"unknown speculative_decoding_mode {text!r}",
+                             expected=" | ".join(m.arg for m in cls if m.arg), found=text,
+                             fix="use a mode of TensorRT-LLM 1.x trtllm-build") from None
+
+    @classmethod
+    def from_recorded(cls, value: object) -> SpeculativeDecodingMode:
+        """What a build_config holds: the int TensorRT-LLM writes; None means NONE. A mode name (what
+        specbuild builds before this release recorded) is read as that mode."""
+        if value is None:
+            return cls.NONE
+        if isinstance(value, str) and value.upper() in cls.__members__:
+            return cls[value.upper()]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise BuildError("build_config.speculative_decoding_mode is not TensorRT-LLM's integer",
+                             expected=", ".join(f"{m.value} ({m.name})" for m in cls), found=repr(value),
+                             fix="rebuild the engine with `specbuild compile`")
+        return cls(value)
+
+
+# Triton `decoding_mode` values (triton.md §2.3): the C++ backend's names for the speculative modes.
+_DECODING_MODES = {
+    SpeculativeDecodingMode.MEDUSA: "medusa",
+    SpeculativeDecodingMode.EAGLE: "eagle",
+    SpeculativeDecodingMode.LOOKAHEAD_DECODING: "lookahead",
+    SpeculativeDecodingMode.EXPLICIT_DRAFT_TOKENS: "redrafter",
+}
+
+
+@dataclass(frozen=True)
+class TritonInputNames:
+    """The Triton inputs whose names depend on the TensorRT-LLM release."""
+
+    min_tokens: str  # "min_tokens" (>= 0.20) | "min_length"
+    seed: str  # "seed" (>= 0.20) | "random_seed"
+
+
+MODERN_NAMES = TritonInputNames(min_tokens="min_tokens", seed="seed")
+LEGACY_NAMES = TritonInputNames(min_tokens="min_length", seed="random_seed")
+
+
+# TensorRT-LLM version -> NGC Triton containers shipping it (newest last); triton.md §4.2.
+CONTAINERS: dict[str, tuple[str, ...]] = {
+    "0.9.0": ("24.04", "24.05"),
+    "0.10.0": ("24.06",),
+    "0.11.0": ("24.07",),
+    "0.12.0": ("24.08",),
+    "0.13.0": ("24.09",),
+    "0.14.0": ("24.10",),
+    "0.15.0": ("24.11",),
+    "0.16.0": ("24.12",),
+    "0.17.0": ("25.01",),
+    "0.17.0.post1": ("25.02",),
+    "0.18.0": ("25.03",),
+    "0.18.2": ("25.04",),
+    "0.19.0": ("25.05",),
+    "0.20.0": ("25.06", "25.07"),
+    "0.21.0": ("25.08",),
+    "1.0.0": ("25.09", "25.10"),
+    "1.0.3.2510": ("25.11",),
+    "1.1.0": ("25.12", "26.01", "26.02"),
+    "1.2.0": ("26.03",),
+    "1.2.1": ("26.04", "26.05", "26.06", "26.07"),
+}
+
+
+# ---- trtllm-build: flags, what build_config records, defaults ------------------------------------
+
+@dataclass(frozen=True)
+class BuildFlag:
+    """One trtllm-build flag and where the engine's config.json records it (None: not recorded)."""
+
+    flag: str
+    config_key: str | None  # "max_seq_len", or "plugin_config.gemm_plugin" for plugin flags
+
+
+# The flags specbuild passes, in argv order, each with the build_config key it lands in. argv and the
+# recorded build_config are both generated from this one list (engines/trtllm/plan.py).
+BUILD_FLAGS: tuple[BuildFlag, ...] = (
+    BuildFlag("--checkpoint_dir", None),
+    BuildFlag("--output_dir", None),
+    BuildFlag("--gemm_plugin", "plugin_config.gemm_plugin"),
+    BuildFlag("--gpt_attention_plugin", "plugin_config.gpt_attention_plugin"),
+    BuildFlag("--max_batch_size", "max_batch_size"),
+    BuildFlag("--max_input_len", "max_input_len"),
+    BuildFlag("--max_seq_len", "max_seq_len"),
+    BuildFlag("--max_beam_width", "max_beam_width"),
+    BuildFlag("--kv_cache_type", "kv_cache_type"),
+    BuildFlag("--use_paged_context_fmha", "plugin_config.use_paged_context_fmha"),
+    BuildFlag("--remove_input_padding", "plugin_config.remove_input_padding"),
+    BuildFlag("--context_fmha", "plugin_config.context_fmha"),
+    BuildFlag("--workers", None),
+    BuildFlag("--max_num_tokens", "max_num_tokens"),
+    BuildFlag("--speculative_decoding_mode", "speculative_decoding_mode"),
+    BuildFlag("--max_draft_len", "max_draft_len"),
+    BuildFlag("--gather_generation_logits", "gather_generation_logits"),
+)
+
+
+@dataclass(frozen=True)
+class TrtllmFacts:
+    """The facts of one TensorRT-LLM release."""
+
+    version: str
+    input_names: TritonInputNames
+    containers: tuple[str, ...]  # NGC tritonserver <yy.mm>-trtllm-python-py3 tags, newest last (may be empty)
+    default_max_num_tokens: int = 8192  # trtllm-build --max_num_tokens when unset (trtllm.md §1.2)
+    tokens_per_block: int = 32  # PluginConfig default of 1.x, recorded in build_config.plugin_config
+
+    @property
+    def build_flags(self) -> dict[str, Any]:
+        """flag -> "int" | "path" | "str" | "bool" (store_true) | [accepted values] (1.x build.py)."""
+        return _accepted_flags()
+
+    def recorded_defaults(self) -> dict[str, Any]:
+        """build_config values of the flags specbuild leaves unset (BuildConfig defaults)."""
+        return {
+            "max_num_tokens": self.default_max_num_tokens,
+            "gather_context_logits": False,
+            "gather_generation_logits": False,
+            "speculative_decoding_mode": SpeculativeDecodingMode.NONE,
+            "max_draft_len": 0,
+            "plugin_config.paged_kv_cache": True,
+            "plugin_config.tokens_per_block": self.tokens_per_block,
+        }
+
+
+def facts_for(version: str | None = None) -> TrtllmFacts:
+    """The facts of a TensorRT-LLM version (None: DEFAULT_TRTLLM_VERSION)."""
+    version = version or DEFAULT_TRTLLM_VERSION
+    parsed = parse_version(version)
+    return TrtllmFacts(
+        version=version,
+        input_names=MODERN_NAMES if parsed >= RENAME_VERSION else LEGACY_NAMES,
+        containers=CONTAINERS.get(version, ()),
+    )
+
+
+@lru_cache(maxsize=1)
+def _accepted_flags() -> dict[str, Any]:
+    text = resources.files("specbuild.data").joinpath("trtllm_build_flags.json").read_text()
+    return json.loads(text)["flags"]
+
+
+def build_argv(values: list[tuple[str, Any]], facts: TrtllmFacts) -> list[str]:
+    """trtllm-build argv from (flag, python value) pairs; a None value leaves the flag out.
+
+    bool values: store_true flags appear only when True; enable/disable features get enable|disable.
+    SpeculativeDecodingMode values become their CLI name.
+    """
+    flags = facts.build_flags
+    argv = [TRTLLM_BUILD]
+    for flag, value in values:
+        if value is None or (isinstance(value, SpeculativeDecodingMode) and not value.speculative):
+            continue
+        kind = flags.get(flag)
+        if kind == "bool":
+            if value:
+                argv.append(flag)
+            continue
+        if isinstance(value, bool):
+            value = "enable" if value else "disable"
+        elif isinstance(value, SpeculativeDecodingMode):
+            value = value.arg
+        argv += [flag, str(value)]
+    validate_argv(argv, flags)
+    return argv
+
+
+def recorded_build_config(values: list[tuple[str, Any]], facts: TrtllmFacts) -> dict[str, Any]:
+    """The engine config.json `build_config` trtllm-build writes for these flag values (trtllm.md §1.2).
+
+    Unset flags take `recorded_defaults`; then build() adjusts: any speculative mode adds max_draft_len
+    to max_seq_len and raises max_num_tokens to max_batch_size * (max_draft_len + 1); max_input_len is
+    capped at max_seq_len. kv_cache_type is recorded as its enum name, the mode as TensorRT-LLM's int.
+    """
+    by_flag = {f.flag: f.config_key for f in BUILD_FLAGS}
+    flat: dict[str, Any] = dict(facts.recorded_defaults())
+    for flag, value in values:
+        key = by_flag[flag]
+        if key is not None and value is not None:
+            flat[key] = value
+    mode = SpeculativeDecodingMode(flat["speculative_decoding_mode"])
+    k = int(flat["max_draft_len"]) if mode.speculative else 0
+    flat["max_seq_len"] = int(flat["max_seq_len"]) + k
+    if mode.speculative:
+        flat["max_num_tokens"] = max(int(flat["max_num_tokens"]), int(flat["max_batch_size"]) * (k + 1))
+    flat["max_input_len"] = min(int(flat["max_input_len"]), flat["max_seq_len"])
+    flat["max_draft_len"] = k
+    flat["speculative_decoding_mode"] = int(mode)
+    if "kv_cache_type" in flat:
+        flat["kv_cache_type"] = str(flat["kv_cache_type"]).upper()
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        head, _, leaf = key.partition(".")
+        if leaf:
+            out.setdefault(head, {})[leaf] = value
+        else:
+            out[key] = value
+    return out
+
+
+def validate_argv(argv: list[str] | tuple[str, ...], flags: dict[str, Any] | None = None) -> None:
+    """Every flag must be one trtllm-build 1.x accepts, with a value of the right kind."""
+    flags = flags or _accepted_flags()
+    if not argv or argv[0] != TRTLLM_BUILD:
+        raise BuildError("not a trtllm-build command", expected=TRTLLM_BUILD, found=str(argv[:1]), fix="report this bug")
+    i = 1
+    while i < len(argv):
+        flag = argv[i]
+        if flag not in flags:
+            raise BuildError(f"trtllm-build does not accept {flag}", expected="a flag of TensorRT-LLM 1.2.x build.py",
+                             found=flag, fix="report this bug")
+        kind = flags[flag]
+        if kind == "bool":
+            i += 1
+            continue
+        if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+            raise BuildError(f"{flag} needs a value", expected=str(kind), found="nothing", fix="report this bug")
+        value = argv[i + 1]
+        ok = value in kind if isinstance(kind, list) else (value.isdigit() if kind == "int" else bool(value))
+        if not ok:
+            expected = " | ".join(kind) if isinstance(kind, list) else kind
+            raise BuildError(f"trtllm-build {flag} does not accept {value!r}", expected=expected, found=value,
+                             fix="report this bug")
+        i += 2
