@@ -44,7 +44,7 @@ FALLBACK_PROMPTS = ["def main():", "import os\n", "class Parser:", "The quick br
 
 @dataclass(frozen=True)
 class Row:
-    mode: str  # draft_target | medusa
+    mode: str  # a Method value
     k: int  # draft tokens per step (Medusa: tree depth)
     rate: float  # accepted / drafted (TensorRT-LLM's acceptance_rate)
     alpha: float  # per-token acceptance of the i.i.d. model (core/theory.py alpha), used in the prediction
@@ -125,9 +125,9 @@ def bench(target: Path, *, draft: Path | None, medusa: Path | None, prompts: lis
             pair = ReferenceEngine(base.target, draft=d.target, method=Method.DRAFT_TARGET, tokenizer_dir=base.tokenizer_dir)
             for k in ks:
                 secs, n, stats = _run(pair, ids, params, num_draft_tokens=k)
-                rows.append(_row("draft_target", k, stats, c, n / secs, base_tps, verify_cost(base.target, ids[0], k + 1)))
+                rows.append(_row(Method.DRAFT_TARGET.value, k, stats, c, n / secs, base_tps, verify_cost(base.target, ids[0], k + 1)))
         if medusa is not None:
-            m = ReferenceEngine.load(_loadable(target, work, "medusa", medusa=medusa), medusa_choices=tree)
+            m = ReferenceEngine.load(_loadable(target, work, "target-with-heads", medusa=medusa), medusa_choices=tree)
             heads: MedusaHeads = m.speculator.heads
             hidden = m.target.forward(__import__("torch").tensor([ids[0]]), m.target.new_cache(1, len(ids[0])))[0, -1]
             reps = 50
@@ -138,7 +138,7 @@ def bench(target: Path, *, draft: Path | None, medusa: Path | None, prompts: lis
             secs, n, stats = _run(m, ids, params)
             tree = m.speculator.tree
             v = verify_cost(m.target, ids[0], tree.num_nodes + 1, new_mask=tree.attention_mask, depths=tree.position_offsets)
-            rows.append(_row("medusa", tree.depth, stats, c, n / secs, base_tps, v))
+            rows.append(_row(Method.MEDUSA.value, tree.depth, stats, c, n / secs, base_tps, v))
     return rows
 
 

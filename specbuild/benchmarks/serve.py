@@ -16,6 +16,7 @@ import json
 import time
 from pathlib import Path
 
+from specbuild.core.methods import Method
 from specbuild.core.sampling_params import SamplingParams
 
 DEFAULT_OUT = Path("build/bench-serve")
@@ -57,7 +58,7 @@ def build_repo(out: Path, *, num_draft_tokens: int, random_models: bool = False,
         family = build_family(cache=demo_cache or DEFAULT_CACHE, log=log)
         target, draft, prompts = family.target, family.draft, family.prompts
     spec = spec_from_dict({
-        "name": "bench-serve", "mode": "draft_target", "dtype": "float32",
+        "name": "bench-serve", "mode": Method.DRAFT_TARGET.value, "dtype": "float32",
         "target": {"model": str(target)}, "draft": {"model": str(draft)},
         "speculation": {"max_draft_len": num_draft_tokens},
         "build": {"max_batch_size": 8, "max_input_len": 256, "max_seq_len": 512},

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from specbuild.core.hf_config import DTYPE_BYTES, HFModelConfig
+from specbuild.core.methods import method_of
 
 if TYPE_CHECKING:
     from specbuild.core.spec import BuildSpec
@@ -245,21 +246,23 @@ def plan_memory(
     """Plan GPU 0 of `spec`. Model configs are read from the spec's folders unless given."""
     from specbuild.builder.resolve import resolve_model
 
+    roles = {r.role: r for r in method_of(spec).roles(spec)}
     if target is None:
         target = HFModelConfig.from_hf(resolve_model(spec.target.model, base=spec.base_dir, what="target model"))
-    if spec.mode == "draft_target" and draft is None and spec.draft is not None:
+    if "draft" in roles and draft is None and spec.draft is not None:
         draft = HFModelConfig.from_hf(resolve_model(spec.draft.model, base=spec.base_dir, what="draft model"))
-    if spec.mode == "medusa" and medusa is None and spec.medusa is not None:
-        medusa = MedusaShape(spec.medusa.num_heads, spec.medusa.num_layers)
+    heads = roles["target"].heads
+    if heads is not None and medusa is None:
+        medusa = MedusaShape(heads.num_heads, heads.num_layers)
     k, b = spec.speculation.max_draft_len, spec.build
     engines = [
         engine_memory(
             target, role="target", tp=spec.target.tp_size, pp=spec.target.pp_size, dtype=spec.dtype,
             weight_only=b.weight_only, max_num_tokens=effective_max_num_tokens(spec, speculative_target=True),
-            logits_rows=b.max_batch_size * (k + 1), medusa=medusa if spec.mode == "medusa" else None,
+            logits_rows=b.max_batch_size * (k + 1), medusa=medusa if heads is not None else None,
         )
     ]
-    if spec.mode == "draft_target" and draft is not None and spec.draft is not None:
+    if "draft" in roles and draft is not None and spec.draft is not None:
         engines.append(engine_memory(
             draft, role="draft", tp=spec.draft.tp_size, pp=spec.draft.pp_size, dtype=spec.dtype,
             weight_only=b.weight_only, max_num_tokens=effective_max_num_tokens(spec, speculative_target=False),

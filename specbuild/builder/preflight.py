@@ -14,6 +14,7 @@ from typing import Any
 from specbuild.builder.memory_plan import GIB, RUNTIME_RESERVE_GIB, MedusaShape, MemoryPlan, plan_memory
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.hf_config import SUPPORTED_ARCHITECTURES, HFModelConfig
+from specbuild.core.methods import method_of
 from specbuild.core.spec import BuildSpec, ModelSection
 from specbuild.core.weights import WeightFiles, find_weights
 
@@ -80,13 +81,13 @@ def run_checks(spec: BuildSpec, *, runtime_reserve_gib: float = RUNTIME_RESERVE_
 
         out.extend(check_tokenizers(target, draft))
     medusa = None
-    if spec.mode == "medusa":
+    if spec.medusa is not None:  # heads converted into the target
         from specbuild.builder.medusa_checks import check_medusa_heads, check_tree
 
         medusa = check_medusa_heads(spec, target, out)
         out.append(check_tree(spec))
     plan = None
-    if target and (draft or spec.mode == "medusa"):
+    if target and (draft or not method_of(spec).draft_model):
         plan = plan_memory(spec, target=target.config, draft=draft.config if draft else None, medusa=medusa,
                            runtime_reserve_gib=runtime_reserve_gib)
         out.append(_check_plan(spec, plan, target, draft, runtime_reserve_gib))

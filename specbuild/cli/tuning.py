@@ -103,7 +103,8 @@ def tune_cmd(
 def format_tune_report(report) -> str:
     d = report.details
     lines = []
-    if report.mode == "draft_target":
+    tree = report.tunes == "tree"  # else K (TuneReport.tunes)
+    if not tree:
         acc = ", ".join(f"{a:.3f}" for a in d["acceptance_per_position"])
         lines += [f"acceptance per draft position (greedy, conditional): {acc}", f"cost ratio c = draft pass / target pass = {d['cost_ratio']:.3f} ({d['draft_pass_ms']:.2f} ms / {d['target_pass_ms']:.2f} ms)", "  K   tokens/pass  predicted speedup"]
         lines += [f"  {r['k']:<3} {r['tokens_per_pass']:<12.3f} {r['speedup']:.3f}" for r in d["table"]]
@@ -112,18 +113,18 @@ def format_tune_report(report) -> str:
         for depth, probs in enumerate(d["depth_probs"]):
             cum = sum(probs)
             lines.append(f"  head {depth}: top1 {probs[0]:.3f}  top{len(probs)} {cum:.3f} (conditional on the path so far)")
-    if report.mode == "medusa":
+    if tree:
         lines.append("predicted = exact greedy replay of each tree on the profiled positions")
     for s in (report.chosen, report.current):
-        what = f"K={s.value}" if report.mode == "draft_target" else f"{s.size}-node tree"
+        what = f"{s.size}-node tree" if tree else f"K={s.value}"
         lines.append(f"{s.label:<8} {what}: predicted {s.tokens_per_pass:.3f} tokens/pass, speedup {s.speedup:.3f}")
-    if report.mode == "medusa":
+    if tree:
         fp = d["factorised_tokens_per_pass"]
         lines.append(f"independent-heads model: chosen {fp['chosen']:.3f}, current {fp['current']:.3f} tokens/pass")
         lines.append(f"tree pass cost / plain pass: chosen {d['tree_pass_cost']['chosen']:.2f}, current {d['tree_pass_cost']['current']:.2f}")
         lines.append(f"chosen tree: {report.chosen.value}")
     m = d.get("measured")
-    if m and report.mode == "medusa":
+    if m and tree:
         lines.append(f"measured on held-out prompts (reference engine, greedy): chosen {m['chosen']:.3f}, current {m['current']:.3f} tokens/pass")
     elif m:
         lines.append("measured on held-out prompts (reference engine, greedy):  K  tokens/pass  speedup(measured E, c)  seconds")

@@ -24,6 +24,8 @@ from specbuild.core.trtllm_facts import DEFAULT_TRTLLM_VERSION, parse_version
 
 DTYPES = ("float32", "float16", "bfloat16")
 QUANT = ("none", "int8", "int4")  # weight-only; trtllm-build quantizes float weights (trtllm.md 2.2)
+# The key of each section that names a model folder or hub id (relative paths: from the spec's folder).
+PATH_KEYS = {"target": "model", "draft": "model", "medusa": "heads"}
 
 
 @dataclass(frozen=True)

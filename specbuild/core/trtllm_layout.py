@@ -19,6 +19,8 @@ from enum import Enum
 
 from specbuild.core.errors import ConversionError
 
+MODEL_SOURCE, HEADS_SOURCE = "model", "heads"  # where a rule's tensors come from
+
 
 class Split(Enum):
     NONE = "none"  # replicated on every TP rank
@@ -43,7 +45,7 @@ class Rule:
     split: Split
     stage: Stage = Stage.LAYER
     when: str | None = None  # name of a boolean on ConvertDims gating the rule (e.g. attention_bias)
-    source: str = "model"  # model | medusa (the heads file)
+    source: str = MODEL_SOURCE  # MODEL_SOURCE | HEADS_SOURCE (the Medusa heads file)
 
 
 def _attn(p: str, kind: str) -> tuple[str, ...]:
@@ -72,9 +74,9 @@ TIED_LM_HEAD_SOURCE = "model.embed_tokens.weight"  # lm_head's source when tie_w
 # heads on every PP stage (only the last one runs them) and its loader requires every parameter, as
 # its own converter (load_medusa_hf, no PP condition) provides them.
 MEDUSA_RULES: tuple[Rule, ...] = (
-    Rule("medusa_heads.{h}.medusa_layers.{j}.linear.weight", ("{h}.{j}.linear.weight",), (("hidden", "hidden"),), Split.COLUMN, Stage.EVERY, source="medusa"),
-    Rule("medusa_heads.{h}.medusa_layers.{j}.linear.bias", ("{h}.{j}.linear.bias",), (("hidden",),), Split.COLUMN, Stage.EVERY, source="medusa"),
-    Rule("medusa_heads.{h}.lm_head.weight", ("{h}.{L}.weight",), (("vocab", "hidden"),), Split.VOCAB, Stage.EVERY, source="medusa"),
+    Rule("medusa_heads.{h}.medusa_layers.{j}.linear.weight", ("{h}.{j}.linear.weight",), (("hidden", "hidden"),), Split.COLUMN, Stage.EVERY, source=HEADS_SOURCE),
+    Rule("medusa_heads.{h}.medusa_layers.{j}.linear.bias", ("{h}.{j}.linear.bias",), (("hidden",),), Split.COLUMN, Stage.EVERY, source=HEADS_SOURCE),
+    Rule("medusa_heads.{h}.lm_head.weight", ("{h}.{L}.weight",), (("vocab", "hidden"),), Split.VOCAB, Stage.EVERY, source=HEADS_SOURCE),
 )
 MEDUSA_PER_LAYER = ("medusa_layers",)  # rules containing this repeat for every ResBlock j
 

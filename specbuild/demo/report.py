@@ -16,6 +16,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from specbuild.core.methods import method_of
+
 COLUMNS = ("T", "conc", "accept", "tok/pass", "predicted", "measured", "TTFT ms", "ITL ms", "base ITL ms",
            "tok/s", "base tok/s")  # fmt: skip
 
@@ -89,9 +91,12 @@ def print_summary(benches: dict[str, Path], *, family_metrics: dict | None, out:
                                "total_s": round(total_s, 1)}  # fmt: skip
     md = []
     for mode, bench in loaded.items():
-        rows = summary_rows(bench, baseline_from=loaded.get("draft_target") if mode == "medusa" else None)
+        method = method_of(mode)
+        # a method without its own baseline (the engine always speculates) borrows one of the same target
+        lender = next((b for m, b in loaded.items() if method_of(m).has_baseline), None)
+        rows = summary_rows(bench, baseline_from=None if method.has_baseline else lender)
         ctx = bench.get("context", {})
-        title = f"{mode}: K={ctx.get('num_draft_tokens')}, cost ratio c={_fmt(ctx.get('cost_ratio'))}" if mode == "draft_target" \
+        title = f"{mode}: K={ctx.get('num_draft_tokens')}, cost ratio c={_fmt(ctx.get('cost_ratio'))}" if method.bls_drives_loop \
             else f"{mode}: tree from the tuned spec, c=0 (heads ride on the target pass)"  # fmt: skip
         if rows and rows[0]["baseline"] == "vs d/t baseline":
             title += "; measured vs the draft/target run's target-alone baseline"

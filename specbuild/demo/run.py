@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specbuild.core.errors import SpecbuildError
+from specbuild.core.methods import Method
+from specbuild.core.spec import PATH_KEYS
 from specbuild.demo.models import (
     DEFAULT_CACHE,
     MICRO,
@@ -45,7 +47,7 @@ from specbuild.demo.models import (
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "examples" / "demo"
-MODES = ("draft_target", "medusa")
+MODES = tuple(m.value for m in Method)  # examples/demo/<mode>.yaml each
 SERVER_READY_TIMEOUT_S = 300.0
 
 
@@ -186,7 +188,7 @@ def stage_specs(opts: DemoOptions, modes: tuple[str, ...]) -> dict[str, Path]:
     for mode in modes:
         source = EXAMPLES / f"{mode}.yaml"
         raw = yaml.safe_load(source.read_text())
-        for section, key in (("target", "model"), ("draft", "model"), ("medusa", "heads")):
+        for section, key in PATH_KEYS.items():
             if section in raw:
                 # the example names .cache/demo/<link>; the copy names the same link in opts.cache
                 raw[section][key] = str(Path(opts.cache).absolute() / Path(raw[section][key]).name)
@@ -291,12 +293,9 @@ def stage_generate(url: str, prompt: str, max_tokens: int) -> None:
     run_cli("generate", "--url", url, "--prompt", prompt, "--max-tokens", str(max_tokens), "--stream")
 
 
-def stage_bench(url: str, prompts: Path, out: Path, opts: DemoOptions, k: int | None) -> Path:
-    args = ["bench", "--url", url, "--prompts", str(prompts), "--concurrency", opts.concurrency,
-            "--temperature", opts.temperatures, "--max-tokens", str(opts.max_tokens), "--out", str(out)]  # fmt: skip
-    if k is not None:
-        args += ["--num-draft-tokens", str(k)]
-    run_cli(*args)
+def stage_bench(url: str, prompts: Path, out: Path, opts: DemoOptions) -> Path:
+    run_cli("bench", "--url", url, "--prompts", str(prompts), "--concurrency", opts.concurrency,
+            "--temperature", opts.temperatures, "--max-tokens", str(opts.max_tokens), "--out", str(out))
     return out / "bench.json"
 
 
@@ -310,8 +309,6 @@ def prompts_subset(family_prompts: Path, dest: Path, n: int, *, skip: int = 0) -
 
 def run_mode(mode: str, spec: Path, family, opts: DemoOptions, ledger: Ledger) -> Path | None:
     """Compile, lay out, serve, generate and bench one mode; returns its bench.json (None if skipped)."""
-    from specbuild.core.spec import load_spec
-
     out = (Path(opts.out) / mode).resolve()
     out.mkdir(parents=True, exist_ok=True)
     with ledger.stage(f"{mode}: compile"):
@@ -322,10 +319,9 @@ def run_mode(mode: str, spec: Path, family, opts: DemoOptions, ledger: Ledger) -
         family.prompts, out / "bench_prompts.jsonl", opts.bench_prompts, skip=opts.tune_prompts
     )
     first = json.loads(prompts.read_text().splitlines()[0])["prompt"]
-    k = load_spec(spec).speculation.max_draft_len if mode == "draft_target" else None
     with ledger.stage(f"{mode}: serve, generate, bench"), serving(repo, out / "tritonserver.log") as url:
         stage_generate(url, first, opts.max_tokens)
-        return stage_bench(url, prompts, out / "bench", opts, k)
+        return stage_bench(url, prompts, out / "bench", opts)  # K: the repository's (what tune chose)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -364,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with ledger.stage("1. demo models (trained once, then cached)"):
             family, heads = stage_models(opts)
-        modes = tuple(m for m in opts.modes if m != "medusa" or heads is not None)
+        modes = tuple(m for m in opts.modes if m != Method.MEDUSA or heads is not None)
         with ledger.stage("2. check and tune the demo specs"):
             specs = stage_specs(opts, modes)
             tune_prompts = prompts_subset(

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from specbuild.core.errors import TrainingError
+from specbuild.core.methods import Tunable, method_of, resolve_name
 from specbuild.tuning.progress import Reporter
 from specbuild.tuning.tune_options import TuneOptions
 
@@ -38,7 +39,8 @@ class Setting:
 
 @dataclass(frozen=True)
 class TuneReport:
-    mode: str
+    mode: str  # the spec's method (its value)
+    tunes: str  # "draft_len" (K) | "tree" (the Medusa tree): what was chosen
     chosen: Setting
     current: Setting
     details: dict[str, Any] = field(default_factory=dict)
@@ -59,10 +61,7 @@ def tune_spec(spec_path: Path, options: TuneOptions, *, reporter: Reporter | Non
     texts = read_texts(options.prompts)
     with open_engine(spec, options.engine, rep) as engine:
         prompts = [engine.tokenizer(t, add_special_tokens=True)["input_ids"] for t in texts]
-        if spec.mode == "draft_target":
-            report = _tune_chain(spec, engine, prompts, options, rep)
-        else:
-            report = _tune_medusa(spec, engine, prompts, options, rep)
+        report = resolve_name(method_of(spec).tuner)(spec, engine, prompts, options, rep)
         if options.eval_prompts is not None:
             held = [engine.tokenizer(t, add_special_tokens=True)["input_ids"] for t in read_texts(options.eval_prompts)]
             report = _measure(report, engine, held, options, rep)
@@ -102,7 +101,8 @@ def open_engine(spec, engine_dir: Path | None, rep: Reporter, *, device: str = "
                               tokenizer_dir=target_hf, max_draft_len=spec.speculation.max_draft_len)
 
 
-def _tune_chain(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> TuneReport:
+def tune_draft_len(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> TuneReport:
+    """K of a method that drafts per round: the K in 1..k_max with the best predicted speedup."""
     from specbuild.core.theory import speedup, tokens_per_pass_chain
     from specbuild.tuning.predict import choose_k, k_table
     from specbuild.tuning.profile_engine import profile_chain
@@ -113,7 +113,8 @@ def _tune_chain(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> T
     best = choose_k(prof.acceptance, prof.cost_ratio, k_max)
     e_cur = tokens_per_pass_chain(prof.acceptance, current_k)
     return TuneReport(
-        mode="draft_target",
+        mode=spec.mode.value,
+        tunes=Tunable.DRAFT_LEN.name.lower(),
         chosen=Setting("chosen", best.k, best.tokens_per_pass, best.speedup, best.k),
         current=Setting("current", current_k, e_cur, speedup(e_cur, current_k, prof.cost_ratio), current_k),
         details={
@@ -127,7 +128,8 @@ def _tune_chain(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> T
     )
 
 
-def _tune_medusa(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> TuneReport:
+def tune_tree(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> TuneReport:
+    """A Medusa tree grown from the heads' measured accuracies within max_draft_len nodes."""
     from specbuild.tuning.predict import (
         accepted_lengths,
         conditional_depth_probs,
@@ -157,7 +159,8 @@ def _tune_medusa(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> 
     chosen, cur = setting("chosen", tree), setting("current", current)
     factorised = {"chosen": tree_tokens_per_pass(tree, probs), "current": tree_tokens_per_pass(current, probs)}
     return TuneReport(
-        mode="medusa",
+        mode=spec.mode.value,
+        tunes=Tunable.TREE.name.lower(),
         chosen=chosen,
         current=cur,
         details={
@@ -178,7 +181,7 @@ def _measure(report: TuneReport, engine, prompts, options: TuneOptions, rep: Rep
     from specbuild.tuning.profile_engine import measure_tree, sweep_k
 
     rep.log(f"measuring on {len(prompts)} held-out prompts")
-    if report.mode == "medusa":
+    if report.tunes == Tunable.TREE.name.lower():
         measured = {s.label: measure_tree(engine, MedusaChoices.parse(s.value), prompts, max_tokens=options.max_tokens).mean_accepted_per_step
                     for s in (report.chosen, report.current)}
     else:
@@ -197,8 +200,6 @@ def _write(spec_path: Path, report: TuneReport) -> TuneReport:
 
     from specbuild.tuning.spec_edit import set_spec_value
 
-    if report.mode == "draft_target":
-        kept = set_spec_value(spec_path, "speculation", "max_draft_len", report.chosen.value)
-    else:
-        kept = set_spec_value(spec_path, "medusa", "choices", report.chosen.value)
+    tunable = Tunable[report.tunes.upper()]
+    kept = set_spec_value(spec_path, tunable.section, tunable.key, report.chosen.value)
     return replace(report, written="kept comments" if kept else "rewrote the spec (comments lost)")

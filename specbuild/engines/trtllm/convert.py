@@ -21,10 +21,12 @@ from specbuild.core.errors import CheckpointError, ConversionError
 from specbuild.core.hf_config import HFModelConfig
 from specbuild.core.manifest import write_manifest
 from specbuild.core.trtllm_layout import (
+    HEADS_SOURCE,
     IGNORED_SUFFIXES,
     MEDUSA_PER_LAYER,
     MEDUSA_RULES,
     MODEL_RULES,
+    MODEL_SOURCE,
     TIED_LM_HEAD_SOURCE,
     ConvertDims,
     Parallel,
@@ -85,7 +87,7 @@ def convert_checkpoint(
     src = SafetensorsSource.from_folder(hf_dir)
     heads = open_heads(medusa) if medusa is not None else None
     plan = plan_checkpoint(cfg, src, dtype=dtype, tp_size=tp_size, pp_size=pp_size, heads=heads, medusa=medusa, weight_only=weight_only)
-    sources = {"model": src, "medusa": heads.source if heads else None}
+    sources = {MODEL_SOURCE: src, HEADS_SOURCE: heads.source if heads else None}
     with atomic_output_dir(out_dir, force=force) as tmp:
         config_text = json.dumps(plan.config, indent=2) + "\n"
         (tmp / "config.json").write_text(config_text)
@@ -109,7 +111,7 @@ def convert_checkpoint(
                 "tp_size": tp_size,
                 "pp_size": pp_size,
                 "weight_only": weight_only,
-                "medusa": {"num_heads": heads.num_heads, "num_layers": heads.num_layers, "max_draft_len": medusa.max_draft_len} if heads else None,
+                "heads": {"num_heads": heads.num_heads, "num_layers": heads.num_layers, "max_draft_len": medusa.max_draft_len} if heads else None,
             },
             config=plan.config,
         )
@@ -146,7 +148,7 @@ def plan_checkpoint(
         assert medusa is not None
         config = medusa_config(config, num_heads=heads.num_heads, num_layers=heads.num_layers, max_draft_len=medusa.max_draft_len)
     ranks = tuple(tuple(_rank_items(rank, dims, par, dtype, heads)) for rank in range(par.world_size))
-    _check_sources(ranks, {"model": src, "medusa": heads.source if heads else None}, dims, par)
+    _check_sources(ranks, {MODEL_SOURCE: src, HEADS_SOURCE: heads.source if heads else None}, dims, par)
     return CheckpointPlan(cfg=cfg, dims=dims, par=par, dtype=dtype, ranks=ranks, config=config)
 
 
@@ -238,7 +240,7 @@ def _rank_shape(rule: Rule, hf_shape: tuple[int, ...], dims: ConvertDims, par: P
 
 def _check_sources(ranks, sources: dict, dims: ConvertDims, par: Parallel) -> None:
     """Every planned source exists with its HF shape and a float dtype; every source tensor is used."""
-    used: dict[str, set[str]] = {"model": set(), "medusa": set()}
+    used: dict[str, set[str]] = {MODEL_SOURCE: set(), HEADS_SOURCE: set()}
     for items in ranks:
         for it in items:
             for k, name in enumerate(it.sources):
@@ -253,7 +255,7 @@ def _check_sources(ranks, sources: dict, dims: ConvertDims, par: Parallel) -> No
                 if info.dtype not in FLOAT_DTYPES:
                     raise CheckpointError(f"tensor {name} has dtype {info.dtype}", expected=" | ".join(FLOAT_DTYPES), found=info.dtype, fix="convert from an unquantized float checkpoint")
     if dims.tie_word_embeddings:
-        used["model"].add("lm_head.weight")  # some tied checkpoints still store the (identical) head
+        used[MODEL_SOURCE].add("lm_head.weight")  # some tied checkpoints still store the (identical) head
     for key, src in sources.items():
         if src is None:
             continue
