@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from specbuild.core.hf_config import DTYPE_BYTES, HFModelConfig
 from specbuild.core.methods import method_of
+from specbuild.core.trtllm_layout import Parallel
 
 if TYPE_CHECKING:
     from specbuild.core.spec import BuildSpec
@@ -134,14 +135,13 @@ class MemoryPlan:
 # ---- per-rank sizes ------------------------------------------------------------------------------
 
 def pp_layers(num_layers: int, pp: int) -> list[int]:
-    """Layers per PP rank as torch.tensor_split does it: the earlier ranks get one extra."""
-    base, extra = divmod(num_layers, pp)
-    return [base + (1 if r < extra else 0) for r in range(pp)]
+    """Layers per PP rank (core/trtllm_layout.Parallel: torch.tensor_split, earlier ranks get one extra)."""
+    return [len(r) for r in Parallel(pp=pp).layer_ranges(num_layers)]
 
 
 def kv_heads_per_rank(cfg: HFModelConfig, tp: int) -> int:
-    """KV heads each TP rank stores: n_kv/tp, or 1 (a duplicate) when tp > n_kv."""
-    return max(1, math.ceil(cfg.num_key_value_heads / tp))
+    """KV heads each TP rank stores (core/trtllm_layout.Parallel)."""
+    return Parallel(tp=tp).kv_heads_per_rank(cfg.num_key_value_heads)
 
 
 def _linear_bytes(out_features: int, in_features: int, dtype_bytes: int, bits: int | None) -> int:

@@ -14,6 +14,7 @@ to ceil(V/tp)*tp rows first, QKV gives [(nh/tp + 2*max(nkv/tp, 1))*hd, H].
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 
@@ -147,6 +148,15 @@ class Parallel:
         start = pp_rank * base + min(pp_rank, extra)
         return range(start, start + base + (1 if pp_rank < extra else 0))
 
+    def layer_ranges(self, num_layers: int) -> list[range]:
+        """The global layers of every PP stage, in stage order."""
+        return [self.layers(p, num_layers) for p in range(self.pp)]
+
+    def kv_heads_per_rank(self, num_kv_heads: int) -> int:
+        """KV heads in one TP rank's fused qkv: nkv/tp, or one repeated head when tp > nkv (trtllm.md §2.4).
+        (Rounded up for layouts `check` refuses, so a memory plan of one stays an upper bound.)"""
+        return max(1, -(-num_kv_heads // self.tp))
+
     def check(self, dims: ConvertDims, *, where: str) -> None:
         """Refuse layouts TensorRT-LLM cannot shard, naming the number that does not divide."""
         tp, pp = self.tp, self.pp
@@ -185,3 +195,47 @@ class Parallel:
         per = -(-vocab // self.tp)
         start = min(tp_rank * per, vocab)
         return start, min(start + per, vocab), per
+
+
+# ---- which tensors a rank holds ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Placement:
+    """One tensor of a rank file: its TensorRT-LLM name and the HF tensor(s) it is made of."""
+
+    rule: Rule
+    trt: str  # name in rank{N}.safetensors (layers numbered from 0 on each PP stage)
+    hf: tuple[str, ...]  # source names (the tied embedding for a tied lm_head)
+
+
+def placements(pp_rank: int, dims: ConvertDims, par: Parallel, *, medusa: tuple[int, int] | None = None) -> Iterator[Placement]:
+    """Every tensor the ranks of PP stage `pp_rank` hold, in file order (a stage's TP ranks hold the same
+    names). `medusa` = (heads, ResBlocks per head) when the checkpoint carries Medusa heads."""
+    first, last = pp_rank == 0, pp_rank == par.pp - 1
+    for rule in MODEL_RULES:
+        if rule.when and not getattr(dims, rule.when):
+            continue
+        if rule.stage is Stage.LAYER:
+            for i, layer in enumerate(par.layers(pp_rank, dims.num_layers)):
+                yield _place(rule, {"i": i, "l": layer})
+        elif _on_stage(rule.stage, first=first, last=last):
+            tied = rule.trt == "lm_head.weight" and dims.tie_word_embeddings
+            yield _place(rule, {}, hf=(TIED_LM_HEAD_SOURCE,) if tied else None)
+    if medusa is not None:
+        num_heads, num_layers = medusa
+        for h in range(num_heads):
+            for rule in MEDUSA_RULES:
+                if not _on_stage(rule.stage, first=first, last=last):
+                    continue
+                js = range(num_layers) if any(k in rule.trt for k in MEDUSA_PER_LAYER) else (None,)
+                for j in js:
+                    yield _place(rule, {"h": h, "j": j, "L": num_layers})
+
+
+def _on_stage(stage: Stage, *, first: bool, last: bool) -> bool:
+    return stage is Stage.EVERY or (stage is Stage.FIRST and first) or (stage is Stage.LAST and last)
+
+
+def _place(rule: Rule, fmt: dict, hf: tuple[str, ...] | None = None) -> Placement:
+    return Placement(rule, rule.trt.format(**fmt), hf or tuple(s.format(**fmt) for s in rule.hf))
+

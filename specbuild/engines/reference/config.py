@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specbuild.core.errors import CheckpointError
+from specbuild.core.trtllm_layout import Parallel
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "MedusaForCausalLM")
 DTYPES = ("float32", "float16", "bfloat16")
@@ -113,19 +114,8 @@ class RefModelConfig:
         return self.num_kv_heads * self.head_size
 
     @property
-    def kv_heads_per_rank(self) -> int:
-        """KV heads in one rank's fused qkv: a KV head is duplicated when tp > num_kv_heads (trtllm.md §2.4)."""
-        return max(self.num_kv_heads // self.tp_size, 1)
-
-    def layer_ranges(self) -> list[range]:
-        """Global layers held by each PP rank: torch.tensor_split order (earlier ranks get the extra layer)."""
-        base, extra = divmod(self.num_layers, self.pp_size)
-        out, start = [], 0
-        for r in range(self.pp_size):
-            n = base + (1 if r < extra else 0)
-            out.append(range(start, start + n))
-            start += n
-        return out
+    def parallel(self) -> Parallel:
+        return Parallel(tp=self.tp_size, pp=self.pp_size)
 
 
 def _req(raw: dict[str, Any], key: str, where: str) -> Any:

@@ -1,34 +1,62 @@
 """Read a TensorRT-LLM checkpoint and merge its tp/pp shards back into whole tensors.
 
-The inverse of trtllm.md §2.3-2.4 and §3.3, per tensor:
-  * fused qkv per rank = cat(Q_r, K_r, V_r): split each rank's rows, concatenate Q, K, V over ranks;
-    when tp > num_kv_heads every KV head was repeated tp/num_kv_heads times, so keep one copy
-    (the copies are checked to be equal);
-  * dense (o_proj) and mlp.proj (down_proj) were split on dim 1; mlp.fc (gate_proj), mlp.gate
-    (up_proj), Medusa linears and lm_heads on dim 0;
-  * lm_head rows beyond vocab_size are tp padding and are dropped;
-  * each PP rank numbers its layers from 0: local layer L of pp rank p is global layer
-    layer_ranges()[p][L]; the embedding lives on the first PP rank, ln_f / lm_head on the last.
-Rank r is (tp_rank, pp_rank) = (r % tp, r // tp), as in TensorRT-LLM's Mapping.
+Derived from the conversion table (core/trtllm_layout.py): `placements` says which tensors each PP
+stage's rank files hold and which HF tensors each is made of, and every `Split` kind has a mechanical
+inverse here (`UNSPLIT`):
+  * NONE: replicated, rank 0's copy;   COLUMN / ROW: concatenate the TP slices on dim 0 / 1;
+  * VOCAB: concatenate on dim 0, drop the zero rows that padded the vocab to a multiple of tp;
+  * QKV: split each rank's [Q_r; K_r; V_r], concatenate Q, K, V over ranks; when tp > num_kv_heads
+    every KV head was repeated tp/num_kv_heads times, so one copy is kept (the copies must be equal).
+The result holds the HF tensors the checkpoint was converted from, each checked against the table's
+symbolic shape, and is renamed to the reference model's short names (`SHORT_NAMES`). Rank r is
+(tp_rank, pp_rank) = (r % tp, r // tp), as in TensorRT-LLM's Mapping. The tests keep an independent
+inverse of the converter as the oracle (tests/test_convert_roundtrip.py).
+
+Two cases the table does not produce but TensorRT-LLM checkpoints may hold: a checkpoint without
+lm_head.weight shares the embedding (trtllm.md §2.3); `use_parallel_embedding` splits the embedding
+by vocab (embedding_sharding_dim 0) or by hidden (1).
 
 Shape legend: V vocab, H hidden, D head size, nh / nkv query / KV heads, I intermediate size,
 tp tensor-parallel size.
-
-The merged weights use short names (see `Weights`); Medusa heads go into `medusa.{h}.{j}.w|b`
-and `medusa.{h}.lm_head`.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+from safetensors.torch import load_file
+
 from specbuild.core.errors import CheckpointError
+from specbuild.core.trtllm_layout import ConvertDims, Parallel, Placement, Split, placements
 from specbuild.engines.reference.config import RefModelConfig
 
-LAYER_KEYS = ("ln1", "q", "k", "v", "o", "ln2", "fc", "gate", "proj")  # plus q_bias/k_bias/v_bias with attn_bias
+# HF tensor name -> the reference model's short name ({l} layer, {h} head, {j} ResBlock, {L} = ResBlocks)
+SHORT_NAMES: dict[str, str] = {
+    "model.embed_tokens.weight": "embed",
+    "model.norm.weight": "ln_f",
+    "lm_head.weight": "lm_head",
+    "model.layers.{l}.input_layernorm.weight": "layers.{l}.ln1",
+    "model.layers.{l}.post_attention_layernorm.weight": "layers.{l}.ln2",
+    "model.layers.{l}.self_attn.q_proj.weight": "layers.{l}.q",
+    "model.layers.{l}.self_attn.k_proj.weight": "layers.{l}.k",
+    "model.layers.{l}.self_attn.v_proj.weight": "layers.{l}.v",
+    "model.layers.{l}.self_attn.q_proj.bias": "layers.{l}.q_bias",
+    "model.layers.{l}.self_attn.k_proj.bias": "layers.{l}.k_bias",
+    "model.layers.{l}.self_attn.v_proj.bias": "layers.{l}.v_bias",
+    "model.layers.{l}.self_attn.o_proj.weight": "layers.{l}.o",
+    "model.layers.{l}.mlp.gate_proj.weight": "layers.{l}.fc",  # TensorRT-LLM mlp.fc (the SiLU branch)
+    "model.layers.{l}.mlp.up_proj.weight": "layers.{l}.gate",  # TensorRT-LLM mlp.gate
+    "model.layers.{l}.mlp.down_proj.weight": "layers.{l}.proj",
+    "{h}.{j}.linear.weight": "medusa.{h}.{j}.w",
+    "{h}.{j}.linear.bias": "medusa.{h}.{j}.b",
+    "{h}.{L}.weight": "medusa.{h}.lm_head",
+}
 
 
 @dataclass(frozen=True)
@@ -54,60 +82,101 @@ def read_checkpoint_config(folder: Path) -> dict[str, Any]:
     return raw["pretrained_config"] if "pretrained_config" in raw else raw
 
 
+def dims_of(cfg: RefModelConfig) -> ConvertDims:
+    return ConvertDims(vocab=cfg.vocab_size, hidden=cfg.hidden_size, inter=cfg.intermediate_size, num_layers=cfg.num_layers,
+                       num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_size,
+                       attention_bias=cfg.attn_bias, tie_word_embeddings=cfg.tie_word_embeddings)
+
+
 def load_weights(folder: str | Path) -> Weights:
     """Load every rank file of `folder` and return the merged model."""
-    import torch
-
     folder = Path(folder)
-    config = RefModelConfig.from_checkpoint(read_checkpoint_config(folder), where=str(folder / "config.json"))
-    ranks = [_load_rank(folder, r) for r in range(config.world_size)]
-    tp, cfg = config.tp_size, config
-    out: dict[str, Any] = {}
-    by_pp = [ranks[p * tp:(p + 1) * tp] for p in range(config.pp_size)]  # [pp][tp] -> tensors
-    first, last = by_pp[0], by_pp[-1]
+    cfg = RefModelConfig.from_checkpoint(read_checkpoint_config(folder), where=str(folder / "config.json"))
+    dims, par = dims_of(cfg), cfg.parallel
+    ranks = [_load_rank(folder, r) for r in range(cfg.world_size)]
+    stages = [ranks[p * par.tp:(p + 1) * par.tp] for p in range(par.pp)]  # [pp][tp] -> tensors
+    medusa = (cfg.num_medusa_heads, cfg.num_medusa_layers) if cfg.num_medusa_heads else None
+    hf: dict[str, Any] = {}
+    for p in range(par.pp):
+        for pl in placements(p, dims, par, medusa=medusa):
+            if pl.hf[0] in hf:
+                continue  # the Medusa heads sit on every PP stage; the first copy found is used
+            shards = [s.get(pl.trt) for s in stages[p]]
+            if pl.trt == "lm_head.weight" and shards[0] is None:  # embedding sharing: the head is the embedding
+                continue
+            split = _embedding_split(cfg) if pl.trt == "transformer.vocab_embedding.weight" else pl.rule.split
+            for name, tensor in zip(pl.hf, UNSPLIT[split]([_need(t, pl, folder) for t in shards], cfg, pl, folder), strict=True):
+                hf[name] = tensor
+    # tied embeddings (the table converts the head from the embedding) or a shared embedding table
+    hf.setdefault("lm_head.weight", hf["model.embed_tokens.weight"])
+    _check_shapes(hf, dims, par, medusa, folder)
+    return Weights(config=cfg, tensors={_short(name): t for name, t in hf.items()}, source=folder)
 
-    out["embed"] = _embedding(first, cfg, folder)
-    out["ln_f"] = _one(last[0], "transformer.ln_f.weight", folder)
-    if "lm_head.weight" in last[0]:
-        out["lm_head"] = torch.cat([r["lm_head.weight"] for r in last], 0)[: cfg.vocab_size]  # [V,H]
-    else:  # embedding sharing (trtllm.md §2.3): the head is the embedding
-        out["lm_head"] = out["embed"]
 
-    for p, layers in enumerate(config.layer_ranges()):
-        shards = by_pp[p]
-        for local, layer in enumerate(layers):
-            pre = f"transformer.layers.{local}."
-            dst = f"layers.{layer}."
-            out[dst + "ln1"] = _one(shards[0], pre + "input_layernorm.weight", folder)
-            out[dst + "ln2"] = _one(shards[0], pre + "post_layernorm.weight", folder)
-            q, k, v = _unfuse_qkv([_one(s, pre + "attention.qkv.weight", folder) for s in shards], cfg, pre, folder)
-            out[dst + "q"], out[dst + "k"], out[dst + "v"] = q, k, v  # [nh*D,H], [nkv*D,H], [nkv*D,H]
-            if cfg.attn_bias:
-                qb, kb, vb = _unfuse_qkv([_one(s, pre + "attention.qkv.bias", folder) for s in shards], cfg, pre, folder)
-                out[dst + "q_bias"], out[dst + "k_bias"], out[dst + "v_bias"] = qb, kb, vb
-            out[dst + "o"] = torch.cat([_one(s, pre + "attention.dense.weight", folder) for s in shards], 1)  # [H,nh*D]
-            out[dst + "fc"] = torch.cat([_one(s, pre + "mlp.fc.weight", folder) for s in shards], 0)  # [I,H] gate_proj
-            out[dst + "gate"] = torch.cat([_one(s, pre + "mlp.gate.weight", folder) for s in shards], 0)  # [I,H] up_proj
-            out[dst + "proj"] = torch.cat([_one(s, pre + "mlp.proj.weight", folder) for s in shards], 1)  # [H,I]
+# ---- the inverse of each split kind -------------------------------------------------------------
 
-    for h in range(cfg.num_medusa_heads):
-        pre = f"medusa_heads.{h}."
-        holder = _find_rank_group(by_pp, pre + "lm_head.weight", folder)
-        for j in range(cfg.num_medusa_layers):
-            lp = f"{pre}medusa_layers.{j}.linear."
-            out[f"medusa.{h}.{j}.w"] = torch.cat([_one(s, lp + "weight", folder) for s in holder], 0)  # [H,H]
-            out[f"medusa.{h}.{j}.b"] = torch.cat([_one(s, lp + "bias", folder) for s in holder], 0)  # [H]
-        out[f"medusa.{h}.lm_head"] = torch.cat([_one(s, pre + "lm_head.weight", folder) for s in holder], 0)[: cfg.vocab_size]  # [V,H]
+def _replicated(shards: list, cfg: RefModelConfig, pl: Placement, folder: Path) -> list:
+    return [shards[0]]
 
-    _check_shapes(out, cfg, folder)
-    return Weights(config=config, tensors=out, source=folder)
+
+def _column(shards: list, cfg: RefModelConfig, pl: Placement, folder: Path) -> list:
+    return [torch.cat(shards, 0)]  # [rows*tp, ...]
+
+
+def _row(shards: list, cfg: RefModelConfig, pl: Placement, folder: Path) -> list:
+    return [torch.cat(shards, 1)]  # [rows, cols*tp]
+
+
+def _vocab(shards: list, cfg: RefModelConfig, pl: Placement, folder: Path) -> list:
+    return [torch.cat(shards, 0)[: cfg.vocab_size]]  # [V, H]: the padding rows dropped
+
+
+def _qkv(shards: list, cfg: RefModelConfig, pl: Placement, folder: Path) -> list:
+    """Per-rank cat(Q_r, K_r, V_r) (weights [rows,H] or biases [rows]) -> whole Q, K, V."""
+    par, d = cfg.parallel, cfg.head_size
+    q_rows, kv_rows = cfg.q_size // par.tp, par.kv_heads_per_rank(cfg.num_kv_heads) * d
+    qs, ks, vs = [], [], []
+    for r, t in enumerate(shards):
+        if t.shape[0] != q_rows + 2 * kv_rows:
+            raise CheckpointError(
+                f"{folder}: {pl.trt} of rank {r} has {t.shape[0]} rows",
+                expected=f"{q_rows + 2 * kv_rows} = nh*D/tp + 2*max(nkv/tp,1)*D with nh={cfg.num_heads}, "
+                         f"nkv={cfg.num_kv_heads}, D={d}, tp={par.tp}",
+                found=str(tuple(t.shape)),
+                fix="the checkpoint's config.json does not match its tensors; re-run `specbuild convert`",
+            )
+        q, k, v = torch.split(t, [q_rows, kv_rows, kv_rows], 0)  # [nh*D/tp,...], [kv_rows,...] x2
+        qs.append(q)
+        ks.append(k)
+        vs.append(v)
+    if cfg.num_kv_heads < par.tp:
+        reps = par.tp // cfg.num_kv_heads  # rank r holds KV head r // reps (trtllm.md §2.4)
+        for r in range(par.tp):
+            if not (torch.equal(ks[r], ks[r - r % reps]) and torch.equal(vs[r], vs[r - r % reps])):
+                raise CheckpointError(
+                    f"{folder}: {pl.trt} duplicated KV heads differ between ranks {r - r % reps} and {r}",
+                    expected=f"each KV head repeated {reps} times across consecutive tp ranks",
+                    found="different values",
+                    fix="re-run `specbuild convert`",
+                )
+        ks, vs = ks[::reps], vs[::reps]
+    return [torch.cat(qs, 0), torch.cat(ks, 0), torch.cat(vs, 0)]  # [nh*D,...], [nkv*D,...], [nkv*D,...]
+
+
+UNSPLIT: dict[Split, Callable[[list, RefModelConfig, Placement, Path], list]] = {
+    Split.NONE: _replicated, Split.COLUMN: _column, Split.ROW: _row, Split.VOCAB: _vocab, Split.QKV: _qkv,
+}
+
+
+def _embedding_split(cfg: RefModelConfig) -> Split:
+    if not cfg.use_parallel_embedding:
+        return Split.NONE
+    return Split.VOCAB if cfg.embedding_sharding_dim == 0 else Split.ROW
 
 
 # ---- pieces --------------------------------------------------------------------------------------
 
 def _load_rank(folder: Path, rank: int) -> dict[str, Any]:
-    from safetensors.torch import load_file
-
     path = folder / f"rank{rank}.safetensors"
     if not path.is_file():
         raise CheckpointError(
@@ -119,84 +188,29 @@ def _load_rank(folder: Path, rank: int) -> dict[str, Any]:
     try:
         return load_file(str(path))
     except Exception as exc:  # safetensors raises its own error types for truncated files
-        raise CheckpointError(f"cannot read {path}", expected="a complete safetensors file", found=str(exc)[:200], fix="re-run `specbuild convert`") from None
+        raise CheckpointError(f"cannot read {path}", expected="a complete safetensors file", found=str(exc)[:200],
+                              fix="re-run `specbuild convert`") from None
 
 
-def _one(tensors: dict[str, Any], name: str, folder: Path):
-    if name not in tensors:
+def _need(tensor: Any, pl: Placement, folder: Path) -> Any:
+    if tensor is None:
         raise CheckpointError(
-            f"{folder}: tensor {name} is missing",
-            expected=f"{name} (TensorRT-LLM Llama names, trtllm.md §2.3)",
-            found=f"{len(tensors)} tensors, e.g. {', '.join(sorted(tensors)[:3])}",
+            f"{folder}: tensor {pl.trt} is missing",
+            expected=f"{pl.trt} (TensorRT-LLM Llama names, trtllm.md §2.3)",
+            found="not in the rank file",
             fix="re-run `specbuild convert`",
         )
-    return tensors[name]
+    return tensor
 
 
-def _find_rank_group(by_pp: list[list[dict[str, Any]]], name: str, folder: Path) -> list[dict[str, Any]]:
-    for group in reversed(by_pp):  # Medusa heads sit with lm_head on the last PP rank
-        if name in group[0]:
-            return group
-    return [_one(by_pp[-1][0], name, folder)]  # raises the missing-tensor error
-
-
-def _embedding(first: list[dict[str, Any]], cfg: RefModelConfig, folder: Path):
-    import torch
-
-    name = "transformer.vocab_embedding.weight"
-    if not cfg.use_parallel_embedding:
-        return _one(first[0], name, folder)
-    parts = [_one(s, name, folder) for s in first]
-    return torch.cat(parts, cfg.embedding_sharding_dim)[: cfg.vocab_size]  # [V,H]
-
-
-def _unfuse_qkv(per_rank: list[Any], cfg: RefModelConfig, where: str, folder: Path):
-    """Per-rank cat(Q_r, K_r, V_r) (weights [rows,H] or biases [rows]) -> whole Q, K, V."""
-    import torch
-
-    tp, d = cfg.tp_size, cfg.head_size
-    q_rows, kv_rows = cfg.q_size // tp, cfg.kv_heads_per_rank * d
-    qs, ks, vs = [], [], []
-    for r, t in enumerate(per_rank):
-        if t.shape[0] != q_rows + 2 * kv_rows:
-            raise CheckpointError(
-                f"{folder}: {where}attention.qkv of rank {r} has {t.shape[0]} rows",
-                expected=f"{q_rows + 2 * kv_rows} = nh*D/tp + 2*max(nkv/tp,1)*D with nh={cfg.num_heads}, nkv={cfg.num_kv_heads}, D={d}, tp={tp}",
-                found=str(tuple(t.shape)),
-                fix="the checkpoint's config.json does not match its tensors; re-run `specbuild convert`",
-            )
-        q, k, v = torch.split(t, [q_rows, kv_rows, kv_rows], 0)  # [nh*D/tp,...], [kv_rows,...] x2
-        qs.append(q)
-        ks.append(k)
-        vs.append(v)
-    if cfg.num_kv_heads < tp:
-        reps = tp // cfg.num_kv_heads  # rank r holds KV head r // reps (trtllm.md §2.4)
-        for r in range(tp):
-            if not (torch.equal(ks[r], ks[r - r % reps]) and torch.equal(vs[r], vs[r - r % reps])):
-                raise CheckpointError(
-                    f"{folder}: {where}attention.qkv duplicated KV heads differ between ranks {r - r % reps} and {r}",
-                    expected=f"each KV head repeated {reps} times across consecutive tp ranks",
-                    found="different values",
-                    fix="re-run `specbuild convert`",
-                )
-        ks, vs = ks[::reps], vs[::reps]
-    return torch.cat(qs, 0), torch.cat(ks, 0), torch.cat(vs, 0)  # [nh*D,...], [nkv*D,...], [nkv*D,...]
-
-
-def _check_shapes(t: dict[str, Any], cfg: RefModelConfig, folder: Path) -> None:
-    v, h, i = cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size
-    want = {"embed": (v, h), "ln_f": (h,), "lm_head": (v, h)}
-    for layer in range(cfg.num_layers):
-        p = f"layers.{layer}."
-        want.update({p + "ln1": (h,), p + "ln2": (h,), p + "q": (cfg.q_size, h), p + "k": (cfg.kv_size, h),
-                     p + "v": (cfg.kv_size, h), p + "o": (h, cfg.q_size), p + "fc": (i, h), p + "gate": (i, h), p + "proj": (h, i)})
-        if cfg.attn_bias:
-            want.update({p + "q_bias": (cfg.q_size,), p + "k_bias": (cfg.kv_size,), p + "v_bias": (cfg.kv_size,)})
-    for hd in range(cfg.num_medusa_heads):
-        want[f"medusa.{hd}.lm_head"] = (v, h)
-        for j in range(cfg.num_medusa_layers):
-            want.update({f"medusa.{hd}.{j}.w": (h, h), f"medusa.{hd}.{j}.b": (h,)})
-    bad = [f"{k}: {tuple(t[k].shape)} != {s}" for k, s in want.items() if tuple(t[k].shape) != s]
+def _check_shapes(hf: dict[str, Any], dims: ConvertDims, par: Parallel, medusa: tuple[int, int] | None, folder: Path) -> None:
+    """Every merged tensor has the table's HF shape for this config."""
+    want: dict[str, tuple[int, ...]] = {}
+    for p in range(par.pp):
+        for pl in placements(p, dims, par, medusa=medusa):
+            for name, shape in zip(pl.hf, pl.rule.shapes, strict=True):
+                want[name] = dims.resolve(shape)
+    bad = [f"{k}: {tuple(hf[k].shape)} != {s}" for k, s in want.items() if k in hf and tuple(hf[k].shape) != s]
     if bad:
         raise CheckpointError(
             f"{folder}: merged tensors have unexpected shapes",
@@ -204,3 +218,17 @@ def _check_shapes(t: dict[str, Any], cfg: RefModelConfig, folder: Path) -> None:
             found="; ".join(bad[:5]),
             fix="re-run `specbuild convert`",
         )
+
+
+_TEMPLATES = [(re.compile("^" + re.escape(hf).replace(r"\{l\}", r"(?P<l>\d+)").replace(r"\{h\}", r"(?P<h>\d+)")
+                          .replace(r"\{j\}", r"(?P<j>\d+)").replace(r"\{L\}", r"(?P<L>\d+)") + "$"), short)
+              for hf, short in SHORT_NAMES.items()]
+
+
+def _short(name: str) -> str:
+    for pattern, short in _TEMPLATES:
+        m = pattern.match(name)
+        if m:
+            return short.format(**m.groupdict())
+    raise CheckpointError(f"no reference-engine name for {name}", expected="a tensor of the conversion table",
+                          found=name, fix="report this bug")

@@ -23,16 +23,12 @@ from specbuild.core.manifest import write_manifest
 from specbuild.core.trtllm_layout import (
     HEADS_SOURCE,
     IGNORED_SUFFIXES,
-    MEDUSA_PER_LAYER,
-    MEDUSA_RULES,
-    MODEL_RULES,
     MODEL_SOURCE,
-    TIED_LM_HEAD_SOURCE,
     ConvertDims,
     Parallel,
     Rule,
     Split,
-    Stage,
+    placements,
 )
 from specbuild.engines.trtllm.ckpt_config import WEIGHT_ONLY_ALGO, checkpoint_config, medusa_config
 from specbuild.engines.trtllm.medusa import MedusaHeads, MedusaHeadsSource, open_heads
@@ -191,36 +187,10 @@ def _write_stage(tmp: Path, plan: CheckpointPlan, sources: dict, stage: int, pro
 # ---- planning ------------------------------------------------------------------------------------
 
 def _rank_items(rank: int, dims: ConvertDims, par: Parallel, dtype: str, heads: MedusaHeads | None):
-    pp_rank = par.pp_rank(rank)
-    first, last = pp_rank == 0, pp_rank == par.pp - 1
-    layers = par.layers(pp_rank, dims.num_layers)
-    for rule in MODEL_RULES:
-        if rule.when and not getattr(dims, rule.when):
-            continue
-        if rule.stage is Stage.LAYER:
-            for i, layer in enumerate(layers):
-                yield _item(rule, {"i": i, "l": layer}, dims, par, dtype)
-        elif _on_stage(rule.stage, first=first, last=last):
-            srcs = (TIED_LM_HEAD_SOURCE,) if rule.trt == "lm_head.weight" and dims.tie_word_embeddings else None
-            yield _item(rule, {}, dims, par, dtype, sources=srcs)
-    if heads is not None:
-        for h in range(heads.num_heads):
-            for rule in MEDUSA_RULES:
-                if not _on_stage(rule.stage, first=first, last=last):
-                    continue
-                js = range(heads.num_layers) if any(k in rule.trt for k in MEDUSA_PER_LAYER) else (None,)
-                for j in js:
-                    yield _item(rule, {"h": h, "j": j, "L": heads.num_layers}, dims, par, dtype)
-
-
-def _on_stage(stage: Stage, *, first: bool, last: bool) -> bool:
-    return stage is Stage.EVERY or (stage is Stage.FIRST and first) or (stage is Stage.LAST and last)
-
-
-def _item(rule: Rule, fmt: dict, dims: ConvertDims, par: Parallel, dtype: str, sources: tuple[str, ...] | None = None) -> Item:
-    name = rule.trt.format(**fmt)
-    hf_shape = dims.resolve(rule.shapes[0])
-    return Item(rule=rule, sources=sources or tuple(s.format(**fmt) for s in rule.hf), entry=Entry(name, dtype, _rank_shape(rule, hf_shape, dims, par, name)))
+    medusa = (heads.num_heads, heads.num_layers) if heads is not None else None
+    for pl in placements(par.pp_rank(rank), dims, par, medusa=medusa):
+        hf_shape = dims.resolve(pl.rule.shapes[0])
+        yield Item(rule=pl.rule, sources=pl.hf, entry=Entry(pl.trt, dtype, _rank_shape(pl.rule, hf_shape, dims, par, pl.trt)))
 
 
 def _rank_shape(rule: Rule, hf_shape: tuple[int, ...], dims: ConvertDims, par: Parallel, name: str) -> tuple[int, ...]:
