@@ -24,6 +24,7 @@ demo: setup
 
 lint: setup
 	$(BIN)/ruff check specbuild tests
+	$(BIN)/lint-imports
 
 bench-convert: setup
 	$(BIN)/python -m specbuild.benchmarks.convert

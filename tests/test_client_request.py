@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from specbuild.client.bench import default_prompts_file, load_prompts
+from specbuild.client.options import default_prompts_file, load_prompts
 from specbuild.client.remote import generate_remote, normalize_url
 from specbuild.client.request import build_inputs
 from specbuild.core.errors import ClientError

@@ -183,7 +183,8 @@ def test_serve_refuses_a_busy_port(servers, builds):
 
 
 def test_bench_through_triton_writes_the_report(servers, tmp_path):
-    from specbuild.client.bench import BenchConfig, run_bench
+    from specbuild.client.bench import run_bench
+    from specbuild.client.options import BenchConfig
     from specbuild.client.report import PLOTS, write_report
 
     config = BenchConfig(url=servers["draft_target"].grpc_url, prompts=tuple(PROMPTS[:2]), concurrency=(1, 2),
@@ -200,6 +201,29 @@ def test_bench_through_triton_writes_the_report(servers, tmp_path):
     assert spec["mean_accepted_tokens_per_pass"] >= 1
     files = write_report(runs, context, tmp_path)
     assert {f.name for f in files} == {"bench.json", "bench.csv", *PLOTS}
+
+
+def test_bench_without_num_draft_tokens_uses_the_repository_k(servers, builds):
+    """K is what the build recorded (tune --write's choice): the BLS's default_num_draft_tokens."""
+    import tritonclient.grpc as grpcclient
+
+    from specbuild.client.bench import run_bench
+    from specbuild.client.options import BenchConfig
+    from specbuild.client.remote import repo_info
+    from specbuild.core.artifacts import read_build_manifest
+    from specbuild.core.methods import Method
+
+    recorded = read_build_manifest(builds["draft_target"][0]).spec.speculation.max_draft_len
+    assert recorded != K  # the other bench test passes K explicitly
+    client = grpcclient.InferenceServerClient(servers["draft_target"].grpc_url)
+    try:
+        assert repo_info(client).method == Method.DRAFT_TARGET and repo_info(client).num_draft_tokens == recorded
+    finally:
+        client.close()
+    config = BenchConfig(url=servers["draft_target"].grpc_url, prompts=tuple(PROMPTS[:1]), concurrency=(1,),
+                         temperatures=(0.0,), max_tokens=6)
+    runs, context = run_bench(config)
+    assert context["num_draft_tokens"] == recorded and [r.num_draft_tokens for r in runs] == [0, recorded]
 
 
 def test_killing_the_server_mid_request_is_a_clear_error(servers):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,23 @@ def test_check_cli_reports_spec_errors_with_exit_2(tmp_path):
     result = CliRunner().invoke(app, ["check", str(path)])
     assert result.exit_code == 2
     assert f"{path}: unknown key bulid" in result.output and "did you mean 'build'?" in result.output
+
+
+def test_a_minimal_medusa_spec_has_consistent_defaults(tmp_path):
+    """mode: medusa with only the heads path: the default tree (mc_sim_7b_63) sets max_draft_len to its
+    size, so the spec validates and `check` passes on the example configs (weights absent: warnings)."""
+    from typer.testing import CliRunner
+
+    from specbuild.cli.app import app
+
+    models = EXAMPLES / "models"
+    path = tmp_path / "minimal.yaml"
+    path.write_text(f"name: m\nmode: medusa\ntarget: {{model: {models / 'vicuna-7b-v1.3'}}}\n"
+                    f"medusa: {{heads: {models / 'medusa-vicuna-7b-v1.3'}}}\n")
+    spec = load_spec(path)
+    assert spec.speculation.max_draft_len == spec.medusa_choices().size == 63
+    result = CliRunner().invoke(app, ["check", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r["status"] for r in json.loads(result.output)["results"]}
+    assert rows["medusa: tree"] == "pass" and "fail" not in rows.values()
+

@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from specbuild.core.manifest import sha256_file
 
 # Llama-shaped (TinyLlama-like widths, GQA 32/4 heads); 9 layers ~ 1.07 GB at bfloat16.
 SHAPE = {"hidden": 2048, "inter": 5632, "heads": 32, "kv_heads": 4, "vocab": 32000, "layers": 9}
@@ -25,9 +31,6 @@ SHAPE = {"hidden": 2048, "inter": 5632, "heads": 32, "kv_heads": 4, "vocab": 320
 
 def make_checkpoint(folder: Path, *, layers: int, seed: int = 0) -> tuple[int, int]:
     """Write config.json + 2 shards + index; returns (total bytes of tensors, largest tensor bytes)."""
-    import torch
-    from safetensors.torch import save_file
-
     s = SHAPE
     hd = s["hidden"] // s["heads"]
     folder.mkdir(parents=True, exist_ok=True)
@@ -75,8 +78,6 @@ def make_checkpoint(folder: Path, *, layers: int, seed: int = 0) -> tuple[int, i
 
 
 def copy_time(src: Path, dst: Path) -> float:
-    import os
-
     dst.mkdir(parents=True)
     os.sync()  # start from clean page cache writeback, like the conversion run
     t0 = time.perf_counter()
@@ -87,8 +88,6 @@ def copy_time(src: Path, dst: Path) -> float:
 
 def hash_time(folder: Path) -> float:
     """sha256 of every file (what a manifest costs on top of a copy)."""
-    from specbuild.core.manifest import sha256_file
-
     t0 = time.perf_counter()
     for f in sorted(folder.iterdir()):
         sha256_file(f)
@@ -100,13 +99,12 @@ def child(src: str, out: str, tp: int) -> None:
 
     Peak = VmHWM of /proc/self/status: unlike ru_maxrss it is not inherited from the parent that
     spawned this process (the parent held the generated tensors)."""
-    import os
+    # The baseline is the RSS after exactly the imports a conversion needs, so they happen here.
+    import psutil  # noqa: PLC0415
+    import safetensors.torch  # noqa: F401, PLC0415
+    import torch  # noqa: F401, PLC0415
 
-    import psutil
-    import safetensors.torch  # noqa: F401  (imports the converter needs, counted in the baseline)
-    import torch  # noqa: F401
-
-    from specbuild.engines.trtllm.convert import convert_checkpoint
+    from specbuild.engines.trtllm.convert import convert_checkpoint  # noqa: PLC0415
 
     baseline = psutil.Process().memory_info().rss
     os.sync()

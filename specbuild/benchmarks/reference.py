@@ -32,8 +32,18 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import torch
+
 from specbuild.core import theory
+from specbuild.core.generation import SpecStats
 from specbuild.core.methods import Method
+from specbuild.core.sampling_params import SamplingParams
+from specbuild.demo import models as demo_models
+from specbuild.engines.reference.engine import ReferenceEngine
+from specbuild.engines.reference.medusa import MedusaHeads
+from specbuild.engines.reference.runners import CachedSequence
+from specbuild.engines.trtllm.convert import convert_checkpoint
+from specbuild.engines.trtllm.medusa import MedusaHeadsSource
 
 DEFAULT_KS = "1,2,4,6"
 DEFAULT_PROMPTS = 8
@@ -68,9 +78,6 @@ class Row:
 
 def _loadable(path: Path, work: Path, name: str, *, medusa: Path | None = None) -> Path:
     """HF folders are converted (float32 keeps CPU matmuls fast); specbuild folders are used as they are."""
-    from specbuild.engines.trtllm.convert import convert_checkpoint
-    from specbuild.engines.trtllm.medusa import MedusaHeadsSource
-
     raw = json.loads((path / "config.json").read_text()) if (path / "config.json").is_file() else {}
     if "architectures" not in raw:
         return path
@@ -86,8 +93,6 @@ def _clock() -> float:
 
 def _run(engine, prompts, params, **kw) -> tuple[float, int, object]:
     """(CPU seconds, tokens, merged stats) over all prompts."""
-    from specbuild.core.generation import SpecStats
-
     stats, tokens, seconds = SpecStats(), 0, 0.0
     for ids in prompts:
         start = _clock()
@@ -100,10 +105,6 @@ def _run(engine, prompts, params, **kw) -> tuple[float, int, object]:
 
 def bench(target: Path, *, draft: Path | None, medusa: Path | None, prompts: list[str], ks: list[int],
           max_tokens: int, tree=None, log=print) -> list[Row]:
-    from specbuild.core.sampling_params import SamplingParams
-    from specbuild.engines.reference.engine import ReferenceEngine
-    from specbuild.engines.reference.medusa import MedusaHeads
-
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="specbuild-bench-") as tmp:
         work = Path(tmp)
@@ -151,9 +152,6 @@ def _row(mode, k, stats, c, tps, base_tps, v) -> Row:
 
 def verify_cost(model, ids: list[int], n_tokens: int, *, new_mask=None, depths=None, reps: int = 20) -> float:
     """CPU time of one pass over n_tokens new tokens / one pass over 1 token, after `ids` are cached."""
-    import torch
-
-    from specbuild.engines.reference.runners import CachedSequence
 
     seq = CachedSequence(model)
     seq.feed(ids, 1)
@@ -187,8 +185,6 @@ def _read_prompts(path: Path, n: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import torch
-
     p = argparse.ArgumentParser(prog="python -m specbuild.benchmarks.reference", description=__doc__.split("\n\n")[0])
     p.add_argument("--target", type=Path, help="target: HF folder, checkpoint, engine or build folder (default: the demo family)")
     p.add_argument("--draft", type=Path, help="draft model (HF folder or specbuild folder)")
@@ -206,8 +202,6 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     target, draft, medusa, prompts_file = args.target, args.draft, args.medusa, args.prompts
     if target is None:
-        from specbuild.demo import models as demo_models
-
         settings = demo_models.MICRO if args.micro else demo_models.DemoSettings()
         cache = {"cache": args.cache} if args.cache else {}
         family = demo_models.build_family(settings, **cache)

@@ -16,8 +16,23 @@ import json
 import time
 from pathlib import Path
 
+import torch
+from rich.console import Console
+
+from specbuild.builder.compile import compile_spec
+from specbuild.client.bench import run_bench
+from specbuild.client.options import BenchConfig, default_prompts_file, load_prompts
+from specbuild.client.remote import generate_remote
+from specbuild.client.report import table, write_report
 from specbuild.core.methods import Method
 from specbuild.core.sampling_params import SamplingParams
+from specbuild.core.spec import spec_from_dict
+from specbuild.demo.models import DEFAULT_CACHE, DemoSettings, build_family
+from specbuild.demo.synthetic import make_model, train_tokenizer
+from specbuild.engines.reference.api import generate_local
+from specbuild.engines.reference.engine import ReferenceEngine
+from specbuild.model_repo.generate import generate_repo
+from specbuild.serve.server import ServerOptions, TritonServer, free_port
 
 DEFAULT_OUT = Path("build/bench-serve")
 GOAL_RATIO = 0.8  # Triton tokens/s over in-process tokens/s at concurrency 1
@@ -26,10 +41,6 @@ GOAL_RATIO = 0.8  # Triton tokens/s over in-process tokens/s at concurrency 1
 def _random_pair(out: Path) -> tuple[Path, Path, Path]:
     """Untrained target and draft with the demo family's shapes (no training: minutes saved, but the
     draft's acceptance is near zero, so only the Triton/in-process ratio means something)."""
-    from specbuild.client.bench import default_prompts_file
-    from specbuild.demo.models import DemoSettings
-    from specbuild.demo.synthetic import make_model, train_tokenizer
-
     settings = DemoSettings()
     tok = train_tokenizer(out / "models" / "tokenizer")
     paths = []
@@ -46,15 +57,9 @@ def _random_pair(out: Path) -> tuple[Path, Path, Path]:
 def build_repo(out: Path, *, num_draft_tokens: int, random_models: bool = False, demo_cache: Path | None = None,
                log=print) -> tuple[Path, Path, Path]:
     """(compile folder, repository, prompts.jsonl) for the demo family's draft/target pair."""
-    from specbuild.builder.compile import compile_spec
-    from specbuild.core.spec import spec_from_dict
-    from specbuild.model_repo.generate import generate_repo
-
     if random_models:
         target, draft, prompts = _random_pair(out)
     else:
-        from specbuild.demo.models import DEFAULT_CACHE, build_family
-
         family = build_family(cache=demo_cache or DEFAULT_CACHE, log=log)
         target, draft, prompts = family.target, family.draft, family.prompts
     spec = spec_from_dict({
@@ -72,11 +77,6 @@ def build_repo(out: Path, *, num_draft_tokens: int, random_models: bool = False,
 def compare(build: Path, url: str, prompts: list[str], params: SamplingParams, k: int) -> dict[str, dict]:
     """Sequential requests (concurrency 1), in-process and through Triton interleaved prompt by prompt,
     so both see the same load on a shared machine. mode -> {in_process|triton: {tokens, seconds}}."""
-    import torch
-
-    from specbuild.client.remote import generate_remote
-    from specbuild.engines.reference.api import generate_local
-    from specbuild.engines.reference.engine import ReferenceEngine
 
     torch.set_num_threads(1)  # the server's local engine processes run one torch thread each too
     engine = ReferenceEngine.load(build)
@@ -111,11 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--demo-cache", type=Path, default=None, help="demo family cache (default .cache/demo)")
     args = parser.parse_args(argv)
 
-    from rich.console import Console
 
-    from specbuild.client.bench import BenchConfig, load_prompts, run_bench
-    from specbuild.client.report import table, write_report
-    from specbuild.serve.server import ServerOptions, TritonServer, free_port
 
     console = Console(width=160)  # the bench table has 13 columns
     out = args.out.resolve()

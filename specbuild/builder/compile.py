@@ -16,9 +16,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from specbuild.builder.preflight import FAIL, run_checks
+from specbuild.builder.resolve import resolve_model
 from specbuild.core.artifacts import RoleRecord
 from specbuild.core.errors import BuildError
+from specbuild.core.manifest import atomic_output_dir, write_manifest
 from specbuild.core.trtllm_facts import SpeculativeDecodingMode
+from specbuild.engines.trtllm.convert import convert_checkpoint
+from specbuild.engines.trtllm.engine_dir import write_reference_engine
+from specbuild.engines.trtllm.medusa import MedusaHeadsSource
+from specbuild.engines.trtllm.plan import build_plan, build_script, plan_json, role_of
 
 ENGINES = ("reference", "trtllm")
 LOG_TAIL_LINES = 40
@@ -36,13 +43,6 @@ def compile_spec(
     on_message: Callable[[str], None] | None = None,
 ) -> Path:
     """Convert every model of `spec` and build its engines into `out`; returns `out`."""
-    from specbuild.builder.resolve import resolve_model
-    from specbuild.core.manifest import atomic_output_dir, write_manifest
-    from specbuild.engines.trtllm.convert import convert_checkpoint
-    from specbuild.engines.trtllm.engine_dir import write_reference_engine
-    from specbuild.engines.trtllm.medusa import MedusaHeadsSource
-    from specbuild.engines.trtllm.plan import build_plan, build_script, plan_json, role_of
-
     if engine not in ENGINES:
         raise BuildError(f"unknown engine {engine!r}", expected=" | ".join(ENGINES), found=engine, fix="use --engine reference or --engine trtllm")
     say = on_message or (lambda _msg: None)
@@ -117,13 +117,7 @@ def _role_record(spec, plan, hf_dir: Path, built: bool) -> dict[str, Any]:
 
 
 def _preflight(spec) -> None:
-    """Run `specbuild check`'s preflight (builder/preflight.py) when it exists; refuse to build on a fail."""
-    try:
-        from specbuild.builder.preflight import FAIL, run_checks
-    except ModuleNotFoundError as exc:
-        if exc.name == "specbuild.builder.preflight":
-            return
-        raise
+    """Run `specbuild check`'s preflight (builder/preflight.py); refuse to build on a fail."""
     report = run_checks(spec)
     if not report.ok:
         failed = [r for r in report.results if r.status == FAIL]

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from specbuild.builder.memory_plan import GIB
+from specbuild.builder.resolve import resolve_model
 from specbuild.builder.tokenizer_compare import TokenizerInfo, read_tokenizer
 from specbuild.core.hf_config import HFModelConfig
+from specbuild.core.medusa_heads import read_medusa_heads
 from specbuild.core.weights import WeightFiles, WeightStats, find_weights, weight_stats
 
 
@@ -97,8 +99,6 @@ class ModelInspection:
 
 
 def inspect_model(ref: str | Path, *, base: Path | None = None) -> ModelInspection:
-    from specbuild.builder.resolve import resolve_model
-
     folder = resolve_model(ref, base=base)
     raw = {}
     if (folder / "config.json").is_file():
@@ -117,8 +117,6 @@ def inspect_model(ref: str | Path, *, base: Path | None = None) -> ModelInspecti
 
 
 def _medusa_summary(folder: Path) -> dict[str, Any]:
-    from specbuild.core.medusa_heads import read_medusa_heads
-
     info = read_medusa_heads(folder)
     return {
         "config heads x layers": f"{info.config_num_heads} x {info.config_num_layers}",

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from specbuild.builder.check_rows import FAIL, PASS, WARN, CheckResult, LoadedModel, short_path
 from specbuild.builder.memory_plan import MedusaShape
+from specbuild.builder.resolve import resolve_model
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.medusa_heads import WEIGHT_FILES, read_medusa_heads
-
-if TYPE_CHECKING:
-    from specbuild.builder.preflight import CheckResult, LoadedModel
-    from specbuild.core.spec import BuildSpec
+from specbuild.core.spec import BuildSpec
 
 
 def check_medusa_heads(spec: BuildSpec, target: LoadedModel | None, out: list[CheckResult]) -> MedusaShape:
     """Append the heads' rows; return the head counts the memory plan should use (the spec's)."""
-    from specbuild.builder.preflight import FAIL, PASS, WARN, CheckResult, short_path
-    from specbuild.builder.resolve import resolve_model
-
     assert spec.medusa is not None
     want_heads, want_layers = spec.medusa.num_heads, spec.medusa.num_layers
     shape = MedusaShape(want_heads, want_layers)
@@ -76,7 +70,6 @@ def check_medusa_heads(spec: BuildSpec, target: LoadedModel | None, out: list[Ch
 
 
 def check_tree(spec: BuildSpec) -> CheckResult:
-    from specbuild.builder.preflight import FAIL, PASS, CheckResult
 
     assert spec.medusa is not None
     tree = spec.medusa_choices()

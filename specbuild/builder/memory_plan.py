@@ -36,9 +36,10 @@ Assumptions (printed with the plan):
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from specbuild.builder.resolve import resolve_model
 from specbuild.core.hf_config import DTYPE_BYTES, HFModelConfig
 from specbuild.core.methods import method_of
 from specbuild.core.trtllm_layout import Parallel
@@ -244,8 +245,6 @@ def plan_memory(
     runtime_reserve_gib: float = RUNTIME_RESERVE_GIB,
 ) -> MemoryPlan:
     """Plan GPU 0 of `spec`. Model configs are read from the spec's folders unless given."""
-    from specbuild.builder.resolve import resolve_model
-
     roles = {r.role: r for r in method_of(spec).roles(spec)}
     if target is None:
         target = HFModelConfig.from_hf(resolve_model(spec.target.model, base=spec.base_dir, what="target model"))
@@ -310,6 +309,4 @@ def _split_kv(spec: BuildSpec, engines: list[EngineMemory], reserve_gib: float) 
 
 
 def _replace(e: EngineMemory, **changes: Any) -> EngineMemory:
-    from dataclasses import replace
-
     return replace(e, **changes)

@@ -7,27 +7,29 @@ row says what was found and, when it is not a pass, the fix.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from specbuild.builder.memory_plan import GIB, RUNTIME_RESERVE_GIB, MedusaShape, MemoryPlan, plan_memory
+from specbuild.builder.check_rows import FAIL, PASS, WARN, CheckResult, LoadedModel, short_path
+from specbuild.builder.medusa_checks import check_medusa_heads, check_tree
+from specbuild.builder.memory_plan import (
+    GIB,
+    RUNTIME_RESERVE_GIB,
+    MedusaShape,
+    MemoryPlan,
+    plan_memory,
+    pp_layers,
+)
+from specbuild.builder.resolve import resolve_model
+from specbuild.builder.tokenizer_checks import check_tokenizers
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.hf_config import SUPPORTED_ARCHITECTURES, HFModelConfig
 from specbuild.core.methods import method_of
 from specbuild.core.spec import BuildSpec, ModelSection
-from specbuild.core.weights import WeightFiles, find_weights
+from specbuild.core.weights import WeightFiles, find_weights, weight_stats
 
-PASS, WARN, FAIL = "pass", "warn", "fail"
 TP_CANDIDATES = (1, 2, 4, 8, 16, 32, 64)
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    status: str  # pass | warn | fail
-    found: str  # what was found
-    fix: str = ""  # how to fix it (empty on a pass)
 
 
 @dataclass(frozen=True)
@@ -55,15 +57,6 @@ class CheckReport:
         }
 
 
-@dataclass(frozen=True)
-class LoadedModel:
-    role: str  # target | draft
-    section: ModelSection
-    folder: Path
-    config: HFModelConfig
-    weights: WeightFiles = field(repr=False)
-
-
 def run_checks(spec: BuildSpec, *, runtime_reserve_gib: float = RUNTIME_RESERVE_GIB) -> CheckReport:
     out: list[CheckResult] = []
     target = _load(spec, "target", spec.target, out)
@@ -77,13 +70,9 @@ def run_checks(spec: BuildSpec, *, runtime_reserve_gib: float = RUNTIME_RESERVE_
     if target and draft:
         _check_vocab_sizes(target, draft, out)
         _check_special_ids(target, draft, out)
-        from specbuild.builder.tokenizer_checks import check_tokenizers
-
         out.extend(check_tokenizers(target, draft))
     medusa = None
     if spec.medusa is not None:  # heads converted into the target
-        from specbuild.builder.medusa_checks import check_medusa_heads, check_tree
-
         medusa = check_medusa_heads(spec, target, out)
         out.append(check_tree(spec))
     plan = None
@@ -97,19 +86,9 @@ def run_checks(spec: BuildSpec, *, runtime_reserve_gib: float = RUNTIME_RESERVE_
     return CheckReport(spec, tuple(out), plan)
 
 
-def short_path(path: Path) -> str:
-    """Relative to the working directory when below it (table cells stay readable)."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
 # ---- models --------------------------------------------------------------------------------------
 
 def _load(spec: BuildSpec, role: str, section: ModelSection, out: list[CheckResult]) -> LoadedModel | None:
-    from specbuild.builder.resolve import resolve_model
-
     try:
         folder = resolve_model(section.model, base=spec.base_dir, what=f"{role} model")
         config = HFModelConfig.from_hf(folder)
@@ -130,8 +109,6 @@ def _load(spec: BuildSpec, role: str, section: ModelSection, out: list[CheckResu
 
 def _weights_row(role: str, folder: Path, config: HFModelConfig, weights: WeightFiles) -> CheckResult:
     """Present weights: the safetensors headers must be readable and hold what config.json describes."""
-    from specbuild.core.weights import weight_stats
-
     n = len(weights.safetensors) + len(weights.torch_bins)
     found = f"{n} file(s), {weights.disk_bytes / GIB:.2f} GiB in {short_path(folder)}"
     try:
@@ -192,8 +169,6 @@ def _check_parallel(m: LoadedModel, out: list[CheckResult]) -> None:
     if pp > layers:
         out.append(CheckResult(f"{m.role}: pipeline parallel", FAIL, f"pp_size {pp} > {layers} layers", f"set {m.role}.pp_size <= {layers}"))
     elif layers % pp:
-        from specbuild.builder.memory_plan import pp_layers
-
         out.append(CheckResult(f"{m.role}: pipeline parallel", WARN, f"{layers} layers over pp {pp} is uneven: stages hold {pp_layers(layers, pp)}",
                                f"use a pp_size that divides {layers} to balance the stages"))
     elif pp > 1:

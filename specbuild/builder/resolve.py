@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from huggingface_hub import snapshot_download
+
 from specbuild.core.errors import ModelNotFoundError
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}$")
@@ -49,8 +51,6 @@ def resolve_model(ref: str | Path, *, base: Path | None = None, what: str = "mod
 
 def _from_hf_cache(repo_id: str) -> Path | None:
     try:
-        from huggingface_hub import snapshot_download
-
         return Path(snapshot_download(repo_id, local_files_only=True))
     except Exception:  # LocalEntryNotFoundError, offline errors: simply "not cached"
         return None

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from specbuild.builder.check_rows import FAIL, PASS, WARN, CheckResult, LoadedModel
 from specbuild.builder.tokenizer_compare import compare_tokenizers, read_tokenizer
-
-if TYPE_CHECKING:
-    from specbuild.builder.preflight import CheckResult, LoadedModel
 
 
 def check_tokenizers(target: LoadedModel, draft: LoadedModel) -> list[CheckResult]:
-    from specbuild.builder.preflight import FAIL, PASS, WARN, CheckResult
 
     rows = []
     cmp = compare_tokenizers(target.folder, draft.folder)

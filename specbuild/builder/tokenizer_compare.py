@@ -183,7 +183,7 @@ def _token_id(info: TokenizerInfo, token: str) -> int | None:
 def _vocab_via_transformers(folder: Path) -> tuple[dict[str, int], tuple[tuple[int, str, bool], ...]]:
     """SentencePiece-only folders: let transformers read the model (no remote code)."""
     try:
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # noqa: PLC0415 - only SentencePiece-only folders need transformers (~2 s import)
 
         tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
         added = tuple(sorted((int(i), str(t.content), bool(t.special)) for i, t in tok.added_tokens_decoder.items()))

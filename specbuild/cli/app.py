@@ -1,7 +1,8 @@
 """The `specbuild` command line. Thin: each command parses options and calls one library function.
 
-Commands live beside the code they drive (cli/builder.py, engines/.../cli.py, ...) and register
-themselves on `app`; heavy imports (torch, transformers, tritonclient) happen inside the commands.
+Commands live in one module per stage in this package (builder, engines, generate, repo, tuning,
+serve, client) and register themselves with `common.command`; `register` adds them to `app`. Heavy
+imports (torch, transformers, tritonclient) happen inside the commands, so `--help` stays instant.
 """
 
 from __future__ import annotations
@@ -9,6 +10,9 @@ from __future__ import annotations
 import os
 
 import typer
+
+from specbuild.cli import builder, client, engines, generate, repo, serve, tuning  # noqa: F401 - they register commands
+from specbuild.cli.common import register
 
 app = typer.Typer(
     name="specbuild",
@@ -33,20 +37,9 @@ def _root(
         os.environ["SPECBUILD_DEBUG"] = "1"
 
 
-def _register() -> None:
-    # Each module's register(app) adds its commands; all of them import only typer at module level.
-    from specbuild.cli import builder as builder_cli
-    from specbuild.cli import client as client_cli
-    from specbuild.cli import engines as trtllm_cli
-    from specbuild.cli import generate as reference_cli
-    from specbuild.cli import repo as repo_cli
-    from specbuild.cli import tuning as tuning_cli
-
-    for module in (builder_cli, trtllm_cli, reference_cli, repo_cli, client_cli, tuning_cli):
-        module.register(app)
-
-
-_register()
+# `--help` lists the commands in pipeline order
+register(app, order=("check", "inspect", "doctor", "convert", "compile", "verify", "generate", "serve", "bench",
+                     "train-medusa", "tune"))
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""CLI commands of the builder stage: check, inspect, doctor (registered on the root app by specbuild.cli.app).
+"""Commands of the builder stage: check, inspect, compile, verify.
 
 Only typer is imported here; each command imports its library module when it runs.
 """
@@ -11,14 +11,23 @@ from typing import Annotated
 
 import typer
 
-from specbuild.cli.common import EXIT_CHECK_FAILED, console, handle_errors
+from specbuild.cli.common import (
+    EXIT_CHECK_FAILED,
+    GPU_NOTE,
+    AsJson,
+    Force,
+    SpecArg,
+    command,
+    console,
+    progress_bar,
+)
 
 
-@handle_errors
+@command("check")
 def check(
-    spec: Annotated[Path, typer.Argument(help="The build spec (YAML). Model paths in it are relative to the spec file.")],
-    as_json: bool = typer.Option(False, "--json", help="Print the results and the memory plan as JSON instead of tables."),
-    reserve_gib: float | None = typer.Option(None, "--reserve-gib", help="Runtime memory reserve per GPU in GiB for the plan (default 2: CUDA context, workspaces, Triton)."),
+    spec: SpecArg,
+    as_json: AsJson = False,
+    reserve_gib: Annotated[float | None, typer.Option("--reserve-gib", help="Runtime memory reserve per GPU in GiB for the plan (default 2: CUDA context, workspaces, Triton).")] = None,
 ) -> None:
     """Run every preflight check of SPEC and print a pass/warn/fail table and the per-GPU memory plan.
 
@@ -42,10 +51,10 @@ def check(
         raise typer.Exit(EXIT_CHECK_FAILED)
 
 
-@handle_errors
+@command("inspect")
 def inspect(
     model: Annotated[str, typer.Argument(help="A model folder (config.json, weights, tokenizer) or a hub id in the local Hugging Face cache.")],
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON object instead of the table."),
+    as_json: AsJson = False,
 ) -> None:
     """Show what a checkpoint is: architecture, layers, hidden size, heads / KV heads, head dim, vocab, rope settings, dtype, parameter count and bytes, weight files, and a tokenizer summary (class, vocab size, special tokens).
 
@@ -62,29 +71,52 @@ def inspect(
         render_inspection(report, console())
 
 
-@handle_errors
-def doctor(
-    as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
+@command("compile", GPU_NOTE)
+def compile_cmd(
+    spec_path: SpecArg,
+    out: Annotated[Path, typer.Option("--out", help="Output folder: target/, draft/, plan.json, build.sh, specbuild.json.")],
+    engine: Annotated[str, typer.Option("--engine", help="reference (PyTorch engine folder, runs on CPU) | trtllm (runs trtllm-build; GPU hosts only).")] = "reference",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="With --engine trtllm: convert and write plan.json + build.sh, but do not run trtllm-build.")] = False,
+    force: Force = False,
 ) -> None:
-    """Report the environment: Python, torch (+CUDA, GPUs), tensorrt_llm and trtllm-build (GPU hosts only), the local tritonserver binary from the nvidia-pytriton wheel, its Python backend stub and the libpython the stub loads.
+    """Run preflight, convert every model of SPEC to TensorRT-LLM checkpoints, and build the engines.
 
-    Exit code 1 when something required is missing (a fail row).
-    """
-    from specbuild.serve.doctor import run_doctor
+    --engine trtllm runs the exact trtllm-build commands when trtllm-build is installed (GPU hosts only;
+    logs in <role>/build.log); otherwise, or with --dry-run, it writes build.sh and plan.json to run on a
+    GPU host. --engine reference writes engine folders for the PyTorch reference engine (CPU)."""
+    from specbuild.builder.compile import compile_spec
+    from specbuild.core.spec import load_spec
 
-    rows = run_doctor()
-    if as_json:
-        typer.echo(json.dumps([r.__dict__ for r in rows], indent=2))
-    else:
-        from specbuild.cli.render import render_doctor
+    spec = load_spec(spec_path)
+    with progress_bar() as progress:
+        tasks: dict[str, int] = {}
 
-        render_doctor(rows, console())
-    if any(r.status == "fail" for r in rows):
+        def on_progress(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = progress.add_task(label, total=total)
+            progress.update(tasks[label], completed=done, total=total)
+
+        path = compile_spec(spec, out, engine=engine, dry_run=dry_run, force=force, on_progress=on_progress, on_message=lambda m: progress.console.print(m))
+    console().print(f"wrote build {path}")
+
+
+@command("verify")
+def verify(
+    folder: Annotated[Path, typer.Argument(metavar="DIR", help="A folder written by specbuild (checkpoint, build, engine, repository).")],
+) -> None:
+    """Re-hash every file of DIR and of every artifact folder nested in it against their specbuild.json
+    manifests; print what changed; exit 1 if anything did."""
+    from specbuild.core.manifest import MANIFEST, verify_manifest
+
+    root = Path(folder)
+    folders = sorted(p.parent for p in root.rglob(MANIFEST)) or [root]  # none: read_manifest explains
+    seen: dict[Path, str] = {}  # a nested artifact's file is in its own and its parents' manifests
+    for f in folders:
+        for c in verify_manifest(f):
+            seen.setdefault((f / c.path).resolve(), c.status)
+    for path, status in sorted(seen.items()):
+        console().print(f"{status:8} {path}")
+    if seen:
+        console().print(f"{len(seen)} change(s) under {root}")
         raise typer.Exit(EXIT_CHECK_FAILED)
-
-
-def register(app: typer.Typer) -> None:
-    """Add this stage's commands to `app`."""
-    app.command("check")(check)
-    app.command("inspect")(inspect)
-    app.command("doctor")(doctor)
+    console().print(f"ok: {len(folders)} manifest(s) under {root} match")

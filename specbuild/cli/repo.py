@@ -1,4 +1,4 @@
-"""`specbuild repo BUILD_DIR --out REPO` and `specbuild repo check REPO` (registered on the root app).
+"""Commands of the model-repository stage: `specbuild repo BUILD_DIR --out REPO` and `specbuild repo check REPO`.
 
 `repo` is a group whose default command is `build`: `specbuild repo BUILD_DIR ...` is the same as
 `specbuild repo build BUILD_DIR ...`. Only typer is imported here; the generator loads in the bodies.
@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperGroup
 
-from specbuild.cli.common import EXIT_CHECK_FAILED, console, handle_errors
+from specbuild.cli.common import EXIT_CHECK_FAILED, Force, console, group, group_command
 
 
 class _DefaultToBuild(TyperGroup):
@@ -24,18 +24,17 @@ class _DefaultToBuild(TyperGroup):
         return super().parse_args(ctx, args)
 
 
-repo_app = typer.Typer(
+repo_app = group("repo", typer.Typer(
     cls=_DefaultToBuild,
     no_args_is_help=True,
     help=(
         "Triton model repositories: `specbuild repo BUILD_DIR --out REPO` lays one out from a "
         "`specbuild compile` folder; `specbuild repo check REPO` checks it against its engines."
     ),
-)
+))
 
 
-@repo_app.command("build")
-@handle_errors
+@group_command(repo_app, "build")
 def build(
     build_dir: Annotated[Path, typer.Argument(help="The folder `specbuild compile` wrote (specbuild.json kind build).")],
     out: Annotated[Path, typer.Option("--out", help="Model repository folder to write (must not exist unless --force).")],
@@ -55,7 +54,7 @@ def build(
     tokenizer_dir: Annotated[str | None, typer.Option(
         "--tokenizer-dir",
         help="Tokenizer folder as the server sees it (default: the build's target HF folder on this host).")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing REPO (only after the new one is complete).")] = False,
+    force: Force = False,
 ) -> None:
     """Lay out ensemble, preprocessing, postprocessing, tensorrt_llm, tensorrt_llm_draft (draft/target) and tensorrt_llm_bls, each with config.pbtxt and 1/, from a `specbuild compile` folder.
 
@@ -67,8 +66,7 @@ def build(
     console().print(f"wrote {path}")
 
 
-@repo_app.command("check")
-@handle_errors
+@group_command(repo_app, "check")
 def check(
     repo: Annotated[Path, typer.Argument(help="A model repository written by `specbuild repo`.")],
 ) -> None:
@@ -85,8 +83,3 @@ def check(
         out.print(f"{len(findings)} problem(s) in {repo}")
         raise typer.Exit(EXIT_CHECK_FAILED)
     out.print(f"OK {repo}: every config parses and matches its engines")
-
-
-def register(app: typer.Typer) -> None:
-    """Add the `repo` group to `app`."""
-    app.add_typer(repo_app, name="repo")

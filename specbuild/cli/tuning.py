@@ -1,4 +1,4 @@
-"""CLI commands of this stage: `train-medusa` and `tune` (registered on the root app by specbuild.cli.app).
+"""Commands of the tuning stage: `train-medusa` and `tune`.
 
 Thin: each command builds a config object and calls one library function. Only typer and the
 torch-free config module are imported here.
@@ -11,18 +11,12 @@ from typing import Annotated
 
 import typer
 
-from specbuild.cli.common import console, handle_errors
+from specbuild.cli.common import AsJson, command, console
 from specbuild.tuning.config import TrainConfig, default
 from specbuild.tuning.tune_options import TuneOptions
 
 
-def register(app: typer.Typer) -> None:
-    """Add this stage's commands to `app`."""
-    app.command("train-medusa")(train_medusa_cmd)
-    app.command("tune")(tune_cmd)
-
-
-@handle_errors
+@command("train-medusa")
 def train_medusa_cmd(
     model: Annotated[str, typer.Argument(help="Base model: a Hugging Face folder (or a cached hub id). It stays frozen.")],
     data: Annotated[Path, typer.Option("--data", help='Training text: a .txt file (one document or prompt per non-empty line) or .jsonl (field "text" or "prompt").')],
@@ -69,7 +63,7 @@ def format_accuracy_table(metrics: dict) -> str:
     return "\n".join(lines)
 
 
-@handle_errors
+@command("tune")
 def tune_cmd(
     spec: Annotated[Path, typer.Argument(help="Build spec (YAML), mode draft_target or medusa.")],
     prompts: Annotated[Path, typer.Option("--prompts", help='Prompts to profile on: .txt (one per non-empty line) or .jsonl ("text" or "prompt"). Use prompts like the traffic you will serve.')],
@@ -80,7 +74,7 @@ def tune_cmd(
     budget: Annotated[int | None, typer.Option("--budget", help="Medusa: tree nodes (default and upper bound: the spec's speculation.max_draft_len).")] = default(TuneOptions, "budget"),
     eval_prompts: Annotated[Path | None, typer.Option("--eval-prompts", help="Held-out prompts: run the engine's greedy speculative loop with the chosen and current settings (draft/target: every K) and print measured tokens per pass next to the prediction.")] = default(TuneOptions, "eval_prompts"),  # noqa: B008
     engine: Annotated[Path | None, typer.Option("--engine", help="Run this `specbuild compile` output instead of converting the spec's checkpoints.")] = default(TuneOptions, "engine"),  # noqa: B008
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    as_json: AsJson = False,
 ) -> None:
     """Profile acceptance offline on the reference engine and pick K (draft/target) or grow the Medusa tree.
 

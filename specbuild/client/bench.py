@@ -16,68 +16,28 @@ pass) c = 0.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from tritonclient.utils import InferenceServerException
 
 from specbuild.client.metrics import RequestRecord, RunSummary, attach_speedups, summarize_run
+from specbuild.client.options import BenchConfig
+from specbuild.client.remote import connect, generate_remote, model_info
 from specbuild.core import theory
-from specbuild.core.errors import ClientError
-from specbuild.core.sampling_params import DEFAULT_MAX_TOKENS, SamplingParams
+from specbuild.core.sampling_params import SamplingParams
 from specbuild.model_repo.tensors import DRAFT_MODEL, TARGET_MODEL
 
-DEFAULT_CONCURRENCY = (1, 2, 4, 8)
-DEFAULT_TEMPERATURES = (0.0, 0.8)
-DEFAULT_TIMEOUT_S = 120.0
-DEFAULT_OUT = Path("build/bench")
 COST_TOKENS = 16  # tokens generated per timing call when measuring c
 COST_REPEATS = 3  # best of N per timing (less noise from other work on the host)
 
 
-@dataclass(frozen=True, kw_only=True)
-class BenchConfig:
-    url: str
-    prompts: tuple[str, ...]
-    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
-    temperatures: tuple[float, ...] = DEFAULT_TEMPERATURES
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    num_draft_tokens: int | None = None  # None: the repository's K (its BLS default_num_draft_tokens)
-    seed: int = 0  # T > 0 requests use seed + prompt index: runs are repeatable
-    timeout_s: float = DEFAULT_TIMEOUT_S
-
-
-def load_prompts(path: Path) -> tuple[str, ...]:
-    """JSONL with a "prompt" field per line, or plain text with one prompt per line."""
-    try:
-        lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
-    except OSError as exc:
-        raise ClientError(f"cannot read the prompt file {path}", found=str(exc), fix="pass --prompts FILE") from None
-    prompts = []
-    for number, line in enumerate(lines, 1):
-        if line.lstrip().startswith("{"):
-            try:
-                prompts.append(str(json.loads(line)["prompt"]))
-            except (ValueError, KeyError, TypeError):
-                raise ClientError(f"{path}:{number}: not a JSON object with a \"prompt\" field",
-                                  found=line[:80], fix='write one {"prompt": "..."} per line') from None
-        else:
-            prompts.append(line)
-    if not prompts:
-        raise ClientError(f"{path} holds no prompts", fix="one prompt per line, or JSONL with a prompt field")
-    return tuple(prompts)
-
-
-def default_prompts_file() -> Path:
-    return Path(__file__).resolve().parent.parent / "data" / "prompts.jsonl"
-
-
 def _one_request(config: BenchConfig, prompt: str, index: int, *, temperature: float, k: int | None) -> RequestRecord:
-    from specbuild.client.remote import generate_remote
-
     params = SamplingParams(max_tokens=config.max_tokens, temperature=temperature,
                             seed=config.seed + index if temperature > 0 else None)
     result = generate_remote(config.url, prompt, params, stream=True, num_draft_tokens=k, timeout_s=config.timeout_s)
@@ -112,10 +72,6 @@ def run_once(config: BenchConfig, *, mode: str, temperature: float, concurrency:
 
 def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], dict]:
     """Every (temperature, concurrency, mode) run with a progress bar; returns runs and context."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from specbuild.client.remote import connect, model_info
-
     client = connect(config.url)
     try:
         info = model_info(client, None)
@@ -144,9 +100,6 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
 
 
 def _time_generate(client, model: str, ids, n: int) -> float:
-    import numpy as np
-    import tritonclient.grpc as grpcclient
-
     def tensor(name, array):
         t = grpcclient.InferInput(name, list(array.shape), "INT32")
         t.set_data_from_numpy(array)
@@ -164,10 +117,6 @@ def _time_generate(client, model: str, ids, n: int) -> float:
 
 def measure_cost_ratio(client, prompt: str) -> float | None:
     """c = draft pass / target pass time, from direct calls to both models (None if unmeasurable)."""
-    import numpy as np
-    import tritonclient.grpc as grpcclient
-    from tritonclient.utils import InferenceServerException
-
     try:
         q = grpcclient.InferInput("QUERY", [1, 1], "BYTES")
         q.set_data_from_numpy(np.array([[prompt.encode()]], dtype=object))

@@ -21,6 +21,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
 from specbuild.client.request import Chunk, build_inputs, parse_response
 from specbuild.core.errors import ClientError, SpecbuildError
 from specbuild.core.generation import GenerationResult, SpecStats
@@ -79,9 +82,6 @@ def _error_text(exc: Exception) -> str:
 
 def connect(url: str):
     """An InferenceServerClient for a live server, or a ClientError saying the server is down."""
-    import tritonclient.grpc as grpcclient
-    from tritonclient.utils import InferenceServerException
-
     url = normalize_url(url)
     client = grpcclient.InferenceServerClient(url=url)
     try:
@@ -102,8 +102,6 @@ def connect(url: str):
 
 def repo_info(client) -> RepoInfo:
     """The speculation method and K of the served repository, from the BLS's configuration."""
-    from tritonclient.utils import InferenceServerException
-
     try:
         params = client.get_model_config(BLS, as_json=True).get("config", {}).get("parameters", {})
     except InferenceServerException as exc:
@@ -124,8 +122,6 @@ def repo_info(client) -> RepoInfo:
 
 def model_info(client, model: str | None) -> ModelInfo:
     """Resolve the model (None: the one the repository's method is served through) and read its inputs."""
-    from tritonclient.utils import InferenceServerException
-
     index = client.get_model_repository_index(as_json=True).get("models", [])
     ready = {m["name"] for m in index if m.get("state") == "READY"}
     if BLS not in ready:
@@ -180,8 +176,6 @@ class _Collector:
 
 
 def _inputs(info: ModelInfo, prompt, params, *, stream, num_draft_tokens):
-    import tritonclient.grpc as grpcclient
-
     out = []
     for name, array, dtype in build_inputs(info.name, prompt, params, stream=stream, num_draft_tokens=num_draft_tokens,
                                            declared=set(info.inputs)):
@@ -192,8 +186,6 @@ def _inputs(info: ModelInfo, prompt, params, *, stream, num_draft_tokens):
 
 
 def _run_stream(client, info: ModelInfo, inputs, *, timeout_s: float, on_text) -> _Collector:
-    from tritonclient.utils import InferenceServerException
-
     collector = _Collector(on_text)
     client.start_stream(callback=collector.callback)
     try:
@@ -215,8 +207,6 @@ def _run_stream(client, info: ModelInfo, inputs, *, timeout_s: float, on_text) -
 
 
 def _run_unary(client, info: ModelInfo, inputs, *, timeout_s: float) -> _Collector:
-    from tritonclient.utils import InferenceServerException
-
     collector = _Collector(None)
     try:
         result = client.infer(info.name, inputs, request_id=uuid.uuid4().hex, client_timeout=timeout_s)

@@ -8,6 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
+
 from specbuild.client.metrics import RunSummary
 
 PLOTS = ("speedup_vs_concurrency.png", "throughput_vs_concurrency.png", "accepted_length_per_position.png")
@@ -46,10 +48,10 @@ def write_csv(runs: list[RunSummary], path: Path) -> None:
 
 
 def write_plots(runs: list[RunSummary], out: Path) -> list[Path]:
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 - the Agg backend must be chosen before pyplot loads
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - the Agg backend must be chosen before pyplot loads
 
     temps = sorted({r.temperature for r in runs})
     written = []
@@ -92,7 +94,7 @@ def write_plots(runs: list[RunSummary], out: Path) -> list[Path]:
 
 
 def _finish(fig, ax, path: Path, written: list[Path]) -> None:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - the Agg backend must be chosen before pyplot loads
 
     if ax.get_xscale() == "log":
         ticks = sorted({int(x) for line in ax.get_lines() for x in line.get_xdata() if x > 0})
@@ -115,8 +117,6 @@ def _fmt(value: Any, digits: int = 2) -> str:
 
 def table(runs: list[RunSummary]):
     """A rich Table: one row per run."""
-    from rich.table import Table
-
     t = Table(title="specbuild bench (ms; tokens/s)")
     for col in ("mode", "T", "conc", "TTFT avg", "ITL avg", "latency p50", "latency p99", "out tok/s", "req/s",
                 "accept", "tok/pass", "speedup", "predicted"):

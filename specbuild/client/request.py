@@ -15,8 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from specbuild.core.errors import ClientError
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.core.trtllm_facts import LEGACY_NAMES
+from specbuild.model_repo import tensors
 from specbuild.model_repo.tensors import BLS
 
 TEXT_OUTPUT = "text_output"
@@ -28,8 +32,6 @@ PERF_TIMES = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns
 
 def _interface(model: str, declared: set[str]):
     """The table of `model`, in the template generation its declared inputs show (seed vs random_seed)."""
-    from specbuild.model_repo import tensors
-
     legacy = "random_seed" in declared  # TensorRT-LLM < 0.20 names
     names = LEGACY_NAMES if legacy else tensors.names_for(None)
     return tensors.bls_interface(names) if model == BLS else tensors.ensemble_interface(names)
@@ -66,9 +68,6 @@ def build_inputs(
     declared: set[str],
 ) -> list[tuple[str, Any, str]]:
     """[(name, array [1, ...], wire dtype)] for the inputs `model` declares; raises on a missing one."""
-    import numpy as np
-
-    from specbuild.core.errors import ClientError
 
     iface = _interface(model, declared)
     seed_name = "random_seed" if "random_seed" in declared else "seed"

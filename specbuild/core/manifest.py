@@ -17,6 +17,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,6 @@ def sha256_file(path: Path) -> str:
 
 def tool_versions() -> dict[str, str | None]:
     """Versions of the tools that shaped an artifact (None when not installed)."""
-    from importlib import metadata
-
     out: dict[str, str | None] = {}
     for dist in ("specbuild", "torch", "transformers", "safetensors", "tensorrt_llm", "tritonclient"):
         try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specbuild.core.errors import CheckpointError
@@ -61,8 +61,6 @@ def read_medusa_heads(folder: str | Path) -> MedusaHeadsInfo:
 
 
 def _from_shapes(info: MedusaHeadsInfo, shapes: dict[str, tuple[int, ...]]) -> MedusaHeadsInfo:
-    from dataclasses import replace
-
     heads: dict[int, dict[int, dict[str, tuple[int, ...]]]] = {}
     for key, shape in shapes.items():
         m = _KEY.match(key)
@@ -102,7 +100,7 @@ def _from_shapes(info: MedusaHeadsInfo, shapes: dict[str, tuple[int, ...]]) -> M
 def _shapes(path: Path) -> dict[str, tuple[int, ...]]:
     if path.suffix == ".safetensors":
         return safetensors_shapes(path)
-    import torch
+    import torch  # noqa: PLC0415 - core stays torch-free; only .pt heads need torch
 
     try:
         try:  # memory-mapped: only the shapes are needed

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from specbuild.core.errors import SpecbuildError
+
 DEFAULT_MAX_TOKENS = 64
 
 
@@ -23,8 +25,6 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)  # extra single-token stops
 
     def __post_init__(self) -> None:
-        from specbuild.core.errors import SpecbuildError
-
         if self.max_tokens < 1:
             raise SpecbuildError("max_tokens must be at least 1", found=str(self.max_tokens), fix="pass --max-tokens 32")
         if self.temperature < 0:

@@ -22,9 +22,12 @@ Shape legend: B batch, T sequence length, V vocabulary.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import hashlib
 import json
+import math
+import os
 import subprocess
 import sys
 import sysconfig
@@ -33,8 +36,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.manifest import MANIFEST, atomic_output_dir, read_manifest, write_manifest
+from specbuild.demo.synthetic import train_tokenizer
 
 RECIPE_VERSION = 2  # bump when the recipe changes in a way the settings do not capture
 DEFAULT_CACHE = Path(".cache/demo")
@@ -143,14 +150,10 @@ class DemoFamily:
 
 
 def cpu_count() -> int:
-    import os
-
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _environment() -> dict:
-    import torch
-
     return {"python": sys.version.split()[0], "torch": torch.__version__, "recipe": RECIPE_VERSION}
 
 
@@ -189,8 +192,6 @@ def corpus_split(settings: DemoSettings, *, stdlib: Path | None = None) -> tuple
 
 
 def _encode_stream(tokenizer, texts: list[str]):
-    import torch
-
     ids: list[int] = []
     for text in texts:
         ids.extend(tokenizer.encode(text + "\n\n", add_special_tokens=False))
@@ -199,8 +200,6 @@ def _encode_stream(tokenizer, texts: list[str]):
 
 def _windows(stream, n: int, length: int, generator):
     """n random windows of `length` tokens from a 1-D stream."""
-    import torch
-
     starts = torch.randint(0, len(stream) - length, (n,), generator=generator)
     return torch.stack([stream[s : s + length] for s in starts.tolist()])  # [n, length]
 
@@ -209,9 +208,6 @@ def _windows(stream, n: int, length: int, generator):
 
 
 def _new_model(shape: ModelShape, tokenizer, settings: DemoSettings, seed: int):
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=shape.hidden_size,
@@ -242,8 +238,6 @@ def _new_model(shape: ModelShape, tokenizer, settings: DemoSettings, seed: int):
 
 
 def _lr_at(step: int, sched: TrainSchedule) -> float:
-    import math
-
     if step < sched.warmup:
         return sched.lr * (step + 1) / sched.warmup
     frac = (step - sched.warmup) / max(1, sched.steps - sched.warmup)
@@ -254,8 +248,6 @@ def train_lm(
     model, batches: Callable[[int], object], sched: TrainSchedule, *, label: str, log: Callable[[str], None]
 ) -> float:
     """Plain next-token training; `batches(step)` returns token ids [B, T]. Returns the last loss."""
-    import torch
-
     opt = torch.optim.AdamW(model.parameters(), lr=sched.lr, betas=(0.9, 0.95), weight_decay=0.01)
     model.train()
     t0, c0 = time.time(), time.process_time()
@@ -280,8 +272,6 @@ def train_lm(
 
 def greedy_continue(model, prompts, new_tokens: int, *, chunk: int = 128):
     """The model's greedy continuation of equal-length prompts [B, P] -> [B, P + new_tokens]."""
-    import torch
-
     outs = []
     with torch.no_grad():
         for part in prompts.split(chunk):
@@ -304,8 +294,6 @@ def acceptance_profile(target_seqs, draft, prompt_len: int, max_k: int = 8) -> d
     teacher-forced argmax at each position says whether its proposal there would be accepted; a
     chain of K accepts the run of consecutive matches (capped at K) plus the target's bonus token.
     """
-    import torch
-
     with torch.no_grad():
         logits = draft(input_ids=target_seqs).logits  # [B, P+N, V]
     predicted = logits[:, prompt_len - 1 : -1].argmax(-1)  # [B, N]: draft's guess for each generated token
@@ -348,10 +336,6 @@ def build_family(
 
 
 def _build_into(out: Path, settings: DemoSettings, log: Callable[[str], None]) -> dict:
-    import torch
-    from transformers import AutoTokenizer
-
-    from specbuild.demo.synthetic import train_tokenizer
 
     timings: dict[str, float] = {}
     t = time.time()
@@ -467,8 +451,6 @@ def link_current(
     The example specs (examples/demo/*.yaml) reference these names, so they follow the cached build
     without knowing its hash. Each link is replaced atomically (os.replace).
     """
-    import os
-
     targets = {
         "target": family.target,
         "draft": family.draft,
@@ -512,9 +494,6 @@ def _write_jsonl(path: Path, key: str, items: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import argparse
-
-    import torch
 
     parser = argparse.ArgumentParser(
         prog="python -m specbuild.demo.models", description=__doc__.split("\n\n")[0]

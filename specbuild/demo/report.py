@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
+
+from rich.console import Console
+from rich.table import Table
 
 from specbuild.core.methods import method_of
 
@@ -79,10 +83,6 @@ def markdown(title: str, rows: list[dict[str, Any]]) -> str:
 def print_summary(benches: dict[str, Path], *, family_metrics: dict | None, out: Path, timings: dict[str, float],
                   total_s: float) -> dict[str, Any]:  # fmt: skip
     """Print the tables and write OUT/summary.json and OUT/summary.md; returns the summary."""
-    import sys
-
-    from rich.console import Console
-    from rich.table import Table
 
     # A log file (not a terminal) gets the full table instead of rich's 80-column default.
     console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)

@@ -32,6 +32,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+import tritonclient.grpc as grpcclient
+import yaml
+from rich.console import Console
+
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.methods import Method
 from specbuild.core.spec import PATH_KEYS
@@ -44,6 +49,7 @@ from specbuild.demo.models import (
     cpu_count,
     link_current,
 )
+from specbuild.demo.report import print_summary
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "examples" / "demo"
@@ -87,8 +93,6 @@ class Ledger:
 
 
 def _console():
-    from rich.console import Console
-
     return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 
 
@@ -180,8 +184,6 @@ def stage_models(opts: DemoOptions):
 
 def stage_specs(opts: DemoOptions, modes: tuple[str, ...]) -> dict[str, Path]:
     """Copy the example specs to OUT/specs/, model paths made absolute links in the cache (tune edits the copy)."""
-    import yaml
-
     out = Path(opts.out) / "specs"
     out.mkdir(parents=True, exist_ok=True)
     specs = {}
@@ -246,8 +248,6 @@ def serving(repo: Path, log_file: Path) -> Iterator[str]:
 
 
 def _wait_ready(proc: subprocess.Popen, url: str, log_file: Path) -> None:
-    import tritonclient.grpc as grpcclient
-
     deadline = time.time() + SERVER_READY_TIMEOUT_S
     t0 = time.time()
     while time.time() < deadline:
@@ -349,10 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.reconfigure(line_buffering=True)  # our lines and the commands' output stay in order in a log
     opts = DemoOptions(out=args.out, cache=args.cache, concurrency=args.concurrency, temperatures=args.temperature,
                        max_tokens=args.max_tokens, modes=MODES if args.mode == "both" else (args.mode,), settings=MICRO if args.micro else DemoSettings())  # fmt: skip
-    import torch
 
     torch.set_num_threads(cpu_count())
-    from specbuild.demo.report import print_summary
 
     ledger = Ledger()
     benches: dict[str, Path] = {}

@@ -10,6 +10,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"
 
 _DEFAULT_CORPUS = [
@@ -23,9 +36,6 @@ _DEFAULT_CORPUS = [
 
 def train_tokenizer(out_dir: str | Path, texts: Iterable[str] | None = None, *, vocab_size: int = 384) -> Path:
     """Train a byte-level BPE on `texts` (deterministic) and save it as a transformers tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer(models.BPE())
@@ -64,17 +74,6 @@ def make_model(
     init_std: float = 0.2,
 ):
     """Write a random Llama / Mistral / Qwen2 model (safetensors + config + tokenizer) and return it."""
-    import torch
-    from transformers import (
-        AutoTokenizer,
-        LlamaConfig,
-        LlamaForCausalLM,
-        MistralConfig,
-        MistralForCausalLM,
-        Qwen2Config,
-        Qwen2ForCausalLM,
-    )
-
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     classes = {"llama": (LlamaConfig, LlamaForCausalLM), "mistral": (MistralConfig, MistralForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
     config_cls, model_cls = classes[family]

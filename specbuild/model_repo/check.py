@@ -14,12 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as pb
+
 from specbuild.core.artifacts import RepoManifest, read_repo_manifest
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.manifest import MANIFEST
 from specbuild.core.medusa_choices import MedusaChoices
 from specbuild.core.trtllm_facts import SpeculativeDecodingMode
-from specbuild.model_repo.configs import REQUIRED_ENGINE_PARAMETERS
+from specbuild.model_repo.configs import REQUIRED_ENGINE_PARAMETERS, parse_text
 
 ENGINE_MODELS = ("tensorrt_llm", "tensorrt_llm_draft")
 REQUIRED_PARAMETERS = {
@@ -93,9 +96,6 @@ def check_repo(root: str | Path) -> list[Finding]:
 
 
 def _parse_all(repo: _Repo) -> None:
-    from google.protobuf import text_format
-
-    from specbuild.model_repo.configs import parse_text
 
     for path in sorted(repo.root.glob("*/config.pbtxt")):
         rel = path.relative_to(repo.root).as_posix()
@@ -192,8 +192,6 @@ def _check_medusa_tree(repo: _Repo, target: dict, max_draft_len: int) -> None:
 
 
 def _check_logits(repo: _Repo, engines: dict[str, dict]) -> None:
-    from tritonclient.grpc import model_config_pb2 as pb
-
     def logits_type(model: str) -> str | None:
         cfg = repo.configs.get(model)
         for out in cfg.output if cfg else ():
@@ -310,8 +308,6 @@ def _check_ensemble(repo: _Repo) -> None:
 
 
 def _dtype(value: int | None) -> str:
-    from tritonclient.grpc import model_config_pb2 as pb
-
     return pb.DataType.Name(value) if value is not None else "?"
 
 

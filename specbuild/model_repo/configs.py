@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
 from specbuild.core.methods import Method
 from specbuild.model_repo import tensors as T
 
@@ -66,8 +69,6 @@ class RepoLayout:
 
 
 def _pb():
-    from tritonclient.grpc import model_config_pb2
-
     return model_config_pb2
 
 
@@ -215,13 +216,9 @@ def all_configs(layout: RepoLayout) -> dict[str, object]:
 
 
 def to_text(config) -> str:
-    from google.protobuf import text_format
-
     return text_format.MessageToString(config)
 
 
 def parse_text(text: str):
     """Parse config.pbtxt text into a ModelConfig (raises google.protobuf.text_format.ParseError)."""
-    from google.protobuf import text_format
-
     return text_format.Parse(text, _pb().ModelConfig())

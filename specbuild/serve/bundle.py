@@ -64,7 +64,7 @@ class TritonBundle:
 def find_bundle() -> TritonBundle:
     """Locate the bundled tritonserver, or say how to install it."""
     try:
-        import pytriton
+        import pytriton  # noqa: PLC0415 - probes the optional `local` extra
     except ImportError:
         raise ServerError(
             "the local tritonserver is not installed",

@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 
 from specbuild.core.errors import SpecbuildError
+from specbuild.serve.bundle import PY_VERSION, check_libpython, find_bundle
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 SUPPORTED_PYTHON = ((3, 10), (3, 12))
@@ -58,7 +59,7 @@ def _packages() -> list[DoctorRow]:
 
 def _torch() -> DoctorRow:
     try:
-        import torch
+        import torch  # noqa: PLC0415 - probes whether torch imports at all
     except ImportError:
         return DoctorRow("torch", FAIL, "not installed", "make setup installs torch==2.13.0")
     if not torch.cuda.is_available():
@@ -91,8 +92,6 @@ def _trtllm_build() -> DoctorRow:
 
 def _triton() -> list[DoctorRow]:
     try:
-        from specbuild.serve.bundle import PY_VERSION, check_libpython, find_bundle
-
         bundle = find_bundle()
     except SpecbuildError as exc:
         return [DoctorRow("tritonserver", FAIL, f"{exc.what} ({exc.found})", exc.fix or "")]

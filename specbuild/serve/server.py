@@ -9,6 +9,7 @@ the starting process dies first (PR_SET_PDEATHSIG).
 from __future__ import annotations
 
 import atexit
+import ctypes
 import json
 import os
 import re
@@ -118,8 +119,6 @@ def important_log_lines(log: str, limit: int = 25) -> list[str]:
 
 def _set_pdeathsig() -> None:  # runs in the child between fork and exec
     try:
-        import ctypes
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
     except OSError:
         pass

@@ -8,6 +8,15 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
 from specbuild.serve.server import ServerOptions, TritonServer
 
 POLL_S = 0.5
@@ -28,15 +37,6 @@ def _follow(path: Path, out: TextIO, stop: threading.Event, start_at: int) -> No
 
 def run_server(repo: Path, options: ServerOptions, *, console, log_stream: TextIO | None) -> int:
     """Serve until interrupted (returns 0) or until the server dies (raises ServerError)."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        SpinnerColumn,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
     def on_term(signum, frame):  # SIGTERM -> the same clean shutdown as Ctrl-C
         raise KeyboardInterrupt
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from specbuild.core.errors import TrainingError
 from specbuild.core.manifest import atomic_output_dir
@@ -32,8 +33,6 @@ class TrainState:
 
 
 def save_checkpoint(folder: Path, state: TrainState) -> Path:
-    from safetensors.torch import save_file
-
     final = folder / f"{_PREFIX}{state.step:07d}"
     opt_tensors, opt_meta = _flatten_optimizer(state.optimizer)
     with atomic_output_dir(final, force=True) as tmp:
@@ -53,8 +52,6 @@ def latest_checkpoint(folder: Path) -> Path | None:
 
 
 def load_checkpoint(path: Path) -> TrainState:
-    from safetensors.torch import load_file
-
     try:
         meta = json.loads((path / "state.json").read_text())
         heads = load_file(str(path / "heads.safetensors"))

@@ -9,6 +9,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
 from specbuild.core.errors import TrainingError
 
 JSONL_FIELDS = ("text", "prompt")
@@ -54,8 +56,6 @@ def greedy_continuations(
     on_batch: Callable[[int], None] | None = None,
 ) -> list[list[int]]:
     """prompt + the base model's greedy continuation, for each prompt (HF model, batched, left-padded)."""
-    import torch
-
     device = next(model.parameters()).device
     pad = eos_ids[0] if eos_ids else 0
     out: list[list[int]] = []
@@ -87,8 +87,6 @@ def pack_windows(sequences: list[list[int]], *, seq_len: int, separator: int | N
     A stream shorter than seq_len becomes one shorter window; otherwise the tail that does not fill a
     window is dropped.
     """
-    import torch
-
     stream: list[int] = []
     for seq in sequences:
         stream.extend(seq)
@@ -108,8 +106,6 @@ def pack_windows(sequences: list[list[int]], *, seq_len: int, separator: int | N
 
 def split_heldout(windows, *, fraction: float, seed: int):
     """Seeded shuffle, then (train [N-n, T], heldout [n, T]); n >= 1 when there are 2+ windows."""
-    import torch
-
     n = windows.shape[0]
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     k = 0 if n < 2 else max(1, round(n * fraction))

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from specbuild.core.errors import CheckpointError
@@ -134,8 +135,6 @@ class MedusaHeads(nn.Module):
 
 
 def save_heads(heads: MedusaHeads, folder: Path, *, dtype: torch.dtype | None = None) -> None:
-    from safetensors.torch import save_file
-
     tensors = heads.hf_state_dict()
     if dtype is not None:
         tensors = {k: v.to(dtype) for k, v in tensors.items()}
@@ -145,8 +144,6 @@ def save_heads(heads: MedusaHeads, folder: Path, *, dtype: torch.dtype | None = 
 
 def load_heads(folder: str | Path) -> MedusaHeads:
     """Read a heads folder (config.json + medusa_lm_head.safetensors) as float32 MedusaHeads."""
-    from safetensors.torch import load_file
-
     folder = Path(folder)
     cfg_path, weights = folder / CONFIG_FILE, folder / HEADS_FILE
     if not cfg_path.is_file() or not weights.is_file():

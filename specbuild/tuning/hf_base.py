@@ -10,8 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from specbuild.builder.resolve import resolve_model
 from specbuild.core.errors import TrainingError
+from specbuild.core.hf_config import HFModelConfig
 
 
 @dataclass(frozen=True)
@@ -68,10 +71,6 @@ def pick_device(name: str) -> torch.device:
 
 def load_base(ref: str | Path, *, device: str = "auto") -> BaseModel:
     """Load tokenizer + model; float32 on CPU, the checkpoint's dtype on GPU."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from specbuild.builder.resolve import resolve_model
-    from specbuild.core.hf_config import HFModelConfig
 
     folder = resolve_model(ref, what="base model")
     hf = HFModelConfig.from_hf(folder)

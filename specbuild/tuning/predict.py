@@ -12,6 +12,7 @@ node budget: a child never beats its parent, so the top-N nodes are prefix-close
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -63,8 +64,6 @@ def grow_tree_from_ranks(ranks: Sequence[Sequence[int]], *, topk: int, budget: i
     paths never seen still rank sensibly. Both terms shrink from parent to child, so the top nodes are
     prefix-closed. Unlike the factorised model, this keeps the correlation between heads.
     """
-    from collections import Counter
-
     counts: Counter[tuple[int, ...]] = Counter()
     for r in ranks:
         for d in range(1, min(len(r), num_heads) + 1):

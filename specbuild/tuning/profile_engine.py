@@ -19,6 +19,8 @@ from specbuild.core.generation import SpecStats
 from specbuild.core.medusa_choices import MedusaChoices
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.core.theory import conditional_acceptance
+from specbuild.engines.reference.medusa import TreeBuffers, medusa_generate
+from specbuild.engines.reference.runners import CachedSequence
 from specbuild.tuning.progress import Reporter
 
 TIMING_REPEATS = 15  # single-token passes timed per model for the cost ratio (median taken)
@@ -67,8 +69,6 @@ def pass_times(passes: dict[str, Callable[[], None]], *, repeats: int = TIMING_R
 
 def decode_pass(model, prompt: list[int]) -> Callable[[], None]:
     """A callable running one single-token decode pass after `prompt` (the prompt stays cached)."""
-    from specbuild.engines.reference.runners import CachedSequence
-
     seq = CachedSequence(model, capacity=len(prompt) + 4)
     seq.feed(list(prompt))
     ids = list(prompt) + [int(prompt[-1])]
@@ -106,8 +106,6 @@ class ReferenceMedusa:
         return list(self.engine.generate(list(prompt), greedy_params(max_new_tokens), speculative=False).token_ids)
 
     def head_logits(self, ids: list[int]) -> torch.Tensor:
-        from specbuild.engines.reference.runners import CachedSequence
-
         seq = CachedSequence(self.engine.target, capacity=len(ids) + 1)
         hidden = seq.feed(list(ids), len(ids))  # [T, H]
         return self.engine.speculator.heads.logits(hidden)  # [nH, T, V]
@@ -115,8 +113,6 @@ class ReferenceMedusa:
 
 def measure_tree(engine, choices: MedusaChoices, prompts: Sequence[list[int]], *, max_tokens: int) -> SpecStats:
     """Greedy Medusa generation with `choices` over the prompts; stats.mean_accepted_per_step is tokens/pass."""
-    from specbuild.engines.reference.medusa import TreeBuffers, medusa_generate
-
     tree = TreeBuffers.from_choices(choices, num_heads=engine.speculator.heads.num_heads)
     params = engine.resolve(greedy_params(max_tokens))
     stats = SpecStats()
@@ -128,9 +124,6 @@ def measure_tree(engine, choices: MedusaChoices, prompts: Sequence[list[int]], *
 
 def tree_pass(engine, choices: MedusaChoices, prompt: list[int]) -> Callable[[], None]:
     """A callable running one tree verification pass (heads + root + nodes) after `prompt`."""
-    from specbuild.engines.reference.medusa import TreeBuffers
-    from specbuild.engines.reference.runners import CachedSequence
-
     tree = TreeBuffers.from_choices(choices, num_heads=engine.speculator.heads.num_heads)
     seq = CachedSequence(engine.target, capacity=len(prompt) + tree.num_nodes + 2)
     hidden = seq.feed(list(prompt))[0]  # [H]

@@ -20,6 +20,7 @@ from typing import Protocol
 
 import torch
 
+from specbuild.tuning.data import greedy_continuations
 from specbuild.tuning.progress import Reporter
 
 
@@ -41,8 +42,6 @@ class HFMedusa:
         self.num_heads = heads.config.num_heads
 
     def greedy(self, prompt: list[int], max_new_tokens: int) -> list[int]:
-        from specbuild.tuning.data import greedy_continuations
-
         full = greedy_continuations(self.base.model, [prompt], max_new_tokens=max_new_tokens, eos_ids=self.base.eos_ids, batch_size=1)[0]
         return full[len(prompt) :]
 

@@ -13,12 +13,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from specbuild.core.spec import load_spec, save_spec_yaml, spec_from_dict
+
 
 def set_spec_value(path: Path, section: str, key: str, value: Any) -> bool:
     """Set section.key = value in the YAML spec at `path`. Returns True when comments were kept."""
-    import yaml
-
-    from specbuild.core.spec import load_spec, save_spec_yaml, spec_from_dict
 
     text = path.read_text()
     edited = edit_text(text, section, key, value)
@@ -75,8 +76,6 @@ def _scalar_line(line: str) -> bool:
 
 def _edit_flow_line(line: str, section: str, key: str, value: Any) -> str:
     """`section: {a: 1, key: old}  # note` -> the same mapping with key set, the comment kept."""
-    import yaml
-
     body = line.split(":", 1)[1]
     close = body.rfind("}")
     mapping = yaml.safe_load(body[: close + 1])

@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from specbuild.core.errors import OutputExistsError, TrainingError
+from specbuild.core.manifest import atomic_output_dir, write_manifest
 from specbuild.tuning import checkpoint as ckpt
 from specbuild.tuning.config import TrainConfig
 from specbuild.tuning.data import encode, greedy_continuations, pack_windows, read_texts, split_heldout
@@ -207,8 +209,6 @@ def _training_windows(config: TrainConfig, base: BaseModel, rep: Reporter) -> to
 
 def _self_distill(config: TrainConfig, base: BaseModel, prompts: list[list[int]], rep: Reporter) -> list[list[int]]:
     """prompt + greedy continuation per prompt; cached beside the checkpoints so --resume reuses it."""
-    from safetensors.torch import load_file, save_file
-
     key = hashlib.sha256(json.dumps([config.fingerprint(), prompts]).encode()).hexdigest()
     cache = config.checkpoint_dir / f"distilled-{key[:16]}.safetensors"
     if cache.is_file():
@@ -271,8 +271,6 @@ def _maybe_resume(config: TrainConfig, heads: MedusaHeads, optimizer, base: Base
 
 
 def _write_output(config: TrainConfig, base: BaseModel, heads: MedusaHeads, metrics: dict[str, Any]) -> Path:
-    from specbuild.core.manifest import atomic_output_dir, write_manifest
-
     with atomic_output_dir(config.out, force=config.force) as tmp:
         save_heads(heads, tmp, dtype=base.stored_dtype)
         (tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")

@@ -18,13 +18,42 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from specbuild.builder.resolve import resolve_model
 from specbuild.core.errors import TrainingError
+from specbuild.core.medusa_choices import MedusaChoices
 from specbuild.core.methods import Tunable, method_of, resolve_name
+from specbuild.core.spec import load_spec
+from specbuild.core.theory import speedup, tokens_per_pass_chain
+from specbuild.engines.reference.engine import ReferenceEngine
+from specbuild.engines.reference.loader import load_weights
+from specbuild.engines.reference.model import LlamaModel
+from specbuild.engines.trtllm.convert import convert_checkpoint
+from specbuild.engines.trtllm.medusa import MedusaHeadsSource
+from specbuild.tuning.data import read_texts
+from specbuild.tuning.predict import (
+    accepted_lengths,
+    choose_k,
+    conditional_depth_probs,
+    grow_tree_from_ranks,
+    k_table,
+    tree_tokens_per_pass,
+)
+from specbuild.tuning.profile_engine import (
+    ReferenceMedusa,
+    decode_pass,
+    measure_tree,
+    pass_times,
+    profile_chain,
+    sweep_k,
+    tree_pass,
+)
+from specbuild.tuning.profile_medusa import medusa_ranks
 from specbuild.tuning.progress import Reporter
+from specbuild.tuning.spec_edit import set_spec_value
 from specbuild.tuning.tune_options import TuneOptions
 
 
@@ -47,15 +76,10 @@ class TuneReport:
     written: str | None = None  # "kept comments" | "rewrote the spec (comments lost)" | None
 
     def to_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
         return asdict(self)
 
 
 def tune_spec(spec_path: Path, options: TuneOptions, *, reporter: Reporter | None = None) -> TuneReport:
-    from specbuild.core.spec import load_spec
-    from specbuild.tuning.data import read_texts
-
     rep = reporter or Reporter()
     spec = load_spec(spec_path)
     texts = read_texts(options.prompts)
@@ -73,16 +97,9 @@ def tune_spec(spec_path: Path, options: TuneOptions, *, reporter: Reporter | Non
 @contextlib.contextmanager
 def open_engine(spec, engine_dir: Path | None, rep: Reporter, *, device: str = "cpu") -> Iterator[Any]:
     """A ReferenceEngine over the spec's models (converted into a temporary folder) or `engine_dir`."""
-    from specbuild.engines.reference.engine import ReferenceEngine
-    from specbuild.engines.reference.loader import load_weights
-    from specbuild.engines.reference.model import LlamaModel
-
     if engine_dir is not None:
         yield ReferenceEngine.load(engine_dir, device=device)
         return
-    from specbuild.builder.resolve import resolve_model
-    from specbuild.engines.trtllm.convert import convert_checkpoint
-    from specbuild.engines.trtllm.medusa import MedusaHeadsSource
 
     target_hf = resolve_model(spec.target.model, base=spec.base_dir, what="target model")
     with tempfile.TemporaryDirectory(prefix="specbuild-tune-") as tmp:
@@ -103,10 +120,6 @@ def open_engine(spec, engine_dir: Path | None, rep: Reporter, *, device: str = "
 
 def tune_draft_len(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> TuneReport:
     """K of a method that drafts per round: the K in 1..k_max with the best predicted speedup."""
-    from specbuild.core.theory import speedup, tokens_per_pass_chain
-    from specbuild.tuning.predict import choose_k, k_table
-    from specbuild.tuning.profile_engine import profile_chain
-
     current_k = spec.speculation.max_draft_len
     k_max = options.k_max or max(8, current_k)
     prof = profile_chain(engine, prompts, k_max=k_max, max_tokens=options.max_tokens, reporter=rep)
@@ -130,15 +143,6 @@ def tune_draft_len(spec, engine, prompts, options: TuneOptions, rep: Reporter) -
 
 def tune_tree(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> TuneReport:
     """A Medusa tree grown from the heads' measured accuracies within max_draft_len nodes."""
-    from specbuild.tuning.predict import (
-        accepted_lengths,
-        conditional_depth_probs,
-        grow_tree_from_ranks,
-        tree_tokens_per_pass,
-    )
-    from specbuild.tuning.profile_engine import ReferenceMedusa, decode_pass, pass_times, tree_pass
-    from specbuild.tuning.profile_medusa import medusa_ranks
-
     ranks = medusa_ranks(ReferenceMedusa(engine), prompts, max_new_tokens=options.max_tokens, topk=options.topk, reporter=rep)
     if not ranks:
         raise TrainingError("no position to profile", expected=f"greedy continuations longer than {spec.medusa.num_heads + 1} tokens",
@@ -174,11 +178,6 @@ def tune_tree(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> Tun
 
 def _measure(report: TuneReport, engine, prompts, options: TuneOptions, rep: Reporter) -> TuneReport:
     """Predicted vs measured on held-out prompts: the engine's own greedy loops, tokens per pass."""
-    from dataclasses import replace
-
-    from specbuild.core.medusa_choices import MedusaChoices
-    from specbuild.core.theory import speedup
-    from specbuild.tuning.profile_engine import measure_tree, sweep_k
 
     rep.log(f"measuring on {len(prompts)} held-out prompts")
     if report.tunes == Tunable.TREE.name.lower():
@@ -196,9 +195,6 @@ def _measure(report: TuneReport, engine, prompts, options: TuneOptions, rep: Rep
 
 
 def _write(spec_path: Path, report: TuneReport) -> TuneReport:
-    from dataclasses import replace
-
-    from specbuild.tuning.spec_edit import set_spec_value
 
     tunable = Tunable[report.tunes.upper()]
     kept = set_spec_value(spec_path, tunable.section, tunable.key, report.chosen.value)

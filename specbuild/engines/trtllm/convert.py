@@ -11,15 +11,18 @@ Shape legend: V vocab, H hidden, I intermediate, nh/nkv heads, hd head dim, tp/p
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from specbuild.core.errors import CheckpointError, ConversionError
 from specbuild.core.hf_config import HFModelConfig
-from specbuild.core.manifest import write_manifest
+from specbuild.core.manifest import atomic_output_dir, write_manifest
 from specbuild.core.trtllm_layout import (
     HEADS_SOURCE,
     IGNORED_SUFFIXES,
@@ -76,8 +79,6 @@ def convert_checkpoint(
     on_progress: Progress | None = None,
 ) -> Path:
     """Write config.json + rank{N}.safetensors + specbuild.json (kind trtllm_checkpoint) to `out_dir`."""
-    from specbuild.core.manifest import atomic_output_dir
-
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     cfg = HFModelConfig.from_hf(hf_dir)  # first: a missing or foreign config.json is the clearest error
     src = SafetensorsSource.from_folder(hf_dir)
@@ -165,8 +166,6 @@ def _write_stage(tmp: Path, plan: CheckpointPlan, sources: dict, stage: int, pro
     tensor are produced back to back (its source pages are still in cache; the slices add up to one
     tensor of memory), a replicated tensor is produced once, and each file is hashed on its own
     thread. Returns {file name: sha256}."""
-    import contextlib
-
     ranks = [stage * plan.par.tp + r for r in range(plan.par.tp)]
     names = [f"rank{rank}.safetensors" for rank in ranks]
     scratch = [Scratch() for _ in ranks]  # per rank: its in-flight assembled tensor stays untouched
@@ -254,8 +253,6 @@ class Scratch:
         self._turn = 0
 
     def take(self, dtype: str, shape: tuple[int, ...]):
-        import torch
-
         n = Entry("", dtype, shape).nbytes
         buf = self._bufs[self._turn]
         if buf is None or buf.numel() < n:
@@ -276,8 +273,6 @@ class Piece:
 def _produce(it: Item, sources: dict, plan: CheckpointPlan, rank: int, scratch: Scratch) -> list:
     """This rank's tensor as writer parts: file ranges copied as they are when the slices are row
     ranges at the output dtype, else one tensor assembled (stacked, cast, padded) in `scratch`."""
-    import torch
-
     src = sources[it.rule.source]
     pieces, pad_rows = _pieces(it, src, plan, rank)
     rows = sum((p.rows[1] - p.rows[0]) if p.rows else src.info(p.name).shape[0] for p in pieces) + pad_rows

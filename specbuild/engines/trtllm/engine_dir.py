@@ -15,13 +15,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from specbuild.core.manifest import read_manifest, write_manifest
+
 REFERENCE = "reference"
 
 
 def write_reference_engine(checkpoint_dir: str | Path, out_dir: str | Path, *, build_config: dict[str, Any], version: str) -> Path:
     """Write the engine folder `out_dir` (which must not exist) next to or inside a build output."""
-    from specbuild.core.manifest import read_manifest, write_manifest
-
     ckpt, out = Path(checkpoint_dir), Path(out_dir)
     ckpt_files = read_manifest(ckpt, kind="trtllm_checkpoint")["files"]  # refuses incomplete checkpoints
     pretrained = json.loads((ckpt / "config.json").read_text())

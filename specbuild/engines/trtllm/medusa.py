@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from specbuild.core.errors import CheckpointError
 from specbuild.engines.trtllm.sources import MemorySource, SafetensorsSource
 
@@ -60,8 +62,6 @@ def open_heads(spec: MedusaHeadsSource) -> MedusaHeads:
 
 
 def _load_pt(path: Path) -> MemorySource:
-    import torch
-
     try:
         try:
             state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)

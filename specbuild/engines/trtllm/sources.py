@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from safetensors import SafetensorError, safe_open
+
 from specbuild.core.errors import CheckpointError
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
@@ -111,8 +113,6 @@ class SafetensorsSource:
 
     def read(self, name: str, *, rows: tuple[int, int] | None = None, cols: tuple[int, int] | None = None):
         """The tensor, or rows[0]:rows[1] of dim 0 / cols of dim 1, as a fresh torch tensor."""
-        from safetensors import SafetensorError, safe_open
-
         info = self.index[name]
         try:
             with safe_open(str(info.file), framework="pt") as f:  # mmap; closed (pages released) on exit
@@ -152,8 +152,6 @@ class MemorySource:
 
 def _read_header(path: Path) -> dict[str, TensorInfo]:
     """Names, dtypes and shapes of one safetensors file; truncated or corrupt files are errors here."""
-    from safetensors import SafetensorError, safe_open
-
     try:
         with safe_open(str(path), framework="pt") as f:  # validates header and data coverage
             shapes = {name: (f.get_slice(name).get_dtype(), tuple(f.get_slice(name).get_shape())) for name in f.keys()}

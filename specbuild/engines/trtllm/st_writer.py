@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+import torch
+
 from specbuild.core.errors import ConversionError
 from specbuild.engines.trtllm.sources import ITEMSIZE, FileRange
 
@@ -131,8 +133,6 @@ class StreamingWriter:
 
     def write(self, name: str, parts: list) -> None:
         """Append the next planned tensor from its parts (tensors and FileRanges, in order)."""
-        import torch
-
         assert self._file is not None, "use StreamingWriter as a context manager"
         e = self.entries[self._next]
         nbytes = sum(p.nbytes if isinstance(p, FileRange) else p.numel() * p.element_size() for p in parts)
