@@ -139,7 +139,7 @@ def test_new_models_start_with_identity_blocks_and_unit_embeddings(tokenizer_dir
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    model = dm._new_model(dm.MICRO.target, tokenizer, dm.MICRO, seed=0)
+    model = dm.new_model(dm.MICRO.target, tokenizer, dm.MICRO, seed=0)
     params = dict(model.named_parameters())
     zeroed = [n for n in params if n.endswith(("o_proj.weight", "down_proj.weight"))]
     assert len(zeroed) == 2 * dm.MICRO.target.num_layers and all(
