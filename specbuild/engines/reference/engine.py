@@ -222,7 +222,8 @@ class ReferenceEngine:
         seconds = time.perf_counter() - started
         return [self._result(o, q, SpecStats(target_passes=passes), speculative=False, seconds=seconds) for o, q in zip(outs, plist, strict=True)]
 
-    def generate_with_logits(self, prompt_ids: list[int], params: SamplingParams, *, on_tokens=None):
+    def generate_with_logits(self, prompt_ids: list[int], params: SamplingParams, *, on_tokens=None,
+                             stop: StopHook | None = None):
         """Plain decode of one request that also returns its generation logits [n,V] (float32).
 
         What a draft model serves to the BLS when `return_generation_logits` is set; reuses the
@@ -234,7 +235,8 @@ class ReferenceEngine:
         with self._lock:
             seq = self.prefix_cache.acquire(list(prompt_ids))
             gen = make_generator(params.seed, offset=len(prompt_ids))  # see verify_external
-            ids, rows, passes = generate_cached(seq, list(prompt_ids), params, on_tokens=on_tokens, keep_logits=True, generator=gen)
+            ids, rows, passes = generate_cached(seq, list(prompt_ids), params, on_tokens=on_tokens, keep_logits=True,
+                                                generator=gen, stop=stop)
         result = self._result(ids, params, SpecStats(target_passes=passes), speculative=False, seconds=time.perf_counter() - started)
         return result, torch.stack(rows)  # [n,V]
 

@@ -6,18 +6,27 @@ it is unit-tested against a fake executor.
 
 The speculative loop itself is NOT here: `specbuild.engines.reference.speculative.speculative_generate`
 is the one loop; `TritonDrafter` / `TritonVerifier` implement its two protocols (Drafter.propose, Verifier.verify)
-with calls to the `tensorrt_llm_draft` and `tensorrt_llm` models, as the real backend's BLS does.
+with calls to the `tensorrt_llm_draft` and `tensorrt_llm` models, as the real backend's BLS does. A
+method names its BLS drafter in core/methods (`bls_drafter`); the repository passes that name on in
+the BLS's `bls_drafter` parameter and model.py resolves it here. Request helpers shared with the other
+models: common/words.py.
 
 Shape legend: L tokens so far (prompt + accepted), k draft tokens this round, V vocab.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from trtllm_semantics import sampling_params
+from words import scalar as read
+from words import stop_at_words, word_lists
+
+from specbuild.engines.reference.speculative import speculative_generate
 
 Call = Callable[[str, dict[str, np.ndarray], list[str]], dict[str, np.ndarray]]
 ENGINE_OUTPUTS = ["output_ids", "sequence_length"]
@@ -64,8 +73,7 @@ class BlsOptions:
     def from_inputs(cls, get: Callable[[str], np.ndarray | None], *, default_num_draft_tokens: int,
                     default_use_draft_logits: bool, seed_name: str, min_tokens_name: str) -> BlsOptions:
         def scalar(name, kind, default=None):
-            value = get(name)
-            return default if value is None else kind(np.asarray(value).reshape(-1)[0])
+            return read(get, name, kind, default)
 
         text = get("text_input")
         if text is None or get("max_tokens") is None:
@@ -96,8 +104,6 @@ class BlsOptions:
 
     def sampling_params(self, end_id: int):
         """What the engines will do with this request's sampling inputs (the loop must agree)."""
-        from trtllm_semantics import sampling_params
-
         return sampling_params(max_tokens=self.max_tokens, temperature=self.temperature, top_k=self.top_k,
                                top_p=self.top_p, seed=self.seed, end_id=end_id)
 
@@ -133,25 +139,6 @@ def preprocess(call: Call, opts: BlsOptions, seed_name: str = "seed") -> Prepare
         stop_words_list=out["STOP_WORDS_IDS"].reshape(1, 2, -1).astype(np.int32),
         bad_words_list=out["BAD_WORDS_IDS"].reshape(1, 2, -1).astype(np.int32),
     )
-
-
-def word_lists(words: np.ndarray) -> list[list[int]]:
-    """[1, 2, n] backend word list -> each word's token ids."""
-    arr = np.asarray(words).reshape(2, -1)
-    out, start = [], 0
-    for end in (int(o) for o in arr[1] if o >= 0):
-        out.append([int(t) for t in arr[0, start:end]])
-        start = end
-    return [w for w in out if w]
-
-
-def find_stop(tokens: list[int], sequences: list[list[int]], start: int = 0) -> int | None:
-    """End (exclusive) of the first stop sequence in `tokens` that ends after position `start`."""
-    for end in range(start + 1, len(tokens) + 1):
-        for seq in sequences:
-            if end >= len(seq) and tokens[end - len(seq):end] == seq:
-                return end
-    return None
 
 
 def detokenize(call: Call, tokens: list[int]) -> str:
@@ -202,7 +189,6 @@ class _Shared:
         self.draft_logits: np.ndarray | None = None  # [k, V] raw logits of the last proposal
         self.last_perf: dict[str, np.ndarray] = {}
         self.first_call_ns: int | None = None
-        self.rounds: list[tuple[int, int]] = []  # (accepted, drafted) per verification with drafts
 
     def inputs(self, ids: list[int], output_len: int, *, stop_words: bool = True) -> dict[str, np.ndarray]:
         if self.first_call_ns is None:
@@ -240,6 +226,7 @@ class TritonDrafter:
         if not sh.opts.use_draft_logits:
             sh.draft_logits = None
             return tokens, None
+        # torch only for draft logits: a repository that never sends them never loads it (4 BLS processes)
         import torch
 
         from specbuild.engines.reference.sampling import probs_from_logits
@@ -271,10 +258,7 @@ class TritonVerifier:
         out = sh.call(self.model, inputs, ENGINE_OUTPUTS + PERF_OUTPUTS)
         self.forward_passes += 1
         sh.last_perf = {name: out[name] for name in PERF_OUTPUTS if out.get(name) is not None}
-        tokens = new_tokens(out)
-        if draft_tokens:
-            sh.rounds.append((max(0, len(tokens) - 1), len(draft_tokens)))
-        return tokens
+        return new_tokens(out)
 
 
 def perf_outputs(*, stats, arrival_ns: int, first_scheduled_ns: int | None, first_token_ns: int | None,
@@ -320,47 +304,19 @@ class TextStream:
         return delta
 
 
-class _StopWord(Exception):
-    """Ends the shared loop at a multi-token stop word (raised from its on_tokens callback)."""
-
-
-def speculate(call: Call, opts: BlsOptions, prep: Prepared, *, draft_model: str, target_model: str,
+def speculate(call: Call, opts: BlsOptions, prep: Prepared, *, drafter_class, target_model: str, draft_model: str | None,
               seed_name: str, logits_dtype: str, on_tokens: Callable[[list[int]], None] | None = None):
     """Run the shared speculative loop over the Triton models; returns (new tokens, SpecStats, shared state).
 
-    Stop words: single-token ones are stop ids of the loop; longer ones are watched here and end the
-    loop after their last token (the engines also stop at them inside one call).
+    `drafter_class` is the repository's drafter (its `bls_drafter` parameter, e.g. TritonDrafter).
+    Stop words: single-token ones are stop ids of the loop; longer ones end it through its stop hook
+    right after their last token (the engines also stop at them inside one call).
     """
-    import dataclasses
-
-    from specbuild.core.generation import SpecStats
-    from specbuild.engines.reference.speculative import speculative_generate
-
     words = word_lists(prep.stop_words_list) if prep.stop_words_list.shape[-1] else []
-    sequences = [w for w in words if len(w) > 1]
     params = opts.sampling_params(prep.end_id)
     params = dataclasses.replace(params, stop_token_ids=tuple(w[0] for w in words if len(w) == 1))
-    produced: list[int] = []
-
-    def watch(new: list[int]) -> None:
-        start = len(produced)
-        produced.extend(new)
-        end = find_stop(produced, sequences, start) if sequences else None
-        if end is not None:
-            new = produced[start:end]
-            del produced[end:]
-        if on_tokens is not None and new:
-            on_tokens(list(new))
-        if end is not None:
-            raise _StopWord
-
     shared = _Shared(call, opts, prep, seed_name=seed_name, logits_dtype=logits_dtype)
-    drafter, verifier = TritonDrafter(shared, draft_model), TritonVerifier(shared, target_model)
-    try:
-        tokens, stats = speculative_generate(drafter, verifier, prep.prompt_ids, params,
-                                             num_draft_tokens=opts.num_draft_tokens, on_tokens=watch)
-    except _StopWord:  # the loop ended early: its counters, rebuilt from the verification calls
-        tokens, stats = list(produced), SpecStats(draft_passes=drafter.forward_passes, target_passes=verifier.forward_passes)
-        for accepted, drafted in shared.rounds:
-            stats.record_step(accepted, drafted)
+    drafter, verifier = drafter_class(shared, draft_model), TritonVerifier(shared, target_model)
+    tokens, stats = speculative_generate(drafter, verifier, prep.prompt_ids, params, num_draft_tokens=opts.num_draft_tokens,
+                                         on_tokens=on_tokens, stop=stop_at_words([w for w in words if len(w) > 1]))
     return list(tokens), stats, shared

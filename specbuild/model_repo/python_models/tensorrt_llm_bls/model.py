@@ -1,8 +1,9 @@
 """Triton Python model `tensorrt_llm_bls` (decoupled): text in, text out, draft/target speculation.
 
-* num_draft_tokens > 0 (or the repository's default when the request omits it) and a draft model
-  configured: the shared speculative loop (specbuild.engines.reference.speculative) runs with a Drafter
-  calling `tensorrt_llm_draft` and a Verifier calling `tensorrt_llm` with draft_input_ids (+ draft_logits
+* num_draft_tokens > 0 (or the repository's default when the request omits it) and a drafter
+  configured (`bls_drafter`, named by the repository's method): the shared speculative loop
+  (specbuild.engines.reference.speculative) runs with that Drafter (draft/target: calls to
+  `tensorrt_llm_draft`) and a Verifier calling `tensorrt_llm` with draft_input_ids (+ draft_logits
   when use_draft_logits). acceptance_rate / total_accepted_draft_tokens / total_draft_tokens cover the
   whole request. With stream=true each round's accepted tokens are sent as they are accepted.
 * otherwise the request goes to `tensorrt_llm` alone (streamed when that model is decoupled: Medusa).
@@ -28,6 +29,7 @@ for _path in (os.path.join(_HERE, "vendor"), _HERE):
     if os.path.isdir(_path) and _path not in sys.path:
         sys.path.insert(0, _path)
 
+import bls_core  # noqa: E402
 from bls_core import (  # noqa: E402
     PERF_OUTPUTS,
     BlsOptions,
@@ -63,6 +65,9 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         self.target = _param(config, "tensorrt_llm_model_name", "tensorrt_llm")
         self.draft = _param(config, "tensorrt_llm_draft_model_name") or None
+        # the repository's method names its BLS drafter ("bls_core:TritonDrafter"; empty: the target speculates)
+        drafter = _param(config, "bls_drafter")
+        self.drafter_class = getattr(bls_core, drafter.partition(":")[2]) if drafter else None
         self.target_decoupled = _flag(_param(config, "tensorrt_llm_decoupled", "false"))
         self.default_k = int(_param(config, "default_num_draft_tokens", "0"))
         self.default_use_logits = _flag(_param(config, "default_use_draft_logits", "false"))
@@ -71,9 +76,8 @@ class TritonPythonModel:
         self.min_tokens_name = "min_tokens" if "min_tokens" in inputs else "min_length"
         outputs = {t["name"]: t["data_type"] for t in config["output"]}
         self.logits_dtype = _NUMPY_LOGITS.get(outputs.get("generation_logits", "TYPE_FP32"), "float32")
-        if self.draft:  # import the loop (and torch, for draft logits) now, not in the first request
+        if self.drafter_class is not None:  # torch (draft logits) now, not in the first request
             import specbuild.engines.reference.sampling  # noqa: F401
-            import specbuild.engines.reference.speculative  # noqa: F401
 
     # ---- Triton plumbing ------------------------------------------------------------------------
     def _call(self, model: str, inputs: dict, output_names: list[str]) -> dict:
@@ -143,10 +147,10 @@ class TritonPythonModel:
                 delta = text.push(tokens)
                 sender.send(self._response({"text_output": np.array([[delta.encode()]], dtype=object), **_token_outputs(tokens)}))
 
-        if opts.num_draft_tokens > 0 and self.draft:
-            tokens, stats, shared = speculate(self._call, opts, prep, draft_model=self.draft, target_model=self.target,
-                                              seed_name=self.seed_name, logits_dtype=self.logits_dtype,
-                                              on_tokens=on_tokens)
+        if opts.num_draft_tokens > 0 and self.drafter_class is not None:
+            tokens, stats, shared = speculate(self._call, opts, prep, drafter_class=self.drafter_class, draft_model=self.draft,
+                                              target_model=self.target, seed_name=self.seed_name,
+                                              logits_dtype=self.logits_dtype, on_tokens=on_tokens)
             perf = perf_outputs(stats=stats, arrival_ns=arrival, first_scheduled_ns=shared.first_call_ns,
                                 first_token_ns=times["first"], last_token_ns=times["last"], kv=shared.last_perf)
         else:

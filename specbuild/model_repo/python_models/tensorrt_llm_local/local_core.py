@@ -11,7 +11,7 @@ model does with each input:
 * min_tokens (min_length) >= request_output_len: the end id does not stop the request (the BLS's
   draft calls ask for exactly k tokens);
 * stop_words_list: a stop word ends the request after its last token (single-token words through the
-  engine's stop ids, longer ones by watching the output); bad_words_list, beams or sequences > 1, LoRA, prompt
+  engine's stop ids, longer ones through the engine's stop hook, common/words.py); bad_words_list, beams or sequences > 1, LoRA, prompt
   tables, log probs and context logits are not supported and are rejected when actually used.
 
 Shape legend: L prompt length, n new tokens, V vocab, k draft tokens.
@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from trtllm_semantics import sampling_params
+from words import scalar, word_lists
 
 Get = Callable[[str], "np.ndarray | None"]
 
@@ -44,37 +46,17 @@ class LocalRequest:
     stop_sequences: tuple[tuple[int, ...], ...] = ()  # stop words longer than one token
 
 
-def _scalar(get: Get, name: str, kind, default=None):
-    value = get(name)
-    return default if value is None or np.asarray(value).size == 0 else kind(np.asarray(value).reshape(-1)[0])
-
-
-def _word_list_tokens(value: np.ndarray | None) -> list[list[int]]:
-    """[1, 2, n] backend word list -> the words as token lists."""
-    if value is None or np.asarray(value).size == 0:
-        return []
-    arr = np.asarray(value).reshape(2, -1)
-    ids, offsets = arr[0].tolist(), [o for o in arr[1].tolist() if o >= 0]
-    words, start = [], 0
-    for end in offsets:
-        words.append([int(t) for t in ids[start:end]])
-        start = end
-    return [w for w in words if w]
-
-
 def parse_request(get: Get, *, seed_name: str, min_tokens_name: str, exclude_default: bool, default_end_id: int | None) -> LocalRequest:
-    from trtllm_semantics import sampling_params
-
     ids = get("input_ids")
     if ids is None:
         raise ValueError("input_ids is required by the local engine model")
-    length = _scalar(get, "input_lengths", int, np.asarray(ids).size)
+    length = scalar(get, "input_lengths", int, np.asarray(ids).size)
     prompt = [int(t) for t in np.asarray(ids).reshape(-1)[:length]]
-    max_new = _scalar(get, "request_output_len", int)
+    max_new = scalar(get, "request_output_len", int)
     if max_new is None or max_new < 1:
         raise ValueError(f"request_output_len must be >= 1, got {max_new}")
     for name in ("beam_width", "num_return_sequences"):
-        value = _scalar(get, name, int, 1)
+        value = scalar(get, name, int, 1)
         if value != 1:
             raise ValueError(f"{name} {value} is not supported by the local engine (1 only)")
     for name in ("bad_words_list", "lora_weights", "lora_task_id", "prompt_embedding_table"):
@@ -82,18 +64,18 @@ def parse_request(get: Get, *, seed_name: str, min_tokens_name: str, exclude_def
         if value is not None and np.asarray(value).size:
             raise ValueError(f"{name} is not supported by the local engine model")
     for name in ("return_log_probs", "return_context_logits"):
-        if _scalar(get, name, bool, False):
+        if scalar(get, name, bool, False):
             raise ValueError(f"{name} is not supported by the local engine model")
-    end_id = _scalar(get, "end_id", int, default_end_id)
-    min_tokens = _scalar(get, min_tokens_name, int, 0)
-    words = _word_list_tokens(get("stop_words_list"))
+    end_id = scalar(get, "end_id", int, default_end_id)
+    min_tokens = scalar(get, min_tokens_name, int, 0)
+    words = word_lists(get("stop_words_list"))
     stops = tuple(w[0] for w in words if len(w) == 1)
     sequences = tuple(tuple(w) for w in words if len(w) > 1)
     if min_tokens >= max_new:  # nothing may stop the request early
         end_id, stops, sequences = -1, (), ()
     params = sampling_params(
-        max_tokens=max_new, temperature=_scalar(get, "temperature", float), top_k=_scalar(get, "runtime_top_k", int),
-        top_p=_scalar(get, "runtime_top_p", float), seed=_scalar(get, seed_name, int), end_id=end_id,
+        max_tokens=max_new, temperature=scalar(get, "temperature", float), top_k=scalar(get, "runtime_top_k", int),
+        top_p=scalar(get, "runtime_top_p", float), seed=scalar(get, seed_name, int), end_id=end_id,
     )
     params = dataclasses.replace(params, stop_token_ids=stops)
     draft = get("draft_input_ids")
@@ -105,10 +87,10 @@ def parse_request(get: Get, *, seed_name: str, min_tokens_name: str, exclude_def
         draft_logits = arr.reshape(-1, arr.shape[-1])  # [k, V]
     return LocalRequest(
         prompt_ids=prompt, max_new=max_new, params=params,
-        streaming=_scalar(get, "streaming", bool, False),
-        exclude_input=_scalar(get, "exclude_input_in_output", bool, exclude_default),
-        perf=_scalar(get, "return_perf_metrics", bool, False),
-        generation_logits=_scalar(get, "return_generation_logits", bool, False),
+        streaming=scalar(get, "streaming", bool, False),
+        exclude_input=scalar(get, "exclude_input_in_output", bool, exclude_default),
+        perf=scalar(get, "return_perf_metrics", bool, False),
+        generation_logits=scalar(get, "return_generation_logits", bool, False),
         draft_ids=draft_ids, draft_logits=draft_logits, arrival_ns=time.time_ns(), stop_sequences=sequences,
     )
 
@@ -158,19 +140,6 @@ class Perf:
         }
 
 
-class StopSequence(Exception):
-    """Raised from the streaming callback to end a generation at a multi-token stop word."""
-
-
-def find_stop(tokens: list[int], sequences, start: int = 0) -> int | None:
-    """End (exclusive) of the first stop sequence in `tokens` that ends after position `start`."""
-    for end in range(start + 1, len(tokens) + 1):
-        for seq in sequences:
-            if end >= len(seq) and tuple(tokens[end - len(seq):end]) == tuple(seq):
-                return end
-    return None
-
-
 def cut(tokens: list[int], params, limit: int) -> list[int]:
     """Stop after the first end/stop token and at `limit` tokens (as the backend's output would)."""
     stops = set(params.stop_token_ids) | ({params.end_id} if params.end_id is not None else set())
@@ -191,6 +160,5 @@ class Job:
     perf: Perf
     reused_before: int  # prefix-cache counter when the request arrived
     tokens: list = field(default_factory=list)
-    produced: list = field(default_factory=list)  # tokens streamed out of the engine so far
     ran: bool = False  # generated already (batched with others)
     extra: dict = field(default_factory=dict)  # outputs beyond the tokens (generation_logits)

@@ -26,7 +26,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from local_core import Job, Perf, StopSequence, cut, find_stop, parse_request, token_outputs  # noqa: E402
+from local_core import Job, Perf, cut, parse_request, token_outputs  # noqa: E402
+from words import find_stop, stop_at_words  # noqa: E402
 
 DEFAULT_TORCH_THREADS = "1"  # per engine model process; SPECBUILD_TORCH_THREADS overrides
 DEFAULT_TOKENS_PER_BLOCK = 32  # KV block size the perf counters are reported in (TRT-LLM's default)
@@ -112,16 +113,9 @@ class TritonPythonModel:
 
     def _on_tokens(self, job: Job, new: list[int]) -> None:
         job.perf.token()
-        start = len(job.produced)
-        job.produced += list(new)
-        end = find_stop(job.produced, job.req.stop_sequences, start) if job.req.stop_sequences else None
-        if end is not None:
-            new, job.produced = job.produced[start:end], job.produced[:end]
         if job.req.streaming and new:
             chunk = token_outputs(new, job.req, with_prompt=False)
             job.sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in chunk.items()]))
-        if end is not None:
-            raise StopSequence  # ends the engine's generation here (its state stays consistent)
 
     def _run_batch(self, jobs: list[Job]) -> None:
         results = self.engine.generate_batch([j.req.prompt_ids for j in jobs], [j.req.params for j in jobs], speculative=True,
@@ -142,15 +136,14 @@ class TritonPythonModel:
             perf.drafted = len(req.draft_ids)
             perf.accepted = max(0, len(job.tokens) - 1)
             return job
-        try:
-            if req.generation_logits:
-                result, logits = self.engine.generate_with_logits(req.prompt_ids, req.params, on_tokens=lambda new: self._on_tokens(job, new))
-                job.extra["generation_logits"] = logits.float().numpy()[None, None]  # [1, 1, n, V]
-            else:
-                result = self.engine.generate(req.prompt_ids, req.params, speculative=True, on_tokens=lambda new: self._on_tokens(job, new))
-        except StopSequence:  # a multi-token stop word: the tokens up to its end (no logits, no statistics)
-            job.tokens = job.produced
-            return job
+        stop = stop_at_words(req.stop_sequences)  # a multi-token stop word ends the generation after it
+        if req.generation_logits:
+            result, logits = self.engine.generate_with_logits(req.prompt_ids, req.params, on_tokens=lambda new: self._on_tokens(job, new),
+                                                              stop=stop)
+            job.extra["generation_logits"] = logits.float().numpy()[None, None]  # [1, 1, n, V]
+        else:
+            result = self.engine.generate(req.prompt_ids, req.params, speculative=True, on_tokens=lambda new: self._on_tokens(job, new),
+                                          stop=stop)
         job.tokens = result.token_ids
         perf.accepted, perf.drafted = result.stats.accepted, result.stats.drafted
         return job
