@@ -57,10 +57,6 @@ class TokenizerComparison:
     reason: str = ""  # why skipped
 
 
-def has_tokenizer(folder: Path) -> bool:
-    return (folder / "tokenizer.json").is_file() or (folder / SP_MODEL).is_file()
-
-
 def read_tokenizer(folder: str | Path) -> TokenizerInfo | None:
     """None when the folder holds no tokenizer files (config-only folders)."""
     folder = Path(folder)

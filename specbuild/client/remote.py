@@ -54,11 +54,6 @@ class ModelInfo:
     decoupled: bool
     repo: RepoInfo
 
-    @property
-    def per_request_k(self) -> bool:
-        """The BLS runs the draft -> verify loop: num_draft_tokens chooses K (0: the target alone)."""
-        return self.repo.speculation.bls_drives_loop
-
 
 def normalize_url(url: str) -> str:
     """'grpc://host:port' or 'host:port' -> 'host:port'."""

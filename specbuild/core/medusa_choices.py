@@ -116,11 +116,6 @@ class MedusaChoices:
         """Longest path: the number of Medusa heads it needs."""
         return max((len(p) for p in self.paths), default=0)
 
-    @property
-    def max_topk(self) -> int:
-        """Largest top-k index + 1 used at any depth."""
-        return max((max(p) + 1 for p in self.paths if p), default=0)
-
     def problems(self, *, num_heads: int | None = None, max_draft_len: int | None = None) -> list[str]:
         """Every reason this tree is invalid (empty when valid)."""
         out: list[str] = []

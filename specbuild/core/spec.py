@@ -97,10 +97,6 @@ class BuildSpec:
             return self.serving.num_gpus
         return max(self.target.world_size, self.draft.world_size if self.draft else 1)
 
-    @property
-    def trtllm_version_tuple(self) -> tuple[int, ...]:
-        return parse_version(self.trtllm_version)
-
     def medusa_choices(self) -> MedusaChoices:
         """The tree as a MedusaChoices (specs with a medusa section only)."""
         assert self.medusa is not None

@@ -68,18 +68,6 @@ class SpeculativeDecodingMode(IntFlag):
         return _DECODING_MODES.get(self, "top_k_top_p")
 
     @classmethod
-    def from_arg(cls, text: str | None) -> SpeculativeDecodingMode:
-        """A `--speculative_decoding_mode` value (None: NONE)."""
-        if text is None:
-            return cls.NONE
-        try:
-            return cls[text.upper()]
-        except KeyError:
-            raise BuildError(f"unknown speculative_decoding_mode {text!r}",
-                             expected=" | ".join(m.arg for m in cls if m.arg), found=text,
-                             fix="use a mode of TensorRT-LLM 1.x trtllm-build") from None
-
-    @classmethod
     def from_recorded(cls, value: object) -> SpeculativeDecodingMode:
         """What a build_config holds: the int TensorRT-LLM writes; None means NONE. A mode name (what
         specbuild builds before this release recorded) is read as that mode."""

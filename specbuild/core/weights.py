@@ -36,10 +36,6 @@ class WeightFiles:
         return bool(self.safetensors or self.torch_bins)
 
     @property
-    def complete(self) -> bool:
-        return self.present and not self.missing
-
-    @property
     def disk_bytes(self) -> int:
         return sum(p.stat().st_size for p in (*self.safetensors, *self.torch_bins))
 

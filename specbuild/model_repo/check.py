@@ -23,6 +23,7 @@ from specbuild.core.manifest import MANIFEST
 from specbuild.core.medusa_choices import MedusaChoices
 from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 from specbuild.model_repo.configs import REQUIRED_ENGINE_PARAMETERS, parse_text
+from specbuild.model_repo.tensors import LOGITS_DTYPE_OF
 
 ENGINE_MODELS = ("tensorrt_llm", "tensorrt_llm_draft")
 REQUIRED_PARAMETERS = {
@@ -207,9 +208,8 @@ def _check_logits(repo: _Repo, engines: dict[str, dict]) -> None:
                 repo.fail(f"{model}/config.pbtxt", "output generation_logits.data_type",
                           f"{dtype} but tensorrt_llm uses {target} (draft_logits travel between them)",
                           f"use {target} in every model (logits_datatype)")
-    names = {"float32": "TYPE_FP32", "float16": "TYPE_FP16", "bfloat16": "TYPE_BF16"}
     for model, cfg in engines.items():
-        want = names.get(str((cfg.get("pretrained_config") or {}).get("logits_dtype", "float32")))
+        want = LOGITS_DTYPE_OF.get(str((cfg.get("pretrained_config") or {}).get("logits_dtype", "float32")))
         if want and types.get(model) and types[model] != want:
             repo.fail(f"{model}/config.pbtxt", "output generation_logits.data_type",
                       f"{types[model]} but the engine's logits_dtype is {want}", f"use {want}")

@@ -26,7 +26,13 @@ from specbuild.core.hf_config import HFModelConfig
 from specbuild.core.manifest import atomic_output_dir, write_manifest
 from specbuild.core.trtllm_facts import parse_version
 from specbuild.model_repo.configs import BACKENDS, EngineModel, RepoLayout, all_configs, to_text
-from specbuild.model_repo.tensors import DRAFT_MODEL, ROLE_MODELS, TARGET_MODEL
+from specbuild.model_repo.tensors import (
+    DEFAULT_LOGITS_DTYPE,
+    DRAFT_MODEL,
+    LOGITS_DTYPE_OF,
+    ROLE_MODELS,
+    TARGET_MODEL,
+)
 
 PYTHON_MODELS = Path(__file__).parent / "python_models"
 # The torch-light modules the BLS needs for the shared speculative loop. Production containers do not
@@ -179,12 +185,9 @@ def plan_layout(
     )
 
 
-_LOGITS_DTYPES = {"float32": "TYPE_FP32", "float16": "TYPE_FP16", "bfloat16": "TYPE_BF16"}
-
-
 def logits_dtype_of(engine: BuiltEngine) -> str:
     """The engine's logits dtype as a Triton type (TRT-LLM checkpoints default to float32 logits)."""
-    return _LOGITS_DTYPES.get(str(engine.pretrained_config.get("logits_dtype", "float32")), "TYPE_FP32")
+    return LOGITS_DTYPE_OF.get(str(engine.pretrained_config.get("logits_dtype", "float32")), DEFAULT_LOGITS_DTYPE)
 
 
 def generate_repo(

@@ -30,7 +30,8 @@ NUMPY_DTYPE = {
     "TYPE_INT64": "int64", "TYPE_FP16": "float16", "TYPE_FP32": "float32", "TYPE_FP64": "float64",
     "TYPE_STRING": "object",
 }
-LOGITS_DTYPES = ("TYPE_FP32", "TYPE_FP16", "TYPE_BF16")  # allowed `logits_datatype` values
+# An engine's logits dtype (its config.json) as the Triton type of generation_logits / draft_logits.
+LOGITS_DTYPE_OF = {"float32": "TYPE_FP32", "float16": "TYPE_FP16", "bfloat16": "TYPE_BF16"}
 DEFAULT_LOGITS_DTYPE = "TYPE_FP32"
 
 # The models of a repository. Engine models are named by their build role.

@@ -22,7 +22,7 @@ from typing import Any
 from specbuild.core.artifacts import read_repo_manifest
 from specbuild.core.errors import ServerError, SpecbuildError
 from specbuild.core.methods import Method, method_of, parse_method
-from specbuild.core.trtllm_facts import CONTAINERS
+from specbuild.core.trtllm_facts import CONTAINERS, facts_for
 
 IMAGE_REPO = "nvcr.io/nvidia/tritonserver"
 IMAGE_SUFFIX = "trtllm-python-py3"
@@ -66,14 +66,15 @@ class LaunchLayout:
 
 
 def container_tags(trtllm_version: str) -> tuple[str, ...]:
-    if trtllm_version not in CONTAINERS:
+    tags = facts_for(trtllm_version).containers
+    if not tags:
         raise ServerError(
             f"no Triton TensorRT-LLM container is known for TensorRT-LLM {trtllm_version}",
             expected="one of " + ", ".join(CONTAINERS),
             found=trtllm_version,
             fix="set trtllm_version in the spec to a released version (1.2.1 pairs with 26.04-26.07), or pass --container-tag",
         )
-    return CONTAINERS[trtllm_version]
+    return tags
 
 
 def container_image(trtllm_version: str, *, tag: str | None = None) -> str:
