@@ -55,6 +55,40 @@ def test_loop_never_passes_max_tokens(k, max_tokens):
     assert stats.accepted + len(stats.accepted_per_step) <= max_tokens
 
 
+def test_stop_hook_cuts_at_a_multi_token_word_with_the_rounds_statistics():
+    """The hook sees each round's output; cutting ends the loop there, and the stats are those of the
+    rounds that ran (no exception, nothing rebuilt)."""
+    word = [13, 14, 15]
+    seen = []
+
+    def stop(out, start):
+        seen.append((len(out), start))
+        for end in range(start + 1, len(out) + 1):
+            if out[max(0, end - len(word)):end] == word:
+                return end
+        return None
+
+    d, v = ScriptedDrafter(1), ScriptedVerifier(1)
+    streamed = []
+    ids, stats = speculative_generate(d, v, [1], SamplingParams(max_tokens=16), num_draft_tokens=4,
+                                      on_tokens=streamed.extend, stop=stop)
+    assert ids == TRUTH[: TRUTH.index(15) + 1] and streamed == ids
+    assert stats.target_passes == v.forward_passes == len(seen) and stats.draft_passes == d.forward_passes
+    assert len(stats.accepted_per_step) == len(seen) and stats.accepted + len(seen) >= len(ids)
+
+
+def test_stop_hook_ends_a_cancelled_request_within_one_round():
+    rounds = []
+
+    def cancelled_after_two(out, start):
+        rounds.append(len(out))
+        return len(out) if len(rounds) == 2 else None
+
+    d, v = ScriptedDrafter(1), ScriptedVerifier(1)
+    ids, stats = speculative_generate(d, v, [1], SamplingParams(max_tokens=16), num_draft_tokens=4, stop=cancelled_after_two)
+    assert len(rounds) == 2 and v.forward_passes == 2 and len(ids) == rounds[-1] and ids == TRUTH[: len(ids)]
+
+
 def test_loop_stops_at_stop_token_and_end_id():
     ids, _ = speculative_generate(ScriptedDrafter(1), ScriptedVerifier(1), [1], SamplingParams(max_tokens=16, stop_token_ids=(14,)), num_draft_tokens=4)
     assert ids == TRUTH[: TRUTH.index(14) + 1]

@@ -3,7 +3,7 @@
 The edit is textual and narrow: the `key:` line inside a top-level `section:` (plus the indented
 continuation lines of its old value) becomes `key: <flow YAML value>`. The result is re-loaded with
 the spec loader and must carry exactly the intended value; if not (an unusual layout), the spec is
-rewritten whole with builder.spec.save_spec_yaml, which drops comments, and the caller is told.
+rewritten whole with core.spec.save_spec_yaml, which drops comments, and the caller is told.
 """
 
 from __future__ import annotations
