@@ -20,7 +20,8 @@ SUPPORTED_ARCHITECTURES = {
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
 }
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}  # the float dtypes every stage accepts, and their size
+FLOAT_DTYPES = tuple(DTYPE_BYTES)
 _TORCH_DTYPE_NAMES = {"float": "float32", "half": "float16", "fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
 

@@ -18,11 +18,12 @@ from typing import Any
 import yaml
 
 from specbuild.core.errors import SpecError
+from specbuild.core.hf_config import FLOAT_DTYPES
 from specbuild.core.medusa_choices import DEFAULT_TREE, MedusaChoices
 from specbuild.core.methods import SECTIONS, Method, method_of, parse_method
 from specbuild.core.trtllm_facts import DEFAULT_TRTLLM_VERSION, parse_version
 
-DTYPES = ("float32", "float16", "bfloat16")
+DTYPES = FLOAT_DTYPES
 QUANT = ("none", "int8", "int4")  # weight-only; trtllm-build quantizes float weights (trtllm.md 2.2)
 # The key of each section that names a model folder or hub id (relative paths: from the spec's folder).
 PATH_KEYS = {"target": "model", "draft": "model", "medusa": "heads"}

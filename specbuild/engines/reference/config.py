@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from specbuild.core.errors import CheckpointError
+from specbuild.core.hf_config import FLOAT_DTYPES
 from specbuild.core.trtllm_layout import Parallel
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "MedusaForCausalLM")
-DTYPES = ("float32", "float16", "bfloat16")
+DTYPES = FLOAT_DTYPES
 ROPE_TYPES = (None, "default", "llama3", "linear")
 
 

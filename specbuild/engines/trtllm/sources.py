@@ -24,8 +24,9 @@ from typing import Any
 from safetensors import SafetensorError, safe_open
 
 from specbuild.core.errors import CheckpointError
+from specbuild.core.hf_config import DTYPE_BYTES
 
-FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+FLOAT_DTYPES = tuple(DTYPE_BYTES)
 _ST_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I64": "int64", "I32": "int32", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
 
 
@@ -46,7 +47,7 @@ class FileRange:
     nbytes: int
 
 
-ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}  # bytes per element of FLOAT_DTYPES
+ITEMSIZE = DTYPE_BYTES  # bytes per element of FLOAT_DTYPES
 
 
 class SafetensorsSource:
