@@ -1,3 +1,3 @@
-from specbuild.cli.app import main
+from specbuild.cli import main
 
 main()

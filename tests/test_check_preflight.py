@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from specbuild.builder.preflight import run_checks
-from specbuild.cli.app import app
+from specbuild.cli import app
 from specbuild.core.spec import load_spec
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 from typer.testing import CliRunner
 
 from specbuild.builder.compile import compile_spec
-from specbuild.cli.app import app
+from specbuild.cli import app
 from specbuild.core.errors import BuildError
 from specbuild.core.manifest import read_manifest, verify_manifest
 from specbuild.core.spec import load_spec

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
-from specbuild.cli.app import app
+from specbuild.cli import app
 from specbuild.core.errors import CheckpointError, ConversionError, OutputExistsError
 from specbuild.engines.trtllm.convert import convert_checkpoint
 from specbuild.engines.trtllm.medusa import MedusaHeadsSource

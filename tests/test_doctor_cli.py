@@ -9,7 +9,7 @@ import time
 
 from typer.testing import CliRunner
 
-from specbuild.cli.app import app
+from specbuild.cli import app
 
 runner = CliRunner()
 
@@ -35,7 +35,7 @@ def test_doctor_table():
 def test_help_is_fast_and_imports_nothing_heavy():
     code = (
         "import sys, time; t = time.perf_counter(); sys.argv = ['specbuild', '--help']\n"
-        "from specbuild.cli.app import main\n"
+        "from specbuild.cli import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "heavy = [m for m in ('torch', 'transformers', 'numpy', 'tritonclient', 'safetensors', 'tokenizers') if m in sys.modules]\n"
         "print('HEAVY', heavy, time.perf_counter() - t)"

@@ -133,7 +133,7 @@ def test_medusa_unary_and_streaming_equal_greedy_baseline(servers, baseline):
 def test_generate_cli_json_through_triton(servers, baseline):
     from typer.testing import CliRunner
 
-    from specbuild.cli.app import app
+    from specbuild.cli import app
 
     url = servers["medusa"].grpc_url
     result = CliRunner().invoke(app, ["generate", "--url", url, "--prompt", PROMPTS[1], "--max-tokens",
@@ -174,7 +174,7 @@ def test_timeout_is_a_clear_error(servers, baseline):
 def test_serve_refuses_a_busy_port(servers, builds):
     from typer.testing import CliRunner
 
-    from specbuild.cli.app import app
+    from specbuild.cli import app
 
     busy = servers["medusa"].options.grpc_port
     result = CliRunner().invoke(app, ["serve", str(builds["medusa"][1]), "--grpc-port", str(busy)])

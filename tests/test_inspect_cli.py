@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from specbuild.cli.app import app
+from specbuild.cli import app
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 runner = CliRunner()

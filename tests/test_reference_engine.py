@@ -81,7 +81,7 @@ def test_generate_local_streams_the_same_text(dt_engine):
 def test_cli_generate_json(dt_build):
     from typer.testing import CliRunner
 
-    from specbuild.cli.app import app
+    from specbuild.cli import app
 
     runner = CliRunner()
     args = ["generate", "--engine", str(dt_build), "--prompt", "def add(a, b):", "--max-tokens", "8", "--json"]
@@ -96,7 +96,7 @@ def test_cli_generate_json(dt_build):
 def test_cli_errors_are_clear(dt_build, tmp_path):
     from typer.testing import CliRunner
 
-    from specbuild.cli.app import app
+    from specbuild.cli import app
 
     runner = CliRunner()
     both = runner.invoke(app, ["generate", "--engine", str(dt_build), "--url", "127.0.0.1:1", "--prompt", "x"])

@@ -160,7 +160,7 @@ def test_required_parameter_missing(repo):
 
 
 def test_cli_repo_build_and_check(builds, tmp_path):
-    from specbuild.cli.app import app
+    from specbuild.cli import app
 
     runner = CliRunner()
     out = tmp_path / "cli-repo"

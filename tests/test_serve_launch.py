@@ -108,7 +108,7 @@ def test_launch_without_manifest_is_explained(tmp_path):
 def test_serve_print_launch_cli(tmp_path):
     from typer.testing import CliRunner
 
-    from specbuild.cli.app import app
+    from specbuild.cli import app
 
     repo = tmp_path / "repo"
     (repo / "tensorrt_llm").mkdir(parents=True)

@@ -142,7 +142,7 @@ def test_spec_from_dict_roundtrip():
 def test_check_cli_reports_spec_errors_with_exit_2(tmp_path):
     from typer.testing import CliRunner
 
-    from specbuild.cli.app import app
+    from specbuild.cli import app
 
     path = write(tmp_path, {**BASE, "bulid": {"max_batch_size": 4}})
     result = CliRunner().invoke(app, ["check", str(path)])
@@ -155,7 +155,7 @@ def test_a_minimal_medusa_spec_has_consistent_defaults(tmp_path):
     size, so the spec validates and `check` passes on the example configs (weights absent: warnings)."""
     from typer.testing import CliRunner
 
-    from specbuild.cli.app import app
+    from specbuild.cli import app
 
     models = EXAMPLES / "models"
     path = tmp_path / "minimal.yaml"

@@ -127,7 +127,7 @@ def test_output_is_the_hf_medusa_format(tmp_path, tiny_tied):
 def test_cli_errors_are_typed(tmp_path, tiny_target):
     from typer.testing import CliRunner
 
-    from specbuild.cli.app import app
+    from specbuild.cli import app
 
     (tmp_path / "exists").mkdir()
     (tmp_path / "d.txt").write_text(TEXT)

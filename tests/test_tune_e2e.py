@@ -114,7 +114,7 @@ def test_chosen_k_is_at_or_next_to_the_best_measured_k(family):
     """Through the CLI (`tune --json --write`)."""
     from typer.testing import CliRunner
 
-    from specbuild.cli.app import app
+    from specbuild.cli import app
     from specbuild.core.spec import load_spec
 
     root = family["root"]

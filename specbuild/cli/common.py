@@ -1,7 +1,7 @@
 """What every `specbuild` command shares: registration, the error mapping, option aliases, consoles.
 
 Every command is a function decorated with `@command("name")` in the module of its stage (or
-`@group_command(group, "name")` inside a command group such as `repo`); `cli/app.py` imports those
+`@group_command(group, "name")` inside a command group such as `repo`); `cli/root.py` imports those
 modules and `register(app)` adds them all, each wrapped once by `handle_errors`, with its help built
 from its docstring's paragraphs. Only typer and rich are imported here: `specbuild --help` stays
 instant; each command imports its stage's modules when it runs.
