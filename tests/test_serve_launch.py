@@ -83,7 +83,7 @@ def write_repo_manifest(repo, spec):
     """The fields `specbuild repo` records that the launch reads (its resolved spec), the rest minimal."""
     (repo / "specbuild.json").write_text(json.dumps({
         "kind": "model_repo", "backend": "tensorrtllm", "mode": spec["mode"], "trtllm_version": spec["trtllm_version"],
-        "build_dir": "/engines", "models": [], "layout": {}, "spec": spec}))
+        "build_dir": "/engines", "models": [], "layout": {}, "spec": spec, "files": {}}))
 
 
 def test_launch_commands_from_a_repository(tmp_path):
