@@ -9,7 +9,6 @@ SentencePiece `tokenizer.model` bytes, then to transformers' `get_vocab()` (neve
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -150,9 +149,11 @@ def _fmt(value: tuple[str, int | None] | None) -> str:
 def _json(path: Path) -> Any:
     if not path.is_file():
         return None
+    from specbuild.safe_io import InputFileError, read_json
+
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        return read_json(path, kind="tokenizer", expect=None)
+    except InputFileError:  # unreadable, too large, not JSON: no tokenizer facts from this file
         return None
 
 

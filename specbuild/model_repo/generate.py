@@ -13,7 +13,6 @@ the same way. The repository manifest records both mappings so `repo check` can 
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -83,7 +82,9 @@ def read_build(build_dir: str | Path) -> BuildInfo:
 
 
 def _json(path: Path) -> dict[str, Any] | None:
-    return json.loads(path.read_text()) if path.is_file() else None
+    from specbuild.safe_io import read_json
+
+    return read_json(path, what="engine config.json") if path.is_file() else None
 
 
 def kv_fractions(build: BuildInfo, *, strict: bool) -> tuple[float, float | None, int | None]:
@@ -156,6 +157,7 @@ def plan_layout(
         enable_kv_cache_reuse=not medusa,  # the BLS re-sends the growing prefix every round
         max_tokens_in_paged_kv_cache=kv_tokens,
         medusa_choices=spec.medusa_choices().to_triton() if medusa else None,
+        enable_chunked_context=spec.serving.enable_chunked_context,
     )
     draft = None
     if not medusa:
@@ -168,6 +170,7 @@ def plan_layout(
             decoding_mode="top_k_top_p",
             enable_kv_cache_reuse=True,
             max_tokens_in_paged_kv_cache=kv_tokens,
+            enable_chunked_context=spec.serving.enable_chunked_context,
         )
     return RepoLayout(
         mode=spec.mode,
@@ -214,7 +217,9 @@ def generate_repo(
                          tokenizer_dir=tokenizer_dir)
     configs = all_configs(layout)
     out = Path(out)
-    with atomic_output_dir(out, force=force) as tmp:
+    inputs = {"build folder": build.build_dir, "tokenizer folder": build.tokenizer_dir,
+              **{f"{role} engine folder": e.path for role, e in build.engines.items()}, "specbuild's Python models": PYTHON_MODELS}
+    with atomic_output_dir(out, force=force, inputs=inputs) as tmp:
         for name, config in configs.items():
             (tmp / name / "1").mkdir(parents=True)
             (tmp / name / "config.pbtxt").write_text(to_text(config))

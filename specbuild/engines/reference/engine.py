@@ -21,7 +21,6 @@ What the local Triton `tensorrt_llm` Python model calls (all thread-safe, one lo
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 import time
 from dataclasses import dataclass
@@ -71,7 +70,7 @@ def locate(path: str | Path) -> EngineLayout:
             max_draft_len=roles["target"].get("max_draft_len") or (spec.get("speculation") or {}).get("max_draft_len"),
             mode=spec.get("mode"),
         )
-    raw = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else {}
+    raw = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
     build_config = raw.get("build_config") or {}
     return EngineLayout(target=folder, tokenizer_dir=_tokenizer_of(folder, manifest), max_draft_len=build_config.get("max_draft_len") or None)
 
@@ -301,7 +300,17 @@ def _manifest(folder: Path) -> dict[str, Any]:
         raise EngineError(f"{folder} is not a folder", expected="a `specbuild compile` output, an engine folder or a TensorRT-LLM checkpoint",
                           found="no such folder", fix="check the --engine path")
     path = folder / "specbuild.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+    return _read_json(path, kind="manifest") if path.is_file() else {}
+
+
+def _read_json(path: Path, *, kind: str = "config") -> dict[str, Any]:
+    """A bounded JSON object (safe_io); a damaged file is an EngineError naming it."""
+    from specbuild.safe_io import InputFileError, read_json
+
+    try:
+        return read_json(path, kind=kind)
+    except InputFileError as exc:
+        raise EngineError(exc.what, expected=exc.expected, found=exc.found, fix="rebuild it with `specbuild compile`") from None
 
 
 def _tokenizer_of(folder: Path, manifest: dict[str, Any]) -> Path | None:
