@@ -57,9 +57,10 @@ _REPR.maxlist = _REPR.maxdict = _REPR.maxtuple = _REPR.maxset = 8
 _REPR.maxlevel = 3
 
 
-def shorten(value: Any, limit: int = ECHO_LIMIT) -> str:
-    """A bounded text for `value`: str as is, others as a depth- and length-limited repr."""
-    text = value if isinstance(value, str) else _REPR.repr(value)
+def shorten(value: Any, limit: int = ECHO_LIMIT, *, quote: bool = False) -> str:
+    """A bounded text for `value`: a str as is (quoted with `quote`), others as a depth- and
+    length-limited repr."""
+    text = value if isinstance(value, str) and not quote else _REPR.repr(value)
     if len(text) > limit:
         return f"{text[:limit]}... ({len(text)} characters)"
     return text

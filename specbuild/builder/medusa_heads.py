@@ -103,7 +103,7 @@ def load_pt_state(path: Path) -> dict[str, Any]:
             state = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:  # unpickling refused (weights_only), a truncated zip
         raise CheckpointError(
-            f"cannot read {path}", expected="a torch state dict of tensors (loaded with weights_only=True)",
+            f"cannot load {path}", expected="a torch state dict of tensors (loaded with weights_only=True)",
             found=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
             fix="re-download the heads, or save them as medusa_lm_head.safetensors",
         ) from None

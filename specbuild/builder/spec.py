@@ -262,7 +262,7 @@ def _coerce(tp: Any, value: Any, where: str, keypath: str) -> Any:
         or (tp is str and isinstance(value, (str, int, float)) and not isinstance(value, bool))
     )
     if not ok:
-        raise SpecError(f"{where}: {keypath} has the wrong type", expected=_type_name(tp), found=f"{shorten(value)} ({type(value).__name__})", fix=f"set {keypath} to a {_type_name(tp)}")
+        raise SpecError(f"{where}: {keypath} has the wrong type", expected=_type_name(tp), found=f"{shorten(value, quote=True)} ({type(value).__name__})", fix=f"set {keypath} to a {_type_name(tp)}")
     if tp is float and not math.isfinite(value):
         raise SpecError(f"{where}: {keypath} is not a finite number", expected="a finite number", found=repr(value), fix=f"set {keypath} to a number")
     if tp is str and len(str(value)) > MAX_STRING:
@@ -275,7 +275,7 @@ def _type_name(tp: Any) -> str:
 
 
 def _fail(where: str, key: str, expected: str, found: Any, fix: str) -> None:
-    raise SpecError(f"{where}: impossible value for {key}", expected=expected, found=shorten(found), fix=fix)
+    raise SpecError(f"{where}: impossible value for {key}", expected=expected, found=shorten(found, quote=True), fix=fix)
 
 
 def _check_values(spec: BuildSpec, where: str, *, validate_tree: bool = True) -> None:
