@@ -60,10 +60,13 @@ _REPR.maxlevel = 3
 def shorten(value: Any, limit: int = ECHO_LIMIT, *, quote: bool = False) -> str:
     """A bounded text for `value`: a str as is (quoted with `quote`), others as a depth- and
     length-limited repr."""
-    text = value if isinstance(value, str) and not quote else _REPR.repr(value)
-    if len(text) > limit:
-        return f"{text[:limit]}... ({len(text)} characters)"
-    return text
+    if isinstance(value, str):
+        if len(value) > limit:
+            head = repr(value[:limit]) if quote else value[:limit]
+            return f"{head}... ({len(value)} characters)"
+        return repr(value) if quote else value
+    text = _REPR.repr(value)
+    return f"{text[:limit]}... ({len(text)} characters)" if len(text) > limit else text
 
 
 # ---- reads ----------------------------------------------------------------------------------------
@@ -202,7 +205,7 @@ _OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.E
 
 
 @contextlib.contextmanager
-def output_errors(out: str | Path, *, scratch: Path | None = None) -> Iterator[None]:
+def output_errors(out: str | Path, *, scratch: Path | None = None, option: str = "--out") -> Iterator[None]:
     """Turn a failed write (disk full, read-only folder, no permission) under `out` into OutputError.
 
     `scratch` is the temporary folder being written (its files are named in the OSError).
@@ -222,7 +225,7 @@ def output_errors(out: str | Path, *, scratch: Path | None = None) -> Iterator[N
             f"cannot write {out}: {exc.strerror or exc}",
             expected="a writable folder with enough free space",
             found=f"{errno.errorcode.get(exc.errno or 0, exc.errno)} while writing {name or out}",
-            fix="free disk space or choose a writable --out; nothing was replaced (an existing output is intact)",
+            fix=f"free disk space or make {option} writable (or choose another); nothing was replaced, an existing {out.name if isinstance(out, Path) else out} is intact",
         ) from None
 
 
@@ -241,12 +244,12 @@ def check_writable(path: str | Path, *, option: str = "the file") -> None:
     a temporary file is created beside its target and removed (root ignores permission bits, so
     asking is not enough; a read-only file system refuses the create)."""
     target = _real(path)
-    with output_errors(target):
-        if target.exists() and not os.access(target, os.W_OK):
-            raise PermissionError(errno.EACCES, "Permission denied", str(target))
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=target.parent)
+    with output_errors(target, option=option):
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=target.parent)  # EROFS, ENOSPC
         os.close(fd)
         os.unlink(tmp)
+        if target.exists() and not os.access(target, os.W_OK):
+            raise PermissionError(errno.EACCES, "Permission denied", str(target))
 
 
 def atomic_write_text(path: str | Path, text: str, *, inputs: Mapping[str, str | Path | None] | None = None,
@@ -258,7 +261,7 @@ def atomic_write_text(path: str | Path, text: str, *, inputs: Mapping[str, str |
     target = _real(path)
     if inputs:
         guard_output(target, inputs, option=option)
-    with output_errors(target):
+    with output_errors(target, option=option):
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:

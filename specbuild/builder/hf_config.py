@@ -145,7 +145,7 @@ def _load(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any], str]:
     path = Path(source)
     if path.is_dir():
         path = path / "config.json"
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise CheckpointError(
             f"no config.json at {path}",
             expected="a Hugging Face model folder with config.json",

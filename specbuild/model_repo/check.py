@@ -95,21 +95,24 @@ def _parse_all(repo: _Repo) -> None:
 
     from specbuild.model_repo.configs import parse_text
 
+    unreadable = set()
     for path in sorted(repo.root.glob("*/config.pbtxt")):
         rel = path.relative_to(repo.root).as_posix()
         try:
             cfg = parse_text(read_text(path, kind="config", what="model configuration"))
         except SpecbuildError as exc:  # too large, not a file, not UTF-8 (binary)
             repo.fail(rel, "-", f"{exc.what} ({exc.found})", "regenerate it with `specbuild repo --force`")
+            unreadable.add(path.parent.name)
             continue
         except text_format.ParseError as exc:
             repo.fail(rel, "-", f"not a valid inference.ModelConfig: {shorten(str(exc))}", "regenerate it with `specbuild repo --force`")
+            unreadable.add(path.parent.name)
             continue
         if cfg.name and cfg.name != path.parent.name:
             repo.fail(rel, "name", f"{cfg.name!r} differs from its folder {path.parent.name!r}", f'set name: "{path.parent.name}"')
         repo.configs[path.parent.name] = cfg
     for model in ("ensemble", "preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_bls"):
-        if model not in repo.configs:
+        if model not in repo.configs and model not in unreadable:
             repo.fail(f"{model}/config.pbtxt", "-", "missing", "regenerate the repository with `specbuild repo`")
 
 

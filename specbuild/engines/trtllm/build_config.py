@@ -55,11 +55,8 @@ class SpeculativeDecodingMode(IntFlag):
             return cls.NONE
         if isinstance(value, bool):
             return None
-        if isinstance(value, int):
-            try:
-                return cls(value)
-            except ValueError:
-                return None
+        if isinstance(value, int):  # one defined mode only (an IntFlag would also take unknown bits)
+            return cls._value2member_map_.get(value)
         if isinstance(value, str):
             name = value.split(".")[-1].upper()  # also "SpeculativeDecodingMode.MEDUSA"
             if name.isdigit():
