@@ -147,7 +147,9 @@ def _run_trtllm_build(plan, tmp: Path, final: Path) -> None:
 
         kept = final.parent / f"{final.name}.{plan.role}-build.log"
         # the temporary folder is removed on failure; keep the log (bounded: its tail is what matters)
-        atomic_write_text(kept, log_path.read_bytes()[-LOG_KEEP_BYTES:].decode(errors="replace"))
+        with open(log_path, "rb") as log:
+            log.seek(max(0, log_path.stat().st_size - LOG_KEEP_BYTES))
+            atomic_write_text(kept, log.read(LOG_KEEP_BYTES).decode(errors="replace"))
         tail = "\n".join(kept.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
         raise BuildError(
             f"trtllm-build failed for the {plan.role} engine (exit {proc.returncode})",

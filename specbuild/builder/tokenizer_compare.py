@@ -74,7 +74,12 @@ def read_tokenizer(folder: str | Path) -> TokenizerInfo | None:
         info = TokenizerInfo(folder, "tokenizer.json", class_name, model.get("type"), vocab, merges, added, {})
     elif (folder / SP_MODEL).is_file():
         vocab, added = _vocab_via_transformers(folder)
-        sha = hashlib.sha256((folder / SP_MODEL).read_bytes()).hexdigest()
+        from specbuild.safe_io import InputFileError, read_bytes
+
+        try:
+            sha = hashlib.sha256(read_bytes(folder / SP_MODEL, kind="tokenizer", what="tokenizer.model")).hexdigest()
+        except InputFileError:  # not a regular file or too large: compared through the vocabulary only
+            sha = None
         info = TokenizerInfo(folder, SP_MODEL, class_name, "SentencePiece", vocab, (), added, {}, sha)
     else:
         return None
@@ -152,7 +157,7 @@ def _json(path: Path) -> Any:
     from specbuild.safe_io import InputFileError, read_json
 
     try:
-        return read_json(path, kind="tokenizer", expect=None)
+        return read_json(path, kind="tokenizer")  # an object, or None below
     except InputFileError:  # unreadable, too large, not JSON: no tokenizer facts from this file
         return None
 
