@@ -246,3 +246,16 @@ def test_print_launch_on_a_host_path_repository_mounts_engines_and_tokenizer(bui
     hosts = {str(m.host) for m in repo_mounts(repo)}
     assert str((build / "target" / "engine").resolve()) in hosts and str(repo.resolve()) in hosts
     assert all(os.path.exists(h) for h in hosts)  # every mount exists on this host
+
+
+def test_print_launch_uses_the_repositorys_serving_version(builds, tmp_path):
+    """`repo --trtllm-version V` names the container's TensorRT-LLM: the launch line follows it."""
+    from specbuild.client.launch import launch_commands
+    from specbuild.errors import RepoError
+    from specbuild.model_repo.generate import generate_repo
+
+    repo = generate_repo(builds["medusa"], tmp_path / "repo", backend="tensorrtllm", trtllm_version="1.1.0")
+    [argv] = launch_commands(repo)
+    assert "nvcr.io/nvidia/tritonserver:26.02-trtllm-python-py3" in argv
+    with pytest.raises(RepoError, match="unknown TensorRT-LLM version"):
+        generate_repo(builds["medusa"], tmp_path / "repo2", backend="tensorrtllm", trtllm_version="9.9.9")

@@ -142,10 +142,10 @@ def load_spec(path: str | Path, *, validate_tree: bool = True) -> BuildSpec:
                         fix=f"point at the spec file inside it ({', '.join(sorted(p.name for p in path.glob('*.y*ml'))[:3]) or 'e.g. examples/*.yaml'})")
     if not path.exists():
         raise SpecError(f"build spec {path} not found", expected="a YAML file", found="no such file", fix="check the path; examples/ has specs to start from")
-    return spec_from_dict(parse_spec_yaml(_read_spec_text(path), where=str(path)), source=path, validate_tree=validate_tree)
+    return spec_from_dict(parse_spec_yaml(read_spec_text(path), where=str(path)), source=path, validate_tree=validate_tree)
 
 
-def _read_spec_text(path: Path) -> str:
+def read_spec_text(path: Path) -> str:
     from specbuild.safe_io import InputFileError, read_text
 
     try:

@@ -18,7 +18,7 @@ Pure argv builders (no server is started; `specbuild serve REPO --print-launch` 
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -216,7 +216,10 @@ def read_layout(repo: Path) -> LaunchLayout:
     """The layout recorded in the repository's specbuild.json (its resolved spec)."""
     data = _manifest(repo)
     try:
-        return LaunchLayout.from_spec_dict(data["spec"])
+        layout = LaunchLayout.from_spec_dict(data["spec"])
+        # `repo --trtllm-version V` names the serving container's TensorRT-LLM; the manifest records it
+        served = data.get("trtllm_version")
+        return replace(layout, trtllm_version=str(served)) if served else layout
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ServerError(
             f"cannot read the deployment layout of {repo}",

@@ -130,9 +130,10 @@ def plan_layout(
                         fix="pass --backend tensorrtllm (GPU containers) or --backend python (local)")
     version = trtllm_version or spec.trtllm_version
     from specbuild.builder.spec import parse_version
+    from specbuild.engines.trtllm.versions import known_versions
 
-    if not parse_version(version):
-        raise RepoError(f"cannot read TensorRT-LLM version {version!r}", expected="a version such as 1.2.1 or 0.19.0",
+    if not parse_version(version) or version not in known_versions():
+        raise RepoError(f"unknown TensorRT-LLM version {version!r}", expected="a released version: " + ", ".join(known_versions()),
                         found=version, fix="pass --trtllm-version 1.2.1 (the TensorRT-LLM inside the serving container)")
 
     def served(path: Path) -> str:

@@ -23,15 +23,15 @@ def set_spec_value(path: Path, section: str, key: str, value: Any, *, inputs: di
     import yaml
 
     from specbuild.builder.spec import (
-        _read_spec_text,
         load_spec,
         parse_spec_yaml,
+        read_spec_text,
         save_spec_yaml,
         spec_from_dict,
     )
     from specbuild.safe_io import atomic_write_text
 
-    text = _read_spec_text(path)
+    text = read_spec_text(path)
     edited = edit_text(text, section, key, value)
     try:
         raw = yaml.safe_load(edited)
