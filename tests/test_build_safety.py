@@ -189,7 +189,6 @@ def test_repo_check_reads_no_device_and_no_binary(builds, tmp_path):
 
 @pytest.mark.parametrize(("dtype", "value"), [(None, float("nan")), ("float16", float("inf")), ("bfloat16", float("nan"))])
 def test_nonfinite_weights_are_refused_naming_the_tensor(model, tmp_path, dtype, value):
-    import torch
     from safetensors.torch import load_file, save_file
 
     from specbuild.engines.trtllm.convert import convert_checkpoint
@@ -201,7 +200,6 @@ def test_nonfinite_weights_are_refused_naming_the_tensor(model, tmp_path, dtype,
     with pytest.raises(CheckpointError, match=r"model\.layers\.0\.mlp\.down_proj\.weight .*NaN/Inf"):
         convert_checkpoint(model, tmp_path / "ckpt", dtype=dtype)
     assert not any(p.name.startswith(".ckpt") for p in tmp_path.iterdir()) and not (tmp_path / "ckpt").exists()
-    del torch
 
 
 def test_float32_values_that_overflow_float16_are_refused(model, tmp_path):
