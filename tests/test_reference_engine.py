@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from specbuild.core.methods import Method  # noqa: E402
 from specbuild.core.sampling_params import SamplingParams  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.numeric]
 
 
 

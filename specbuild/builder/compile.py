@@ -21,6 +21,7 @@ from specbuild.builder.resolve import resolve_model
 from specbuild.core.artifacts import RoleRecord
 from specbuild.core.errors import BuildError
 from specbuild.core.manifest import atomic_output_dir, write_manifest
+from specbuild.core.safe_io import atomic_write_text
 from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 from specbuild.engines.trtllm.convert import convert_checkpoint
 from specbuild.engines.trtllm.engine_dir import write_reference_engine
@@ -29,6 +30,7 @@ from specbuild.engines.trtllm.plan import build_plan, build_script, plan_json, r
 
 ENGINES = ("reference", "trtllm")
 LOG_TAIL_LINES = 40
+LOG_KEEP_BYTES = 16 << 20  # the last 16 MiB of a failed trtllm-build log are kept beside DIR
 Progress = Callable[[str, int, int], None]  # (task label, done, total)
 
 
@@ -50,15 +52,17 @@ def compile_spec(
     _preflight(spec)
     plans = build_plan(spec)  # pure; fails before any conversion if a flag were wrong
     models = {role: resolve_model(_section(spec, role).model, base=spec.base_dir, what=role) for role in (p.role for p in plans)}
+    target_heads = role_of(spec, "target").heads  # Medusa heads converted into the target's checkpoint
+    heads = resolve_model(target_heads.heads, base=spec.base_dir, what="medusa.heads") if target_heads else None
     trtllm_build = shutil.which("trtllm-build")
     run_trtllm = engine == "trtllm" and not dry_run and trtllm_build is not None
-    with atomic_output_dir(out, force=force) as tmp:
+    inputs = {"build spec": spec.source, **{f"{role} model": folder for role, folder in models.items()}, "Medusa heads": heads}
+    with atomic_output_dir(out, force=force, inputs=inputs) as tmp:
         for p in plans:
             section = _section(spec, p.role)
             medusa = None
             role = role_of(spec, p.role)
             if role.heads is not None:  # heads converted into this engine's checkpoint
-                heads = resolve_model(role.heads.heads, base=spec.base_dir, what="medusa.heads")
                 medusa = MedusaHeadsSource(heads, num_heads=role.heads.num_heads, num_layers=role.heads.num_layers,
                                            max_draft_len=role.max_draft_len)
             label = f"convert {p.role}"
@@ -136,8 +140,11 @@ def _run_trtllm_build(plan, tmp: Path, final: Path) -> None:
         proc = subprocess.run(list(plan.argv), cwd=tmp, stdout=log, stderr=subprocess.STDOUT, check=False)
     if proc.returncode != 0:
         kept = final.parent / f"{final.name}.{plan.role}-build.log"
-        shutil.copyfile(log_path, kept)  # the temporary folder is removed on failure; keep the log
-        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
+        # the temporary folder is removed on failure; keep the log (bounded: its tail is what matters)
+        with open(log_path, "rb") as log:
+            log.seek(max(0, log_path.stat().st_size - LOG_KEEP_BYTES))
+            atomic_write_text(kept, log.read(LOG_KEEP_BYTES).decode(errors="replace"))
+        tail = "\n".join(kept.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
         raise BuildError(
             f"trtllm-build failed for the {plan.role} engine (exit {proc.returncode})",
             expected="a built engine",

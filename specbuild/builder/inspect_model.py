@@ -7,7 +7,6 @@ A Medusa heads folder (config.json with medusa_num_heads) is recognised and desc
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,9 +14,12 @@ from typing import Any
 from specbuild.builder.memory_plan import GIB
 from specbuild.builder.resolve import resolve_model
 from specbuild.builder.tokenizer_compare import TokenizerInfo, read_tokenizer
+from specbuild.core.errors import CheckpointError
 from specbuild.core.hf_config import HFModelConfig
 from specbuild.core.medusa_heads import read_medusa_heads
+from specbuild.core.safe_io import InputFileError, read_json
 from specbuild.core.weights import WeightFiles, WeightStats, find_weights, weight_stats
+from specbuild.engines.trtllm.finite import scan_safetensors
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,7 @@ class ModelInspection:
     stats: WeightStats | None  # from safetensors headers, when present
     tokenizer: TokenizerInfo | None
     medusa: dict[str, Any] | None = None  # heads summary when the folder holds Medusa heads
+    nonfinite: dict[str, int] | None = None  # --check-values: {tensor: NaN/Inf count}; None when not scanned
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"folder": str(self.folder)}
@@ -49,6 +52,8 @@ class ModelInspection:
         out["tokenizer"] = self.tokenizer.summary() if self.tokenizer else None
         if self.medusa is not None:
             out["medusa"] = self.medusa
+        if self.nonfinite is not None:
+            out["nonfinite_tensors"] = self.nonfinite
         return out
 
     def rows(self) -> list[tuple[str, str]]:
@@ -88,6 +93,11 @@ class ModelInspection:
             if self.stats:
                 text += f"; headers: {self.stats.num_parameters:,} parameters in {self.stats.num_tensors} tensors, {'/'.join(self.stats.dtypes)}"
             rows.append(("weights", text))
+        if self.nonfinite is not None:
+            bad = self.nonfinite
+            rows.append(("values", "all finite" if not bad else f"{len(bad)} tensor(s) hold NaN/Inf: "
+                         + ", ".join(f"{k} ({v})" for k, v in list(bad.items())[:10])
+                         + (" ..." if len(bad) > 10 else "") + "; `specbuild convert` refuses them"))
         t = self.tokenizer
         if t is None:
             rows.append(("tokenizer", "absent (no tokenizer.json / tokenizer.model)"))
@@ -98,14 +108,14 @@ class ModelInspection:
         return rows
 
 
-def inspect_model(ref: str | Path, *, base: Path | None = None) -> ModelInspection:
+def inspect_model(ref: str | Path, *, base: Path | None = None, check_values: bool = False) -> ModelInspection:
     folder = resolve_model(ref, base=base)
     raw = {}
     if (folder / "config.json").is_file():
         try:
-            raw = json.loads((folder / "config.json").read_text())
-        except json.JSONDecodeError:
-            raw = {}
+            raw = read_json(folder / "config.json", what="config.json")
+        except InputFileError as exc:
+            raise CheckpointError(exc.what, expected=exc.expected, found=exc.found, fix="re-download or re-save the config") from None
     medusa = None
     if "architectures" not in raw and ("medusa_num_heads" in raw or "num_medusa_heads" in raw):
         medusa = _medusa_summary(folder)
@@ -113,7 +123,13 @@ def inspect_model(ref: str | Path, *, base: Path | None = None) -> ModelInspecti
     else:
         config = HFModelConfig.from_hf(folder)
     weights = find_weights(folder)
-    return ModelInspection(folder, config, weights, weight_stats(weights), read_tokenizer(folder), medusa)
+    stats = weight_stats(weights)  # reads (and size-checks) every header first
+    nonfinite = None
+    if check_values:
+        nonfinite = {}
+        for path in weights.safetensors:
+            nonfinite.update({f"{path.name}:{k}": v for k, v in scan_safetensors(path).items()})
+    return ModelInspection(folder, config, weights, stats, read_tokenizer(folder), medusa, nonfinite)
 
 
 def _medusa_summary(folder: Path) -> dict[str, Any]:

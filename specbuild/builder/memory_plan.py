@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from specbuild.builder.resolve import resolve_model
 from specbuild.core.hf_config import DTYPE_BYTES, HFModelConfig
 from specbuild.core.methods import method_of
+from specbuild.core.trtllm_facts import engine_limits
 from specbuild.core.trtllm_layout import Parallel
 
 if TYPE_CHECKING:
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
 
 GIB = 2**30
 RUNTIME_RESERVE_GIB = 2.0  # per GPU; see the module docstring
-TRTLLM_DEFAULT_MAX_NUM_TOKENS = 8192  # trtllm-build --max_num_tokens default (trtllm.md 1.2)
 WEIGHT_ONLY_BITS = {"none": None, "int8": 8, "int4": 4}
 LOGITS_BYTES = 4  # logits_dtype float32 (the checkpoint default)
 
@@ -227,13 +227,13 @@ def engine_memory(
 
 
 def effective_max_num_tokens(spec: BuildSpec, *, speculative_target: bool) -> int:
-    """What trtllm-build will use: the default 8192, raised to batch*(K+1) for a speculative target,
-    capped at batch*max_seq_len (check_max_num_tokens)."""
+    """The max_num_tokens the built engine records (core/trtllm_facts.py, trtllm-build's rules)."""
     b = spec.build
-    n = b.max_num_tokens or TRTLLM_DEFAULT_MAX_NUM_TOKENS
-    if speculative_target:
-        n = max(n, b.max_batch_size * (spec.speculation.max_draft_len + 1))
-    return min(n, b.max_batch_size * b.max_seq_len)
+    target = method_of(spec).roles(spec)[0]
+    speculative = speculative_target and target.mode.speculative
+    k = target.max_draft_len if speculative else 0
+    return engine_limits(max_batch_size=b.max_batch_size, max_input_len=b.max_input_len, max_seq_len=b.max_seq_len,
+                         max_num_tokens=b.max_num_tokens, max_draft_len=k, speculative=speculative)["max_num_tokens"]
 
 
 def plan_memory(

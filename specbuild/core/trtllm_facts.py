@@ -9,6 +9,19 @@ defaults of flags left unset, the Triton inputs renamed with 0.20 (`min_length` 
 `random_seed` -> `seed`; tensorrtllm_backend templates, triton.md §1.1) and the NGC containers
 that ship each release (triton.md §4.2).
 
+`engine_limits` is the one computation of the limits an engine records, from TensorRT-LLM 1.2's
+rules (`tensorrt_llm/builder.py` @008b2b8d23af: `_init_max_seq_len`, `check_max_num_tokens` in
+`_common.py`, `build()`):
+1. `max_input_len` is clipped to `max_seq_len`.
+2. `check_max_num_tokens` (before any speculative change): `max_num_tokens` (CLI default 8192) is
+   capped at `max_seq_len x max_batch_size`, then raised to `tokens_per_block` (context FMHA on);
+   `opt_num_tokens` = min(max_batch_size x max_beam_width, max_num_tokens).
+3. `build()` for a speculative engine: `max_seq_len += max_draft_len`, and `max_num_tokens` is raised
+   to at least `max_batch_size x (max_draft_len + 1)`.
+`prompt_limit` is the runtime's (`cpp/tensorrt_llm/batch_manager/trtGptModel.h`, TrtGptModel
+constructor): with chunked context `max_seq_len - 1`; otherwise, with packed input and context FMHA
+(both always on here), `min(max_seq_len - 1, max_num_tokens)` of the engine's recorded values.
+
 `facts_for(version)` returns the facts of one release. Torch-free, no I/O at import.
 """
 
@@ -53,12 +66,6 @@ class SpeculativeDecodingMode(IntFlag):
     EAGLE = 32
 
     @property
-    def arg(self) -> str | None:
-        """The `trtllm-build --speculative_decoding_mode` value (`from_arguments` maps them one-to-one);
-        None for NONE (the flag is not passed)."""
-        return None if self is SpeculativeDecodingMode.NONE else str(self.name).lower()
-
-    @property
     def speculative(self) -> bool:
         return self is not SpeculativeDecodingMode.NONE
 
@@ -68,18 +75,30 @@ class SpeculativeDecodingMode(IntFlag):
         return _DECODING_MODES.get(self, "top_k_top_p")
 
     @classmethod
-    def from_recorded(cls, value: object) -> SpeculativeDecodingMode:
-        """What a build_config holds: the int TensorRT-LLM writes; None means NONE. A mode name (what
-        specbuild builds before this release recorded) is read as that mode."""
+    def from_cli(cls, name: str | None) -> SpeculativeDecodingMode:
+        """The `--speculative_decoding_mode` string (None: no speculation), as from_arguments maps it."""
+        return cls.NONE if name is None else cls[name.upper()]
+
+    @classmethod
+    def from_recorded(cls, value: Any) -> SpeculativeDecodingMode | None:
+        """What an engine's build_config holds: the integer (trtllm-build), or a CLI name / None
+        (folders written by specbuild before it recorded the integer). None when unreadable."""
         if value is None:
             return cls.NONE
-        if isinstance(value, str) and value.upper() in cls.__members__:
-            return cls[value.upper()]
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise BuildError("build_config.speculative_decoding_mode is not TensorRT-LLM's integer",
-                             expected=", ".join(f"{m.value} ({m.name})" for m in cls), found=repr(value),
-                             fix="rebuild the engine with `specbuild compile`")
-        return cls(value)
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, int):  # one defined mode only (an IntFlag would also take unknown bits)
+            return cls._value2member_map_.get(value)
+        if isinstance(value, str):
+            name = value.split(".")[-1].upper()  # also "SpeculativeDecodingMode.MEDUSA"
+            if name.isdigit():
+                return cls.from_recorded(int(name))
+            return cls.__members__.get(name)
+        return None
+
+    @property
+    def cli_name(self) -> str | None:
+        return None if self is SpeculativeDecodingMode.NONE else self.name.lower()
 
 
 # Triton `decoding_mode` values (triton.md §2.3): the C++ backend's names for the speculative modes.
@@ -103,29 +122,28 @@ MODERN_NAMES = TritonInputNames(min_tokens="min_tokens", seed="seed")
 LEGACY_NAMES = TritonInputNames(min_tokens="min_length", seed="random_seed")
 
 
-# TensorRT-LLM version -> NGC Triton containers shipping it (newest last); triton.md §4.2.
-CONTAINERS: dict[str, tuple[str, ...]] = {
-    "0.9.0": ("24.04", "24.05"),
-    "0.10.0": ("24.06",),
-    "0.11.0": ("24.07",),
-    "0.12.0": ("24.08",),
-    "0.13.0": ("24.09",),
-    "0.14.0": ("24.10",),
-    "0.15.0": ("24.11",),
-    "0.16.0": ("24.12",),
-    "0.17.0": ("25.01",),
-    "0.17.0.post1": ("25.02",),
-    "0.18.0": ("25.03",),
-    "0.18.2": ("25.04",),
-    "0.19.0": ("25.05",),
-    "0.20.0": ("25.06", "25.07"),
-    "0.21.0": ("25.08",),
-    "1.0.0": ("25.09", "25.10"),
-    "1.0.3.2510": ("25.11",),
-    "1.1.0": ("25.12", "26.01", "26.02"),
-    "1.2.0": ("26.03",),
-    "1.2.1": ("26.04", "26.05", "26.06", "26.07"),
-}
+# ---- releases and their NGC Triton containers (specbuild/data/trtllm_containers.json, with sources) ----
+
+@dataclass(frozen=True)
+class Containers:
+    version: str  # TensorRT-LLM version, e.g. "1.2.1"
+    tags: tuple[str, ...]  # NGC tritonserver tags (yy.mm), oldest first
+    default: str  # the tag used unless --container-tag says otherwise
+
+
+@lru_cache(maxsize=1)
+def _containers_table() -> dict[str, Containers]:
+    raw = json.loads(resources.files("specbuild.data").joinpath("trtllm_containers.json").read_text())["versions"]
+    return {v: Containers(v, tuple(d["tags"]), d.get("default", d["tags"][-1])) for v, d in raw.items()}
+
+
+def known_versions() -> tuple[str, ...]:
+    """The released TensorRT-LLM versions the spec loader accepts (each has a serving container)."""
+    return tuple(_containers_table())
+
+
+def containers(version: str) -> Containers | None:
+    return _containers_table().get(str(version))
 
 
 # ---- trtllm-build: flags, what build_config records, defaults ------------------------------------
@@ -161,15 +179,48 @@ BUILD_FLAGS: tuple[BuildFlag, ...] = (
 )
 
 
+DEFAULT_MAX_NUM_TOKENS = 8192  # trtllm-build --max_num_tokens default (BuildConfig.max_num_tokens)
+TOKENS_PER_BLOCK = 32  # the 1.x PluginConfig default, recorded in build_config.plugin_config
+MAX_BEAM_WIDTH = 1  # speculative decoding is beam-free in TensorRT-LLM
+
+
+def engine_limits(
+    *, max_batch_size: int, max_input_len: int, max_seq_len: int, max_num_tokens: int | None, max_draft_len: int,
+    speculative: bool,
+) -> dict[str, int]:
+    """max_input_len, max_seq_len, max_num_tokens and opt_num_tokens as the built engine records them.
+
+    `max_seq_len` is the value passed to trtllm-build (before the speculative increase).
+    """
+    input_len = min(max_input_len, max_seq_len)
+    tokens = DEFAULT_MAX_NUM_TOKENS if max_num_tokens is None else max_num_tokens
+    tokens = min(tokens, max_seq_len * max_batch_size)
+    tokens = max(tokens, TOKENS_PER_BLOCK)  # context FMHA on
+    opt = min(max_batch_size * MAX_BEAM_WIDTH, tokens)
+    seq = max_seq_len
+    if speculative:
+        seq += max_draft_len
+        tokens = max(tokens, max_batch_size * (max_draft_len + 1))
+    return {"max_input_len": input_len, "max_seq_len": seq, "max_num_tokens": tokens, "opt_num_tokens": opt}
+
+
+def prompt_limit(build_config: dict[str, Any], *, enable_chunked_context: bool) -> int:
+    """The longest prompt (tokens) the runtime accepts for an engine with this build_config."""
+    seq = int(build_config["max_seq_len"])
+    if enable_chunked_context:
+        return seq - 1
+    return min(seq - 1, int(build_config["max_num_tokens"]))
+
+
 @dataclass(frozen=True)
 class TrtllmFacts:
     """The facts of one TensorRT-LLM release."""
 
     version: str
     input_names: TritonInputNames
-    containers: tuple[str, ...]  # NGC tritonserver <yy.mm>-trtllm-python-py3 tags, newest last (may be empty)
-    default_max_num_tokens: int = 8192  # trtllm-build --max_num_tokens when unset (trtllm.md §1.2)
-    tokens_per_block: int = 32  # PluginConfig default of 1.x, recorded in build_config.plugin_config
+    containers: Containers | None  # the NGC tritonserver <yy.mm>-trtllm-python-py3 images that ship it
+    default_max_num_tokens: int = DEFAULT_MAX_NUM_TOKENS  # trtllm-build --max_num_tokens when unset
+    tokens_per_block: int = TOKENS_PER_BLOCK  # PluginConfig default of 1.x, recorded in build_config.plugin_config
 
     @property
     def build_flags(self) -> dict[str, Any]:
@@ -179,7 +230,6 @@ class TrtllmFacts:
     def recorded_defaults(self) -> dict[str, Any]:
         """build_config values of the flags specbuild leaves unset (BuildConfig defaults)."""
         return {
-            "max_num_tokens": self.default_max_num_tokens,
             "gather_context_logits": False,
             "gather_generation_logits": False,
             "speculative_decoding_mode": SpeculativeDecodingMode.NONE,
@@ -196,7 +246,7 @@ def facts_for(version: str | None = None) -> TrtllmFacts:
     return TrtllmFacts(
         version=version,
         input_names=MODERN_NAMES if parsed >= RENAME_VERSION else LEGACY_NAMES,
-        containers=CONTAINERS.get(version, ()),
+        containers=containers(version),
     )
 
 
@@ -225,7 +275,7 @@ def build_argv(values: list[tuple[str, Any]], facts: TrtllmFacts) -> list[str]:
         if isinstance(value, bool):
             value = "enable" if value else "disable"
         elif isinstance(value, SpeculativeDecodingMode):
-            value = value.arg
+            value = value.cli_name
         argv += [flag, str(value)]
     validate_argv(argv, flags)
     return argv
@@ -234,9 +284,8 @@ def build_argv(values: list[tuple[str, Any]], facts: TrtllmFacts) -> list[str]:
 def recorded_build_config(values: list[tuple[str, Any]], facts: TrtllmFacts) -> dict[str, Any]:
     """The engine config.json `build_config` trtllm-build writes for these flag values (trtllm.md §1.2).
 
-    Unset flags take `recorded_defaults`; then build() adjusts: any speculative mode adds max_draft_len
-    to max_seq_len and raises max_num_tokens to max_batch_size * (max_draft_len + 1); max_input_len is
-    capped at max_seq_len. kv_cache_type is recorded as its enum name, the mode as TensorRT-LLM's int.
+    Unset flags take `recorded_defaults`; the limits follow `engine_limits` (trtllm-build's own rules).
+    kv_cache_type is recorded as its enum name, the mode as TensorRT-LLM's int.
     """
     by_flag = {f.flag: f.config_key for f in BUILD_FLAGS}
     flat: dict[str, Any] = dict(facts.recorded_defaults())
@@ -246,10 +295,10 @@ def recorded_build_config(values: list[tuple[str, Any]], facts: TrtllmFacts) -> 
             flat[key] = value
     mode = SpeculativeDecodingMode(flat["speculative_decoding_mode"])
     k = int(flat["max_draft_len"]) if mode.speculative else 0
-    flat["max_seq_len"] = int(flat["max_seq_len"]) + k
-    if mode.speculative:
-        flat["max_num_tokens"] = max(int(flat["max_num_tokens"]), int(flat["max_batch_size"]) * (k + 1))
-    flat["max_input_len"] = min(int(flat["max_input_len"]), flat["max_seq_len"])
+    given = dict(values).get("--max_num_tokens")  # None: trtllm-build's default, before its own limits
+    flat.update(engine_limits(max_batch_size=int(flat["max_batch_size"]), max_input_len=int(flat["max_input_len"]),
+                              max_seq_len=int(flat["max_seq_len"]), max_num_tokens=given, max_draft_len=k,
+                              speculative=mode.speculative))
     flat["max_draft_len"] = k
     flat["speculative_decoding_mode"] = int(mode)
     if "kv_cache_type" in flat:

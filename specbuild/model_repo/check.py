@@ -9,7 +9,7 @@ specbuild.json. Each finding names the file, the field and the fix.
 
 from __future__ import annotations
 
-import json
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,9 @@ from specbuild.core.artifacts import RepoManifest, read_repo_manifest
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.manifest import MANIFEST
 from specbuild.core.medusa_choices import MedusaChoices
+from specbuild.core.safe_io import read_bytes, read_json, read_text, shorten
 from specbuild.core.trtllm_facts import SpeculativeDecodingMode
+from specbuild.model_repo import check_triton
 from specbuild.model_repo.configs import REQUIRED_ENGINE_PARAMETERS, parse_text
 from specbuild.model_repo.tensors import LOGITS_DTYPE_OF
 
@@ -85,7 +87,10 @@ def check_repo(root: str | Path) -> list[Finding]:
     repo = _Repo(Path(root))
     if not repo.root.is_dir():
         return [Finding(str(root), "-", "no such folder", "pass the folder `specbuild repo` wrote")]
+
+    check_triton.check_folders(repo)
     _parse_all(repo)
+    check_triton.check_batching(repo)
     engines = _check_engines(repo)
     _check_speculation(repo, engines)
     _check_logits(repo, engines)
@@ -98,18 +103,24 @@ def check_repo(root: str | Path) -> list[Finding]:
 
 def _parse_all(repo: _Repo) -> None:
 
+    unreadable = set()
     for path in sorted(repo.root.glob("*/config.pbtxt")):
         rel = path.relative_to(repo.root).as_posix()
         try:
-            cfg = parse_text(path.read_text())
+            cfg = parse_text(read_text(path, kind="config", what="model configuration"))
+        except SpecbuildError as exc:  # too large, not a file, not UTF-8 (binary)
+            repo.fail(rel, "-", f"{exc.what} ({exc.found})", "regenerate it with `specbuild repo --force`")
+            unreadable.add(path.parent.name)
+            continue
         except text_format.ParseError as exc:
-            repo.fail(rel, "-", f"not a valid inference.ModelConfig: {exc}", "regenerate it with `specbuild repo --force`")
+            repo.fail(rel, "-", f"not a valid inference.ModelConfig: {shorten(str(exc))}", "regenerate it with `specbuild repo --force`")
+            unreadable.add(path.parent.name)
             continue
         if cfg.name and cfg.name != path.parent.name:
             repo.fail(rel, "name", f"{cfg.name!r} differs from its folder {path.parent.name!r}", f'set name: "{path.parent.name}"')
         repo.configs[path.parent.name] = cfg
     for model in ("ensemble", "preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_bls"):
-        if model not in repo.configs:
+        if model not in repo.configs and model not in unreadable:
             repo.fail(f"{model}/config.pbtxt", "-", "missing", "regenerate the repository with `specbuild repo`")
 
 
@@ -128,7 +139,12 @@ def _check_engines(repo: _Repo) -> dict[str, dict]:
             repo.fail(rel, "parameters.gpt_model_path", f"engine folder {folder} does not exist (or has no config.json)",
                       "build the engines (`specbuild compile`, then build.sh on a GPU host) or fix the path / --engine-root")
             continue
-        cfg = json.loads((folder / "config.json").read_text())
+        try:
+            cfg = read_json(folder / "config.json", what="engine config.json")
+        except SpecbuildError as exc:
+            repo.fail(rel, "parameters.gpt_model_path", f"{exc.what} ({exc.found})",
+                      "rebuild the engine (`specbuild compile`, or build.sh on a GPU host)")
+            continue
         out[model] = cfg
         if repo.configs[model].backend == "tensorrtllm" and not any(folder.glob("rank*.engine")):
             repo.fail(rel, "parameters.gpt_model_path", f"{folder} holds no rank*.engine (a reference engine or an unbuilt plan)",
@@ -140,21 +156,28 @@ def _check_speculation(repo: _Repo, engines: dict[str, dict]) -> None:
     target = engines.get("tensorrt_llm")
     if target is None:
         return
+
     build = target.get("build_config") or {}
+    raw = build.get("speculative_decoding_mode")
     rel = "tensorrt_llm/config.pbtxt"
-    try:
-        mode = SpeculativeDecodingMode.from_recorded(build.get("speculative_decoding_mode"))
-    except SpecbuildError as exc:
-        repo.fail(rel, "parameters.gpt_model_path", f"{exc.what}: {exc.found}", exc.fix or "rebuild the engine")
+    # trtllm-build records the IntFlag's integer (MEDUSA = 4); older specbuild folders the CLI name
+    mode = SpeculativeDecodingMode.from_recorded(raw)
+    if mode is None:
+        repo.fail(rel, "parameters.gpt_model_path", f"the engine's build_config.speculative_decoding_mode {shorten(raw)} is not a TensorRT-LLM mode",
+                  "rebuild the engine (its config.json is damaged or from an unknown TensorRT-LLM)")
         return
-    max_draft_len = int(build.get("max_draft_len") or 0)
+    shown = f"{mode.name} ({int(mode)})"
+    try:
+        max_draft_len = int(build.get("max_draft_len") or 0)
+    except (TypeError, ValueError):
+        max_draft_len = 0
     decoding = repo.param("tensorrt_llm", "decoding_mode") or ""
-    want = mode.triton_decoding_mode
+    want = mode.triton_decoding_mode  # what the C++ backend calls the engine's speculative mode
     if want != "top_k_top_p" and decoding != want:
-        repo.fail(rel, "parameters.decoding_mode", f"{decoding!r} but the engine was built with speculative_decoding_mode "
-                  f"{mode.arg}", f'set decoding_mode to "{want}"')
+        repo.fail(rel, "parameters.decoding_mode", f"{decoding!r} but the engine was built with speculative_decoding_mode {shown}",
+                  f'set decoding_mode to "{want}"')
     if want == "top_k_top_p" and decoding in SPECULATIVE_DECODING_MODES:
-        repo.fail(rel, "parameters.decoding_mode", f"{decoding} but the engine's speculative_decoding_mode is {mode.arg}",
+        repo.fail(rel, "parameters.decoding_mode", f"{decoding} but the engine's speculative_decoding_mode is {shown}",
                   'set decoding_mode to "top_k_top_p" (or rebuild the engine for that mode)')
     if mode is SpeculativeDecodingMode.MEDUSA:
         _check_medusa_tree(repo, target, max_draft_len)
@@ -166,7 +189,7 @@ def _check_speculation(repo: _Repo, engines: dict[str, dict]) -> None:
                       f"names {draft_name!r}, which is not in the repository", "set it to tensorrt_llm_draft or regenerate")
         if mode is not SpeculativeDecodingMode.DRAFT_TOKENS_EXTERNAL:
             repo.fail("tensorrt_llm/config.pbtxt", "parameters.gpt_model_path",
-                      f"the target engine's speculative_decoding_mode is {mode.arg}, but the BLS drafts with {draft_name}",
+                      f"the target engine's speculative_decoding_mode is {shown}, but the BLS drafts with {draft_name}",
                       "rebuild the target with --speculative_decoding_mode draft_tokens_external --max_draft_len K")
         if k is not None and k.isdigit() and int(k) > max_draft_len:
             repo.fail("tensorrt_llm_bls/config.pbtxt", "parameters.default_num_draft_tokens",
@@ -247,7 +270,10 @@ def _tokenizer_size(folder: Path) -> int:
     path = folder / "tokenizer.json"
     if not path.is_file():
         return 0
-    data = json.loads(path.read_text())
+    try:
+        data = read_json(path, kind="tokenizer", what="tokenizer.json")
+    except SpecbuildError:
+        return 0  # unreadable: the tokenizer rows of `check` and the server say why
     ids = set(((data.get("model") or {}).get("vocab") or {}).values()) if isinstance((data.get("model") or {}).get("vocab"), dict) else set()
     ids |= {t.get("id") for t in data.get("added_tokens") or [] if isinstance(t, dict)}
     return max((i for i in ids if isinstance(i, int)), default=-1) + 1
@@ -256,7 +282,8 @@ def _tokenizer_size(folder: Path) -> int:
 def _same_tokenizer(folders: list[Path]) -> bool:
     """Two folders hold the same tokenizer when their tokenizer files are byte-identical."""
     def digest(folder: Path) -> tuple:
-        return tuple((f, (folder / f).read_bytes()) for f in TOKENIZER_FILES if (folder / f).is_file())
+        return tuple((f, hashlib.sha256(read_bytes(folder / f, kind="tokenizer")).hexdigest())
+                     for f in TOKENIZER_FILES if (folder / f).is_file())
 
     first = digest(folders[0])
     return all(digest(f) == first for f in folders[1:])

@@ -13,7 +13,6 @@ the same way. The repository manifest records both mappings so `repo check` can 
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,7 +23,8 @@ from specbuild.core.artifacts import REPO_KIND, BuildManifest, read_build_manife
 from specbuild.core.errors import RepoError
 from specbuild.core.hf_config import HFModelConfig
 from specbuild.core.manifest import atomic_output_dir, write_manifest
-from specbuild.core.trtllm_facts import parse_version
+from specbuild.core.safe_io import read_json
+from specbuild.core.trtllm_facts import known_versions, parse_version
 from specbuild.model_repo.configs import BACKENDS, EngineModel, RepoLayout, all_configs, to_text
 from specbuild.model_repo.tensors import (
     DEFAULT_LOGITS_DTYPE,
@@ -97,7 +97,7 @@ def read_build(build_dir: str | Path) -> BuildInfo:
 
 
 def _json(path: Path) -> dict[str, Any] | None:
-    return json.loads(path.read_text()) if path.is_file() else None
+    return read_json(path, what="engine config.json") if path.is_file() else None
 
 
 def kv_fractions(build: BuildInfo, *, strict: bool) -> tuple[float, float | None, int | None]:
@@ -136,8 +136,8 @@ def plan_layout(
         raise RepoError(f"unknown backend {backend!r}", expected=" | ".join(BACKENDS), found=backend,
                         fix="pass --backend tensorrtllm (GPU containers) or --backend python (local)")
     version = trtllm_version or spec.trtllm_version
-    if not parse_version(version):
-        raise RepoError(f"cannot read TensorRT-LLM version {version!r}", expected="a version such as 1.2.1 or 0.19.0",
+    if not parse_version(version) or version not in known_versions():
+        raise RepoError(f"unknown TensorRT-LLM version {version!r}", expected="a released version: " + ", ".join(known_versions()),
                         found=version, fix="pass --trtllm-version 1.2.1 (the TensorRT-LLM inside the serving container)")
 
     def served(path: Path) -> str:
@@ -167,6 +167,7 @@ def plan_layout(
             enable_kv_cache_reuse=loop,  # the BLS re-sends the growing prefix every round
             max_tokens_in_paged_kv_cache=kv_tokens,
             medusa_choices=spec.medusa_choices().to_triton() if role.heads is not None else None,
+            enable_chunked_context=spec.serving.enable_chunked_context,
         )
     return RepoLayout(
         mode=spec.mode,
@@ -208,7 +209,9 @@ def generate_repo(
                          tokenizer_dir=tokenizer_dir)
     configs = all_configs(layout)
     out = Path(out)
-    with atomic_output_dir(out, force=force) as tmp:
+    inputs = {"build folder": build.build_dir, "tokenizer folder": build.tokenizer_dir,
+              **{f"{role} engine folder": e.path for role, e in build.engines.items()}, "specbuild's Python models": PYTHON_MODELS}
+    with atomic_output_dir(out, force=force, inputs=inputs) as tmp:
         for name, config in configs.items():
             (tmp / name / "1").mkdir(parents=True)
             (tmp / name / "config.pbtxt").write_text(to_text(config))

@@ -2,9 +2,12 @@
 
 Pure argv builders (no server is started; `specbuild serve REPO --print-launch` prints them):
 * `container_image(trtllm_version)`: `nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3`
-  whose TensorRT-LLM matches the engines (NGC compatibility matrix, triton.md §4.2);
+  whose TensorRT-LLM matches the engines (core/trtllm_facts.py: the tensorrtllm_backend
+  Dockerfile pins and the NGC matrix; 1.2.1 defaults to 26.04);
 * `docker_argv(...)`: the container run line (host network, shm, memlock/stack ulimits, all
-  GPUs, every host folder the repository points at mounted at the same path, read-only);
+  GPUs, read-only mounts of the host folders only: the repository, the engine folders (the build
+  folder at `--engine-root` when the repository was built with one) and the tokenizer folder;
+  never anything under /opt/tritonserver, which is the container's own);
 * `mpirun_argv(...)`: what tensorrtllm_backend's `scripts/launch_triton_server.py` runs
   (triton.md §4.1), written out so it needs no script inside the container. Leader mode
   (Medusa): one tritonserver per MPI rank, world size = target tp*pp, only rank 0 serves.
@@ -15,14 +18,16 @@ Pure argv builders (no server is started; `specbuild serve REPO --print-launch` 
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from specbuild.core.artifacts import read_repo_manifest
+from specbuild.core.artifacts import RepoManifest, read_repo_manifest
 from specbuild.core.errors import ServerError, SpecbuildError
 from specbuild.core.methods import Method, method_of, parse_method
-from specbuild.core.trtllm_facts import CONTAINERS, facts_for
+from specbuild.core.safe_io import read_text
+from specbuild.core.trtllm_facts import containers, known_versions
+from specbuild.model_repo.configs import parse_text
 
 IMAGE_REPO = "nvcr.io/nvidia/tritonserver"
 IMAGE_SUFFIX = "trtllm-python-py3"
@@ -66,28 +71,48 @@ class LaunchLayout:
 
 
 def container_tags(trtllm_version: str) -> tuple[str, ...]:
-    tags = facts_for(trtllm_version).containers
-    if not tags:
+    """NGC tags whose TensorRT-LLM is `trtllm_version` (core/trtllm_facts.py, with sources)."""
+    return _containers(trtllm_version).tags
+
+
+def _containers(trtllm_version: str):
+    found = containers(trtllm_version)
+    if found is None:
         raise ServerError(
             f"no Triton TensorRT-LLM container is known for TensorRT-LLM {trtllm_version}",
-            expected="one of " + ", ".join(CONTAINERS),
+            expected="one of " + ", ".join(known_versions()),
             found=trtllm_version,
             fix="set trtllm_version in the spec to a released version (1.2.1 pairs with 26.04-26.07), or pass --container-tag",
         )
-    return tags
+    return found
 
 
 def container_image(trtllm_version: str, *, tag: str | None = None) -> str:
-    """The image whose TensorRT-LLM built the engines (newest matching release unless `tag`)."""
-    return f"{IMAGE_REPO}:{tag or container_tags(trtllm_version)[-1]}-{IMAGE_SUFFIX}"
+    """The image whose TensorRT-LLM built the engines: its default tag (1.2.1: 26.04) unless `tag`."""
+    return f"{IMAGE_REPO}:{tag or _containers(trtllm_version).default}-{IMAGE_SUFFIX}"
 
 
-def docker_argv(image: str, *, mounts: list[Path], env: dict[str, str]) -> list[str]:
+@dataclass(frozen=True)
+class Mount:
+    """A host folder and where the container sees it (read-only)."""
+
+    host: Path
+    container: str
+
+    def __post_init__(self) -> None:
+        if not Path(self.container).is_absolute() or self.container.rstrip("/") in ("", CONTAINER_ROOT) \
+                or self.container.startswith(CONTAINER_ROOT + "/"):
+            raise ServerError(f"cannot mount {self.host} at {self.container} in the container",
+                              expected=f"an absolute path outside {CONTAINER_ROOT} (the container's own files)",
+                              found=self.container, fix="regenerate the repository with another --engine-root / --tokenizer-dir")
+
+
+def docker_argv(image: str, *, mounts: list[Mount], env: dict[str, str]) -> list[str]:
     """`docker run` up to and including the image; the server command follows it."""
     argv = ["docker", "run", "--rm", "-it", "--net", "host", f"--shm-size={SHM_SIZE}",
             "--ulimit", "memlock=-1", "--ulimit", f"stack={STACK_BYTES}", "--gpus", "all"]
-    for path in sorted({str(Path(p)) for p in mounts}):
-        argv += ["-v", f"{path}:{path}:ro"]  # same path inside: config.pbtxt paths stay valid
+    for m in sorted(set(mounts), key=lambda m: (m.container, str(m.host))):
+        argv += ["-v", f"{m.host}:{m.container}:ro"]
     for key, value in sorted(env.items()):
         argv += ["-e", f"{key}={value}"]
     return argv + [image]
@@ -123,30 +148,82 @@ def mpirun_argv(
     return argv
 
 
-def repo_mounts(repo: Path) -> list[Path]:
-    """The repository and every absolute folder its configs point at (engines, tokenizer)."""
-    mounts = [Path(repo).resolve()]
-    for config in sorted(Path(repo).glob("*/config.pbtxt")):
-        for line in config.read_text().splitlines():
-            line = line.strip()
-            if line.startswith("string_value:"):
-                value = line.split(":", 1)[1].strip().strip('"')
-                if value.startswith("/"):
-                    mounts.append(Path(value))
-    return mounts
+# config.pbtxt parameters that name host folders the server reads: the engines and the tokenizer.
+# Everything else that looks like a path (executor_worker_path) is inside the container.
+MOUNTED_PARAMETERS = ("gpt_model_path", "tokenizer_dir")
+CONTAINER_ROOT = "/opt/tritonserver"
+
+
+def repo_mounts(repo: Path) -> list[Mount]:
+    """The repository (same path inside), the engine folders and the tokenizer folder, each once.
+
+    With `repo --engine-root ROOT` the build folder is mounted at ROOT, and with a container
+    `--tokenizer-dir` the host tokenizer folder at that path (the repository's specbuild.json records
+    both host folders); other absolute paths are host paths mounted at the same place.
+    """
+    repo = Path(repo).resolve()
+    manifest = _manifest(repo)
+    mounts = [Mount(repo, str(repo))]
+    root, build = manifest.engine_root, manifest.build_dir
+    if root and build:
+        mounts.append(Mount(Path(build), str(root)))
+    served_tok = manifest.layout.get("tokenizer_dir")
+    host_tok = str(manifest.tokenizer_dir_host) if manifest.tokenizer_dir_host else None
+    for config in sorted(repo.glob("*/config.pbtxt")):
+        try:
+            parsed = parse_text(read_text(config, kind="config", what="model configuration"))
+        except Exception as exc:  # a broken config: `repo check` explains it
+            raise ServerError(f"cannot read {config}", expected="a valid config.pbtxt", found=str(exc)[:200],
+                              fix="run `specbuild repo check REPO`, or regenerate the repository") from None
+        for key in MOUNTED_PARAMETERS:
+            value = parsed.parameters[key].string_value if key in parsed.parameters else ""
+            if not value.startswith("/") or value == CONTAINER_ROOT or value.startswith(CONTAINER_ROOT + "/"):
+                continue
+            if root and build and (value == root or value.startswith(str(root).rstrip("/") + "/")):
+                continue  # inside the mounted build folder
+            if key == "tokenizer_dir" and host_tok and value == served_tok and served_tok != host_tok:
+                mounts.append(Mount(Path(host_tok), value))
+            else:
+                mounts.append(Mount(Path(value), value))
+    return _drop_nested(mounts)
+
+
+def _drop_nested(mounts: list[Mount]) -> list[Mount]:
+    """Keep each mount once, and none that a broader mount already shows at the same place."""
+    out: list[Mount] = []
+    for m in sorted(set(mounts), key=lambda m: len(m.container)):
+        covered = any(Path(m.container).is_relative_to(o.container)
+                      and m.host == o.host / Path(m.container).relative_to(o.container) for o in out)
+        if not covered:
+            out.append(m)
+    return sorted(out, key=lambda m: m.container)
+
+
+def _manifest(repo: Path) -> RepoManifest:
+    try:
+        return read_repo_manifest(repo)
+    except SpecbuildError as exc:
+        raise ServerError(
+            f"cannot read the deployment layout of {repo}",
+            expected=f"{Path(repo) / 'specbuild.json'} with the resolved build spec under \"spec\" (written by `specbuild repo`)",
+            found=exc.what, fix="generate the repository with `specbuild repo BUILD_DIR --out REPO`",
+        ) from None
 
 
 def read_layout(repo: Path) -> LaunchLayout:
     """The layout recorded in the repository's specbuild.json (its resolved spec)."""
+    manifest = _manifest(repo)
     try:
-        return LaunchLayout.from_spec_dict(read_repo_manifest(repo).spec)
-    except (SpecbuildError, KeyError, TypeError, ValueError) as exc:
-        found = exc.message() if isinstance(exc, SpecbuildError) else f"{type(exc).__name__}: {exc}"
+        layout = LaunchLayout.from_spec_dict(manifest.spec)
+        # `repo --trtllm-version V` names the serving container's TensorRT-LLM; the manifest records it
+        return replace(layout, trtllm_version=manifest.trtllm_version)
+    except (SpecbuildError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        found = exc.what if isinstance(exc, SpecbuildError) else f"{type(exc).__name__}: {exc}"
         raise ServerError(
             f"cannot read the deployment layout of {repo}",
             expected=f"{Path(repo) / 'specbuild.json'} with the resolved build spec under \"spec\" (written by `specbuild repo`)",
             found=found,
-            fix="generate the repository with `specbuild repo BUILD_DIR OUT`",
+            fix="generate the repository with `specbuild repo BUILD_DIR --out REPO`",
         ) from None
 
 

@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from specbuild.core.errors import TrainingError
 from specbuild.core.manifest import atomic_output_dir
+from specbuild.core.safe_io import InputFileError, read_json
 
 KEEP = 2  # complete checkpoints kept; older ones are deleted
 _PREFIX = "step-"
@@ -53,7 +54,10 @@ def latest_checkpoint(folder: Path) -> Path | None:
 
 def load_checkpoint(path: Path) -> TrainState:
     try:
-        meta = json.loads((path / "state.json").read_text())
+        try:
+            meta = read_json(path / "state.json", what="checkpoint state.json")
+        except InputFileError as exc:
+            raise OSError(exc.message()) from None
         heads = load_file(str(path / "heads.safetensors"))
         opt_tensors = load_file(str(path / "optimizer.safetensors"))
         rng = load_file(str(path / "rng.safetensors"))

@@ -26,6 +26,7 @@ from specbuild.builder.resolve import resolve_model
 from specbuild.core.errors import TrainingError
 from specbuild.core.medusa_choices import MedusaChoices
 from specbuild.core.methods import Tunable, method_of, resolve_name
+from specbuild.core.safe_io import check_writable
 from specbuild.core.spec import load_spec
 from specbuild.core.theory import speedup, tokens_per_pass_chain
 from specbuild.engines.reference.engine import ReferenceEngine
@@ -82,6 +83,9 @@ class TuneReport:
 def tune_spec(spec_path: Path, options: TuneOptions, *, reporter: Reporter | None = None) -> TuneReport:
     rep = reporter or Reporter()
     spec = load_spec(spec_path)
+    options.validate(spec)
+    if options.write:
+        check_writable(spec_path, option="the spec")  # before minutes of profiling, not after
     texts = read_texts(options.prompts)
     with open_engine(spec, options.engine, rep) as engine:
         prompts = [engine.tokenizer(t, add_special_tokens=True)["input_ids"] for t in texts]
@@ -90,7 +94,8 @@ def tune_spec(spec_path: Path, options: TuneOptions, *, reporter: Reporter | Non
             held = [engine.tokenizer(t, add_special_tokens=True)["input_ids"] for t in read_texts(options.eval_prompts)]
             report = _measure(report, engine, held, options, rep)
     if options.write:
-        report = _write(spec_path, report)
+        report = _write(spec_path, report, inputs={"--prompts file": options.prompts, "--eval-prompts file": options.eval_prompts,
+                                                   "--engine folder": options.engine})
     return report
 
 
@@ -194,8 +199,7 @@ def _measure(report: TuneReport, engine, prompts, options: TuneOptions, rep: Rep
     return replace(report, details={**report.details, "measured": measured})
 
 
-def _write(spec_path: Path, report: TuneReport) -> TuneReport:
-
+def _write(spec_path: Path, report: TuneReport, *, inputs: dict[str, Any]) -> TuneReport:
     tunable = Tunable[report.tunes.upper()]
-    kept = set_spec_value(spec_path, tunable.section, tunable.key, report.chosen.value)
+    kept = set_spec_value(spec_path, tunable.section, tunable.key, report.chosen.value, inputs=inputs)
     return replace(report, written="kept comments" if kept else "rewrote the spec (comments lost)")

@@ -25,7 +25,6 @@ What the local Triton `tensorrt_llm` Python model calls (all thread-safe, one lo
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 import time
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from specbuild.core.errors import EngineError
 from specbuild.core.generation import GenerationResult, SpecStats
 from specbuild.core.hf_config import HFModelConfig
 from specbuild.core.methods import Method, engine_speculator, method_of, resolve_name
+from specbuild.core.safe_io import InputFileError, read_json
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 from specbuild.engines.reference.loader import load_weights
@@ -79,7 +79,7 @@ def locate(path: str | Path) -> EngineLayout:
             max_draft_len=artifact.roles["target"].max_draft_len,
             method=spec.mode,
         )
-    raw = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else {}
+    raw = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
     if "build_config" in raw:  # an engine folder: its speculative_decoding_mode says what it does
         build_config = raw["build_config"]
         mode = SpeculativeDecodingMode.from_recorded(build_config.get("speculative_decoding_mode"))
@@ -282,6 +282,14 @@ def _check_prompt(ids: list[int], vocab: int) -> None:
     bad = [t for t in ids if not 0 <= int(t) < vocab]
     if bad:
         raise EngineError("prompt token id out of range", expected=f"ids in [0, {vocab})", found=str(bad[:5]), fix="tokenize with the engine's tokenizer")
+
+
+def _read_json(path: Path, *, kind: str = "config") -> dict[str, Any]:
+    """A bounded JSON object (safe_io); a damaged file is an EngineError naming it."""
+    try:
+        return read_json(path, kind=kind)
+    except InputFileError as exc:
+        raise EngineError(exc.what, expected=exc.expected, found=exc.found, fix="rebuild it with `specbuild compile`") from None
 
 
 def _tokenizer_of(folder: Path, artifact) -> Path | None:

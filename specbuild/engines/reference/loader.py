@@ -22,7 +22,6 @@ tp tensor-parallel size.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ import torch
 from safetensors.torch import load_file
 
 from specbuild.core.errors import CheckpointError
+from specbuild.core.safe_io import InputFileError, read_json
 from specbuild.core.trtllm_layout import ConvertDims, Parallel, Placement, Split, placements
 from specbuild.engines.reference.config import RefModelConfig
 
@@ -78,7 +78,11 @@ def read_checkpoint_config(folder: Path) -> dict[str, Any]:
             found=", ".join(sorted(p.name for p in folder.iterdir())[:8]) if folder.is_dir() else "no such folder",
             fix="point at the folder `specbuild convert` or `specbuild compile` wrote",
         )
-    raw = json.loads(path.read_text())
+
+    try:
+        raw = read_json(path, what="checkpoint config.json")
+    except InputFileError as exc:
+        raise CheckpointError(exc.what, expected=exc.expected, found=exc.found, fix="re-run `specbuild convert` / `compile`") from None
     return raw["pretrained_config"] if "pretrained_config" in raw else raw
 
 

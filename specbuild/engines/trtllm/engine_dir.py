@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from specbuild.core.manifest import read_manifest, write_manifest
+from specbuild.core.safe_io import read_json
 
 REFERENCE = "reference"
 
@@ -24,7 +25,8 @@ def write_reference_engine(checkpoint_dir: str | Path, out_dir: str | Path, *, b
     """Write the engine folder `out_dir` (which must not exist) next to or inside a build output."""
     ckpt, out = Path(checkpoint_dir), Path(out_dir)
     ckpt_files = read_manifest(ckpt, kind="trtllm_checkpoint")["files"]  # refuses incomplete checkpoints
-    pretrained = json.loads((ckpt / "config.json").read_text())
+
+    pretrained = read_json(ckpt / "config.json", what="checkpoint config.json")
     out.mkdir(parents=True)
     config = {"version": version, "pretrained_config": pretrained, "build_config": build_config, "specbuild_engine": REFERENCE}
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")

@@ -8,7 +8,7 @@ medusa` and a `--max_draft_len` that holds the tree (§3.4). Every engine gets p
 
 `role_values` is the one list of (flag, value) pairs of an engine; `build_argv` turns it into argv
 (checked against `specbuild/data/trtllm_build_flags.json`) and `recorded_build_config` into the
-`build_config` trtllm-build records in the engine's config.json (with build()'s adjustments, §1.2);
+`build_config` trtllm-build records in the engine's config.json (with the limits trtllm-build derives, `engine_limits`);
 the reference engine folder carries the same values (core/trtllm_facts.py).
 """
 

@@ -25,6 +25,7 @@ from safetensors import SafetensorError, safe_open
 
 from specbuild.core.errors import CheckpointError
 from specbuild.core.hf_config import DTYPE_BYTES
+from specbuild.core.safe_io import InputFileError, read_json
 
 FLOAT_DTYPES = tuple(DTYPE_BYTES)
 _ST_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I64": "int64", "I32": "int32", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
@@ -69,8 +70,10 @@ class SafetensorsSource:
         index_file = folder / "model.safetensors.index.json"
         if index_file.is_file():
             try:
-                weight_map = json.loads(index_file.read_text())["weight_map"]
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                weight_map = read_json(index_file, what="safetensors index")["weight_map"]
+                if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+                    raise TypeError(f"weight_map is {type(weight_map).__name__}")
+            except (InputFileError, KeyError, TypeError) as exc:
                 raise CheckpointError(f"{index_file} is not a safetensors index", expected='{"weight_map": {tensor: file}}', found=str(exc), fix="re-save the checkpoint") from None
             names = sorted(set(weight_map.values()))
             for n in names:
