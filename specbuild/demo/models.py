@@ -43,6 +43,7 @@ from specbuild.demo.corpus import chunks, corpus_split, encode_stream, windows, 
 from specbuild.demo.lm import acceptance_profile, greedy_continue, new_model, train_lm
 from specbuild.demo.settings import (
     DEFAULT_CACHE,
+    DEFAULT_SETTINGS,
     MICRO,
     DemoFamily,
     DemoSettings,
@@ -55,7 +56,7 @@ __all__ = ["DEFAULT_CACHE", "MICRO", "DemoFamily", "DemoSettings", "acceptance_p
 
 
 def build_family(
-    settings: DemoSettings = DemoSettings(),
+    settings: DemoSettings = DEFAULT_SETTINGS,
     *,
     cache: Path = DEFAULT_CACHE,
     log: Callable[[str], None] = print,
@@ -146,7 +147,7 @@ def _build_into(out: Path, settings: DemoSettings, log: Callable[[str], None]) -
 
 def build_medusa(
     family: DemoFamily,
-    settings: DemoSettings = DemoSettings(),
+    settings: DemoSettings = DEFAULT_SETTINGS,
     *,
     cache: Path = DEFAULT_CACHE,
     log: Callable[[str], None] = print,

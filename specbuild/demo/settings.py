@@ -88,6 +88,8 @@ class DemoSettings:
         return settings_hash({"family": self.family_key(), "medusa": dataclasses.asdict(self.medusa)})
 
 
+DEFAULT_SETTINGS = DemoSettings()  # what `make demo` builds
+
 # Tiny sizes and a handful of steps: proves the pipeline in tests, trains nothing useful.
 MICRO = DemoSettings(
     corpus_bytes=40_000,
