@@ -25,7 +25,13 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from specbuild.core.errors import CheckpointError
-from specbuild.core.safe_io import read_json
+from specbuild.core.medusa_heads import (
+    WEIGHT_FILES,
+    heads_weights_file,
+    load_pt_state,
+    read_heads_config,
+    read_medusa_heads,
+)
 
 HEADS_FILE = "medusa_lm_head.safetensors"
 CONFIG_FILE = "config.json"
@@ -144,18 +150,27 @@ def save_heads(heads: MedusaHeads, folder: Path, *, dtype: torch.dtype | None = 
 
 
 def load_heads(folder: str | Path) -> MedusaHeads:
-    """Read a heads folder (config.json + medusa_lm_head.safetensors) as float32 MedusaHeads."""
+    """A heads folder as float32 MedusaHeads, read through the one heads-folder reader
+    (core/medusa_heads.py): the weights file it picks (medusa_lm_head.pt, else .safetensors) and the
+    head counts and sizes the weights hold (a config.json that says otherwise does not decide)."""
     folder = Path(folder)
-    cfg_path, weights = folder / CONFIG_FILE, folder / HEADS_FILE
-    if not cfg_path.is_file() or not weights.is_file():
+    weights = heads_weights_file(folder)
+    if weights is None:
         raise CheckpointError(
             f"{folder} is not a Medusa heads folder",
-            expected=f"{CONFIG_FILE} and {HEADS_FILE}",
-            found=", ".join(sorted(p.name for p in folder.iterdir())) if folder.is_dir() else "no such folder",
+            expected=" or ".join(WEIGHT_FILES) + " (HF Medusa format)",
+            found=", ".join(sorted(p.name for p in folder.iterdir())[:20]) if folder.is_dir() else "no such folder",
             fix="train heads with `specbuild train-medusa` or point at the heads folder",
         )
-
-    config = HeadsConfig.from_json(read_json(cfg_path, what="Medusa heads config.json"), str(cfg_path))
+    state = load_pt_state(weights) if weights.suffix == ".pt" else load_file(str(weights))
+    info = read_medusa_heads(folder, state=state)
+    if info.problems:
+        raise CheckpointError(f"{weights}: not HF Medusa heads", expected='keys "{h}.{j}.linear.weight|bias" and "{h}.{L}.weight"',
+                              found="; ".join(info.problems), fix="use the HF Medusa format (FasterDecoding medusa_lm_head)")
+    raw = read_heads_config(folder)
+    config = HeadsConfig(num_heads=info.num_heads, num_layers=info.num_layers, hidden_size=info.hidden_size,
+                         vocab_size=info.vocab_size, hidden_act=str(raw.get("hidden_act", "silu")),
+                         base_model_name_or_path=str(raw.get("base_model_name_or_path", "")))
     heads = MedusaHeads(config)
-    heads.load_hf_state_dict({k: v.float() for k, v in load_file(str(weights)).items()}, str(weights))
+    heads.load_hf_state_dict({k: v.float() for k, v in state.items()}, str(weights))
     return heads
