@@ -30,6 +30,7 @@ demo: setup
 
 lint: setup
 	$(BIN)/ruff check specbuild tests
+	$(BIN)/ruff format --check specbuild tests
 	$(BIN)/lint-imports
 
 bench-convert: setup

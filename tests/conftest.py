@@ -40,7 +40,9 @@ def tiny_target(make_tiny) -> Path:
 @pytest.fixture(scope="session")
 def tiny_draft(make_tiny) -> Path:
     """A smaller Llama sharing the target's tokenizer."""
-    return make_tiny("draft", hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64, seed=2)
+    return make_tiny(
+        "draft", hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64, seed=2
+    )
 
 
 @pytest.fixture(scope="session")

@@ -92,17 +92,28 @@ class FakeServer:
                 continue
             as_dict = MessageToDict(cfg, preserving_proto_field_name=True)
             model = self._load(name)
-            model.initialize({"model_config": json.dumps(as_dict), "model_name": name,
-                              "model_repository": str(self.repo / name), "model_version": "1"})
+            model.initialize(
+                {
+                    "model_config": json.dumps(as_dict),
+                    "model_name": name,
+                    "model_repository": str(self.repo / name),
+                    "model_version": "1",
+                }
+            )
             self.models[name] = model
 
     def _install_module(self) -> None:
         server = self
         mod = types.ModuleType("triton_python_backend_utils")
         mod.Tensor, mod.TritonError, mod.InferenceResponse = Tensor, TritonError, InferenceResponse
-        mod.get_input_tensor_by_name, mod.get_output_tensor_by_name = get_input_tensor_by_name, get_output_tensor_by_name
+        mod.get_input_tensor_by_name, mod.get_output_tensor_by_name = (
+            get_input_tensor_by_name,
+            get_output_tensor_by_name,
+        )
         mod.TRITONSERVER_RESPONSE_COMPLETE_FINAL = FINAL
-        mod.using_decoupled_model_transaction_policy = lambda cfg: bool(cfg.get("model_transaction_policy", {}).get("decoupled"))
+        mod.using_decoupled_model_transaction_policy = lambda cfg: bool(
+            cfg.get("model_transaction_policy", {}).get("decoupled")
+        )
 
         class InferenceRequest:
             def __init__(self, model_name, requested_output_names, inputs):
@@ -113,7 +124,9 @@ class FakeServer:
                 responses = server.infer(self.model_name, self.inputs)
                 if decoupled:
                     return iter(responses)
-                assert len(responses) == 1, f"{self.model_name}: {len(responses)} responses to a non-decoupled call"
+                assert len(responses) == 1, (
+                    f"{self.model_name}: {len(responses)} responses to a non-decoupled call"
+                )
                 return responses[0]
 
         mod.InferenceRequest = InferenceRequest
@@ -162,7 +175,9 @@ class FakeServer:
             out = []
             for request in requests:
                 sent = request.sender.responses
-                assert sent and sent[-1][1] == FINAL and all(flags == 0 for _, flags in sent[:-1]), f"{name}: final flag"
+                assert sent and sent[-1][1] == FINAL and all(flags == 0 for _, flags in sent[:-1]), (
+                    f"{name}: final flag"
+                )
                 out.append([r for r, _ in sent if r is not None])
             return out
         assert len(returned) == len(requests)
@@ -170,6 +185,7 @@ class FakeServer:
 
     def _ensemble(self, cfg, inputs: dict[str, np.ndarray]) -> list[InferenceResponse]:
         """Run the steps in order; a step with several responses feeds each one to the following steps."""
+
         def run(step_index: int, tensors: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
             if step_index == len(cfg.ensemble_scheduling.step):
                 return [tensors]
@@ -186,15 +202,30 @@ class FakeServer:
             return results
 
         names = {o.name for o in cfg.output}
-        return [InferenceResponse([Tensor(k, v) for k, v in r.items() if k in names]) for r in run(0, dict(inputs))]
+        return [
+            InferenceResponse([Tensor(k, v) for k, v in r.items() if k in names])
+            for r in run(0, dict(inputs))
+        ]
 
 
 def text_request(text: str, max_tokens: int, **extra) -> dict[str, np.ndarray]:
     """Ensemble / BLS inputs with the batch dim: scalars become [1, 1] arrays of the right dtype."""
-    dtypes = {"stream": bool, "use_draft_logits": bool, "return_perf_metrics": bool, "exclude_input_in_output": bool,
-              "num_draft_tokens": np.int32, "top_k": np.int32, "temperature": np.float32, "top_p": np.float32,
-              "seed": np.uint64, "end_id": np.int32}
-    inputs = {"text_input": np.array([[text.encode()]], dtype=object), "max_tokens": np.array([[max_tokens]], dtype=np.int32)}
+    dtypes = {
+        "stream": bool,
+        "use_draft_logits": bool,
+        "return_perf_metrics": bool,
+        "exclude_input_in_output": bool,
+        "num_draft_tokens": np.int32,
+        "top_k": np.int32,
+        "temperature": np.float32,
+        "top_p": np.float32,
+        "seed": np.uint64,
+        "end_id": np.int32,
+    }
+    inputs = {
+        "text_input": np.array([[text.encode()]], dtype=object),
+        "max_tokens": np.array([[max_tokens]], dtype=np.int32),
+    }
     for key, value in extra.items():
         inputs[key] = np.array([[value]], dtype=dtypes[key])
     return inputs
@@ -209,8 +240,15 @@ def collect(responses) -> dict:
         text += out["text_output"].reshape(-1)[0].decode() if "text_output" in out else ""
         if "output_ids" in out:
             tokens += out["output_ids"].reshape(-1)[: int(out["sequence_length"].reshape(-1)[0])].tolist()
-        for key in ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens", "first_token_time_ns",
-                    "last_token_time_ns", "arrival_time_ns", "kv_cache_reused_blocks"):
+        for key in (
+            "acceptance_rate",
+            "total_accepted_draft_tokens",
+            "total_draft_tokens",
+            "first_token_time_ns",
+            "last_token_time_ns",
+            "arrival_time_ns",
+            "kv_cache_reused_blocks",
+        ):
             if key in out:
                 perf[key] = out[key].reshape(-1)[0].item()
     return {"text": text, "tokens": tokens, "perf": perf, "responses": len(list(responses))}

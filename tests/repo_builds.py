@@ -27,7 +27,9 @@ def make_heads(folder: Path, *, hidden: int, vocab: int, heads: int, layers: int
     return folder
 
 
-def compile_tiny(workdir: Path, mode: str, *, target: Path, draft: Path | None = None, engine: str = "reference") -> Path:
+def compile_tiny(
+    workdir: Path, mode: str, *, target: Path, draft: Path | None = None, engine: str = "reference"
+) -> Path:
     """Place the tiny models beside a copy of examples/tiny/<spec>.yaml and compile reference engines."""
     from specbuild.builder.compile import compile_spec
     from specbuild.core.spec import load_spec
@@ -51,15 +53,20 @@ def cached_build(tmp_path_factory, name: str, mode: str, *, target: Path, draft:
     """compile_tiny once per session and name (several test modules share the builds)."""
     key = (name, mode, str(target), str(draft))
     if key not in _BUILDS:
-        _BUILDS[key] = compile_tiny(tmp_path_factory.mktemp(f"build-{name}"), mode, target=target, draft=draft)
+        _BUILDS[key] = compile_tiny(
+            tmp_path_factory.mktemp(f"build-{name}"), mode, target=target, draft=draft
+        )
     return _BUILDS[key]
 
 
 def repo_text(repo: Path, *, replace: dict[str, str]) -> str:
     """Every config.pbtxt and the file list of a repository, with machine paths replaced (golden files)."""
     parts = ["# files"]
-    parts += [p.relative_to(repo).as_posix() for p in sorted(repo.rglob("*")) if p.is_file() and p.name != "specbuild.json"
-              and "__pycache__" not in p.parts]
+    parts += [
+        p.relative_to(repo).as_posix()
+        for p in sorted(repo.rglob("*"))
+        if p.is_file() and p.name != "specbuild.json" and "__pycache__" not in p.parts
+    ]
     for path in sorted(repo.glob("*/config.pbtxt")):
         parts += [f"# {path.relative_to(repo).as_posix()}", path.read_text().rstrip("\n")]
     text = "\n".join(parts) + "\n"

@@ -16,8 +16,13 @@ PACKAGE = Path(__file__).resolve().parents[1] / "specbuild"
 def test_import_contract_is_kept():
     """pyproject.toml [tool.importlinter]: layers in pipeline order, independent engines, no cycles."""
     pytest.importorskip("importlinter")
-    result = subprocess.run([str(Path(sys.executable).with_name("lint-imports"))], capture_output=True, text=True,
-                            cwd=PACKAGE.parent, timeout=300)
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("lint-imports"))],
+        capture_output=True,
+        text=True,
+        cwd=PACKAGE.parent,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "0 broken" in result.stdout
 
@@ -40,8 +45,13 @@ def test_no_stage_compares_method_names():
 
 
 def test_core_imports_no_heavy_package():
-    code = ("import sys, pkgutil, importlib, specbuild.core as c\n"
-            "for m in pkgutil.walk_packages(c.__path__, 'specbuild.core.'): importlib.import_module(m.name)\n"
-            "print([h for h in ('torch', 'transformers', 'tritonclient', 'numpy', 'safetensors') if h in sys.modules])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
+    code = (
+        "import sys, pkgutil, importlib, specbuild.core as c\n"
+        "for m in pkgutil.walk_packages(c.__path__, 'specbuild.core.'): importlib.import_module(m.name)\n"
+        "print([h for h in ('torch', 'transformers', 'tritonclient', 'numpy', 'safetensors') if h in "
+        "sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     assert out.strip() == "[]"

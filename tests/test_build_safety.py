@@ -31,12 +31,18 @@ def run(*args: str):
 
 
 def tree(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory, tiny_target, tiny_draft):
-    return {"draft_target": cached_build(tmp_path_factory, "dt", "draft_target", target=tiny_target, draft=tiny_draft)}
+    return {
+        "draft_target": cached_build(
+            tmp_path_factory, "dt", "draft_target", target=tiny_target, draft=tiny_draft
+        )
+    }
 
 
 @pytest.fixture
@@ -46,9 +52,16 @@ def model(tiny_draft, tmp_path):
 
 
 def write_spec(path: Path, **changes) -> Path:
-    raw = {"name": "t", "mode": "draft_target", "dtype": "float32", "target": {"model": "target"}, "draft": {"model": "draft"},
-           "speculation": {"max_draft_len": 4}, "build": {"max_batch_size": 2, "max_input_len": 64, "max_seq_len": 128},
-           "serving": {"gpu_memory_gb": 4}}
+    raw = {
+        "name": "t",
+        "mode": "draft_target",
+        "dtype": "float32",
+        "target": {"model": "target"},
+        "draft": {"model": "draft"},
+        "speculation": {"max_draft_len": 4},
+        "build": {"max_batch_size": 2, "max_input_len": 64, "max_seq_len": 128},
+        "serving": {"gpu_memory_gb": 4},
+    }
     for key, value in changes.items():
         section, _, field = key.partition("__")
         if field:
@@ -62,10 +75,13 @@ def write_spec(path: Path, **changes) -> Path:
 
 # ---- severe 1: --force never destroys an input -------------------------------------------------
 
+
 def test_convert_out_equal_to_the_source_is_refused(model):
     before = tree(model)
     result = run("convert", str(model), "--out", str(model), "--force")
-    assert result.exit_code == 2 and "HF model" in result.output and "which this command reads" in result.output
+    assert (
+        result.exit_code == 2 and "HF model" in result.output and "which this command reads" in result.output
+    )
     assert tree(model) == before
 
 
@@ -100,7 +116,9 @@ def test_train_medusa_out_on_the_base_model_is_refused_before_loading(model, tmp
     data = tmp_path / "data.txt"
     data.write_text("some text\n")
     before = tree(model)
-    result = run("train-medusa", str(model), "--data", str(data), "--out", str(model), "--force", "--device", "cpu")
+    result = run(
+        "train-medusa", str(model), "--data", str(data), "--out", str(model), "--force", "--device", "cpu"
+    )
     assert result.exit_code == 2 and "base model" in result.output
     assert tree(model) == before
 
@@ -116,6 +134,7 @@ def test_atomic_write_refuses_to_replace_an_input(tmp_path):
 
 
 # ---- medium 7: bounded reads ----------------------------------------------------------------------
+
 
 def test_yaml_alias_bomb_is_refused_at_once(tmp_path):
     """Six levels of 9 aliases each: 9**6 leaves a wrong-type error used to print in full."""
@@ -187,7 +206,10 @@ def test_repo_check_reads_no_device_and_no_binary(builds, tmp_path):
 
 # ---- medium 8: NaN / Inf weights ------------------------------------------------------------------
 
-@pytest.mark.parametrize(("dtype", "value"), [(None, float("nan")), ("float16", float("inf")), ("bfloat16", float("nan"))])
+
+@pytest.mark.parametrize(
+    ("dtype", "value"), [(None, float("nan")), ("float16", float("inf")), ("bfloat16", float("nan"))]
+)
 def test_nonfinite_weights_are_refused_naming_the_tensor(model, tmp_path, dtype, value):
     from safetensors.torch import load_file, save_file
 
@@ -199,7 +221,9 @@ def test_nonfinite_weights_are_refused_naming_the_tensor(model, tmp_path, dtype,
     save_file(state, str(f), metadata={"format": "pt"})
     with pytest.raises(CheckpointError, match=r"model\.layers\.0\.mlp\.down_proj\.weight .*NaN/Inf"):
         convert_checkpoint(model, tmp_path / "ckpt", dtype=dtype)
-    assert not any(p.name.startswith(".ckpt") for p in tmp_path.iterdir()) and not (tmp_path / "ckpt").exists()
+    assert (
+        not any(p.name.startswith(".ckpt") for p in tmp_path.iterdir()) and not (tmp_path / "ckpt").exists()
+    )
 
 
 def test_float32_values_that_overflow_float16_are_refused(model, tmp_path):
@@ -225,10 +249,13 @@ def test_inspect_check_values_lists_nonfinite_tensors(model):
     save_file(state, str(f), metadata={"format": "pt"})
     result = run("inspect", str(model), "--check-values", "--json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["nonfinite_tensors"] == {"model.safetensors:model.embed_tokens.weight": 1}
+    assert json.loads(result.output)["nonfinite_tensors"] == {
+        "model.safetensors:model.embed_tokens.weight": 1
+    }
 
 
 # ---- the rest ------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("value", [".nan", "1.0e+300", ".inf"])
 def test_gpu_memory_gb_must_be_a_sane_number(tmp_path, value):
@@ -276,16 +303,28 @@ def test_train_medusa_refuses_a_pickle_only_model(model, tmp_path):
     (model / "model.safetensors").unlink()
     data = tmp_path / "data.txt"
     data.write_text("text\n")
-    result = run("train-medusa", str(model), "--data", str(data), "--out", str(tmp_path / "heads"), "--device", "cpu")
-    assert result.exit_code == 2 and "no safetensors weights" in result.output and "never unpickles" in result.output
+    result = run(
+        "train-medusa", str(model), "--data", str(data), "--out", str(tmp_path / "heads"), "--device", "cpu"
+    )
+    assert (
+        result.exit_code == 2
+        and "no safetensors weights" in result.output
+        and "never unpickles" in result.output
+    )
 
 
 @pytest.mark.parametrize("lr", ["nan", "inf", "-1"])
 def test_train_medusa_refuses_a_non_finite_lr(model, tmp_path, lr):
     data = tmp_path / "data.txt"
     data.write_text("text\n")
-    result = run("train-medusa", str(model), "--data", str(data), "--out", str(tmp_path / "heads"), "--lr", lr)
-    assert result.exit_code == 2 and "impossible training options" in result.output and f"lr={float(lr)}" in result.output
+    result = run(
+        "train-medusa", str(model), "--data", str(data), "--out", str(tmp_path / "heads"), "--lr", lr
+    )
+    assert (
+        result.exit_code == 2
+        and "impossible training options" in result.output
+        and f"lr={float(lr)}" in result.output
+    )
 
 
 @pytest.mark.parametrize("k_max", ["0", "10000"])
@@ -354,12 +393,16 @@ def test_a_killed_runs_partial_folder_is_removed_by_the_next_run(model, tmp_path
 
 # ---- read-only and full output folders: a clear message, nothing replaced -------------------------
 
+
 @contextlib.contextmanager
 def mounted_tmpfs(path: Path, options: str):
     path.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True)
     if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.decode().strip()[:80]}); the errno mapping is tested below")
+        pytest.skip(
+            f"cannot mount a tmpfs here ({proc.stderr.decode().strip()[:80]}); the errno mapping is tested "
+            "below"
+        )
     try:
         yield path
     finally:
@@ -376,13 +419,19 @@ def test_full_disk_is_a_clear_error_and_leaves_nothing(model, tmp_path):
 def test_read_only_output_is_a_clear_error(model, tmp_path):
     with mounted_tmpfs(tmp_path / "ro", "size=1m,ro") as ro:
         result = run("convert", str(model), "--out", str(ro / "ckpt"))
-        assert result.exit_code == 2 and "Read-only file system" in result.output and "Traceback" not in result.output
+        assert (
+            result.exit_code == 2
+            and "Read-only file system" in result.output
+            and "Traceback" not in result.output
+        )
 
 
 def test_tune_write_on_a_read_only_spec_fails_before_profiling(tiny_target, tiny_draft, tmp_path):
     folder = tmp_path / "specs"
     with mounted_tmpfs(folder, "size=1m") as mnt:
-        spec = write_spec(mnt / "s.yaml", target={"model": str(tiny_target)}, draft={"model": str(tiny_draft)})
+        spec = write_spec(
+            mnt / "s.yaml", target={"model": str(tiny_target)}, draft={"model": str(tiny_draft)}
+        )
         subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
         prompts = tmp_path / "p.txt"
         prompts.write_text("hello\n")

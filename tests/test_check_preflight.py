@@ -47,7 +47,16 @@ def other_tokenizer_model(tmp_path_factory, tiny_target):
     base = tmp_path_factory.mktemp("othertok")
     tok = train_tokenizer(base / "tok", ["Completely different words about cats, dogs and boats. "] * 40)
     target_vocab = json.loads((tiny_target / "config.json").read_text())["vocab_size"]
-    make_model(base / "model", tok, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64, vocab_size=target_vocab)
+    make_model(
+        base / "model",
+        tok,
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=64,
+        vocab_size=target_vocab,
+    )
     return base / "model"
 
 
@@ -81,7 +90,15 @@ def test_mismatched_tokenizer_fails_with_fix(tmp_path, tiny_target, other_tokeni
 
 
 def test_vocab_size_mismatch_fails(tmp_path, tiny_target, make_tiny):
-    big = make_tiny("bigvocab", hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64, vocab_size=512)
+    big = make_tiny(
+        "bigvocab",
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=64,
+        vocab_size=512,
+    )
     spec = place_spec(tmp_path, "draft-target.yaml", {"target": tiny_target, "draft": big})
     report = run_checks(load_spec(spec))
     status, found, fix = rows(report)["vocab size"]
@@ -90,8 +107,12 @@ def test_vocab_size_mismatch_fails(tmp_path, tiny_target, make_tiny):
 
 
 def test_impossible_tp_names_valid_sizes(tmp_path, tiny_target, tiny_draft):
-    spec = place_spec(tmp_path, "draft-target.yaml", {"target": tiny_target, "draft": tiny_draft},
-                      **{"target.tp_size": 3, "serving.num_gpus": 3})
+    spec = place_spec(
+        tmp_path,
+        "draft-target.yaml",
+        {"target": tiny_target, "draft": tiny_draft},
+        **{"target.tp_size": 3, "serving.num_gpus": 3},
+    )
     report = run_checks(load_spec(spec))
     status, found, fix = rows(report)["target: tensor parallel"]
     assert status == "fail"
@@ -101,7 +122,9 @@ def test_impossible_tp_names_valid_sizes(tmp_path, tiny_target, tiny_draft):
 
 def test_kv_duplication_case(tmp_path, tiny_target, tiny_draft):
     # target: 4 heads, 2 KV heads; tp 4 > 2 KV heads is valid (each KV head stored twice)
-    spec = place_spec(tmp_path, "draft-target.yaml", {"target": tiny_target, "draft": tiny_draft}, **{"target.tp_size": 4})
+    spec = place_spec(
+        tmp_path, "draft-target.yaml", {"target": tiny_target, "draft": tiny_draft}, **{"target.tp_size": 4}
+    )
     report = run_checks(load_spec(spec))
     status, found, _ = rows(report)["target: tensor parallel"]
     assert status == "pass" and "duplicated x2" in found
@@ -146,7 +169,10 @@ def test_memory_fail_suggests_tp(tmp_path):
 
 # ---- Medusa ----------------------------------------------------------------------------------------
 
-def write_heads(folder: Path, *, num_heads: int, num_layers: int, hidden: int, vocab: int, config_heads: int | None = None) -> Path:
+
+def write_heads(
+    folder: Path, *, num_heads: int, num_layers: int, hidden: int, vocab: int, config_heads: int | None = None
+) -> Path:
     import torch
     from safetensors.torch import save_file
 
@@ -158,7 +184,11 @@ def write_heads(folder: Path, *, num_heads: int, num_layers: int, hidden: int, v
             tensors[f"{h}.{j}.linear.bias"] = torch.zeros(hidden)
         tensors[f"{h}.{num_layers}.weight"] = torch.zeros(vocab, hidden)
     save_file(tensors, str(folder / "medusa_lm_head.safetensors"))
-    cfg = {"medusa_num_heads": config_heads or num_heads, "medusa_num_layers": num_layers, "base_model_name_or_path": "tiny"}
+    cfg = {
+        "medusa_num_heads": config_heads or num_heads,
+        "medusa_num_layers": num_layers,
+        "base_model_name_or_path": "tiny",
+    }
     (folder / "config.json").write_text(json.dumps(cfg))
     return folder
 
@@ -186,8 +216,12 @@ def test_medusa_head_count_and_shape_mismatch_fail(tmp_path, tiny_target):
 
 def test_bad_tree_is_a_failed_row(tmp_path, tiny_target):
     heads = write_heads(tmp_path / "h", num_heads=3, num_layers=1, hidden=64, vocab=384, config_heads=2)
-    spec = place_spec(tmp_path, "medusa.yaml", {"target": tiny_target, "medusa_heads": heads},
-                      **{"medusa.choices": [[0], [1, 0], [0, 0, 0, 0]], "speculation.max_draft_len": 2})
+    spec = place_spec(
+        tmp_path,
+        "medusa.yaml",
+        {"target": tiny_target, "medusa_heads": heads},
+        **{"medusa.choices": [[0], [1, 0], [0, 0, 0, 0]], "speculation.max_draft_len": 2},
+    )
     result = runner.invoke(app, ["check", str(spec), "--json"])
     assert result.exit_code == 1
     out = {r["name"]: r for r in json.loads(result.output)["results"]}
@@ -197,7 +231,10 @@ def test_bad_tree_is_a_failed_row(tmp_path, tiny_target):
     assert "4 deep but the model has 3 Medusa heads" in tree["found"]
     assert "3 nodes but max_draft_len is 2" in tree["found"]
     # the heads' config.json disagrees with the weights: a warning that says the weights decide
-    assert out["medusa: config.json"]["status"] == "warn" and "weights decide" in out["medusa: config.json"]["fix"]
+    assert (
+        out["medusa: config.json"]["status"] == "warn"
+        and "weights decide" in out["medusa: config.json"]["fix"]
+    )
 
 
 def test_example_specs_check_offline():
@@ -233,11 +270,22 @@ def config_only(tmp: Path, source: Path, name: str, **changes) -> Path:
 
 def test_architecture_and_pipeline_rows(tmp_path, tiny_target, tiny_draft, tiny_qwen2):
     neox = config_only(tmp_path, tiny_target, "neox", architectures=["GPTNeoXForCausalLM"])
-    spec = place_spec(tmp_path, "draft-target.yaml", {"target": neox, "draft": tiny_draft}, **{"target.pp_size": 3, "serving.num_gpus": 3})
+    spec = place_spec(
+        tmp_path,
+        "draft-target.yaml",
+        {"target": neox, "draft": tiny_draft},
+        **{"target.pp_size": 3, "serving.num_gpus": 3},
+    )
     r = rows(run_checks(load_spec(spec)))
-    assert r["target: architecture"][0] == "fail" and "GPTNeoXForCausalLM is not supported" in r["target: architecture"][1]
+    assert (
+        r["target: architecture"][0] == "fail"
+        and "GPTNeoXForCausalLM is not supported" in r["target: architecture"][1]
+    )
     assert "Qwen2ForCausalLM" in r["target: architecture"][2]
-    assert r["target: pipeline parallel"][0] == "fail" and "pp_size 3 > 2 layers" in r["target: pipeline parallel"][1]
+    assert (
+        r["target: pipeline parallel"][0] == "fail"
+        and "pp_size 3 > 2 layers" in r["target: pipeline parallel"][1]
+    )
 
     qwen = config_only(tmp_path, tiny_qwen2, "qwen")
     spec2 = tmp_path / "q"
@@ -248,18 +296,33 @@ def test_architecture_and_pipeline_rows(tmp_path, tiny_target, tiny_draft, tiny_
 
 
 def test_sequence_length_and_dtype_rows(tmp_path, tiny_target, tiny_draft):
-    short = config_only(tmp_path, tiny_target, "short", max_position_embeddings=100, torch_dtype="bfloat16", dtype="bfloat16")
+    short = config_only(
+        tmp_path, tiny_target, "short", max_position_embeddings=100, torch_dtype="bfloat16", dtype="bfloat16"
+    )
     spec = place_spec(tmp_path, "draft-target.yaml", {"target": short, "draft": tiny_draft}, dtype="float16")
     r = rows(run_checks(load_spec(spec)))
-    assert r["target: sequence length"][0] == "fail" and r["target: sequence length"][2] == "set build.max_seq_len <= 100"
+    assert (
+        r["target: sequence length"][0] == "fail"
+        and r["target: sequence length"][2] == "set build.max_seq_len <= 100"
+    )
     assert r["target: dtype"][0] == "warn" and "bfloat16" in r["target: dtype"][2]
 
 
 def test_sliding_window_and_bad_config_values(tmp_path, tiny_target, tiny_draft):
-    mistral = config_only(tmp_path, tiny_target, "mistral", architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=64)
+    mistral = config_only(
+        tmp_path,
+        tiny_target,
+        "mistral",
+        architectures=["MistralForCausalLM"],
+        model_type="mistral",
+        sliding_window=64,
+    )
     spec = place_spec(tmp_path, "draft-target.yaml", {"target": mistral, "draft": tiny_draft})
     r = rows(run_checks(load_spec(spec)))
-    assert r["target: sequence length"][0] == "warn" and "sliding_window 64 < max_seq_len 128" in r["target: sequence length"][1]
+    assert (
+        r["target: sequence length"][0] == "warn"
+        and "sliding_window 64 < max_seq_len 128" in r["target: sequence length"][1]
+    )
     broken = config_only(tmp_path, tiny_target, "broken", hidden_size="64")
     (tmp_path / "target").unlink()
     os.symlink(broken, tmp_path / "target")
@@ -274,12 +337,26 @@ def test_medusa_heads_as_torch_pt_and_corrupt(tmp_path, tiny_target):
 
     folder = tmp_path / "pt"
     folder.mkdir()
-    state = {"0.0.linear.weight": torch.zeros(64, 64), "0.0.linear.bias": torch.zeros(64), "0.1.weight": torch.zeros(384, 64),
-             "1.0.linear.weight": torch.zeros(64, 64), "1.0.linear.bias": torch.zeros(64), "1.1.weight": torch.zeros(384, 64)}
+    state = {
+        "0.0.linear.weight": torch.zeros(64, 64),
+        "0.0.linear.bias": torch.zeros(64),
+        "0.1.weight": torch.zeros(384, 64),
+        "1.0.linear.weight": torch.zeros(64, 64),
+        "1.0.linear.bias": torch.zeros(64),
+        "1.1.weight": torch.zeros(384, 64),
+    }
     torch.save(state, folder / "medusa_lm_head.pt")
     info = read_medusa_heads(folder)
-    assert (info.num_heads, info.num_layers, info.hidden_size, info.vocab_size, info.problems) == (2, 1, 64, 384, ())
+    assert (info.num_heads, info.num_layers, info.hidden_size, info.vocab_size, info.problems) == (
+        2,
+        1,
+        64,
+        384,
+        (),
+    )
     (folder / "medusa_lm_head.pt").write_bytes(b"not a torch file")
     spec = place_spec(tmp_path, "medusa.yaml", {"target": tiny_target, "medusa_heads": folder})
     status, found, fix = rows(run_checks(load_spec(spec)))["medusa: heads"]
-    assert status == "fail" and "cannot load" in found and "re-download" in fix  # one reader of heads folders: check and convert say the same
+    assert (
+        status == "fail" and "cannot load" in found and "re-download" in fix
+    )  # one reader of heads folders: check and convert say the same

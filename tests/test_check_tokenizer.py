@@ -35,9 +35,14 @@ def test_special_token_and_added_token_differences(tokenizer_dir, tmp_path):
     assert "eos_token: target '</s>' (id 1) vs draft '<pad>' (id 2)" in cmp.differences
 
     third = copy_tok(tokenizer_dir, tmp_path / "c")
-    edit_json(third / "tokenizer.json", lambda d: d["added_tokens"].append({"id": 384, "content": "<extra>", "special": True}))
+    edit_json(
+        third / "tokenizer.json",
+        lambda d: d["added_tokens"].append({"id": 384, "content": "<extra>", "special": True}),
+    )
     cmp = compare_tokenizers(tokenizer_dir, third)
-    assert cmp.status == "different" and any("added tokens differ: 0 only in the target, 1 only in the draft" in d for d in cmp.differences)
+    assert cmp.status == "different" and any(
+        "added tokens differ: 0 only in the target, 1 only in the draft" in d for d in cmp.differences
+    )
 
 
 def test_swapped_ids_and_merges(tokenizer_dir, tmp_path):
@@ -58,7 +63,9 @@ def test_swapped_ids_and_merges(tokenizer_dir, tmp_path):
 def test_unigram_vocab_and_missing_files(tmp_path):
     folder = tmp_path / "uni"
     folder.mkdir()
-    (folder / "tokenizer.json").write_text(json.dumps({"model": {"type": "Unigram", "vocab": [["<unk>", 0.0], ["a", -1.0]]}, "added_tokens": []}))
+    (folder / "tokenizer.json").write_text(
+        json.dumps({"model": {"type": "Unigram", "vocab": [["<unk>", 0.0], ["a", -1.0]]}, "added_tokens": []})
+    )
     info = read_tokenizer(folder)
     assert info.vocab == {"<unk>": 0, "a": 1} and info.model_type == "Unigram"
     empty = tmp_path / "empty"

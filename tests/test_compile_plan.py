@@ -15,16 +15,37 @@ from specbuild.engines.trtllm.plan import build_plan, build_script, effective_bu
 FLAGS = json.loads((Path(__file__).parent / "data" / "trtllm_build_flags.json").read_text())["flags"]
 
 COMMON = [
-    "--gemm_plugin", "auto", "--gpt_attention_plugin", "auto",
-    "--max_batch_size", "4", "--max_input_len", "100", "--max_seq_len", "300", "--max_beam_width", "1",
-    "--kv_cache_type", "paged", "--use_paged_context_fmha", "enable", "--remove_input_padding", "enable", "--context_fmha", "enable",
+    "--gemm_plugin",
+    "auto",
+    "--gpt_attention_plugin",
+    "auto",
+    "--max_batch_size",
+    "4",
+    "--max_input_len",
+    "100",
+    "--max_seq_len",
+    "300",
+    "--max_beam_width",
+    "1",
+    "--kv_cache_type",
+    "paged",
+    "--use_paged_context_fmha",
+    "enable",
+    "--remove_input_padding",
+    "enable",
+    "--context_fmha",
+    "enable",
 ]
 
 
 def spec(**over):
     raw = {
-        "name": "t", "mode": "draft_target", "target": {"model": "tgt", "tp_size": 2}, "draft": {"model": "drf"},
-        "speculation": {"max_draft_len": 6}, "build": {"max_batch_size": 4, "max_input_len": 100, "max_seq_len": 300},
+        "name": "t",
+        "mode": "draft_target",
+        "target": {"model": "tgt", "tp_size": 2},
+        "draft": {"model": "drf"},
+        "speculation": {"max_draft_len": 6},
+        "build": {"max_batch_size": 4, "max_input_len": 100, "max_seq_len": 300},
     }
     raw.update(over)
     return spec_from_dict(raw)
@@ -54,16 +75,40 @@ def by_role(s):
 def test_draft_target_argv():
     plans = by_role(spec())
     assert list(plans["target"].argv) == [
-        "trtllm-build", "--checkpoint_dir", "target/checkpoint", "--output_dir", "target/engine", *COMMON,
-        "--workers", "2", "--speculative_decoding_mode", "draft_tokens_external", "--max_draft_len", "6",
+        "trtllm-build",
+        "--checkpoint_dir",
+        "target/checkpoint",
+        "--output_dir",
+        "target/engine",
+        *COMMON,
+        "--workers",
+        "2",
+        "--speculative_decoding_mode",
+        "draft_tokens_external",
+        "--max_draft_len",
+        "6",
     ]
-    assert list(plans["draft"].argv) == ["trtllm-build", "--checkpoint_dir", "draft/checkpoint", "--output_dir", "draft/engine", *COMMON, "--workers", "1"]
+    assert list(plans["draft"].argv) == [
+        "trtllm-build",
+        "--checkpoint_dir",
+        "draft/checkpoint",
+        "--output_dir",
+        "draft/engine",
+        *COMMON,
+        "--workers",
+        "1",
+    ]
     for p in plans.values():
         check_flags(list(p.argv))
 
 
 def test_draft_target_use_logits_on_both_and_max_num_tokens():
-    plans = by_role(spec(speculation={"max_draft_len": 4, "use_logits": True}, build={"max_batch_size": 4, "max_input_len": 100, "max_seq_len": 300, "max_num_tokens": 2048}))
+    plans = by_role(
+        spec(
+            speculation={"max_draft_len": 4, "use_logits": True},
+            build={"max_batch_size": 4, "max_input_len": 100, "max_seq_len": 300, "max_num_tokens": 2048},
+        )
+    )
     for role in ("target", "draft"):
         argv = list(plans[role].argv)
         check_flags(argv)
@@ -73,23 +118,56 @@ def test_draft_target_use_logits_on_both_and_max_num_tokens():
 
 
 def test_medusa_argv_holds_the_tree():
-    s = spec(mode="medusa", draft=None, target={"model": "tgt", "tp_size": 1, "pp_size": 2}, medusa={"heads": "h", "num_heads": 4, "choices": "mc_sim_7b_63"}, speculation={"max_draft_len": 63})
+    s = spec(
+        mode="medusa",
+        draft=None,
+        target={"model": "tgt", "tp_size": 1, "pp_size": 2},
+        medusa={"heads": "h", "num_heads": 4, "choices": "mc_sim_7b_63"},
+        speculation={"max_draft_len": 63},
+    )
     plans = build_plan(s)
     assert [p.role for p in plans] == ["target"]
     argv = list(plans[0].argv)
     check_flags(argv)
-    assert argv == ["trtllm-build", "--checkpoint_dir", "target/checkpoint", "--output_dir", "target/engine", *COMMON, "--workers", "2", "--speculative_decoding_mode", "medusa", "--max_draft_len", "63"]
+    assert argv == [
+        "trtllm-build",
+        "--checkpoint_dir",
+        "target/checkpoint",
+        "--output_dir",
+        "target/engine",
+        *COMMON,
+        "--workers",
+        "2",
+        "--speculative_decoding_mode",
+        "medusa",
+        "--max_draft_len",
+        "63",
+    ]
 
 
 def test_effective_build_config_mirrors_trtllm_build():
-    s = spec(speculation={"max_draft_len": 5}, build={"max_batch_size": 2000, "max_input_len": 100, "max_seq_len": 300})
+    s = spec(
+        speculation={"max_draft_len": 5},
+        build={"max_batch_size": 2000, "max_input_len": 100, "max_seq_len": 300},
+    )
     target, draft = effective_build_config(s, "target"), effective_build_config(s, "draft")
     # SpeculativeDecodingMode is an IntFlag: DRAFT_TOKENS_EXTERNAL = 2, NONE = 1 (modeling_utils.py)
     assert (target["speculative_decoding_mode"], target["max_draft_len"]) == (2, 5)
     assert target["max_seq_len"] == 305 and target["max_num_tokens"] == 2000 * 6  # raised to batch*(K+1)
-    assert (draft["speculative_decoding_mode"], draft["max_draft_len"], draft["max_seq_len"], draft["max_num_tokens"]) == (1, 0, 300, 8192)
-    assert (target["opt_num_tokens"], draft["opt_num_tokens"]) == (2000, 2000)  # min(batch x beam, max_num_tokens)
-    assert target["plugin_config"]["use_paged_context_fmha"] is True and target["gather_generation_logits"] is False
+    assert (
+        draft["speculative_decoding_mode"],
+        draft["max_draft_len"],
+        draft["max_seq_len"],
+        draft["max_num_tokens"],
+    ) == (1, 0, 300, 8192)
+    assert (target["opt_num_tokens"], draft["opt_num_tokens"]) == (
+        2000,
+        2000,
+    )  # min(batch x beam, max_num_tokens)
+    assert (
+        target["plugin_config"]["use_paged_context_fmha"] is True
+        and target["gather_generation_logits"] is False
+    )
 
 
 def test_validate_argv_rejects_unknown_flags_and_values():
@@ -121,5 +199,10 @@ def test_build_script_runs_the_plan(tmp_path):
     subprocess.run(["bash", str(tmp_path / "build.sh")], check=True, env=env, cwd="/", capture_output=True)
     calls = (tmp_path / "calls.txt").read_text().splitlines()
     assert calls == [" ".join(p.argv[1:]) for p in plans]
-    missing = subprocess.run(["bash", str(tmp_path / "build.sh")], env={**os.environ, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    missing = subprocess.run(
+        ["bash", str(tmp_path / "build.sh")],
+        env={**os.environ, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
     assert missing.returncode == 1 and "GPU host" in missing.stderr

@@ -85,7 +85,9 @@ def test_missing_and_extra_tensors_are_named(tiny_target, tmp_path):
     bad = copy_model(tiny_target, tmp_path / "missing", lambda s: s.pop(name))
     with pytest.raises(CheckpointError, match=f"missing tensor {name}"):
         convert_checkpoint(bad, tmp_path / "out")
-    extra = copy_model(tiny_target, tmp_path / "extra", lambda s: s.update({"model.layers.0.mystery.weight": torch.zeros(2)}))
+    extra = copy_model(
+        tiny_target, tmp_path / "extra", lambda s: s.update({"model.layers.0.mystery.weight": torch.zeros(2)})
+    )
     with pytest.raises(CheckpointError, match="model.layers.0.mystery.weight"):
         convert_checkpoint(extra, tmp_path / "out")
     assert no_leftovers(tmp_path)
@@ -94,7 +96,15 @@ def test_missing_and_extra_tensors_are_named(tiny_target, tmp_path):
 def test_tp_that_cannot_split(make_tiny, tiny_target, tmp_path):
     with pytest.raises(ConversionError, match="num_attention_heads=4 is not a multiple of tp_size=3"):
         convert_checkpoint(tiny_target, tmp_path / "out", tp_size=3)
-    kv3 = make_tiny("heads12_kv3", hidden_size=96, num_layers=1, num_heads=12, num_kv_heads=3, intermediate_size=96, seed=9)
+    kv3 = make_tiny(
+        "heads12_kv3",
+        hidden_size=96,
+        num_layers=1,
+        num_heads=12,
+        num_kv_heads=3,
+        intermediate_size=96,
+        seed=9,
+    )
     with pytest.raises(ConversionError, match="num_key_value_heads=3 is not a multiple of tp_size=2"):
         convert_checkpoint(kv3, tmp_path / "out", tp_size=2)
     with pytest.raises(ConversionError, match="tp_size=4 is not a multiple of num_key_value_heads=3"):
@@ -106,12 +116,26 @@ def test_tp_that_cannot_split(make_tiny, tiny_target, tmp_path):
 
 
 def test_medusa_counts_must_match_the_weights(tiny_target, tmp_path):
-    h = heads(tmp_path / "heads", n=4, layers=1, hidden=64, vocab=384, config={"medusa_num_heads": 2, "medusa_num_layers": 1})
-    with pytest.raises(CheckpointError, match="num_medusa_heads mismatch: config.json 2 but medusa_lm_head.safetensors holds 4"):
+    h = heads(
+        tmp_path / "heads",
+        n=4,
+        layers=1,
+        hidden=64,
+        vocab=384,
+        config={"medusa_num_heads": 2, "medusa_num_layers": 1},
+    )
+    with pytest.raises(
+        CheckpointError,
+        match="num_medusa_heads mismatch: config.json 2 but medusa_lm_head.safetensors holds 4",
+    ):
         convert_checkpoint(tiny_target, tmp_path / "out", medusa=MedusaHeadsSource(h))
     with pytest.raises(CheckpointError, match="--num-medusa-layers 2"):
-        convert_checkpoint(tiny_target, tmp_path / "out", medusa=MedusaHeadsSource(h, num_heads=4, num_layers=2))
-    out = convert_checkpoint(tiny_target, tmp_path / "out", medusa=MedusaHeadsSource(h, num_heads=4))  # the flag wins over config
+        convert_checkpoint(
+            tiny_target, tmp_path / "out", medusa=MedusaHeadsSource(h, num_heads=4, num_layers=2)
+        )
+    out = convert_checkpoint(
+        tiny_target, tmp_path / "out", medusa=MedusaHeadsSource(h, num_heads=4)
+    )  # the flag wins over config
     assert json.loads((out / "config.json").read_text())["num_medusa_heads"] == 4
     with pytest.raises(CheckpointError, match="no Medusa heads"):
         convert_checkpoint(tiny_target, tmp_path / "out2", medusa=MedusaHeadsSource(tmp_path))
@@ -141,8 +165,14 @@ def test_cli_convert_and_errors(tiny_draft, tmp_path):
 def test_medusa_pt_legacy_format_and_corrupt(tiny_target, tmp_path):
     folder = tmp_path / "heads"
     folder.mkdir()
-    state = {"0.0.linear.weight": torch.zeros(64, 64), "0.0.linear.bias": torch.zeros(64), "0.1.weight": torch.zeros(384, 64)}
-    torch.save(state, folder / "medusa_lm_head.pt", _use_new_zipfile_serialization=False)  # cannot be memory-mapped
+    state = {
+        "0.0.linear.weight": torch.zeros(64, 64),
+        "0.0.linear.bias": torch.zeros(64),
+        "0.1.weight": torch.zeros(384, 64),
+    }
+    torch.save(
+        state, folder / "medusa_lm_head.pt", _use_new_zipfile_serialization=False
+    )  # cannot be memory-mapped
     out = convert_checkpoint(tiny_target, tmp_path / "out", medusa=MedusaHeadsSource(folder))
     assert json.loads((out / "config.json").read_text())["num_medusa_heads"] == 1
     (folder / "medusa_lm_head.pt").write_bytes(b"not a pickle")

@@ -10,7 +10,10 @@ import pytest
 
 from specbuild.demo import models as dm
 
-pytestmark = pytest.mark.numeric  # float results through CPU kernels: `make test-isa` runs them per kernel family
+pytestmark = (
+    pytest.mark.numeric
+)  # float results through CPU kernels: `make test-isa` runs them per kernel family
+
 
 def test_settings_key_is_deterministic_and_tracks_every_setting():
     assert dm.DemoSettings().family_key() == dm.DemoSettings().family_key()
@@ -68,11 +71,18 @@ def test_acceptance_profile_counts_greedy_chain_passes():
     target = torch.tensor([[7, 7, 1, 2, 3, 4, 5, 6]])  # [1, 8]
     guesses = [[0, 1, 2, 0, 4, 5, 6, 0]]  # position 7 (after the last token) is never used
     profile = dm.acceptance_profile(target, _FixedDraft(guesses), prompt_len=2, max_k=3)
-    assert profile["alpha_token"] == pytest.approx(5 / 6)  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
-    # K=1: [1 ok + bonus 2], [3 miss -> bonus 3], [4 ok + bonus 5], [6 ok + bonus end] = 4 passes, 7 tokens emitted
-    assert profile["tokens_per_pass_k1"] == pytest.approx(7 / 4)  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
+    assert profile["alpha_token"] == pytest.approx(
+        5 / 6
+    )  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
+    # K=1: [1 ok + bonus 2], [3 miss -> bonus 3], [4 ok + bonus 5], [6 ok + bonus end] = 4 passes, 7 tokens
+    # emitted
+    assert profile["tokens_per_pass_k1"] == pytest.approx(
+        7 / 4
+    )  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
     # K=3: [1,2 ok, 3 miss -> emits 3], [4,5,6 ok + bonus] = 2 passes, 3 + 4 tokens
-    assert profile["tokens_per_pass_k3"] == pytest.approx(7 / 2)  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
+    assert profile["tokens_per_pass_k3"] == pytest.approx(
+        7 / 2
+    )  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
 
 
 @pytest.mark.slow
@@ -110,8 +120,15 @@ def test_micro_build_writes_a_complete_cached_family(tmp_path):
 def test_build_medusa_reuses_a_cached_entry_without_running_anything(tmp_path):
     from specbuild.core.manifest import write_manifest
 
-    family = dm.DemoFamily(root=tmp_path, tokenizer=tmp_path, target=tmp_path, draft=tmp_path,
-                           train_text=tmp_path / "t.jsonl", prompts=tmp_path / "p.jsonl", metrics={})  # fmt: skip
+    family = dm.DemoFamily(
+        root=tmp_path,
+        tokenizer=tmp_path,
+        target=tmp_path,
+        draft=tmp_path,
+        train_text=tmp_path / "t.jsonl",
+        prompts=tmp_path / "p.jsonl",
+        metrics={},
+    )
     heads = tmp_path / f"medusa-{dm.MICRO.medusa_key()}"
     heads.mkdir()
     write_manifest(heads, kind="medusa_heads")
@@ -126,8 +143,15 @@ def test_stable_links_point_at_the_current_build(tmp_path):
     for name in ("target", "draft", "tokenizer"):
         (root / name).mkdir(parents=True)
     (root / "prompts.jsonl").write_text("")
-    family = dm.DemoFamily(root=root, tokenizer=root / "tokenizer", target=root / "target", draft=root / "draft",
-                           train_text=root / "train.jsonl", prompts=root / "prompts.jsonl", metrics={})  # fmt: skip
+    family = dm.DemoFamily(
+        root=root,
+        tokenizer=root / "tokenizer",
+        target=root / "target",
+        draft=root / "draft",
+        train_text=root / "train.jsonl",
+        prompts=root / "prompts.jsonl",
+        metrics={},
+    )
     heads = tmp_path / "medusa-y"
     heads.mkdir()
     dm.link_current(family, heads, cache=tmp_path)

@@ -22,11 +22,23 @@ def _run(mode, concurrency, *, tps, ttft=10.0, itl=5.0, **extra):
 
 
 def test_summary_rows_take_the_bench_baseline_or_borrow_the_draft_target_one():
-    dt = {"runs": [_run("baseline", 1, tps=50.0, itl=20.0),
-                   _run("speculative", 1, tps=100.0, itl=9.0, acceptance_rate=0.8, mean_accepted_tokens_per_pass=3.2,
-                        speedup_measured=2.0, speedup_predicted=2.4),
-                   _run("baseline", 4, tps=80.0),
-                   _run("speculative", 4, tps=120.0, speedup_measured=1.5)]}  # fmt: skip
+    dt = {
+        "runs": [
+            _run("baseline", 1, tps=50.0, itl=20.0),
+            _run(
+                "speculative",
+                1,
+                tps=100.0,
+                itl=9.0,
+                acceptance_rate=0.8,
+                mean_accepted_tokens_per_pass=3.2,
+                speedup_measured=2.0,
+                speedup_predicted=2.4,
+            ),
+            _run("baseline", 4, tps=80.0),
+            _run("speculative", 4, tps=120.0, speedup_measured=1.5),
+        ]
+    }
     rows = demo_report.summary_rows(dt)
     assert [(r["conc"], r["measured"], r["base ITL ms"], r["baseline"]) for r in rows] == [
         (1, 2.0, 20.0, "own baseline"),
@@ -40,7 +52,9 @@ def test_summary_rows_take_the_bench_baseline_or_borrow_the_draft_target_one():
         ]
     }
     rows = demo_report.summary_rows(medusa, baseline_from=dt)
-    assert rows[0]["measured"] == pytest.approx(1.5) and rows[0]["baseline"] == "vs d/t baseline"  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
+    assert (
+        rows[0]["measured"] == pytest.approx(1.5) and rows[0]["baseline"] == "vs d/t baseline"
+    )  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
     assert rows[1]["measured"] is None and rows[1]["baseline"] == "none"  # no baseline at concurrency 2
     table = demo_report.markdown("medusa", rows)
     assert "| 0.00 | 1 | - | 1.90 | - | 1.50 |" in table
@@ -49,12 +63,19 @@ def test_summary_rows_take_the_bench_baseline_or_borrow_the_draft_target_one():
 def test_print_summary_writes_json_and_markdown(tmp_path):
     bench_dir = tmp_path / "draft_target" / "bench"
     bench_dir.mkdir(parents=True)
-    bench = {"context": {"num_draft_tokens": 4, "cost_ratio": 0.2},
-             "runs": [_run("baseline", 1, tps=50.0), _run("speculative", 1, tps=90.0, speedup_measured=1.8)]}  # fmt: skip
+    bench = {
+        "context": {"num_draft_tokens": 4, "cost_ratio": 0.2},
+        "runs": [_run("baseline", 1, tps=50.0), _run("speculative", 1, tps=90.0, speedup_measured=1.8)],
+    }
     (bench_dir / "bench.json").write_text(json.dumps(bench))
     (bench_dir / "speedup_vs_concurrency.png").write_bytes(b"png")
-    summary = demo_report.print_summary({"draft_target": bench_dir / "bench.json"}, family_metrics=None,
-                                        out=tmp_path, timings={"compile": 3.0}, total_s=10.0)  # fmt: skip
+    summary = demo_report.print_summary(
+        {"draft_target": bench_dir / "bench.json"},
+        family_metrics=None,
+        out=tmp_path,
+        timings={"compile": 3.0},
+        total_s=10.0,
+    )
     assert summary["modes"]["draft_target"]["rows"][0]["measured"] == 1.8
     assert json.loads((tmp_path / "summary.json").read_text())["total_s"] == 10.0
     assert "K=4, cost ratio c=0.20" in (tmp_path / "summary.md").read_text()

@@ -37,11 +37,14 @@ def test_help_is_fast_and_imports_nothing_heavy():
         "import sys, time; t = time.perf_counter(); sys.argv = ['specbuild', '--help']\n"
         "from specbuild.cli import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "heavy = [m for m in ('torch', 'transformers', 'numpy', 'tritonclient', 'safetensors', 'tokenizers') if m in sys.modules]\n"
+        "heavy = [m for m in ('torch', 'transformers', 'numpy', 'tritonclient', 'safetensors', 'tokenizers') "
+        "if m in sys.modules]\n"
         "print('HEAVY', heavy, time.perf_counter() - t)"
     )
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     wall = time.perf_counter() - start
     line = next(ln for ln in out.splitlines() if ln.startswith("HEAVY"))
     assert line.startswith("HEAVY []"), line

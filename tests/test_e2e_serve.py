@@ -21,8 +21,16 @@ pytestmark = pytest.mark.slow
 
 MAX_TOKENS = 12
 K = 3
-PROMPTS = ["The quick brown fox", "Once upon a time", "def main():", "Speculative decoding is",
-           "A recipe for bread", "In the morning", "Dear team,", "The weather tomorrow"]
+PROMPTS = [
+    "The quick brown fox",
+    "Once upon a time",
+    "def main():",
+    "Speculative decoding is",
+    "A recipe for bread",
+    "In the morning",
+    "Dear team,",
+    "The weather tomorrow",
+]
 
 
 def _compile(workdir: Path, mode: str, *, target: Path, draft: Path | None, bls_instances: int) -> Path:
@@ -102,7 +110,9 @@ def _remote(server, prompt, timeout_s=120.0, **kw):
     from specbuild.client.remote import generate_remote
     from specbuild.core.sampling_params import SamplingParams
 
-    return generate_remote(server.grpc_url, prompt, SamplingParams(max_tokens=MAX_TOKENS), timeout_s=timeout_s, **kw)
+    return generate_remote(
+        server.grpc_url, prompt, SamplingParams(max_tokens=MAX_TOKENS), timeout_s=timeout_s, **kw
+    )
 
 
 def test_draft_target_unary_and_streaming_equal_greedy_baseline(servers, baseline):
@@ -136,8 +146,21 @@ def test_generate_cli_json_through_triton(servers, baseline):
     from specbuild.cli import app
 
     url = servers["medusa"].grpc_url
-    result = CliRunner().invoke(app, ["generate", "--url", url, "--prompt", PROMPTS[1], "--max-tokens",
-                                      str(MAX_TOKENS), "--json", "--model", "ensemble"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "--url",
+            url,
+            "--prompt",
+            PROMPTS[1],
+            "--max-tokens",
+            str(MAX_TOKENS),
+            "--json",
+            "--model",
+            "ensemble",
+        ],
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert (data["text"], data["token_ids"]) == baseline[PROMPTS[1]]
@@ -187,17 +210,29 @@ def test_bench_through_triton_writes_the_report(servers, tmp_path):
     from specbuild.client.options import BenchConfig
     from specbuild.client.report import PLOTS, write_report
 
-    config = BenchConfig(url=servers["draft_target"].grpc_url, prompts=tuple(PROMPTS[:2]), concurrency=(1, 2),
-                         temperatures=(0.0,), max_tokens=8, num_draft_tokens=K)
+    config = BenchConfig(
+        url=servers["draft_target"].grpc_url,
+        prompts=tuple(PROMPTS[:2]),
+        concurrency=(1, 2),
+        temperatures=(0.0,),
+        max_tokens=8,
+        num_draft_tokens=K,
+    )
     runs, context = run_bench(config)
-    assert [(r.mode, r.concurrency) for r in runs] == [("baseline", 1), ("speculative", 1), ("baseline", 2),
-                                                       ("speculative", 2)]
+    assert [(r.mode, r.concurrency) for r in runs] == [
+        ("baseline", 1),
+        ("speculative", 1),
+        ("baseline", 2),
+        ("speculative", 2),
+    ]
     assert context["cost_ratio"] is not None and context["cost_ratio"] >= 0
     for run in runs:
         assert run.requests == 2 and run.metrics["output_sequence_length"]["avg"] == 8
         assert 0 < run.metrics["time_to_first_token"]["p50"] <= run.metrics["request_latency"]["p50"]
     spec = runs[1].metrics
-    assert spec["speedup_measured"] > 0 and spec["speedup_predicted"] > 0 and 0 <= spec["acceptance_rate"] <= 1
+    assert (
+        spec["speedup_measured"] > 0 and spec["speedup_predicted"] > 0 and 0 <= spec["acceptance_rate"] <= 1
+    )
     assert spec["mean_accepted_tokens_per_pass"] >= 1
     files = write_report(runs, context, tmp_path)
     assert {f.name for f in files} == {"bench.json", "bench.csv", *PLOTS}
@@ -217,11 +252,18 @@ def test_bench_without_num_draft_tokens_uses_the_repository_k(servers, builds):
     assert recorded != K  # the other bench test passes K explicitly
     client = grpcclient.InferenceServerClient(servers["draft_target"].grpc_url)
     try:
-        assert repo_info(client).method == Method.DRAFT_TARGET and repo_info(client).num_draft_tokens == recorded
+        assert (
+            repo_info(client).method == Method.DRAFT_TARGET and repo_info(client).num_draft_tokens == recorded
+        )
     finally:
         client.close()
-    config = BenchConfig(url=servers["draft_target"].grpc_url, prompts=tuple(PROMPTS[:1]), concurrency=(1,),
-                         temperatures=(0.0,), max_tokens=6)
+    config = BenchConfig(
+        url=servers["draft_target"].grpc_url,
+        prompts=tuple(PROMPTS[:1]),
+        concurrency=(1,),
+        temperatures=(0.0,),
+        max_tokens=6,
+    )
     runs, context = run_bench(config)
     assert context["num_draft_tokens"] == recorded and [r.num_draft_tokens for r in runs] == [0, recorded]
 
@@ -237,8 +279,15 @@ def test_killing_the_server_mid_request_is_a_clear_error(servers):
     killer = threading.Thread(target=lambda: first.wait(60) and server.kill())
     killer.start()
     with pytest.raises(ClientError) as err:
-        generate_remote(server.grpc_url, PROMPTS[2], SamplingParams(max_tokens=100), stream=True,
-                        num_draft_tokens=K, timeout_s=60, on_text=lambda _: first.set())
+        generate_remote(
+            server.grpc_url,
+            PROMPTS[2],
+            SamplingParams(max_tokens=100),
+            stream=True,
+            num_draft_tokens=K,
+            timeout_s=60,
+            on_text=lambda _: first.set(),
+        )
     killer.join()
     assert first.is_set()
     assert "lost the connection to tritonserver" in err.value.what

@@ -18,7 +18,12 @@ def test_inspect_tiny_model_json(tiny_target):
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     cfg = out["config"]
-    assert (cfg["architecture"], cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]) == ("LlamaForCausalLM", 2, 4, 2)
+    assert (
+        cfg["architecture"],
+        cfg["num_hidden_layers"],
+        cfg["num_attention_heads"],
+        cfg["num_key_value_heads"],
+    ) == ("LlamaForCausalLM", 2, 4, 2)
     assert out["head_dim"] == 16 and out["family"] == "llama"
     # the count from config shapes equals the count from the safetensors headers
     assert out["weights"]["present"] and out["num_parameters"] == out["weights"]["num_parameters"]
@@ -29,7 +34,9 @@ def test_inspect_tiny_model_json(tiny_target):
 
 
 def test_inspect_table_config_only_70b():
-    result = runner.invoke(app, ["inspect", str(EXAMPLES / "models" / "llama-3.3-70b-instruct")], env={"COLUMNS": "200"})
+    result = runner.invoke(
+        app, ["inspect", str(EXAMPLES / "models" / "llama-3.3-70b-instruct")], env={"COLUMNS": "200"}
+    )
     assert result.exit_code == 0, result.output
     text = result.output
     assert "LlamaForCausalLM (llama)" in text and "64 / 8 (GQA)" in text

@@ -14,7 +14,6 @@ from specbuild.core.sampling_params import SamplingParams  # noqa: E402
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.numeric]
 
 
-
 def _spec(tmp_path, text: str):
     from specbuild.core.spec import load_spec
 
@@ -28,7 +27,9 @@ def dt_build(tiny_target, tiny_draft, tmp_path_factory):
     from specbuild.builder.compile import compile_spec
 
     root = tmp_path_factory.mktemp("dtbuild")
-    spec = _spec(root, f"""
+    spec = _spec(
+        root,
+        f"""
 name: ref-dt
 mode: draft_target
 dtype: float32
@@ -36,7 +37,8 @@ target: {{model: {tiny_target}, tp_size: 2}}
 draft: {{model: {tiny_draft}}}
 speculation: {{max_draft_len: 3}}
 build: {{max_batch_size: 2, max_input_len: 64, max_seq_len: 128}}
-""")
+""",
+    )
     return compile_spec(spec, root / "out", engine="reference")
 
 
@@ -84,7 +86,16 @@ def test_cli_generate_json(dt_build):
     from specbuild.cli import app
 
     runner = CliRunner()
-    args = ["generate", "--engine", str(dt_build), "--prompt", "def add(a, b):", "--max-tokens", "8", "--json"]
+    args = [
+        "generate",
+        "--engine",
+        str(dt_build),
+        "--prompt",
+        "def add(a, b):",
+        "--max-tokens",
+        "8",
+        "--json",
+    ]
     spec = runner.invoke(app, args)
     assert spec.exit_code == 0, spec.output
     out = json.loads(spec.stdout)
@@ -99,7 +110,9 @@ def test_cli_errors_are_clear(dt_build, tmp_path):
     from specbuild.cli import app
 
     runner = CliRunner()
-    both = runner.invoke(app, ["generate", "--engine", str(dt_build), "--url", "127.0.0.1:1", "--prompt", "x"])
+    both = runner.invoke(
+        app, ["generate", "--engine", str(dt_build), "--url", "127.0.0.1:1", "--prompt", "x"]
+    )
     assert both.exit_code == 2 and "exactly one" in both.output
     missing = runner.invoke(app, ["generate", "--engine", str(tmp_path / "nope"), "--prompt", "x"])
     assert missing.exit_code == 2 and "not a folder" in missing.output
@@ -123,7 +136,9 @@ def test_medusa_build_uses_the_spec_tree(tiny_target, tmp_path):
         tensors[f"{i}.1.weight"] = 0.2 * torch.randn(v, h, generator=gen)
     save_file(tensors, str(heads / "medusa_lm_head.safetensors"))
     (heads / "config.json").write_text(json.dumps({"medusa_num_heads": 2, "medusa_num_layers": 1}))
-    spec = _spec(tmp_path, f"""
+    spec = _spec(
+        tmp_path,
+        f"""
 name: ref-medusa
 mode: medusa
 dtype: float32
@@ -131,11 +146,14 @@ target: {{model: {tiny_target}}}
 medusa: {{heads: {heads}, num_heads: 2, num_layers: 1, choices: [[0], [1], [0, 0]]}}
 speculation: {{max_draft_len: 8}}
 build: {{max_batch_size: 2, max_input_len: 64, max_seq_len: 128}}
-""")
+""",
+    )
     build = compile_spec(spec, tmp_path / "out", engine="reference")
     engine = ReferenceEngine.load(build)
     assert engine.method == Method.MEDUSA and engine.speculator.tree.num_nodes == 3
     prompt = engine.encode("Once upon a time")
     med = engine.generate(prompt, SamplingParams(max_tokens=10))
-    assert med.token_ids == engine.generate(prompt, SamplingParams(max_tokens=10), speculative=False).token_ids
+    assert (
+        med.token_ids == engine.generate(prompt, SamplingParams(max_tokens=10), speculative=False).token_ids
+    )
     assert med.stats.draft_passes == 0 and len(med.stats.accepted_per_step) >= 1

@@ -13,7 +13,6 @@ torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.numeric]
 
 
-
 def _convert(hf_dir, out, **kw):
     from specbuild.engines.trtllm.convert import convert_checkpoint
 
@@ -43,7 +42,14 @@ def prompt_ids():
 
 @pytest.mark.parametrize(
     ("fixture", "tp", "pp"),
-    [("tiny_target", 1, 1), ("tiny_qwen2", 1, 1), ("tiny_tied", 1, 1), ("tiny_target", 2, 1), ("tiny_target", 1, 2), ("tiny_qwen2", 2, 2)],
+    [
+        ("tiny_target", 1, 1),
+        ("tiny_qwen2", 1, 1),
+        ("tiny_tied", 1, 1),
+        ("tiny_target", 2, 1),
+        ("tiny_target", 1, 2),
+        ("tiny_qwen2", 2, 2),
+    ],
 )
 def test_converted_logits_match_hf(request, tmp_path, prompt_ids, fixture, tp, pp):
     hf_dir = request.getfixturevalue(fixture)
@@ -55,7 +61,13 @@ def test_converted_logits_match_hf(request, tmp_path, prompt_ids, fixture, tp, p
 
 def test_kv_duplication_and_llama3_rope(make_tiny, tmp_path, prompt_ids):
     """tp=4 > 1 KV head: duplicated KV heads are merged back; llama3 RoPE scaling is applied."""
-    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+    scaling = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16,
+    }
     hf_dir = make_tiny("mqa_llama3", num_heads=4, num_kv_heads=1, rope_scaling=scaling, seed=7)
     model = _ref(_convert(hf_dir, tmp_path / "ckpt", tp_size=4))
     got = model.logits(model.forward(prompt_ids, model.new_cache(1, 8)))
@@ -73,9 +85,11 @@ def test_incremental_decode_equals_one_pass(target_model, prompt_ids):
     full = m.logits(m.forward(prompt_ids, m.new_cache(1, 4)))  # [1,T,V]
     cache = m.new_cache(1, 4)  # small on purpose: the cache must grow
     parts = [m.logits(m.forward(prompt_ids[:, :10], cache))]
-    parts += [m.logits(m.forward(prompt_ids[:, i:i + 1], cache)) for i in range(10, prompt_ids.shape[1])]
+    parts += [m.logits(m.forward(prompt_ids[:, i : i + 1], cache)) for i in range(10, prompt_ids.shape[1])]
     assert cache.lengths == [prompt_ids.shape[1]]
-    assert_close(torch.cat(parts, 1), full, ulps=REORDER_ULPS)  # float32: one pass vs cached steps, other GEMM shapes
+    assert_close(
+        torch.cat(parts, 1), full, ulps=REORDER_ULPS
+    )  # float32: one pass vs cached steps, other GEMM shapes
 
 
 def test_batch_of_different_lengths_equals_rows_alone(target_model, prompt_ids):
@@ -118,7 +132,9 @@ def test_half_precision_runs_close_to_float32(tiny_target, tmp_path, prompt_ids,
     got = model.logits(model.forward(prompt_ids, model.new_cache(1, 8)))
     want = _hf_logits(tiny_target, prompt_ids)
     assert got.dtype == torch.float32
-    assert_close(got, want, ulps=HALF_ULPS, dtype=getattr(torch, dtype))  # weights/activations rounded to the half dtype
+    assert_close(
+        got, want, ulps=HALF_ULPS, dtype=getattr(torch, dtype)
+    )  # weights/activations rounded to the half dtype
 
 
 def test_missing_rank_file_is_a_clear_error(tiny_target, tmp_path):

@@ -1,4 +1,5 @@
-"""`specbuild repo check`: a clean repository passes; each inconsistency is caught, naming file, field and fix."""
+"""`specbuild repo check`: a clean repository passes; each inconsistency is caught, naming file, field and
+fix."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from specbuild.model_repo.generate import generate_repo
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory, tiny_target, tiny_draft):
     return {
-        "draft_target": cached_build(tmp_path_factory, "dt", "draft_target", target=tiny_target, draft=tiny_draft),
+        "draft_target": cached_build(
+            tmp_path_factory, "dt", "draft_target", target=tiny_target, draft=tiny_draft
+        ),
         "medusa": cached_build(tmp_path_factory, "medusa", "medusa", target=tiny_target),
     }
 
@@ -45,6 +48,7 @@ def edit(repo, model, change):
 def set_param(key, value):
     def change(config):
         config.parameters[key].string_value = value
+
     return change
 
 
@@ -68,37 +72,63 @@ def test_production_repo_flags_reference_engines(builds, tmp_path):
 
 
 def test_unparsable_config(repo):
-    (repo / "postprocessing" / "config.pbtxt").write_text('name: "postprocessing"\nmax_batch_size: ${triton_max_batch_size}\n')
-    assert "not a valid inference.ModelConfig" in only(check_repo(repo), "postprocessing/config.pbtxt", "-").problem
+    (repo / "postprocessing" / "config.pbtxt").write_text(
+        'name: "postprocessing"\nmax_batch_size: ${triton_max_batch_size}\n'
+    )
+    assert (
+        "not a valid inference.ModelConfig"
+        in only(check_repo(repo), "postprocessing/config.pbtxt", "-").problem
+    )
 
 
 def test_missing_engine_folder(repo):
     edit(repo, "tensorrt_llm_draft", set_param("gpt_model_path", str(repo / "no-such-engine")))
-    assert "does not exist" in only(check_repo(repo), "tensorrt_llm_draft/config.pbtxt", "parameters.gpt_model_path").problem
+    assert (
+        "does not exist"
+        in only(check_repo(repo), "tensorrt_llm_draft/config.pbtxt", "parameters.gpt_model_path").problem
+    )
 
 
 def test_num_draft_tokens_above_max_draft_len(repo):
-    edit(repo, "tensorrt_llm_bls", set_param("default_num_draft_tokens", "9"))  # the tiny target has max_draft_len 4
-    assert "max_draft_len is 4" in only(check_repo(repo), "tensorrt_llm_bls/config.pbtxt", "parameters.default_num_draft_tokens").problem
+    edit(
+        repo, "tensorrt_llm_bls", set_param("default_num_draft_tokens", "9")
+    )  # the tiny target has max_draft_len 4
+    assert (
+        "max_draft_len is 4"
+        in only(
+            check_repo(repo), "tensorrt_llm_bls/config.pbtxt", "parameters.default_num_draft_tokens"
+        ).problem
+    )
 
 
 @pytest.mark.parametrize("repo", ["medusa"], indirect=True)
 def test_medusa_tree_larger_than_max_draft_len(repo):
     nine = "{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}"  # 9 nodes > max_draft_len 8
     edit(repo, "tensorrt_llm", set_param("medusa_choices", nine))
-    assert "9 nodes but max_draft_len is 8" in only(check_repo(repo), "tensorrt_llm/config.pbtxt", "parameters.medusa_choices").problem
+    assert (
+        "9 nodes but max_draft_len is 8"
+        in only(check_repo(repo), "tensorrt_llm/config.pbtxt", "parameters.medusa_choices").problem
+    )
 
 
 @pytest.mark.parametrize("repo", ["medusa"], indirect=True)
 def test_medusa_tree_deeper_than_heads(repo):
-    edit(repo, "tensorrt_llm", set_param("medusa_choices", "{0}, {0, 0}, {0, 0, 0}, {0, 0, 0, 0}"))  # depth 4, 3 heads
-    assert "3 Medusa heads" in only(check_repo(repo), "tensorrt_llm/config.pbtxt", "parameters.medusa_choices").problem
+    edit(
+        repo, "tensorrt_llm", set_param("medusa_choices", "{0}, {0, 0}, {0, 0, 0}, {0, 0, 0, 0}")
+    )  # depth 4, 3 heads
+    assert (
+        "3 Medusa heads"
+        in only(check_repo(repo), "tensorrt_llm/config.pbtxt", "parameters.medusa_choices").problem
+    )
 
 
 @pytest.mark.parametrize("repo", ["medusa"], indirect=True)
 def test_medusa_choices_with_outer_braces(repo):
     edit(repo, "tensorrt_llm", set_param("medusa_choices", "{{0}, {0, 0}}"))
-    assert "outer braces" in only(check_repo(repo), "tensorrt_llm/config.pbtxt", "parameters.medusa_choices").problem
+    assert (
+        "outer braces"
+        in only(check_repo(repo), "tensorrt_llm/config.pbtxt", "parameters.medusa_choices").problem
+    )
 
 
 @pytest.mark.parametrize("repo", ["medusa"], indirect=True)
@@ -119,28 +149,44 @@ def test_logits_dtype_disagrees(repo):
         for out in config.output:
             if out.name in ("generation_logits", "context_logits"):
                 out.data_type = pb.TYPE_FP16
+
     edit(repo, "tensorrt_llm_draft", fp16)
     only(check_repo(repo), "tensorrt_llm_draft/config.pbtxt", "output generation_logits.data_type")
 
 
 def test_tokenizer_folder_missing(repo):
     edit(repo, "postprocessing", set_param("tokenizer_dir", str(repo / "nowhere")))
-    assert "holds no tokenizer" in only(check_repo(repo), "postprocessing/config.pbtxt", "parameters.tokenizer_dir").problem
+    assert (
+        "holds no tokenizer"
+        in only(check_repo(repo), "postprocessing/config.pbtxt", "parameters.tokenizer_dir").problem
+    )
 
 
 def test_tokenizers_differ(repo, tmp_path):
-    pre = parse_text((repo / "preprocessing" / "config.pbtxt").read_text()).parameters["tokenizer_dir"].string_value
+    pre = (
+        parse_text((repo / "preprocessing" / "config.pbtxt").read_text())
+        .parameters["tokenizer_dir"]
+        .string_value
+    )
     other = shutil.copytree(pre, tmp_path / "other-tokenizer")
     cfg = json.loads((other / "tokenizer_config.json").read_text())
     cfg["model_max_length"] = 12345  # a different tokenizer configuration
     (other / "tokenizer_config.json").write_text(json.dumps(cfg))
     edit(repo, "postprocessing", set_param("tokenizer_dir", str(other)))
-    assert "differs" in only(check_repo(repo), "postprocessing/config.pbtxt", "parameters.tokenizer_dir").problem
+    assert (
+        "differs" in only(check_repo(repo), "postprocessing/config.pbtxt", "parameters.tokenizer_dir").problem
+    )
 
 
 def test_ensemble_maps_a_tensor_nobody_produces(repo):
-    edit(repo, "ensemble", lambda c: c.ensemble_scheduling.step[2].input_map.__setitem__("TOKENS_BATCH", "_NOWHERE"))
-    finding = only(check_repo(repo), "ensemble/config.pbtxt", "ensemble_scheduling.step[2].input_map[TOKENS_BATCH]")
+    edit(
+        repo,
+        "ensemble",
+        lambda c: c.ensemble_scheduling.step[2].input_map.__setitem__("TOKENS_BATCH", "_NOWHERE"),
+    )
+    finding = only(
+        check_repo(repo), "ensemble/config.pbtxt", "ensemble_scheduling.step[2].input_map[TOKENS_BATCH]"
+    )
     assert "neither an ensemble input nor produced" in finding.problem
 
 
@@ -149,8 +195,11 @@ def test_ensemble_type_mismatch(repo):
 
     def int64_temperature(config):
         next(t for t in config.input if t.name == "temperature").data_type = pb.TYPE_INT64
+
     edit(repo, "ensemble", int64_temperature)
-    finding = only(check_repo(repo), "ensemble/config.pbtxt", "ensemble_scheduling.step[1].input_map[temperature]")
+    finding = only(
+        check_repo(repo), "ensemble/config.pbtxt", "ensemble_scheduling.step[1].input_map[temperature]"
+    )
     assert "TYPE_INT64" in finding.problem and "TYPE_FP32" in finding.problem
 
 
@@ -164,7 +213,9 @@ def test_cli_repo_build_and_check(builds, tmp_path):
 
     runner = CliRunner()
     out = tmp_path / "cli-repo"
-    result = runner.invoke(app, ["repo", str(builds["draft_target"]), "--out", str(out), "--backend", "python"])
+    result = runner.invoke(
+        app, ["repo", str(builds["draft_target"]), "--out", str(out), "--backend", "python"]
+    )
     assert result.exit_code == 0, result.output
     assert (out / "tensorrt_llm_draft" / "config.pbtxt").is_file()
     result = runner.invoke(app, ["repo", "check", str(out)])
@@ -177,14 +228,21 @@ def test_cli_repo_build_and_check(builds, tmp_path):
 
 
 def test_tokenizer_larger_than_the_engine_vocabulary(repo, tmp_path):
-    pre = parse_text((repo / "preprocessing" / "config.pbtxt").read_text()).parameters["tokenizer_dir"].string_value
+    pre = (
+        parse_text((repo / "preprocessing" / "config.pbtxt").read_text())
+        .parameters["tokenizer_dir"]
+        .string_value
+    )
     bigger = shutil.copytree(pre, tmp_path / "bigger-tokenizer")
     data = json.loads((bigger / "tokenizer.json").read_text())
     data["added_tokens"].append({**data["added_tokens"][0], "id": 100000, "content": "<extra>"})
     (bigger / "tokenizer.json").write_text(json.dumps(data))
     for model in ("preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_draft"):
         edit(repo, model, set_param("tokenizer_dir", str(bigger)))
-    assert "100001 tokens" in only(check_repo(repo), "preprocessing/config.pbtxt", "parameters.tokenizer_dir").problem
+    assert (
+        "100001 tokens"
+        in only(check_repo(repo), "preprocessing/config.pbtxt", "parameters.tokenizer_dir").problem
+    )
 
 
 def test_unbuilt_trtllm_plan_is_reported(tiny_target, tiny_draft, tmp_path):
@@ -192,7 +250,9 @@ def test_unbuilt_trtllm_plan_is_reported(tiny_target, tiny_draft, tmp_path):
     production by default and check says the engines still have to be built."""
     from repo_builds import compile_tiny
 
-    build = compile_tiny(tmp_path / "w", "draft_target", target=tiny_target, draft=tiny_draft, engine="trtllm")
+    build = compile_tiny(
+        tmp_path / "w", "draft_target", target=tiny_target, draft=tiny_draft, engine="trtllm"
+    )
     repo = generate_repo(build, tmp_path / "repo")
     assert 'backend: "tensorrtllm"' in (repo / "tensorrt_llm" / "config.pbtxt").read_text()
     finding = only(check_repo(repo), "tensorrt_llm/config.pbtxt", "parameters.gpt_model_path")

@@ -14,19 +14,38 @@ from specbuild.model_repo.configs import EngineModel, RepoLayout, all_configs, t
 
 CONTRACT = json.loads((Path(__file__).parent / "data" / "triton_backend_contract.json").read_text())["models"]
 # Parameters specbuild adds to the BLS (the upstream BLS ignores keys it does not know).
-SPECBUILD_BLS_PARAMETERS = {"tensorrt_llm_decoupled", "default_num_draft_tokens", "default_use_draft_logits",
-                            "speculation_method", "bls_drafter"}
+SPECBUILD_BLS_PARAMETERS = {
+    "tensorrt_llm_decoupled",
+    "default_num_draft_tokens",
+    "default_use_draft_logits",
+    "speculation_method",
+    "bls_drafter",
+}
 
 
 def layout(*, version="1.2.1", medusa=False) -> RepoLayout:
     def engine(name, decoupled):
-        return EngineModel(name=name, engine_dir=f"/engines/{name}", decoupled=decoupled, kv_fraction=0.45,
-                           gpu_device_ids=(0, 1), decoding_mode="medusa" if medusa else "top_k_top_p",
-                           enable_kv_cache_reuse=not medusa, medusa_choices="{0}, {0, 0}" if medusa else None)
+        return EngineModel(
+            name=name,
+            engine_dir=f"/engines/{name}",
+            decoupled=decoupled,
+            kv_fraction=0.45,
+            gpu_device_ids=(0, 1),
+            decoding_mode="medusa" if medusa else "top_k_top_p",
+            enable_kv_cache_reuse=not medusa,
+            medusa_choices="{0}, {0, 0}" if medusa else None,
+        )
 
-    return RepoLayout(mode=Method.MEDUSA if medusa else Method.DRAFT_TARGET, backend="tensorrtllm", trtllm_version=version,
-                      max_batch_size=8, tokenizer_dir="/tok", target=engine("tensorrt_llm", medusa),
-                      draft=None if medusa else engine("tensorrt_llm_draft", False), default_num_draft_tokens=4)
+    return RepoLayout(
+        mode=Method.MEDUSA if medusa else Method.DRAFT_TARGET,
+        backend="tensorrtllm",
+        trtllm_version=version,
+        max_batch_size=8,
+        tokenizer_dir="/tok",
+        target=engine("tensorrt_llm", medusa),
+        draft=None if medusa else engine("tensorrt_llm_draft", False),
+        default_num_draft_tokens=4,
+    )
 
 
 def rows(tensors, *, inputs: bool) -> list[tuple]:
@@ -35,7 +54,9 @@ def rows(tensors, *, inputs: bool) -> list[tuple]:
         if t["name"] in seen:  # the upstream ensemble declares kv_cache_alloc_total_blocks twice
             continue
         seen.add(t["name"])
-        out.append((t["name"], t["data_type"], tuple(t["dims"])) + ((t["optional"], t["reshape"]) if inputs else ()))
+        out.append(
+            (t["name"], t["data_type"], tuple(t["dims"])) + ((t["optional"], t["reshape"]) if inputs else ())
+        )
     return out
 
 
@@ -43,11 +64,17 @@ def generated_rows(config, *, inputs: bool) -> list[tuple]:
     from tritonclient.grpc import model_config_pb2 as pb
 
     tensors = config.input if inputs else config.output
-    return [(t.name, pb.DataType.Name(t.data_type), tuple(t.dims)) + ((t.optional, t.HasField("reshape")) if inputs else ())
-            for t in tensors if inputs or t.name not in T.EXTRA_TEXT_OUTPUTS or config.name == "tensorrt_llm"]
+    return [
+        (t.name, pb.DataType.Name(t.data_type), tuple(t.dims))
+        + ((t.optional, t.HasField("reshape")) if inputs else ())
+        for t in tensors
+        if inputs or t.name not in T.EXTRA_TEXT_OUTPUTS or config.name == "tensorrt_llm"
+    ]
 
 
-@pytest.mark.parametrize("model", ["ensemble", "preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_bls"])
+@pytest.mark.parametrize(
+    "model", ["ensemble", "preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_bls"]
+)
 def test_generated_interface_matches_backend_contract(model):
     config = all_configs(layout())[model]
     want = CONTRACT[model]
@@ -76,7 +103,13 @@ def test_required_engine_parameters_and_values():
     configs = all_configs(layout())
     for name in ("tensorrt_llm", "tensorrt_llm_draft"):
         p = {k: v.string_value for k, v in configs[name].parameters.items()}
-        for key in ("gpt_model_type", "gpt_model_path", "tokenizer_dir", "guided_decoding_backend", "xgrammar_tokenizer_info_path"):
+        for key in (
+            "gpt_model_type",
+            "gpt_model_path",
+            "tokenizer_dir",
+            "guided_decoding_backend",
+            "xgrammar_tokenizer_info_path",
+        ):
             assert key in p
         assert p["gpt_model_type"] == "inflight_fused_batching"
         assert p["gpu_device_ids"] == "0,1" and p["exclude_input_in_output"] == "true"
@@ -89,8 +122,14 @@ def test_required_engine_parameters_and_values():
     assert medusa["tensorrt_llm"].model_transaction_policy.decoupled and "tensorrt_llm_draft" not in medusa
 
 
-@pytest.mark.parametrize("version, min_tokens, seed", [("0.19.0", "min_length", "random_seed"), ("0.20.0", "min_tokens", "seed"),
-                                                       ("1.2.1", "min_tokens", "seed")])
+@pytest.mark.parametrize(
+    "version, min_tokens, seed",
+    [
+        ("0.19.0", "min_length", "random_seed"),
+        ("0.20.0", "min_tokens", "seed"),
+        ("1.2.1", "min_tokens", "seed"),
+    ],
+)
 def test_input_names_follow_trtllm_version(version, min_tokens, seed):
     assert T.names_for(version) == T.Names(min_tokens=min_tokens, seed=seed)
     text = "\n".join(to_text(c) for c in all_configs(layout(version=version)).values())
@@ -106,7 +145,11 @@ def test_tables_are_torch_and_numpy_free():
     import subprocess
     import sys
 
-    code = ("import sys, specbuild.model_repo.tensors; print('torch' in sys.modules, 'numpy' in sys.modules); "
-            "import specbuild.model_repo.configs; print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    code = (
+        "import sys, specbuild.model_repo.tensors; print('torch' in sys.modules, 'numpy' in sys.modules); "
+        "import specbuild.model_repo.configs; print('torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert out == ["False", "False", "False"]

@@ -21,7 +21,9 @@ GOLDEN = Path(__file__).parent / "data" / "golden"
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory, tiny_target, tiny_draft):
     return {
-        "draft_target": cached_build(tmp_path_factory, "dt", "draft_target", target=tiny_target, draft=tiny_draft),
+        "draft_target": cached_build(
+            tmp_path_factory, "dt", "draft_target", target=tiny_target, draft=tiny_draft
+        ),
         "medusa": cached_build(tmp_path_factory, "medusa", "medusa", target=tiny_target),
     }
 
@@ -38,12 +40,19 @@ def test_repository_matches_golden(builds, tmp_path, mode, backend):
         golden.parent.mkdir(parents=True, exist_ok=True)
         golden.write_text(text)
     assert golden.is_file(), f"missing {golden}: run with SPECBUILD_UPDATE_GOLDEN=1"
-    assert text == golden.read_text(), f"{golden.name} differs: regenerate with SPECBUILD_UPDATE_GOLDEN=1 if intended"
+    assert text == golden.read_text(), (
+        f"{golden.name} differs: regenerate with SPECBUILD_UPDATE_GOLDEN=1 if intended"
+    )
 
 
 def test_engine_root_rewrites_engine_paths(builds, tmp_path):
-    repo = generate_repo(builds["draft_target"], tmp_path / "repo", backend="tensorrtllm", engine_root="/engines",
-                         tokenizer_dir="/tokenizer")
+    repo = generate_repo(
+        builds["draft_target"],
+        tmp_path / "repo",
+        backend="tensorrtllm",
+        engine_root="/engines",
+        tokenizer_dir="/tokenizer",
+    )
     target = (repo / "tensorrt_llm" / "config.pbtxt").read_text()
     draft = (repo / "tensorrt_llm_draft" / "config.pbtxt").read_text()
     assert 'string_value: "/engines/target/engine"' in target
@@ -64,18 +73,27 @@ def test_production_bls_vendors_a_self_contained_loop(builds, tmp_path):
     # Statically: every specbuild module any BLS file imports (even lazily, inside functions) is vendored.
     for path in [*bls.glob("*.py"), *vendor.rglob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else \
-                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names = (
+                [node.module]
+                if isinstance(node, ast.ImportFrom) and node.module
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
             for name in (n for n in names if n == "specbuild" or n.startswith("specbuild.")):
                 rel = name.replace(".", "/")
-                assert (vendor / f"{rel}.py").is_file() or (vendor / rel / "__init__.py").is_file(), f"{path.name} imports {name}"
+                assert (vendor / f"{rel}.py").is_file() or (vendor / rel / "__init__.py").is_file(), (
+                    f"{path.name} imports {name}"
+                )
     # Dynamically (torch-free part): the loop and the BLS core import from vendor/ only.
     code = f"""
 import sys
 sys.path[:0] = [{str(vendor)!r}, {str(bls)!r}]
 import bls_core, trtllm_semantics, specbuild.engines.reference.speculative
-assert trtllm_semantics.sampling_params(max_tokens=4, temperature=None, top_k=None, top_p=None, seed=None, end_id=2).greedy
-print([m.__file__ for n, m in sys.modules.items() if n.startswith("specbuild") and not m.__file__.startswith({str(vendor)!r})])
+assert trtllm_semantics.sampling_params(max_tokens=4, temperature=None, top_k=None, top_p=None, seed=None,
+end_id=2).greedy
+print([m.__file__ for n, m in sys.modules.items() if n.startswith("specbuild") and not
+m.__file__.startswith({str(vendor)!r})])
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -103,6 +121,12 @@ def test_backend_defaults_to_the_build_engine(builds, tmp_path):
 
     repo = generate_repo(builds["medusa"], tmp_path / "repo")  # a reference build: local Python models
     manifest = json.loads((repo / "specbuild.json").read_text())
-    assert manifest["kind"] == "model_repo" and manifest["backend"] == "python" and manifest["mode"] == "medusa"
+    assert (
+        manifest["kind"] == "model_repo" and manifest["backend"] == "python" and manifest["mode"] == "medusa"
+    )
     assert 'backend: "python"' in (repo / "tensorrt_llm" / "config.pbtxt").read_text()
-    assert set(manifest["files"]) >= {"tensorrt_llm/config.pbtxt", "tensorrt_llm/1/model.py", "ensemble/config.pbtxt"}
+    assert set(manifest["files"]) >= {
+        "tensorrt_llm/config.pbtxt",
+        "tensorrt_llm/1/model.py",
+        "ensemble/config.pbtxt",
+    }

@@ -14,7 +14,9 @@ from repo_builds import cached_build
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.model_repo.generate import generate_repo
 
-pytestmark = pytest.mark.numeric  # float results through CPU kernels: `make test-isa` runs them per kernel family
+pytestmark = (
+    pytest.mark.numeric
+)  # float results through CPU kernels: `make test-isa` runs them per kernel family
 
 PROMPT = "def add(a, b):"
 N = 8  # new tokens per request: enough for several speculative rounds, cheap on a loaded CPU
@@ -54,8 +56,13 @@ def test_bls_speculation_equals_plain_greedy(servers):
     assert spec["tokens"] == plain["tokens"] == ensemble["tokens"] == greedy_baseline(s)
     assert spec["text"] == plain["text"] == ensemble["text"]
     perf = spec["perf"]
-    assert perf["total_draft_tokens"] > 0 and 0 <= perf["total_accepted_draft_tokens"] <= perf["total_draft_tokens"]
-    assert perf["acceptance_rate"] == pytest.approx(perf["total_accepted_draft_tokens"] / perf["total_draft_tokens"])  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
+    assert (
+        perf["total_draft_tokens"] > 0
+        and 0 <= perf["total_accepted_draft_tokens"] <= perf["total_draft_tokens"]
+    )
+    assert perf["acceptance_rate"] == pytest.approx(
+        perf["total_accepted_draft_tokens"] / perf["total_draft_tokens"]
+    )  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
     assert perf["arrival_time_ns"] <= perf["first_token_time_ns"] <= perf["last_token_time_ns"]
 
 
@@ -91,7 +98,9 @@ def test_bls_sends_draft_logits_and_min_tokens(servers):
     targets = [inputs for model, inputs in s.calls if model == "tensorrt_llm" and "draft_input_ids" in inputs]
     assert drafts and targets
     for d in drafts:
-        assert d["return_generation_logits"].all() and d["min_tokens"].item() == d["request_output_len"].item()
+        assert (
+            d["return_generation_logits"].all() and d["min_tokens"].item() == d["request_output_len"].item()
+        )
     vocab = s.models["tensorrt_llm"].engine.target.cfg.vocab_size
     for t in targets:
         k = t["draft_input_ids"].shape[1]
@@ -104,7 +113,11 @@ def test_bls_seeded_sampling_is_reproducible_with_fresh_seed_per_call(servers):
     kw = dict(num_draft_tokens=3, temperature=0.9, top_p=1.0, seed=7)
     s.calls.clear()
     first = bls(s, **kw)
-    seeds = [int(inputs["seed"].item()) for model, inputs in s.calls if model.startswith("tensorrt_llm") and "seed" in inputs]
+    seeds = [
+        int(inputs["seed"].item())
+        for model, inputs in s.calls
+        if model.startswith("tensorrt_llm") and "seed" in inputs
+    ]
     assert len(seeds) == len(set(seeds)) > 2  # a fixed seed per call would replay the same draws each round
     assert bls(s, **kw)["tokens"] == first["tokens"]
 
@@ -122,8 +135,11 @@ def test_medusa_streams_through_the_ensemble(servers):
 
 
 def engine_request(ids, n, **extra):
-    inputs = {"input_ids": np.array([ids], dtype=np.int32), "input_lengths": np.array([[len(ids)]], dtype=np.int32),
-              "request_output_len": np.array([[n]], dtype=np.int32)}
+    inputs = {
+        "input_ids": np.array([ids], dtype=np.int32),
+        "input_lengths": np.array([[len(ids)]], dtype=np.int32),
+        "request_output_len": np.array([[n]], dtype=np.int32),
+    }
     for key, value in extra.items():
         inputs[key] = np.asarray(value)
     return inputs
@@ -141,12 +157,17 @@ def test_local_engine_model_verifies_external_drafts_with_prefix_reuse(servers):
     engine = s.models["tensorrt_llm"].engine
     reused = engine.prefix_cache.reused_tokens
     perf = {"return_perf_metrics": np.array([[True]])}
-    (r,) = s.infer("tensorrt_llm", engine_request(ids, 4, draft_input_ids=np.array([greedy[:3]], dtype=np.int32), **perf))
+    (r,) = s.infer(
+        "tensorrt_llm", engine_request(ids, 4, draft_input_ids=np.array([greedy[:3]], dtype=np.int32), **perf)
+    )
     out = outputs(r)
     assert out["output_ids"].shape == (1, 1, 4) and out["output_ids"].reshape(-1).tolist() == greedy[:4]
     assert out["acceptance_rate"].item() == 1.0 and out["total_draft_tokens"].item() == 3
     wrong = [greedy[3], (greedy[4] + 1) % 300]  # first draft right, second wrong
-    (r,) = s.infer("tensorrt_llm", engine_request(ids + greedy[:3], 3, draft_input_ids=np.array([wrong], dtype=np.int32), **perf))
+    (r,) = s.infer(
+        "tensorrt_llm",
+        engine_request(ids + greedy[:3], 3, draft_input_ids=np.array([wrong], dtype=np.int32), **perf),
+    )
     out = outputs(r)
     assert out["output_ids"].reshape(-1).tolist() == greedy[3:5]  # one accepted + the target's own token
     assert out["total_accepted_draft_tokens"].item() == 1
@@ -161,7 +182,11 @@ def test_local_engine_model_rejects_streaming_when_not_decoupled(servers):
 
 def test_trtllm_019_names_serve(tiny_target, tiny_draft, tmp_path_factory, servers):
     build = cached_build(tmp_path_factory, "dt", "draft_target", target=tiny_target, draft=tiny_draft)
-    old = FakeServer(generate_repo(build, tmp_path_factory.mktemp("old") / "repo", backend="python", trtllm_version="0.19.0"))
+    old = FakeServer(
+        generate_repo(
+            build, tmp_path_factory.mktemp("old") / "repo", backend="python", trtllm_version="0.19.0"
+        )
+    )
     old.calls.clear()
     inputs = text_request(PROMPT, N, num_draft_tokens=2)
     inputs["random_seed"] = np.array([[3]], dtype=np.uint64)
@@ -187,15 +212,24 @@ def test_preprocessing_word_lists_and_single_token_stop_words(servers):
     s = servers["dt"]
     tok = s.models["preprocessing"].tokenizer
     greedy = greedy_baseline(s)
-    stop = next(i for i in range(1, N) if tok.encode(tok.decode([greedy[i]]), add_special_tokens=False) == [greedy[i]])
+    stop = next(
+        i for i in range(1, N) if tok.encode(tok.decode([greedy[i]]), add_special_tokens=False) == [greedy[i]]
+    )
     word = tok.decode([greedy[stop]])
-    (pre,) = s.infer("preprocessing", {"QUERY": np.array([[PROMPT.encode()]], dtype=object),
-                                        "REQUEST_OUTPUT_LEN": np.array([[N]], dtype=np.int32),
-                                        "STOP_WORDS_DICT": np.array([[word.encode(), b"def add"]], dtype=object)})
+    (pre,) = s.infer(
+        "preprocessing",
+        {
+            "QUERY": np.array([[PROMPT.encode()]], dtype=object),
+            "REQUEST_OUTPUT_LEN": np.array([[N]], dtype=np.int32),
+            "STOP_WORDS_DICT": np.array([[word.encode(), b"def add"]], dtype=object),
+        },
+    )
     words = outputs(pre)["STOP_WORDS_IDS"]  # [1, 2, n]: ids, then cumulative end offsets padded with -1
     two = tok.encode("def add", add_special_tokens=False)
     assert words.shape == (1, 2, 1 + len(two))
-    assert words[0, 0].tolist() == [greedy[stop], *two] and words[0, 1].tolist() == [1, 1 + len(two)] + [-1] * (len(two) - 1)
+    assert words[0, 0].tolist() == [greedy[stop], *two] and words[0, 1].tolist() == [1, 1 + len(two)] + [
+        -1
+    ] * (len(two) - 1)
     inputs = text_request(PROMPT, N)
     inputs["stop_words"] = np.array([[word.encode()]], dtype=object)
     out = collect(s.infer("ensemble", inputs))
@@ -209,7 +243,9 @@ def test_local_engine_model_serves_a_batch_of_requests(servers, name):
     tok = s.models["preprocessing"].tokenizer
     prompts = [tok.encode(PROMPT), tok.encode("import numpy as np")]
     engine = s.models["tensorrt_llm"].engine
-    expected = [engine.generate(p, SamplingParams(max_tokens=N), speculative=False).token_ids for p in prompts]
+    expected = [
+        engine.generate(p, SamplingParams(max_tokens=N), speculative=False).token_ids for p in prompts
+    ]
     streaming = np.array([[name == "medusa"]])  # the Medusa model is decoupled: stream it
     batch = [engine_request(p, N, streaming=streaming) for p in prompts]
     got = []
@@ -223,9 +259,13 @@ def test_multi_token_stop_word_ends_the_request(servers, stream):
     s = servers["medusa"]  # decoupled: both unary and streamed requests
     tok = s.models["preprocessing"].tokenizer
     greedy = greedy_baseline(s)
-    i = next(i for i in range(1, N - 1) if tok.encode(tok.decode(greedy[i:i + 2]), add_special_tokens=False) == greedy[i:i + 2])
-    seq = greedy[i:i + 2]
-    first_end = next(e for e in range(2, N + 1) if greedy[e - 2:e] == seq)
+    i = next(
+        i
+        for i in range(1, N - 1)
+        if tok.encode(tok.decode(greedy[i : i + 2]), add_special_tokens=False) == greedy[i : i + 2]
+    )
+    seq = greedy[i : i + 2]
+    first_end = next(e for e in range(2, N + 1) if greedy[e - 2 : e] == seq)
     inputs = text_request(PROMPT, N, stream=stream)
     inputs["stop_words"] = np.array([[tok.decode(seq).encode()]], dtype=object)
     out = collect(s.infer("ensemble", inputs))
@@ -238,10 +278,13 @@ def test_bls_speculation_stops_at_stop_words(servers, length, stream):
     s = servers["same"]  # every draft accepted: a stop word usually lands inside a multi-token round
     tok = s.models["preprocessing"].tokenizer
     greedy = greedy_baseline(s)
-    i = next(i for i in range(2, N - length)
-             if tok.encode(tok.decode(greedy[i:i + length]), add_special_tokens=False) == greedy[i:i + length])
-    seq = greedy[i:i + length]
-    first_end = next(e for e in range(length, N + 1) if greedy[e - length:e] == seq)
+    i = next(
+        i
+        for i in range(2, N - length)
+        if tok.encode(tok.decode(greedy[i : i + length]), add_special_tokens=False) == greedy[i : i + length]
+    )
+    seq = greedy[i : i + length]
+    first_end = next(e for e in range(length, N + 1) if greedy[e - length : e] == seq)
     inputs = text_request(PROMPT, N, num_draft_tokens=3, stream=stream, return_perf_metrics=True)
     inputs["stop_words"] = np.array([[tok.decode(seq).encode()]], dtype=object)
     out = collect(s.infer("tensorrt_llm_bls", inputs))

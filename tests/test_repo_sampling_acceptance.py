@@ -34,7 +34,9 @@ from specbuild.model_repo.generate import generate_repo
 
 torch = pytest.importorskip("torch")
 
-pytestmark = pytest.mark.numeric  # float results through CPU kernels: `make test-isa` runs them per kernel family
+pytestmark = (
+    pytest.mark.numeric
+)  # float results through CPU kernels: `make test-isa` runs them per kernel family
 
 K = 3  # drafts per round
 NEW_TOKENS = 24  # per request
@@ -51,11 +53,16 @@ REJECTION_TEMPERATURE = 0.8
 def served(tmp_path_factory, tiny_target, tiny_draft):
     root = tmp_path_factory.mktemp("acceptance")
     builds = {  # an identical draft: a large token-equality acceptance
-        "same": cached_build(tmp_path_factory, "acc-same", "draft_target", target=tiny_target, draft=tiny_target),
+        "same": cached_build(
+            tmp_path_factory, "acc-same", "draft_target", target=tiny_target, draft=tiny_target
+        ),
         "dt": cached_build(tmp_path_factory, "dt", "draft_target", target=tiny_target, draft=tiny_draft),
     }
     threads = torch.get_num_threads()  # the local engine model sets 1 thread per process; restore after
-    yield {name: FakeServer(generate_repo(b, root / name, backend="python")) for name, b in builds.items()}, builds
+    yield (
+        {name: FakeServer(generate_repo(b, root / name, backend="python")) for name, b in builds.items()},
+        builds,
+    )
     torch.set_num_threads(threads)
 
 
@@ -65,9 +72,21 @@ def _rounds(server, *, use_draft_logits: bool, temperature: float):
     for prompt in PROMPTS:
         for seed in SEEDS:
             server.calls.clear()
-            out = collect(server.infer("tensorrt_llm_bls", text_request(
-                prompt, NEW_TOKENS, num_draft_tokens=K, temperature=temperature, top_p=1.0, seed=seed,
-                use_draft_logits=use_draft_logits, return_perf_metrics=True)))
+            out = collect(
+                server.infer(
+                    "tensorrt_llm_bls",
+                    text_request(
+                        prompt,
+                        NEW_TOKENS,
+                        num_draft_tokens=K,
+                        temperature=temperature,
+                        top_p=1.0,
+                        seed=seed,
+                        use_draft_logits=use_draft_logits,
+                        return_perf_metrics=True,
+                    ),
+                )
+            )
             accepted += out["perf"]["total_accepted_draft_tokens"]
             drafted += out["perf"]["total_draft_tokens"]
             prompt_ids = server.models["preprocessing"].tokenizer.encode(prompt)
@@ -75,13 +94,18 @@ def _rounds(server, *, use_draft_logits: bool, temperature: float):
             for model, inputs in server.calls:
                 if model == "tensorrt_llm" and "draft_input_ids" in inputs:
                     prefix = inputs["input_ids"].reshape(-1).tolist()
-                    assert full[: len(prefix)] == prefix, "a verification prefix is not a prefix of the output"
-                    rounds.append((prefix, inputs["draft_input_ids"].reshape(-1).tolist(), full[len(prefix):]))
+                    assert full[: len(prefix)] == prefix, (
+                        "a verification prefix is not a prefix of the output"
+                    )
+                    rounds.append(
+                        (prefix, inputs["draft_input_ids"].reshape(-1).tolist(), full[len(prefix) :])
+                    )
     return rounds, accepted, drafted
 
 
 def _expectation(server, rounds, *, use_draft_logits: bool, temperature: float):
-    """(observed first-draft acceptance, mean p_target(first draft), expected acceptance, its standard error)."""
+    """(observed first-draft acceptance, mean p_target(first draft), expected acceptance, its
+    standard error)."""
     from specbuild.engines.reference.runners import CachedSequence
     from specbuild.engines.reference.sampling import probs_from_logits
 
@@ -102,7 +126,10 @@ def _expectation(server, rounds, *, use_draft_logits: bool, temperature: float):
             expected += p
             variance += p * (1 - p)
             n += 1
-    print(f"rounds {n}: first-draft acceptance {observed / n:.3f}, p_target(draft) {p_of_draft / n:.3f}, expected {expected / n:.3f} +- {math.sqrt(variance) / n:.3f}")
+    print(
+        f"rounds {n}: first-draft acceptance {observed / n:.3f}, p_target(draft) {p_of_draft / n:.3f}, "
+        f"expected {expected / n:.3f} +- {math.sqrt(variance) / n:.3f}"
+    )
     assert n >= 40, f"only {n} rounds: not enough for a stable estimate"
     return observed / n, p_of_draft / n, expected / n, math.sqrt(variance) / n
 
@@ -115,7 +142,9 @@ def _in_process_rate(build, temperature: float) -> float:
     accepted = drafted = 0
     for prompt in PROMPTS:
         for seed in SEEDS:
-            params = SamplingParams(max_tokens=NEW_TOKENS, temperature=temperature, top_p=1.0, seed=seed, end_id=-1)
+            params = SamplingParams(
+                max_tokens=NEW_TOKENS, temperature=temperature, top_p=1.0, seed=seed, end_id=-1
+            )
             stats = engine.generate(engine.tokenizer.encode(prompt), params, num_draft_tokens=K).stats
             accepted, drafted = accepted + stats.accepted, drafted + stats.drafted
     print(f"in-process accepted / drafted {accepted / drafted:.3f}")
@@ -126,13 +155,19 @@ def test_token_equality_acceptance_matches_sum_of_draft_times_target(served):
     servers, _ = served
     t = EQUALITY_TEMPERATURE
     rounds, accepted, drafted = _rounds(servers["same"], use_draft_logits=False, temperature=t)
-    observed, p_of_draft, expected, se = _expectation(servers["same"], rounds, use_draft_logits=False, temperature=t)
+    observed, p_of_draft, expected, se = _expectation(
+        servers["same"], rounds, use_draft_logits=False, temperature=t
+    )
     assert expected > 0.1, f"expectation {expected:.3f} too small for the test to separate a gap"
     # The drafts follow p_draft at the verified prefix (same params, aligned): E[p_target(x)] = sum p_d p_t.
-    assert abs(p_of_draft - expected) < 0.25 * expected, (p_of_draft, expected)  # a sample mean over the rounds: sampling noise, not rounding
+    assert abs(p_of_draft - expected) < 0.25 * expected, (
+        p_of_draft,
+        expected,
+    )  # a sample mean over the rounds: sampling noise, not rounding
     # The target's own samples are independent of the draft's: accepted as often as sum p_d p_t says.
     assert abs(observed - expected) < 3 * se, f"observed {observed:.3f}, expected {expected:.3f} +- {se:.3f}"
-    # The reported rate agrees (at most the first-draft rate: later drafts are tried only after an acceptance).
+    # The reported rate agrees (at most the first-draft rate: later drafts are tried only after an
+    # acceptance).
     assert 0.25 * expected < accepted / drafted <= observed + 3 * se, (accepted / drafted, observed)
 
 
@@ -145,4 +180,7 @@ def test_rejection_sampling_acceptance_matches_sum_of_min_and_the_in_process_eng
     assert abs(observed - expected) < 3 * se, f"observed {observed:.3f}, expected {expected:.3f} +- {se:.3f}"
     # Same verification rule in process and through the BLS: the same accepted / drafted within noise.
     in_process = _in_process_rate(builds["dt"], t)
-    assert abs(accepted / drafted - in_process) < 0.5 * in_process, (accepted / drafted, in_process)  # two independent samples of a rate: noise
+    assert abs(accepted / drafted - in_process) < 0.5 * in_process, (
+        accepted / drafted,
+        in_process,
+    )  # two independent samples of a rate: noise

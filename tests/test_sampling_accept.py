@@ -16,20 +16,23 @@ torch = pytest.importorskip("torch")
 from specbuild.core.sampling_params import SamplingParams  # noqa: E402
 from specbuild.engines.reference.sampling import accept_draft, probs_from_logits, residual_probs, sample  # noqa: E402
 
-TARGET = torch.tensor([
-    [0.50, 0.20, 0.15, 0.10, 0.05, 0.00],
-    [0.05, 0.05, 0.40, 0.30, 0.10, 0.10],
-    [0.25, 0.25, 0.10, 0.10, 0.20, 0.10],
-])  # [K+1,V]: target_probs
-DRAFT = torch.tensor([
-    [0.10, 0.40, 0.10, 0.10, 0.10, 0.20],
-    [0.30, 0.10, 0.20, 0.10, 0.20, 0.10],
-])  # [K,V]: draft_probs; draft puts mass on token 5, which the target never emits at position 0
+TARGET = torch.tensor(
+    [
+        [0.50, 0.20, 0.15, 0.10, 0.05, 0.00],
+        [0.05, 0.05, 0.40, 0.30, 0.10, 0.10],
+        [0.25, 0.25, 0.10, 0.10, 0.20, 0.10],
+    ]
+)  # [K+1,V]: target_probs
+DRAFT = torch.tensor(
+    [
+        [0.10, 0.40, 0.10, 0.10, 0.10, 0.20],
+        [0.30, 0.10, 0.20, 0.10, 0.20, 0.10],
+    ]
+)  # [K,V]: draft_probs; draft puts mass on token 5, which the target never emits at position 0
 TRIALS = 8000  # for the real rule; broken rules are caught with far fewer
 BROKEN_TRIALS = 2000
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.numeric]
-
 
 
 def _chi2_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
@@ -65,9 +68,12 @@ def _pvalues(rule, trials=TRIALS):
 
 # ---- broken rules the test must reject -------------------------------------------------------
 
+
 def _inverted_ratio(drafts, draft_probs, target_probs, gen):
     for i, x in enumerate(drafts):
-        if torch.rand((), generator=gen) >= min(1.0, float(draft_probs[i, x] / max(target_probs[i, x], 1e-12))):
+        if torch.rand((), generator=gen) >= min(
+            1.0, float(draft_probs[i, x] / max(target_probs[i, x], 1e-12))
+        ):
             return i, sample(residual_probs(target_probs[i], draft_probs[i]), gen)
     return len(drafts), sample(target_probs[-1], gen)
 
@@ -98,7 +104,9 @@ def test_accept_draft_follows_target_distribution():
     assert min(pvalues) > 1e-3, pvalues  # chi-square: false alarm 1 in 1000 per test (seeded)
 
 
-@pytest.mark.parametrize("broken", [_inverted_ratio, _resample_from_target, _unnormalised_residual, _always_accept])
+@pytest.mark.parametrize(
+    "broken", [_inverted_ratio, _resample_from_target, _unnormalised_residual, _always_accept]
+)
 def test_chi_square_rejects_broken_rules(broken):
     assert min(_pvalues(broken, BROKEN_TRIALS)) < 1e-6  # broken rules are off by far more than noise
 
@@ -158,7 +166,9 @@ def test_probs_from_logits_filters():
     assert_close(t2, (logits / 2.0).softmax(-1), ulps=FEW_OPS_ULPS)  # float32: scale + softmax of 5 values
     k2 = probs_from_logits(logits, SamplingParams(temperature=1.0, top_k=2))
     assert (k2[0, 2:] == 0).all()
-    assert_close(k2[0, :2], logits[0, :2].softmax(-1), ulps=FEW_OPS_ULPS)  # float32: a masked softmax vs a short one
+    assert_close(
+        k2[0, :2], logits[0, :2].softmax(-1), ulps=FEW_OPS_ULPS
+    )  # float32: a masked softmax vs a short one
     full = logits.softmax(-1)[0]  # 0.636, 0.234, 0.086, ...
     p = probs_from_logits(logits, SamplingParams(temperature=1.0, top_p=0.8))
     assert (p[0] > 0).tolist() == [True, True, False, False, False]  # 0.636 < 0.8 <= 0.870

@@ -20,8 +20,14 @@ from specbuild.serve.launch import (
 )
 
 TS = "/opt/tritonserver/bin/tritonserver"
-PORTS = ["--grpc-address=127.0.0.1", "--grpc-port=8001", "--http-address=127.0.0.1", "--http-port=8000",
-         "--metrics-address=127.0.0.1", "--metrics-port=8002"]
+PORTS = [
+    "--grpc-address=127.0.0.1",
+    "--grpc-port=8001",
+    "--http-address=127.0.0.1",
+    "--http-port=8000",
+    "--metrics-address=127.0.0.1",
+    "--metrics-port=8002",
+]
 
 
 def test_container_matches_trtllm_version():
@@ -37,7 +43,10 @@ def test_container_map_follows_the_backend_dockerfile_pins():
     from specbuild.core.trtllm_facts import containers, known_versions
 
     assert containers("1.2.0rc2").tags == ("25.11",) and containers("1.2.0rc8").tags == ("26.03",)
-    assert containers("1.2.1").tags == ("26.04", "26.05", "26.06", "26.07") and containers("1.2.1").default == "26.04"
+    assert (
+        containers("1.2.1").tags == ("26.04", "26.05", "26.06", "26.07")
+        and containers("1.2.1").default == "26.04"
+    )
     assert "1.0.3.2510" not in known_versions() and "1.2.0" not in known_versions()
     assert container_image("1.2.0rc8") == "nvcr.io/nvidia/tritonserver:26.03-trtllm-python-py3"
     with pytest.raises(ServerError):
@@ -54,38 +63,91 @@ def test_leader_mode_medusa_tp2():
     layout = LaunchLayout(trtllm_version="1.2.1", mode="medusa", target_world_size=2, num_gpus=2)
     assert layout.world_size == 2 and orchestrator_env(layout) == {}
     assert mpirun_argv(layout, "/r") == [
-        "mpirun", "--allow-run-as-root",
-        "-n", "1", TS, "--model-repository=/r", *PORTS,
-        "--disable-auto-complete-config", "--backend-config=python,shm-region-prefix-name=prefix0_",
-        ":", "-n", "1", TS, "--model-repository=/r", *PORTS,
-        "--model-control-mode=explicit", "--load-model=tensorrt_llm",
-        "--disable-auto-complete-config", "--backend-config=python,shm-region-prefix-name=prefix1_",
+        "mpirun",
+        "--allow-run-as-root",
+        "-n",
+        "1",
+        TS,
+        "--model-repository=/r",
+        *PORTS,
+        "--disable-auto-complete-config",
+        "--backend-config=python,shm-region-prefix-name=prefix0_",
+        ":",
+        "-n",
+        "1",
+        TS,
+        "--model-repository=/r",
+        *PORTS,
+        "--model-control-mode=explicit",
+        "--load-model=tensorrt_llm",
+        "--disable-auto-complete-config",
+        "--backend-config=python,shm-region-prefix-name=prefix1_",
     ]
 
 
 def test_orchestrator_mode_draft_target_with_log():
-    layout = LaunchLayout(trtllm_version="1.2.1", mode="draft_target", target_world_size=2, draft_world_size=1,
-                          num_gpus=2)
+    layout = LaunchLayout(
+        trtllm_version="1.2.1", mode="draft_target", target_world_size=2, draft_world_size=1, num_gpus=2
+    )
     assert layout.multi_model and layout.world_size == 1
-    assert orchestrator_env(layout) == {"TRTLLM_ORCHESTRATOR": "1", "TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES": "1"}
+    assert orchestrator_env(layout) == {
+        "TRTLLM_ORCHESTRATOR": "1",
+        "TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES": "1",
+    }
     assert mpirun_argv(layout, "/r", log_file="triton_log.txt") == [
-        "mpirun", "--allow-run-as-root",
-        "-n", "1", TS, "--model-repository=/r", *PORTS, "--log-verbose=3", "--log-file=triton_log.txt",
-        "--pinned-memory-pool-byte-size=0", "--enable-peer-access=false",
-        "--cuda-memory-pool-byte-size=0:0", "--cuda-memory-pool-byte-size=1:0",
-        "--disable-auto-complete-config", "--backend-config=python,shm-region-prefix-name=prefix0_",
+        "mpirun",
+        "--allow-run-as-root",
+        "-n",
+        "1",
+        TS,
+        "--model-repository=/r",
+        *PORTS,
+        "--log-verbose=3",
+        "--log-file=triton_log.txt",
+        "--pinned-memory-pool-byte-size=0",
+        "--enable-peer-access=false",
+        "--cuda-memory-pool-byte-size=0:0",
+        "--cuda-memory-pool-byte-size=1:0",
+        "--disable-auto-complete-config",
+        "--backend-config=python,shm-region-prefix-name=prefix0_",
     ]
 
 
 def test_docker_run_line():
     from pathlib import Path
 
-    mounts = [Mount(Path("/e"), "/e"), Mount(Path("/r"), "/r"), Mount(Path("/e"), "/e"), Mount(Path("/host/build"), "/engines")]
+    mounts = [
+        Mount(Path("/e"), "/e"),
+        Mount(Path("/r"), "/r"),
+        Mount(Path("/e"), "/e"),
+        Mount(Path("/host/build"), "/engines"),
+    ]
     argv = docker_argv("img:1", mounts=mounts, env={"B": "2", "A": "1"})
     assert argv == [
-        "docker", "run", "--rm", "-it", "--net", "host", "--shm-size=2g", "--ulimit", "memlock=-1",
-        "--ulimit", "stack=67108864", "--gpus", "all", "-v", "/e:/e:ro", "-v", "/host/build:/engines:ro", "-v", "/r:/r:ro",
-        "-e", "A=1", "-e", "B=2", "img:1",
+        "docker",
+        "run",
+        "--rm",
+        "-it",
+        "--net",
+        "host",
+        "--shm-size=2g",
+        "--ulimit",
+        "memlock=-1",
+        "--ulimit",
+        "stack=67108864",
+        "--gpus",
+        "all",
+        "-v",
+        "/e:/e:ro",
+        "-v",
+        "/host/build:/engines:ro",
+        "-v",
+        "/r:/r:ro",
+        "-e",
+        "A=1",
+        "-e",
+        "B=2",
+        "img:1",
     ]
 
 
@@ -97,17 +159,35 @@ def test_nothing_is_mounted_over_the_containers_own_files():
 
 
 def test_layout_from_spec_dict():
-    spec = {"trtllm_version": "1.2.1", "mode": "draft_target", "target": {"tp_size": 2, "pp_size": 2},
-            "draft": {"tp_size": 1, "pp_size": 1}, "serving": {"num_gpus": None}}
+    spec = {
+        "trtllm_version": "1.2.1",
+        "mode": "draft_target",
+        "target": {"tp_size": 2, "pp_size": 2},
+        "draft": {"tp_size": 1, "pp_size": 1},
+        "serving": {"num_gpus": None},
+    }
     assert LaunchLayout.from_spec_dict(spec) == LaunchLayout(
-        trtllm_version="1.2.1", mode=Method.DRAFT_TARGET, target_world_size=4, draft_world_size=1, num_gpus=4)
+        trtllm_version="1.2.1", mode=Method.DRAFT_TARGET, target_world_size=4, draft_world_size=1, num_gpus=4
+    )
 
 
 def write_repo_manifest(repo, spec):
     """The fields `specbuild repo` records that the launch reads (its resolved spec), the rest minimal."""
-    (repo / "specbuild.json").write_text(json.dumps({
-        "kind": "model_repo", "backend": "tensorrtllm", "mode": spec["mode"], "trtllm_version": spec["trtllm_version"],
-        "build_dir": "/engines", "models": [], "layout": {}, "spec": spec, "files": {}}))
+    (repo / "specbuild.json").write_text(
+        json.dumps(
+            {
+                "kind": "model_repo",
+                "backend": "tensorrtllm",
+                "mode": spec["mode"],
+                "trtllm_version": spec["trtllm_version"],
+                "build_dir": "/engines",
+                "models": [],
+                "layout": {},
+                "spec": spec,
+                "files": {},
+            }
+        )
+    )
 
 
 def _param(key: str, value: str) -> str:
@@ -120,15 +200,22 @@ def test_launch_commands_from_a_repository(tmp_path):
     repo = tmp_path / "repo"
     (repo / "tensorrt_llm").mkdir(parents=True)
     (repo / "tensorrt_llm" / "config.pbtxt").write_text(
-        _param("gpt_model_path", "/srv/engines/target") + _param("tokenizer_dir", "/srv/hf/target")
-        + _param("executor_worker_path", "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"))
-    write_repo_manifest(repo, {"trtllm_version": "1.2.1", "mode": "medusa", "target": {"tp_size": 1, "pp_size": 1},
-                               "draft": None})
-    assert repo_mounts(repo) == [Mount(Path("/srv/engines/target"), "/srv/engines/target"), Mount(Path("/srv/hf/target"), "/srv/hf/target"),
-                                 Mount(repo.resolve(), str(repo.resolve()))]
+        _param("gpt_model_path", "/srv/engines/target")
+        + _param("tokenizer_dir", "/srv/hf/target")
+        + _param("executor_worker_path", "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker")
+    )
+    write_repo_manifest(
+        repo,
+        {"trtllm_version": "1.2.1", "mode": "medusa", "target": {"tp_size": 1, "pp_size": 1}, "draft": None},
+    )
+    assert repo_mounts(repo) == [
+        Mount(Path("/srv/engines/target"), "/srv/engines/target"),
+        Mount(Path("/srv/hf/target"), "/srv/hf/target"),
+        Mount(repo.resolve(), str(repo.resolve())),
+    ]
     [argv] = launch_commands(repo)
     image = argv.index("nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3")
-    assert argv[image + 1:image + 3] == ["mpirun", "--allow-run-as-root"]
+    assert argv[image + 1 : image + 3] == ["mpirun", "--allow-run-as-root"]
     assert "/srv/engines/target:/srv/engines/target:ro" in argv and argv.count(TS) == 1
     # executor_worker_path is a path inside the container: mounting it from the host would shadow
     # the container's binary, or make docker refuse to start where the host has no such file
@@ -148,12 +235,23 @@ def test_serve_print_launch_cli(tmp_path):
     repo = tmp_path / "repo"
     (repo / "tensorrt_llm").mkdir(parents=True)
     (repo / "tensorrt_llm" / "config.pbtxt").write_text('name: "tensorrt_llm"\n')
-    write_repo_manifest(repo, {"trtllm_version": "1.2.1", "mode": "draft_target", "target": {"tp_size": 1, "pp_size": 1},
-                               "draft": {"tp_size": 1, "pp_size": 1}})
-    result = CliRunner().invoke(app, ["serve", str(repo), "--print-launch", "--container-tag", "26.05",
-                                      "--grpc-port", "9001"])
+    write_repo_manifest(
+        repo,
+        {
+            "trtllm_version": "1.2.1",
+            "mode": "draft_target",
+            "target": {"tp_size": 1, "pp_size": 1},
+            "draft": {"tp_size": 1, "pp_size": 1},
+        },
+    )
+    result = CliRunner().invoke(
+        app, ["serve", str(repo), "--print-launch", "--container-tag", "26.05", "--grpc-port", "9001"]
+    )
     assert result.exit_code == 0, result.output
     line = result.output.strip()
     assert line.startswith("docker run --rm -it --net host")
-    assert "-e TRTLLM_ORCHESTRATOR=1" in line and "nvcr.io/nvidia/tritonserver:26.05-trtllm-python-py3 mpirun" in line
+    assert (
+        "-e TRTLLM_ORCHESTRATOR=1" in line
+        and "nvcr.io/nvidia/tritonserver:26.05-trtllm-python-py3 mpirun" in line
+    )
     assert "--grpc-port=9001" in line and "--cuda-memory-pool-byte-size=0:0" in line

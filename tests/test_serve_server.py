@@ -72,9 +72,17 @@ def test_server_argv_binds_every_endpoint_to_the_host():
     opts = ServerOptions(grpc_port=9001, http_port=9000, metrics_port=9002)
     argv = server_argv(Path("/b/tritonserver"), Path("/w/backends"), Path("/r"), opts)
     assert argv == [
-        "/b/tritonserver", "--model-repository=/r", "--backend-directory=/w/backends",
-        "--grpc-address=127.0.0.1", "--grpc-port=9001", "--http-address=127.0.0.1", "--http-port=9000",
-        "--metrics-address=127.0.0.1", "--metrics-port=9002", "--exit-timeout-secs=5", "--log-verbose=0",
+        "/b/tritonserver",
+        "--model-repository=/r",
+        "--backend-directory=/w/backends",
+        "--grpc-address=127.0.0.1",
+        "--grpc-port=9001",
+        "--http-address=127.0.0.1",
+        "--http-port=9000",
+        "--metrics-address=127.0.0.1",
+        "--metrics-port=9002",
+        "--exit-timeout-secs=5",
+        "--log-verbose=0",
     ]
 
 
@@ -95,12 +103,15 @@ def test_repeated_port_is_refused():
 
 
 def test_important_log_lines_keep_errors_drop_cpu_host_noise():
-    log = "\n".join([
-        'E1129 19:35:34.979066 6413 server.cc:241] "CudaDriverHelper has not been initialized."',
-        'I1129 19:35:36.589416 6413 python_be.cc:2249] "TRITONBACKEND_ModelInstanceInitialize: echo_0_0"',
-        'E1129 19:36:58.587891 7132 model_lifecycle.cc:642] "failed to load \'bad\' version 1: ModuleNotFoundError"',
-        "error: creating server: Internal - failed to load all models",
-    ])
+    log = "\n".join(
+        [
+            'E1129 19:35:34.979066 6413 server.cc:241] "CudaDriverHelper has not been initialized."',
+            'I1129 19:35:36.589416 6413 python_be.cc:2249] "TRITONBACKEND_ModelInstanceInitialize: echo_0_0"',
+            "E1129 19:36:58.587891 7132 model_lifecycle.cc:642] \"failed to load 'bad' version 1: "
+            'ModuleNotFoundError"',
+            "error: creating server: Internal - failed to load all models",
+        ]
+    )
     lines = important_log_lines(log)
     assert len(lines) == 2 and "ModuleNotFoundError" in lines[0] and "creating server" in lines[1]
 
@@ -120,7 +131,9 @@ def test_production_repository_is_sent_to_the_gpu_launch(tmp_path):
 
 
 def test_missing_libpython_is_explained(monkeypatch):
-    fake = subprocess.CompletedProcess([], 0, stdout="\tlibpython3.11.so.1.0 => not found\n\tlibc.so.6 => /lib/libc.so.6\n")
+    fake = subprocess.CompletedProcess(
+        [], 0, stdout="\tlibpython3.11.so.1.0 => not found\n\tlibc.so.6 => /lib/libc.so.6\n"
+    )
     monkeypatch.setattr(bundle_mod.subprocess, "run", lambda *a, **k: fake)
     b = bundle_mod.find_bundle()
     with pytest.raises(ServerError, match="cannot load a shared library") as err:
@@ -177,8 +190,21 @@ def test_serve_cli_stops_cleanly_on_sigterm(tmp_path):
     repo = make_repo(tmp_path / "repo", {"echo": ECHO_MODEL})
     ports = [str(free_port()) for _ in range(3)]
     log = tmp_path / "server.log"
-    cmd = [sys.executable, "-m", "specbuild", "serve", str(repo), "--grpc-port", ports[0], "--http-port", ports[1],
-           "--metrics-port", ports[2], "--log-file", str(log)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "specbuild",
+        "serve",
+        str(repo),
+        "--grpc-port",
+        ports[0],
+        "--http-port",
+        ports[1],
+        "--metrics-port",
+        ports[2],
+        "--log-file",
+        str(log),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     deadline = time.monotonic() + 120
@@ -188,7 +214,11 @@ def test_serve_cli_stops_cleanly_on_sigterm(tmp_path):
         if line.startswith("ready") or not line:
             break
     assert lines[-1].startswith("ready: echo"), "".join(lines)
-    server_pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and _cmdline(int(p)).find(f"--grpc-port={ports[0]}") >= 0]
+    server_pids = [
+        int(p)
+        for p in os.listdir("/proc")
+        if p.isdigit() and _cmdline(int(p)).find(f"--grpc-port={ports[0]}") >= 0
+    ]
     assert server_pids
     proc.send_signal(signal.SIGTERM)
     rest, _ = proc.communicate(timeout=60)

@@ -41,20 +41,32 @@ EXAMPLE_SPECS = sorted(str(p.relative_to(EXAMPLES)) for p in EXAMPLES.rglob("*.y
 
 
 def test_examples_are_there():
-    assert {"llama33-70b-1b.yaml", "medusa-vicuna-7b.yaml", "tiny/draft-target.yaml", "tiny/medusa.yaml"} <= set(EXAMPLE_SPECS)
+    assert {
+        "llama33-70b-1b.yaml",
+        "medusa-vicuna-7b.yaml",
+        "tiny/draft-target.yaml",
+        "tiny/medusa.yaml",
+    } <= set(EXAMPLE_SPECS)
 
 
 @pytest.mark.parametrize("name", EXAMPLE_SPECS)
 def test_example_specs_load(name):
     spec = load_spec(EXAMPLES / name)
     assert spec.source == (EXAMPLES / name).resolve()
-    assert spec.base_dir == (EXAMPLES / name).resolve().parent  # model paths resolve against the spec's folder
+    assert (
+        spec.base_dir == (EXAMPLES / name).resolve().parent
+    )  # model paths resolve against the spec's folder
     assert spec.to_dict()["name"] == spec.name
 
 
 def test_seed_spec_values():
     spec = load_spec(EXAMPLES / "llama33-70b-1b.yaml")
-    assert (spec.mode, spec.dtype, spec.target.tp_size, spec.draft.tp_size) == ("draft_target", "bfloat16", 4, 1)
+    assert (spec.mode, spec.dtype, spec.target.tp_size, spec.draft.tp_size) == (
+        "draft_target",
+        "bfloat16",
+        4,
+        1,
+    )
     assert spec.speculation.max_draft_len == 5 and spec.num_gpus == 4
     medusa = load_spec(EXAMPLES / "medusa-vicuna-7b.yaml")
     assert medusa.medusa.num_heads == 4 and medusa.medusa_choices().size == 63
@@ -114,8 +126,13 @@ def test_missing_required_key(tmp_path):
 
 
 def test_medusa_tree_errors(tmp_path):
-    medusa = {"name": "m", "mode": "medusa", "target": {"model": "t"},
-              "medusa": {"heads": "h", "num_heads": 2, "choices": [[0], [1, 1]]}, "speculation": {"max_draft_len": 8}}
+    medusa = {
+        "name": "m",
+        "mode": "medusa",
+        "target": {"model": "t"},
+        "medusa": {"heads": "h", "num_heads": 2, "choices": [[0], [1, 1]]},
+        "speculation": {"max_draft_len": 8},
+    }
     err = error_of(tmp_path, medusa)
     assert "medusa.choices" in err.what and "needs its prefix [1]" in err.found
     # check reports the tree as a table row instead: load without tree validation
@@ -159,12 +176,13 @@ def test_a_minimal_medusa_spec_has_consistent_defaults(tmp_path):
 
     models = EXAMPLES / "models"
     path = tmp_path / "minimal.yaml"
-    path.write_text(f"name: m\nmode: medusa\ntarget: {{model: {models / 'vicuna-7b-v1.3'}}}\n"
-                    f"medusa: {{heads: {models / 'medusa-vicuna-7b-v1.3'}}}\n")
+    path.write_text(
+        f"name: m\nmode: medusa\ntarget: {{model: {models / 'vicuna-7b-v1.3'}}}\n"
+        f"medusa: {{heads: {models / 'medusa-vicuna-7b-v1.3'}}}\n"
+    )
     spec = load_spec(path)
     assert spec.speculation.max_draft_len == spec.medusa_choices().size == 63
     result = CliRunner().invoke(app, ["check", str(path), "--json"])
     assert result.exit_code == 0, result.output
     rows = {r["name"]: r["status"] for r in json.loads(result.output)["results"]}
     assert rows["medusa: tree"] == "pass" and "fail" not in rows.values()
-

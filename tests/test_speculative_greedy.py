@@ -25,7 +25,6 @@ MAX_TOKENS = 20
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.numeric]
 
 
-
 @pytest.fixture(scope="module")
 def target_ckpt(tiny_target, tmp_path_factory):
     from specbuild.engines.trtllm.convert import convert_checkpoint
@@ -43,7 +42,11 @@ def models(target_ckpt, tiny_draft, tmp_path_factory):
     gen = torch.Generator().manual_seed(3)
     noisy = {k: t + 0.04 * torch.randn(t.shape, generator=gen) for k, t in weights.tensors.items()}
     near = LlamaModel(dataclasses.replace(weights, tensors=noisy))
-    far = LlamaModel(load_weights(convert_checkpoint(tiny_draft, tmp_path_factory.mktemp("spec") / "draft", dtype="float32")))
+    far = LlamaModel(
+        load_weights(
+            convert_checkpoint(tiny_draft, tmp_path_factory.mktemp("spec") / "draft", dtype="float32")
+        )
+    )
     return LlamaModel(weights), near, far
 
 
@@ -52,13 +55,18 @@ def baseline(models):
     from specbuild.engines.reference.engine import ReferenceEngine
 
     engine = ReferenceEngine(models[0])
-    return [engine.generate(p, SamplingParams(max_tokens=MAX_TOKENS), speculative=False).token_ids for p in PROMPTS]
+    return [
+        engine.generate(p, SamplingParams(max_tokens=MAX_TOKENS), speculative=False).token_ids
+        for p in PROMPTS
+    ]
 
 
 def _engine(models, which):
     from specbuild.engines.reference.engine import ReferenceEngine
 
-    return ReferenceEngine(models[0], draft=models[1] if which == "near" else models[2], method=Method.DRAFT_TARGET)
+    return ReferenceEngine(
+        models[0], draft=models[1] if which == "near" else models[2], method=Method.DRAFT_TARGET
+    )
 
 
 @pytest.mark.parametrize("k", range(1, 9))
@@ -71,7 +79,9 @@ def test_draft_target_greedy_equals_target(models, baseline, k):
         assert result.token_ids == want
         s = result.stats
         assert s.drafted == sum(s.drafted_per_position) and s.accepted == sum(s.accepted_per_step)
-        assert s.target_passes == len(s.accepted_per_step) + (1 if len(want) > s.accepted + len(s.accepted_per_step) else 0)
+        assert s.target_passes == len(s.accepted_per_step) + (
+            1 if len(want) > s.accepted + len(s.accepted_per_step) else 0
+        )
         accepted += s.accepted
     assert accepted > 0  # the near draft must actually get tokens accepted, or this test proves little
 
@@ -84,8 +94,12 @@ def test_unrelated_draft_and_batched_speculation(models, baseline):
     assert [r.token_ids for r in plain] == baseline
     streamed: dict[int, list[int]] = {}
     for k in (1, 5, 8):
-        near = _engine(models, "near").generate_batch(PROMPTS, SamplingParams(max_tokens=MAX_TOKENS), num_draft_tokens=k,
-                                                      on_tokens=lambda i, toks: streamed.setdefault(i, []).extend(toks))
+        near = _engine(models, "near").generate_batch(
+            PROMPTS,
+            SamplingParams(max_tokens=MAX_TOKENS),
+            num_draft_tokens=k,
+            on_tokens=lambda i, toks: streamed.setdefault(i, []).extend(toks),
+        )
         assert [r.token_ids for r in near] == baseline
         assert [streamed.pop(i) for i in range(len(PROMPTS))] == baseline
         assert all(r.stats.accepted == sum(r.stats.accepted_per_step) for r in near)
@@ -105,13 +119,19 @@ def test_stop_token_and_max_tokens(models, baseline):
     stop = want[6]
     cut = want[: want.index(stop) + 1]
     for k in (1, 4, 8):
-        r = engine.generate(PROMPTS[0], SamplingParams(max_tokens=MAX_TOKENS, stop_token_ids=(stop,)), num_draft_tokens=k)
+        r = engine.generate(
+            PROMPTS[0], SamplingParams(max_tokens=MAX_TOKENS, stop_token_ids=(stop,)), num_draft_tokens=k
+        )
         assert r.token_ids == cut and r.finish_reason == "stop"
-        r = engine.generate(PROMPTS[0], SamplingParams(max_tokens=MAX_TOKENS, end_id=stop), num_draft_tokens=k)
+        r = engine.generate(
+            PROMPTS[0], SamplingParams(max_tokens=MAX_TOKENS, end_id=stop), num_draft_tokens=k
+        )
         assert r.token_ids == cut
         r = engine.generate(PROMPTS[0], SamplingParams(max_tokens=3), num_draft_tokens=k)
         assert r.token_ids == want[:3] and r.finish_reason == "length"
-    plain = engine.generate(PROMPTS[0], SamplingParams(max_tokens=MAX_TOKENS, stop_token_ids=(stop,)), speculative=False)
+    plain = engine.generate(
+        PROMPTS[0], SamplingParams(max_tokens=MAX_TOKENS, stop_token_ids=(stop,)), speculative=False
+    )
     assert plain.token_ids == cut
 
 
@@ -123,7 +143,9 @@ def test_sampling_is_seeded_and_self_draft_accepts_all(models):
     a = engine.generate(PROMPTS[0], params, num_draft_tokens=4).token_ids
     b = engine.generate(PROMPTS[0], params, num_draft_tokens=4).token_ids
     assert a == b and len(a) == MAX_TOKENS
-    same = ReferenceEngine(models[0], draft=models[0], method=Method.DRAFT_TARGET).generate(PROMPTS[0], params, num_draft_tokens=4)
+    same = ReferenceEngine(models[0], draft=models[0], method=Method.DRAFT_TARGET).generate(
+        PROMPTS[0], params, num_draft_tokens=4
+    )
     assert same.stats.acceptance_rate == 1.0  # identical distributions: every draft accepted
 
 
@@ -180,7 +202,9 @@ def medusa_ckpt(tiny_target, tmp_path_factory):
     save_file(tensors, str(heads / "medusa_lm_head.safetensors"))
     (heads / "config.json").write_text(json.dumps({"medusa_num_heads": NUM_HEADS, "medusa_num_layers": 1}))
     src = MedusaHeadsSource(heads, num_heads=NUM_HEADS, num_layers=1, max_draft_len=63)
-    ckpt = convert_checkpoint(tiny_target, tmp_path_factory.mktemp("medusa") / "ckpt", dtype="float32", tp_size=2, medusa=src)
+    ckpt = convert_checkpoint(
+        tiny_target, tmp_path_factory.mktemp("medusa") / "ckpt", dtype="float32", tp_size=2, medusa=src
+    )
     return ckpt, tensors
 
 
@@ -218,7 +242,8 @@ def test_medusa_random_heads_greedy_equals_target(medusa_ckpt, baseline, tree):
 
 
 class OracleHeads:
-    """Heads that know the greedy continuation: head 1 puts the right token at top-k rank 1, others at rank 0."""
+    """Heads that know the greedy continuation: head 1 puts the right token at top-k rank 1, others
+    at rank 0."""
 
     def __init__(self, model, sequence: list[int], num_heads: int):
         self.seq, self.num_heads, self.vocab = sequence, num_heads, model.cfg.vocab_size
@@ -250,7 +275,9 @@ def test_tree_buffers_shapes():
     from specbuild.core.medusa_choices import MedusaChoices
     from specbuild.engines.reference.medusa import TreeBuffers
 
-    tree = TreeBuffers.from_choices(MedusaChoices.parse([[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]), num_heads=3)
+    tree = TreeBuffers.from_choices(
+        MedusaChoices.parse([[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]), num_heads=3
+    )
     assert tree.attention_mask.shape == (7, 7) and tree.depth == 3 and tree.num_nodes == 6
     assert tree.position_offsets.tolist() == [0, 1, 1, 2, 2, 2, 3]
     assert tree.parents.tolist() == [-1, 0, 0, 1, 1, 2, 3]

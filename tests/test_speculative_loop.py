@@ -13,7 +13,9 @@ torch = pytest.importorskip("torch")
 from specbuild.core.sampling_params import SamplingParams  # noqa: E402
 from specbuild.engines.reference.speculative import Drafter, Verifier, speculative_generate  # noqa: E402
 
-pytestmark = pytest.mark.numeric  # float results through CPU kernels: `make test-isa` runs them per kernel family
+pytestmark = (
+    pytest.mark.numeric
+)  # float results through CPU kernels: `make test-isa` runs them per kernel family
 
 TRUTH = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25]  # the "target" continuation
 
@@ -51,7 +53,9 @@ def test_loop_never_passes_max_tokens(k, max_tokens):
     d, v = ScriptedDrafter(2), ScriptedVerifier(2)
     assert isinstance(d, Drafter) and isinstance(v, Verifier)
     streamed = []
-    ids, stats = speculative_generate(d, v, [1, 2], SamplingParams(max_tokens=max_tokens), num_draft_tokens=k, on_tokens=streamed.extend)
+    ids, stats = speculative_generate(
+        d, v, [1, 2], SamplingParams(max_tokens=max_tokens), num_draft_tokens=k, on_tokens=streamed.extend
+    )
     assert ids == TRUTH[:max_tokens] and streamed == ids
     assert stats.target_passes == v.forward_passes and stats.draft_passes == d.forward_passes
     assert stats.accepted + len(stats.accepted_per_step) <= max_tokens
@@ -66,14 +70,15 @@ def test_stop_hook_cuts_at_a_multi_token_word_with_the_rounds_statistics():
     def stop(out, start):
         seen.append((len(out), start))
         for end in range(start + 1, len(out) + 1):
-            if out[max(0, end - len(word)):end] == word:
+            if out[max(0, end - len(word)) : end] == word:
                 return end
         return None
 
     d, v = ScriptedDrafter(1), ScriptedVerifier(1)
     streamed = []
-    ids, stats = speculative_generate(d, v, [1], SamplingParams(max_tokens=16), num_draft_tokens=4,
-                                      on_tokens=streamed.extend, stop=stop)
+    ids, stats = speculative_generate(
+        d, v, [1], SamplingParams(max_tokens=16), num_draft_tokens=4, on_tokens=streamed.extend, stop=stop
+    )
     assert ids == TRUTH[: TRUTH.index(15) + 1] and streamed == ids
     assert stats.target_passes == v.forward_passes == len(seen) and stats.draft_passes == d.forward_passes
     assert len(stats.accepted_per_step) == len(seen) and stats.accepted + len(seen) >= len(ids)
@@ -87,14 +92,28 @@ def test_stop_hook_ends_a_cancelled_request_within_one_round():
         return len(out) if len(rounds) == 2 else None
 
     d, v = ScriptedDrafter(1), ScriptedVerifier(1)
-    ids, stats = speculative_generate(d, v, [1], SamplingParams(max_tokens=16), num_draft_tokens=4, stop=cancelled_after_two)
+    ids, stats = speculative_generate(
+        d, v, [1], SamplingParams(max_tokens=16), num_draft_tokens=4, stop=cancelled_after_two
+    )
     assert len(rounds) == 2 and v.forward_passes == 2 and len(ids) == rounds[-1] and ids == TRUTH[: len(ids)]
 
 
 def test_loop_stops_at_stop_token_and_end_id():
-    ids, _ = speculative_generate(ScriptedDrafter(1), ScriptedVerifier(1), [1], SamplingParams(max_tokens=16, stop_token_ids=(14,)), num_draft_tokens=4)
+    ids, _ = speculative_generate(
+        ScriptedDrafter(1),
+        ScriptedVerifier(1),
+        [1],
+        SamplingParams(max_tokens=16, stop_token_ids=(14,)),
+        num_draft_tokens=4,
+    )
     assert ids == TRUTH[: TRUTH.index(14) + 1]
-    ids, _ = speculative_generate(ScriptedDrafter(1), ScriptedVerifier(1), [1], SamplingParams(max_tokens=16, end_id=12), num_draft_tokens=8)
+    ids, _ = speculative_generate(
+        ScriptedDrafter(1),
+        ScriptedVerifier(1),
+        [1],
+        SamplingParams(max_tokens=16, end_id=12),
+        num_draft_tokens=8,
+    )
     assert ids == [10, 11, 12]
 
 
@@ -125,7 +144,9 @@ def test_walk_tree_is_lossless_when_sampling():
 
     tree = _tree()
     tokens = torch.tensor([0, 1, 2, 3])
-    target = torch.tensor([[0.1, 0.3, 0.2, 0.4], [0.25, 0.25, 0.25, 0.25], [0.7, 0.1, 0.1, 0.1], [0.4, 0.3, 0.2, 0.1]])
+    target = torch.tensor(
+        [[0.1, 0.3, 0.2, 0.4], [0.25, 0.25, 0.25, 0.25], [0.7, 0.1, 0.1, 0.1], [0.4, 0.3, 0.2, 0.1]]
+    )
     gen = torch.Generator().manual_seed(17)
     first = torch.zeros(4)
     for _ in range(6000):
@@ -134,4 +155,7 @@ def test_walk_tree_is_lossless_when_sampling():
     expected = target[0] * first.sum()
     stat = ((first - expected) ** 2 / expected).sum()
     pvalue = float(torch.special.gammaincc(torch.tensor(1.5), stat / 2))
-    assert pvalue > 1e-3, (first.tolist(), pvalue)  # a chi-square test: false alarm 1 in 1000 (seeded: deterministic per kernel)
+    assert pvalue > 1e-3, (
+        first.tolist(),
+        pvalue,
+    )  # a chi-square test: false alarm 1 in 1000 (seeded: deterministic per kernel)

@@ -9,7 +9,9 @@ from tolerances import REORDER_ULPS, assert_close
 
 pytestmark = [pytest.mark.slow, pytest.mark.numeric]  # trains (a few seconds on the tiny model)
 
-TEXT = "\n".join(["The quick brown fox jumps over the lazy dog.", "def add(a, b):", "    return a + b", "import os"] * 6)
+TEXT = "\n".join(
+    ["The quick brown fox jumps over the lazy dog.", "def add(a, b):", "    return a + b", "import os"] * 6
+)
 
 
 class Interrupt(Exception):
@@ -21,7 +23,9 @@ def _config(tmp_path, model, out, **kw):
 
     data = tmp_path / "data.txt"
     data.write_text(TEXT)
-    opts = dict(steps=7, lr=1e-2, batch_size=2, seq_len=16, checkpoint_every=3, num_heads=3, seed=5, device="cpu")
+    opts = dict(
+        steps=7, lr=1e-2, batch_size=2, seq_len=16, checkpoint_every=3, num_heads=3, seed=5, device="cpu"
+    )
     opts.update(kw)
     return TrainConfig(model=str(model), data=data, out=tmp_path / out, **opts)
 
@@ -46,7 +50,9 @@ def test_resume_continues_from_the_last_checkpoint_and_matches_an_uninterrupted_
     with pytest.raises(Interrupt):
         train_medusa(cfg, on_step=stop_at_5)
     assert not cfg.out.exists()  # an interrupted run leaves no folder that looks complete
-    assert sorted(p.name for p in cfg.checkpoint_dir.iterdir() if p.name.startswith("step-")) == ["step-0000003"]
+    assert sorted(p.name for p in cfg.checkpoint_dir.iterdir() if p.name.startswith("step-")) == [
+        "step-0000003"
+    ]
     with pytest.raises(TrainingError, match="--resume"):  # refusing to silently start over
         train_medusa(cfg)
 
@@ -85,7 +91,8 @@ def test_resume_refuses_other_options(tmp_path, tiny_target):
 
 
 def test_output_is_the_hf_medusa_format(tmp_path, tiny_tied):
-    """Tied embeddings: the per-head lm_heads start as the embedding; keys and config as Medusa writes them."""
+    """Tied embeddings: the per-head lm_heads start as the embedding; keys and config as Medusa
+    writes them."""
     import torch
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
@@ -98,12 +105,19 @@ def test_output_is_the_hf_medusa_format(tmp_path, tiny_tied):
     res = train_medusa(_config(tmp_path, tiny_tied, "heads", steps=2, checkpoint_every=0, num_layers=2))
     tensors = load_file(str(res.out / "medusa_lm_head.safetensors"))
     hidden, vocab = 64, 384
-    expected = {f"{h}.{j}.linear.{w}" for h in range(3) for j in range(2) for w in ("weight", "bias")} | {f"{h}.2.weight" for h in range(3)}
+    expected = {f"{h}.{j}.linear.{w}" for h in range(3) for j in range(2) for w in ("weight", "bias")} | {
+        f"{h}.2.weight" for h in range(3)
+    }
     assert set(tensors) == expected
     assert tensors["0.0.linear.weight"].shape == (hidden, hidden)
     assert tensors["2.2.weight"].shape == (vocab, hidden)
     cfg = json.loads((res.out / "config.json").read_text())
-    assert (cfg["medusa_num_heads"], cfg["medusa_num_layers"], cfg["hidden_size"], cfg["vocab_size"]) == (3, 2, hidden, vocab)
+    assert (cfg["medusa_num_heads"], cfg["medusa_num_layers"], cfg["hidden_size"], cfg["vocab_size"]) == (
+        3,
+        2,
+        hidden,
+        vocab,
+    )
     assert cfg["base_model_name_or_path"] == str(tiny_tied)
     metrics = json.loads((res.out / "metrics.json").read_text())
     assert [h["predicts"] for h in metrics["heads"]] == ["t+2", "t+3", "t+4"]
@@ -118,11 +132,15 @@ def test_output_is_the_hf_medusa_format(tmp_path, tiny_tied):
     from specbuild.tuning.train import new_heads
 
     base = load_base(str(tiny_tied), device="cpu")
-    fresh = new_heads(base, TrainConfig(model=str(tiny_tied), data=tmp_path, out=tmp_path / "unused", num_heads=2))
+    fresh = new_heads(
+        base, TrainConfig(model=str(tiny_tied), data=tmp_path, out=tmp_path / "unused", num_heads=2)
+    )
     emb = AutoModelForCausalLM.from_pretrained(str(tiny_tied)).get_input_embeddings().weight
     assert torch.equal(fresh.heads[1][-1].weight, emb)
     ids = torch.tensor([[5, 9, 11]])
-    assert_close(fresh(base.hidden(ids))[0], base.logits(ids), ulps=REORDER_ULPS)  # float32: heads' lm_head vs the model's
+    assert_close(
+        fresh(base.hidden(ids))[0], base.logits(ids), ulps=REORDER_ULPS
+    )  # float32: heads' lm_head vs the model's
 
 
 def test_cli_errors_are_typed(tmp_path, tiny_target):
@@ -132,7 +150,27 @@ def test_cli_errors_are_typed(tmp_path, tiny_target):
 
     (tmp_path / "exists").mkdir()
     (tmp_path / "d.txt").write_text(TEXT)
-    r = CliRunner().invoke(app, ["train-medusa", str(tiny_target), "--data", str(tmp_path / "d.txt"), "--out", str(tmp_path / "exists")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "train-medusa",
+            str(tiny_target),
+            "--data",
+            str(tmp_path / "d.txt"),
+            "--out",
+            str(tmp_path / "exists"),
+        ],
+    )
     assert r.exit_code == 2 and "already exists" in r.output
-    r = CliRunner().invoke(app, ["train-medusa", str(tiny_target), "--data", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "o")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "train-medusa",
+            str(tiny_target),
+            "--data",
+            str(tmp_path / "missing.txt"),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert r.exit_code == 2 and "not found" in r.output

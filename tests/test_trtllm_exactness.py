@@ -25,12 +25,15 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory, tiny_target, tiny_draft):
     return {
-        "draft_target": cached_build(tmp_path_factory, "dt", "draft_target", target=tiny_target, draft=tiny_draft),
+        "draft_target": cached_build(
+            tmp_path_factory, "dt", "draft_target", target=tiny_target, draft=tiny_draft
+        ),
         "medusa": cached_build(tmp_path_factory, "medusa", "medusa", target=tiny_target),
     }
 
 
 # ---- 1. speculative_decoding_mode is the IntFlag's integer --------------------------------------
+
 
 def test_plan_and_reference_engines_record_the_intflag_integer(builds):
     """BuildConfig.to_dict() keeps SpeculativeDecodingMode (IntFlag: NONE=1, DRAFT_TOKENS_EXTERNAL=2,
@@ -44,8 +47,10 @@ def test_plan_and_reference_engines_record_the_intflag_integer(builds):
         assert engine["build_config"]["speculative_decoding_mode"] == value
 
 
-@pytest.mark.parametrize(("mode", "recorded"), [("draft_target", 2), ("draft_target", "draft_tokens_external"),
-                                                ("medusa", 4), ("medusa", "medusa")])
+@pytest.mark.parametrize(
+    ("mode", "recorded"),
+    [("draft_target", 2), ("draft_target", "draft_tokens_external"), ("medusa", 4), ("medusa", "medusa")],
+)
 def test_repo_check_accepts_the_integer_and_old_strings(builds, tmp_path, mode, recorded):
     from specbuild.model_repo.check import check_repo
     from specbuild.model_repo.generate import generate_repo
@@ -53,7 +58,9 @@ def test_repo_check_accepts_the_integer_and_old_strings(builds, tmp_path, mode, 
     build = shutil.copytree(builds[mode], tmp_path / "build")
     engine = build / "target" / "engine" / "config.json"
     cfg = json.loads(engine.read_text())
-    cfg["build_config"]["speculative_decoding_mode"] = recorded  # what trtllm-build (int) or old specbuild (str) wrote
+    cfg["build_config"]["speculative_decoding_mode"] = (
+        recorded  # what trtllm-build (int) or old specbuild (str) wrote
+    )
     engine.write_text(json.dumps(cfg))
     repo = generate_repo(build, tmp_path / "repo", backend="python")
     assert check_repo(repo) == []
@@ -74,6 +81,7 @@ def test_repo_check_names_an_unknown_mode(builds, tmp_path):
 
 # ---- 4. max_num_tokens: one rule for plan.json and the memory plan -------------------------------
 
+
 def test_max_num_tokens_capped_before_the_speculative_increase():
     """check_max_num_tokens caps 8192 at max_seq_len x max_batch_size = 1984 x 4 = 7936 before build()
     raises it to batch x (K+1) = 256: the Medusa example's engine records 7936."""
@@ -90,14 +98,31 @@ def test_max_num_tokens_floor_and_speculative_raise():
     from specbuild.core.trtllm_facts import engine_limits
 
     # tiny engines: capped at batch x seq = 2 x 12 = 24, then raised to tokens_per_block 32 (context FMHA)
-    assert engine_limits(max_batch_size=2, max_input_len=8, max_seq_len=12, max_num_tokens=None, max_draft_len=0,
-                         speculative=False)["max_num_tokens"] == 32
+    assert (
+        engine_limits(
+            max_batch_size=2,
+            max_input_len=8,
+            max_seq_len=12,
+            max_num_tokens=None,
+            max_draft_len=0,
+            speculative=False,
+        )["max_num_tokens"]
+        == 32
+    )
     # speculative: batch x (K+1) = 64 x 9 = 576 > 512 given: raised after the cap
-    got = engine_limits(max_batch_size=64, max_input_len=100, max_seq_len=200, max_num_tokens=512, max_draft_len=8, speculative=True)
+    got = engine_limits(
+        max_batch_size=64,
+        max_input_len=100,
+        max_seq_len=200,
+        max_num_tokens=512,
+        max_draft_len=8,
+        speculative=True,
+    )
     assert got == {"max_input_len": 100, "max_seq_len": 208, "max_num_tokens": 576, "opt_num_tokens": 64}
 
 
 # ---- 5. the prompt limit, and enable_chunked_context ----------------------------------------------
+
 
 def test_check_states_the_prompt_limit():
     """remove_input_padding + context FMHA: the runtime limit is min(max_seq_len - 1, max_num_tokens)
@@ -106,7 +131,11 @@ def test_check_states_the_prompt_limit():
 
     spec = load_spec(EXAMPLES / "medusa-vicuna-7b.yaml")
     row = check_prompt_limit(spec)
-    assert row.status == "pass" and "longest prompt 2046 tokens" in row.found and "ignores build.max_input_len 1024" in row.found
+    assert (
+        row.status == "pass"
+        and "longest prompt 2046 tokens" in row.found
+        and "ignores build.max_input_len 1024" in row.found
+    )
 
 
 def test_prompt_limit_below_max_input_len_warns_and_chunked_context_lifts_it(tmp_path):
@@ -118,11 +147,17 @@ def test_prompt_limit_below_max_input_len_warns_and_chunked_context_lifts_it(tmp
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(raw))
     row = check_prompt_limit(load_spec(path))
-    assert row.status == "warn" and "longest prompt 2048 tokens" in row.found and "enable_chunked_context" in row.fix
+    assert (
+        row.status == "warn"
+        and "longest prompt 2048 tokens" in row.found
+        and "enable_chunked_context" in row.fix
+    )
     raw["serving"]["enable_chunked_context"] = True
     path.write_text(yaml.safe_dump(raw))
     row = check_prompt_limit(load_spec(path))
-    assert row.status == "pass" and "longest prompt 8191 tokens" in row.found  # the draft's max_seq_len 8192 - 1
+    assert (
+        row.status == "pass" and "longest prompt 8191 tokens" in row.found
+    )  # the draft's max_seq_len 8192 - 1
 
 
 def test_chunked_context_reaches_the_backend_parameter(builds, tmp_path):
@@ -146,6 +181,7 @@ def test_check_cli_prints_the_prompt_limit():
 
 
 # ---- 7. Medusa heads: .pt first, one reader -------------------------------------------------------
+
 
 def _heads_both_files(folder: Path, *, hidden: int, vocab: int) -> Path:
     """safetensors with 3 heads and a .pt with 2: upstream's load_medusa_hf reads the .pt."""
@@ -174,7 +210,9 @@ def test_pt_takes_precedence_in_check_and_convert(tiny_target, tmp_path):
     assert info.weights_file.name == "medusa_lm_head.pt" and info.num_heads == 2
     out = convert_checkpoint(tiny_target, tmp_path / "ckpt", dtype="float32", medusa=MedusaHeadsSource(heads))
     assert json.loads((out / "config.json").read_text())["num_medusa_heads"] == 2
-    assert json.loads((out / "specbuild.json").read_text())["inputs"]["medusa_file"].endswith("medusa_lm_head.pt")
+    assert json.loads((out / "specbuild.json").read_text())["inputs"]["medusa_file"].endswith(
+        "medusa_lm_head.pt"
+    )
 
 
 def test_check_and_convert_refuse_the_same_prefixed_keys(tiny_target, tmp_path):
@@ -191,8 +229,14 @@ def test_check_and_convert_refuse_the_same_prefixed_keys(tiny_target, tmp_path):
     h, v = cfg["hidden_size"], cfg["vocab_size"]
     folder = tmp_path / "heads"
     folder.mkdir()
-    save_file({"medusa_heads.0.0.linear.weight": torch.zeros(h, h), "medusa_heads.0.0.linear.bias": torch.zeros(h),
-               "medusa_heads.0.1.weight": torch.zeros(v, h)}, str(folder / "medusa_lm_head.safetensors"))
+    save_file(
+        {
+            "medusa_heads.0.0.linear.weight": torch.zeros(h, h),
+            "medusa_heads.0.0.linear.bias": torch.zeros(h),
+            "medusa_heads.0.1.weight": torch.zeros(v, h),
+        },
+        str(folder / "medusa_lm_head.safetensors"),
+    )
     info = read_medusa_heads(folder)
     assert info.problems and "ModelOpt" in info.problems[0]
     with pytest.raises(CheckpointError, match="not HF Medusa heads"):
@@ -200,6 +244,7 @@ def test_check_and_convert_refuse_the_same_prefixed_keys(tiny_target, tmp_path):
 
 
 # ---- 9. `repo build --out R` with a build folder named `build` ------------------------------------
+
 
 def test_repo_build_takes_a_folder_named_build(builds, tmp_path, monkeypatch):
     work = tmp_path / "work"
@@ -209,7 +254,9 @@ def test_repo_build_takes_a_folder_named_build(builds, tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["repo", "build", "--out", "R"])
     assert result.exit_code == 0, result.output
     assert (work / "R" / "ensemble" / "config.pbtxt").is_file()
-    result = CliRunner().invoke(app, ["repo", "build", "build", "--out", "R2"])  # the explicit form still works
+    result = CliRunner().invoke(
+        app, ["repo", "build", "build", "--out", "R2"]
+    )  # the explicit form still works
     assert result.exit_code == 0, result.output
 
 
@@ -221,6 +268,7 @@ def test_repo_build_without_a_build_folder_says_what_happened(tmp_path, monkeypa
 
 # ---- 2/3. --print-launch mounts host folders only -------------------------------------------------
 
+
 def test_print_launch_mounts_the_build_folder_at_the_engine_root(builds, tmp_path):
     from specbuild.model_repo.generate import generate_repo
     from specbuild.serve.launch import Mount, launch_commands, repo_mounts
@@ -228,7 +276,9 @@ def test_print_launch_mounts_the_build_folder_at_the_engine_root(builds, tmp_pat
     build = builds["draft_target"]
     manifest = json.loads((build / "specbuild.json").read_text())
     tokenizer_host = Path(manifest["tokenizer_dir"])
-    repo = generate_repo(build, tmp_path / "repo", backend="tensorrtllm", engine_root="/engines", tokenizer_dir="/tokenizer")
+    repo = generate_repo(
+        build, tmp_path / "repo", backend="tensorrtllm", engine_root="/engines", tokenizer_dir="/tokenizer"
+    )
     mounts = repo_mounts(repo)
     assert Mount(build.resolve(), "/engines") in mounts and Mount(tokenizer_host, "/tokenizer") in mounts
     assert not any(m.container.startswith("/opt/tritonserver") for m in mounts)

@@ -15,9 +15,25 @@ import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.numeric]  # trains two tiny models and a set of heads
 
-TRAIN_PROMPTS = ["The quick brown", "def add(a", "Speculative decoding drafts", "import os", "Once upon a time",
-                 "over the lazy dog.", "return a + b", "with a small model and", "for i in range(10):", "there was a tiny language"]
-HELD_OUT = ["fox jumps over", "a tiny language model", "print(i)", "verifies them with", "wanted to run fast."]
+TRAIN_PROMPTS = [
+    "The quick brown",
+    "def add(a",
+    "Speculative decoding drafts",
+    "import os",
+    "Once upon a time",
+    "over the lazy dog.",
+    "return a + b",
+    "with a small model and",
+    "for i in range(10):",
+    "there was a tiny language",
+]
+HELD_OUT = [
+    "fox jumps over",
+    "a tiny language model",
+    "print(i)",
+    "verifies them with",
+    "wanted to run fast.",
+]
 
 
 def _train_lm(folder: Path, tokenizer_dir: Path, *, steps: int, seed: int, **shape) -> Path:
@@ -54,12 +70,34 @@ def family(tmp_path_factory, tokenizer_dir):
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("tune")
-    target = _train_lm(root / "target", tokenizer_dir, steps=60, seed=1, num_layers=2, num_heads=4, num_kv_heads=2)
-    draft = _train_lm(root / "draft", tokenizer_dir, steps=15, seed=2, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
+    target = _train_lm(
+        root / "target", tokenizer_dir, steps=60, seed=1, num_layers=2, num_heads=4, num_kv_heads=2
+    )
+    draft = _train_lm(
+        root / "draft",
+        tokenizer_dir,
+        steps=15,
+        seed=2,
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=64,
+    )
     (root / "train.txt").write_text("\n".join(TRAIN_PROMPTS))
     (root / "held.txt").write_text("\n".join(HELD_OUT))
-    cfg = TrainConfig(model=str(target), data=root / "train.txt", out=root / "heads", steps=60, lr=1e-2, batch_size=4, seq_len=48,
-                      self_distill=True, checkpoint_every=0, device="cpu")
+    cfg = TrainConfig(
+        model=str(target),
+        data=root / "train.txt",
+        out=root / "heads",
+        steps=60,
+        lr=1e-2,
+        batch_size=4,
+        seq_len=48,
+        self_distill=True,
+        checkpoint_every=0,
+        device="cpu",
+    )
     heads = train_medusa(cfg)
     return {"root": root, "target": target, "draft": draft, "heads": heads, "config": cfg}
 
@@ -79,8 +117,13 @@ def test_trained_heads_beat_untrained_heads_on_held_out_prompts(family):
     held = encode(base.tokenizer, HELD_OUT)
     tree = MedusaChoices.parse("mc_sim_7b_63")
     mean = {}
-    for name, heads in (("untrained", new_heads(base, family["config"])), ("trained", load_heads(family["heads"].out))):
-        lengths = accepted_lengths(tree, medusa_ranks(HFMedusa(base, heads), held, max_new_tokens=24, topk=10))
+    for name, heads in (
+        ("untrained", new_heads(base, family["config"])),
+        ("trained", load_heads(family["heads"].out)),
+    ):
+        lengths = accepted_lengths(
+            tree, medusa_ranks(HFMedusa(base, heads), held, max_new_tokens=24, topk=10)
+        )
         mean[name] = sum(lengths) / len(lengths)
     print("tokens per pass on held-out prompts (mc_sim_7b_63, greedy replay):", mean)
     assert mean["trained"] > mean["untrained"] + 1.0
@@ -98,9 +141,20 @@ def test_tuned_tree_beats_mc_sim_7b_63_measured_on_the_reference_engine(family):
         "medusa:\n  heads: heads  # trained by the fixture\n  num_heads: 4\n  choices: mc_sim_7b_63\n"
         "speculation:\n  max_draft_len: 63  # tree size bound\n"
     )
-    report = tune_spec(spec_path, TuneOptions(prompts=root / "train.txt", eval_prompts=root / "held.txt", max_tokens=24, write=True))
+    report = tune_spec(
+        spec_path,
+        TuneOptions(prompts=root / "train.txt", eval_prompts=root / "held.txt", max_tokens=24, write=True),
+    )
     measured = report.details["measured"]
-    print("medusa tune:", json.dumps({"measured": measured, "predicted": [report.chosen.tokens_per_pass, report.current.tokens_per_pass]}))
+    print(
+        "medusa tune:",
+        json.dumps(
+            {
+                "measured": measured,
+                "predicted": [report.chosen.tokens_per_pass, report.current.tokens_per_pass],
+            }
+        ),
+    )
     assert report.chosen.size <= 63
     assert measured["chosen"] > measured["current"]
     assert report.written == "kept comments"
@@ -119,15 +173,42 @@ def test_chosen_k_is_at_or_next_to_the_best_measured_k(family):
 
     root = family["root"]
     spec_path = root / "dt.yaml"
-    spec_path.write_text("name: tiny-dt\nmode: draft_target\ndtype: float32\ntarget: {model: target}\ndraft: {model: draft}\n"
-                         "speculation:\n  max_draft_len: 5  # K\n")
-    r = CliRunner().invoke(app, ["tune", str(spec_path), "--prompts", str(root / "train.txt"), "--eval-prompts", str(root / "held.txt"),
-                                 "--max-tokens", "24", "--k-max", "6", "--write", "--json"])
+    spec_path.write_text(
+        "name: tiny-dt\nmode: draft_target\ndtype: float32\ntarget: {model: target}\ndraft: {model: draft}\n"
+        "speculation:\n  max_draft_len: 5  # K\n"
+    )
+    r = CliRunner().invoke(
+        app,
+        [
+            "tune",
+            str(spec_path),
+            "--prompts",
+            str(root / "train.txt"),
+            "--eval-prompts",
+            str(root / "held.txt"),
+            "--max-tokens",
+            "24",
+            "--k-max",
+            "6",
+            "--write",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     report = json.loads(r.stdout)
     acc = report["details"]["acceptance_per_position"]
     measured = report["details"]["measured"]
-    print("draft/target tune:", json.dumps({"acceptance": acc, "c": report["details"]["cost_ratio"], "chosen": report["chosen"]["value"], "measured": measured}))
+    print(
+        "draft/target tune:",
+        json.dumps(
+            {
+                "acceptance": acc,
+                "c": report["details"]["cost_ratio"],
+                "chosen": report["chosen"]["value"],
+                "measured": measured,
+            }
+        ),
+    )
     assert 0.0 < acc[0] < 1.0
     assert len(measured["sweep"]) == 6
     assert abs(report["chosen"]["value"] - measured["best_k"]) <= 1

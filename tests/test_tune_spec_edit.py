@@ -44,8 +44,12 @@ def test_flow_mapping_section():
 
 
 def test_missing_key_and_section_are_added():
-    assert yaml.safe_load(edit_text("name: x\nspeculation:\n  use_logits: true\n", "speculation", "max_draft_len", 4))["speculation"] == {"max_draft_len": 4, "use_logits": True}
-    assert yaml.safe_load(edit_text("name: x\n", "speculation", "max_draft_len", 4))["speculation"] == {"max_draft_len": 4}
+    assert yaml.safe_load(
+        edit_text("name: x\nspeculation:\n  use_logits: true\n", "speculation", "max_draft_len", 4)
+    )["speculation"] == {"max_draft_len": 4, "use_logits": True}
+    assert yaml.safe_load(edit_text("name: x\n", "speculation", "max_draft_len", 4))["speculation"] == {
+        "max_draft_len": 4
+    }
 
 
 def test_set_spec_value_writes_a_valid_spec(tmp_path):
@@ -65,7 +69,10 @@ def test_unusual_layout_falls_back_to_a_full_rewrite(tmp_path):
     (tmp_path / "t").mkdir()
     path = tmp_path / "s.yaml"
     # an anchored section: the narrow edit cannot find it, so the whole spec is rewritten
-    path.write_text("name: x\nmode: medusa\ntarget: {model: t}\nmedusa: &m\n  heads: h\n  num_heads: 4\nspeculation: {max_draft_len: 63}\n")
+    path.write_text(
+        "name: x\nmode: medusa\ntarget: {model: t}\nmedusa: &m\n  heads: h\n  num_heads: 4\nspeculation: "
+        "{max_draft_len: 63}\n"
+    )
     assert set_spec_value(path, "medusa", "choices", [[0], [1]]) is False
     spec = load_spec(path)
     assert spec.medusa_choices().to_lists() == [[0], [1]] and spec.medusa.heads == "h"

@@ -35,10 +35,14 @@ def tol(reference: torch.Tensor, ulps: int, dtype: torch.dtype | None = None) ->
     return ulps * eps * max(float(reference.abs().max()), torch.finfo(torch.float32).tiny)
 
 
-def assert_close(got: torch.Tensor, want: torch.Tensor, *, ulps: int, dtype: torch.dtype | None = None) -> None:
+def assert_close(
+    got: torch.Tensor, want: torch.Tensor, *, ulps: int, dtype: torch.dtype | None = None
+) -> None:
     """max|got - want| <= tol(want, ulps, dtype); the failure says how many ulps were measured."""
     assert got.shape == want.shape, (got.shape, want.shape)
     err = float((got.float() - want.float()).abs().max())
     limit = tol(want, ulps, dtype)
     unit = limit / ulps
-    assert err <= limit, f"max |got - want| = {err:.3g} = {err / unit:.1f} ulps of the largest |want|; allowed {ulps}"
+    assert err <= limit, (
+        f"max |got - want| = {err:.3g} = {err / unit:.1f} ulps of the largest |want|; allowed {ulps}"
+    )

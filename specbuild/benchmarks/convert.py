@@ -45,16 +45,26 @@ def make_checkpoint(folder: Path, *, layers: int, seed: int = 0) -> tuple[int, i
         return {
             p + "input_layernorm.weight": torch.ones(h, dtype=torch.bfloat16),
             p + "post_attention_layernorm.weight": torch.ones(h, dtype=torch.bfloat16),
-            p + "self_attn.q_proj.weight": rand(h, h), p + "self_attn.k_proj.weight": rand(kv, h),
-            p + "self_attn.v_proj.weight": rand(kv, h), p + "self_attn.o_proj.weight": rand(h, h),
-            p + "mlp.gate_proj.weight": rand(inter, h), p + "mlp.up_proj.weight": rand(inter, h),
+            p + "self_attn.q_proj.weight": rand(h, h),
+            p + "self_attn.k_proj.weight": rand(kv, h),
+            p + "self_attn.v_proj.weight": rand(kv, h),
+            p + "self_attn.o_proj.weight": rand(h, h),
+            p + "mlp.gate_proj.weight": rand(inter, h),
+            p + "mlp.up_proj.weight": rand(inter, h),
             p + "mlp.down_proj.weight": rand(h, inter),
         }
 
     half = layers // 2
     shards = [
-        {"model.embed_tokens.weight": rand(s["vocab"], s["hidden"]), **{k: v for i in range(half) for k, v in layer(i).items()}},
-        {**{k: v for i in range(half, layers) for k, v in layer(i).items()}, "model.norm.weight": torch.ones(s["hidden"], dtype=torch.bfloat16), "lm_head.weight": rand(s["vocab"], s["hidden"])},
+        {
+            "model.embed_tokens.weight": rand(s["vocab"], s["hidden"]),
+            **{k: v for i in range(half) for k, v in layer(i).items()},
+        },
+        {
+            **{k: v for i in range(half, layers) for k, v in layer(i).items()},
+            "model.norm.weight": torch.ones(s["hidden"], dtype=torch.bfloat16),
+            "lm_head.weight": rand(s["vocab"], s["hidden"]),
+        },
     ]
     weight_map, total, largest = {}, 0, 0
     for n, shard in enumerate(shards):
@@ -66,12 +76,24 @@ def make_checkpoint(folder: Path, *, layers: int, seed: int = 0) -> tuple[int, i
             largest = max(largest, t.numel() * t.element_size())
         del shard
     shards.clear()
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}))
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map})
+    )
     config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": s["vocab"], "hidden_size": s["hidden"],
-        "intermediate_size": s["inter"], "num_hidden_layers": layers, "num_attention_heads": s["heads"],
-        "num_key_value_heads": s["kv_heads"], "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-        "tie_word_embeddings": False, "hidden_act": "silu", "torch_dtype": "bfloat16",
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": s["vocab"],
+        "hidden_size": s["hidden"],
+        "intermediate_size": s["inter"],
+        "num_hidden_layers": layers,
+        "num_attention_heads": s["heads"],
+        "num_key_value_heads": s["kv_heads"],
+        "max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "torch_dtype": "bfloat16",
     }
     (folder / "config.json").write_text(json.dumps(config))
     return total, largest
@@ -137,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         largest = SHAPE["vocab"] * SHAPE["hidden"] * 2  # embedding / lm_head, bfloat16
     else:
         shutil.rmtree(work, ignore_errors=True)
-        print(f"generating a Llama-shaped bfloat16 checkpoint ({args.layers} layers) in {src} ...", flush=True)
+        print(
+            f"generating a Llama-shaped bfloat16 checkpoint ({args.layers} layers) in {src} ...", flush=True
+        )
         _, largest = make_checkpoint(src, layers=args.layers)
     input_bytes = sum(f.stat().st_size for f in src.iterdir())
     copies, runs = [], []
@@ -145,25 +169,50 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work / "copy", ignore_errors=True)
         copies.append(copy_time(src, work / "copy"))
         shutil.rmtree(work / "ckpt", ignore_errors=True)
-        cmd = [sys.executable, "-m", "specbuild.benchmarks.convert", "--child", str(src), str(work / "ckpt"), str(args.tp)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "specbuild.benchmarks.convert",
+            "--child",
+            str(src),
+            str(work / "ckpt"),
+            str(args.tp),
+        ]
         proc = subprocess.run(cmd, check=True, capture_output=True, text=True)
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     copy_s = min(copies)  # the best of each: the least disturbed run
     hash_s = hash_time(work / "copy")
-    res = {"seconds": min(r["seconds"] for r in runs), "peak_rss": max(r["peak_rss"] for r in runs), "baseline_rss": min(r["baseline_rss"] for r in runs)}
+    res = {
+        "seconds": min(r["seconds"] for r in runs),
+        "peak_rss": max(r["peak_rss"] for r in runs),
+        "baseline_rss": min(r["baseline_rss"] for r in runs),
+    }
     output_bytes = sum(f.stat().st_size for f in (work / "ckpt").iterdir())
     gb = 1e9
     ratio = copy_s / res["seconds"]
     over = res["peak_rss"] - res["baseline_rss"]
-    print(f"input: {input_bytes / gb:.2f} GB in {len(list(src.glob('*.safetensors')))} shards, largest tensor {largest / 1e6:.0f} MB; output tp={args.tp}: {output_bytes / gb:.2f} GB")
+    print(
+        f"input: {input_bytes / gb:.2f} GB in {len(list(src.glob('*.safetensors')))} shards, largest tensor "
+        f"{largest / 1e6:.0f} MB; output tp={args.tp}: {output_bytes / gb:.2f} GB"
+    )
     conv = " ".join(f"{r['seconds']:.2f}" for r in runs)
     print(f"rounds: copy {' '.join(f'{c:.2f}' for c in copies)} s; convert {conv} s")
     print(f"copy:    {copy_s:6.2f} s  {input_bytes / gb / copy_s:6.2f} GB/s")
-    print(f"convert: {res['seconds']:6.2f} s  {input_bytes / gb / res['seconds']:6.2f} GB/s  (incl. sha256 manifest)")
+    print(
+        f"convert: {res['seconds']:6.2f} s  {input_bytes / gb / res['seconds']:6.2f} GB/s  (incl. sha256 "
+        "manifest)"
+    )
     print(f"throughput ratio convert/copy: {ratio:.2f}  (goal >= 0.5) {'OK' if ratio >= 0.5 else 'MISSED'}")
-    print(f"for scale: sha256 of the copied files alone takes {hash_s:.2f} s; ratio against copy + sha256: {(copy_s + hash_s) / res['seconds']:.2f}")
-    print(f"peak RSS {res['peak_rss'] / 1e6:.0f} MB = baseline {res['baseline_rss'] / 1e6:.0f} MB + {over / 1e6:.0f} MB "
-          f"= baseline + {over / largest:.2f} x largest tensor  (goal < 3) {'OK' if over < 3 * largest else 'MISSED'}")
+    print(
+        f"for scale: sha256 of the copied files alone takes {hash_s:.2f} s; ratio against copy + sha256: "
+        f"{(copy_s + hash_s) / res['seconds']:.2f}"
+    )
+    print(
+        f"peak RSS {res['peak_rss'] / 1e6:.0f} MB = baseline {res['baseline_rss'] / 1e6:.0f} MB + "
+        f"{over / 1e6:.0f} MB "
+        f"= baseline + {over / largest:.2f} x largest tensor  (goal < 3) "
+        f"{'OK' if over < 3 * largest else 'MISSED'}"
+    )
     shutil.rmtree(work / "copy", ignore_errors=True)
     shutil.rmtree(work / "ckpt", ignore_errors=True)
     if not args.keep:

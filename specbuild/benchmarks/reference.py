@@ -49,7 +49,14 @@ DEFAULT_KS = "1,2,4,6"
 DEFAULT_PROMPTS = 8
 DEFAULT_MAX_TOKENS = 64
 GOAL = 0.85  # measured / predicted
-FALLBACK_PROMPTS = ["def main():", "import os\n", "class Parser:", "The quick brown fox", "for i in range(", "Once upon a time"]
+FALLBACK_PROMPTS = [
+    "def main():",
+    "import os\n",
+    "class Parser:",
+    "The quick brown fox",
+    "for i in range(",
+    "Once upon a time",
+]
 
 
 @dataclass(frozen=True)
@@ -103,8 +110,17 @@ def _run(engine, prompts, params, **kw) -> tuple[float, int, object]:
     return seconds, tokens, stats
 
 
-def bench(target: Path, *, draft: Path | None, medusa: Path | None, prompts: list[str], ks: list[int],
-          max_tokens: int, tree=None, log=print) -> list[Row]:
+def bench(
+    target: Path,
+    *,
+    draft: Path | None,
+    medusa: Path | None,
+    prompts: list[str],
+    ks: list[int],
+    max_tokens: int,
+    tree=None,
+    log=print,
+) -> list[Row]:
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="specbuild-bench-") as tmp:
         work = Path(tmp)
@@ -123,14 +139,30 @@ def bench(target: Path, *, draft: Path | None, medusa: Path | None, prompts: lis
             t_draft, n_draft, _ = _run(d, ids, params, speculative=False)
             c = (t_draft / n_draft) / (t_base / n_base)
             log(f"draft alone: {n_draft / t_draft:.1f} tok/s -> c = {c:.3f}")
-            pair = ReferenceEngine(base.target, draft=d.target, method=Method.DRAFT_TARGET, tokenizer_dir=base.tokenizer_dir)
+            pair = ReferenceEngine(
+                base.target, draft=d.target, method=Method.DRAFT_TARGET, tokenizer_dir=base.tokenizer_dir
+            )
             for k in ks:
                 secs, n, stats = _run(pair, ids, params, num_draft_tokens=k)
-                rows.append(_row(Method.DRAFT_TARGET.value, k, stats, c, n / secs, base_tps, verify_cost(base.target, ids[0], k + 1)))
+                rows.append(
+                    _row(
+                        Method.DRAFT_TARGET.value,
+                        k,
+                        stats,
+                        c,
+                        n / secs,
+                        base_tps,
+                        verify_cost(base.target, ids[0], k + 1),
+                    )
+                )
         if medusa is not None:
-            m = ReferenceEngine.load(_loadable(target, work, "target-with-heads", medusa=medusa), medusa_choices=tree)
+            m = ReferenceEngine.load(
+                _loadable(target, work, "target-with-heads", medusa=medusa), medusa_choices=tree
+            )
             heads: MedusaHeads = m.speculator.heads
-            hidden = m.target.forward(__import__("torch").tensor([ids[0]]), m.target.new_cache(1, len(ids[0])))[0, -1]
+            hidden = m.target.forward(
+                __import__("torch").tensor([ids[0]]), m.target.new_cache(1, len(ids[0]))
+            )[0, -1]
             reps = 50
             start = _clock()
             for _ in range(reps):
@@ -138,16 +170,32 @@ def bench(target: Path, *, draft: Path | None, medusa: Path | None, prompts: lis
             c = ((_clock() - start) / reps) / (t_base / n_base)
             secs, n, stats = _run(m, ids, params)
             tree = m.speculator.tree
-            v = verify_cost(m.target, ids[0], tree.num_nodes + 1, new_mask=tree.attention_mask, depths=tree.position_offsets)
+            v = verify_cost(
+                m.target,
+                ids[0],
+                tree.num_nodes + 1,
+                new_mask=tree.attention_mask,
+                depths=tree.position_offsets,
+            )
             rows.append(_row(Method.MEDUSA.value, tree.depth, stats, c, n / secs, base_tps, v))
     return rows
 
 
 def _row(mode, k, stats, c, tps, base_tps, v) -> Row:
     alpha = theory.alpha(stats.accepted_per_position, stats.drafted_per_position)
-    return Row(mode=mode, k=k, rate=stats.acceptance_rate, alpha=alpha, c=c, predicted=theory.predicted_speedup(alpha, k, c),
-               measured=tps / base_tps, tokens_per_s=tps, baseline_tokens_per_s=base_tps, tokens_per_pass=stats.mean_accepted_per_step,
-               verify_cost=v)
+    return Row(
+        mode=mode,
+        k=k,
+        rate=stats.acceptance_rate,
+        alpha=alpha,
+        c=c,
+        predicted=theory.predicted_speedup(alpha, k, c),
+        measured=tps / base_tps,
+        tokens_per_s=tps,
+        baseline_tokens_per_s=base_tps,
+        tokens_per_pass=stats.mean_accepted_per_step,
+        verify_cost=v,
+    )
 
 
 def verify_cost(model, ids: list[int], n_tokens: int, *, new_mask=None, depths=None, reps: int = 20) -> float:
@@ -169,13 +217,17 @@ def verify_cost(model, ids: list[int], n_tokens: int, *, new_mask=None, depths=N
 
 
 def format_table(rows: list[Row]) -> str:
-    head = (f"{'mode':<13}{'K':>3}{'rate':>7}{'alpha':>8}{'c':>8}{'tok/pass':>10}{'predicted':>11}{'measured':>10}{'ratio':>8}"
-            f"{'tok/s':>9}{'v':>7}{'pred(v)':>9}")
+    head = (
+        f"{'mode':<13}{'K':>3}{'rate':>7}{'alpha':>8}{'c':>8}{'tok/pass':>10}{'predicted':>11}{'measured':>10}{'ratio':>8}"
+        f"{'tok/s':>9}{'v':>7}{'pred(v)':>9}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         flag = "" if r.ratio >= GOAL else "  < goal"
-        lines.append(f"{r.mode:<13}{r.k:>3}{r.rate:>7.3f}{r.alpha:>8.3f}{r.c:>8.3f}{r.tokens_per_pass:>10.2f}{r.predicted:>10.2f}x"
-                     f"{r.measured:>9.2f}x{r.ratio:>8.2f}{r.tokens_per_s:>9.1f}{r.verify_cost:>7.2f}{r.predicted_v:>8.2f}x{flag}")
+        lines.append(
+            f"{r.mode:<13}{r.k:>3}{r.rate:>7.3f}{r.alpha:>8.3f}{r.c:>8.3f}{r.tokens_per_pass:>10.2f}{r.predicted:>10.2f}x"
+            f"{r.measured:>9.2f}x{r.ratio:>8.2f}{r.tokens_per_s:>9.1f}{r.verify_cost:>7.2f}{r.predicted_v:>8.2f}x{flag}"
+        )
     return "\n".join(lines)
 
 
@@ -185,18 +237,39 @@ def _read_prompts(path: Path, n: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m specbuild.benchmarks.reference", description=__doc__.split("\n\n")[0])
-    p.add_argument("--target", type=Path, help="target: HF folder, checkpoint, engine or build folder (default: the demo family)")
+    p = argparse.ArgumentParser(
+        prog="python -m specbuild.benchmarks.reference", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument(
+        "--target",
+        type=Path,
+        help="target: HF folder, checkpoint, engine or build folder (default: the demo family)",
+    )
     p.add_argument("--draft", type=Path, help="draft model (HF folder or specbuild folder)")
     p.add_argument("--medusa", type=Path, help="HF Medusa heads folder for the target")
-    p.add_argument("--tree", default=None, help="Medusa tree (named tree or list of paths; default mc_sim_7b_63 / a chain)")
-    p.add_argument("--prompts", type=Path, help="JSONL with {\"prompt\": ...} per line (default: the demo family's held-out prompts)")
+    p.add_argument(
+        "--tree",
+        default=None,
+        help="Medusa tree (named tree or list of paths; default mc_sim_7b_63 / a chain)",
+    )
+    p.add_argument(
+        "--prompts",
+        type=Path,
+        help='JSONL with {"prompt": ...} per line (default: the demo family\'s held-out prompts)',
+    )
     p.add_argument("--num-prompts", type=int, default=DEFAULT_PROMPTS)
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     p.add_argument("--k", default=DEFAULT_KS, help="comma-separated draft lengths K")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (1: steadiest timings on a shared CPU)")
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch threads (1: steadiest timings on a shared CPU)"
+    )
     p.add_argument("--micro", action="store_true", help="demo family at micro size (pipeline check only)")
-    p.add_argument("--cache", type=Path, default=None, help="demo family cache folder (default: specbuild.demo.models' .cache/demo)")
+    p.add_argument(
+        "--cache",
+        type=Path,
+        default=None,
+        help="demo family cache folder (default: specbuild.demo.models' .cache/demo)",
+    )
     p.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -207,13 +280,25 @@ def main(argv: list[str] | None = None) -> None:
         family = demo_models.build_family(settings, **cache)
         target, draft, prompts_file = family.target, family.draft, prompts_file or family.prompts
         medusa = demo_models.build_medusa(family, settings, **cache)
-    prompts = _read_prompts(prompts_file, args.num_prompts) if prompts_file else FALLBACK_PROMPTS[: args.num_prompts]
+    prompts = (
+        _read_prompts(prompts_file, args.num_prompts)
+        if prompts_file
+        else FALLBACK_PROMPTS[: args.num_prompts]
+    )
     ks = [int(k) for k in args.k.split(",") if k.strip()]
-    print(f"reference bench: target={target} draft={draft} medusa={medusa} prompts={len(prompts)} max_tokens={args.max_tokens} threads={args.threads}")
-    rows = bench(target, draft=draft, medusa=medusa, prompts=prompts, ks=ks, max_tokens=args.max_tokens, tree=args.tree)
+    print(
+        f"reference bench: target={target} draft={draft} medusa={medusa} prompts={len(prompts)} "
+        f"max_tokens={args.max_tokens} threads={args.threads}"
+    )
+    rows = bench(
+        target, draft=draft, medusa=medusa, prompts=prompts, ks=ks, max_tokens=args.max_tokens, tree=args.tree
+    )
     print(format_table(rows))
     if args.json:
-        args.json.write_text(json.dumps([asdict(r) | {"ratio": r.ratio, "predicted_v": r.predicted_v} for r in rows], indent=2) + "\n")
+        args.json.write_text(
+            json.dumps([asdict(r) | {"ratio": r.ratio, "predicted_v": r.predicted_v} for r in rows], indent=2)
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

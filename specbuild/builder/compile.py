@@ -46,30 +46,55 @@ def compile_spec(
 ) -> Path:
     """Convert every model of `spec` and build its engines into `out`; returns `out`."""
     if engine not in ENGINES:
-        raise BuildError(f"unknown engine {engine!r}", expected=" | ".join(ENGINES), found=engine, fix="use --engine reference or --engine trtllm")
+        raise BuildError(
+            f"unknown engine {engine!r}",
+            expected=" | ".join(ENGINES),
+            found=engine,
+            fix="use --engine reference or --engine trtllm",
+        )
     say = on_message or (lambda _msg: None)
     out = Path(out)
     _preflight(spec)
     plans = build_plan(spec)  # pure; fails before any conversion if a flag were wrong
-    models = {role: resolve_model(_section(spec, role).model, base=spec.base_dir, what=role) for role in (p.role for p in plans)}
+    models = {
+        role: resolve_model(_section(spec, role).model, base=spec.base_dir, what=role)
+        for role in (p.role for p in plans)
+    }
     target_heads = role_of(spec, "target").heads  # Medusa heads converted into the target's checkpoint
-    heads = resolve_model(target_heads.heads, base=spec.base_dir, what="medusa.heads") if target_heads else None
+    heads = (
+        resolve_model(target_heads.heads, base=spec.base_dir, what="medusa.heads") if target_heads else None
+    )
     trtllm_build = shutil.which("trtllm-build")
     run_trtllm = engine == "trtllm" and not dry_run and trtllm_build is not None
-    inputs = {"build spec": spec.source, **{f"{role} model": folder for role, folder in models.items()}, "Medusa heads": heads}
+    inputs = {
+        "build spec": spec.source,
+        **{f"{role} model": folder for role, folder in models.items()},
+        "Medusa heads": heads,
+    }
     with atomic_output_dir(out, force=force, inputs=inputs) as tmp:
         for p in plans:
             section = _section(spec, p.role)
             medusa = None
             role = role_of(spec, p.role)
             if role.heads is not None:  # heads converted into this engine's checkpoint
-                medusa = MedusaHeadsSource(heads, num_heads=role.heads.num_heads, num_layers=role.heads.num_layers,
-                                           max_draft_len=role.max_draft_len)
+                medusa = MedusaHeadsSource(
+                    heads,
+                    num_heads=role.heads.num_heads,
+                    num_layers=role.heads.num_layers,
+                    max_draft_len=role.max_draft_len,
+                )
             label = f"convert {p.role}"
             convert_checkpoint(
-                models[p.role], tmp / p.checkpoint_dir, dtype=spec.dtype, tp_size=section.tp_size, pp_size=section.pp_size,
-                medusa=medusa, weight_only=spec.build.weight_only,
-                on_progress=(lambda done, total, _name, label=label: on_progress(label, done, total)) if on_progress else None,
+                models[p.role],
+                tmp / p.checkpoint_dir,
+                dtype=spec.dtype,
+                tp_size=section.tp_size,
+                pp_size=section.pp_size,
+                medusa=medusa,
+                weight_only=spec.build.weight_only,
+                on_progress=(lambda done, total, _name, label=label: on_progress(label, done, total))
+                if on_progress
+                else None,
             )
         (tmp / "plan.json").write_text(json.dumps(plan_json(spec, plans), indent=2) + "\n")
         script = tmp / "build.sh"
@@ -78,14 +103,27 @@ def compile_spec(
         built = False
         if engine == "reference":
             for p in plans:
-                write_reference_engine(tmp / p.checkpoint_dir, tmp / p.output_dir, build_config=p.build_config, version=spec.trtllm_version)
+                write_reference_engine(
+                    tmp / p.checkpoint_dir,
+                    tmp / p.output_dir,
+                    build_config=p.build_config,
+                    version=spec.trtllm_version,
+                )
             built = True
         elif run_trtllm:
             for i, p in enumerate(plans):
                 if on_progress:
                     on_progress("trtllm-build", i, len(plans))
                 _run_trtllm_build(p, tmp, out)
-                write_manifest(tmp / p.output_dir, reuse_nested=True, kind="engine", engine="trtllm", checkpoint="../checkpoint", build_config=p.build_config, argv=list(p.argv))
+                write_manifest(
+                    tmp / p.output_dir,
+                    reuse_nested=True,
+                    kind="engine",
+                    engine="trtllm",
+                    checkpoint="../checkpoint",
+                    build_config=p.build_config,
+                    argv=list(p.argv),
+                )
             if on_progress:
                 on_progress("trtllm-build", len(plans), len(plans))
             built = True
@@ -101,8 +139,10 @@ def compile_spec(
         )
     if engine == "trtllm" and not built:
         why = "--dry-run" if dry_run else "trtllm-build is not installed here"
-        say(f"{why}: wrote the checkpoints, {out / 'plan.json'} and {out / 'build.sh'}. "
-            f"On a GPU host with tensorrt_llm {spec.trtllm_version}, run: bash {out / 'build.sh'}")
+        say(
+            f"{why}: wrote the checkpoints, {out / 'plan.json'} and {out / 'build.sh'}. "
+            f"On a GPU host with tensorrt_llm {spec.trtllm_version}, run: bash {out / 'build.sh'}"
+        )
     return out
 
 
@@ -113,10 +153,15 @@ def _section(spec, role: str):
 def _role_record(spec, plan, hf_dir: Path, built: bool) -> dict[str, Any]:
     section = _section(spec, plan.role)
     return RoleRecord(
-        role=plan.role, hf_dir=hf_dir, checkpoint=plan.checkpoint_dir, engine=plan.output_dir if built else None,
-        tp_size=section.tp_size, pp_size=section.pp_size,
+        role=plan.role,
+        hf_dir=hf_dir,
+        checkpoint=plan.checkpoint_dir,
+        engine=plan.output_dir if built else None,
+        tp_size=section.tp_size,
+        pp_size=section.pp_size,
         mode=SpeculativeDecodingMode.from_recorded(plan.build_config["speculative_decoding_mode"]),
-        max_draft_len=plan.build_config["max_draft_len"], argv=tuple(plan.argv),
+        max_draft_len=plan.build_config["max_draft_len"],
+        argv=tuple(plan.argv),
     ).to_dict()
 
 
@@ -134,7 +179,8 @@ def _preflight(spec) -> None:
 
 
 def _run_trtllm_build(plan, tmp: Path, final: Path) -> None:
-    """Run one role's argv in the build folder; the log stays in <role>/build.log (and beside DIR on failure)."""
+    """Run one role's argv in the build folder; the log stays in <role>/build.log (and beside DIR on
+    failure)."""
     log_path = tmp / plan.role / "build.log"
     with open(log_path, "w") as log:
         proc = subprocess.run(list(plan.argv), cwd=tmp, stdout=log, stderr=subprocess.STDOUT, check=False)

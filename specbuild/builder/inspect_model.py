@@ -38,13 +38,18 @@ class ModelInspection:
             c = self.config
             out["config"] = c.to_dict()
             out.update(
-                family=c.family, supported=c.supported, head_dim=c.head_dim,
-                num_parameters=c.num_parameters, weight_bytes=c.weight_bytes(),
+                family=c.family,
+                supported=c.supported,
+                head_dim=c.head_dim,
+                num_parameters=c.num_parameters,
+                weight_bytes=c.weight_bytes(),
                 kv_bytes_per_token=c.kv_bytes_per_token(),
             )
         out["weights"] = {
-            "present": self.weights.present, "files": [p.name for p in (*self.weights.safetensors, *self.weights.torch_bins)],
-            "missing_shards": list(self.weights.missing), "disk_bytes": self.weights.disk_bytes,
+            "present": self.weights.present,
+            "files": [p.name for p in (*self.weights.safetensors, *self.weights.torch_bins)],
+            "missing_shards": list(self.weights.missing),
+            "disk_bytes": self.weights.disk_bytes,
             "num_parameters": self.stats.num_parameters if self.stats else None,
             "num_bytes": self.stats.num_bytes if self.stats else None,
             "dtypes": list(self.stats.dtypes) if self.stats else None,
@@ -69,7 +74,11 @@ class ModelInspection:
                 ("layers", str(c.num_hidden_layers)),
                 ("hidden size", str(c.hidden_size)),
                 ("intermediate size", str(c.intermediate_size)),
-                ("heads / KV heads", f"{c.num_attention_heads} / {c.num_key_value_heads}" + (" (GQA)" if c.num_key_value_heads < c.num_attention_heads else "")),
+                (
+                    "heads / KV heads",
+                    f"{c.num_attention_heads} / {c.num_key_value_heads}"
+                    + (" (GQA)" if c.num_key_value_heads < c.num_attention_heads else ""),
+                ),
                 ("head dim", str(c.head_dim)),
                 ("vocab", str(c.vocab_size)),
                 ("max positions", str(c.max_position_embeddings)),
@@ -84,38 +93,63 @@ class ModelInspection:
         if self.medusa is not None:
             rows += [(f"medusa {k}", str(v)) for k, v in self.medusa.items()]
         if self.weights.missing:
-            rows.append(("weights", f"{len(self.weights.missing)} shard(s) missing, e.g. {self.weights.missing[0]}"))
+            rows.append(
+                ("weights", f"{len(self.weights.missing)} shard(s) missing, e.g. {self.weights.missing[0]}")
+            )
         elif not self.weights.present:
             rows.append(("weights", "absent (config only)"))
         else:
             n = len(self.weights.safetensors) + len(self.weights.torch_bins)
             text = f"{n} file(s), {self.weights.disk_bytes / GIB:.2f} GiB on disk"
             if self.stats:
-                text += f"; headers: {self.stats.num_parameters:,} parameters in {self.stats.num_tensors} tensors, {'/'.join(self.stats.dtypes)}"
+                text += (
+                    f"; headers: {self.stats.num_parameters:,} parameters in {self.stats.num_tensors} "
+                    f"tensors, {'/'.join(self.stats.dtypes)}"
+                )
             rows.append(("weights", text))
         if self.nonfinite is not None:
             bad = self.nonfinite
-            rows.append(("values", "all finite" if not bad else f"{len(bad)} tensor(s) hold NaN/Inf: "
-                         + ", ".join(f"{k} ({v})" for k, v in list(bad.items())[:10])
-                         + (" ..." if len(bad) > 10 else "") + "; `specbuild convert` refuses them"))
+            rows.append(
+                (
+                    "values",
+                    "all finite"
+                    if not bad
+                    else f"{len(bad)} tensor(s) hold NaN/Inf: "
+                    + ", ".join(f"{k} ({v})" for k, v in list(bad.items())[:10])
+                    + (" ..." if len(bad) > 10 else "")
+                    + "; `specbuild convert` refuses them",
+                )
+            )
         t = self.tokenizer
         if t is None:
             rows.append(("tokenizer", "absent (no tokenizer.json / tokenizer.model)"))
         else:
-            rows.append(("tokenizer", f"{t.class_name or '?'} ({t.model_type or t.source}), {t.vocab_size} ids, {len(t.merges)} merges, {len(t.added)} added"))
-            specials = ", ".join(f"{k.removesuffix('_token')} {tok!r}={i}" for k, (tok, i) in t.special.items())
+            rows.append(
+                (
+                    "tokenizer",
+                    f"{t.class_name or '?'} ({t.model_type or t.source}), {t.vocab_size} ids, "
+                    f"{len(t.merges)} merges, {len(t.added)} added",
+                )
+            )
+            specials = ", ".join(
+                f"{k.removesuffix('_token')} {tok!r}={i}" for k, (tok, i) in t.special.items()
+            )
             rows.append(("special tokens", specials or "none"))
         return rows
 
 
-def inspect_model(ref: str | Path, *, base: Path | None = None, check_values: bool = False) -> ModelInspection:
+def inspect_model(
+    ref: str | Path, *, base: Path | None = None, check_values: bool = False
+) -> ModelInspection:
     folder = resolve_model(ref, base=base)
     raw = {}
     if (folder / "config.json").is_file():
         try:
             raw = read_json(folder / "config.json", what="config.json")
         except InputFileError as exc:
-            raise CheckpointError(exc.what, expected=exc.expected, found=exc.found, fix="re-download or re-save the config") from None
+            raise CheckpointError(
+                exc.what, expected=exc.expected, found=exc.found, fix="re-download or re-save the config"
+            ) from None
     medusa = None
     if "architectures" not in raw and ("medusa_num_heads" in raw or "num_medusa_heads" in raw):
         medusa = _medusa_summary(folder)
@@ -138,7 +172,7 @@ def _medusa_summary(folder: Path) -> dict[str, Any]:
         "config heads x layers": f"{info.config_num_heads} x {info.config_num_layers}",
         "weights": info.weights_file.name if info.weights_file else "absent (config only)",
         "heads x layers (weights)": f"{info.num_heads} x {info.num_layers}" if info.weights_file else "-",
-        "hidden / vocab": f"{info.hidden_size or info.config_hidden_size} / {info.vocab_size or info.config_vocab_size}",
+        "hidden / vocab": f"{info.hidden_size or info.config_hidden_size} / "
+        f"{info.vocab_size or info.config_vocab_size}",
         "problems": "; ".join(info.problems) or "none",
     }
-

@@ -128,12 +128,17 @@ class MemoryPlan:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d.update(fits=self.fits, full_sequences=self.full_sequences,
-                 target_kv_fraction=self.target_kv_fraction, draft_kv_fraction=self.draft_kv_fraction)
+        d.update(
+            fits=self.fits,
+            full_sequences=self.full_sequences,
+            target_kv_fraction=self.target_kv_fraction,
+            draft_kv_fraction=self.draft_kv_fraction,
+        )
         return d
 
 
 # ---- per-rank sizes ------------------------------------------------------------------------------
+
 
 def pp_layers(num_layers: int, pp: int) -> list[int]:
     """Layers per PP rank (core/trtllm_layout.Parallel: torch.tensor_split, earlier ranks get one extra)."""
@@ -167,7 +172,9 @@ def layer_bytes(cfg: HFModelConfig, tp: int, dtype: str, weight_only: str = "non
     return total + 2 * h * b  # input_layernorm + post_layernorm
 
 
-def rank_weight_bytes(cfg: HFModelConfig, *, tp: int, pp: int, dtype: str, weight_only: str = "none") -> list[int]:
+def rank_weight_bytes(
+    cfg: HFModelConfig, *, tp: int, pp: int, dtype: str, weight_only: str = "none"
+) -> list[int]:
     """Weight bytes of each PP stage's ranks (all TP ranks of a stage are the same size)."""
     b = DTYPE_BYTES[dtype]
     h, v = cfg.hidden_size, cfg.vocab_size
@@ -184,7 +191,8 @@ def rank_weight_bytes(cfg: HFModelConfig, *, tp: int, pp: int, dtype: str, weigh
 
 
 def medusa_bytes_per_rank(cfg: HFModelConfig, medusa: MedusaShape, *, tp: int, dtype: str) -> int:
-    """Medusa heads on one rank of the last PP stage: ResBlocks [hidden/tp, hidden] + lm_head [V/tp, hidden]."""
+    """Medusa heads on one rank of the last PP stage: ResBlocks [hidden/tp, hidden] + lm_head [V/tp,
+    hidden]."""
     b, h = DTYPE_BYTES[dtype], cfg.hidden_size
     res = medusa.num_layers * (math.ceil(h / tp) * h + math.ceil(h / tp)) * b
     head = math.ceil(cfg.vocab_size / tp) * h * b
@@ -197,27 +205,44 @@ def kv_bytes_per_token_per_rank(cfg: HFModelConfig, *, tp: int, pp: int, dtype: 
     return 2 * layers * kv_heads_per_rank(cfg, tp) * cfg.head_dim * DTYPE_BYTES[dtype]
 
 
-def activation_bytes(cfg: HFModelConfig, *, tp: int, dtype: str, max_num_tokens: int, logits_rows: int) -> int:
+def activation_bytes(
+    cfg: HFModelConfig, *, tp: int, dtype: str, max_num_tokens: int, logits_rows: int
+) -> int:
     width = 4 * cfg.hidden_size + 3 * math.ceil(cfg.intermediate_size / tp)
     return max_num_tokens * width * DTYPE_BYTES[dtype] + logits_rows * cfg.vocab_size * LOGITS_BYTES
 
 
 # ---- the plan ------------------------------------------------------------------------------------
 
+
 def engine_memory(
-    cfg: HFModelConfig, *, role: str, tp: int, pp: int, dtype: str, weight_only: str,
-    max_num_tokens: int, logits_rows: int, medusa: MedusaShape | None = None,
+    cfg: HFModelConfig,
+    *,
+    role: str,
+    tp: int,
+    pp: int,
+    dtype: str,
+    weight_only: str,
+    max_num_tokens: int,
+    logits_rows: int,
+    medusa: MedusaShape | None = None,
 ) -> EngineMemory:
     # whole model as HF stores it; weight-only shrinks the layer linears only
     saved = cfg.num_hidden_layers * (layer_bytes(cfg, 1, dtype) - layer_bytes(cfg, 1, dtype, weight_only))
     total = cfg.weight_bytes(dtype) - saved
     return EngineMemory(
-        role=role, tp_size=tp, pp_size=pp, dtype=dtype, weight_only=weight_only,
+        role=role,
+        tp_size=tp,
+        pp_size=pp,
+        dtype=dtype,
+        weight_only=weight_only,
         num_parameters=cfg.num_parameters,
         weight_bytes_total=total,
         weight_bytes=max(rank_weight_bytes(cfg, tp=tp, pp=pp, dtype=dtype, weight_only=weight_only)),
         medusa_bytes=medusa_bytes_per_rank(cfg, medusa, tp=tp, dtype=dtype) if medusa else 0,
-        activation_bytes=activation_bytes(cfg, tp=tp, dtype=dtype, max_num_tokens=max_num_tokens, logits_rows=logits_rows),
+        activation_bytes=activation_bytes(
+            cfg, tp=tp, dtype=dtype, max_num_tokens=max_num_tokens, logits_rows=logits_rows
+        ),
         max_num_tokens=max_num_tokens,
         kv_heads_per_gpu=kv_heads_per_rank(cfg, tp),
         kv_duplication=tp // cfg.num_key_value_heads if tp > cfg.num_key_value_heads else 1,
@@ -232,8 +257,14 @@ def effective_max_num_tokens(spec: BuildSpec, *, speculative_target: bool) -> in
     target = method_of(spec).roles(spec)[0]
     speculative = speculative_target and target.mode.speculative
     k = target.max_draft_len if speculative else 0
-    return engine_limits(max_batch_size=b.max_batch_size, max_input_len=b.max_input_len, max_seq_len=b.max_seq_len,
-                         max_num_tokens=b.max_num_tokens, max_draft_len=k, speculative=speculative)["max_num_tokens"]
+    return engine_limits(
+        max_batch_size=b.max_batch_size,
+        max_input_len=b.max_input_len,
+        max_seq_len=b.max_seq_len,
+        max_num_tokens=b.max_num_tokens,
+        max_draft_len=k,
+        speculative=speculative,
+    )["max_num_tokens"]
 
 
 def plan_memory(
@@ -247,7 +278,9 @@ def plan_memory(
     """Plan GPU 0 of `spec`. Model configs are read from the spec's folders unless given."""
     roles = {r.role: r for r in method_of(spec).roles(spec)}
     if target is None:
-        target = HFModelConfig.from_hf(resolve_model(spec.target.model, base=spec.base_dir, what="target model"))
+        target = HFModelConfig.from_hf(
+            resolve_model(spec.target.model, base=spec.base_dir, what="target model")
+        )
     if "draft" in roles and draft is None and spec.draft is not None:
         draft = HFModelConfig.from_hf(resolve_model(spec.draft.model, base=spec.base_dir, what="draft model"))
     heads = roles["target"].heads
@@ -256,17 +289,30 @@ def plan_memory(
     k, b = spec.speculation.max_draft_len, spec.build
     engines = [
         engine_memory(
-            target, role="target", tp=spec.target.tp_size, pp=spec.target.pp_size, dtype=spec.dtype,
-            weight_only=b.weight_only, max_num_tokens=effective_max_num_tokens(spec, speculative_target=True),
-            logits_rows=b.max_batch_size * (k + 1), medusa=medusa if heads is not None else None,
+            target,
+            role="target",
+            tp=spec.target.tp_size,
+            pp=spec.target.pp_size,
+            dtype=spec.dtype,
+            weight_only=b.weight_only,
+            max_num_tokens=effective_max_num_tokens(spec, speculative_target=True),
+            logits_rows=b.max_batch_size * (k + 1),
+            medusa=medusa if heads is not None else None,
         )
     ]
     if "draft" in roles and draft is not None and spec.draft is not None:
-        engines.append(engine_memory(
-            draft, role="draft", tp=spec.draft.tp_size, pp=spec.draft.pp_size, dtype=spec.dtype,
-            weight_only=b.weight_only, max_num_tokens=effective_max_num_tokens(spec, speculative_target=False),
-            logits_rows=b.max_batch_size,
-        ))
+        engines.append(
+            engine_memory(
+                draft,
+                role="draft",
+                tp=spec.draft.tp_size,
+                pp=spec.draft.pp_size,
+                dtype=spec.dtype,
+                weight_only=b.weight_only,
+                max_num_tokens=effective_max_num_tokens(spec, speculative_target=False),
+                logits_rows=b.max_batch_size,
+            )
+        )
     return _split_kv(spec, engines, runtime_reserve_gib)
 
 
@@ -292,19 +338,31 @@ def _split_kv(spec: BuildSpec, engines: list[EngineMemory], reserve_gib: float) 
         else:
             fraction = min(1.0, kv / (free_after - (sum(pools) - kv)))
         # ceil to 4 decimals: the token cap bounds the pool, a fraction rounded down would not reach it
-        planned.append(_replace(e, kv_fraction=min(1.0, math.ceil(fraction * 1e4) / 1e4), kv_bytes=kv, kv_tokens=tokens))
+        planned.append(
+            _replace(e, kv_fraction=min(1.0, math.ceil(fraction * 1e4) / 1e4), kv_bytes=kv, kv_tokens=tokens)
+        )
     assumptions = (
         "gpu_memory_gb in GiB (2^30 bytes); planning GPU = GPU 0 (target rank 0 + draft rank 0)",
         f"runtime reserve {reserve_gib:g} GiB per GPU (CUDA context, cuBLAS/NCCL workspaces, Triton)",
         "activations ~ max_num_tokens x (4*hidden + 3*intermediate/tp) at dtype + fp32 logits",
-        "each fraction is of the memory free when that engine loads, sized for loading last; with max_tokens_in_paged_kv_cache = KV tokens the split holds in either load order",
-        f"kv_cache_free_gpu_mem_fraction {frac:g} = share of memory left after weights, split so both engines hold the same tokens",
-        "TensorRT-LLM layout: embedding replicated, lm_head split by vocab, KV heads duplicated when tp > n_kv",
+        "each fraction is of the memory free when that engine loads, sized for loading last; with "
+        "max_tokens_in_paged_kv_cache = KV tokens the split holds in either load order",
+        f"kv_cache_free_gpu_mem_fraction {frac:g} = share of memory left after weights, split so both "
+        "engines hold the same tokens",
+        "TensorRT-LLM layout: embedding replicated, lm_head split by vocab, KV heads duplicated when tp > "
+        "n_kv",
     )
     return MemoryPlan(
-        gpu_memory_bytes=gpu, runtime_reserve_bytes=reserve, kv_fraction_total=frac, engines=tuple(planned),
-        free_after_weights_bytes=free_after, kv_budget_bytes=budget, kv_tokens=tokens,
-        max_seq_len=spec.build.max_seq_len, max_batch_size=spec.build.max_batch_size, assumptions=assumptions,
+        gpu_memory_bytes=gpu,
+        runtime_reserve_bytes=reserve,
+        kv_fraction_total=frac,
+        engines=tuple(planned),
+        free_after_weights_bytes=free_after,
+        kv_budget_bytes=budget,
+        kv_tokens=tokens,
+        max_seq_len=spec.build.max_seq_len,
+        max_batch_size=spec.build.max_batch_size,
+        assumptions=assumptions,
     )
 
 

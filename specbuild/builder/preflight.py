@@ -80,16 +80,28 @@ def run_checks(spec: BuildSpec, *, runtime_reserve_gib: float = RUNTIME_RESERVE_
         out.append(check_tree(spec))
     plan = None
     if target and (draft or not method_of(spec).draft_model):
-        plan = plan_memory(spec, target=target.config, draft=draft.config if draft else None, medusa=medusa,
-                           runtime_reserve_gib=runtime_reserve_gib)
+        plan = plan_memory(
+            spec,
+            target=target.config,
+            draft=draft.config if draft else None,
+            medusa=medusa,
+            runtime_reserve_gib=runtime_reserve_gib,
+        )
         out.append(_check_plan(spec, plan, target, draft, runtime_reserve_gib))
     else:
-        out.append(CheckResult("memory plan", FAIL, "not computed: a model config could not be read",
-                               "fix the model rows above; the plan needs each model's config.json"))
+        out.append(
+            CheckResult(
+                "memory plan",
+                FAIL,
+                "not computed: a model config could not be read",
+                "fix the model rows above; the plan needs each model's config.json",
+            )
+        )
     return CheckReport(spec, tuple(out), plan)
 
 
 # ---- models --------------------------------------------------------------------------------------
+
 
 def _load(spec: BuildSpec, role: str, section: ModelSection, out: list[CheckResult]) -> LoadedModel | None:
     try:
@@ -100,11 +112,25 @@ def _load(spec: BuildSpec, role: str, section: ModelSection, out: list[CheckResu
         return None
     weights = find_weights(folder)
     if weights.missing:
-        out.append(CheckResult(f"{role}: weights", FAIL, f"{short_path(folder)}: {len(weights.missing)} shard(s) listed in the index are missing, e.g. {weights.missing[0]}",
-                               "finish the download (huggingface-cli download resumes) before compile"))
+        out.append(
+            CheckResult(
+                f"{role}: weights",
+                FAIL,
+                f"{short_path(folder)}: {len(weights.missing)} shard(s) listed in the index are missing, "
+                f"e.g. {weights.missing[0]}",
+                "finish the download (huggingface-cli download resumes) before compile",
+            )
+        )
     elif not weights.present:
-        out.append(CheckResult(f"{role}: weights", WARN, f"{short_path(folder)}: config.json only, no *.safetensors / pytorch_model*.bin; checks and the plan use the shapes",
-                               "download the weights before `specbuild compile`"))
+        out.append(
+            CheckResult(
+                f"{role}: weights",
+                WARN,
+                f"{short_path(folder)}: config.json only, no *.safetensors / pytorch_model*.bin; checks and "
+                "the plan use the shapes",
+                "download the weights before `specbuild compile`",
+            )
+        )
     else:
         out.append(_weights_row(role, folder, config, weights))
     return LoadedModel(role, section, folder, config, weights)
@@ -119,18 +145,38 @@ def _weights_row(role: str, folder: Path, config: HFModelConfig, weights: Weight
     except SpecbuildError as exc:
         return CheckResult(f"{role}: weights", FAIL, f"{exc.what}: {exc.found}", exc.fix or "")
     if stats is not None and stats.num_parameters != config.num_parameters:
-        return CheckResult(f"{role}: weights", WARN, f"{found}; the headers hold {stats.num_parameters:,} parameters, config.json's shapes make {config.num_parameters:,}",
-                           "check that config.json belongs to these weights (specbuild inspect shows both)")
-    return CheckResult(f"{role}: weights", PASS, found + (f", {stats.num_parameters:,} parameters" if stats else ""))
+        return CheckResult(
+            f"{role}: weights",
+            WARN,
+            f"{found}; the headers hold {stats.num_parameters:,} parameters, config.json's shapes make "
+            f"{config.num_parameters:,}",
+            "check that config.json belongs to these weights (specbuild inspect shows both)",
+        )
+    return CheckResult(
+        f"{role}: weights", PASS, found + (f", {stats.num_parameters:,} parameters" if stats else "")
+    )
 
 
 def _check_architecture(m: LoadedModel, out: list[CheckResult]) -> None:
     c = m.config
     if c.supported:
-        out.append(CheckResult(f"{m.role}: architecture", PASS, f"{c.architecture} ({c.family}), {c.num_hidden_layers} layers, hidden {c.hidden_size}"))
+        out.append(
+            CheckResult(
+                f"{m.role}: architecture",
+                PASS,
+                f"{c.architecture} ({c.family}), {c.num_hidden_layers} layers, hidden {c.hidden_size}",
+            )
+        )
     else:
-        out.append(CheckResult(f"{m.role}: architecture", FAIL, f"{c.architecture} is not supported",
-                               f"use a checkpoint of {', '.join(SUPPORTED_ARCHITECTURES)} (the Llama, Mistral and Qwen2 families)"))
+        out.append(
+            CheckResult(
+                f"{m.role}: architecture",
+                FAIL,
+                f"{c.architecture} is not supported",
+                f"use a checkpoint of {', '.join(SUPPORTED_ARCHITECTURES)} (the Llama, Mistral and Qwen2 "
+                "families)",
+            )
+        )
 
 
 def valid_tp_sizes(c: HFModelConfig, limit: int = 64) -> list[int]:
@@ -145,7 +191,9 @@ def _tp_problems(c: HFModelConfig, tp: int) -> list[str]:
     if tp <= nkv and nkv % tp:
         problems.append(f"num_key_value_heads {nkv} is not divisible by tp_size {tp}")
     if tp > nkv and tp % nkv:
-        problems.append(f"tp_size {tp} > num_key_value_heads {nkv} needs tp_size % {nkv} == 0 to duplicate KV heads")
+        problems.append(
+            f"tp_size {tp} > num_key_value_heads {nkv} needs tp_size % {nkv} == 0 to duplicate KV heads"
+        )
     if c.hidden_size % tp:
         problems.append(f"hidden_size {c.hidden_size} is not divisible by tp_size {tp}")
     if c.intermediate_size % tp:
@@ -158,11 +206,21 @@ def _check_parallel(m: LoadedModel, out: list[CheckResult]) -> None:
     problems = _tp_problems(c, tp)
     if problems:
         ok = ", ".join(str(t) for t in valid_tp_sizes(c))
-        out.append(CheckResult(f"{m.role}: tensor parallel", FAIL, "; ".join(problems), f"set {m.role}.tp_size to one of {ok}"))
+        out.append(
+            CheckResult(
+                f"{m.role}: tensor parallel",
+                FAIL,
+                "; ".join(problems),
+                f"set {m.role}.tp_size to one of {ok}",
+            )
+        )
     else:
         note = f"tp {tp}: {c.num_attention_heads // tp} heads, "
         if tp > c.num_key_value_heads:
-            note += f"1 KV head per GPU (each of the {c.num_key_value_heads} KV heads duplicated x{tp // c.num_key_value_heads})"
+            note += (
+                f"1 KV head per GPU (each of the {c.num_key_value_heads} KV heads duplicated "
+                f"x{tp // c.num_key_value_heads})"
+            )
         else:
             note += f"{c.num_key_value_heads // tp} KV heads per GPU"
         if c.vocab_size % tp:
@@ -170,12 +228,27 @@ def _check_parallel(m: LoadedModel, out: list[CheckResult]) -> None:
         out.append(CheckResult(f"{m.role}: tensor parallel", PASS, note))
     layers = c.num_hidden_layers
     if pp > layers:
-        out.append(CheckResult(f"{m.role}: pipeline parallel", FAIL, f"pp_size {pp} > {layers} layers", f"set {m.role}.pp_size <= {layers}"))
+        out.append(
+            CheckResult(
+                f"{m.role}: pipeline parallel",
+                FAIL,
+                f"pp_size {pp} > {layers} layers",
+                f"set {m.role}.pp_size <= {layers}",
+            )
+        )
     elif layers % pp:
-        out.append(CheckResult(f"{m.role}: pipeline parallel", WARN, f"{layers} layers over pp {pp} is uneven: stages hold {pp_layers(layers, pp)}",
-                               f"use a pp_size that divides {layers} to balance the stages"))
+        out.append(
+            CheckResult(
+                f"{m.role}: pipeline parallel",
+                WARN,
+                f"{layers} layers over pp {pp} is uneven: stages hold {pp_layers(layers, pp)}",
+                f"use a pp_size that divides {layers} to balance the stages",
+            )
+        )
     elif pp > 1:
-        out.append(CheckResult(f"{m.role}: pipeline parallel", PASS, f"pp {pp}: {layers // pp} layers per stage"))
+        out.append(
+            CheckResult(f"{m.role}: pipeline parallel", PASS, f"pp {pp}: {layers // pp} layers per stage")
+        )
 
 
 def _check_lengths(m: LoadedModel, spec: BuildSpec, out: list[CheckResult]) -> None:
@@ -185,15 +258,36 @@ def _check_lengths(m: LoadedModel, spec: BuildSpec, out: list[CheckResult]) -> N
     extra = spec.speculation.max_draft_len if m.role == "target" else 0
     name = f"{m.role}: sequence length"
     if seq > limit:
-        out.append(CheckResult(name, FAIL, f"build.max_seq_len {seq} > max_position_embeddings {limit}", f"set build.max_seq_len <= {limit}"))
+        out.append(
+            CheckResult(
+                name,
+                FAIL,
+                f"build.max_seq_len {seq} > max_position_embeddings {limit}",
+                f"set build.max_seq_len <= {limit}",
+            )
+        )
     elif seq + extra > limit:
-        out.append(CheckResult(name, WARN, f"max_seq_len {seq} + max_draft_len {extra} > max_position_embeddings {limit}",
-                               f"set build.max_seq_len <= {limit - extra}"))
+        out.append(
+            CheckResult(
+                name,
+                WARN,
+                f"max_seq_len {seq} + max_draft_len {extra} > max_position_embeddings {limit}",
+                f"set build.max_seq_len <= {limit - extra}",
+            )
+        )
     else:
         window = m.config.sliding_window
         if window is not None and window < seq + extra:
-            out.append(CheckResult(name, WARN, f"sliding_window {window} < max_seq_len {seq}{f' + {extra}' if extra else ''}: attention beyond {window} tokens is local",
-                                   f"set build.max_seq_len <= {window - extra} for exact full-attention results, or configure max_attention_window_size {window}"))
+            out.append(
+                CheckResult(
+                    name,
+                    WARN,
+                    f"sliding_window {window} < max_seq_len {seq}{f' + {extra}' if extra else ''}: attention "
+                    f"beyond {window} tokens is local",
+                    f"set build.max_seq_len <= {window - extra} for exact full-attention results, or "
+                    f"configure max_attention_window_size {window}",
+                )
+            )
             return
         plus = f" + max_draft_len {extra}" if extra else ""
         out.append(CheckResult(name, PASS, f"max_seq_len {seq}{plus} <= max_position_embeddings {limit}"))
@@ -202,10 +296,23 @@ def _check_lengths(m: LoadedModel, spec: BuildSpec, out: list[CheckResult]) -> N
 def _check_dtype(m: LoadedModel, spec: BuildSpec, out: list[CheckResult]) -> None:
     stored, chosen = m.config.dtype, spec.dtype
     if stored == "bfloat16" and chosen == "float16":
-        out.append(CheckResult(f"{m.role}: dtype", WARN, "bfloat16 checkpoint built as float16: activations may overflow float16's range",
-                               "set dtype: bfloat16 (Ampere or newer)"))
+        out.append(
+            CheckResult(
+                f"{m.role}: dtype",
+                WARN,
+                "bfloat16 checkpoint built as float16: activations may overflow float16's range",
+                "set dtype: bfloat16 (Ampere or newer)",
+            )
+        )
     else:
-        out.append(CheckResult(f"{m.role}: dtype", PASS, f"{stored} checkpoint -> {chosen}" + (f", weight-only {spec.build.weight_only}" if spec.build.weight_only != "none" else "")))
+        out.append(
+            CheckResult(
+                f"{m.role}: dtype",
+                PASS,
+                f"{stored} checkpoint -> {chosen}"
+                + (f", weight-only {spec.build.weight_only}" if spec.build.weight_only != "none" else ""),
+            )
+        )
 
 
 def _check_vocab_sizes(target: LoadedModel, draft: LoadedModel, out: list[CheckResult]) -> None:
@@ -213,20 +320,44 @@ def _check_vocab_sizes(target: LoadedModel, draft: LoadedModel, out: list[CheckR
     if tv == dv:
         out.append(CheckResult("vocab size", PASS, f"target and draft vocab_size {tv}"))
     else:
-        out.append(CheckResult("vocab size", FAIL, f"target vocab_size {tv}, draft vocab_size {dv}",
-                               "pick a draft from the target's family with the same tokenizer and vocab_size; draft tokens are passed as ids"))
+        out.append(
+            CheckResult(
+                "vocab size",
+                FAIL,
+                f"target vocab_size {tv}, draft vocab_size {dv}",
+                "pick a draft from the target's family with the same tokenizer and vocab_size; draft tokens "
+                "are passed as ids",
+            )
+        )
 
 
 def _check_special_ids(target: LoadedModel, draft: LoadedModel, out: list[CheckResult]) -> None:
     t, d = target.config, draft.config
     if t.bos_token_id != d.bos_token_id:
-        out.append(CheckResult("special token ids", FAIL, f"bos_token_id: target {t.bos_token_id}, draft {d.bos_token_id}",
-                               "use a draft with the target's tokenizer (same special-token ids)"))
+        out.append(
+            CheckResult(
+                "special token ids",
+                FAIL,
+                f"bos_token_id: target {t.bos_token_id}, draft {d.bos_token_id}",
+                "use a draft with the target's tokenizer (same special-token ids)",
+            )
+        )
     elif set(t.eos_ids) != set(d.eos_ids):
-        out.append(CheckResult("special token ids", WARN, f"eos_token_id: target {list(t.eos_ids)}, draft {list(d.eos_ids)}; the target's decides when to stop",
-                               "align the draft's eos_token_id in its config.json with the target's"))
+        out.append(
+            CheckResult(
+                "special token ids",
+                WARN,
+                f"eos_token_id: target {list(t.eos_ids)}, draft {list(d.eos_ids)}; the target's decides when "
+                "to stop",
+                "align the draft's eos_token_id in its config.json with the target's",
+            )
+        )
     else:
-        out.append(CheckResult("special token ids", PASS, f"bos {t.bos_token_id}, eos {list(t.eos_ids)} in both configs"))
+        out.append(
+            CheckResult(
+                "special token ids", PASS, f"bos {t.bos_token_id}, eos {list(t.eos_ids)} in both configs"
+            )
+        )
 
 
 def check_prompt_limit(spec: BuildSpec) -> CheckResult:
@@ -235,40 +366,82 @@ def check_prompt_limit(spec: BuildSpec) -> CheckResult:
     limits = {}
     for role in method_of(spec).roles(spec):
         bc = effective_build_config(spec, role)
-        limits[role.role] = (prompt_limit(bc, enable_chunked_context=chunked), bc["max_seq_len"], bc["max_num_tokens"])
+        limits[role.role] = (
+            prompt_limit(bc, enable_chunked_context=chunked),
+            bc["max_seq_len"],
+            bc["max_num_tokens"],
+        )
     role, (limit, seq, tokens) = min(limits.items(), key=lambda kv: kv[1][0])
-    rule = (f"engine max_seq_len {seq} - 1 (serving.enable_chunked_context: prompts run {tokens} tokens at a time)" if chunked
-            else f"min(engine max_seq_len {seq} - 1, max_num_tokens {tokens})")
+    rule = (
+        f"engine max_seq_len {seq} - 1 (serving.enable_chunked_context: prompts run {tokens} tokens at a "
+        "time)"
+        if chunked
+        else f"min(engine max_seq_len {seq} - 1, max_num_tokens {tokens})"
+    )
     where = f" ({role} engine)" if len(limits) > 1 else ""
-    found = (f"longest prompt {limit} tokens{where} = {rule}; with remove_input_padding and context FMHA (always on) "
-             f"TensorRT-LLM ignores build.max_input_len {spec.build.max_input_len}")
+    found = (
+        f"longest prompt {limit} tokens{where} = {rule}; with remove_input_padding and context FMHA (always "
+        "on) "
+        f"TensorRT-LLM ignores build.max_input_len {spec.build.max_input_len}"
+    )
     if limit < spec.build.max_input_len:
-        fix = (f"raise build.max_num_tokens to >= {spec.build.max_input_len}, or set serving.enable_chunked_context: true"
-               if not chunked else f"raise build.max_seq_len above {spec.build.max_input_len}")
-        return CheckResult("prompt limit", WARN, found + f": prompts of {limit + 1}..{spec.build.max_input_len} tokens are refused", fix)
+        fix = (
+            f"raise build.max_num_tokens to >= {spec.build.max_input_len}, or set "
+            "serving.enable_chunked_context: true"
+            if not chunked
+            else f"raise build.max_seq_len above {spec.build.max_input_len}"
+        )
+        return CheckResult(
+            "prompt limit",
+            WARN,
+            found + f": prompts of {limit + 1}..{spec.build.max_input_len} tokens are refused",
+            fix,
+        )
     return CheckResult("prompt limit", PASS, found)
 
 
 # ---- memory --------------------------------------------------------------------------------------
 
-def _check_plan(spec: BuildSpec, plan: MemoryPlan, target: LoadedModel, draft: LoadedModel | None, reserve: float) -> CheckResult:
+
+def _check_plan(
+    spec: BuildSpec, plan: MemoryPlan, target: LoadedModel, draft: LoadedModel | None, reserve: float
+) -> CheckResult:
     t = plan.engine("target")
     d = plan.engine("draft")
     gpu = spec.serving.gpu_memory_gb
     need = (plan.gpu_memory_bytes - plan.free_after_weights_bytes) / GIB
     if plan.free_after_weights_bytes <= 0:
-        return CheckResult("memory plan", FAIL, f"GPU 0 needs {need:.1f} GiB for weights, activations and the {reserve:g} GiB reserve; serving.gpu_memory_gb is {gpu:g}",
-                           _fit_fix(spec, target, draft, reserve))
+        return CheckResult(
+            "memory plan",
+            FAIL,
+            f"GPU 0 needs {need:.1f} GiB for weights, activations and the {reserve:g} GiB reserve; "
+            f"serving.gpu_memory_gb is {gpu:g}",
+            _fit_fix(spec, target, draft, reserve),
+        )
     needed = spec.build.max_seq_len + spec.speculation.max_draft_len
     if plan.kv_tokens < needed:
-        return CheckResult("memory plan", FAIL, f"KV cache holds {plan.kv_tokens} tokens per engine, one sequence needs {needed}",
-                           _fit_fix(spec, target, draft, reserve))
-    fractions = f"kv_cache_free_gpu_mem_fraction target {t.kv_fraction}" + (f", draft {d.kv_fraction}" if d else "")
-    found = (f"weights {t.weight_bytes / GIB:.2f} GiB/GPU (target)" + (f" + {d.weight_bytes / GIB:.2f} GiB (draft)" if d else "")
-             + f"; KV {plan.kv_tokens:,} tokens per engine = {plan.full_sequences} sequences of {plan.max_seq_len}; {fractions}")
+        return CheckResult(
+            "memory plan",
+            FAIL,
+            f"KV cache holds {plan.kv_tokens} tokens per engine, one sequence needs {needed}",
+            _fit_fix(spec, target, draft, reserve),
+        )
+    fractions = f"kv_cache_free_gpu_mem_fraction target {t.kv_fraction}" + (
+        f", draft {d.kv_fraction}" if d else ""
+    )
+    found = (
+        f"weights {t.weight_bytes / GIB:.2f} GiB/GPU (target)"
+        + (f" + {d.weight_bytes / GIB:.2f} GiB (draft)" if d else "")
+        + f"; KV {plan.kv_tokens:,} tokens per engine = {plan.full_sequences} sequences of "
+        f"{plan.max_seq_len}; {fractions}"
+    )
     if plan.full_sequences < plan.max_batch_size:
-        return CheckResult("memory plan", WARN, found + f" (< max_batch_size {plan.max_batch_size})",
-                           "long sequences cap the batch: lower build.max_seq_len or max_batch_size, or raise tp_size")
+        return CheckResult(
+            "memory plan",
+            WARN,
+            found + f" (< max_batch_size {plan.max_batch_size})",
+            "long sequences cap the batch: lower build.max_seq_len or max_batch_size, or raise tp_size",
+        )
     return CheckResult("memory plan", PASS, found)
 
 
@@ -277,10 +450,18 @@ def _fit_fix(spec: BuildSpec, target: LoadedModel, draft: LoadedModel | None, re
     for tp in valid_tp_sizes(target.config):
         if tp <= spec.target.tp_size:
             continue
-        trial = replace(spec, target=replace(spec.target, tp_size=tp), serving=replace(spec.serving, num_gpus=None))
-        plan = plan_memory(trial, target=target.config, draft=draft.config if draft else None,
-                           medusa=MedusaShape(spec.medusa.num_heads, spec.medusa.num_layers) if spec.medusa else None,
-                           runtime_reserve_gib=reserve)
+        trial = replace(
+            spec, target=replace(spec.target, tp_size=tp), serving=replace(spec.serving, num_gpus=None)
+        )
+        plan = plan_memory(
+            trial,
+            target=target.config,
+            draft=draft.config if draft else None,
+            medusa=MedusaShape(spec.medusa.num_heads, spec.medusa.num_layers) if spec.medusa else None,
+            runtime_reserve_gib=reserve,
+        )
         if plan.fits and plan.kv_tokens >= spec.build.max_seq_len + spec.speculation.max_draft_len:
-            return f"set target.tp_size: {tp} ({tp} GPUs), or build.weight_only: int8, or a GPU with more memory"
+            return (
+                f"set target.tp_size: {tp} ({tp} GPUs), or build.weight_only: int8, or a GPU with more memory"
+            )
     return "use build.weight_only: int8 / int4, a GPU with more memory, or a smaller model"

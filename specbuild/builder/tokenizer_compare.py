@@ -45,8 +45,12 @@ class TokenizerInfo:
 
     def summary(self) -> dict[str, Any]:
         return {
-            "class": self.class_name, "source": self.source, "model": self.model_type,
-            "vocab_size": self.vocab_size, "merges": len(self.merges), "added_tokens": len(self.added),
+            "class": self.class_name,
+            "source": self.source,
+            "model": self.model_type,
+            "vocab_size": self.vocab_size,
+            "merges": len(self.merges),
+            "added_tokens": len(self.added),
             "special_tokens": {k: {"token": t, "id": i} for k, (t, i) in self.special.items()},
         }
 
@@ -68,19 +72,32 @@ def read_tokenizer(folder: str | Path) -> TokenizerInfo | None:
         model = raw.get("model") or {}
         vocab = _vocab(model.get("vocab"))
         merges = tuple(m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or ())
-        added = tuple(sorted((int(t["id"]), str(t["content"]), bool(t.get("special"))) for t in raw.get("added_tokens") or ()))
-        info = TokenizerInfo(folder, "tokenizer.json", class_name, model.get("type"), vocab, merges, added, {})
+        added = tuple(
+            sorted(
+                (int(t["id"]), str(t["content"]), bool(t.get("special")))
+                for t in raw.get("added_tokens") or ()
+            )
+        )
+        info = TokenizerInfo(
+            folder, "tokenizer.json", class_name, model.get("type"), vocab, merges, added, {}
+        )
     elif (folder / SP_MODEL).is_file():
         vocab, added = _vocab_via_transformers(folder)
 
         try:
-            sha = hashlib.sha256(read_bytes(folder / SP_MODEL, kind="tokenizer", what="tokenizer.model")).hexdigest()
+            sha = hashlib.sha256(
+                read_bytes(folder / SP_MODEL, kind="tokenizer", what="tokenizer.model")
+            ).hexdigest()
         except InputFileError:  # not a regular file or too large: compared through the vocabulary only
             sha = None
         info = TokenizerInfo(folder, SP_MODEL, class_name, "SentencePiece", vocab, (), added, {}, sha)
     else:
         return None
-    special = {key: (tok, _token_id(info, tok)) for key in SPECIAL_KEYS if (tok := _special_text(config, folder, key))}
+    special = {
+        key: (tok, _token_id(info, tok))
+        for key in SPECIAL_KEYS
+        if (tok := _special_text(config, folder, key))
+    }
     return replace(info, special=special)
 
 
@@ -89,7 +106,9 @@ def compare_tokenizers(target_dir: str | Path, draft_dir: str | Path) -> Tokeniz
     target, draft = read_tokenizer(target_dir), read_tokenizer(draft_dir)
     missing = [name for name, info in (("target", target), ("draft", draft)) if info is None]
     if missing:
-        return TokenizerComparison("skipped", reason=f"no tokenizer files in the {' and '.join(missing)} folder")
+        return TokenizerComparison(
+            "skipped", reason=f"no tokenizer files in the {' and '.join(missing)} folder"
+        )
     assert target is not None and draft is not None
     diffs: list[str] = []
     if target.sp_sha256 and target.sp_sha256 == draft.sp_sha256:
@@ -108,6 +127,7 @@ def compare_tokenizers(target_dir: str | Path, draft_dir: str | Path) -> Tokeniz
 
 
 # ---- differences ---------------------------------------------------------------------------------
+
 
 def _vocab_diff(target: dict[str, int], draft: dict[str, int]) -> list[str]:
     if target == draft:
@@ -129,9 +149,15 @@ def _vocab_diff(target: dict[str, int], draft: dict[str, int]) -> list[str]:
 def _merges_diff(target: tuple[str, ...], draft: tuple[str, ...]) -> list[str]:
     if target == draft:
         return []
-    first = next((i for i, (a, b) in enumerate(zip(target, draft, strict=False)) if a != b), min(len(target), len(draft)))
+    first = next(
+        (i for i, (a, b) in enumerate(zip(target, draft, strict=False)) if a != b),
+        min(len(target), len(draft)),
+    )
     at = lambda m: repr(m[first]) if first < len(m) else "end"  # noqa: E731
-    return [f"merges differ: target {len(target)}, draft {len(draft)}; first difference at #{first} ({at(target)} vs {at(draft)})"]
+    return [
+        f"merges differ: target {len(target)}, draft {len(draft)}; first difference at #{first} "
+        f"({at(target)} vs {at(draft)})"
+    ]
 
 
 def _added_diff(target: tuple, draft: tuple) -> list[str]:
@@ -139,7 +165,10 @@ def _added_diff(target: tuple, draft: tuple) -> list[str]:
         return []
     t, d = set(target), set(draft)
     example = sorted(t ^ d)[0]
-    return [f"added tokens differ: {len(t - d)} only in the target, {len(d - t)} only in the draft (e.g. id {example[0]} {example[1]!r})"]
+    return [
+        f"added tokens differ: {len(t - d)} only in the target, {len(d - t)} only in the draft (e.g. id "
+        f"{example[0]} {example[1]!r})"
+    ]
 
 
 def _fmt(value: tuple[str, int | None] | None) -> str:
@@ -147,6 +176,7 @@ def _fmt(value: tuple[str, int | None] | None) -> str:
 
 
 # ---- file reading --------------------------------------------------------------------------------
+
 
 def _json(path: Path) -> Any:
     if not path.is_file():
@@ -185,10 +215,13 @@ def _token_id(info: TokenizerInfo, token: str) -> int | None:
 def _vocab_via_transformers(folder: Path) -> tuple[dict[str, int], tuple[tuple[int, str, bool], ...]]:
     """SentencePiece-only folders: let transformers read the model (no remote code)."""
     try:
-        from transformers import AutoTokenizer  # noqa: PLC0415 - only SentencePiece-only folders need transformers (~2 s import)
+        # only SentencePiece-only folders need transformers (~2 s to import)
+        from transformers import AutoTokenizer  # noqa: PLC0415
 
         tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
-        added = tuple(sorted((int(i), str(t.content), bool(t.special)) for i, t in tok.added_tokens_decoder.items()))
+        added = tuple(
+            sorted((int(i), str(t.content), bool(t.special)) for i, t in tok.added_tokens_decoder.items())
+        )
         return dict(tok.get_vocab()), added
     except Exception:  # unreadable without extra packages: compare by file hash only
         return {}, ()

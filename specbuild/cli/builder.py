@@ -27,20 +27,34 @@ from specbuild.cli.common import (
 def check(
     spec: SpecArg,
     as_json: AsJson = False,
-    reserve_gib: Annotated[float | None, typer.Option("--reserve-gib", help="Runtime memory reserve per GPU in GiB for the plan (default 2: CUDA context, workspaces, Triton).")] = None,
+    reserve_gib: Annotated[
+        float | None,
+        typer.Option(
+            "--reserve-gib",
+            help="Runtime memory reserve per GPU in GiB for the plan (default 2: CUDA context, workspaces, "
+            "Triton).",
+        ),
+    ] = None,
 ) -> None:
     """Run every preflight check of SPEC and print a pass/warn/fail table and the per-GPU memory plan.
 
-    Checks: supported architecture (Llama, Mistral, Qwen2); draft and target share the tokenizer (vocabulary, merges, special-token ids) and the vocab size; TP/PP divisibility (heads, KV heads incl. duplication when tp > KV heads, layers, hidden/intermediate); Medusa heads and tree; sequence length; memory plan (weights, KV cache per token, tokens that fit, kv_cache_free_gpu_mem_fraction and max_tokens_in_paged_kv_cache of each engine).
+    Checks: supported architecture (Llama, Mistral, Qwen2); draft and target share the tokenizer
+    (vocabulary, merges, special-token ids) and the vocab size; TP/PP divisibility (heads, KV heads incl.
+    duplication when tp > KV heads, layers, hidden/intermediate); Medusa heads and tree; sequence length;
+    memory plan (weights, KV cache per token, tokens that fit, kv_cache_free_gpu_mem_fraction and
+    max_tokens_in_paged_kv_cache of each engine).
 
-    Works from config.json alone (weights absent: a warning), on any machine, without a GPU. Exit code 1 when a check fails, 2 when the spec itself is invalid.
+    Works from config.json alone (weights absent: a warning), on any machine, without a GPU. Exit code 1
+    when a check fails, 2 when the spec itself is invalid.
     """
     from specbuild.builder.memory_plan import RUNTIME_RESERVE_GIB
     from specbuild.builder.preflight import run_checks
     from specbuild.core.spec import load_spec
 
     loaded = load_spec(spec, validate_tree=False)  # the tree becomes a row of the table
-    report = run_checks(loaded, runtime_reserve_gib=RUNTIME_RESERVE_GIB if reserve_gib is None else reserve_gib)
+    report = run_checks(
+        loaded, runtime_reserve_gib=RUNTIME_RESERVE_GIB if reserve_gib is None else reserve_gib
+    )
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2, default=str))
     else:
@@ -53,13 +67,27 @@ def check(
 
 @command("inspect")
 def inspect(
-    model: Annotated[str, typer.Argument(help="A model folder (config.json, weights, tokenizer) or a hub id in the local Hugging Face cache.")],
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="A model folder (config.json, weights, tokenizer) or a hub id in the local Hugging Face "
+            "cache."
+        ),
+    ],
     as_json: AsJson = False,
-    check_values: bool = typer.Option(False, "--check-values", help="Also read every weight and list the tensors holding NaN or Inf (reads the whole checkpoint once)."),
+    check_values: bool = typer.Option(
+        False,
+        "--check-values",
+        help="Also read every weight and list the tensors holding NaN or Inf (reads the whole checkpoint "
+        "once).",
+    ),
 ) -> None:
-    """Show what a checkpoint is: architecture, layers, hidden size, heads / KV heads, head dim, vocab, rope settings, dtype, parameter count and bytes, weight files, and a tokenizer summary (class, vocab size, special tokens).
+    """Show what a checkpoint is: architecture, layers, hidden size, heads / KV heads, head dim, vocab, rope
+    settings, dtype, parameter count and bytes, weight files, and a tokenizer summary (class, vocab size,
+    special tokens).
 
-    Reads config.json, safetensors headers and tokenizer files only (nothing is loaded, never downloads; --check-values reads every weight once to find NaN/Inf); also describes a Medusa heads folder.
+    Reads config.json, safetensors headers and tokenizer files only (nothing is loaded, never downloads;
+    --check-values reads every weight once to find NaN/Inf); also describes a Medusa heads folder.
     """
     from specbuild.builder.inspect_model import inspect_model
 
@@ -75,9 +103,25 @@ def inspect(
 @command("compile", GPU_NOTE)
 def compile_cmd(
     spec_path: SpecArg,
-    out: Annotated[Path, typer.Option("--out", help="Output folder: target/, draft/, plan.json, build.sh, specbuild.json.")],
-    engine: Annotated[str, typer.Option("--engine", help="reference (PyTorch engine folder, runs on CPU) | trtllm (runs trtllm-build; GPU hosts only).")] = "reference",
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="With --engine trtllm: convert and write plan.json + build.sh, but do not run trtllm-build.")] = False,
+    out: Annotated[
+        Path,
+        typer.Option("--out", help="Output folder: target/, draft/, plan.json, build.sh, specbuild.json."),
+    ],
+    engine: Annotated[
+        str,
+        typer.Option(
+            "--engine",
+            help="reference (PyTorch engine folder, runs on CPU) | trtllm (runs trtllm-build; GPU hosts "
+            "only).",
+        ),
+    ] = "reference",
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="With --engine trtllm: convert and write plan.json + build.sh, but do not run trtllm-build.",
+        ),
+    ] = False,
     force: Force = False,
 ) -> None:
     """Run preflight, convert every model of SPEC to TensorRT-LLM checkpoints, and build the engines.
@@ -97,13 +141,26 @@ def compile_cmd(
                 tasks[label] = progress.add_task(label, total=total)
             progress.update(tasks[label], completed=done, total=total)
 
-        path = compile_spec(spec, out, engine=engine, dry_run=dry_run, force=force, on_progress=on_progress, on_message=lambda m: progress.console.print(m))
+        path = compile_spec(
+            spec,
+            out,
+            engine=engine,
+            dry_run=dry_run,
+            force=force,
+            on_progress=on_progress,
+            on_message=lambda m: progress.console.print(m),
+        )
     console().print(f"wrote build {path}")
 
 
 @command("verify")
 def verify(
-    folder: Annotated[Path, typer.Argument(metavar="DIR", help="A folder written by specbuild (checkpoint, build, engine, repository).")],
+    folder: Annotated[
+        Path,
+        typer.Argument(
+            metavar="DIR", help="A folder written by specbuild (checkpoint, build, engine, repository)."
+        ),
+    ],
 ) -> None:
     """Re-hash every file of DIR and of every artifact folder nested in it against their specbuild.json
     manifests; print what changed; exit 1 if anything did."""

@@ -19,13 +19,25 @@ _csv = lambda values: ",".join(f"{v:g}" for v in values)  # noqa: E731
 @command("bench")
 def bench(
     url: Url,
-    prompts: Annotated[Path | None, typer.Option("--prompts", help="JSONL with a \"prompt\" field per line, or "
-                                                 "plain text with one prompt per line (default: the bundled prompt set).")] = None,
-    concurrency: str = typer.Option(_csv(B.DEFAULT_CONCURRENCY), "--concurrency", help="Concurrent requests, comma list."),
+    prompts: Annotated[
+        Path | None,
+        typer.Option(
+            "--prompts",
+            help='JSONL with a "prompt" field per line, or '
+            "plain text with one prompt per line (default: the bundled prompt set).",
+        ),
+    ] = None,
+    concurrency: str = typer.Option(
+        _csv(B.DEFAULT_CONCURRENCY), "--concurrency", help="Concurrent requests, comma list."
+    ),
     max_tokens: MaxTokens = B.DEFAULT_MAX_TOKENS,
-    temperature: str = typer.Option(_csv(B.DEFAULT_TEMPERATURES), "--temperature", help="Temperatures, comma list (0 = greedy)."),
+    temperature: str = typer.Option(
+        _csv(B.DEFAULT_TEMPERATURES), "--temperature", help="Temperatures, comma list (0 = greedy)."
+    ),
     num_draft_tokens: NumDraftTokens = None,
-    out: Annotated[Path, typer.Option("--out", help="Folder for bench.json, bench.csv and PNG plots.")] = B.DEFAULT_OUT,
+    out: Annotated[
+        Path, typer.Option("--out", help="Folder for bench.json, bench.csv and PNG plots.")
+    ] = B.DEFAULT_OUT,
     timeout: Timeout = B.DEFAULT_TIMEOUT_S,
 ) -> None:
     """Benchmark speculation off (target alone) vs on, per temperature and concurrency, through Triton.
@@ -40,15 +52,22 @@ def bench(
     from specbuild.client.report import table, write_report
 
     config = BenchConfig(
-        url=url, prompts=load_prompts(prompts or default_prompts_file()),
+        url=url,
+        prompts=load_prompts(prompts or default_prompts_file()),
         concurrency=tuple(parse_csv_numbers(concurrency, int, "--concurrency")),
         temperatures=tuple(parse_csv_numbers(temperature, float, "--temperature")),
-        max_tokens=max_tokens, num_draft_tokens=num_draft_tokens, timeout_s=timeout,
+        max_tokens=max_tokens,
+        num_draft_tokens=num_draft_tokens,
+        timeout_s=timeout,
     )
     out_console = console()
     runs, context = run_bench(config, console=out_console)
     files = write_report(runs, context, out)
     out_console.print(table(runs))
     c = context["cost_ratio"]
-    out_console.print(f"cost ratio c = {c:.3f} ({context['cost_ratio_method']})" if c is not None else "cost ratio: not measured")
+    out_console.print(
+        f"cost ratio c = {c:.3f} ({context['cost_ratio_method']})"
+        if c is not None
+        else "cost ratio: not measured"
+    )
     out_console.print("wrote " + ", ".join(str(f) for f in files))

@@ -24,19 +24,37 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_ERROR = 2  # a SpecbuildError (bad input, missing file, server down, ...)
 EXIT_CHECK_FAILED = 1  # `check` / `verify` / `repo check` found failures
-GPU_NOTE = "trtllm-build (the TensorRT-LLM engine build) only runs on GPU hosts with tensorrt_llm 1.2.x installed."
+GPU_NOTE = (
+    "trtllm-build (the TensorRT-LLM engine build) only runs on GPU hosts with tensorrt_llm 1.2.x installed."
+)
 
-_COMMANDS: list[tuple[str, Callable[..., Any], tuple[str, ...]]] = []  # (name, function, extra help paragraphs)
+_COMMANDS: list[
+    tuple[str, Callable[..., Any], tuple[str, ...]]
+] = []  # (name, function, extra help paragraphs)
 _GROUPS: list[tuple[str, typer.Typer]] = []
 
 # ---- shared options ------------------------------------------------------------------------------
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
-Force = Annotated[bool, typer.Option("--force", help="Replace an existing output folder (only after the new one is complete).")]
-SpecArg = Annotated[Path, typer.Argument(metavar="SPEC", help="Build spec (YAML). Model paths in it are relative to the spec file.")]
+Force = Annotated[
+    bool,
+    typer.Option("--force", help="Replace an existing output folder (only after the new one is complete)."),
+]
+SpecArg = Annotated[
+    Path,
+    typer.Argument(
+        metavar="SPEC", help="Build spec (YAML). Model paths in it are relative to the spec file."
+    ),
+]
 Url = Annotated[str, typer.Option("--url", help="gRPC address of a running Triton server, HOST:PORT.")]
 MaxTokens = Annotated[int, typer.Option("--max-tokens", help="New tokens per request (prompt excluded).")]
-NumDraftTokens = Annotated[int | None, typer.Option(
-    "--num-draft-tokens", help="Draft tokens per round K (methods that draft per round; default: the build's / repository's K).")]
+NumDraftTokens = Annotated[
+    int | None,
+    typer.Option(
+        "--num-draft-tokens",
+        help="Draft tokens per round K (methods that draft per round; default: the build's / repository's "
+        "K).",
+    ),
+]
 Timeout = Annotated[float, typer.Option("--timeout", help="Seconds one request may take.")]
 
 
@@ -82,6 +100,7 @@ def help_text(fn: Callable[..., Any], *extra: str) -> str:
 
 
 # ---- errors and output ---------------------------------------------------------------------------
+
 
 def debug_enabled() -> bool:
     return os.environ.get("SPECBUILD_DEBUG", "") not in ("", "0")
@@ -143,5 +162,12 @@ def progress_bar():
         TransferSpeedColumn,
     )
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                    TimeRemainingColumn(), console=console(), transient=False)
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console(),
+        transient=False,
+    )

@@ -27,33 +27,90 @@ def _default(name: str):
 
 @command("generate")
 def generate(
-    prompt: Annotated[str, typer.Option("--prompt", help="Prompt text (tokenized with the build's tokenizer).")],
-    engine: Annotated[Path | None, typer.Option("--engine", help="Run in-process on CPU: a `specbuild compile` output folder, an engine folder or a TensorRT-LLM checkpoint.")] = None,
-    url: Annotated[str | None, typer.Option("--url", help="Send the request to a running Triton server instead, HOST:PORT of its gRPC endpoint.")] = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", help="New tokens to generate (prompt excluded).")] = _default("max_tokens"),
-    temperature: Annotated[float, typer.Option("--temperature", help="0 = greedy; > 0 samples (speculation stays lossless).")] = _default("temperature"),
-    top_k: Annotated[int, typer.Option("--top-k", help="Keep the k most likely tokens (0 = off).")] = _default("top_k"),
-    top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass (1.0 = off).")] = _default("top_p"),
-    seed: Annotated[int | None, typer.Option("--seed", help="Seed for reproducible sampling.")] = _default("seed"),
-    no_speculation: Annotated[bool, typer.Option("--no-speculation", help="--engine only: run the target alone (baseline).")] = False,
+    prompt: Annotated[
+        str, typer.Option("--prompt", help="Prompt text (tokenized with the build's tokenizer).")
+    ],
+    engine: Annotated[
+        Path | None,
+        typer.Option(
+            "--engine",
+            help="Run in-process on CPU: a `specbuild compile` output folder, an engine folder or a "
+            "TensorRT-LLM checkpoint.",
+        ),
+    ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            help="Send the request to a running Triton server instead, HOST:PORT of its gRPC endpoint.",
+        ),
+    ] = None,
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", help="New tokens to generate (prompt excluded).")
+    ] = _default("max_tokens"),
+    temperature: Annotated[
+        float, typer.Option("--temperature", help="0 = greedy; > 0 samples (speculation stays lossless).")
+    ] = _default("temperature"),
+    top_k: Annotated[
+        int, typer.Option("--top-k", help="Keep the k most likely tokens (0 = off).")
+    ] = _default("top_k"),
+    top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass (1.0 = off).")] = _default(
+        "top_p"
+    ),
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed for reproducible sampling.")] = _default(
+        "seed"
+    ),
+    no_speculation: Annotated[
+        bool, typer.Option("--no-speculation", help="--engine only: run the target alone (baseline).")
+    ] = False,
     num_draft_tokens: NumDraftTokens = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: text and token_ids of the continuation, finish_reason, stats, timings.")] = False,
-    stream: Annotated[bool, typer.Option("--stream", help="--url only: use the decoupled streaming gRPC API.")] = False,
-    model: Annotated[str | None, typer.Option("--model", help="--url only: Triton model to call, ensemble | tensorrt_llm_bls (default: the client's choice for the repository).")] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="--url only: seconds to wait for the server.")] = DEFAULT_TIMEOUT_S,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print one JSON object: text and token_ids of the continuation, finish_reason, stats, "
+            "timings.",
+        ),
+    ] = False,
+    stream: Annotated[
+        bool, typer.Option("--stream", help="--url only: use the decoupled streaming gRPC API.")
+    ] = False,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="--url only: Triton model to call, ensemble | tensorrt_llm_bls (default: the client's "
+            "choice for the repository).",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="--url only: seconds to wait for the server.")
+    ] = DEFAULT_TIMEOUT_S,
 ) -> None:
-    """Generate a continuation of PROMPT, with speculative decoding (draft/target or Medusa) when the build has it.
+    """Generate a continuation of PROMPT, with speculative decoding (draft/target or Medusa) when the build
+    has it.
 
     --engine runs the PyTorch reference engine in this process (CPU, no TensorRT-LLM needed);
     --url talks to a tritonserver serving a repository from `specbuild repo`. Without --json
     the text is printed as it is generated and the statistics go to stderr.
     """
     if (engine is None) == (url is None):
-        raise SpecbuildError("generate needs exactly one of --engine and --url", expected="--engine DIR or --url HOST:PORT",
-                             found=f"--engine {engine} --url {url}", fix="pass --engine build/NAME to run locally, or --url 127.0.0.1:8001")
+        raise SpecbuildError(
+            "generate needs exactly one of --engine and --url",
+            expected="--engine DIR or --url HOST:PORT",
+            found=f"--engine {engine} --url {url}",
+            fix="pass --engine build/NAME to run locally, or --url 127.0.0.1:8001",
+        )
     if model is not None and model not in REMOTE_MODELS:
-        raise SpecbuildError(f"unknown --model {model!r}", expected=" | ".join(REMOTE_MODELS), found=model, fix="use --model ensemble or --model tensorrt_llm_bls")
-    params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        raise SpecbuildError(
+            f"unknown --model {model!r}",
+            expected=" | ".join(REMOTE_MODELS),
+            found=model,
+            fix="use --model ensemble or --model tensorrt_llm_bls",
+        )
+    params = SamplingParams(
+        max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
+    )
     out = console()
     shown: list[str] = []
 
@@ -65,11 +122,27 @@ def generate(
     if url is not None:
         from specbuild.client.remote import generate_remote
 
-        result = generate_remote(url, prompt, params, stream=stream, num_draft_tokens=num_draft_tokens, model=model, timeout_s=timeout, on_text=on_text)
+        result = generate_remote(
+            url,
+            prompt,
+            params,
+            stream=stream,
+            num_draft_tokens=num_draft_tokens,
+            model=model,
+            timeout_s=timeout,
+            on_text=on_text,
+        )
     else:
         from specbuild.engines.reference.api import generate_local
 
-        result = generate_local(engine, prompt, params, speculative=not no_speculation, num_draft_tokens=num_draft_tokens, on_text=on_text)
+        result = generate_local(
+            engine,
+            prompt,
+            params,
+            speculative=not no_speculation,
+            num_draft_tokens=num_draft_tokens,
+            on_text=on_text,
+        )
     if as_json:
         typer.echo(json.dumps(result.to_json()))
         return

@@ -55,11 +55,29 @@ def render_plan(plan: MemoryPlan, console: Console) -> None:
     for e in plan.engines:
         table.add_column(f"{e.role} (tp {e.tp_size}, pp {e.pp_size})", justify="right")
     rows = [
-        ("weights (whole model)", lambda e: f"{e.weight_bytes_total / GIB:.2f} GiB ({e.num_parameters / 1e9:.2f} B params)"),
-        ("weights on this GPU", lambda e: f"{e.weight_bytes / GIB:.2f} GiB {e.dtype}" + (f" {e.weight_only}" if e.weight_only != "none" else "")),
+        (
+            "weights (whole model)",
+            lambda e: f"{e.weight_bytes_total / GIB:.2f} GiB ({e.num_parameters / 1e9:.2f} B params)",
+        ),
+        (
+            "weights on this GPU",
+            lambda e: (
+                f"{e.weight_bytes / GIB:.2f} GiB {e.dtype}"
+                + (f" {e.weight_only}" if e.weight_only != "none" else "")
+            ),
+        ),
         ("Medusa heads", lambda e: f"{e.medusa_bytes / GIB:.2f} GiB" if e.medusa_bytes else "-"),
-        ("activations (estimate)", lambda e: f"{e.activation_bytes / GIB:.2f} GiB (max_num_tokens {e.max_num_tokens})"),
-        ("KV heads on this GPU", lambda e: f"{e.kv_heads_per_gpu}" + (f" (duplicated x{e.kv_duplication})" if e.kv_duplication > 1 else "")),
+        (
+            "activations (estimate)",
+            lambda e: f"{e.activation_bytes / GIB:.2f} GiB (max_num_tokens {e.max_num_tokens})",
+        ),
+        (
+            "KV heads on this GPU",
+            lambda e: (
+                f"{e.kv_heads_per_gpu}"
+                + (f" (duplicated x{e.kv_duplication})" if e.kv_duplication > 1 else "")
+            ),
+        ),
         ("KV bytes / token", lambda e: f"{e.kv_bytes_per_token:,} (model {e.kv_bytes_per_token_total:,})"),
         ("KV cache", lambda e: f"{e.kv_bytes / GIB:.2f} GiB"),
         ("KV tokens", lambda e: f"{e.kv_tokens:,}"),
@@ -69,16 +87,24 @@ def render_plan(plan: MemoryPlan, console: Console) -> None:
         table.add_row(label, *(cell(e) for e in plan.engines))
     console.print(table)
     console.print(
-        f"runtime reserve {plan.runtime_reserve_bytes / GIB:g} GiB; free after weights {plan.free_after_weights_bytes / GIB:.2f} GiB; "
-        f"KV budget ({plan.kv_fraction_total:g} of it) {plan.kv_budget_bytes / GIB:.2f} GiB -> {plan.kv_tokens:,} tokens per engine "
-        f"= {plan.full_sequences} sequences of max_seq_len {plan.max_seq_len} (max_batch_size {plan.max_batch_size})"
+        f"runtime reserve {plan.runtime_reserve_bytes / GIB:g} GiB; free after weights "
+        f"{plan.free_after_weights_bytes / GIB:.2f} GiB; "
+        f"KV budget ({plan.kv_fraction_total:g} of it) {plan.kv_budget_bytes / GIB:.2f} GiB -> "
+        f"{plan.kv_tokens:,} tokens per engine "
+        f"= {plan.full_sequences} sequences of max_seq_len {plan.max_seq_len} (max_batch_size "
+        f"{plan.max_batch_size})"
     )
     t, d = plan.engine("target"), plan.engine("draft")
     if d is not None and t.tp_size * t.pp_size > d.tp_size * d.pp_size:
         idle = (d.resident_bytes + d.kv_bytes) / GIB
-        console.print(f"GPUs {d.tp_size * d.pp_size}..{t.tp_size * t.pp_size - 1} hold only the target: {idle:.2f} GiB (the draft's share on GPU 0) stays unused there")
-    console.print("set on each Triton model: kv_cache_free_gpu_mem_fraction as above and "
-                  f"max_tokens_in_paged_kv_cache {plan.kv_tokens} (together: equal pools in either load order)")
+        console.print(
+            f"GPUs {d.tp_size * d.pp_size}..{t.tp_size * t.pp_size - 1} hold only the target: {idle:.2f} GiB "
+            "(the draft's share on GPU 0) stays unused there"
+        )
+    console.print(
+        "set on each Triton model: kv_cache_free_gpu_mem_fraction as above and "
+        f"max_tokens_in_paged_kv_cache {plan.kv_tokens} (together: equal pools in either load order)"
+    )
     console.print("assumptions: " + "; ".join(plan.assumptions), style="dim")
 
 
@@ -87,7 +113,9 @@ def render_inspection(report: ModelInspection, console: Console) -> None:
 
     from specbuild.builder.preflight import short_path
 
-    table = Table(title=f"specbuild inspect {short_path(report.folder)}", title_justify="left", show_header=False)
+    table = Table(
+        title=f"specbuild inspect {short_path(report.folder)}", title_justify="left", show_header=False
+    )
     table.add_column("field", no_wrap=True)
     table.add_column("value")
     for key, value in report.rows():

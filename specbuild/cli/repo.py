@@ -1,4 +1,5 @@
-"""Commands of the model-repository stage: `specbuild repo BUILD_DIR --out REPO` and `specbuild repo check REPO`.
+"""Commands of the model-repository stage: `specbuild repo BUILD_DIR --out REPO` and `specbuild repo check
+REPO`.
 
 `repo` is a group whose default command is `build`: `specbuild repo BUILD_DIR ...` is the same as
 `specbuild repo build BUILD_DIR ...`. Only typer is imported here; the generator loads in the bodies.
@@ -32,8 +33,11 @@ class _DefaultToBuild(TyperGroup):
                 args = ["build", *args]
             elif args[0] == "build" and not {"--help", "-h"} & set(args[1:]):
                 raise _usage_error()(
-                    "no BUILD_DIR given: `build` here is the subcommand (`specbuild repo build BUILD_DIR --out REPO`), "
-                    "and there is no build folder named `build` in the current folder", ctx=ctx)
+                    "no BUILD_DIR given: `build` here is the subcommand (`specbuild repo build BUILD_DIR "
+                    "--out REPO`), "
+                    "and there is no build folder named `build` in the current folder",
+                    ctx=ctx,
+                )
         return super().parse_args(ctx, args)
 
 
@@ -48,7 +52,12 @@ def _usage_error() -> type:
 
 def _has_positional(rest: list[str], command) -> bool:
     """Does `rest` hold a positional argument of `command` (an option's value is not one)?"""
-    valued = {opt for p in command.params if p.param_type_name == "option" and not getattr(p, "is_flag", False) for opt in p.opts}
+    valued = {
+        opt
+        for p in command.params
+        if p.param_type_name == "option" and not getattr(p, "is_flag", False)
+        for opt in p.opts
+    }
     skip = False
     for token in rest:
         if skip:
@@ -73,45 +82,82 @@ def _is_build_folder(folder: Path) -> bool:
         return False
 
 
-repo_app = group("repo", typer.Typer(
-    cls=_DefaultToBuild,
-    no_args_is_help=True,
-    help=(
-        "Triton model repositories: `specbuild repo BUILD_DIR --out REPO` lays one out from a "
-        "`specbuild compile` folder; `specbuild repo check REPO` checks it against its engines."
+repo_app = group(
+    "repo",
+    typer.Typer(
+        cls=_DefaultToBuild,
+        no_args_is_help=True,
+        help=(
+            "Triton model repositories: `specbuild repo BUILD_DIR --out REPO` lays one out from a "
+            "`specbuild compile` folder; `specbuild repo check REPO` checks it against its engines."
+        ),
     ),
-))
+)
 
 
 @group_command(repo_app, "build")
 def build(
-    build_dir: Annotated[Path, typer.Argument(help="The folder `specbuild compile` wrote (specbuild.json kind build).")],
-    out: Annotated[Path, typer.Option("--out", help="Model repository folder to write (must not exist unless --force).")],
-    backend: Annotated[str | None, typer.Option(
-        "--backend",
-        help="tensorrtllm: the C++ TensorRT-LLM backend (NVIDIA tritonserver trtllm-python-py3 containers, GPU "
-             "hosts only); python: Python-backend models running the reference engine on CPU, same tensors. "
-             "Default: tensorrtllm when the build used --engine trtllm, else python.")] = None,
-    trtllm_version: Annotated[str | None, typer.Option(
-        "--trtllm-version",
-        help="TensorRT-LLM version of the serving container (default: the spec's). Before 0.20 the inputs are "
-             "min_length/random_seed, from 0.20 min_tokens/seed.")] = None,
-    engine_root: Annotated[str | None, typer.Option(
-        "--engine-root",
-        help="Where BUILD_DIR is mounted in the serving container (e.g. /engines): engine paths become "
-             "ROOT/<path inside BUILD_DIR>. Default: absolute paths on this host.")] = None,
-    tokenizer_dir: Annotated[str | None, typer.Option(
-        "--tokenizer-dir",
-        help="Tokenizer folder as the server sees it (default: the build's target HF folder on this host).")] = None,
+    build_dir: Annotated[
+        Path, typer.Argument(help="The folder `specbuild compile` wrote (specbuild.json kind build).")
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", help="Model repository folder to write (must not exist unless --force).")
+    ],
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            "--backend",
+            help="tensorrtllm: the C++ TensorRT-LLM backend (NVIDIA tritonserver trtllm-python-py3 "
+            "containers, GPU "
+            "hosts only); python: Python-backend models running the reference engine on CPU, same tensors. "
+            "Default: tensorrtllm when the build used --engine trtllm, else python.",
+        ),
+    ] = None,
+    trtllm_version: Annotated[
+        str | None,
+        typer.Option(
+            "--trtllm-version",
+            help="TensorRT-LLM version of the serving container (default: the spec's). Before 0.20 the "
+            "inputs are "
+            "min_length/random_seed, from 0.20 min_tokens/seed.",
+        ),
+    ] = None,
+    engine_root: Annotated[
+        str | None,
+        typer.Option(
+            "--engine-root",
+            help="Where BUILD_DIR is mounted in the serving container (e.g. /engines): engine paths become "
+            "ROOT/<path inside BUILD_DIR>. Default: absolute paths on this host.",
+        ),
+    ] = None,
+    tokenizer_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--tokenizer-dir",
+            help="Tokenizer folder as the server sees it (default: the build's target HF folder on this "
+            "host).",
+        ),
+    ] = None,
     force: Force = False,
 ) -> None:
-    """Lay out ensemble, preprocessing, postprocessing, tensorrt_llm, tensorrt_llm_draft (draft/target) and tensorrt_llm_bls, each with config.pbtxt and 1/, from a `specbuild compile` folder.
+    """Lay out ensemble, preprocessing, postprocessing, tensorrt_llm, tensorrt_llm_draft (draft/target) and
+    tensorrt_llm_bls, each with config.pbtxt and 1/, from a `specbuild compile` folder.
 
-    Production repositories (--backend tensorrtllm) serve TensorRT-LLM engines in the NVIDIA Triton TensorRT-LLM container and need a GPU host; --backend python repositories serve the reference engine on any CPU with the bundled tritonserver. `specbuild repo BUILD_DIR` is short for `specbuild repo build BUILD_DIR`."""
+    Production repositories (--backend tensorrtllm) serve TensorRT-LLM engines in the NVIDIA Triton
+    TensorRT-LLM container and need a GPU host; --backend python repositories serve the reference engine on
+    any CPU with the bundled tritonserver. `specbuild repo BUILD_DIR` is short for `specbuild repo build
+    BUILD_DIR`."""
     from specbuild.model_repo.generate import generate_repo
 
-    path = generate_repo(build_dir, out, backend=backend, trtllm_version=trtllm_version, force=force,
-                         engine_root=engine_root, tokenizer_dir=tokenizer_dir)
+    path = generate_repo(
+        build_dir,
+        out,
+        backend=backend,
+        trtllm_version=trtllm_version,
+        force=force,
+        engine_root=engine_root,
+        tokenizer_dir=tokenizer_dir,
+    )
     console().print(f"wrote {path}")
 
 
@@ -121,7 +167,10 @@ def check(
 ) -> None:
     """Parse every config.pbtxt as inference.ModelConfig and check the repository against its engines.
 
-    Checks: engine folders, max_draft_len vs the default num_draft_tokens, Medusa tree vs heads and max_draft_len, decoding_mode vs the engine's speculative mode, logits dtypes, tokenizer folders, ensemble tensor mapping and types, required parameters. Each failure names the file, the field and the fix; exit code 1 when anything is wrong."""
+    Checks: engine folders, max_draft_len vs the default num_draft_tokens, Medusa tree vs heads and
+    max_draft_len, decoding_mode vs the engine's speculative mode, logits dtypes, tokenizer folders,
+    ensemble tensor mapping and types, required parameters. Each failure names the file, the field and the
+    fix; exit code 1 when anything is wrong."""
     from specbuild.model_repo.check import check_repo
 
     findings = check_repo(repo)

@@ -31,15 +31,31 @@ app = typer.Typer(
 
 @app.callback()
 def _root(
-    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks instead of short error messages."),
+    debug: bool = typer.Option(
+        False, "--debug", help="Show full tracebacks instead of short error messages."
+    ),
 ) -> None:
     if debug:
         os.environ["SPECBUILD_DEBUG"] = "1"
 
 
 # `--help` lists the commands in pipeline order
-register(app, order=("check", "inspect", "doctor", "convert", "compile", "verify", "generate", "serve", "bench",
-                     "train-medusa", "tune"))
+register(
+    app,
+    order=(
+        "check",
+        "inspect",
+        "doctor",
+        "convert",
+        "compile",
+        "verify",
+        "generate",
+        "serve",
+        "bench",
+        "train-medusa",
+        "tune",
+    ),
+)
 
 
 def main() -> None:

@@ -18,20 +18,40 @@ from specbuild.serve import server as S  # stdlib-only at import: the defaults
 @command("serve")
 def serve(
     repo: Annotated[Path, typer.Argument(help="Model repository (from `specbuild repo`).")],
-    grpc_port: int = typer.Option(S.DEFAULT_GRPC_PORT, "--grpc-port", help="gRPC port (clients: --url HOST:PORT)."),
-    http_port: int = typer.Option(S.DEFAULT_HTTP_PORT, "--http-port", help="HTTP/REST port (health, repository index)."),
-    metrics_port: int = typer.Option(S.DEFAULT_METRICS_PORT, "--metrics-port", help="Prometheus metrics port."),
-    host: str = typer.Option(S.DEFAULT_HOST, "--host", help="Address every endpoint binds to. Loopback by default; "
-                             "another address exposes an unauthenticated server to that network."),
-    log_file: Annotated[Path | None, typer.Option("--log-file", help="Write the server log here instead of "
-                                                  "following it on stderr.")] = None,
+    grpc_port: int = typer.Option(
+        S.DEFAULT_GRPC_PORT, "--grpc-port", help="gRPC port (clients: --url HOST:PORT)."
+    ),
+    http_port: int = typer.Option(
+        S.DEFAULT_HTTP_PORT, "--http-port", help="HTTP/REST port (health, repository index)."
+    ),
+    metrics_port: int = typer.Option(
+        S.DEFAULT_METRICS_PORT, "--metrics-port", help="Prometheus metrics port."
+    ),
+    host: str = typer.Option(
+        S.DEFAULT_HOST,
+        "--host",
+        help="Address every endpoint binds to. Loopback by default; "
+        "another address exposes an unauthenticated server to that network.",
+    ),
+    log_file: Annotated[
+        Path | None,
+        typer.Option("--log-file", help="Write the server log here instead of following it on stderr."),
+    ] = None,
     log_verbose: int = typer.Option(0, "--log-verbose", help="tritonserver --log-verbose level (0 = quiet)."),
-    print_launch: bool = typer.Option(False, "--print-launch", help="GPU hosts: start nothing; print the "
-                                      "TensorRT-LLM Triton container run line and MPI server launch for REPO "
-                                      "(image matched to the spec's TensorRT-LLM version; world size from TP/PP; "
-                                      "orchestrator mode --multi-model for draft/target)."),
-    container_tag: str | None = typer.Option(None, "--container-tag", help="With --print-launch: use this "
-                                             "yy.mm tag instead of the newest one matching the TensorRT-LLM version."),
+    print_launch: bool = typer.Option(
+        False,
+        "--print-launch",
+        help="GPU hosts: start nothing; print the "
+        "TensorRT-LLM Triton container run line and MPI server launch for REPO "
+        "(image matched to the spec's TensorRT-LLM version; world size from TP/PP; "
+        "orchestrator mode --multi-model for draft/target).",
+    ),
+    container_tag: str | None = typer.Option(
+        None,
+        "--container-tag",
+        help="With --print-launch: use this "
+        "yy.mm tag instead of the newest one matching the TensorRT-LLM version.",
+    ),
 ) -> None:
     """Serve a model repository with the local tritonserver (bundled in nvidia-pytriton, Python backend, CPU).
 
@@ -45,16 +65,31 @@ def serve(
     if print_launch:
         from specbuild.serve.launch import format_commands, launch_commands
 
-        commands = launch_commands(repo, tag=container_tag, host=host, grpc_port=grpc_port, http_port=http_port,
-                                   metrics_port=metrics_port, log_file=str(log_file) if log_file else None)
+        commands = launch_commands(
+            repo,
+            tag=container_tag,
+            host=host,
+            grpc_port=grpc_port,
+            http_port=http_port,
+            metrics_port=metrics_port,
+            log_file=str(log_file) if log_file else None,
+        )
         typer.echo(format_commands(commands))
         return
     from specbuild.serve.serving import run_server
 
-    options = S.ServerOptions(host=host, grpc_port=grpc_port, http_port=http_port, metrics_port=metrics_port,
-                            log_file=log_file, log_verbose=log_verbose)
+    options = S.ServerOptions(
+        host=host,
+        grpc_port=grpc_port,
+        http_port=http_port,
+        metrics_port=metrics_port,
+        log_file=log_file,
+        log_verbose=log_verbose,
+    )
     if host not in ("127.0.0.1", "localhost", "::1"):
-        err_console().print(f"[yellow]warning:[/] binding to {host}: anyone who can reach it can use the server")
+        err_console().print(
+            f"[yellow]warning:[/] binding to {host}: anyone who can reach it can use the server"
+        )
     code = run_server(repo, options, console=console(), log_stream=None if log_file else sys.stderr)
     raise typer.Exit(code)
 
@@ -63,7 +98,9 @@ def serve(
 def doctor(
     as_json: AsJson = False,
 ) -> None:
-    """Report the environment: Python, torch (+CUDA, GPUs), tensorrt_llm and trtllm-build (GPU hosts only), the local tritonserver binary from the nvidia-pytriton wheel, its Python backend stub and the libpython the stub loads.
+    """Report the environment: Python, torch (+CUDA, GPUs), tensorrt_llm and trtllm-build (GPU hosts only),
+    the local tritonserver binary from the nvidia-pytriton wheel, its Python backend stub and the libpython
+    the stub loads.
 
     Exit code 1 when something required is missing (a fail row).
     """

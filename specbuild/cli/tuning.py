@@ -18,74 +18,215 @@ from specbuild.tuning.tune_options import TuneOptions
 
 @command("train-medusa")
 def train_medusa_cmd(
-    model: Annotated[str, typer.Argument(help="Base model: a Hugging Face folder (or a cached hub id). It stays frozen.")],
-    data: Annotated[Path, typer.Option("--data", help='Training text: a .txt file (one document or prompt per non-empty line) or .jsonl (field "text" or "prompt").')],
-    out: Annotated[Path, typer.Option("--out", help="Output folder for the heads (HF Medusa format: medusa_lm_head.safetensors + config.json), written atomically.")],
-    num_heads: Annotated[int, typer.Option("--num-heads", help="Medusa heads; head h predicts token t+h+2.")] = default(TrainConfig, "num_heads"),
-    num_layers: Annotated[int, typer.Option("--num-layers", help="ResBlocks per head.")] = default(TrainConfig, "num_layers"),
+    model: Annotated[
+        str, typer.Argument(help="Base model: a Hugging Face folder (or a cached hub id). It stays frozen.")
+    ],
+    data: Annotated[
+        Path,
+        typer.Option(
+            "--data",
+            help="Training text: a .txt file (one document or prompt per non-empty line) or .jsonl (field "
+            '"text" or "prompt").',
+        ),
+    ],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            help="Output folder for the heads (HF Medusa format: medusa_lm_head.safetensors + config.json), "
+            "written atomically.",
+        ),
+    ],
+    num_heads: Annotated[
+        int, typer.Option("--num-heads", help="Medusa heads; head h predicts token t+h+2.")
+    ] = default(TrainConfig, "num_heads"),
+    num_layers: Annotated[int, typer.Option("--num-layers", help="ResBlocks per head.")] = default(
+        TrainConfig, "num_layers"
+    ),
     steps: Annotated[int, typer.Option("--steps", help="Optimizer steps.")] = default(TrainConfig, "steps"),
-    lr: Annotated[float, typer.Option("--lr", help="Peak AdamW learning rate (linear warmup over 5% of the steps, then cosine decay).")] = default(TrainConfig, "lr"),
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Windows per step.")] = default(TrainConfig, "batch_size"),
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per training window.")] = default(TrainConfig, "seq_len"),
-    self_distill: Annotated[bool, typer.Option("--self-distill", help="Train on the base model's own greedy continuations of the --data prompts (heads stay faithful to the model being served).")] = default(TrainConfig, "self_distill"),
-    resume: Annotated[bool, typer.Option("--resume", help="Continue from the latest checkpoint in OUT.checkpoints/ (same options required).")] = default(TrainConfig, "resume"),
-    checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", help="Save a resumable checkpoint every N steps into OUT.checkpoints/ (0: never). Deleted after a successful run.")] = default(TrainConfig, "checkpoint_every"),
-    seed: Annotated[int, typer.Option("--seed", help="Seed for the held-out split, batch order and initialisation.")] = default(TrainConfig, "seed"),
-    topk: Annotated[int, typer.Option("--topk", help="k of the reported per-head top-k accuracy.")] = default(TrainConfig, "topk"),
-    head_decay: Annotated[float, typer.Option("--head-decay", help="Loss weight of head h is DECAY**h.")] = default(TrainConfig, "head_decay"),
-    device: Annotated[str, typer.Option("--device", help="auto (a CUDA GPU when present, else CPU), cpu, cuda or cuda:N.")] = default(TrainConfig, "device"),
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing OUT.")] = default(TrainConfig, "force"),
+    lr: Annotated[
+        float,
+        typer.Option(
+            "--lr", help="Peak AdamW learning rate (linear warmup over 5% of the steps, then cosine decay)."
+        ),
+    ] = default(TrainConfig, "lr"),
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Windows per step.")] = default(
+        TrainConfig, "batch_size"
+    ),
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per training window.")] = default(
+        TrainConfig, "seq_len"
+    ),
+    self_distill: Annotated[
+        bool,
+        typer.Option(
+            "--self-distill",
+            help="Train on the base model's own greedy continuations of the --data prompts (heads stay "
+            "faithful to the model being served).",
+        ),
+    ] = default(TrainConfig, "self_distill"),
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Continue from the latest checkpoint in OUT.checkpoints/ (same options required).",
+        ),
+    ] = default(TrainConfig, "resume"),
+    checkpoint_every: Annotated[
+        int,
+        typer.Option(
+            "--checkpoint-every",
+            help="Save a resumable checkpoint every N steps into OUT.checkpoints/ (0: never). Deleted after "
+            "a successful run.",
+        ),
+    ] = default(TrainConfig, "checkpoint_every"),
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed for the held-out split, batch order and initialisation.")
+    ] = default(TrainConfig, "seed"),
+    topk: Annotated[int, typer.Option("--topk", help="k of the reported per-head top-k accuracy.")] = default(
+        TrainConfig, "topk"
+    ),
+    head_decay: Annotated[
+        float, typer.Option("--head-decay", help="Loss weight of head h is DECAY**h.")
+    ] = default(TrainConfig, "head_decay"),
+    device: Annotated[
+        str, typer.Option("--device", help="auto (a CUDA GPU when present, else CPU), cpu, cuda or cuda:N.")
+    ] = default(TrainConfig, "device"),
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing OUT.")] = default(
+        TrainConfig, "force"
+    ),
 ) -> None:
     """Train Medusa-1 heads on a frozen base model; writes the HF Medusa format that `convert --medusa` reads.
 
-    Runs on the CPU for small models and on a CUDA GPU when one is present. Prints and saves (OUT/metrics.json) each head's top-1 / top-k accuracy on a held-out split, next to the accuracy of untrained heads.
+    Runs on the CPU for small models and on a CUDA GPU when one is present. Prints and saves
+    (OUT/metrics.json) each head's top-1 / top-k accuracy on a held-out split, next to the accuracy of
+    untrained heads.
     """
     from specbuild.tuning.progress import RichReporter
     from specbuild.tuning.train import train_medusa
 
     config = TrainConfig(
-        model=model, data=data, out=out, num_heads=num_heads, num_layers=num_layers, steps=steps, lr=lr,
-        batch_size=batch_size, seq_len=seq_len, self_distill=self_distill, resume=resume,
-        checkpoint_every=checkpoint_every, seed=seed, topk=topk, head_decay=head_decay, device=device, force=force,
+        model=model,
+        data=data,
+        out=out,
+        num_heads=num_heads,
+        num_layers=num_layers,
+        steps=steps,
+        lr=lr,
+        batch_size=batch_size,
+        seq_len=seq_len,
+        self_distill=self_distill,
+        resume=resume,
+        checkpoint_every=checkpoint_every,
+        seed=seed,
+        topk=topk,
+        head_decay=head_decay,
+        device=device,
+        force=force,
     )
     with RichReporter() as reporter:
         result = train_medusa(config, reporter=reporter)
     con = console()
-    con.print(f"heads written to {result.out}" + (f" (resumed from step {result.resumed_from})" if result.resumed_from else ""))
+    con.print(
+        f"heads written to {result.out}"
+        + (f" (resumed from step {result.resumed_from})" if result.resumed_from else "")
+    )
     con.print(format_accuracy_table(result.metrics))
 
 
 def format_accuracy_table(metrics: dict) -> str:
     k = metrics["topk"]
-    lines = [f"held-out accuracy ({metrics['evaluated_on']}, {metrics['heldout_tokens']} tokens):", f"  head  predicts  top1    top{k}    untrained top1  untrained top{k}"]
+    lines = [
+        f"held-out accuracy ({metrics['evaluated_on']}, {metrics['heldout_tokens']} tokens):",
+        f"  head  predicts  top1    top{k}    untrained top1  untrained top{k}",
+    ]
     for h in metrics["heads"]:
-        lines.append(f"  {h['head']:<4}  {h['predicts']:<8}  {h['top1']:.3f}   {h['topk']:.3f}    {h['untrained_top1']:.3f}           {h['untrained_topk']:.3f}")
+        lines.append(
+            f"  {h['head']:<4}  {h['predicts']:<8}  {h['top1']:.3f}   {h['topk']:.3f}    "
+            f"{h['untrained_top1']:.3f}           {h['untrained_topk']:.3f}"
+        )
     return "\n".join(lines)
 
 
 @command("tune")
 def tune_cmd(
     spec: Annotated[Path, typer.Argument(help="Build spec (YAML), mode draft_target or medusa.")],
-    prompts: Annotated[Path, typer.Option("--prompts", help='Prompts to profile on: .txt (one per non-empty line) or .jsonl ("text" or "prompt"). Use prompts like the traffic you will serve.')],
-    write: Annotated[bool, typer.Option("--write", help="Update the spec: speculation.max_draft_len (draft/target) or medusa.choices (Medusa). A narrow in-place edit that keeps comments; falls back to a full rewrite (comments lost) for unusual layouts, and says so.")] = default(TuneOptions, "write"),
-    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Greedy tokens generated per prompt while profiling.")] = default(TuneOptions, "max_tokens"),
-    topk: Annotated[int, typer.Option("--topk", help="Medusa: candidates per head considered when growing the tree.")] = default(TuneOptions, "topk"),
-    k_max: Annotated[int | None, typer.Option("--k-max", help="draft/target: largest K profiled (default: max(8, the spec's max_draft_len)).")] = default(TuneOptions, "k_max"),
-    budget: Annotated[int | None, typer.Option("--budget", help="Medusa: tree nodes (default and upper bound: the spec's speculation.max_draft_len).")] = default(TuneOptions, "budget"),
-    eval_prompts: Annotated[Path | None, typer.Option("--eval-prompts", help="Held-out prompts: run the engine's greedy speculative loop with the chosen and current settings (draft/target: every K) and print measured tokens per pass next to the prediction.")] = default(TuneOptions, "eval_prompts"),  # noqa: B008
-    engine: Annotated[Path | None, typer.Option("--engine", help="Run this `specbuild compile` output instead of converting the spec's checkpoints.")] = default(TuneOptions, "engine"),  # noqa: B008
+    prompts: Annotated[
+        Path,
+        typer.Option(
+            "--prompts",
+            help='Prompts to profile on: .txt (one per non-empty line) or .jsonl ("text" or "prompt"). Use '
+            "prompts like the traffic you will serve.",
+        ),
+    ],
+    write: Annotated[
+        bool,
+        typer.Option(
+            "--write",
+            help="Update the spec: speculation.max_draft_len (draft/target) or medusa.choices (Medusa). A "
+            "narrow in-place edit that keeps comments; falls back to a full rewrite (comments lost) for "
+            "unusual layouts, and says so.",
+        ),
+    ] = default(TuneOptions, "write"),
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", help="Greedy tokens generated per prompt while profiling.")
+    ] = default(TuneOptions, "max_tokens"),
+    topk: Annotated[
+        int, typer.Option("--topk", help="Medusa: candidates per head considered when growing the tree.")
+    ] = default(TuneOptions, "topk"),
+    k_max: Annotated[
+        int | None,
+        typer.Option(
+            "--k-max", help="draft/target: largest K profiled (default: max(8, the spec's max_draft_len))."
+        ),
+    ] = default(TuneOptions, "k_max"),
+    budget: Annotated[
+        int | None,
+        typer.Option(
+            "--budget",
+            help="Medusa: tree nodes (default and upper bound: the spec's speculation.max_draft_len).",
+        ),
+    ] = default(TuneOptions, "budget"),
+    eval_prompts: Annotated[
+        Path | None,
+        typer.Option(
+            "--eval-prompts",
+            help="Held-out prompts: run the engine's greedy speculative loop with the chosen and current "
+            "settings (draft/target: every K) and print measured tokens per pass next to the prediction.",
+        ),
+    ] = default(TuneOptions, "eval_prompts"),  # noqa: B008
+    engine: Annotated[
+        Path | None,
+        typer.Option(
+            "--engine",
+            help="Run this `specbuild compile` output instead of converting the spec's checkpoints.",
+        ),
+    ] = default(TuneOptions, "engine"),  # noqa: B008
     as_json: AsJson = False,
 ) -> None:
     """Profile acceptance offline on the reference engine and pick K (draft/target) or grow the Medusa tree.
 
-    draft/target: measures the greedy acceptance of each draft position and the draft/target pass-time ratio c, then picks the K that maximises the predicted speedup E(K)/(K*c+1). Medusa: measures each head's top-k accuracy (conditional on the path so far) and grows the tree with the largest expected accepted length within max_draft_len nodes (greedy by path probability). Prints predicted tokens per pass and speedup for the chosen and the current settings. Runs on the CPU (timings are CPU timings: c and tree costs on a GPU differ).
+    draft/target: measures the greedy acceptance of each draft position and the draft/target pass-time
+    ratio c, then picks the K that maximises the predicted speedup E(K)/(K*c+1). Medusa: measures each
+    head's top-k accuracy (conditional on the path so far) and grows the tree with the largest expected
+    accepted length within max_draft_len nodes (greedy by path probability). Prints predicted tokens per
+    pass and speedup for the chosen and the current settings. Runs on the CPU (timings are CPU timings: c
+    and tree costs on a GPU differ).
     """
     import json
 
     from specbuild.tuning.progress import RichReporter
     from specbuild.tuning.tune import tune_spec
 
-    options = TuneOptions(prompts=prompts, max_tokens=max_tokens, topk=topk, k_max=k_max, budget=budget, eval_prompts=eval_prompts, engine=engine, write=write)
+    options = TuneOptions(
+        prompts=prompts,
+        max_tokens=max_tokens,
+        topk=topk,
+        k_max=k_max,
+        budget=budget,
+        eval_prompts=eval_prompts,
+        engine=engine,
+        write=write,
+    )
     with RichReporter() as reporter:
         report = tune_spec(spec, options, reporter=reporter)
     if as_json:
@@ -100,29 +241,54 @@ def format_tune_report(report) -> str:
     tree = report.tunes == "tree"  # else K (TuneReport.tunes)
     if not tree:
         acc = ", ".join(f"{a:.3f}" for a in d["acceptance_per_position"])
-        lines += [f"acceptance per draft position (greedy, conditional): {acc}", f"cost ratio c = draft pass / target pass = {d['cost_ratio']:.3f} ({d['draft_pass_ms']:.2f} ms / {d['target_pass_ms']:.2f} ms)", "  K   tokens/pass  predicted speedup"]
+        lines += [
+            f"acceptance per draft position (greedy, conditional): {acc}",
+            f"cost ratio c = draft pass / target pass = {d['cost_ratio']:.3f} ({d['draft_pass_ms']:.2f} ms / "
+            f"{d['target_pass_ms']:.2f} ms)",
+            "  K   tokens/pass  predicted speedup",
+        ]
         lines += [f"  {r['k']:<3} {r['tokens_per_pass']:<12.3f} {r['speedup']:.3f}" for r in d["table"]]
     else:
         lines.append(f"profiled positions: {d['profiled_positions']}")
         for depth, probs in enumerate(d["depth_probs"]):
             cum = sum(probs)
-            lines.append(f"  head {depth}: top1 {probs[0]:.3f}  top{len(probs)} {cum:.3f} (conditional on the path so far)")
+            lines.append(
+                f"  head {depth}: top1 {probs[0]:.3f}  top{len(probs)} {cum:.3f} (conditional on the path so "
+                "far)"
+            )
     if tree:
         lines.append("predicted = exact greedy replay of each tree on the profiled positions")
     for s in (report.chosen, report.current):
         what = f"{s.size}-node tree" if tree else f"K={s.value}"
-        lines.append(f"{s.label:<8} {what}: predicted {s.tokens_per_pass:.3f} tokens/pass, speedup {s.speedup:.3f}")
+        lines.append(
+            f"{s.label:<8} {what}: predicted {s.tokens_per_pass:.3f} tokens/pass, speedup {s.speedup:.3f}"
+        )
     if tree:
         fp = d["factorised_tokens_per_pass"]
-        lines.append(f"independent-heads model: chosen {fp['chosen']:.3f}, current {fp['current']:.3f} tokens/pass")
-        lines.append(f"tree pass cost / plain pass: chosen {d['tree_pass_cost']['chosen']:.2f}, current {d['tree_pass_cost']['current']:.2f}")
+        lines.append(
+            f"independent-heads model: chosen {fp['chosen']:.3f}, current {fp['current']:.3f} tokens/pass"
+        )
+        lines.append(
+            f"tree pass cost / plain pass: chosen {d['tree_pass_cost']['chosen']:.2f}, current "
+            f"{d['tree_pass_cost']['current']:.2f}"
+        )
         lines.append(f"chosen tree: {report.chosen.value}")
     m = d.get("measured")
     if m and tree:
-        lines.append(f"measured on held-out prompts (reference engine, greedy): chosen {m['chosen']:.3f}, current {m['current']:.3f} tokens/pass")
+        lines.append(
+            f"measured on held-out prompts (reference engine, greedy): chosen {m['chosen']:.3f}, current "
+            f"{m['current']:.3f} tokens/pass"
+        )
     elif m:
-        lines.append("measured on held-out prompts (reference engine, greedy):  K  tokens/pass  speedup(measured E, c)  seconds")
-        lines += [f"  {r['k']:<3} {r['tokens_per_pass']:<12.3f} {r['speedup_from_measured']:<24.3f} {r['seconds']:.2f}" for r in m["sweep"]]
+        lines.append(
+            "measured on held-out prompts (reference engine, greedy):  K  tokens/pass  speedup(measured E, "
+            "c)  seconds"
+        )
+        lines += [
+            f"  {r['k']:<3} {r['tokens_per_pass']:<12.3f} {r['speedup_from_measured']:<24.3f} "
+            f"{r['seconds']:.2f}"
+            for r in m["sweep"]
+        ]
         lines.append(f"best measured K: {m['best_k']}")
     if report.written:
         lines.append(f"spec updated ({report.written})")

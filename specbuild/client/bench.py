@@ -37,22 +37,40 @@ COST_TOKENS = 16  # tokens generated per timing call when measuring c
 COST_REPEATS = 3  # best of N per timing (less noise from other work on the host)
 
 
-def _one_request(config: BenchConfig, prompt: str, index: int, *, temperature: float, k: int | None) -> RequestRecord:
-    params = SamplingParams(max_tokens=config.max_tokens, temperature=temperature,
-                            seed=config.seed + index if temperature > 0 else None)
-    result = generate_remote(config.url, prompt, params, stream=True, num_draft_tokens=k, timeout_s=config.timeout_s)
+def _one_request(
+    config: BenchConfig, prompt: str, index: int, *, temperature: float, k: int | None
+) -> RequestRecord:
+    params = SamplingParams(
+        max_tokens=config.max_tokens,
+        temperature=temperature,
+        seed=config.seed + index if temperature > 0 else None,
+    )
+    result = generate_remote(
+        config.url, prompt, params, stream=True, num_draft_tokens=k, timeout_s=config.timeout_s
+    )
     t = result.timings
     steps = tuple(result.stats.accepted_per_step)
     return RequestRecord(
-        ttft_s=t.get("ttft", t["total"]), latency_s=t["total"], output_tokens=len(result.token_ids),
-        target_passes=int(t.get("chunks", 0)), drafted=result.stats.drafted, accepted=result.stats.accepted,
+        ttft_s=t.get("ttft", t["total"]),
+        latency_s=t["total"],
+        output_tokens=len(result.token_ids),
+        target_passes=int(t.get("chunks", 0)),
+        drafted=result.stats.drafted,
+        accepted=result.stats.accepted,
         accepted_per_step=steps,
         rounds=tuple(theory.rounds_from_steps(steps, k, config.max_tokens)) if k else (),
     )
 
 
-def run_once(config: BenchConfig, *, mode: str, temperature: float, concurrency: int, k: int | None,
-             advance: Callable[[], None]) -> RunSummary:
+def run_once(
+    config: BenchConfig,
+    *,
+    mode: str,
+    temperature: float,
+    concurrency: int,
+    k: int | None,
+    advance: Callable[[], None],
+) -> RunSummary:
     """All prompts at one concurrency; duration = first send to last answer."""
     lock = threading.Lock()
 
@@ -66,8 +84,14 @@ def run_once(config: BenchConfig, *, mode: str, temperature: float, concurrency:
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         records = list(pool.map(task, enumerate(config.prompts)))
     duration = time.monotonic() - t0
-    return summarize_run(records, mode=mode, temperature=temperature, concurrency=concurrency,
-                         num_draft_tokens=k or 0, duration_s=duration)
+    return summarize_run(
+        records,
+        mode=mode,
+        temperature=temperature,
+        concurrency=concurrency,
+        num_draft_tokens=k or 0,
+        duration_s=duration,
+    )
 
 
 def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], dict]:
@@ -83,19 +107,39 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
     modes = [("baseline", 0), ("speculative", k)] if method.has_baseline else [("speculative", None)]
     plan = [(t, c, m, k) for t in config.temperatures for c in config.concurrency for m, k in modes]
     runs: list[RunSummary] = []
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=False) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
         bar = progress.add_task("bench", total=len(plan) * len(config.prompts))
         for temperature, concurrency, mode, k in plan:
             progress.update(bar, description=f"{mode:11s} T={temperature:g} c={concurrency}")
-            run = run_once(config, mode=mode, temperature=temperature, concurrency=concurrency, k=k,
-                           advance=lambda: progress.advance(bar))
+            run = run_once(
+                config,
+                mode=mode,
+                temperature=temperature,
+                concurrency=concurrency,
+                k=k,
+                advance=lambda: progress.advance(bar),
+            )
             runs.append(run)
     attach_speedups(runs, cost_ratio=cost_ratio)
-    context = {"url": config.url, "model": info.name, "mode": info.repo.method.value,
-               "cost_ratio": cost_ratio, "cost_ratio_method": "draft-only vs target-only timing" if method.draft_model
-               else f"{method.title}: no draft model, c = 0", "prompts": len(config.prompts), "max_tokens": config.max_tokens,
-               "num_draft_tokens": k if method.bls_drives_loop else None}
+    context = {
+        "url": config.url,
+        "model": info.name,
+        "mode": info.repo.method.value,
+        "cost_ratio": cost_ratio,
+        "cost_ratio_method": "draft-only vs target-only timing"
+        if method.draft_model
+        else f"{method.title}: no draft model, c = 0",
+        "prompts": len(config.prompts),
+        "max_tokens": config.max_tokens,
+        "num_draft_tokens": k if method.bls_drives_loop else None,
+    }
     return runs, context
 
 
@@ -105,8 +149,11 @@ def _time_generate(client, model: str, ids, n: int) -> float:
         t.set_data_from_numpy(array)
         return t
 
-    inputs = [tensor("input_ids", ids[None, :]), tensor("input_lengths", np.array([[len(ids)]], dtype=np.int32)),
-              tensor("request_output_len", np.array([[n]], dtype=np.int32))]
+    inputs = [
+        tensor("input_ids", ids[None, :]),
+        tensor("input_lengths", np.array([[len(ids)]], dtype=np.int32)),
+        tensor("request_output_len", np.array([[n]], dtype=np.int32)),
+    ]
     best = float("inf")
     for _ in range(COST_REPEATS):
         t0 = time.perf_counter()
@@ -123,8 +170,12 @@ def measure_cost_ratio(client, prompt: str) -> float | None:
         n = grpcclient.InferInput("REQUEST_OUTPUT_LEN", [1, 1], "INT32")
         n.set_data_from_numpy(np.array([[1]], dtype=np.int32))
         ids = client.infer("preprocessing", [q, n]).as_numpy("INPUT_ID").reshape(-1).astype(np.int32)  # [L]
-        draft = _time_generate(client, DRAFT_MODEL, ids, COST_TOKENS) - _time_generate(client, DRAFT_MODEL, ids, 1)
-        target = _time_generate(client, TARGET_MODEL, ids, COST_TOKENS) - _time_generate(client, TARGET_MODEL, ids, 1)
+        draft = _time_generate(client, DRAFT_MODEL, ids, COST_TOKENS) - _time_generate(
+            client, DRAFT_MODEL, ids, 1
+        )
+        target = _time_generate(client, TARGET_MODEL, ids, COST_TOKENS) - _time_generate(
+            client, TARGET_MODEL, ids, 1
+        )
     except InferenceServerException:
         return None
     if target <= 0:

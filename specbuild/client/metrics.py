@@ -60,8 +60,12 @@ def summarize(values: list[float], scale: float = 1.0) -> dict[str, float]:
     if not values:
         return {k: float("nan") for k in STATS}
     scaled = [v * scale for v in values]
-    return {"avg": sum(scaled) / len(scaled), "p50": percentile(scaled, 50), "p90": percentile(scaled, 90),
-            "p99": percentile(scaled, 99)}
+    return {
+        "avg": sum(scaled) / len(scaled),
+        "p50": percentile(scaled, 50),
+        "p90": percentile(scaled, 90),
+        "p99": percentile(scaled, 99),
+    }
 
 
 def accepted_length_per_position(steps: list[int], k: int) -> list[float]:
@@ -85,9 +89,14 @@ class RunSummary:
 
     def row(self) -> dict[str, Any]:
         """Flat record for CSV: name_stat columns."""
-        flat: dict[str, Any] = {"mode": self.mode, "temperature": self.temperature, "concurrency": self.concurrency,
-                                "num_draft_tokens": self.num_draft_tokens, "requests": self.requests,
-                                "duration_s": round(self.duration_s, 4)}
+        flat: dict[str, Any] = {
+            "mode": self.mode,
+            "temperature": self.temperature,
+            "concurrency": self.concurrency,
+            "num_draft_tokens": self.num_draft_tokens,
+            "requests": self.requests,
+            "duration_s": round(self.duration_s, 4),
+        }
         for key, value in self.metrics.items():
             if isinstance(value, dict):
                 flat.update({f"{key}_{s}": v for s, v in value.items()})
@@ -96,8 +105,15 @@ class RunSummary:
         return flat
 
 
-def summarize_run(records: list[RequestRecord], *, mode: str, temperature: float, concurrency: int,
-                  num_draft_tokens: int, duration_s: float) -> RunSummary:
+def summarize_run(
+    records: list[RequestRecord],
+    *,
+    mode: str,
+    temperature: float,
+    concurrency: int,
+    num_draft_tokens: int,
+    duration_s: float,
+) -> RunSummary:
     tokens = sum(r.output_tokens for r in records)
     metrics: dict[str, Any] = {
         "time_to_first_token": summarize([r.ttft_s for r in records], 1000.0),
@@ -131,8 +147,12 @@ def attach_speedups(runs: list[RunSummary], *, cost_ratio: float | None) -> None
             continue
         ref = base.get((run.temperature, run.concurrency))
         if ref is not None and ref.metrics["output_token_throughput"] > 0:
-            run.metrics["speedup_measured"] = run.metrics["output_token_throughput"] / ref.metrics["output_token_throughput"]
+            run.metrics["speedup_measured"] = (
+                run.metrics["output_token_throughput"] / ref.metrics["output_token_throughput"]
+            )
         alpha = run.metrics.get("alpha", float("nan"))
         if cost_ratio is not None and alpha == alpha:  # not NaN
             run.metrics["cost_ratio"] = cost_ratio
-            run.metrics["speedup_predicted"] = theory.predicted_speedup(alpha, run.num_draft_tokens, cost_ratio)
+            run.metrics["speedup_predicted"] = theory.predicted_speedup(
+                alpha, run.num_draft_tokens, cost_ratio
+            )

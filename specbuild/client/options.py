@@ -32,15 +32,20 @@ def load_prompts(path: Path) -> tuple[str, ...]:
     try:
         lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
     except OSError as exc:
-        raise ClientError(f"cannot read the prompt file {path}", found=str(exc), fix="pass --prompts FILE") from None
+        raise ClientError(
+            f"cannot read the prompt file {path}", found=str(exc), fix="pass --prompts FILE"
+        ) from None
     prompts = []
     for number, line in enumerate(lines, 1):
         if line.lstrip().startswith("{"):
             try:
                 prompts.append(str(json.loads(line)["prompt"]))
             except (ValueError, KeyError, TypeError):
-                raise ClientError(f"{path}:{number}: not a JSON object with a \"prompt\" field",
-                                  found=line[:80], fix='write one {"prompt": "..."} per line') from None
+                raise ClientError(
+                    f'{path}:{number}: not a JSON object with a "prompt" field',
+                    found=line[:80],
+                    fix='write one {"prompt": "..."} per line',
+                ) from None
         else:
             prompts.append(line)
     if not prompts:

@@ -91,7 +91,9 @@ def connect(url: str):
         ) from None
     if not live:
         client.close()
-        raise ClientError(f"tritonserver at {url} is not live", fix="wait for it to finish starting, or restart it")
+        raise ClientError(
+            f"tritonserver at {url} is not live", fix="wait for it to finish starting, or restart it"
+        )
     return client
 
 
@@ -100,8 +102,12 @@ def repo_info(client) -> RepoInfo:
     try:
         params = client.get_model_config(BLS, as_json=True).get("config", {}).get("parameters", {})
     except InferenceServerException as exc:
-        raise ClientError(f"cannot read the configuration of {BLS!r}", expected="a repository from `specbuild repo`",
-                          found=_error_text(exc), fix="serve the repository with `specbuild serve REPO`") from None
+        raise ClientError(
+            f"cannot read the configuration of {BLS!r}",
+            expected="a repository from `specbuild repo`",
+            found=_error_text(exc),
+            fix="serve the repository with `specbuild serve REPO`",
+        ) from None
 
     def param(key: str) -> str:
         return str((params.get(key) or {}).get("string_value", ""))
@@ -109,8 +115,12 @@ def repo_info(client) -> RepoInfo:
     try:
         method = parse_method(param("speculation_method"), where=f"{BLS} parameter speculation_method")
     except SpecbuildError as exc:
-        raise ClientError(exc.what, expected=exc.expected, found=exc.found,
-                          fix="regenerate the repository with this specbuild (`specbuild repo BUILD --out REPO --force`)") from None
+        raise ClientError(
+            exc.what,
+            expected=exc.expected,
+            found=exc.found,
+            fix="regenerate the repository with this specbuild (`specbuild repo BUILD --out REPO --force`)",
+        ) from None
     k = param("default_num_draft_tokens")
     return RepoInfo(method, int(k) if k.isdigit() else 0)
 
@@ -120,8 +130,12 @@ def model_info(client, model: str | None) -> ModelInfo:
     index = client.get_model_repository_index(as_json=True).get("models", [])
     ready = {m["name"] for m in index if m.get("state") == "READY"}
     if BLS not in ready:
-        raise ClientError(f"model {BLS!r} is not served here", expected=f"a specbuild repository; READY: {', '.join(sorted(ready)) or 'none'}",
-                          found=", ".join(sorted(ready)) or "no model", fix="serve a repository from `specbuild repo`")
+        raise ClientError(
+            f"model {BLS!r} is not served here",
+            expected=f"a specbuild repository; READY: {', '.join(sorted(ready)) or 'none'}",
+            found=", ".join(sorted(ready)) or "no model",
+            fix="serve a repository from `specbuild repo`",
+        )
     repo = repo_info(client)
     name = model or (BLS if repo.speculation.bls_drives_loop else ENSEMBLE)
     if name not in ready:
@@ -135,7 +149,9 @@ def model_info(client, model: str | None) -> ModelInfo:
         meta = client.get_model_metadata(name, as_json=True)
         config = client.get_model_config(name, as_json=True).get("config", {})
     except InferenceServerException as exc:
-        raise ClientError(f"cannot read the configuration of model {name!r}", found=_error_text(exc)) from None
+        raise ClientError(
+            f"cannot read the configuration of model {name!r}", found=_error_text(exc)
+        ) from None
     decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
     return ModelInfo(name, frozenset(i["name"] for i in meta.get("inputs", [])), decoupled, repo)
 
@@ -172,8 +188,9 @@ class _Collector:
 
 def _inputs(info: ModelInfo, prompt, params, *, stream, num_draft_tokens):
     out = []
-    for name, array, dtype in build_inputs(info.name, prompt, params, stream=stream, num_draft_tokens=num_draft_tokens,
-                                           declared=set(info.inputs)):
+    for name, array, dtype in build_inputs(
+        info.name, prompt, params, stream=stream, num_draft_tokens=num_draft_tokens, declared=set(info.inputs)
+    ):
         tensor = grpcclient.InferInput(name, list(array.shape), dtype)
         tensor.set_data_from_numpy(array)
         out.append(tensor)
@@ -185,7 +202,9 @@ def _run_stream(client, info: ModelInfo, inputs, *, timeout_s: float, on_text) -
     client.start_stream(callback=collector.callback)
     try:
         try:
-            client.async_stream_infer(info.name, inputs, request_id=uuid.uuid4().hex, enable_empty_final_response=True)
+            client.async_stream_infer(
+                info.name, inputs, request_id=uuid.uuid4().hex, enable_empty_final_response=True
+            )
         except InferenceServerException as exc:  # the stream broke before the request went out
             collector.error = _error_text(exc)
             return collector
@@ -215,8 +234,11 @@ def _run_unary(client, info: ModelInfo, inputs, *, timeout_s: float) -> _Collect
 def _raise_request_error(url: str, model: str, error: str, timeout_s: float) -> None:
     low = error.lower()
     if "deadline" in low:
-        raise ClientError(f"request to {model!r} timed out after {timeout_s:g} s", found=error,
-                          fix="raise --timeout or lower --max-tokens")
+        raise ClientError(
+            f"request to {model!r} timed out after {timeout_s:g} s",
+            found=error,
+            fix="raise --timeout or lower --max-tokens",
+        )
     if "unavailable" in low or "socket closed" in low or "connection" in low or "failed to connect" in low:
         raise ClientError(
             f"lost the connection to tritonserver at {url} during the request",
@@ -224,17 +246,25 @@ def _raise_request_error(url: str, model: str, error: str, timeout_s: float) -> 
             found=error,
             fix="the server stopped or crashed: check its log, restart it with `specbuild serve`, retry",
         )
-    raise ClientError(f"the server answered the request to {model!r} with an error", found=error,
-                      fix="check the request options against the model (and the server log)")
+    raise ClientError(
+        f"the server answered the request to {model!r} with an error",
+        found=error,
+        fix="check the request options against the model (and the server log)",
+    )
 
 
-def _result(collector: _Collector, *, t0: float, params: SamplingParams, always_speculates: bool) -> GenerationResult:
+def _result(
+    collector: _Collector, *, t0: float, params: SamplingParams, always_speculates: bool
+) -> GenerationResult:
     text = "".join(c.text for c in collector.chunks)
     token_ids = [t for c in collector.chunks for t in c.token_ids]
     perf: dict[str, float] = {}
     for c in collector.chunks:
         perf.update(c.perf)
-    stats = SpecStats(drafted=int(perf.get("total_draft_tokens", 0)), accepted=int(perf.get("total_accepted_draft_tokens", 0)))
+    stats = SpecStats(
+        drafted=int(perf.get("total_draft_tokens", 0)),
+        accepted=int(perf.get("total_accepted_draft_tokens", 0)),
+    )
     steps = [len(c.token_ids) for c in collector.chunks if c.token_ids]
     speculative = always_speculates or stats.drafted > 0
     if speculative and len(steps) > 1:  # streaming: one response per engine step
@@ -249,13 +279,26 @@ def _result(collector: _Collector, *, t0: float, params: SamplingParams, always_
         timings["server_total"] = (perf["last_token_time_ns"] - perf["arrival_time_ns"]) / 1e9
     timings["chunks"] = float(len(steps))
     finish = "length" if len(token_ids) >= params.max_tokens else "stop"
-    return GenerationResult(text=text, token_ids=token_ids, finish_reason=finish, speculative=speculative,
-                            stats=stats, timings=timings)
+    return GenerationResult(
+        text=text,
+        token_ids=token_ids,
+        finish_reason=finish,
+        speculative=speculative,
+        stats=stats,
+        timings=timings,
+    )
 
 
 def generate_remote(
-    url: str, prompt: str, params: SamplingParams, *, stream: bool = False, num_draft_tokens: int | None = None,
-    model: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S, on_text: Callable[[str], None] | None = None,
+    url: str,
+    prompt: str,
+    params: SamplingParams,
+    *,
+    stream: bool = False,
+    num_draft_tokens: int | None = None,
+    model: str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    on_text: Callable[[str], None] | None = None,
 ) -> GenerationResult:
     """One request through Triton; `on_text` receives streamed text pieces as they arrive."""
     client = connect(url)
@@ -264,7 +307,9 @@ def generate_remote(
         inputs = _inputs(info, prompt, params, stream=stream, num_draft_tokens=num_draft_tokens)
         t0 = time.monotonic()
         if stream or info.decoupled:
-            collector = _run_stream(client, info, inputs, timeout_s=timeout_s, on_text=on_text if stream else None)
+            collector = _run_stream(
+                client, info, inputs, timeout_s=timeout_s, on_text=on_text if stream else None
+            )
         else:
             collector = _run_unary(client, info, inputs, timeout_s=timeout_s)
         if collector.error is not None:

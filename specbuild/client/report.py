@@ -30,7 +30,15 @@ def write_json(runs: list[RunSummary], context: dict[str, Any], path: Path) -> N
     data = {"context": context, "runs": [_clean({**r.row(), "metrics": r.metrics}) for r in runs]}
     for run in data["runs"]:  # the flat copy is for CSV; JSON keeps metrics nested
         for key in list(run):
-            if key not in ("mode", "temperature", "concurrency", "num_draft_tokens", "requests", "duration_s", "metrics"):
+            if key not in (
+                "mode",
+                "temperature",
+                "concurrency",
+                "num_draft_tokens",
+                "requests",
+                "duration_s",
+                "metrics",
+            ):
                 del run[key]
     path.write_text(json.dumps(data, indent=2) + "\n")
 
@@ -44,7 +52,9 @@ def write_csv(runs: list[RunSummary], path: Path) -> None:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
+            writer.writerow(
+                {k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+            )
 
 
 def write_plots(runs: list[RunSummary], out: Path) -> list[Path]:
@@ -58,24 +68,54 @@ def write_plots(runs: list[RunSummary], out: Path) -> list[Path]:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for t in temps:
-        spec = sorted((r for r in runs if r.mode == "speculative" and r.temperature == t), key=lambda r: r.concurrency)
+        spec = sorted(
+            (r for r in runs if r.mode == "speculative" and r.temperature == t), key=lambda r: r.concurrency
+        )
         xs = [r.concurrency for r in spec]
         if any("speedup_measured" in r.metrics for r in spec):
-            ax.plot(xs, [r.metrics.get("speedup_measured", float("nan")) for r in spec], "o-", label=f"measured T={t:g}")
+            ax.plot(
+                xs,
+                [r.metrics.get("speedup_measured", float("nan")) for r in spec],
+                "o-",
+                label=f"measured T={t:g}",
+            )
         if any("speedup_predicted" in r.metrics for r in spec):
-            ax.plot(xs, [r.metrics.get("speedup_predicted", float("nan")) for r in spec], "x--", label=f"predicted T={t:g}")
+            ax.plot(
+                xs,
+                [r.metrics.get("speedup_predicted", float("nan")) for r in spec],
+                "x--",
+                label=f"predicted T={t:g}",
+            )
     ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set(xlabel="concurrency", ylabel="speedup over target alone", title="Speculative speedup", xscale="log", xticks=[])
+    ax.set(
+        xlabel="concurrency",
+        ylabel="speedup over target alone",
+        title="Speculative speedup",
+        xscale="log",
+        xticks=[],
+    )
     _finish(fig, ax, out / PLOTS[0], written)
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for t in temps:
         for mode, style in (("baseline", "s-"), ("speculative", "o-")):
-            sel = sorted((r for r in runs if r.mode == mode and r.temperature == t), key=lambda r: r.concurrency)
+            sel = sorted(
+                (r for r in runs if r.mode == mode and r.temperature == t), key=lambda r: r.concurrency
+            )
             if sel:
-                ax.plot([r.concurrency for r in sel], [r.metrics["output_token_throughput"] for r in sel], style,
-                        label=f"{mode} T={t:g}")
-    ax.set(xlabel="concurrency", ylabel="output tokens / s", title="Output token throughput", xscale="log", xticks=[])
+                ax.plot(
+                    [r.concurrency for r in sel],
+                    [r.metrics["output_token_throughput"] for r in sel],
+                    style,
+                    label=f"{mode} T={t:g}",
+                )
+    ax.set(
+        xlabel="concurrency",
+        ylabel="output tokens / s",
+        title="Output token throughput",
+        xscale="log",
+        xticks=[],
+    )
     _finish(fig, ax, out / PLOTS[1], written)
 
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -87,8 +127,12 @@ def write_plots(runs: list[RunSummary], out: Path) -> list[Path]:
             ax.plot(range(1, len(per_pos) + 1), per_pos, "o-", label=f"T={r.temperature:g} c={r.concurrency}")
     if depth:
         ax.set_xticks(range(1, depth + 1))
-    ax.set(xlabel="draft position", ylabel="P(accepted through this position)", title="Accepted length per position",
-           ylim=(0, 1.05))
+    ax.set(
+        xlabel="draft position",
+        ylabel="P(accepted through this position)",
+        title="Accepted length per position",
+        ylim=(0, 1.05),
+    )
     _finish(fig, ax, out / PLOTS[2], written)
     return written
 
@@ -118,17 +162,39 @@ def _fmt(value: Any, digits: int = 2) -> str:
 def table(runs: list[RunSummary]):
     """A rich Table: one row per run."""
     t = Table(title="specbuild bench (ms; tokens/s)")
-    for col in ("mode", "T", "conc", "TTFT avg", "ITL avg", "latency p50", "latency p99", "out tok/s", "req/s",
-                "accept", "tok/pass", "speedup", "predicted"):
+    for col in (
+        "mode",
+        "T",
+        "conc",
+        "TTFT avg",
+        "ITL avg",
+        "latency p50",
+        "latency p99",
+        "out tok/s",
+        "req/s",
+        "accept",
+        "tok/pass",
+        "speedup",
+        "predicted",
+    ):
         t.add_column(col, justify="right" if col not in ("mode",) else "left")
     for r in runs:
         m = r.metrics
-        t.add_row(r.mode, f"{r.temperature:g}", str(r.concurrency), _fmt(m["time_to_first_token"]["avg"], 1),
-                  _fmt(m["inter_token_latency"]["avg"], 1), _fmt(m["request_latency"]["p50"], 1),
-                  _fmt(m["request_latency"]["p99"], 1), _fmt(m["output_token_throughput"], 1),
-                  _fmt(m["request_throughput"], 2), _fmt(m.get("acceptance_rate")),
-                  _fmt(m.get("mean_accepted_tokens_per_pass")), _fmt(m.get("speedup_measured")),
-                  _fmt(m.get("speedup_predicted")))
+        t.add_row(
+            r.mode,
+            f"{r.temperature:g}",
+            str(r.concurrency),
+            _fmt(m["time_to_first_token"]["avg"], 1),
+            _fmt(m["inter_token_latency"]["avg"], 1),
+            _fmt(m["request_latency"]["p50"], 1),
+            _fmt(m["request_latency"]["p99"], 1),
+            _fmt(m["output_token_throughput"], 1),
+            _fmt(m["request_throughput"], 2),
+            _fmt(m.get("acceptance_rate")),
+            _fmt(m.get("mean_accepted_tokens_per_pass")),
+            _fmt(m.get("speedup_measured")),
+            _fmt(m.get("speedup_predicted")),
+        )
     return t
 
 

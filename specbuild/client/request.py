@@ -64,14 +64,21 @@ def request_values(
 
 
 def build_inputs(
-    model: str, prompt: str, params: SamplingParams, *, stream: bool, num_draft_tokens: int | None,
+    model: str,
+    prompt: str,
+    params: SamplingParams,
+    *,
+    stream: bool,
+    num_draft_tokens: int | None,
     declared: set[str],
 ) -> list[tuple[str, Any, str]]:
     """[(name, array [1, ...], wire dtype)] for the inputs `model` declares; raises on a missing one."""
 
     iface = _interface(model, declared)
     seed_name = "random_seed" if "random_seed" in declared else "seed"
-    values = request_values(prompt, params, stream=stream, num_draft_tokens=num_draft_tokens, seed_name=seed_name)
+    values = request_values(
+        prompt, params, stream=stream, num_draft_tokens=num_draft_tokens, seed_name=seed_name
+    )
     if num_draft_tokens is not None and "num_draft_tokens" not in declared:
         raise ClientError(
             f"model {model!r} does not take num_draft_tokens",

@@ -22,8 +22,12 @@ BUILD_KIND, ENGINE_KIND, CHECKPOINT_KIND, REPO_KIND = "build", "engine", "trtllm
 
 
 def _bad(folder: Path, exc: Exception) -> SpecbuildError:
-    return SpecbuildError(f"{folder / MANIFEST} is incomplete", expected="a manifest written by this specbuild",
-                          found=f"{type(exc).__name__}: {exc}", fix="rebuild the folder with specbuild")
+    return SpecbuildError(
+        f"{folder / MANIFEST} is incomplete",
+        expected="a manifest written by this specbuild",
+        found=f"{type(exc).__name__}: {exc}",
+        fix="rebuild the folder with specbuild",
+    )
 
 
 def _spec(raw: dict[str, Any]) -> BuildSpec:
@@ -48,18 +52,28 @@ class RoleRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "hf_dir": str(self.hf_dir) if self.hf_dir else None, "checkpoint": self.checkpoint, "engine": self.engine,
-            "tp_size": self.tp_size, "pp_size": self.pp_size, "speculative_decoding_mode": int(self.mode),
-            "max_draft_len": self.max_draft_len, "argv": list(self.argv),
+            "hf_dir": str(self.hf_dir) if self.hf_dir else None,
+            "checkpoint": self.checkpoint,
+            "engine": self.engine,
+            "tp_size": self.tp_size,
+            "pp_size": self.pp_size,
+            "speculative_decoding_mode": int(self.mode),
+            "max_draft_len": self.max_draft_len,
+            "argv": list(self.argv),
         }
 
     @classmethod
     def from_dict(cls, role: str, d: dict[str, Any]) -> RoleRecord:
         return cls(
-            role=role, hf_dir=Path(d["hf_dir"]) if d.get("hf_dir") else None, checkpoint=d["checkpoint"],
-            engine=d.get("engine"), tp_size=int(d["tp_size"]), pp_size=int(d["pp_size"]),
+            role=role,
+            hf_dir=Path(d["hf_dir"]) if d.get("hf_dir") else None,
+            checkpoint=d["checkpoint"],
+            engine=d.get("engine"),
+            tp_size=int(d["tp_size"]),
+            pp_size=int(d["pp_size"]),
             mode=SpeculativeDecodingMode.from_recorded(d["speculative_decoding_mode"]),
-            max_draft_len=int(d["max_draft_len"]), argv=tuple(d.get("argv") or ()),
+            max_draft_len=int(d["max_draft_len"]),
+            argv=tuple(d.get("argv") or ()),
         )
 
 
@@ -99,9 +113,14 @@ def read_build_manifest(folder: str | Path, raw: dict[str, Any] | None = None) -
         roles = {role: RoleRecord.from_dict(role, d) for role, d in raw["roles"].items()}
         if "target" not in roles:
             raise KeyError("roles.target")
-        return BuildManifest(folder=folder, spec=_spec(raw["spec"]), engine_kind=raw["engine"],
-                             engine_built=bool(raw.get("engine_built")), tokenizer_dir=Path(raw["tokenizer_dir"]),
-                             roles=roles)
+        return BuildManifest(
+            folder=folder,
+            spec=_spec(raw["spec"]),
+            engine_kind=raw["engine"],
+            engine_built=bool(raw.get("engine_built")),
+            tokenizer_dir=Path(raw["tokenizer_dir"]),
+            roles=roles,
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise _bad(folder, exc) from None
 
@@ -150,10 +169,16 @@ def read_repo_manifest(folder: str | Path) -> RepoManifest:
     raw = read_manifest(folder, kind=REPO_KIND)
     try:
         return RepoManifest(
-            folder=folder, backend=raw["backend"], mode=parse_method(raw["mode"], where=str(folder / MANIFEST)),
-            trtllm_version=str(raw["trtllm_version"]), build_dir=Path(raw["build_dir"]), engine_root=raw.get("engine_root"),
+            folder=folder,
+            backend=raw["backend"],
+            mode=parse_method(raw["mode"], where=str(folder / MANIFEST)),
+            trtllm_version=str(raw["trtllm_version"]),
+            build_dir=Path(raw["build_dir"]),
+            engine_root=raw.get("engine_root"),
             tokenizer_dir_host=Path(raw["tokenizer_dir_host"]) if raw.get("tokenizer_dir_host") else None,
-            models=tuple(raw["models"]), layout=dict(raw["layout"]), spec=dict(raw["spec"]),
+            models=tuple(raw["models"]),
+            layout=dict(raw["layout"]),
+            spec=dict(raw["spec"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise _bad(folder, exc) from None
@@ -174,11 +199,17 @@ def read_artifact(folder: str | Path) -> Manifest | None:
             return read_build_manifest(folder, raw)
         if kind == ENGINE_KIND:
             ckpt = raw.get("checkpoint")
-            return EngineManifest(folder=folder, engine=raw["engine"], checkpoint=(folder / ckpt).resolve() if ckpt else None,
-                                  build_config=dict(raw.get("build_config") or {}))
+            return EngineManifest(
+                folder=folder,
+                engine=raw["engine"],
+                checkpoint=(folder / ckpt).resolve() if ckpt else None,
+                build_config=dict(raw.get("build_config") or {}),
+            )
         if kind == CHECKPOINT_KIND:
             hf = (raw.get("inputs") or {}).get("hf_dir")
-            return CheckpointManifest(folder=folder, hf_dir=Path(hf) if hf else None, options=dict(raw.get("options") or {}))
+            return CheckpointManifest(
+                folder=folder, hf_dir=Path(hf) if hf else None, options=dict(raw.get("options") or {})
+            )
         if kind == REPO_KIND:
             return read_repo_manifest(folder)
     except (KeyError, TypeError, ValueError) as exc:

@@ -14,7 +14,9 @@ from typing import Any
 class SpecStats:
     """Speculative-decoding counters of one request (all zero when speculation is off)."""
 
-    drafted: int = 0  # draft tokens proposed (draft/target: K per round; Medusa: tree nodes offered on the best path)
+    drafted: int = (
+        0  # draft tokens proposed (draft/target: K per round; Medusa: tree nodes offered on the best path)
+    )
     accepted: int = 0  # draft tokens the target accepted
     target_passes: int = 0  # forward passes of the target (prefill included)
     draft_passes: int = 0  # forward passes of the draft model (Medusa: 0)

@@ -20,9 +20,19 @@ SUPPORTED_ARCHITECTURES = {
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
 }
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}  # the float dtypes every stage accepts, and their size
+DTYPE_BYTES = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+}  # the float dtypes every stage accepts, and their size
 FLOAT_DTYPES = tuple(DTYPE_BYTES)
-_TORCH_DTYPE_NAMES = {"float": "float32", "half": "float16", "fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+_TORCH_DTYPE_NAMES = {
+    "float": "float32",
+    "half": "float16",
+    "fp16": "float16",
+    "bf16": "bfloat16",
+    "fp32": "float32",
+}
 
 
 @dataclass(frozen=True)
@@ -158,15 +168,27 @@ def _load(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any], str]:
     try:
         return read_json(path, what="model config.json"), str(path)
     except InputFileError as exc:  # too large, not a file, not JSON, a list, a repeated key
-        raise CheckpointError(exc.what, expected=exc.expected, found=exc.found, fix="re-download or re-save the config") from None
+        raise CheckpointError(
+            exc.what, expected=exc.expected, found=exc.found, fix="re-download or re-save the config"
+        ) from None
 
 
 def _req(raw: dict[str, Any], key: str, where: str) -> int:
     if key not in raw:
-        raise CheckpointError(f"{where}: config.json lacks {key!r}", expected=f"an integer {key}", found="missing", fix="re-save the config with transformers")
+        raise CheckpointError(
+            f"{where}: config.json lacks {key!r}",
+            expected=f"an integer {key}",
+            found="missing",
+            fix="re-save the config with transformers",
+        )
     value = raw[key]
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise CheckpointError(f"{where}: config.json has an impossible {key}", expected="a positive integer", found=repr(value), fix="re-save the config with transformers")
+        raise CheckpointError(
+            f"{where}: config.json has an impossible {key}",
+            expected="a positive integer",
+            found=repr(value),
+            fix="re-save the config with transformers",
+        )
     return value
 
 

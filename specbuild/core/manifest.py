@@ -91,10 +91,10 @@ def remove_stale_partials(final: Path) -> list[Path]:
     except OSError:
         return removed
     for p in entries:
-        rest = p.name[len(prefix):] if p.name.startswith(prefix) else ""
+        rest = p.name[len(prefix) :] if p.name.startswith(prefix) else ""
         for marker in (_PARTIAL, _OLD):
             if rest.startswith(marker):
-                pid = rest[len(marker):].split("-", 1)[0]
+                pid = rest[len(marker) :].split("-", 1)[0]
                 if pid.isdigit() and not _alive(int(pid)) and p.is_dir() and not p.is_symlink():
                     shutil.rmtree(p, ignore_errors=True)
                     removed.append(p)
@@ -200,11 +200,21 @@ def manifest_files(manifest: dict[str, Any], path: Path) -> dict[str, str]:
     if not isinstance(files, dict):
         bad = f"files is {shorten(files)}"
     else:
-        bad = next((f"{shorten(k)}: {shorten(v)}" for k, v in files.items()
-                    if not isinstance(k, str) or not isinstance(v, str) or not _SHA256.fullmatch(v)), None)
+        bad = next(
+            (
+                f"{shorten(k)}: {shorten(v)}"
+                for k, v in files.items()
+                if not isinstance(k, str) or not isinstance(v, str) or not _SHA256.fullmatch(v)
+            ),
+            None,
+        )
     if bad is not None:
-        raise InputFileError(f"manifest {path} is garbled", expected='"files": {relative path: sha256 hex digest}',
-                             found=bad, fix="rebuild the artifact (the manifest was edited or damaged)")
+        raise InputFileError(
+            f"manifest {path} is garbled",
+            expected='"files": {relative path: sha256 hex digest}',
+            found=bad,
+            fix="rebuild the artifact (the manifest was edited or damaged)",
+        )
     return files
 
 

@@ -14,7 +14,71 @@ from dataclasses import dataclass
 from specbuild.core.errors import SpecbuildError
 
 # FasterDecoding/Medusa medusa_choices.py; TRT-LLM READMEs pass it verbatim. 63 nodes, depth 4.
-MC_SIM_7B_63 = [[0], [0, 0], [1], [0, 1], [2], [0, 0, 0], [1, 0], [0, 2], [3], [0, 3], [4], [0, 4], [2, 0], [0, 5], [0, 0, 1], [5], [0, 6], [6], [0, 7], [0, 1, 0], [1, 1], [7], [0, 8], [0, 0, 2], [3, 0], [0, 9], [8], [9], [1, 0, 0], [0, 2, 0], [1, 2], [0, 0, 3], [4, 0], [2, 1], [0, 0, 4], [0, 0, 5], [0, 0, 0, 0], [0, 1, 1], [0, 0, 6], [0, 3, 0], [5, 0], [1, 3], [0, 0, 7], [0, 0, 8], [0, 0, 9], [6, 0], [0, 4, 0], [1, 4], [7, 0], [0, 1, 2], [2, 0, 0], [3, 1], [2, 2], [8, 0], [0, 5, 0], [1, 5], [1, 0, 1], [0, 2, 1], [9, 0], [0, 6, 0], [0, 0, 0, 1], [1, 6], [0, 7, 0]]  # noqa: E501
+MC_SIM_7B_63 = [
+    [0],
+    [0, 0],
+    [1],
+    [0, 1],
+    [2],
+    [0, 0, 0],
+    [1, 0],
+    [0, 2],
+    [3],
+    [0, 3],
+    [4],
+    [0, 4],
+    [2, 0],
+    [0, 5],
+    [0, 0, 1],
+    [5],
+    [0, 6],
+    [6],
+    [0, 7],
+    [0, 1, 0],
+    [1, 1],
+    [7],
+    [0, 8],
+    [0, 0, 2],
+    [3, 0],
+    [0, 9],
+    [8],
+    [9],
+    [1, 0, 0],
+    [0, 2, 0],
+    [1, 2],
+    [0, 0, 3],
+    [4, 0],
+    [2, 1],
+    [0, 0, 4],
+    [0, 0, 5],
+    [0, 0, 0, 0],
+    [0, 1, 1],
+    [0, 0, 6],
+    [0, 3, 0],
+    [5, 0],
+    [1, 3],
+    [0, 0, 7],
+    [0, 0, 8],
+    [0, 0, 9],
+    [6, 0],
+    [0, 4, 0],
+    [1, 4],
+    [7, 0],
+    [0, 1, 2],
+    [2, 0, 0],
+    [3, 1],
+    [2, 2],
+    [8, 0],
+    [0, 5, 0],
+    [1, 5],
+    [1, 0, 1],
+    [0, 2, 1],
+    [9, 0],
+    [0, 6, 0],
+    [0, 0, 0, 1],
+    [1, 6],
+    [0, 7, 0],
+]  # noqa: E501
 
 NAMED_TREES: dict[str, list[list[int]]] = {
     "mc_sim_7b_63": MC_SIM_7B_63,
@@ -55,7 +119,8 @@ class MedusaChoices:
             else:
                 raise SpecbuildError(
                     f"unknown Medusa tree name {text!r}",
-                    expected=f"one of {', '.join(sorted(NAMED_TREES))}, or a list of paths like [[0], [0, 0], [1]]",
+                    expected=f"one of {', '.join(sorted(NAMED_TREES))}, or a list of paths like [[0], [0, "
+                    "0], [1]]",
                     found=text,
                     fix="use medusa.choices: mc_sim_7b_63, or run `specbuild tune` to build one",
                 )
@@ -69,7 +134,9 @@ class MedusaChoices:
             raise _bad(repr(lists))
         paths = []
         for p in lists:
-            if not isinstance(p, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in p):
+            if not isinstance(p, (list, tuple)) or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in p
+            ):
                 raise _bad(repr(lists))
             paths.append(tuple(int(i) for i in p))
         return cls(tuple(paths))
@@ -83,7 +150,8 @@ class MedusaChoices:
                 "Medusa choices have outer braces",
                 expected="the TensorRT-LLM backend form {0, 0}, {1} (no outer braces)",
                 found=text,
-                fix="remove the outer pair of braces; the backend silently replaces this form with a default tree",
+                fix="remove the outer pair of braces; the backend silently replaces this form with a default "
+                "tree",
             )
         groups = re.findall(r"\{([^{}]*)\}", body)
         rest = re.sub(r"\{[^{}]*\}", "", body).replace(",", "").strip()
@@ -144,14 +212,17 @@ class MedusaChoices:
             out.append(f"the tree has {self.size} nodes but max_draft_len is {max_draft_len}")
         return out
 
-    def validate(self, *, num_heads: int | None = None, max_draft_len: int | None = None, where: str = "medusa.choices") -> MedusaChoices:
+    def validate(
+        self, *, num_heads: int | None = None, max_draft_len: int | None = None, where: str = "medusa.choices"
+    ) -> MedusaChoices:
         problems = self.problems(num_heads=num_heads, max_draft_len=max_draft_len)
         if problems:
             raise SpecbuildError(
                 f"{where}: invalid Medusa tree",
                 expected="a prefix-closed list of paths, depth <= number of heads, size <= max_draft_len",
                 found="; ".join(problems),
-                fix="fix the listed paths, use a named tree (mc_sim_7b_63), or let `specbuild tune` build one",
+                fix="fix the listed paths, use a named tree (mc_sim_7b_63), or let `specbuild tune` build "
+                "one",
             )
         return self
 
@@ -167,7 +238,8 @@ def default_tree(num_heads: int) -> list[list[int]] | str:
 def _bad(found: str) -> SpecbuildError:
     return SpecbuildError(
         "cannot read Medusa choices",
-        expected="a tree name (mc_sim_7b_63), a list of paths [[0], [0, 0], [1]] or the Triton form {0}, {0, 0}, {1}",
+        expected="a tree name (mc_sim_7b_63), a list of paths [[0], [0, 0], [1]] or the Triton form {0}, {0, "
+        "0}, {1}",
         found=found[:200],
         fix="write medusa.choices as a YAML list of lists of non-negative ints",
     )

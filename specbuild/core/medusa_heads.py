@@ -62,8 +62,12 @@ def read_heads_config(folder: str | Path) -> dict[str, Any]:
     except CheckpointError:
         raise
     except Exception as exc:  # InputFileError: invalid JSON, a list, too large
-        raise CheckpointError(getattr(exc, "what", str(exc)), expected="the heads' config.json (a JSON object)",
-                              found=getattr(exc, "found", None), fix="fix or remove it") from None
+        raise CheckpointError(
+            getattr(exc, "what", str(exc)),
+            expected="the heads' config.json (a JSON object)",
+            found=getattr(exc, "found", None),
+            fix="fix or remove it",
+        ) from None
 
 
 def read_medusa_heads(folder: str | Path, *, state: dict[str, Any] | None = None) -> MedusaHeadsInfo:
@@ -102,13 +106,18 @@ def load_pt_state(path: Path) -> dict[str, Any]:
             state = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:  # unpickling refused (weights_only), a truncated zip
         raise CheckpointError(
-            f"cannot load {path}", expected="a torch state dict of tensors (loaded with weights_only=True)",
+            f"cannot load {path}",
+            expected="a torch state dict of tensors (loaded with weights_only=True)",
             found=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
             fix="re-download the heads, or save them as medusa_lm_head.safetensors",
         ) from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise CheckpointError(f"{path} is not a state dict", expected="{name: tensor}", found=type(state).__name__,
-                              fix="save the heads' state_dict()")
+        raise CheckpointError(
+            f"{path} is not a state dict",
+            expected="{name: tensor}",
+            found=type(state).__name__,
+            fix="save the heads' state_dict()",
+        )
     return state
 
 
@@ -121,16 +130,33 @@ def _from_shapes(info: MedusaHeadsInfo, shapes: dict[str, tuple[int, ...]]) -> M
     problems: list[str] = []
     foreign = sorted(k for k in shapes if not _KEY.match(k))
     if foreign:
-        prefixed = [k for k in foreign if k.startswith(MODELOPT_PREFIX) and _KEY.match(k[len(MODELOPT_PREFIX):])]
-        note = (f" (the '{MODELOPT_PREFIX}' prefix is ModelOpt's combined-checkpoint form; TensorRT-LLM reads "
-                f"{info.weights_file.name} keys without a prefix)") if prefixed else ""
-        problems.append(f"{len(foreign)} tensor(s) outside the HF Medusa layout, e.g. {', '.join(foreign[:3])}{note}")
+        prefixed = [
+            k for k in foreign if k.startswith(MODELOPT_PREFIX) and _KEY.match(k[len(MODELOPT_PREFIX) :])
+        ]
+        note = (
+            (
+                f" (the '{MODELOPT_PREFIX}' prefix is ModelOpt's combined-checkpoint form; TensorRT-LLM "
+                "reads "
+                f"{info.weights_file.name} keys without a prefix)"
+            )
+            if prefixed
+            else ""
+        )
+        problems.append(
+            f"{len(foreign)} tensor(s) outside the HF Medusa layout, e.g. {', '.join(foreign[:3])}{note}"
+        )
     for key, shape in shapes.items():
         m = _KEY.match(key)
         if m:
             heads.setdefault(int(m[1]), {}).setdefault(int(m[2]), {})[m[3]] = shape
     if not heads:
-        return replace(info, problems=(*problems, f"{info.weights_file.name} has no Medusa head tensors ('0.0.linear.weight', ...)"))
+        return replace(
+            info,
+            problems=(
+                *problems,
+                f"{info.weights_file.name} has no Medusa head tensors ('0.0.linear.weight', ...)",
+            ),
+        )
     num_heads = max(heads) + 1
     if sorted(heads) != list(range(num_heads)):
         problems.append(f"head indices {sorted(heads)} are not 0..{num_heads - 1}")
@@ -156,7 +182,16 @@ def _from_shapes(info: MedusaHeadsInfo, shapes: dict[str, tuple[int, ...]]) -> M
         hidden = hidden or head[1]
         if head != (vocab, hidden):
             problems.append(f"{h}.{layers[h]}.weight has shape {list(head)}, expected [{vocab}, {hidden}]")
-        extra = sorted(j for j, parts in blocks.items() if j > layers[h] or (j == layers[h] and set(parts) != {"weight"}))
+        extra = sorted(
+            j for j, parts in blocks.items() if j > layers[h] or (j == layers[h] and set(parts) != {"weight"})
+        )
         if extra:
             problems.append(f"head {h} has tensors past its vocabulary projection: indices {extra}")
-    return replace(info, num_heads=num_heads, num_layers=num_layers, hidden_size=hidden, vocab_size=vocab, problems=tuple(problems))
+    return replace(
+        info,
+        num_heads=num_heads,
+        num_layers=num_layers,
+        hidden_size=hidden,
+        vocab_size=vocab,
+        problems=tuple(problems),
+    )

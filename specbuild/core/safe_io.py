@@ -71,6 +71,7 @@ def shorten(value: Any, limit: int = ECHO_LIMIT, *, quote: bool = False) -> str:
 
 # ---- reads ----------------------------------------------------------------------------------------
 
+
 def read_bytes(path: str | Path, *, kind: str, what: str | None = None) -> bytes:
     """The bytes of `path`, refused when it is not a regular file or larger than LIMITS[kind]."""
     path = Path(path)
@@ -79,26 +80,46 @@ def read_bytes(path: str | Path, *, kind: str, what: str | None = None) -> bytes
     try:
         st = path.stat()
     except FileNotFoundError:
-        raise InputFileError(f"{label} {path} not found", expected="an existing file", found="no such file",
-                             fix="check the path") from None
+        raise InputFileError(
+            f"{label} {path} not found",
+            expected="an existing file",
+            found="no such file",
+            fix="check the path",
+        ) from None
     except OSError as exc:
-        raise InputFileError(f"cannot read {label} {path}", expected="a readable file", found=exc.strerror or str(exc),
-                             fix="check the path and its permissions") from None
+        raise InputFileError(
+            f"cannot read {label} {path}",
+            expected="a readable file",
+            found=exc.strerror or str(exc),
+            fix="check the path and its permissions",
+        ) from None
     if stat.S_ISDIR(st.st_mode):
-        raise InputFileError(f"{label} {path} is a directory", expected="a file", found="a directory",
-                             fix="point at the file inside it")
+        raise InputFileError(
+            f"{label} {path} is a directory",
+            expected="a file",
+            found="a directory",
+            fix="point at the file inside it",
+        )
     if not stat.S_ISREG(st.st_mode):
-        raise InputFileError(f"{label} {path} is not a regular file", expected="a regular file",
-                             found=_file_kind(st.st_mode) + (f" (via symlink to {os.path.realpath(path)})" if path.is_symlink() else ""),
-                             fix="point at a real file; devices, FIFOs and sockets are never read")
+        raise InputFileError(
+            f"{label} {path} is not a regular file",
+            expected="a regular file",
+            found=_file_kind(st.st_mode)
+            + (f" (via symlink to {os.path.realpath(path)})" if path.is_symlink() else ""),
+            fix="point at a real file; devices, FIFOs and sockets are never read",
+        )
     if st.st_size > limit:
         raise _too_large(path, label, limit, st.st_size)
     try:
         with open(path, "rb") as f:
             data = f.read(limit + 1)
     except OSError as exc:
-        raise InputFileError(f"cannot read {label} {path}", expected="a readable file", found=exc.strerror or str(exc),
-                             fix="check the file and its permissions") from None
+        raise InputFileError(
+            f"cannot read {label} {path}",
+            expected="a readable file",
+            found=exc.strerror or str(exc),
+            fix="check the file and its permissions",
+        ) from None
     if len(data) > limit:  # grew after stat
         raise _too_large(path, label, limit, len(data))
     return data
@@ -110,12 +131,17 @@ def read_text(path: str | Path, *, kind: str, what: str | None = None) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputFileError(f"{what or kind + ' file'} {path} is not UTF-8 text", expected="a text file",
-                             found=f"byte 0x{data[exc.start]:02x} at offset {exc.start} (binary data?)",
-                             fix="point at the text file specbuild wrote, or regenerate it") from None
+        raise InputFileError(
+            f"{what or kind + ' file'} {path} is not UTF-8 text",
+            expected="a text file",
+            found=f"byte 0x{data[exc.start]:02x} at offset {exc.start} (binary data?)",
+            fix="point at the text file specbuild wrote, or regenerate it",
+        ) from None
 
 
-def read_json(path: str | Path, *, kind: str = "config", what: str | None = None, expect: type | None = dict) -> Any:
+def read_json(
+    path: str | Path, *, kind: str = "config", what: str | None = None, expect: type | None = dict
+) -> Any:
     """Parse a JSON file: bounded, UTF-8, no repeated keys, and (by default) an object at the top."""
     label = what or f"{kind} file"
     return parse_json(read_text(path, kind=kind, what=label), where=f"{label} {path}", expect=expect)
@@ -125,14 +151,26 @@ def parse_json(text: str, *, where: str, expect: type | None = dict) -> Any:
     try:
         value = json.loads(text, object_pairs_hook=_unique_pairs)
     except _DuplicateKey as exc:
-        raise InputFileError(f"{where} repeats the key {shorten(exc.key)!s}", expected="each key once per object",
-                             found=f"{shorten(exc.key)} twice", fix="remove the duplicate (JSON readers keep only one of them)") from None
+        raise InputFileError(
+            f"{where} repeats the key {shorten(exc.key)!s}",
+            expected="each key once per object",
+            found=f"{shorten(exc.key)} twice",
+            fix="remove the duplicate (JSON readers keep only one of them)",
+        ) from None
     except (ValueError, RecursionError) as exc:
-        raise InputFileError(f"{where} is not valid JSON", expected="a JSON document", found=shorten(str(exc)),
-                             fix="re-save or regenerate the file") from None
+        raise InputFileError(
+            f"{where} is not valid JSON",
+            expected="a JSON document",
+            found=shorten(str(exc)),
+            fix="re-save or regenerate the file",
+        ) from None
     if expect is not None and not isinstance(value, expect):
-        raise InputFileError(f"{where} holds a JSON {type(value).__name__}", expected=f"a JSON {_json_name(expect)}",
-                             found=shorten(value), fix="point at the right file, or re-save it")
+        raise InputFileError(
+            f"{where} holds a JSON {type(value).__name__}",
+            expected=f"a JSON {_json_name(expect)}",
+            found=shorten(value),
+            fix="point at the right file, or re-save it",
+        )
     return value
 
 
@@ -156,20 +194,28 @@ def _json_name(tp: type) -> str:
 
 
 def _file_kind(mode: int) -> str:
-    for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+    for test, name in (
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
 
 
 def _too_large(path: Path, label: str, limit: int, size: int) -> InputFileError:
-    return InputFileError(f"{label} {path} is too large", expected=f"at most {limit // MIB} MiB for a {label}",
-                          found=f"{size / MIB:.1f} MiB" if size >= MIB else f"{size} bytes",
-                          fix="point at the right file; specbuild bounds every file it reads")
+    return InputFileError(
+        f"{label} {path} is too large",
+        expected=f"at most {limit // MIB} MiB for a {label}",
+        found=f"{size / MIB:.1f} MiB" if size >= MIB else f"{size} bytes",
+        fix="point at the right file; specbuild bounds every file it reads",
+    )
 
 
 # ---- writes ---------------------------------------------------------------------------------------
+
 
 def guard_output(out: str | Path, inputs: Mapping[str, str | Path | None], *, option: str = "--out") -> None:
     """Refuse `out` when it equals, contains or lies inside an input (symlinks resolved).
@@ -219,13 +265,18 @@ def output_errors(out: str | Path, *, scratch: Path | None = None, option: str =
         name = str(exc.filename or "")
         writing = not name or _is_output_path(name, _real(out), scratch)
         if not writing:
-            raise InputFileError(f"cannot read {name}", expected="a readable input", found=exc.strerror or str(exc),
-                                 fix="check the file and its permissions") from None
+            raise InputFileError(
+                f"cannot read {name}",
+                expected="a readable input",
+                found=exc.strerror or str(exc),
+                fix="check the file and its permissions",
+            ) from None
         raise OutputError(
             f"cannot write {out}: {exc.strerror or exc}",
             expected="a writable folder with enough free space",
             found=f"{errno.errorcode.get(exc.errno or 0, exc.errno)} while writing {name or out}",
-            fix=f"free disk space or make {option} writable (or choose another); nothing was replaced, an existing {out.name if isinstance(out, Path) else out} is intact",
+            fix=f"free disk space or make {option} writable (or choose another); nothing was replaced, an "
+            f"existing {out.name if isinstance(out, Path) else out} is intact",
         ) from None
 
 
@@ -245,15 +296,22 @@ def check_writable(path: str | Path, *, option: str = "the file") -> None:
     asking is not enough; a read-only file system refuses the create)."""
     target = _real(path)
     with output_errors(target, option=option):
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=target.parent)  # EROFS, ENOSPC
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{target.name}.", suffix=".probe", dir=target.parent
+        )  # EROFS, ENOSPC
         os.close(fd)
         os.unlink(tmp)
         if target.exists() and not os.access(target, os.W_OK):
             raise PermissionError(errno.EACCES, "Permission denied", str(target))
 
 
-def atomic_write_text(path: str | Path, text: str, *, inputs: Mapping[str, str | Path | None] | None = None,
-                      option: str = "the file") -> Path:
+def atomic_write_text(
+    path: str | Path,
+    text: str,
+    *,
+    inputs: Mapping[str, str | Path | None] | None = None,
+    option: str = "the file",
+) -> Path:
     """Replace the file `path` (through a symlink, its target) with `text` in one rename.
 
     A failed write leaves the old file as it was. `inputs` are guarded like `guard_output`'s.

@@ -26,13 +26,19 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
-            raise SpecbuildError("max_tokens must be at least 1", found=str(self.max_tokens), fix="pass --max-tokens 32")
+            raise SpecbuildError(
+                "max_tokens must be at least 1", found=str(self.max_tokens), fix="pass --max-tokens 32"
+            )
         if self.temperature < 0:
-            raise SpecbuildError("temperature must be >= 0", found=str(self.temperature), fix="use 0 for greedy")
+            raise SpecbuildError(
+                "temperature must be >= 0", found=str(self.temperature), fix="use 0 for greedy"
+            )
         if self.top_k < 0:
             raise SpecbuildError("top_k must be >= 0", found=str(self.top_k), fix="use 0 to disable top-k")
         if not 0.0 < self.top_p <= 1.0:
-            raise SpecbuildError("top_p must be in (0, 1]", found=str(self.top_p), fix="use 1.0 to disable top-p")
+            raise SpecbuildError(
+                "top_p must be in (0, 1]", found=str(self.top_p), fix="use 1.0 to disable top-p"
+            )
 
     @property
     def greedy(self) -> bool:

@@ -59,7 +59,9 @@ class SpeculationSection:
     # K for draft/target, the tree size bound for Medusa. Left out: the method's default (draft/target 5,
     # Medusa the tree's size), filled in by the loader so every later stage reads a number.
     max_draft_len: int | None = None
-    use_logits: bool = False  # draft/target: lossless rejection sampling on draft logits (needs generation logits)
+    use_logits: bool = (
+        False  # draft/target: lossless rejection sampling on draft logits (needs generation logits)
+    )
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,8 @@ class ServingSection:
     max_queue_delay_microseconds: int = 0
     bls_instance_count: int = 4  # BLS concurrency (~ max batch size advised upstream)
     # The backend's enable_chunked_context parameter. Off: the longest prompt is min(engine max_seq_len - 1,
-    # max_num_tokens); on: max_seq_len - 1, run max_num_tokens at a time (needs paged context FMHA, always built).
+    # max_num_tokens); on: max_seq_len - 1, run max_num_tokens at a time (needs paged context FMHA, always
+    # built).
     enable_chunked_context: bool = False
 
 
@@ -129,11 +132,23 @@ def load_spec(path: str | Path, *, validate_tree: bool = True) -> BuildSpec:
     """
     path = Path(path)
     if path.is_dir():
-        raise SpecError(f"build spec {path} is a directory", expected="a YAML file", found="a directory",
-                        fix=f"point at the spec file inside it ({', '.join(sorted(p.name for p in path.glob('*.y*ml'))[:3]) or 'e.g. examples/*.yaml'})")
+        raise SpecError(
+            f"build spec {path} is a directory",
+            expected="a YAML file",
+            found="a directory",
+            fix="point at the spec file inside it "
+            f"({', '.join(sorted(p.name for p in path.glob('*.y*ml'))[:3]) or 'e.g. examples/*.yaml'})",
+        )
     if not path.exists():
-        raise SpecError(f"build spec {path} not found", expected="a YAML file", found="no such file", fix="check the path; examples/ has specs to start from")
-    return spec_from_dict(parse_spec_yaml(read_spec_text(path), where=str(path)), source=path, validate_tree=validate_tree)
+        raise SpecError(
+            f"build spec {path} not found",
+            expected="a YAML file",
+            found="no such file",
+            fix="check the path; examples/ has specs to start from",
+        )
+    return spec_from_dict(
+        parse_spec_yaml(read_spec_text(path), where=str(path)), source=path, validate_tree=validate_tree
+    )
 
 
 def read_spec_text(path: Path) -> str:
@@ -150,7 +165,12 @@ def parse_spec_yaml(text: str, *, where: str) -> Any:
     except SpecError:
         raise
     except yaml.YAMLError as exc:
-        raise SpecError(f"{where}: not valid YAML", expected="a YAML mapping", found=shorten(str(exc).splitlines()[0]), fix="fix the YAML syntax") from None
+        raise SpecError(
+            f"{where}: not valid YAML",
+            expected="a YAML mapping",
+            found=shorten(str(exc).splitlines()[0]),
+            fix="fix the YAML syntax",
+        ) from None
 
 
 def _spec_loader():
@@ -158,9 +178,13 @@ def _spec_loader():
         def compose_node(self, parent, index):
             if self.check_event(yaml.AliasEvent):
                 event = self.peek_event()
-                raise SpecError(f"line {event.start_mark.line + 1}: YAML alias *{shorten(event.anchor, 40)} in a build spec",
-                                expected="plain values (aliases and merge keys are not allowed in specs)",
-                                found=f"*{shorten(event.anchor, 40)}", fix="write the value out in full")
+                raise SpecError(
+                    f"line {event.start_mark.line + 1}: YAML alias *{shorten(event.anchor, 40)} in a build "
+                    "spec",
+                    expected="plain values (aliases and merge keys are not allowed in specs)",
+                    found=f"*{shorten(event.anchor, 40)}",
+                    fix="write the value out in full",
+                )
             return super().compose_node(parent, index)
 
         def construct_mapping(self, node, deep=False):
@@ -174,9 +198,12 @@ def _spec_loader():
                 if first is None:
                     seen[key] = key_node.start_mark.line + 1
                 else:
-                    raise SpecError(f"line {key_node.start_mark.line + 1}: key {shorten(key, 60)} appears twice",
-                                    expected="each key once per mapping", found=f"{shorten(key, 60)} on lines {first} and {key_node.start_mark.line + 1}",
-                                    fix="remove one of them (YAML keeps only the last, silently)")
+                    raise SpecError(
+                        f"line {key_node.start_mark.line + 1}: key {shorten(key, 60)} appears twice",
+                        expected="each key once per mapping",
+                        found=f"{shorten(key, 60)} on lines {first} and {key_node.start_mark.line + 1}",
+                        fix="remove one of them (YAML keeps only the last, silently)",
+                    )
             return super().construct_mapping(node, deep=deep)
 
     return SpecLoader
@@ -185,7 +212,12 @@ def _spec_loader():
 def spec_from_dict(raw: Any, *, source: Path | None = None, validate_tree: bool = True) -> BuildSpec:
     where = str(source) if source else "<spec>"
     if not isinstance(raw, dict):
-        raise SpecError(f"{where}: the spec must be a mapping", expected="keys name, mode, target, ...", found=type(raw).__name__, fix="start from examples/*.yaml")
+        raise SpecError(
+            f"{where}: the spec must be a mapping",
+            expected="keys name, mode, target, ...",
+            found=type(raw).__name__,
+            fix="start from examples/*.yaml",
+        )
     values = _build(BuildSpec, raw, where, "", skip={"source"})
     spec = BuildSpec(**values, source=source.resolve() if source else None)
     _check_sections(spec, where)
@@ -209,20 +241,35 @@ def save_spec_yaml(spec: BuildSpec, path: Path, *, inputs: dict[str, Any] | None
 
 # ---- generic schema walk --------------------------------------------------------------------------
 
-def _build(cls: type, raw: dict[str, Any], where: str, prefix: str, skip: set[str] = frozenset()) -> dict[str, Any]:
+
+def _build(
+    cls: type, raw: dict[str, Any], where: str, prefix: str, skip: set[str] = frozenset()
+) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in skip}
     for key in raw:
         if key not in fields:
             close = difflib.get_close_matches(str(key), fields, n=1)
-            hint = f"did you mean {(prefix + close[0])!r}?" if close else f"valid keys here: {', '.join(fields)}"
-            raise SpecError(f"{where}: unknown key {prefix}{shorten(str(key), 60)}", expected=f"one of {', '.join(fields)}", found=shorten(str(key)), fix=hint)
+            hint = (
+                f"did you mean {(prefix + close[0])!r}?" if close else f"valid keys here: {', '.join(fields)}"
+            )
+            raise SpecError(
+                f"{where}: unknown key {prefix}{shorten(str(key), 60)}",
+                expected=f"one of {', '.join(fields)}",
+                found=shorten(str(key)),
+                fix=hint,
+            )
     out: dict[str, Any] = {}
     for name, f in fields.items():
         keypath = f"{prefix}{name}"
         if name not in raw:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:  # type: ignore[misc]
-                raise SpecError(f"{where}: missing required key {keypath}", expected=f"{keypath}: <{_type_name(hints[name])}>", found="nothing", fix=f"add {keypath} to the spec")
+                raise SpecError(
+                    f"{where}: missing required key {keypath}",
+                    expected=f"{keypath}: <{_type_name(hints[name])}>",
+                    found="nothing",
+                    fix=f"add {keypath} to the spec",
+                )
             continue
         out[name] = _coerce(hints[name], raw[name], where, keypath)
     return out
@@ -237,7 +284,12 @@ def _coerce(tp: Any, value: Any, where: str, keypath: str) -> Any:
         return _coerce(args[0], value, where, keypath)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
-            raise SpecError(f"{where}: {keypath} must be a mapping", expected=f"{keypath}: {{...}}", found=shorten(value), fix=f"write {keypath} as a mapping of its keys")
+            raise SpecError(
+                f"{where}: {keypath} must be a mapping",
+                expected=f"{keypath}: {{...}}",
+                found=shorten(value),
+                fix=f"write {keypath} as a mapping of its keys",
+            )
         return tp(**_build(tp, value, where, keypath + "."))
     if tp is Any:
         return value
@@ -250,11 +302,26 @@ def _coerce(tp: Any, value: Any, where: str, keypath: str) -> Any:
         or (tp is str and isinstance(value, (str, int, float)) and not isinstance(value, bool))
     )
     if not ok:
-        raise SpecError(f"{where}: {keypath} has the wrong type", expected=_type_name(tp), found=f"{shorten(value, quote=True)} ({type(value).__name__})", fix=f"set {keypath} to a {_type_name(tp)}")
+        raise SpecError(
+            f"{where}: {keypath} has the wrong type",
+            expected=_type_name(tp),
+            found=f"{shorten(value, quote=True)} ({type(value).__name__})",
+            fix=f"set {keypath} to a {_type_name(tp)}",
+        )
     if tp is float and not math.isfinite(value):
-        raise SpecError(f"{where}: {keypath} is not a finite number", expected="a finite number", found=repr(value), fix=f"set {keypath} to a number")
+        raise SpecError(
+            f"{where}: {keypath} is not a finite number",
+            expected="a finite number",
+            found=repr(value),
+            fix=f"set {keypath} to a number",
+        )
     if tp is str and len(str(value)) > MAX_STRING:
-        raise SpecError(f"{where}: {keypath} is too long", expected=f"at most {MAX_STRING} characters", found=shorten(str(value)), fix=f"shorten {keypath}")
+        raise SpecError(
+            f"{where}: {keypath} is too long",
+            expected=f"at most {MAX_STRING} characters",
+            found=shorten(str(value)),
+            fix=f"shorten {keypath}",
+        )
     return tp(value)
 
 
@@ -263,7 +330,9 @@ def _type_name(tp: Any) -> str:
 
 
 def _fail(where: str, key: str, expected: str, found: Any, fix: str) -> None:
-    raise SpecError(f"{where}: impossible value for {key}", expected=expected, found=shorten(found, quote=True), fix=fix)
+    raise SpecError(
+        f"{where}: impossible value for {key}", expected=expected, found=shorten(found, quote=True), fix=fix
+    )
 
 
 def _check_sections(spec: BuildSpec, where: str) -> None:
@@ -272,10 +341,21 @@ def _check_sections(spec: BuildSpec, where: str) -> None:
     for section in SECTIONS:
         present = getattr(spec, section) is not None
         if section == method.section and not present:
-            _fail(where, section, f"a {section} section for mode {spec.mode}", None, f"add {method.section_example}")
+            _fail(
+                where,
+                section,
+                f"a {section} section for mode {spec.mode}",
+                None,
+                f"add {method.section_example}",
+            )
         if section != method.section and present:
-            _fail(where, section, f"no {section} section for mode {spec.mode}", f"{section}: {{...}}",
-                  f"remove {section}, or set the mode that uses it")
+            _fail(
+                where,
+                section,
+                f"no {section} section for mode {spec.mode}",
+                f"{section}: {{...}}",
+                f"remove {section}, or set the mode that uses it",
+            )
 
 
 def _check_values(spec: BuildSpec, where: str, *, validate_tree: bool = True) -> None:
@@ -286,26 +366,61 @@ def _check_values(spec: BuildSpec, where: str, *, validate_tree: bool = True) ->
     method_of(spec).validate(spec, where, validate_tree=validate_tree)
     b = spec.build
     if b.max_batch_size * b.max_seq_len > INT32_MAX:
-        _fail(where, "build.max_batch_size x build.max_seq_len", f"at most {INT32_MAX} (trtllm-build caps max_num_tokens at this product; TensorRT shapes are int32)",
-              b.max_batch_size * b.max_seq_len, "lower max_batch_size or max_seq_len")
+        _fail(
+            where,
+            "build.max_batch_size x build.max_seq_len",
+            f"at most {INT32_MAX} (trtllm-build caps max_num_tokens at this product; TensorRT shapes are "
+            "int32)",
+            b.max_batch_size * b.max_seq_len,
+            "lower max_batch_size or max_seq_len",
+        )
     if b.max_input_len >= b.max_seq_len:
-        _fail(where, "build.max_input_len", f"less than build.max_seq_len ({b.max_seq_len})", b.max_input_len, "raise max_seq_len or lower max_input_len")
+        _fail(
+            where,
+            "build.max_input_len",
+            f"less than build.max_seq_len ({b.max_seq_len})",
+            b.max_input_len,
+            "raise max_seq_len or lower max_input_len",
+        )
     if b.weight_only not in QUANT:
         _fail(where, "build.weight_only", " | ".join(QUANT), b.weight_only, "use none, int8 or int4")
     s = spec.serving
     if not 0.0 < s.kv_cache_free_gpu_mem_fraction <= 1.0:
-        _fail(where, "serving.kv_cache_free_gpu_mem_fraction", "a fraction in (0, 1]", s.kv_cache_free_gpu_mem_fraction, "use 0.9")
+        _fail(
+            where,
+            "serving.kv_cache_free_gpu_mem_fraction",
+            "a fraction in (0, 1]",
+            s.kv_cache_free_gpu_mem_fraction,
+            "use 0.9",
+        )
     if not 0.0 < s.gpu_memory_gb <= MAX_GPU_MEMORY_GB:
-        _fail(where, "serving.gpu_memory_gb", f"GPU memory per GPU in GiB, in (0, {MAX_GPU_MEMORY_GB:g}]", s.gpu_memory_gb, "use 80 (H100) or 141 (H200)")
-    if s.num_gpus is not None and s.num_gpus < max(spec.target.world_size, spec.draft.world_size if spec.draft else 1):
-        _fail(where, "serving.num_gpus", f"at least the target's tp*pp ({spec.target.world_size})", s.num_gpus, "raise num_gpus or lower tp_size")
+        _fail(
+            where,
+            "serving.gpu_memory_gb",
+            f"GPU memory per GPU in GiB, in (0, {MAX_GPU_MEMORY_GB:g}]",
+            s.gpu_memory_gb,
+            "use 80 (H100) or 141 (H200)",
+        )
+    if s.num_gpus is not None and s.num_gpus < max(
+        spec.target.world_size, spec.draft.world_size if spec.draft else 1
+    ):
+        _fail(
+            where,
+            "serving.num_gpus",
+            f"at least the target's tp*pp ({spec.target.world_size})",
+            s.num_gpus,
+            "raise num_gpus or lower tp_size",
+        )
 
 
 # (section, key) -> (lowest, highest, example fix): every integer of a spec has a range.
 _RANGES: dict[tuple[str, str], tuple[int, int, str]] = {
-    ("target", "tp_size"): (1, 512, "1"), ("target", "pp_size"): (1, 512, "1"),
-    ("draft", "tp_size"): (1, 512, "1"), ("draft", "pp_size"): (1, 512, "1"),
-    ("medusa", "num_heads"): (1, 64, "4"), ("medusa", "num_layers"): (1, 64, "1"),
+    ("target", "tp_size"): (1, 512, "1"),
+    ("target", "pp_size"): (1, 512, "1"),
+    ("draft", "tp_size"): (1, 512, "1"),
+    ("draft", "pp_size"): (1, 512, "1"),
+    ("medusa", "num_heads"): (1, 64, "4"),
+    ("medusa", "num_layers"): (1, 64, "1"),
     ("speculation", "max_draft_len"): (1, 256, "4-8 for draft/target, the tree size for Medusa"),
     ("build", "max_batch_size"): (1, MAX_BATCH_SIZE, "8"),
     ("build", "max_input_len"): (1, INT32_MAX, "1024"),
@@ -322,14 +437,27 @@ def _check_ranges(spec: BuildSpec, where: str) -> None:
         part = getattr(spec, section)
         value = getattr(part, key) if part is not None else None
         if value is not None and not low <= value <= high:
-            _fail(where, f"{section}.{key}", f"an integer in {low}..{high}", value, f"set {section}.{key}: {example}")
+            _fail(
+                where,
+                f"{section}.{key}",
+                f"an integer in {low}..{high}",
+                value,
+                f"set {section}.{key}: {example}",
+            )
 
 
 def _check_version(version: str, where: str) -> None:
-    """trtllm_version must be a released TensorRT-LLM with a known serving container (at load, not at serve)."""
+    """trtllm_version must be a released TensorRT-LLM with a known serving container (at load, not
+    at serve)."""
     known = known_versions()
     if version in known:
         return
     close = difflib.get_close_matches(str(version), known, n=1)
-    _fail(where, "trtllm_version", "a released TensorRT-LLM version: " + ", ".join(known), version,
-          (f"did you mean {close[0]!r}? " if close else "") + f'quote it: trtllm_version: "{DEFAULT_TRTLLM_VERSION}"')
+    _fail(
+        where,
+        "trtllm_version",
+        "a released TensorRT-LLM version: " + ", ".join(known),
+        version,
+        (f"did you mean {close[0]!r}? " if close else "")
+        + f'quote it: trtllm_version: "{DEFAULT_TRTLLM_VERSION}"',
+    )

@@ -28,12 +28,16 @@ def acceptance_rate(accepted: int, drafted: int) -> float:
     return accepted / drafted if drafted else 0.0
 
 
-def reached_per_position(accepted_per_position: Sequence[int], drafted_per_position: Sequence[int]) -> list[int]:
+def reached_per_position(
+    accepted_per_position: Sequence[int], drafted_per_position: Sequence[int]
+) -> list[int]:
     """How often each draft position was tested (see the module docstring)."""
     return [d if i == 0 else min(accepted_per_position[i - 1], d) for i, d in enumerate(drafted_per_position)]
 
 
-def conditional_acceptance(accepted_per_position: Sequence[int], drafted_per_position: Sequence[int]) -> list[float]:
+def conditional_acceptance(
+    accepted_per_position: Sequence[int], drafted_per_position: Sequence[int]
+) -> list[float]:
     """[K]: a_i = P(draft position i accepted | the earlier ones were)."""
     reached = reached_per_position(accepted_per_position, drafted_per_position)
     return [a / r if r else 0.0 for a, r in zip(accepted_per_position, reached, strict=True)]

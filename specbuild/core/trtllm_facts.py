@@ -124,6 +124,7 @@ LEGACY_NAMES = TritonInputNames(min_tokens="min_length", seed="random_seed")
 
 # ---- releases and their NGC Triton containers (specbuild/data/trtllm_containers.json, with sources) ----
 
+
 @dataclass(frozen=True)
 class Containers:
     version: str  # TensorRT-LLM version, e.g. "1.2.1"
@@ -133,7 +134,9 @@ class Containers:
 
 @lru_cache(maxsize=1)
 def _containers_table() -> dict[str, Containers]:
-    raw = json.loads(resources.files("specbuild.data").joinpath("trtllm_containers.json").read_text())["versions"]
+    raw = json.loads(resources.files("specbuild.data").joinpath("trtllm_containers.json").read_text())[
+        "versions"
+    ]
     return {v: Containers(v, tuple(d["tags"]), d.get("default", d["tags"][-1])) for v, d in raw.items()}
 
 
@@ -147,6 +150,7 @@ def containers(version: str) -> Containers | None:
 
 
 # ---- trtllm-build: flags, what build_config records, defaults ------------------------------------
+
 
 @dataclass(frozen=True)
 class BuildFlag:
@@ -185,7 +189,12 @@ MAX_BEAM_WIDTH = 1  # speculative decoding is beam-free in TensorRT-LLM
 
 
 def engine_limits(
-    *, max_batch_size: int, max_input_len: int, max_seq_len: int, max_num_tokens: int | None, max_draft_len: int,
+    *,
+    max_batch_size: int,
+    max_input_len: int,
+    max_seq_len: int,
+    max_num_tokens: int | None,
+    max_draft_len: int,
     speculative: bool,
 ) -> dict[str, int]:
     """max_input_len, max_seq_len, max_num_tokens and opt_num_tokens as the built engine records them.
@@ -220,7 +229,9 @@ class TrtllmFacts:
     input_names: TritonInputNames
     containers: Containers | None  # the NGC tritonserver <yy.mm>-trtllm-python-py3 images that ship it
     default_max_num_tokens: int = DEFAULT_MAX_NUM_TOKENS  # trtllm-build --max_num_tokens when unset
-    tokens_per_block: int = TOKENS_PER_BLOCK  # PluginConfig default of 1.x, recorded in build_config.plugin_config
+    tokens_per_block: int = (
+        TOKENS_PER_BLOCK  # PluginConfig default of 1.x, recorded in build_config.plugin_config
+    )
 
     @property
     def build_flags(self) -> dict[str, Any]:
@@ -296,9 +307,16 @@ def recorded_build_config(values: list[tuple[str, Any]], facts: TrtllmFacts) -> 
     mode = SpeculativeDecodingMode(flat["speculative_decoding_mode"])
     k = int(flat["max_draft_len"]) if mode.speculative else 0
     given = dict(values).get("--max_num_tokens")  # None: trtllm-build's default, before its own limits
-    flat.update(engine_limits(max_batch_size=int(flat["max_batch_size"]), max_input_len=int(flat["max_input_len"]),
-                              max_seq_len=int(flat["max_seq_len"]), max_num_tokens=given, max_draft_len=k,
-                              speculative=mode.speculative))
+    flat.update(
+        engine_limits(
+            max_batch_size=int(flat["max_batch_size"]),
+            max_input_len=int(flat["max_input_len"]),
+            max_seq_len=int(flat["max_seq_len"]),
+            max_num_tokens=given,
+            max_draft_len=k,
+            speculative=mode.speculative,
+        )
+    )
     flat["max_draft_len"] = k
     flat["speculative_decoding_mode"] = int(mode)
     if "kv_cache_type" in flat:
@@ -317,23 +335,35 @@ def validate_argv(argv: list[str] | tuple[str, ...], flags: dict[str, Any] | Non
     """Every flag must be one trtllm-build 1.x accepts, with a value of the right kind."""
     flags = flags or _accepted_flags()
     if not argv or argv[0] != TRTLLM_BUILD:
-        raise BuildError("not a trtllm-build command", expected=TRTLLM_BUILD, found=str(argv[:1]), fix="report this bug")
+        raise BuildError(
+            "not a trtllm-build command", expected=TRTLLM_BUILD, found=str(argv[:1]), fix="report this bug"
+        )
     i = 1
     while i < len(argv):
         flag = argv[i]
         if flag not in flags:
-            raise BuildError(f"trtllm-build does not accept {flag}", expected="a flag of TensorRT-LLM 1.2.x build.py",
-                             found=flag, fix="report this bug")
+            raise BuildError(
+                f"trtllm-build does not accept {flag}",
+                expected="a flag of TensorRT-LLM 1.2.x build.py",
+                found=flag,
+                fix="report this bug",
+            )
         kind = flags[flag]
         if kind == "bool":
             i += 1
             continue
         if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
-            raise BuildError(f"{flag} needs a value", expected=str(kind), found="nothing", fix="report this bug")
+            raise BuildError(
+                f"{flag} needs a value", expected=str(kind), found="nothing", fix="report this bug"
+            )
         value = argv[i + 1]
         ok = value in kind if isinstance(kind, list) else (value.isdigit() if kind == "int" else bool(value))
         if not ok:
             expected = " | ".join(kind) if isinstance(kind, list) else kind
-            raise BuildError(f"trtllm-build {flag} does not accept {value!r}", expected=expected, found=value,
-                             fix="report this bug")
+            raise BuildError(
+                f"trtllm-build {flag} does not accept {value!r}",
+                expected=expected,
+                found=value,
+                fix="report this bug",
+            )
         i += 2

@@ -56,15 +56,62 @@ def _attn(p: str, kind: str) -> tuple[str, ...]:
 # The Llama block (also Mistral and Qwen2, whose TRT-LLM classes use the same names).
 # Note fc <- gate_proj (the SiLU branch) and gate <- up_proj: TRT-LLM's naming, not a typo.
 MODEL_RULES: tuple[Rule, ...] = (
-    Rule("transformer.vocab_embedding.weight", ("model.embed_tokens.weight",), (("vocab", "hidden"),), Split.NONE, Stage.FIRST),
-    Rule("transformer.layers.{i}.input_layernorm.weight", ("model.layers.{l}.input_layernorm.weight",), (("hidden",),), Split.NONE),
-    Rule("transformer.layers.{i}.attention.qkv.weight", _attn("qkv", "weight"), (("q", "hidden"), ("kv", "hidden"), ("kv", "hidden")), Split.QKV),
-    Rule("transformer.layers.{i}.attention.qkv.bias", _attn("qkv", "bias"), (("q",), ("kv",), ("kv",)), Split.QKV, when="attention_bias"),
-    Rule("transformer.layers.{i}.attention.dense.weight", ("model.layers.{l}.self_attn.o_proj.weight",), (("hidden", "q"),), Split.ROW),
-    Rule("transformer.layers.{i}.post_layernorm.weight", ("model.layers.{l}.post_attention_layernorm.weight",), (("hidden",),), Split.NONE),
-    Rule("transformer.layers.{i}.mlp.fc.weight", ("model.layers.{l}.mlp.gate_proj.weight",), (("inter", "hidden"),), Split.COLUMN),
-    Rule("transformer.layers.{i}.mlp.gate.weight", ("model.layers.{l}.mlp.up_proj.weight",), (("inter", "hidden"),), Split.COLUMN),
-    Rule("transformer.layers.{i}.mlp.proj.weight", ("model.layers.{l}.mlp.down_proj.weight",), (("hidden", "inter"),), Split.ROW),
+    Rule(
+        "transformer.vocab_embedding.weight",
+        ("model.embed_tokens.weight",),
+        (("vocab", "hidden"),),
+        Split.NONE,
+        Stage.FIRST,
+    ),
+    Rule(
+        "transformer.layers.{i}.input_layernorm.weight",
+        ("model.layers.{l}.input_layernorm.weight",),
+        (("hidden",),),
+        Split.NONE,
+    ),
+    Rule(
+        "transformer.layers.{i}.attention.qkv.weight",
+        _attn("qkv", "weight"),
+        (("q", "hidden"), ("kv", "hidden"), ("kv", "hidden")),
+        Split.QKV,
+    ),
+    Rule(
+        "transformer.layers.{i}.attention.qkv.bias",
+        _attn("qkv", "bias"),
+        (("q",), ("kv",), ("kv",)),
+        Split.QKV,
+        when="attention_bias",
+    ),
+    Rule(
+        "transformer.layers.{i}.attention.dense.weight",
+        ("model.layers.{l}.self_attn.o_proj.weight",),
+        (("hidden", "q"),),
+        Split.ROW,
+    ),
+    Rule(
+        "transformer.layers.{i}.post_layernorm.weight",
+        ("model.layers.{l}.post_attention_layernorm.weight",),
+        (("hidden",),),
+        Split.NONE,
+    ),
+    Rule(
+        "transformer.layers.{i}.mlp.fc.weight",
+        ("model.layers.{l}.mlp.gate_proj.weight",),
+        (("inter", "hidden"),),
+        Split.COLUMN,
+    ),
+    Rule(
+        "transformer.layers.{i}.mlp.gate.weight",
+        ("model.layers.{l}.mlp.up_proj.weight",),
+        (("inter", "hidden"),),
+        Split.COLUMN,
+    ),
+    Rule(
+        "transformer.layers.{i}.mlp.proj.weight",
+        ("model.layers.{l}.mlp.down_proj.weight",),
+        (("hidden", "inter"),),
+        Split.ROW,
+    ),
     Rule("transformer.ln_f.weight", ("model.norm.weight",), (("hidden",),), Split.NONE, Stage.LAST),
     Rule("lm_head.weight", ("lm_head.weight",), (("vocab", "hidden"),), Split.VOCAB, Stage.LAST),
 )
@@ -75,9 +122,30 @@ TIED_LM_HEAD_SOURCE = "model.embed_tokens.weight"  # lm_head's source when tie_w
 # heads on every PP stage (only the last one runs them) and its loader requires every parameter, as
 # its own converter (load_medusa_hf, no PP condition) provides them.
 MEDUSA_RULES: tuple[Rule, ...] = (
-    Rule("medusa_heads.{h}.medusa_layers.{j}.linear.weight", ("{h}.{j}.linear.weight",), (("hidden", "hidden"),), Split.COLUMN, Stage.EVERY, source=HEADS_SOURCE),
-    Rule("medusa_heads.{h}.medusa_layers.{j}.linear.bias", ("{h}.{j}.linear.bias",), (("hidden",),), Split.COLUMN, Stage.EVERY, source=HEADS_SOURCE),
-    Rule("medusa_heads.{h}.lm_head.weight", ("{h}.{L}.weight",), (("vocab", "hidden"),), Split.VOCAB, Stage.EVERY, source=HEADS_SOURCE),
+    Rule(
+        "medusa_heads.{h}.medusa_layers.{j}.linear.weight",
+        ("{h}.{j}.linear.weight",),
+        (("hidden", "hidden"),),
+        Split.COLUMN,
+        Stage.EVERY,
+        source=HEADS_SOURCE,
+    ),
+    Rule(
+        "medusa_heads.{h}.medusa_layers.{j}.linear.bias",
+        ("{h}.{j}.linear.bias",),
+        (("hidden",),),
+        Split.COLUMN,
+        Stage.EVERY,
+        source=HEADS_SOURCE,
+    ),
+    Rule(
+        "medusa_heads.{h}.lm_head.weight",
+        ("{h}.{L}.weight",),
+        (("vocab", "hidden"),),
+        Split.VOCAB,
+        Stage.EVERY,
+        source=HEADS_SOURCE,
+    ),
 )
 MEDUSA_PER_LAYER = ("medusa_layers",)  # rules containing this repeat for every ResBlock j
 
@@ -161,9 +229,19 @@ class Parallel:
         """Refuse layouts TensorRT-LLM cannot shard, naming the number that does not divide."""
         tp, pp = self.tp, self.pp
         if tp < 1 or pp < 1:
-            raise ConversionError(f"{where}: tp_size and pp_size must be >= 1", expected=">= 1", found=f"tp={tp} pp={pp}", fix="use --tp-size 1 --pp-size 1")
+            raise ConversionError(
+                f"{where}: tp_size and pp_size must be >= 1",
+                expected=">= 1",
+                found=f"tp={tp} pp={pp}",
+                fix="use --tp-size 1 --pp-size 1",
+            )
         if pp > dims.num_layers:
-            raise ConversionError(f"{where}: more pipeline stages than layers", expected=f"pp_size <= {dims.num_layers}", found=f"pp_size={pp}", fix="lower --pp-size")
+            raise ConversionError(
+                f"{where}: more pipeline stages than layers",
+                expected=f"pp_size <= {dims.num_layers}",
+                found=f"pp_size={pp}",
+                fix="lower --pp-size",
+            )
         nh, nkv = dims.num_heads, dims.num_kv_heads
         bad = []
         if nh % tp:
@@ -171,7 +249,10 @@ class Parallel:
         if nkv >= tp and nkv % tp:
             bad.append(f"num_key_value_heads={nkv} is not a multiple of tp_size={tp}")
         if nkv < tp and tp % nkv:
-            bad.append(f"tp_size={tp} is not a multiple of num_key_value_heads={nkv} (KV heads are repeated tp/nkv times)")
+            bad.append(
+                f"tp_size={tp} is not a multiple of num_key_value_heads={nkv} (KV heads are repeated tp/nkv "
+                "times)"
+            )
         if dims.inter % tp:
             bad.append(f"intermediate_size={dims.inter} is not a multiple of tp_size={tp}")
         if bad:
@@ -179,7 +260,8 @@ class Parallel:
                 f"{where}: tensor parallelism tp_size={tp} cannot split this model",
                 expected="heads, KV heads (or tp / KV heads) and intermediate_size divisible by tp_size",
                 found="; ".join(bad),
-                fix="choose a tp_size that divides num_attention_heads and num_key_value_heads (or a multiple of it)",
+                fix="choose a tp_size that divides num_attention_heads and num_key_value_heads (or a "
+                "multiple of it)",
             )
 
     def kv_heads(self, tp_rank: int, num_kv_heads: int) -> range:
@@ -199,6 +281,7 @@ class Parallel:
 
 # ---- which tensors a rank holds ------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Placement:
     """One tensor of a rank file: its TensorRT-LLM name and the HF tensor(s) it is made of."""
@@ -208,7 +291,9 @@ class Placement:
     hf: tuple[str, ...]  # source names (the tied embedding for a tied lm_head)
 
 
-def placements(pp_rank: int, dims: ConvertDims, par: Parallel, *, medusa: tuple[int, int] | None = None) -> Iterator[Placement]:
+def placements(
+    pp_rank: int, dims: ConvertDims, par: Parallel, *, medusa: tuple[int, int] | None = None
+) -> Iterator[Placement]:
     """Every tensor the ranks of PP stage `pp_rank` hold, in file order (a stage's TP ranks hold the same
     names). `medusa` = (heads, ResBlocks per head) when the checkpoint carries Medusa heads."""
     first, last = pp_rank == 0, pp_rank == par.pp - 1
@@ -238,4 +323,3 @@ def _on_stage(stage: Stage, *, first: bool, last: bool) -> bool:
 
 def _place(rule: Rule, fmt: dict, hf: tuple[str, ...] | None = None) -> Placement:
     return Placement(rule, rule.trt.format(**fmt), hf or tuple(s.format(**fmt) for s in rule.hf))
-

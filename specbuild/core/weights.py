@@ -19,7 +19,20 @@ from specbuild.core.safe_io import InputFileError, read_json
 
 INDEX = "model.safetensors.index.json"
 TORCH_PATTERNS = ("pytorch_model*.bin",)
-SAFETENSORS_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+SAFETENSORS_DTYPE_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+}
 _MAX_HEADER = 100 * 2**20  # a header larger than this is not a safetensors file
 
 
@@ -58,7 +71,11 @@ def find_weights(folder: str | Path) -> WeightFiles:
     if index.is_file():
         try:
             weight_map = read_json(index, what="safetensors index").get("weight_map", {})
-            shards = {s for s in weight_map.values() if isinstance(s, str)} if isinstance(weight_map, dict) else set()
+            shards = (
+                {s for s in weight_map.values() if isinstance(s, str)}
+                if isinstance(weight_map, dict)
+                else set()
+            )
         except InputFileError:
             shards = set()
         missing = tuple(sorted(s for s in shards if not (folder / s).is_file()))

@@ -64,5 +64,3 @@ def chunks(texts: list[str], size: int) -> list[str]:
 
 def write_jsonl(path: Path, key: str, items: list[str]) -> None:
     path.write_text("".join(json.dumps({key: item}) + "\n" for item in items))
-
-

@@ -73,7 +73,8 @@ def train_lm(
         loss_val = float(loss.detach())
         if step % 20 == 0 or step == sched.steps - 1:
             log(
-                f"  {label}: step {step + 1}/{sched.steps}  loss {loss_val:.3f}  ({time.time() - t0:.0f}s, cpu {time.process_time() - c0:.0f}s)"
+                f"  {label}: step {step + 1}/{sched.steps}  loss {loss_val:.3f}  ({time.time() - t0:.0f}s, "
+                f"cpu {time.process_time() - c0:.0f}s)"
             )
     model.eval()
     return loss_val
@@ -121,5 +122,3 @@ def acceptance_profile(target_seqs, draft, prompt_len: int, max_k: int = 8) -> d
                 i += run + 1
         result[f"tokens_per_pass_k{k}"] = emitted / passes
     return result
-
-

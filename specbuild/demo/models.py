@@ -51,8 +51,19 @@ from specbuild.demo.settings import (
 )
 from specbuild.demo.synthetic import train_tokenizer
 
-__all__ = ["DEFAULT_CACHE", "MICRO", "DemoFamily", "DemoSettings", "acceptance_profile", "build_family",
-           "build_medusa", "corpus_split", "cpu_count", "link_current", "new_model"]
+__all__ = [
+    "DEFAULT_CACHE",
+    "MICRO",
+    "DemoFamily",
+    "DemoSettings",
+    "acceptance_profile",
+    "build_family",
+    "build_medusa",
+    "corpus_split",
+    "cpu_count",
+    "link_current",
+    "new_model",
+]
 
 
 def build_family(
@@ -161,10 +172,26 @@ def build_medusa(
     exe = specbuild or str(Path(sys.executable).with_name("specbuild"))
     m = settings.medusa
     argv = [
-        exe, "train-medusa", str(family.target), "--data", str(family.train_text), "--out", str(out),
-        "--num-heads", str(m.num_heads), "--num-layers", str(m.num_layers), "--steps", str(m.steps),
-        "--batch-size", str(m.batch_size), "--seq-len", str(m.seq_len), "--lr", str(m.lr),
-    ] + (["--self-distill"] if m.self_distill else [])  # fmt: skip
+        exe,
+        "train-medusa",
+        str(family.target),
+        "--data",
+        str(family.train_text),
+        "--out",
+        str(out),
+        "--num-heads",
+        str(m.num_heads),
+        "--num-layers",
+        str(m.num_layers),
+        "--steps",
+        str(m.steps),
+        "--batch-size",
+        str(m.batch_size),
+        "--seq-len",
+        str(m.seq_len),
+        "--lr",
+        str(m.lr),
+    ] + (["--self-distill"] if m.self_distill else [])
     probe = subprocess.run([exe, "train-medusa", "--help"], capture_output=True, text=True)
     if probe.returncode != 0:
         log("  `specbuild train-medusa` is not available in this checkout; skipping the Medusa heads")

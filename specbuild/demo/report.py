@@ -22,8 +22,19 @@ from rich.table import Table
 
 from specbuild.core.methods import method_of
 
-COLUMNS = ("T", "conc", "accept", "tok/pass", "predicted", "measured", "TTFT ms", "ITL ms", "base ITL ms",
-           "tok/s", "base tok/s")  # fmt: skip
+COLUMNS = (
+    "T",
+    "conc",
+    "accept",
+    "tok/pass",
+    "predicted",
+    "measured",
+    "TTFT ms",
+    "ITL ms",
+    "base ITL ms",
+    "tok/s",
+    "base tok/s",
+)
 
 
 def load_bench(path: Path) -> dict[str, Any]:
@@ -49,20 +60,22 @@ def summary_rows(
         measured = m.get("speedup_measured")
         if measured is None and b and b.get("output_token_throughput"):
             measured = m["output_token_throughput"] / b["output_token_throughput"]
-        rows.append({
-            "T": run["temperature"],
-            "conc": run["concurrency"],
-            "accept": m.get("acceptance_rate"),
-            "tok/pass": m.get("mean_accepted_tokens_per_pass"),
-            "predicted": m.get("speedup_predicted"),
-            "measured": measured,
-            "TTFT ms": m["time_to_first_token"]["avg"],
-            "ITL ms": m["inter_token_latency"]["avg"],
-            "base ITL ms": b["inter_token_latency"]["avg"] if b else None,
-            "tok/s": m["output_token_throughput"],
-            "base tok/s": b["output_token_throughput"] if b else None,
-            "baseline": "vs d/t baseline" if borrowed and b else ("own baseline" if b else "none"),
-        })  # fmt: skip
+        rows.append(
+            {
+                "T": run["temperature"],
+                "conc": run["concurrency"],
+                "accept": m.get("acceptance_rate"),
+                "tok/pass": m.get("mean_accepted_tokens_per_pass"),
+                "predicted": m.get("speedup_predicted"),
+                "measured": measured,
+                "TTFT ms": m["time_to_first_token"]["avg"],
+                "ITL ms": m["inter_token_latency"]["avg"],
+                "base ITL ms": b["inter_token_latency"]["avg"] if b else None,
+                "tok/s": m["output_token_throughput"],
+                "base tok/s": b["output_token_throughput"] if b else None,
+                "baseline": "vs d/t baseline" if borrowed and b else ("own baseline" if b else "none"),
+            }
+        )
     return rows
 
 
@@ -80,15 +93,24 @@ def markdown(title: str, rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def print_summary(benches: dict[str, Path], *, family_metrics: dict | None, out: Path, timings: dict[str, float],
-                  total_s: float) -> dict[str, Any]:  # fmt: skip
+def print_summary(
+    benches: dict[str, Path],
+    *,
+    family_metrics: dict | None,
+    out: Path,
+    timings: dict[str, float],
+    total_s: float,
+) -> dict[str, Any]:
     """Print the tables and write OUT/summary.json and OUT/summary.md; returns the summary."""
 
     # A log file (not a terminal) gets the full table instead of rich's 80-column default.
     console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
     loaded = {mode: load_bench(path) for mode, path in benches.items() if Path(path).is_file()}
-    summary: dict[str, Any] = {"modes": {}, "timings_s": {k: round(v, 1) for k, v in timings.items()},
-                               "total_s": round(total_s, 1)}  # fmt: skip
+    summary: dict[str, Any] = {
+        "modes": {},
+        "timings_s": {k: round(v, 1) for k, v in timings.items()},
+        "total_s": round(total_s, 1),
+    }
     md = []
     for mode, bench in loaded.items():
         method = method_of(mode)
@@ -96,8 +118,11 @@ def print_summary(benches: dict[str, Path], *, family_metrics: dict | None, out:
         lender = next((b for m, b in loaded.items() if method_of(m).has_baseline), None)
         rows = summary_rows(bench, baseline_from=None if method.has_baseline else lender)
         ctx = bench.get("context", {})
-        title = f"{mode}: K={ctx.get('num_draft_tokens')}, cost ratio c={_fmt(ctx.get('cost_ratio'))}" if method.bls_drives_loop \
-            else f"{mode}: tree from the tuned spec, c=0 (heads ride on the target pass)"  # fmt: skip
+        title = (
+            (f"{mode}: K={ctx.get('num_draft_tokens')}, cost ratio c={_fmt(ctx.get('cost_ratio'))}")
+            if method.bls_drives_loop
+            else f"{mode}: tree from the tuned spec, c=0 (heads ride on the target pass)"
+        )
         if rows and rows[0]["baseline"] == "vs d/t baseline":
             title += "; measured vs the draft/target run's target-alone baseline"
         table = Table(title=title)

@@ -176,14 +176,16 @@ def stage_models(opts: DemoOptions):
     link_current(family, heads, cache=opts.cache)
     acc = family.metrics["held_out_greedy_acceptance"]
     print(
-        f"target {family.metrics['target_params'] / 1e6:.1f}M params, draft {family.metrics['draft_params'] / 1e6:.2f}M "
+        f"target {family.metrics['target_params'] / 1e6:.1f}M params, draft "
+        f"{family.metrics['draft_params'] / 1e6:.2f}M "
         f"params; held-out greedy draft acceptance per token {acc['alpha_token']:.2f}"
     )
     return family, heads
 
 
 def stage_specs(opts: DemoOptions, modes: tuple[str, ...]) -> dict[str, Path]:
-    """Copy the example specs to OUT/specs/, model paths made absolute links in the cache (tune edits the copy)."""
+    """Copy the example specs to OUT/specs/, model paths made absolute links in the cache (tune edits the
+    copy)."""
     out = Path(opts.out) / "specs"
     out.mkdir(parents=True, exist_ok=True)
     specs = {}
@@ -196,8 +198,8 @@ def stage_specs(opts: DemoOptions, modes: tuple[str, ...]) -> dict[str, Path]:
                 raw[section][key] = str(Path(opts.cache).absolute() / Path(raw[section][key]).name)
         dest = out / source.name
         dest.write_text(
-            f"# Copied by `make demo` from {os.path.relpath(source, REPO_ROOT)}; tune --write edits this copy.\n"
-            + yaml.safe_dump(raw, sort_keys=False)
+            f"# Copied by `make demo` from {os.path.relpath(source, REPO_ROOT)}; tune --write edits this "
+            "copy.\n" + yaml.safe_dump(raw, sort_keys=False)
         )
         specs[mode] = dest.resolve()
     return specs
@@ -235,8 +237,19 @@ def stage_repo(build: Path, out: Path) -> Path:
 def serving(repo: Path, log_file: Path) -> Iterator[str]:
     """`specbuild serve REPO` in the background until the block ends; yields HOST:PORT (gRPC)."""
     grpc, http, metrics = free_port(), free_port(), free_port()
-    argv = [specbuild_exe(), "serve", str(repo), "--grpc-port", str(grpc), "--http-port", str(http),
-            "--metrics-port", str(metrics), "--log-file", str(log_file)]  # fmt: skip
+    argv = [
+        specbuild_exe(),
+        "serve",
+        str(repo),
+        "--grpc-port",
+        str(grpc),
+        "--http-port",
+        str(http),
+        "--metrics-port",
+        str(metrics),
+        "--log-file",
+        str(log_file),
+    ]
     _console().print(f"[bold cyan]$ {_shown(argv)} &[/]")
     proc = subprocess.Popen(argv, start_new_session=True, env=_env())
     url = f"127.0.0.1:{grpc}"
@@ -294,8 +307,21 @@ def stage_generate(url: str, prompt: str, max_tokens: int) -> None:
 
 
 def stage_bench(url: str, prompts: Path, out: Path, opts: DemoOptions) -> Path:
-    run_cli("bench", "--url", url, "--prompts", str(prompts), "--concurrency", opts.concurrency,
-            "--temperature", opts.temperatures, "--max-tokens", str(opts.max_tokens), "--out", str(out))
+    run_cli(
+        "bench",
+        "--url",
+        url,
+        "--prompts",
+        str(prompts),
+        "--concurrency",
+        opts.concurrency,
+        "--temperature",
+        opts.temperatures,
+        "--max-tokens",
+        str(opts.max_tokens),
+        "--out",
+        str(out),
+    )
     return out / "bench.json"
 
 
@@ -347,8 +373,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # our lines and the commands' output stay in order in a log
-    opts = DemoOptions(out=args.out, cache=args.cache, concurrency=args.concurrency, temperatures=args.temperature,
-                       max_tokens=args.max_tokens, modes=MODES if args.mode == "both" else (args.mode,), settings=MICRO if args.micro else DemoSettings())  # fmt: skip
+    opts = DemoOptions(
+        out=args.out,
+        cache=args.cache,
+        concurrency=args.concurrency,
+        temperatures=args.temperature,
+        max_tokens=args.max_tokens,
+        modes=MODES if args.mode == "both" else (args.mode,),
+        settings=MICRO if args.micro else DemoSettings(),
+    )
 
     torch.set_num_threads(cpu_count())
 
@@ -378,8 +411,13 @@ def main(argv: list[str] | None = None) -> int:
         ledger.failures.append(exc.what)
         print(exc.message(), file=sys.stderr)
     _rule("summary")
-    print_summary(benches, family_metrics=family.metrics if family else None, out=Path(opts.out), timings=ledger.timings,
-                  total_s=time.time() - ledger.started)  # fmt: skip
+    print_summary(
+        benches,
+        family_metrics=family.metrics if family else None,
+        out=Path(opts.out),
+        timings=ledger.timings,
+        total_s=time.time() - ledger.started,
+    )
     for failure in ledger.failures:
         print(f"FAILED: {failure}", file=sys.stderr)
     return 1 if ledger.failures else 0

@@ -133,5 +133,3 @@ def environment() -> dict:
 
 def settings_hash(obj: dict) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
-
-

@@ -34,7 +34,9 @@ _DEFAULT_CORPUS = [
 ]
 
 
-def train_tokenizer(out_dir: str | Path, texts: Iterable[str] | None = None, *, vocab_size: int = 384) -> Path:
+def train_tokenizer(
+    out_dir: str | Path, texts: Iterable[str] | None = None, *, vocab_size: int = 384
+) -> Path:
     """Train a byte-level BPE on `texts` (deterministic) and save it as a transformers tokenizer."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -75,7 +77,11 @@ def make_model(
 ):
     """Write a random Llama / Mistral / Qwen2 model (safetensors + config + tokenizer) and return it."""
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    classes = {"llama": (LlamaConfig, LlamaForCausalLM), "mistral": (MistralConfig, MistralForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
+    classes = {
+        "llama": (LlamaConfig, LlamaForCausalLM),
+        "mistral": (MistralConfig, MistralForCausalLM),
+        "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+    }
     config_cls, model_cls = classes[family]
     kwargs = dict(
         vocab_size=vocab_size or len(tokenizer),

@@ -35,7 +35,9 @@ REQUIRED_PARAMETERS = {
 }
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 # Triton decoding_mode values that need an engine built for that speculative mode.
-SPECULATIVE_DECODING_MODES = tuple(m.triton_decoding_mode for m in SpeculativeDecodingMode if m.triton_decoding_mode != "top_k_top_p")
+SPECULATIVE_DECODING_MODES = tuple(
+    m.triton_decoding_mode for m in SpeculativeDecodingMode if m.triton_decoding_mode != "top_k_top_p"
+)
 
 
 @dataclass(frozen=True)
@@ -55,10 +57,14 @@ class _Repo:
         self.findings: list[Finding] = []
         self.configs: dict[str, Any] = {}
         try:  # a repository without (or with a broken) manifest is still checked; paths stay as written
-            self.manifest: RepoManifest | None = read_repo_manifest(root) if (root / MANIFEST).is_file() else None
+            self.manifest: RepoManifest | None = (
+                read_repo_manifest(root) if (root / MANIFEST).is_file() else None
+            )
         except SpecbuildError as exc:
             self.manifest = None
-            self.fail(MANIFEST, "-", exc.what, exc.fix or "regenerate the repository with `specbuild repo --force`")
+            self.fail(
+                MANIFEST, "-", exc.what, exc.fix or "regenerate the repository with `specbuild repo --force`"
+            )
 
     def fail(self, file: str, field: str, problem: str, fix: str) -> None:
         self.findings.append(Finding(file, field, problem, fix))
@@ -70,7 +76,8 @@ class _Repo:
         return cfg.parameters[key].string_value
 
     def host_path(self, served: str) -> Path:
-        """A path as written in a config -> where it is on this host (undo --engine-root / --tokenizer-dir)."""
+        """A path as written in a config -> where it is on this host (undo --engine-root /
+        --tokenizer-dir)."""
         m = self.manifest
         if m is None:
             return Path(served)
@@ -113,15 +120,27 @@ def _parse_all(repo: _Repo) -> None:
             unreadable.add(path.parent.name)
             continue
         except text_format.ParseError as exc:
-            repo.fail(rel, "-", f"not a valid inference.ModelConfig: {shorten(str(exc))}", "regenerate it with `specbuild repo --force`")
+            repo.fail(
+                rel,
+                "-",
+                f"not a valid inference.ModelConfig: {shorten(str(exc))}",
+                "regenerate it with `specbuild repo --force`",
+            )
             unreadable.add(path.parent.name)
             continue
         if cfg.name and cfg.name != path.parent.name:
-            repo.fail(rel, "name", f"{cfg.name!r} differs from its folder {path.parent.name!r}", f'set name: "{path.parent.name}"')
+            repo.fail(
+                rel,
+                "name",
+                f"{cfg.name!r} differs from its folder {path.parent.name!r}",
+                f'set name: "{path.parent.name}"',
+            )
         repo.configs[path.parent.name] = cfg
     for model in ("ensemble", "preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_bls"):
         if model not in repo.configs and model not in unreadable:
-            repo.fail(f"{model}/config.pbtxt", "-", "missing", "regenerate the repository with `specbuild repo`")
+            repo.fail(
+                f"{model}/config.pbtxt", "-", "missing", "regenerate the repository with `specbuild repo`"
+            )
 
 
 def _check_engines(repo: _Repo) -> dict[str, dict]:
@@ -136,19 +155,33 @@ def _check_engines(repo: _Repo) -> dict[str, dict]:
             continue  # reported by _check_parameters
         folder = repo.host_path(served)
         if not (folder / "config.json").is_file():
-            repo.fail(rel, "parameters.gpt_model_path", f"engine folder {folder} does not exist (or has no config.json)",
-                      "build the engines (`specbuild compile`, then build.sh on a GPU host) or fix the path / --engine-root")
+            repo.fail(
+                rel,
+                "parameters.gpt_model_path",
+                f"engine folder {folder} does not exist (or has no config.json)",
+                "build the engines (`specbuild compile`, then build.sh on a GPU host) or fix the path / "
+                "--engine-root",
+            )
             continue
         try:
             cfg = read_json(folder / "config.json", what="engine config.json")
         except SpecbuildError as exc:
-            repo.fail(rel, "parameters.gpt_model_path", f"{exc.what} ({exc.found})",
-                      "rebuild the engine (`specbuild compile`, or build.sh on a GPU host)")
+            repo.fail(
+                rel,
+                "parameters.gpt_model_path",
+                f"{exc.what} ({exc.found})",
+                "rebuild the engine (`specbuild compile`, or build.sh on a GPU host)",
+            )
             continue
         out[model] = cfg
         if repo.configs[model].backend == "tensorrtllm" and not any(folder.glob("rank*.engine")):
-            repo.fail(rel, "parameters.gpt_model_path", f"{folder} holds no rank*.engine (a reference engine or an unbuilt plan)",
-                      "run build.sh on a GPU host with tensorrt_llm, or generate with --backend python for local serving")
+            repo.fail(
+                rel,
+                "parameters.gpt_model_path",
+                f"{folder} holds no rank*.engine (a reference engine or an unbuilt plan)",
+                "run build.sh on a GPU host with tensorrt_llm, or generate with --backend python for local "
+                "serving",
+            )
     return out
 
 
@@ -163,8 +196,12 @@ def _check_speculation(repo: _Repo, engines: dict[str, dict]) -> None:
     # trtllm-build records the IntFlag's integer (MEDUSA = 4); older specbuild folders the CLI name
     mode = SpeculativeDecodingMode.from_recorded(raw)
     if mode is None:
-        repo.fail(rel, "parameters.gpt_model_path", f"the engine's build_config.speculative_decoding_mode {shorten(raw)} is not a TensorRT-LLM mode",
-                  "rebuild the engine (its config.json is damaged or from an unknown TensorRT-LLM)")
+        repo.fail(
+            rel,
+            "parameters.gpt_model_path",
+            f"the engine's build_config.speculative_decoding_mode {shorten(raw)} is not a TensorRT-LLM mode",
+            "rebuild the engine (its config.json is damaged or from an unknown TensorRT-LLM)",
+        )
         return
     shown = f"{mode.name} ({int(mode)})"
     try:
@@ -174,45 +211,78 @@ def _check_speculation(repo: _Repo, engines: dict[str, dict]) -> None:
     decoding = repo.param("tensorrt_llm", "decoding_mode") or ""
     want = mode.triton_decoding_mode  # what the C++ backend calls the engine's speculative mode
     if want != "top_k_top_p" and decoding != want:
-        repo.fail(rel, "parameters.decoding_mode", f"{decoding!r} but the engine was built with speculative_decoding_mode {shown}",
-                  f'set decoding_mode to "{want}"')
+        repo.fail(
+            rel,
+            "parameters.decoding_mode",
+            f"{decoding!r} but the engine was built with speculative_decoding_mode {shown}",
+            f'set decoding_mode to "{want}"',
+        )
     if want == "top_k_top_p" and decoding in SPECULATIVE_DECODING_MODES:
-        repo.fail(rel, "parameters.decoding_mode", f"{decoding} but the engine's speculative_decoding_mode is {shown}",
-                  'set decoding_mode to "top_k_top_p" (or rebuild the engine for that mode)')
+        repo.fail(
+            rel,
+            "parameters.decoding_mode",
+            f"{decoding} but the engine's speculative_decoding_mode is {shown}",
+            'set decoding_mode to "top_k_top_p" (or rebuild the engine for that mode)',
+        )
     if mode is SpeculativeDecodingMode.MEDUSA:
         _check_medusa_tree(repo, target, max_draft_len)
     k = repo.param("tensorrt_llm_bls", "default_num_draft_tokens")
     draft_name = repo.param("tensorrt_llm_bls", "tensorrt_llm_draft_model_name")
     if draft_name:
         if draft_name not in repo.configs:
-            repo.fail("tensorrt_llm_bls/config.pbtxt", "parameters.tensorrt_llm_draft_model_name",
-                      f"names {draft_name!r}, which is not in the repository", "set it to tensorrt_llm_draft or regenerate")
+            repo.fail(
+                "tensorrt_llm_bls/config.pbtxt",
+                "parameters.tensorrt_llm_draft_model_name",
+                f"names {draft_name!r}, which is not in the repository",
+                "set it to tensorrt_llm_draft or regenerate",
+            )
         if mode is not SpeculativeDecodingMode.DRAFT_TOKENS_EXTERNAL:
-            repo.fail("tensorrt_llm/config.pbtxt", "parameters.gpt_model_path",
-                      f"the target engine's speculative_decoding_mode is {shown}, but the BLS drafts with {draft_name}",
-                      "rebuild the target with --speculative_decoding_mode draft_tokens_external --max_draft_len K")
+            repo.fail(
+                "tensorrt_llm/config.pbtxt",
+                "parameters.gpt_model_path",
+                f"the target engine's speculative_decoding_mode is {shown}, but the BLS drafts with "
+                f"{draft_name}",
+                "rebuild the target with --speculative_decoding_mode draft_tokens_external --max_draft_len K",
+            )
         if k is not None and k.isdigit() and int(k) > max_draft_len:
-            repo.fail("tensorrt_llm_bls/config.pbtxt", "parameters.default_num_draft_tokens",
-                      f"{k} draft tokens but the target engine's max_draft_len is {max_draft_len}",
-                      f"set default_num_draft_tokens <= {max_draft_len}, or rebuild the target with a larger --max_draft_len")
+            repo.fail(
+                "tensorrt_llm_bls/config.pbtxt",
+                "parameters.default_num_draft_tokens",
+                f"{k} draft tokens but the target engine's max_draft_len is {max_draft_len}",
+                f"set default_num_draft_tokens <= {max_draft_len}, or rebuild the target with a larger "
+                "--max_draft_len",
+            )
 
 
 def _check_medusa_tree(repo: _Repo, target: dict, max_draft_len: int) -> None:
     rel = "tensorrt_llm/config.pbtxt"
     text = repo.param("tensorrt_llm", "medusa_choices")
     if not text:
-        repo.fail(rel, "parameters.medusa_choices", "missing: the backend would use its default mc_sim_7b_63 tree",
-                  "set medusa_choices to the tree the engine was built for, e.g. {0}, {0, 0}, {1}")
+        repo.fail(
+            rel,
+            "parameters.medusa_choices",
+            "missing: the backend would use its default mc_sim_7b_63 tree",
+            "set medusa_choices to the tree the engine was built for, e.g. {0}, {0, 0}, {1}",
+        )
         return
     try:
         tree = MedusaChoices.from_triton(text)
     except SpecbuildError as exc:
-        repo.fail(rel, "parameters.medusa_choices", f"{exc.what}: {text[:80]}", exc.fix or "write {0}, {0, 0}, {1} (no outer braces)")
+        repo.fail(
+            rel,
+            "parameters.medusa_choices",
+            f"{exc.what}: {text[:80]}",
+            exc.fix or "write {0}, {0, 0}, {1} (no outer braces)",
+        )
         return
     heads = int((target.get("pretrained_config") or {}).get("num_medusa_heads") or 0)
     for problem in tree.problems(num_heads=heads, max_draft_len=max_draft_len):
-        repo.fail(rel, "parameters.medusa_choices", problem,
-                  f"use a tree of at most {max_draft_len} nodes and depth <= {heads} (or rebuild the engine)")
+        repo.fail(
+            rel,
+            "parameters.medusa_choices",
+            problem,
+            f"use a tree of at most {max_draft_len} nodes and depth <= {heads} (or rebuild the engine)",
+        )
 
 
 def _check_logits(repo: _Repo, engines: dict[str, dict]) -> None:
@@ -228,14 +298,21 @@ def _check_logits(repo: _Repo, engines: dict[str, dict]) -> None:
         target = types.get("tensorrt_llm")
         for model, dtype in types.items():
             if dtype != target:
-                repo.fail(f"{model}/config.pbtxt", "output generation_logits.data_type",
-                          f"{dtype} but tensorrt_llm uses {target} (draft_logits travel between them)",
-                          f"use {target} in every model (logits_datatype)")
+                repo.fail(
+                    f"{model}/config.pbtxt",
+                    "output generation_logits.data_type",
+                    f"{dtype} but tensorrt_llm uses {target} (draft_logits travel between them)",
+                    f"use {target} in every model (logits_datatype)",
+                )
     for model, cfg in engines.items():
         want = LOGITS_DTYPE_OF.get(str((cfg.get("pretrained_config") or {}).get("logits_dtype", "float32")))
         if want and types.get(model) and types[model] != want:
-            repo.fail(f"{model}/config.pbtxt", "output generation_logits.data_type",
-                      f"{types[model]} but the engine's logits_dtype is {want}", f"use {want}")
+            repo.fail(
+                f"{model}/config.pbtxt",
+                "output generation_logits.data_type",
+                f"{types[model]} but the engine's logits_dtype is {want}",
+                f"use {want}",
+            )
 
 
 def _check_tokenizers(repo: _Repo, engines: dict[str, dict]) -> None:
@@ -247,22 +324,35 @@ def _check_tokenizers(repo: _Repo, engines: dict[str, dict]) -> None:
         folder = repo.host_path(served)
         rel = f"{model}/config.pbtxt"
         if not folder.is_dir() or not any((folder / f).is_file() for f in TOKENIZER_FILES):
-            repo.fail(rel, "parameters.tokenizer_dir", f"{folder} holds no tokenizer ({', '.join(TOKENIZER_FILES)})",
-                      "point tokenizer_dir at the target model's HF folder")
+            repo.fail(
+                rel,
+                "parameters.tokenizer_dir",
+                f"{folder} holds no tokenizer ({', '.join(TOKENIZER_FILES)})",
+                "point tokenizer_dir at the target model's HF folder",
+            )
             continue
         seen[model] = folder
     folders = {str(p.resolve()) for p in seen.values()}
     if len(folders) > 1 and not _same_tokenizer(list(seen.values())):
         for model, folder in seen.items():
-            repo.fail(f"{model}/config.pbtxt", "parameters.tokenizer_dir", f"{folder} differs from the other models' tokenizer",
-                      "use the target model's tokenizer folder in preprocessing, postprocessing and the engine models")
+            repo.fail(
+                f"{model}/config.pbtxt",
+                "parameters.tokenizer_dir",
+                f"{folder} differs from the other models' tokenizer",
+                "use the target model's tokenizer folder in preprocessing, postprocessing and the engine "
+                "models",
+            )
     vocab = int((engines.get("tensorrt_llm", {}).get("pretrained_config") or {}).get("vocab_size") or 0)
     if "preprocessing" in seen and vocab:
         size = _tokenizer_size(seen["preprocessing"])
         if size > vocab:
-            repo.fail("preprocessing/config.pbtxt", "parameters.tokenizer_dir",
-                      f"the tokenizer in {seen['preprocessing']} has {size} tokens but the target engine's vocab_size is {vocab}",
-                      "use the tokenizer of the model the engine was built from")
+            repo.fail(
+                "preprocessing/config.pbtxt",
+                "parameters.tokenizer_dir",
+                f"the tokenizer in {seen['preprocessing']} has {size} tokens but the target engine's "
+                f"vocab_size is {vocab}",
+                "use the tokenizer of the model the engine was built from",
+            )
 
 
 def _tokenizer_size(folder: Path) -> int:
@@ -274,16 +364,24 @@ def _tokenizer_size(folder: Path) -> int:
         data = read_json(path, kind="tokenizer", what="tokenizer.json")
     except SpecbuildError:
         return 0  # unreadable: the tokenizer rows of `check` and the server say why
-    ids = set(((data.get("model") or {}).get("vocab") or {}).values()) if isinstance((data.get("model") or {}).get("vocab"), dict) else set()
+    ids = (
+        set(((data.get("model") or {}).get("vocab") or {}).values())
+        if isinstance((data.get("model") or {}).get("vocab"), dict)
+        else set()
+    )
     ids |= {t.get("id") for t in data.get("added_tokens") or [] if isinstance(t, dict)}
     return max((i for i in ids if isinstance(i, int)), default=-1) + 1
 
 
 def _same_tokenizer(folders: list[Path]) -> bool:
     """Two folders hold the same tokenizer when their tokenizer files are byte-identical."""
+
     def digest(folder: Path) -> tuple:
-        return tuple((f, hashlib.sha256(read_bytes(folder / f, kind="tokenizer")).hexdigest())
-                     for f in TOKENIZER_FILES if (folder / f).is_file())
+        return tuple(
+            (f, hashlib.sha256(read_bytes(folder / f, kind="tokenizer")).hexdigest())
+            for f in TOKENIZER_FILES
+            if (folder / f).is_file()
+        )
 
     first = digest(folders[0])
     return all(digest(f) == first for f in folders[1:])
@@ -299,8 +397,12 @@ def _check_ensemble(repo: _Repo) -> None:
     for i, step in enumerate(ens.ensemble_scheduling.step):
         model = repo.configs.get(step.model_name)
         if model is None:
-            repo.fail(rel, f"ensemble_scheduling.step[{i}].model_name", f"{step.model_name!r} is not in the repository",
-                      "regenerate the repository")
+            repo.fail(
+                rel,
+                f"ensemble_scheduling.step[{i}].model_name",
+                f"{step.model_name!r} is not in the repository",
+                "regenerate the repository",
+            )
             continue
         inputs = {t.name: t for t in model.input}
         outputs = {t.name: t for t in model.output}
@@ -309,29 +411,49 @@ def _check_ensemble(repo: _Repo) -> None:
             if key not in inputs:
                 repo.fail(rel, field, f"{step.model_name} has no input {key!r}", "map an existing input name")
             elif tensor not in types and tensor not in produced:
-                repo.fail(rel, field, f"ensemble tensor {tensor!r} is neither an ensemble input nor produced by an earlier step",
-                          "map an ensemble input or an earlier step's output")
+                repo.fail(
+                    rel,
+                    field,
+                    f"ensemble tensor {tensor!r} is neither an ensemble input nor produced by an earlier "
+                    "step",
+                    "map an ensemble input or an earlier step's output",
+                )
             else:
                 have = types.get(tensor, produced.get(tensor))
                 if have != inputs[key].data_type:
-                    repo.fail(rel, field, f"{tensor!r} has type {_dtype(have)} but {step.model_name}.{key} wants {_dtype(inputs[key].data_type)}",
-                              "make the types agree (logits_datatype / the tensor tables)")
+                    repo.fail(
+                        rel,
+                        field,
+                        f"{tensor!r} has type {_dtype(have)} but {step.model_name}.{key} wants "
+                        f"{_dtype(inputs[key].data_type)}",
+                        "make the types agree (logits_datatype / the tensor tables)",
+                    )
         for key, tensor in step.output_map.items():
             field = f"ensemble_scheduling.step[{i}].output_map[{key}]"
             if key not in outputs:
-                repo.fail(rel, field, f"{step.model_name} has no output {key!r}", "map an existing output name")
+                repo.fail(
+                    rel, field, f"{step.model_name} has no output {key!r}", "map an existing output name"
+                )
                 continue
             produced[tensor] = outputs[key].data_type
         missing = [t.name for t in model.input if not t.optional and t.name not in step.input_map]
         for name in missing:
-            repo.fail(rel, f"ensemble_scheduling.step[{i}].input_map", f"required input {step.model_name}.{name} is not mapped",
-                      f"map {name} to an ensemble tensor")
+            repo.fail(
+                rel,
+                f"ensemble_scheduling.step[{i}].input_map",
+                f"required input {step.model_name}.{name} is not mapped",
+                f"map {name} to an ensemble tensor",
+            )
     for out in ens.output:
         if out.name not in produced:
             repo.fail(rel, f"output {out.name}", "no step produces it", "map it in a step's output_map")
         elif produced[out.name] != out.data_type:
-            repo.fail(rel, f"output {out.name}.data_type", f"{_dtype(out.data_type)} but the step produces {_dtype(produced[out.name])}",
-                      "make the types agree")
+            repo.fail(
+                rel,
+                f"output {out.name}.data_type",
+                f"{_dtype(out.data_type)} but the step produces {_dtype(produced[out.name])}",
+                "make the types agree",
+            )
 
 
 def _dtype(value: int | None) -> str:
@@ -348,22 +470,56 @@ def _check_parameters(repo: _Repo) -> None:
             continue
         for key in keys:
             if key not in cfg.parameters:
-                repo.fail(f"{model}/config.pbtxt", f"parameters.{key}", "missing (the model does not load without it)",
-                          f'add parameters {{ key: "{key}" value: {{ string_value: "..." }} }}')
+                repo.fail(
+                    f"{model}/config.pbtxt",
+                    f"parameters.{key}",
+                    "missing (the model does not load without it)",
+                    f'add parameters {{ key: "{key}" value: {{ string_value: "..." }} }}',
+                )
     for model in ENGINE_MODELS:
-        if repo.param(model, "gpt_model_type") not in (None, "inflight_fused_batching", "inflight_batching", "V1", "v1"):
-            repo.fail(f"{model}/config.pbtxt", "parameters.gpt_model_type", f"{repo.param(model, 'gpt_model_type')!r} is not a batching strategy",
-                      'use "inflight_fused_batching"')
+        if repo.param(model, "gpt_model_type") not in (
+            None,
+            "inflight_fused_batching",
+            "inflight_batching",
+            "V1",
+            "v1",
+        ):
+            repo.fail(
+                f"{model}/config.pbtxt",
+                "parameters.gpt_model_type",
+                f"{repo.param(model, 'gpt_model_type')!r} is not a batching strategy",
+                'use "inflight_fused_batching"',
+            )
 
 
 def _check_python_sources(repo: _Repo) -> None:
-    """Python-backend models need 1/model.py; a production BLS needs its vendored loop (no specbuild there)."""
+    """Python-backend models need 1/model.py; a production BLS needs its vendored loop (no
+    specbuild there)."""
     for name, cfg in repo.configs.items():
         if cfg.backend == "python" and not (repo.root / name / "1" / "model.py").is_file():
-            repo.fail(f"{name}/1/model.py", "-", "missing: the Python backend has nothing to run",
-                      "regenerate the repository with `specbuild repo --force`")
-    production = any(repo.configs.get(m) is not None and repo.configs[m].backend == "tensorrtllm" for m in ENGINE_MODELS)
-    loop = repo.root / "tensorrt_llm_bls" / "1" / "vendor" / "specbuild" / "engines" / "reference" / "speculative.py"
+            repo.fail(
+                f"{name}/1/model.py",
+                "-",
+                "missing: the Python backend has nothing to run",
+                "regenerate the repository with `specbuild repo --force`",
+            )
+    production = any(
+        repo.configs.get(m) is not None and repo.configs[m].backend == "tensorrtllm" for m in ENGINE_MODELS
+    )
+    loop = (
+        repo.root
+        / "tensorrt_llm_bls"
+        / "1"
+        / "vendor"
+        / "specbuild"
+        / "engines"
+        / "reference"
+        / "speculative.py"
+    )
     if production and "tensorrt_llm_bls" in repo.configs and not loop.is_file():
-        repo.fail("tensorrt_llm_bls/1/vendor", "-", "missing: the container has no specbuild, the BLS cannot import its loop",
-                  "regenerate the repository with `specbuild repo --backend tensorrtllm --force`")
+        repo.fail(
+            "tensorrt_llm_bls/1/vendor",
+            "-",
+            "missing: the container has no specbuild, the BLS cannot import its loop",
+            "regenerate the repository with `specbuild repo --backend tensorrtllm --force`",
+        )

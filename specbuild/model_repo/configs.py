@@ -21,7 +21,10 @@ from specbuild.model_repo import tensors as T
 BACKENDS = ("tensorrtllm", "python")
 # Parameters the C++ backend reads without a fallback: a config without them does not load (triton.md 1.2).
 REQUIRED_ENGINE_PARAMETERS = (
-    "gpt_model_type", "gpt_model_path", "tokenizer_dir", "guided_decoding_backend",
+    "gpt_model_type",
+    "gpt_model_path",
+    "tokenizer_dir",
+    "guided_decoding_backend",
     "xgrammar_tokenizer_info_path",
 )
 EXECUTOR_WORKER_PATH = "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
@@ -42,7 +45,9 @@ class EngineModel:
     enable_kv_cache_reuse: bool
     max_tokens_in_paged_kv_cache: int | None = None  # equal token pools for draft and target
     medusa_choices: str | None = None  # MedusaChoices.to_triton(): `{0}, {0, 0}` (no outer braces)
-    enable_chunked_context: bool = False  # serving.enable_chunked_context: prompts up to max_seq_len - 1 in chunks
+    enable_chunked_context: bool = (
+        False  # serving.enable_chunked_context: prompts up to max_seq_len - 1 in chunks
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,11 +154,14 @@ def preprocessing_config(layout: RepoLayout, *, instance_count: int = 1):
     _dynamic_batching(config, layout)
     _add_tensors(config, T.preprocessing_interface())
     config.instance_group.add(count=instance_count, kind=pb.ModelInstanceGroup.KIND_CPU)
-    _set_params(config, {
-        "tokenizer_dir": layout.tokenizer_dir,
-        "add_special_tokens": "true",
-        "gpt_model_path": layout.target.engine_dir,
-    })
+    _set_params(
+        config,
+        {
+            "tokenizer_dir": layout.tokenizer_dir,
+            "add_special_tokens": "true",
+            "gpt_model_path": layout.target.engine_dir,
+        },
+    )
     return config
 
 
@@ -187,18 +195,21 @@ def bls_config(layout: RepoLayout):
     config.model_transaction_policy.decoupled = True
     _add_tensors(config, T.bls_interface(layout.names, logits_dtype=layout.logits_dtype))
     config.instance_group.add(count=layout.bls_instance_count, kind=pb.ModelInstanceGroup.KIND_CPU)
-    _set_params(config, {
-        "accumulate_tokens": _bool(layout.accumulate_tokens),
-        "tensorrt_llm_model_name": layout.target.name,
-        "tensorrt_llm_draft_model_name": layout.draft.name if layout.draft else "",
-        "multimodal_encoders_name": "",
-        # specbuild additions (the upstream BLS ignores unknown keys):
-        "tensorrt_llm_decoupled": _bool(layout.target.decoupled),
-        "speculation_method": layout.mode.value,
-        "bls_drafter": layout.bls_drafter or "",
-        "default_num_draft_tokens": str(layout.default_num_draft_tokens),
-        "default_use_draft_logits": _bool(layout.default_use_draft_logits),
-    })
+    _set_params(
+        config,
+        {
+            "accumulate_tokens": _bool(layout.accumulate_tokens),
+            "tensorrt_llm_model_name": layout.target.name,
+            "tensorrt_llm_draft_model_name": layout.draft.name if layout.draft else "",
+            "multimodal_encoders_name": "",
+            # specbuild additions (the upstream BLS ignores unknown keys):
+            "tensorrt_llm_decoupled": _bool(layout.target.decoupled),
+            "speculation_method": layout.mode.value,
+            "bls_drafter": layout.bls_drafter or "",
+            "default_num_draft_tokens": str(layout.default_num_draft_tokens),
+            "default_use_draft_logits": _bool(layout.default_use_draft_logits),
+        },
+    )
     return config
 
 

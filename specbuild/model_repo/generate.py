@@ -39,7 +39,10 @@ PYTHON_MODELS = Path(__file__).parent / "python_models"
 # have specbuild installed, so the generator vendors them into tensorrt_llm_bls/1/vendor/.
 # Their packages get empty __init__.py files, so nothing else of specbuild is imported.
 VENDORED_MODULES = (
-    "core/errors.py", "core/sampling_params.py", "core/generation.py", "engines/reference/speculative.py",
+    "core/errors.py",
+    "core/sampling_params.py",
+    "core/generation.py",
+    "engines/reference/speculative.py",
     "engines/reference/sampling.py",
 )
 
@@ -87,12 +90,20 @@ def read_build(build_dir: str | Path) -> BuildInfo:
     for role in manifest.method.roles(manifest.spec):
         record = manifest.roles.get(role.role)
         if record is None:
-            raise RepoError(f"{manifest.folder}: the build has no {role.role} engine", expected=f"roles.{role.role} in specbuild.json",
-                            found=", ".join(manifest.roles), fix="re-run `specbuild compile`")
+            raise RepoError(
+                f"{manifest.folder}: the build has no {role.role} engine",
+                expected=f"roles.{role.role} in specbuild.json",
+                found=", ".join(manifest.roles),
+                fix="re-run `specbuild compile`",
+            )
         path = manifest.engine_dir(role.role)
-        engines[role.role] = BuiltEngine(role.role, path, _json(path / "config.json"),
-                                         checkpoint_config=_json(manifest.checkpoint_dir(role.role) / "config.json"),
-                                         hf_dir=record.hf_dir)
+        engines[role.role] = BuiltEngine(
+            role.role,
+            path,
+            _json(path / "config.json"),
+            checkpoint_config=_json(manifest.checkpoint_dir(role.role) / "config.json"),
+            hf_dir=record.hf_dir,
+        )
     return BuildInfo(manifest, engines)
 
 
@@ -111,15 +122,23 @@ def kv_fractions(build: BuildInfo, *, strict: bool) -> tuple[float, float | None
     n = len(build.engines)
     even = (total / n, total / n if "draft" in build.engines else None, None)
     # The HF folders the build recorded (the spec's relative paths may not resolve from here).
-    configs = {role: HFModelConfig.from_hf(e.hf_dir) for role, e in build.engines.items() if e.hf_dir and e.hf_dir.is_dir()}
+    configs = {
+        role: HFModelConfig.from_hf(e.hf_dir)
+        for role, e in build.engines.items()
+        if e.hf_dir and e.hf_dir.is_dir()
+    }
     plan = plan_memory(spec, target=configs.get("target"), draft=configs.get("draft"))
     fractions = [plan.target_kv_fraction] + ([plan.draft_kv_fraction] if "draft" in build.engines else [])
     if all(f is not None and 0.0 < f <= 1.0 for f in fractions) and plan.fits:
         return plan.target_kv_fraction, plan.draft_kv_fraction, plan.kv_tokens or None
     if strict:
-        raise RepoError("the memory plan leaves no room for the KV cache", expected="weights + KV cache that fit the GPUs",
-                        found=f"kv fractions {fractions}, {plan.kv_tokens} KV tokens for max_seq_len {plan.max_seq_len}",
-                        fix="run `specbuild check SPEC`; lower build.max_batch_size / max_seq_len, raise tp_size or serving.gpu_memory_gb")
+        raise RepoError(
+            "the memory plan leaves no room for the KV cache",
+            expected="weights + KV cache that fit the GPUs",
+            found=f"kv fractions {fractions}, {plan.kv_tokens} KV tokens for max_seq_len {plan.max_seq_len}",
+            fix="run `specbuild check SPEC`; lower build.max_batch_size / max_seq_len, raise tp_size or "
+            "serving.gpu_memory_gb",
+        )
     return even
 
 
@@ -133,12 +152,20 @@ def plan_layout(
 ) -> RepoLayout:
     spec = build.spec
     if backend not in BACKENDS:
-        raise RepoError(f"unknown backend {backend!r}", expected=" | ".join(BACKENDS), found=backend,
-                        fix="pass --backend tensorrtllm (GPU containers) or --backend python (local)")
+        raise RepoError(
+            f"unknown backend {backend!r}",
+            expected=" | ".join(BACKENDS),
+            found=backend,
+            fix="pass --backend tensorrtllm (GPU containers) or --backend python (local)",
+        )
     version = trtllm_version or spec.trtllm_version
     if not parse_version(version) or version not in known_versions():
-        raise RepoError(f"unknown TensorRT-LLM version {version!r}", expected="a released version: " + ", ".join(known_versions()),
-                        found=version, fix="pass --trtllm-version 1.2.1 (the TensorRT-LLM inside the serving container)")
+        raise RepoError(
+            f"unknown TensorRT-LLM version {version!r}",
+            expected="a released version: " + ", ".join(known_versions()),
+            found=version,
+            fix="pass --trtllm-version 1.2.1 (the TensorRT-LLM inside the serving container)",
+        )
 
     def served(path: Path) -> str:
         if engine_root is None:
@@ -146,8 +173,12 @@ def plan_layout(
         try:
             rel = path.relative_to(build.build_dir)
         except ValueError:
-            raise RepoError(f"engine folder {path} is outside the build folder", expected=f"a folder under {build.build_dir}",
-                            found=str(path), fix="omit --engine-root, or mount the engine folder yourself") from None
+            raise RepoError(
+                f"engine folder {path} is outside the build folder",
+                expected=f"a folder under {build.build_dir}",
+                found=str(path),
+                fix="omit --engine-root, or mount the engine folder yourself",
+            ) from None
         return str(Path(engine_root) / rel)
 
     target_kv, draft_kv, kv_tokens = kv_fractions(build, strict=backend == "tensorrtllm")
@@ -188,7 +219,9 @@ def plan_layout(
 
 def logits_dtype_of(engine: BuiltEngine) -> str:
     """The engine's logits dtype as a Triton type (TRT-LLM checkpoints default to float32 logits)."""
-    return LOGITS_DTYPE_OF.get(str(engine.pretrained_config.get("logits_dtype", "float32")), DEFAULT_LOGITS_DTYPE)
+    return LOGITS_DTYPE_OF.get(
+        str(engine.pretrained_config.get("logits_dtype", "float32")), DEFAULT_LOGITS_DTYPE
+    )
 
 
 def generate_repo(
@@ -205,12 +238,21 @@ def generate_repo(
     build used TensorRT-LLM, python (the reference engine) otherwise."""
     build = read_build(build_dir)
     backend = backend or ("tensorrtllm" if build.engine_kind == "trtllm" else "python")
-    layout = plan_layout(build, backend=backend, trtllm_version=trtllm_version, engine_root=engine_root,
-                         tokenizer_dir=tokenizer_dir)
+    layout = plan_layout(
+        build,
+        backend=backend,
+        trtllm_version=trtllm_version,
+        engine_root=engine_root,
+        tokenizer_dir=tokenizer_dir,
+    )
     configs = all_configs(layout)
     out = Path(out)
-    inputs = {"build folder": build.build_dir, "tokenizer folder": build.tokenizer_dir,
-              **{f"{role} engine folder": e.path for role, e in build.engines.items()}, "specbuild's Python models": PYTHON_MODELS}
+    inputs = {
+        "build folder": build.build_dir,
+        "tokenizer folder": build.tokenizer_dir,
+        **{f"{role} engine folder": e.path for role, e in build.engines.items()},
+        "specbuild's Python models": PYTHON_MODELS,
+    }
     with atomic_output_dir(out, force=force, inputs=inputs) as tmp:
         for name, config in configs.items():
             (tmp / name / "1").mkdir(parents=True)
@@ -252,9 +294,15 @@ def _vendor(dest: Path) -> None:
     for rel in VENDORED_MODULES:
         src = package / rel
         if not src.is_file():
-            raise RepoError(f"cannot vendor specbuild/{rel} into the BLS", expected="the module in the installed package",
-                            found="missing", fix="reinstall specbuild (pip install -e .)")
+            raise RepoError(
+                f"cannot vendor specbuild/{rel} into the BLS",
+                expected="the module in the installed package",
+                found="missing",
+                fix="reinstall specbuild (pip install -e .)",
+            )
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dest / rel)
     for folder in (dest, dest / "core", dest / "engines", dest / "engines" / "reference"):
-        (folder / "__init__.py").write_text('"""Vendored by specbuild repo: the BLS\'s shared speculative loop."""\n')
+        (folder / "__init__.py").write_text(
+            '"""Vendored by specbuild repo: the BLS\'s shared speculative loop."""\n'
+        )

@@ -19,15 +19,34 @@ from specbuild.core.trtllm_facts import TritonInputNames, facts_for
 
 # Protobuf DataType names -> the KServe wire name (tritonclient InferInput datatype) and numpy dtype.
 WIRE_DTYPE = {
-    "TYPE_BOOL": "BOOL", "TYPE_UINT8": "UINT8", "TYPE_UINT16": "UINT16", "TYPE_UINT32": "UINT32",
-    "TYPE_UINT64": "UINT64", "TYPE_INT8": "INT8", "TYPE_INT16": "INT16", "TYPE_INT32": "INT32",
-    "TYPE_INT64": "INT64", "TYPE_FP16": "FP16", "TYPE_FP32": "FP32", "TYPE_FP64": "FP64",
-    "TYPE_STRING": "BYTES", "TYPE_BF16": "BF16",
+    "TYPE_BOOL": "BOOL",
+    "TYPE_UINT8": "UINT8",
+    "TYPE_UINT16": "UINT16",
+    "TYPE_UINT32": "UINT32",
+    "TYPE_UINT64": "UINT64",
+    "TYPE_INT8": "INT8",
+    "TYPE_INT16": "INT16",
+    "TYPE_INT32": "INT32",
+    "TYPE_INT64": "INT64",
+    "TYPE_FP16": "FP16",
+    "TYPE_FP32": "FP32",
+    "TYPE_FP64": "FP64",
+    "TYPE_STRING": "BYTES",
+    "TYPE_BF16": "BF16",
 }
 NUMPY_DTYPE = {
-    "TYPE_BOOL": "bool", "TYPE_UINT8": "uint8", "TYPE_UINT16": "uint16", "TYPE_UINT32": "uint32",
-    "TYPE_UINT64": "uint64", "TYPE_INT8": "int8", "TYPE_INT16": "int16", "TYPE_INT32": "int32",
-    "TYPE_INT64": "int64", "TYPE_FP16": "float16", "TYPE_FP32": "float32", "TYPE_FP64": "float64",
+    "TYPE_BOOL": "bool",
+    "TYPE_UINT8": "uint8",
+    "TYPE_UINT16": "uint16",
+    "TYPE_UINT32": "uint32",
+    "TYPE_UINT64": "uint64",
+    "TYPE_INT8": "int8",
+    "TYPE_INT16": "int16",
+    "TYPE_INT32": "int32",
+    "TYPE_INT64": "int64",
+    "TYPE_FP16": "float16",
+    "TYPE_FP32": "float32",
+    "TYPE_FP64": "float64",
     "TYPE_STRING": "object",
 }
 # An engine's logits dtype (its config.json) as the Triton type of generation_logits / draft_logits.
@@ -35,7 +54,12 @@ LOGITS_DTYPE_OF = {"float32": "TYPE_FP32", "float16": "TYPE_FP16", "bfloat16": "
 DEFAULT_LOGITS_DTYPE = "TYPE_FP32"
 
 # The models of a repository. Engine models are named by their build role.
-ENSEMBLE, BLS, PREPROCESSING, POSTPROCESSING = "ensemble", "tensorrt_llm_bls", "preprocessing", "postprocessing"
+ENSEMBLE, BLS, PREPROCESSING, POSTPROCESSING = (
+    "ensemble",
+    "tensorrt_llm_bls",
+    "preprocessing",
+    "postprocessing",
+)
 TARGET_MODEL, DRAFT_MODEL = "tensorrt_llm", "tensorrt_llm_draft"
 ROLE_MODELS = {"target": TARGET_MODEL, "draft": DRAFT_MODEL}
 
@@ -100,10 +124,13 @@ def _t(name: str, dtype: str, dims: tuple[int, ...], flags: str = "") -> Tensor:
     """Compact table row: flags is a subset of 'opt r rag' (optional, reshape [], ragged)."""
     f = set(flags.split())
     assert f <= {"opt", "r", "rag"}, flags
-    return Tensor(name, "TYPE_" + dtype, tuple(dims), optional="opt" in f, reshape="r" in f, ragged="rag" in f)
+    return Tensor(
+        name, "TYPE_" + dtype, tuple(dims), optional="opt" in f, reshape="r" in f, ragged="rag" in f
+    )
 
 
 # ---- tensorrt_llm (the C++ backend's interface; the local Python model implements the same) --------
+
 
 def tensorrt_llm_interface(names: Names, *, logits_dtype: str = DEFAULT_LOGITS_DTYPE) -> Interface:
     lg = logits_dtype.removeprefix("TYPE_")
@@ -124,17 +151,33 @@ def tensorrt_llm_interface(names: Names, *, logits_dtype: str = DEFAULT_LOGITS_D
         _t("stop_words_list", "INT32", (2, -1), "opt rag"),
         _t("bad_words_list", "INT32", (2, -1), "opt rag"),
         _t("embedding_bias", "FP32", (-1,), "opt rag"),
-        *(_t(n, d, (1,), "opt r") for n, d in [
-            ("beam_width", "INT32"), ("temperature", "FP32"), ("runtime_top_k", "INT32"),
-            ("runtime_top_p", "FP32"), ("runtime_top_p_min", "FP32"), ("runtime_top_p_decay", "FP32"),
-            ("runtime_top_p_reset_ids", "INT32"), ("len_penalty", "FP32"), ("early_stopping", "BOOL"),
-            ("repetition_penalty", "FP32"), (names.min_tokens, "INT32"),
-            ("beam_search_diversity_rate", "FP32"), ("presence_penalty", "FP32"),
-            ("frequency_penalty", "FP32"), (names.seed, "UINT64"), ("return_log_probs", "BOOL"),
-            ("return_context_logits", "BOOL"), ("return_generation_logits", "BOOL"),
-            ("return_perf_metrics", "BOOL"), ("exclude_input_in_output", "BOOL"), ("stop", "BOOL"),
-            ("streaming", "BOOL"),
-        ]),
+        *(
+            _t(n, d, (1,), "opt r")
+            for n, d in [
+                ("beam_width", "INT32"),
+                ("temperature", "FP32"),
+                ("runtime_top_k", "INT32"),
+                ("runtime_top_p", "FP32"),
+                ("runtime_top_p_min", "FP32"),
+                ("runtime_top_p_decay", "FP32"),
+                ("runtime_top_p_reset_ids", "INT32"),
+                ("len_penalty", "FP32"),
+                ("early_stopping", "BOOL"),
+                ("repetition_penalty", "FP32"),
+                (names.min_tokens, "INT32"),
+                ("beam_search_diversity_rate", "FP32"),
+                ("presence_penalty", "FP32"),
+                ("frequency_penalty", "FP32"),
+                (names.seed, "UINT64"),
+                ("return_log_probs", "BOOL"),
+                ("return_context_logits", "BOOL"),
+                ("return_generation_logits", "BOOL"),
+                ("return_perf_metrics", "BOOL"),
+                ("exclude_input_in_output", "BOOL"),
+                ("stop", "BOOL"),
+                ("streaming", "BOOL"),
+            ]
+        ),
         _t("prompt_embedding_table", "FP16", (-1, -1), "opt rag"),
         _t("prompt_table_extra_ids", "UINT64", (-1,), "opt rag"),
         _t("prompt_vocab_size", "INT32", (1,), "opt r"),
@@ -146,8 +189,10 @@ def tensorrt_llm_interface(names: Names, *, logits_dtype: str = DEFAULT_LOGITS_D
         _t("lora_config", "INT32", (-1, 3), "opt rag"),
         _t("context_phase_params", "UINT8", (-1,), "opt rag"),
         _t("skip_cross_attn_blocks", "BOOL", (1,), "opt rag"),
-        *(_t(f"retention_token_range_{s}", "INT32", (-1,), "opt rag")
-          for s in ("starts", "ends", "priorities", "durations_ms")),
+        *(
+            _t(f"retention_token_range_{s}", "INT32", (-1,), "opt rag")
+            for s in ("starts", "ends", "priorities", "durations_ms")
+        ),
         _t("retention_decode_priority", "INT32", (1,), "opt rag"),
         _t("retention_decode_duration_ms", "INT32", (1,), "opt rag"),
         _t("guided_decoding_guide_type", "STRING", (1,), "opt rag"),
@@ -188,6 +233,7 @@ def _perf_outputs() -> list[Tensor]:
 
 
 # ---- preprocessing / postprocessing ---------------------------------------------------------------
+
 
 def preprocessing_interface() -> Interface:
     inputs = [
@@ -264,12 +310,24 @@ def _text_outputs(lg: str) -> list[Tensor]:
 
 def ensemble_interface(names: Names, *, logits_dtype: str = DEFAULT_LOGITS_DTYPE) -> Interface:
     scalars = [
-        ("num_return_sequences", "INT32"), ("exclude_input_in_output", "BOOL"), ("end_id", "INT32"),
-        ("pad_id", "INT32"), ("top_k", "INT32"), ("top_p", "FP32"), ("temperature", "FP32"),
-        ("length_penalty", "FP32"), ("repetition_penalty", "FP32"), (names.min_tokens, "INT32"),
-        ("presence_penalty", "FP32"), ("frequency_penalty", "FP32"), (names.seed, "UINT64"),
-        ("return_log_probs", "BOOL"), ("return_context_logits", "BOOL"),
-        ("return_generation_logits", "BOOL"), ("return_perf_metrics", "BOOL"), ("beam_width", "INT32"),
+        ("num_return_sequences", "INT32"),
+        ("exclude_input_in_output", "BOOL"),
+        ("end_id", "INT32"),
+        ("pad_id", "INT32"),
+        ("top_k", "INT32"),
+        ("top_p", "FP32"),
+        ("temperature", "FP32"),
+        ("length_penalty", "FP32"),
+        ("repetition_penalty", "FP32"),
+        (names.min_tokens, "INT32"),
+        ("presence_penalty", "FP32"),
+        ("frequency_penalty", "FP32"),
+        (names.seed, "UINT64"),
+        ("return_log_probs", "BOOL"),
+        ("return_context_logits", "BOOL"),
+        ("return_generation_logits", "BOOL"),
+        ("return_perf_metrics", "BOOL"),
+        ("beam_width", "INT32"),
         ("stream", "BOOL"),
     ]
     inputs = [
@@ -305,16 +363,32 @@ def bls_interface(names: Names, *, logits_dtype: str = DEFAULT_LOGITS_DTYPE) -> 
         _t("max_tokens", "INT32", (1,)),
         _t("bad_words", "STRING", (-1,), "opt"),
         _t("stop_words", "STRING", (-1,), "opt"),
-        *(_t(n, d, (1,), "opt") for n, d in [
-            ("exclude_input_in_output", "BOOL"), ("end_id", "INT32"), ("pad_id", "INT32"),
-            ("top_k", "INT32"), ("top_p", "FP32"), ("temperature", "FP32"), ("length_penalty", "FP32"),
-            ("repetition_penalty", "FP32"), (names.min_tokens, "INT32"), ("presence_penalty", "FP32"),
-            ("frequency_penalty", "FP32"), (names.seed, "UINT64"),
-        ]),
-        *(_t(n, d, (1,), "opt r") for n, d in [
-            ("return_log_probs", "BOOL"), ("return_context_logits", "BOOL"),
-            ("return_generation_logits", "BOOL"), ("num_return_sequences", "INT32"),
-        ]),
+        *(
+            _t(n, d, (1,), "opt")
+            for n, d in [
+                ("exclude_input_in_output", "BOOL"),
+                ("end_id", "INT32"),
+                ("pad_id", "INT32"),
+                ("top_k", "INT32"),
+                ("top_p", "FP32"),
+                ("temperature", "FP32"),
+                ("length_penalty", "FP32"),
+                ("repetition_penalty", "FP32"),
+                (names.min_tokens, "INT32"),
+                ("presence_penalty", "FP32"),
+                ("frequency_penalty", "FP32"),
+                (names.seed, "UINT64"),
+            ]
+        ),
+        *(
+            _t(n, d, (1,), "opt r")
+            for n, d in [
+                ("return_log_probs", "BOOL"),
+                ("return_context_logits", "BOOL"),
+                ("return_generation_logits", "BOOL"),
+                ("num_return_sequences", "INT32"),
+            ]
+        ),
         _t("beam_width", "INT32", (1,), "opt"),
         _t("stream", "BOOL", (1,), "opt"),
         _t("prompt_embedding_table", "FP16", (-1, -1), "opt"),
@@ -336,6 +410,7 @@ def bls_interface(names: Names, *, logits_dtype: str = DEFAULT_LOGITS_DTYPE) -> 
 
 # ---- the ensemble's three steps: (model, input_map model<-ensemble, output_map model->ensemble) ------
 
+
 @dataclass(frozen=True)
 class Step:
     model_name: str
@@ -347,37 +422,69 @@ def ensemble_steps(names: Names, *, llm_model: str = "tensorrt_llm") -> tuple[St
     pre = Step(
         "preprocessing",
         (
-            ("QUERY", "text_input"), ("DECODER_QUERY", "decoder_text_input"),
-            ("REQUEST_OUTPUT_LEN", "max_tokens"), ("BAD_WORDS_DICT", "bad_words"),
-            ("STOP_WORDS_DICT", "stop_words"), ("EMBEDDING_BIAS_WORDS", "embedding_bias_words"),
-            ("EMBEDDING_BIAS_WEIGHTS", "embedding_bias_weights"), ("END_ID", "end_id"),
-            ("PAD_ID", "pad_id"), ("PROMPT_TABLE_EXTRA_ID", "prompt_table_extra_id"),
+            ("QUERY", "text_input"),
+            ("DECODER_QUERY", "decoder_text_input"),
+            ("REQUEST_OUTPUT_LEN", "max_tokens"),
+            ("BAD_WORDS_DICT", "bad_words"),
+            ("STOP_WORDS_DICT", "stop_words"),
+            ("EMBEDDING_BIAS_WORDS", "embedding_bias_words"),
+            ("EMBEDDING_BIAS_WEIGHTS", "embedding_bias_weights"),
+            ("END_ID", "end_id"),
+            ("PAD_ID", "pad_id"),
+            ("PROMPT_TABLE_EXTRA_ID", "prompt_table_extra_id"),
         ),
         (
-            ("REQUEST_INPUT_LEN", "_REQUEST_INPUT_LEN"), ("INPUT_ID", "_INPUT_ID"),
+            ("REQUEST_INPUT_LEN", "_REQUEST_INPUT_LEN"),
+            ("INPUT_ID", "_INPUT_ID"),
             ("REQUEST_DECODER_INPUT_LEN", "_REQUEST_DECODER_INPUT_LEN"),
-            ("DECODER_INPUT_ID", "_DECODER_INPUT_ID"), ("REQUEST_OUTPUT_LEN", "_REQUEST_OUTPUT_LEN"),
-            ("STOP_WORDS_IDS", "_STOP_WORDS_IDS"), ("BAD_WORDS_IDS", "_BAD_WORDS_IDS"),
-            ("EMBEDDING_BIAS", "_EMBEDDING_BIAS"), ("OUT_END_ID", "_PREPROCESSOR_END_ID"),
+            ("DECODER_INPUT_ID", "_DECODER_INPUT_ID"),
+            ("REQUEST_OUTPUT_LEN", "_REQUEST_OUTPUT_LEN"),
+            ("STOP_WORDS_IDS", "_STOP_WORDS_IDS"),
+            ("BAD_WORDS_IDS", "_BAD_WORDS_IDS"),
+            ("EMBEDDING_BIAS", "_EMBEDDING_BIAS"),
+            ("OUT_END_ID", "_PREPROCESSOR_END_ID"),
             ("OUT_PAD_ID", "_PREPROCESSOR_PAD_ID"),
             ("OUT_PROMPT_TABLE_EXTRA_IDS", "_OUT_PROMPT_TABLE_EXTRA_IDS"),
         ),
     )
     same = [
-        "temperature", "repetition_penalty", names.min_tokens, "presence_penalty", "frequency_penalty",
-        names.seed, "return_log_probs", "return_context_logits", "return_generation_logits",
-        "return_perf_metrics", "num_return_sequences", "beam_width", "prompt_embedding_table",
-        "prompt_vocab_size", "lora_task_id", "lora_weights", "lora_config",
-        "guided_decoding_guide_type", "guided_decoding_guide", "exclude_input_in_output",
+        "temperature",
+        "repetition_penalty",
+        names.min_tokens,
+        "presence_penalty",
+        "frequency_penalty",
+        names.seed,
+        "return_log_probs",
+        "return_context_logits",
+        "return_generation_logits",
+        "return_perf_metrics",
+        "num_return_sequences",
+        "beam_width",
+        "prompt_embedding_table",
+        "prompt_vocab_size",
+        "lora_task_id",
+        "lora_weights",
+        "lora_config",
+        "guided_decoding_guide_type",
+        "guided_decoding_guide",
+        "exclude_input_in_output",
     ]
     llm_inputs = (
-        ("input_ids", "_INPUT_ID"), ("decoder_input_ids", "_DECODER_INPUT_ID"),
-        ("input_lengths", "_REQUEST_INPUT_LEN"), ("decoder_input_lengths", "_REQUEST_DECODER_INPUT_LEN"),
-        ("request_output_len", "_REQUEST_OUTPUT_LEN"), ("end_id", "_PREPROCESSOR_END_ID"),
-        ("pad_id", "_PREPROCESSOR_PAD_ID"), ("embedding_bias", "_EMBEDDING_BIAS"),
-        ("runtime_top_k", "top_k"), ("runtime_top_p", "top_p"), ("len_penalty", "length_penalty"),
-        ("streaming", "stream"), ("stop_words_list", "_STOP_WORDS_IDS"),
-        ("bad_words_list", "_BAD_WORDS_IDS"), ("prompt_table_extra_ids", "_OUT_PROMPT_TABLE_EXTRA_IDS"),
+        ("input_ids", "_INPUT_ID"),
+        ("decoder_input_ids", "_DECODER_INPUT_ID"),
+        ("input_lengths", "_REQUEST_INPUT_LEN"),
+        ("decoder_input_lengths", "_REQUEST_DECODER_INPUT_LEN"),
+        ("request_output_len", "_REQUEST_OUTPUT_LEN"),
+        ("end_id", "_PREPROCESSOR_END_ID"),
+        ("pad_id", "_PREPROCESSOR_PAD_ID"),
+        ("embedding_bias", "_EMBEDDING_BIAS"),
+        ("runtime_top_k", "top_k"),
+        ("runtime_top_p", "top_p"),
+        ("len_penalty", "length_penalty"),
+        ("streaming", "stream"),
+        ("stop_words_list", "_STOP_WORDS_IDS"),
+        ("bad_words_list", "_BAD_WORDS_IDS"),
+        ("prompt_table_extra_ids", "_OUT_PROMPT_TABLE_EXTRA_IDS"),
         *((n, n) for n in same),
     )
     # Every tensorrt_llm output goes to the same-named ensemble output; upstream routes output_ids and
@@ -392,7 +499,9 @@ def ensemble_steps(names: Names, *, llm_model: str = "tensorrt_llm") -> tuple[St
     return (pre, llm, post)
 
 
-def interface(model: str, *, trtllm_version: str | None = None, logits_dtype: str = DEFAULT_LOGITS_DTYPE) -> Interface:
+def interface(
+    model: str, *, trtllm_version: str | None = None, logits_dtype: str = DEFAULT_LOGITS_DTYPE
+) -> Interface:
     """The interface of one model kind: tensorrt_llm (also the draft), preprocessing, postprocessing,
     ensemble or tensorrt_llm_bls."""
     names = names_for(trtllm_version)

@@ -86,7 +86,8 @@ def find_bundle() -> TritonBundle:
                 f"the nvidia-pytriton wheel is incomplete: its {name} is missing",
                 expected=str(path),
                 found="nothing there",
-                fix=f"reinstall it: pip install --force-reinstall nvidia-pytriton (Python {PY_VERSION} must be supported)",
+                fix=f"reinstall it: pip install --force-reinstall nvidia-pytriton (Python {PY_VERSION} must "
+                "be supported)",
             )
     return bundle
 
@@ -95,7 +96,9 @@ def check_libpython(bundle: TritonBundle, env: dict[str, str]) -> None:
     """Fail early, with the fix, when the stub cannot load libpython (a static-only Python build)."""
     if shutil.which("ldd") is None:
         return  # cannot check here; the server log will say it
-    out = subprocess.run(["ldd", str(bundle.stub)], env=env, capture_output=True, text=True, check=False).stdout
+    out = subprocess.run(
+        ["ldd", str(bundle.stub)], env=env, capture_output=True, text=True, check=False
+    ).stdout
     missing = [line.strip() for line in out.splitlines() if "not found" in line]
     if missing:
         lib = missing[0].split()[0]
@@ -104,7 +107,8 @@ def check_libpython(bundle: TritonBundle, env: dict[str, str]) -> None:
             expected=f"{lib} (the shared libpython of Python {PY_VERSION}) findable by the dynamic loader",
             found="; ".join(missing),
             fix=(
-                f"install the shared library (Debian/Ubuntu: apt install libpython{PY_VERSION}), or use a Python "
+                f"install the shared library (Debian/Ubuntu: apt install libpython{PY_VERSION}), or use a "
+                "Python "
                 "built with --enable-shared (pyenv: PYTHON_CONFIGURE_OPTS=--enable-shared pyenv install ...)"
             ),
         )

@@ -35,6 +35,7 @@ CONTAINER_TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
 SHM_SIZE = "2g"  # the Python backend (pre/post-processing, BLS) moves tensors through /dev/shm
 STACK_BYTES = 67108864  # ulimit stack the TensorRT-LLM containers are documented with
 
+
 @dataclass(frozen=True, kw_only=True)
 class LaunchLayout:
     """What decides the launch: the engines' TensorRT-LLM version and their parallel layout."""
@@ -65,8 +66,11 @@ class LaunchLayout:
         target, draft = world(spec.get("target")), world(spec.get("draft"))
         gpus = (spec.get("serving") or {}).get("num_gpus") or max(target, draft)
         return cls(
-            trtllm_version=str(spec["trtllm_version"]), mode=parse_method(spec["mode"]),
-            target_world_size=target, draft_world_size=draft, num_gpus=int(gpus),
+            trtllm_version=str(spec["trtllm_version"]),
+            mode=parse_method(spec["mode"]),
+            target_world_size=target,
+            draft_world_size=draft,
+            num_gpus=int(gpus),
         )
 
 
@@ -82,7 +86,8 @@ def _containers(trtllm_version: str):
             f"no Triton TensorRT-LLM container is known for TensorRT-LLM {trtllm_version}",
             expected="one of " + ", ".join(known_versions()),
             found=trtllm_version,
-            fix="set trtllm_version in the spec to a released version (1.2.1 pairs with 26.04-26.07), or pass --container-tag",
+            fix="set trtllm_version in the spec to a released version (1.2.1 pairs with 26.04-26.07), or "
+            "pass --container-tag",
         )
     return found
 
@@ -100,17 +105,36 @@ class Mount:
     container: str
 
     def __post_init__(self) -> None:
-        if not Path(self.container).is_absolute() or self.container.rstrip("/") in ("", CONTAINER_ROOT) \
-                or self.container.startswith(CONTAINER_ROOT + "/"):
-            raise ServerError(f"cannot mount {self.host} at {self.container} in the container",
-                              expected=f"an absolute path outside {CONTAINER_ROOT} (the container's own files)",
-                              found=self.container, fix="regenerate the repository with another --engine-root / --tokenizer-dir")
+        if (
+            not Path(self.container).is_absolute()
+            or self.container.rstrip("/") in ("", CONTAINER_ROOT)
+            or self.container.startswith(CONTAINER_ROOT + "/")
+        ):
+            raise ServerError(
+                f"cannot mount {self.host} at {self.container} in the container",
+                expected=f"an absolute path outside {CONTAINER_ROOT} (the container's own files)",
+                found=self.container,
+                fix="regenerate the repository with another --engine-root / --tokenizer-dir",
+            )
 
 
 def docker_argv(image: str, *, mounts: list[Mount], env: dict[str, str]) -> list[str]:
     """`docker run` up to and including the image; the server command follows it."""
-    argv = ["docker", "run", "--rm", "-it", "--net", "host", f"--shm-size={SHM_SIZE}",
-            "--ulimit", "memlock=-1", "--ulimit", f"stack={STACK_BYTES}", "--gpus", "all"]
+    argv = [
+        "docker",
+        "run",
+        "--rm",
+        "-it",
+        "--net",
+        "host",
+        f"--shm-size={SHM_SIZE}",
+        "--ulimit",
+        "memlock=-1",
+        "--ulimit",
+        f"stack={STACK_BYTES}",
+        "--gpus",
+        "all",
+    ]
     for m in sorted(set(mounts), key=lambda m: (m.container, str(m.host))):
         argv += ["-v", f"{m.host}:{m.container}:ro"]
     for key, value in sorted(env.items()):
@@ -126,17 +150,33 @@ def orchestrator_env(layout: LaunchLayout) -> dict[str, str]:
 
 
 def mpirun_argv(
-    layout: LaunchLayout, repo: Path, *, host: str = "127.0.0.1", grpc_port: int = 8001, http_port: int = 8000,
-    metrics_port: int = 8002, log_file: str | None = None, trtllm_models: tuple[str, ...] = ("tensorrt_llm",),
+    layout: LaunchLayout,
+    repo: Path,
+    *,
+    host: str = "127.0.0.1",
+    grpc_port: int = 8001,
+    http_port: int = 8000,
+    metrics_port: int = 8002,
+    log_file: str | None = None,
+    trtllm_models: tuple[str, ...] = ("tensorrt_llm",),
 ) -> list[str]:
     """The MPI launch of tritonserver inside the container (launch_triton_server.py's command)."""
     argv = ["mpirun", "--allow-run-as-root"]
     for rank in range(layout.world_size):
         if rank:
             argv.append(":")
-        argv += ["-n", "1", CONTAINER_TRITONSERVER, f"--model-repository={repo}",
-                 f"--grpc-address={host}", f"--grpc-port={grpc_port}", f"--http-address={host}",
-                 f"--http-port={http_port}", f"--metrics-address={host}", f"--metrics-port={metrics_port}"]
+        argv += [
+            "-n",
+            "1",
+            CONTAINER_TRITONSERVER,
+            f"--model-repository={repo}",
+            f"--grpc-address={host}",
+            f"--grpc-port={grpc_port}",
+            f"--http-address={host}",
+            f"--http-port={http_port}",
+            f"--metrics-address={host}",
+            f"--metrics-port={metrics_port}",
+        ]
         if log_file and rank == 0:
             argv += ["--log-verbose=3", f"--log-file={log_file}"]
         if rank:  # workers load only the TensorRT-LLM models; rank 0 serves the rest
@@ -144,7 +184,10 @@ def mpirun_argv(
         if layout.multi_model:  # orchestrator: no CUDA pools in the server process, workers own the GPUs
             argv += ["--pinned-memory-pool-byte-size=0", "--enable-peer-access=false"]
             argv += [f"--cuda-memory-pool-byte-size={gpu}:0" for gpu in range(layout.num_gpus)]
-        argv += ["--disable-auto-complete-config", f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
+        argv += [
+            "--disable-auto-complete-config",
+            f"--backend-config=python,shm-region-prefix-name=prefix{rank}_",
+        ]
     return argv
 
 
@@ -173,8 +216,12 @@ def repo_mounts(repo: Path) -> list[Mount]:
         try:
             parsed = parse_text(read_text(config, kind="config", what="model configuration"))
         except Exception as exc:  # a broken config: `repo check` explains it
-            raise ServerError(f"cannot read {config}", expected="a valid config.pbtxt", found=str(exc)[:200],
-                              fix="run `specbuild repo check REPO`, or regenerate the repository") from None
+            raise ServerError(
+                f"cannot read {config}",
+                expected="a valid config.pbtxt",
+                found=str(exc)[:200],
+                fix="run `specbuild repo check REPO`, or regenerate the repository",
+            ) from None
         for key in MOUNTED_PARAMETERS:
             value = parsed.parameters[key].string_value if key in parsed.parameters else ""
             if not value.startswith("/") or value == CONTAINER_ROOT or value.startswith(CONTAINER_ROOT + "/"):
@@ -192,8 +239,11 @@ def _drop_nested(mounts: list[Mount]) -> list[Mount]:
     """Keep each mount once, and none that a broader mount already shows at the same place."""
     out: list[Mount] = []
     for m in sorted(set(mounts), key=lambda m: len(m.container)):
-        covered = any(Path(m.container).is_relative_to(o.container)
-                      and m.host == o.host / Path(m.container).relative_to(o.container) for o in out)
+        covered = any(
+            Path(m.container).is_relative_to(o.container)
+            and m.host == o.host / Path(m.container).relative_to(o.container)
+            for o in out
+        )
         if not covered:
             out.append(m)
     return sorted(out, key=lambda m: m.container)
@@ -205,8 +255,10 @@ def _manifest(repo: Path) -> RepoManifest:
     except SpecbuildError as exc:
         raise ServerError(
             f"cannot read the deployment layout of {repo}",
-            expected=f"{Path(repo) / 'specbuild.json'} with the resolved build spec under \"spec\" (written by `specbuild repo`)",
-            found=exc.what, fix="generate the repository with `specbuild repo BUILD_DIR --out REPO`",
+            expected=f'{Path(repo) / "specbuild.json"} with the resolved build spec under "spec" (written by '
+            "`specbuild repo`)",
+            found=exc.what,
+            fix="generate the repository with `specbuild repo BUILD_DIR --out REPO`",
         ) from None
 
 
@@ -221,7 +273,8 @@ def read_layout(repo: Path) -> LaunchLayout:
         found = exc.what if isinstance(exc, SpecbuildError) else f"{type(exc).__name__}: {exc}"
         raise ServerError(
             f"cannot read the deployment layout of {repo}",
-            expected=f"{Path(repo) / 'specbuild.json'} with the resolved build spec under \"spec\" (written by `specbuild repo`)",
+            expected=f'{Path(repo) / "specbuild.json"} with the resolved build spec under "spec" (written by '
+            "`specbuild repo`)",
             found=found,
             fix="generate the repository with `specbuild repo BUILD_DIR --out REPO`",
         ) from None

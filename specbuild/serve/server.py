@@ -36,7 +36,9 @@ EXIT_TIMEOUT_S = 5  # tritonserver --exit-timeout-secs: grace for in-flight requ
 
 # Log lines of a CPU host that are not errors of ours (no CUDA driver, no NVML / DCGM).
 _HARMLESS = ("CudaDriverHelper", "NVML", "DCGM", "pinned memory pool", "CUDA memory pool")
-_ERROR_LINE = re.compile(r"^E\d{4} |failed to load|UNAVAILABLE|Error|error:|Traceback|Exception", re.IGNORECASE)
+_ERROR_LINE = re.compile(
+    r"^E\d{4} |failed to load|UNAVAILABLE|Error|error:|Traceback|Exception", re.IGNORECASE
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,7 +115,11 @@ def repo_models(repo: Path) -> list[str]:
 
 def important_log_lines(log: str, limit: int = 25) -> list[str]:
     """The lines of a server log that explain a failure (errors, load failures, Python tracebacks)."""
-    lines = [line for line in log.splitlines() if _ERROR_LINE.search(line) and not any(h in line for h in _HARMLESS)]
+    lines = [
+        line
+        for line in log.splitlines()
+        if _ERROR_LINE.search(line) and not any(h in line for h in _HARMLESS)
+    ]
     return lines[-limit:]
 
 
@@ -127,7 +133,9 @@ def _set_pdeathsig() -> None:  # runs in the child between fork and exec
 class TritonServer:
     """A running tritonserver for one repository. Use as `with TritonServer(repo, opts) as srv:`."""
 
-    def __init__(self, repo: Path, options: ServerOptions | None = None, *, bundle: TritonBundle | None = None):
+    def __init__(
+        self, repo: Path, options: ServerOptions | None = None, *, bundle: TritonBundle | None = None
+    ):
         self.repo = Path(repo).resolve()
         self.options = options or ServerOptions()
         self._bundle = bundle
@@ -171,14 +179,20 @@ class TritonServer:
                 found="none",
                 fix="generate one with `specbuild repo BUILD_DIR OUT --backend python`",
             )
-        gpu_only = [m for m in self._models if 'backend: "tensorrtllm"' in (self.repo / m / "config.pbtxt").read_text()]
+        gpu_only = [
+            m
+            for m in self._models
+            if 'backend: "tensorrtllm"' in (self.repo / m / "config.pbtxt").read_text()
+        ]
         if gpu_only:
             raise ServerError(
-                f"{self.repo} is a production repository: {', '.join(gpu_only)} use the TensorRT-LLM C++ backend",
+                f"{self.repo} is a production repository: {', '.join(gpu_only)} use the TensorRT-LLM C++ "
+                "backend",
                 expected='a local repository (backend: "python") for the bundled CPU tritonserver',
                 found='backend: "tensorrtllm"',
-                fix="on a GPU host run the container (`specbuild serve REPO --print-launch`); locally generate "
-                    "`specbuild repo BUILD_DIR OUT --backend python`",
+                fix="on a GPU host run the container (`specbuild serve REPO --print-launch`); locally "
+                "generate "
+                "`specbuild repo BUILD_DIR OUT --backend python`",
             )
         check_ports_free(self.options)
         bundle = self._bundle or find_bundle()
@@ -197,8 +211,14 @@ class TritonServer:
         argv = server_argv(bundle.binary, backend_dir, self.repo, self.options)
         with open(self.log_path, "wb") as log:
             self._proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                cwd=work, start_new_session=True, preexec_fn=_set_pdeathsig,
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=work,
+                start_new_session=True,
+                preexec_fn=_set_pdeathsig,
             )
         atexit.register(self.stop)
         return self

@@ -37,6 +37,7 @@ def _follow(path: Path, out: TextIO, stop: threading.Event, start_at: int) -> No
 
 def run_server(repo: Path, options: ServerOptions, *, console, log_stream: TextIO | None) -> int:
     """Serve until interrupted (returns 0) or until the server dies (raises ServerError)."""
+
     def on_term(signum, frame):  # SIGTERM -> the same clean shutdown as Ctrl-C
         raise KeyboardInterrupt
 
@@ -44,19 +45,30 @@ def run_server(repo: Path, options: ServerOptions, *, console, log_stream: TextI
     server = TritonServer(repo, options)
     stop_follow = threading.Event()
     try:
-        with Progress(SpinnerColumn(), TextColumn("loading models"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console, transient=True) as progress:
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("loading models"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
             task = progress.add_task("models", total=None)
             server.start(on_progress=lambda ready, total: progress.update(task, completed=ready, total=total))
         models = ", ".join(sorted(server.model_states()))
         console.print(f"[green]ready[/]: {models}")
-        console.print(f"  gRPC    {server.grpc_url}\n  HTTP    {server.http_url}\n"
-                      f"  metrics http://{options.host}:{options.metrics_port}/metrics")
+        console.print(
+            f"  gRPC    {server.grpc_url}\n  HTTP    {server.http_url}\n"
+            f"  metrics http://{options.host}:{options.metrics_port}/metrics"
+        )
         console.print(f"  log     {server.log_path}")
         console.print("Ctrl-C stops the server.")
         if log_stream is not None:
             size = server.log_path.stat().st_size
-            threading.Thread(target=_follow, args=(server.log_path, log_stream, stop_follow, size), daemon=True).start()
+            threading.Thread(
+                target=_follow, args=(server.log_path, log_stream, stop_follow, size), daemon=True
+            ).start()
         while True:
             server.check_alive()  # a crash is a ServerError with the log lines that matter
             time.sleep(POLL_S)

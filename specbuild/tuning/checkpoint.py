@@ -37,7 +37,9 @@ def save_checkpoint(folder: Path, state: TrainState) -> Path:
     final = folder / f"{_PREFIX}{state.step:07d}"
     opt_tensors, opt_meta = _flatten_optimizer(state.optimizer)
     with atomic_output_dir(final, force=True) as tmp:
-        save_file({k: v.detach().cpu().contiguous() for k, v in state.heads.items()}, str(tmp / "heads.safetensors"))
+        save_file(
+            {k: v.detach().cpu().contiguous() for k, v in state.heads.items()}, str(tmp / "heads.safetensors")
+        )
         save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
         save_file({k: v.cpu() for k, v in state.rng.items()}, str(tmp / "rng.safetensors"))
         meta = {"step": state.step, "optimizer": opt_meta, **state.info}
@@ -62,7 +64,12 @@ def load_checkpoint(path: Path) -> TrainState:
         opt_tensors = load_file(str(path / "optimizer.safetensors"))
         rng = load_file(str(path / "rng.safetensors"))
     except (OSError, ValueError) as exc:
-        raise TrainingError(f"checkpoint {path} is unreadable", expected="heads/optimizer/rng safetensors + state.json", found=str(exc), fix="delete it to resume from the previous one") from None
+        raise TrainingError(
+            f"checkpoint {path} is unreadable",
+            expected="heads/optimizer/rng safetensors + state.json",
+            found=str(exc),
+            fix="delete it to resume from the previous one",
+        ) from None
     optimizer = _unflatten_optimizer(opt_tensors, meta.pop("optimizer"))
     step = int(meta.pop("step"))
     return TrainState(step=step, heads=heads, optimizer=optimizer, rng=rng, info=meta)

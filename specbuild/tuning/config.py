@@ -42,7 +42,18 @@ class TrainConfig:
 
     def fingerprint(self) -> dict[str, Any]:
         """The options a resumed run must share with the run that wrote the checkpoint."""
-        keep = ("num_heads", "num_layers", "lr", "batch_size", "seq_len", "self_distill", "distill_new_tokens", "seed", "head_decay", "heldout_fraction")
+        keep = (
+            "num_heads",
+            "num_layers",
+            "lr",
+            "batch_size",
+            "seq_len",
+            "self_distill",
+            "distill_new_tokens",
+            "seed",
+            "head_decay",
+            "heldout_fraction",
+        )
         d = {k: getattr(self, k) for k in keep}
         d["model"] = str(self.model)
         return d

@@ -21,7 +21,12 @@ def read_texts(path: str | Path) -> list[str]:
     """Documents of a .jsonl file (field "text" or "prompt") or a text file (one per non-empty line)."""
     path = Path(path)
     if not path.is_file():
-        raise TrainingError(f"data file {path} not found", expected="a .txt or .jsonl file", found="no such file", fix="check --data / --prompts")
+        raise TrainingError(
+            f"data file {path} not found",
+            expected="a .txt or .jsonl file",
+            found="no such file",
+            fix="check --data / --prompts",
+        )
 
     try:
         lines = read_text(path, kind="text", what="text file").splitlines()
@@ -32,7 +37,12 @@ def read_texts(path: str | Path) -> list[str]:
     else:
         texts = [line for line in lines if line.strip()]
     if not texts:
-        raise TrainingError(f"{path} holds no text", expected="at least one non-empty line", found="an empty file", fix="add prompts or documents")
+        raise TrainingError(
+            f"{path} holds no text",
+            expected="at least one non-empty line",
+            found="an empty file",
+            fix="add prompts or documents",
+        )
     return texts
 
 
@@ -40,11 +50,21 @@ def _jsonl_text(line: str, path: Path, n: int) -> str:
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise TrainingError(f"{path}:{n}: not valid JSON", expected="one JSON object per line", found=str(exc), fix="fix that line") from None
+        raise TrainingError(
+            f"{path}:{n}: not valid JSON",
+            expected="one JSON object per line",
+            found=str(exc),
+            fix="fix that line",
+        ) from None
     for key in JSONL_FIELDS:
         if isinstance(record, dict) and isinstance(record.get(key), str):
             return record[key]
-    raise TrainingError(f"{path}:{n}: no text field", expected='an object with "text" or "prompt" (a string)', found=line[:80], fix='write {"text": "..."} per line')
+    raise TrainingError(
+        f"{path}:{n}: no text field",
+        expected='an object with "text" or "prompt" (a string)',
+        found=line[:80],
+        fix='write {"text": "..."} per line',
+    )
 
 
 def encode(tokenizer, texts: list[str]) -> list[list[int]]:
@@ -68,11 +88,17 @@ def greedy_continuations(
         batch = prompts[start : start + batch_size]
         width = max(len(p) for p in batch)
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=device)  # [b, width]
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=device)  # [b, width]
+        mask = torch.tensor(
+            [[0] * (width - len(p)) + [1] * len(p) for p in batch], device=device
+        )  # [b, width]
         with torch.no_grad():
             gen = model.generate(
-                input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
-                pad_token_id=pad, eos_token_id=list(eos_ids) or None,
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=pad,
+                eos_token_id=list(eos_ids) or None,
             )  # [b, width + new]
         for p, row in zip(batch, gen[:, width:].tolist(), strict=True):
             new = []

@@ -81,7 +81,12 @@ class HeadsConfig:
 def _activation(name: str) -> nn.Module:
     acts = {"silu": nn.SiLU, "swish": nn.SiLU, "gelu": nn.GELU, "relu": nn.ReLU}
     if name not in acts:
-        raise CheckpointError(f"unsupported hidden_act {name!r} for Medusa heads", expected=" | ".join(acts), found=name, fix="use a Llama-family base model")
+        raise CheckpointError(
+            f"unsupported hidden_act {name!r} for Medusa heads",
+            expected=" | ".join(acts),
+            found=name,
+            fix="use a Llama-family base model",
+        )
     return acts[name]()
 
 
@@ -103,7 +108,10 @@ class MedusaHeads(nn.Module):
         self.config = config
         d, v = config.hidden_size, config.vocab_size
         self.heads = nn.ModuleList(
-            nn.Sequential(*[ResBlock(d, config.hidden_act) for _ in range(config.num_layers)], nn.Linear(d, v, bias=False))
+            nn.Sequential(
+                *[ResBlock(d, config.hidden_act) for _ in range(config.num_layers)],
+                nn.Linear(d, v, bias=False),
+            )
             for _ in range(config.num_heads)
         )
 
@@ -159,18 +167,29 @@ def load_heads(folder: str | Path) -> MedusaHeads:
         raise CheckpointError(
             f"{folder} is not a Medusa heads folder",
             expected=" or ".join(WEIGHT_FILES) + " (HF Medusa format)",
-            found=", ".join(sorted(p.name for p in folder.iterdir())[:20]) if folder.is_dir() else "no such folder",
+            found=", ".join(sorted(p.name for p in folder.iterdir())[:20])
+            if folder.is_dir()
+            else "no such folder",
             fix="train heads with `specbuild train-medusa` or point at the heads folder",
         )
     state = load_pt_state(weights) if weights.suffix == ".pt" else load_file(str(weights))
     info = read_medusa_heads(folder, state=state)
     if info.problems:
-        raise CheckpointError(f"{weights}: not HF Medusa heads", expected='keys "{h}.{j}.linear.weight|bias" and "{h}.{L}.weight"',
-                              found="; ".join(info.problems), fix="use the HF Medusa format (FasterDecoding medusa_lm_head)")
+        raise CheckpointError(
+            f"{weights}: not HF Medusa heads",
+            expected='keys "{h}.{j}.linear.weight|bias" and "{h}.{L}.weight"',
+            found="; ".join(info.problems),
+            fix="use the HF Medusa format (FasterDecoding medusa_lm_head)",
+        )
     raw = read_heads_config(folder)
-    config = HeadsConfig(num_heads=info.num_heads, num_layers=info.num_layers, hidden_size=info.hidden_size,
-                         vocab_size=info.vocab_size, hidden_act=str(raw.get("hidden_act", "silu")),
-                         base_model_name_or_path=str(raw.get("base_model_name_or_path", "")))
+    config = HeadsConfig(
+        num_heads=info.num_heads,
+        num_layers=info.num_layers,
+        hidden_size=info.hidden_size,
+        vocab_size=info.vocab_size,
+        hidden_act=str(raw.get("hidden_act", "silu")),
+        base_model_name_or_path=str(raw.get("base_model_name_or_path", "")),
+    )
     heads = MedusaHeads(config)
     heads.load_hf_state_dict({k: v.float() for k, v in state.items()}, str(weights))
     return heads

@@ -66,7 +66,12 @@ def pick_device(name: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(name)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise TrainingError("--device cuda but no CUDA GPU is visible", expected="a GPU host with a CUDA build of torch", found=f"torch {torch.__version__}, cuda available: False", fix="use --device cpu (or auto)")
+        raise TrainingError(
+            "--device cuda but no CUDA GPU is visible",
+            expected="a GPU host with a CUDA build of torch",
+            found=f"torch {torch.__version__}, cuda available: False",
+            fix="use --device cpu (or auto)",
+        )
     return dev
 
 
@@ -83,7 +88,12 @@ def load_base(ref: str | Path, *, device: str = "auto") -> BaseModel:
         tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
         model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=run_dtype, trust_remote_code=False)
     except (OSError, ValueError) as exc:
-        raise TrainingError(f"cannot load the base model {folder}", expected="a transformers causal LM folder (config, tokenizer, weights)", found=str(exc).splitlines()[0], fix="check the folder, or re-save it with transformers") from None
+        raise TrainingError(
+            f"cannot load the base model {folder}",
+            expected="a transformers causal LM folder (config, tokenizer, weights)",
+            found=str(exc).splitlines()[0],
+            fix="check the folder, or re-save it with transformers",
+        ) from None
     model.eval().requires_grad_(False).to(dev)
     return BaseModel(folder=folder, model=model, tokenizer=tokenizer, device=dev, stored_dtype=stored)
 
@@ -95,7 +105,9 @@ def _refuse_pickle_only(folder: Path) -> None:
         found = ", ".join(p.name for p in weights.torch_bins[:3]) or "no weight files"
         raise TrainingError(
             f"{folder} has no safetensors weights",
-            expected="model*.safetensors (a pickle file can run code when loaded, so specbuild never unpickles model weights)",
+            expected="model*.safetensors (a pickle file can run code when loaded, so specbuild never "
+            "unpickles model weights)",
             found=found,
-            fix="convert the weights once where you trust them: model.save_pretrained(folder, safe_serialization=True)",
+            fix="convert the weights once where you trust them: model.save_pretrained(folder, "
+            "safe_serialization=True)",
         )

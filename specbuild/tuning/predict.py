@@ -21,6 +21,7 @@ from specbuild.core.theory import speedup, tokens_per_pass_chain
 
 # ---- draft/target: K from the per-position acceptance (core/theory.py) ------------------------
 
+
 @dataclass(frozen=True)
 class KChoice:
     k: int
@@ -44,6 +45,7 @@ def choose_k(acceptance: Sequence[float], cost_ratio: float, k_max: int) -> KCho
 
 # ---- Medusa trees --------------------------------------------------------------------------------
 
+
 def path_probability(path: Sequence[int], depth_probs: Sequence[Sequence[float]]) -> float:
     p = 1.0
     for depth, rank in enumerate(path):
@@ -58,7 +60,9 @@ def tree_tokens_per_pass(choices: MedusaChoices, depth_probs: Sequence[Sequence[
     return 1.0 + sum(path_probability(p, depth_probs) for p in choices.paths)
 
 
-def grow_tree_from_ranks(ranks: Sequence[Sequence[int]], *, topk: int, budget: int, num_heads: int, prior_weight: float = 1e-3) -> MedusaChoices:
+def grow_tree_from_ranks(
+    ranks: Sequence[Sequence[int]], *, topk: int, budget: int, num_heads: int, prior_weight: float = 1e-3
+) -> MedusaChoices:
     """Greedy growth on the measured joint path probability (the fraction of positions whose ranks start
     with the path), plus `prior_weight` times the factorised one from conditional_depth_probs so that
     paths never seen still rank sensibly. Both terms shrink from parent to child, so the top nodes are
@@ -72,7 +76,9 @@ def grow_tree_from_ranks(ranks: Sequence[Sequence[int]], *, topk: int, budget: i
             counts[tuple(r[:d])] += 1
     n = max(1, len(ranks))
     probs = conditional_depth_probs(ranks, topk=topk)
-    factored = grow_tree(probs, budget=budget * 4, num_heads=num_heads).paths  # candidates beyond the seen ones
+    factored = grow_tree(
+        probs, budget=budget * 4, num_heads=num_heads
+    ).paths  # candidates beyond the seen ones
     candidates = set(counts) | set(factored)
     score = {p: counts[p] / n + prior_weight * path_probability(p, probs) for p in candidates}
     ordered = sorted(candidates, key=lambda p: (-score[p], len(p), p))
@@ -87,7 +93,9 @@ def grow_tree_from_ranks(ranks: Sequence[Sequence[int]], *, topk: int, budget: i
     return MedusaChoices(tuple(chosen))
 
 
-def grow_tree(depth_probs: Sequence[Sequence[float]], *, budget: int, num_heads: int | None = None) -> MedusaChoices:
+def grow_tree(
+    depth_probs: Sequence[Sequence[float]], *, budget: int, num_heads: int | None = None
+) -> MedusaChoices:
     """The tree of at most `budget` nodes (depth <= num_heads) with the largest expected length.
 
     Greedy growth: keep a frontier of children of chosen nodes, always take the most probable one.
@@ -114,6 +122,7 @@ def grow_tree(depth_probs: Sequence[Sequence[float]], *, budget: int, num_heads:
 
 
 # ---- from measured ranks -------------------------------------------------------------------------
+
 
 def conditional_depth_probs(ranks: Sequence[Sequence[int]], *, topk: int) -> list[list[float]]:
     """depth_probs from samples: ranks[n][d] = rank of the true token in head d's list (>= topk: absent).

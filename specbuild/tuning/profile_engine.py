@@ -32,6 +32,7 @@ def greedy_params(max_tokens: int) -> SamplingParams:
 
 # ---- draft/target ----------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ChainProfile:
     acceptance: list[float]  # [K]: P(draft position k accepted | earlier ones accepted)
@@ -41,7 +42,9 @@ class ChainProfile:
     stats: SpecStats
 
 
-def profile_chain(engine, prompts: Sequence[list[int]], *, k_max: int, max_tokens: int, reporter: Reporter | None = None) -> ChainProfile:
+def profile_chain(
+    engine, prompts: Sequence[list[int]], *, k_max: int, max_tokens: int, reporter: Reporter | None = None
+) -> ChainProfile:
     rep = reporter or Reporter()
     stats = SpecStats()
     rep.start("profile", len(prompts))
@@ -50,9 +53,17 @@ def profile_chain(engine, prompts: Sequence[list[int]], *, k_max: int, max_token
         stats.merge(res.stats)
         rep.advance("profile", 1)
     rep.stop("profile")
-    t = pass_times({"target": decode_pass(engine.target, prompts[0]), "draft": decode_pass(engine.draft, prompts[0])})
+    t = pass_times(
+        {"target": decode_pass(engine.target, prompts[0]), "draft": decode_pass(engine.draft, prompts[0])}
+    )
     t_target, t_draft = t["target"], t["draft"]
-    return ChainProfile(acceptance=conditional_acceptance(stats.accepted_per_position, stats.drafted_per_position), cost_ratio=t_draft / t_target, target_pass_s=t_target, draft_pass_s=t_draft, stats=stats)
+    return ChainProfile(
+        acceptance=conditional_acceptance(stats.accepted_per_position, stats.drafted_per_position),
+        cost_ratio=t_draft / t_target,
+        target_pass_s=t_target,
+        draft_pass_s=t_draft,
+        stats=stats,
+    )
 
 
 def pass_times(passes: dict[str, Callable[[], None]], *, repeats: int = TIMING_REPEATS) -> dict[str, float]:
@@ -82,18 +93,29 @@ class KMeasurement:
     seconds: float  # wall time of the run over all prompts
 
 
-def sweep_k(engine, prompts: Sequence[list[int]], ks: Sequence[int], *, max_tokens: int) -> list[KMeasurement]:
+def sweep_k(
+    engine, prompts: Sequence[list[int]], ks: Sequence[int], *, max_tokens: int
+) -> list[KMeasurement]:
     """Run the speculative loop at each K over the prompts (greedy) and measure tokens per pass."""
     out = []
     for k in ks:
         stats, start = SpecStats(), time.perf_counter()
         for p in prompts:
-            stats.merge(engine.generate(list(p), greedy_params(max_tokens), speculative=True, num_draft_tokens=k).stats)
-        out.append(KMeasurement(k=k, tokens_per_pass=stats.mean_accepted_per_step, seconds=time.perf_counter() - start))
+            stats.merge(
+                engine.generate(
+                    list(p), greedy_params(max_tokens), speculative=True, num_draft_tokens=k
+                ).stats
+            )
+        out.append(
+            KMeasurement(
+                k=k, tokens_per_pass=stats.mean_accepted_per_step, seconds=time.perf_counter() - start
+            )
+        )
     return out
 
 
 # ---- Medusa ----------------------------------------------------------------------------------------
+
 
 class ReferenceMedusa:
     """The MedusaRunner protocol (profile_medusa) over a ReferenceEngine with Medusa heads."""
@@ -103,7 +125,9 @@ class ReferenceMedusa:
         self.num_heads = engine.speculator.heads.num_heads
 
     def greedy(self, prompt: list[int], max_new_tokens: int) -> list[int]:
-        return list(self.engine.generate(list(prompt), greedy_params(max_new_tokens), speculative=False).token_ids)
+        return list(
+            self.engine.generate(list(prompt), greedy_params(max_new_tokens), speculative=False).token_ids
+        )
 
     def head_logits(self, ids: list[int]) -> torch.Tensor:
         seq = CachedSequence(self.engine.target, capacity=len(ids) + 1)
@@ -111,8 +135,11 @@ class ReferenceMedusa:
         return self.engine.speculator.heads.logits(hidden)  # [nH, T, V]
 
 
-def measure_tree(engine, choices: MedusaChoices, prompts: Sequence[list[int]], *, max_tokens: int) -> SpecStats:
-    """Greedy Medusa generation with `choices` over the prompts; stats.mean_accepted_per_step is tokens/pass."""
+def measure_tree(
+    engine, choices: MedusaChoices, prompts: Sequence[list[int]], *, max_tokens: int
+) -> SpecStats:
+    """Greedy Medusa generation with `choices` over the prompts; stats.mean_accepted_per_step is
+    tokens/pass."""
     tree = TreeBuffers.from_choices(choices, num_heads=engine.speculator.heads.num_heads)
     params = engine.resolve(greedy_params(max_tokens))
     stats = SpecStats()
@@ -130,7 +157,9 @@ def tree_pass(engine, choices: MedusaChoices, prompt: list[int]) -> Callable[[],
 
     def run() -> None:
         tokens = tree.candidates(int(prompt[-1]), engine.speculator.heads.logits(hidden))  # [N+1]
-        engine.target.forward(tokens[None], seq.cache, new_mask=tree.attention_mask, depths=tree.position_offsets)
+        engine.target.forward(
+            tokens[None], seq.cache, new_mask=tree.attention_mask, depths=tree.position_offsets
+        )
         seq.cache.truncate(0, len(prompt))
 
     return run

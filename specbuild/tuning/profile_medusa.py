@@ -42,7 +42,9 @@ class HFMedusa:
         self.num_heads = heads.config.num_heads
 
     def greedy(self, prompt: list[int], max_new_tokens: int) -> list[int]:
-        full = greedy_continuations(self.base.model, [prompt], max_new_tokens=max_new_tokens, eos_ids=self.base.eos_ids, batch_size=1)[0]
+        full = greedy_continuations(
+            self.base.model, [prompt], max_new_tokens=max_new_tokens, eos_ids=self.base.eos_ids, batch_size=1
+        )[0]
         return full[len(prompt) :]
 
     @torch.no_grad()

@@ -32,8 +32,13 @@ class Reporter:
 class RichReporter(Reporter):
     def __init__(self) -> None:
         self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TimeRemainingColumn(), TextColumn("{task.fields[info]}"), transient=False,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[info]}"),
+            transient=False,
             console=Console(stderr=True),  # stdout carries the results (tune --json)
         )
         self._tasks: dict[str, Any] = {}
@@ -49,7 +54,9 @@ class RichReporter(Reporter):
         self._progress.console.print(text)
 
     def start(self, name: str, total: int, done: int = 0) -> None:
-        self._tasks[name] = self._progress.add_task(_LABELS.get(name, name), total=total, completed=done, info="")
+        self._tasks[name] = self._progress.add_task(
+            _LABELS.get(name, name), total=total, completed=done, info=""
+        )
 
     def advance(self, name: str, n: int = 1, **fields: Any) -> None:
         info = "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in fields.items())

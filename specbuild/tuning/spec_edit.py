@@ -19,7 +19,9 @@ from specbuild.core.safe_io import atomic_write_text
 from specbuild.core.spec import load_spec, parse_spec_yaml, read_spec_text, save_spec_yaml, spec_from_dict
 
 
-def set_spec_value(path: Path, section: str, key: str, value: Any, *, inputs: dict[str, Any] | None = None) -> bool:
+def set_spec_value(
+    path: Path, section: str, key: str, value: Any, *, inputs: dict[str, Any] | None = None
+) -> bool:
     """Set section.key = value in the YAML spec at `path`. Returns True when comments were kept.
 
     The spec is replaced in one rename (safe_io.atomic_write_text): a read-only spec or a full disk
@@ -50,22 +52,46 @@ def edit_text(text: str, section: str, key: str, value: Any) -> str:
     """The narrow textual edit (see the module docstring); value written as flow YAML (JSON)."""
     flow = json.dumps(value)
     lines = text.splitlines(keepends=True)
-    start = next((i for i, ln in enumerate(lines) if re.match(rf"^{re.escape(section)}\s*:\s*(#.*)?$", ln)), None)
+    start = next(
+        (i for i, ln in enumerate(lines) if re.match(rf"^{re.escape(section)}\s*:\s*(#.*)?$", ln)), None
+    )
     if start is None:
-        flow_line = next((i for i, ln in enumerate(lines) if re.match(rf"^{re.escape(section)}\s*:\s*{{", ln)), None)
+        flow_line = next(
+            (i for i, ln in enumerate(lines) if re.match(rf"^{re.escape(section)}\s*:\s*{{", ln)), None
+        )
         if flow_line is not None:
-            return "".join(lines[:flow_line]) + _edit_flow_line(lines[flow_line], section, key, value) + "".join(lines[flow_line + 1 :])
+            return (
+                "".join(lines[:flow_line])
+                + _edit_flow_line(lines[flow_line], section, key, value)
+                + "".join(lines[flow_line + 1 :])
+            )
         sep = "" if text.endswith("\n") or not text else "\n"
         return f"{text}{sep}{section}:\n  {key}: {flow}\n"
     end = start + 1
-    while end < len(lines) and (not lines[end].strip() or lines[end][0] in " \t" or lines[end].lstrip().startswith("#")):
+    while end < len(lines) and (
+        not lines[end].strip() or lines[end][0] in " \t" or lines[end].lstrip().startswith("#")
+    ):
         end += 1
-    child_indent = next((len(ln) - len(ln.lstrip()) for ln in lines[start + 1 : end] if ln.strip() and not ln.lstrip().startswith("#")), 2)
+    child_indent = next(
+        (
+            len(ln) - len(ln.lstrip())
+            for ln in lines[start + 1 : end]
+            if ln.strip() and not ln.lstrip().startswith("#")
+        ),
+        2,
+    )
     pad = " " * child_indent
     for i in range(start + 1, end):
         if re.match(rf"^{pad}{re.escape(key)}\s*:", lines[i]):
             j = i + 1
-            while j < end and lines[j].strip() and (len(lines[j]) - len(lines[j].lstrip()) > child_indent or lines[j].lstrip().startswith("- ")):
+            while (
+                j < end
+                and lines[j].strip()
+                and (
+                    len(lines[j]) - len(lines[j].lstrip()) > child_indent
+                    or lines[j].lstrip().startswith("- ")
+                )
+            ):
                 j += 1
             comment = re.search(r"\s+#.*$", lines[i].rstrip("\n")) if j == i + 1 else None
             tail = comment.group(0) if comment and _scalar_line(lines[i]) else ""
@@ -86,5 +112,12 @@ def _edit_flow_line(line: str, section: str, key: str, value: Any) -> str:
     mapping = yaml.safe_load(body[: close + 1])
     comment = body[close + 1 :].rstrip("\n")
     mapping[key] = value
-    items = ", ".join(f"{k}: {json.dumps(v) if not isinstance(v, str) else yaml.safe_dump(v, default_style=None).strip().removesuffix('...').strip()}" for k, v in mapping.items())
+    items = ", ".join(
+        f"{k}: {json.dumps(v) if not isinstance(v, str) else _plain_scalar(v)}" for k, v in mapping.items()
+    )
     return f"{section}: {{{items}}}{comment}\n"
+
+
+def _plain_scalar(value: str) -> str:
+    """A string as a YAML flow scalar (quoted only when it must be)."""
+    return yaml.safe_dump(value, default_style=None).strip().removesuffix("...").strip()

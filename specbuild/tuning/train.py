@@ -35,8 +35,16 @@ from specbuild.tuning.progress import Reporter
 METRICS_FILE = "metrics.json"
 MANIFEST_KIND = "medusa_heads"
 # option -> (lowest, highest): each bounds memory or time of one run
-_RANGES = {"num_heads": (1, 64), "num_layers": (1, 64), "steps": (1, 10_000_000), "batch_size": (1, 65536),
-           "seq_len": (1, 1 << 20), "topk": (1, 1000), "checkpoint_every": (0, 10_000_000), "seed": (0, 2**32 - 1)}  # seeds derive from seed * 1_000_003 (< 2**63)
+_RANGES = {
+    "num_heads": (1, 64),
+    "num_layers": (1, 64),
+    "steps": (1, 10_000_000),
+    "batch_size": (1, 65536),
+    "seq_len": (1, 1 << 20),
+    "topk": (1, 1000),
+    "checkpoint_every": (0, 10_000_000),
+    "seed": (0, 2**32 - 1),
+}  # seeds derive from seed * 1_000_003 (< 2**63)
 _FLOAT_MAX = {"lr": 1.0, "head_decay": 1.0}  # AdamW peak learning rate; loss weight of head h is decay**h
 
 
@@ -58,11 +66,18 @@ def train_medusa(config: TrainConfig, *, reporter: Reporter | None = None, on_st
     base = load_base(config.model, device=config.device)
     max_pos = getattr(base.model.config, "max_position_embeddings", None)
     if max_pos is not None and config.seq_len > max_pos:
-        raise TrainingError("--seq-len is longer than the base model's context", expected=f"at most {max_pos} (max_position_embeddings)",
-                            found=str(config.seq_len), fix=f"pass --seq-len {min(max_pos, 512)}")
+        raise TrainingError(
+            "--seq-len is longer than the base model's context",
+            expected=f"at most {max_pos} (max_position_embeddings)",
+            found=str(config.seq_len),
+            fix=f"pass --seq-len {min(max_pos, 512)}",
+        )
     windows = _training_windows(config, base, rep)
     train_w, heldout_w = split_heldout(windows, fraction=config.heldout_fraction, seed=config.seed)
-    rep.log(f"{train_w.shape[0]} training windows and {heldout_w.shape[0]} held-out windows of {windows.shape[1]} tokens")
+    rep.log(
+        f"{train_w.shape[0]} training windows and {heldout_w.shape[0]} held-out windows of "
+        f"{windows.shape[1]} tokens"
+    )
 
     torch.manual_seed(config.seed)
     heads = new_heads(base, config)
@@ -71,8 +86,12 @@ def train_medusa(config: TrainConfig, *, reporter: Reporter | None = None, on_st
 
     rep.start("train", config.steps, start)
     for step in range(start, config.steps):
-        ids = train_w[batch_indices(step, n=train_w.shape[0], batch_size=config.batch_size, seed=config.seed)]  # [B, T]
-        loss = _train_step(heads, optimizer, base, ids.to(base.device), lr=lr_at(step, config), decay=config.head_decay)
+        ids = train_w[
+            batch_indices(step, n=train_w.shape[0], batch_size=config.batch_size, seed=config.seed)
+        ]  # [B, T]
+        loss = _train_step(
+            heads, optimizer, base, ids.to(base.device), lr=lr_at(step, config), decay=config.head_decay
+        )
         losses.append(loss)
         rep.advance("train", 1, loss=loss)
         done = step + 1
@@ -83,7 +102,9 @@ def train_medusa(config: TrainConfig, *, reporter: Reporter | None = None, on_st
     rep.stop("train")
 
     rep.log("measuring per-head accuracy on the held-out split")
-    eval_w = (heldout_w if heldout_w.shape[0] else train_w)[: config.max_eval_windows]  # [<=max_eval_windows, T]
+    eval_w = (heldout_w if heldout_w.shape[0] else train_w)[
+        : config.max_eval_windows
+    ]  # [<=max_eval_windows, T]
     untrained = head_accuracy(base, new_heads(base, config), eval_w, topk=config.topk)
     trained = head_accuracy(base, heads, eval_w, topk=config.topk)
     metrics = {
@@ -93,7 +114,15 @@ def train_medusa(config: TrainConfig, *, reporter: Reporter | None = None, on_st
         "evaluated_on": "heldout" if heldout_w.shape[0] else "train (no held-out window: too little data)",
         "steps": config.steps,
         "final_loss": losses[-1] if losses else None,
-        "heads": [{"head": h, "predicts": f"t+{h + 2}", **trained[h], **{f"untrained_{k}": v for k, v in untrained[h].items() if k != "positions"}} for h in range(config.num_heads)],
+        "heads": [
+            {
+                "head": h,
+                "predicts": f"t+{h + 2}",
+                **trained[h],
+                **{f"untrained_{k}": v for k, v in untrained[h].items() if k != "positions"},
+            }
+            for h in range(config.num_heads)
+        ],
     }
     out = _write_output(config, base, heads, metrics)
     shutil.rmtree(config.checkpoint_dir, ignore_errors=True)
@@ -101,6 +130,7 @@ def train_medusa(config: TrainConfig, *, reporter: Reporter | None = None, on_st
 
 
 # ---- pure schedule ---------------------------------------------------------------------------------
+
 
 def lr_at(step: int, config: TrainConfig) -> float:
     """Linear warmup, then cosine decay to 0 at config.steps (a function of the step only)."""
@@ -123,10 +153,15 @@ def batch_indices(step: int, *, n: int, batch_size: int, seed: int) -> torch.Ten
 
 # ---- model pieces ----------------------------------------------------------------------------------
 
+
 def new_heads(base: BaseModel, config: TrainConfig) -> MedusaHeads:
     cfg = HeadsConfig(
-        num_heads=config.num_heads, num_layers=config.num_layers, hidden_size=base.hidden_size,
-        vocab_size=base.vocab_size, hidden_act=base.hidden_act, base_model_name_or_path=str(base.folder),
+        num_heads=config.num_heads,
+        num_layers=config.num_layers,
+        hidden_size=base.hidden_size,
+        vocab_size=base.vocab_size,
+        hidden_act=base.hidden_act,
+        base_model_name_or_path=str(base.folder),
     )
     heads = MedusaHeads(cfg)
     heads.init_from_base(base.lm_head_weight())
@@ -142,7 +177,11 @@ def head_losses(heads: MedusaHeads, hidden: torch.Tensor, ids: torch.Tensor) -> 
         if t <= shift:
             break
         logits = head(hidden[:, : t - shift])  # [B, T-shift, V]
-        out.append(torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), ids[:, shift:].reshape(-1)))
+        out.append(
+            torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]).float(), ids[:, shift:].reshape(-1)
+            )
+        )
     return out
 
 
@@ -161,7 +200,9 @@ def _train_step(heads, optimizer, base: BaseModel, ids: torch.Tensor, *, lr: flo
 
 
 @torch.no_grad()
-def head_accuracy(base: BaseModel, heads: MedusaHeads, windows: torch.Tensor, *, topk: int, batch_size: int = 8) -> list[dict[str, float]]:
+def head_accuracy(
+    base: BaseModel, heads: MedusaHeads, windows: torch.Tensor, *, topk: int, batch_size: int = 8
+) -> list[dict[str, float]]:
     """Per head: fraction of positions whose true token t+h+2 is the head's top-1 / in its top-k."""
     hits1 = [0] * len(heads.heads)
     hitsk = [0] * len(heads.heads)
@@ -179,10 +220,14 @@ def head_accuracy(base: BaseModel, heads: MedusaHeads, windows: torch.Tensor, *,
             hits1[h] += int((top[..., :1] == truth).sum())
             hitsk[h] += int((top == truth).any(-1).sum())
             count[h] += truth.numel()
-    return [{"top1": hits1[h] / max(1, count[h]), "topk": hitsk[h] / max(1, count[h]), "positions": count[h]} for h in range(len(heads.heads))]
+    return [
+        {"top1": hits1[h] / max(1, count[h]), "topk": hitsk[h] / max(1, count[h]), "positions": count[h]}
+        for h in range(len(heads.heads))
+    ]
 
 
 # ---- data, resume, output ----------------------------------------------------------------------------
+
 
 def _check_options(config: TrainConfig) -> None:
     bad = [f"{n}={v}" for n, (low, high) in _RANGES.items() if not low <= (v := getattr(config, n)) <= high]
@@ -201,7 +246,12 @@ def _check_options(config: TrainConfig) -> None:
     guard_output(config.out, inputs)
     guard_output(config.checkpoint_dir, inputs, option="the checkpoint folder (beside --out)")
     if config.out.exists() and not config.force:
-        raise OutputExistsError(f"output folder {config.out} already exists", expected="a new path", found=str(config.out), fix="choose another --out or pass --force")
+        raise OutputExistsError(
+            f"output folder {config.out} already exists",
+            expected="a new path",
+            found=str(config.out),
+            fix="choose another --out or pass --force",
+        )
     if not config.resume and ckpt.latest_checkpoint(config.checkpoint_dir) is not None:
         raise TrainingError(
             f"{config.checkpoint_dir} holds checkpoints of an earlier, unfinished run",
@@ -220,7 +270,9 @@ def _training_windows(config: TrainConfig, base: BaseModel, rep: Reporter) -> to
     return pack_windows(seqs, seq_len=config.seq_len, separator=sep, min_len=config.num_heads + 3)
 
 
-def _self_distill(config: TrainConfig, base: BaseModel, prompts: list[list[int]], rep: Reporter) -> list[list[int]]:
+def _self_distill(
+    config: TrainConfig, base: BaseModel, prompts: list[list[int]], rep: Reporter
+) -> list[list[int]]:
     """prompt + greedy continuation per prompt; cached beside the checkpoints so --resume reuses it."""
     key = hashlib.sha256(json.dumps([config.fingerprint(), prompts]).encode()).hexdigest()
     cache = config.checkpoint_dir / f"distilled-{key[:16]}.safetensors"
@@ -237,14 +289,20 @@ def _self_distill(config: TrainConfig, base: BaseModel, prompts: list[list[int]]
     prompts = [p[-half:] for p in prompts]
     rep.start("distill", len(prompts))
     out = greedy_continuations(
-        base.model, prompts, max_new_tokens=config.distill_new_tokens or config.seq_len - half,
-        eos_ids=base.eos_ids, batch_size=config.batch_size, on_batch=lambda n: rep.advance("distill", n),
+        base.model,
+        prompts,
+        max_new_tokens=config.distill_new_tokens or config.seq_len - half,
+        eos_ids=base.eos_ids,
+        batch_size=config.batch_size,
+        on_batch=lambda n: rep.advance("distill", n),
     )
     rep.stop("distill")
     if config.checkpoint_every:
         cache.parent.mkdir(parents=True, exist_ok=True)
         flat_tokens = [t for seq in out for t in seq]
-        save_file({"lengths": torch.tensor([len(s) for s in out]), "tokens": torch.tensor(flat_tokens)}, str(cache))
+        save_file(
+            {"lengths": torch.tensor([len(s) for s in out]), "tokens": torch.tensor(flat_tokens)}, str(cache)
+        )
     return out
 
 
@@ -253,10 +311,17 @@ def _save(config: TrainConfig, heads: MedusaHeads, optimizer, step: int, losses:
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state()
     info = {"fingerprint": config.fingerprint(), "losses": losses}
-    ckpt.save_checkpoint(config.checkpoint_dir, ckpt.TrainState(step=step, heads=heads.hf_state_dict(), optimizer=optimizer.state_dict(), rng=rng, info=info))
+    ckpt.save_checkpoint(
+        config.checkpoint_dir,
+        ckpt.TrainState(
+            step=step, heads=heads.hf_state_dict(), optimizer=optimizer.state_dict(), rng=rng, info=info
+        ),
+    )
 
 
-def _maybe_resume(config: TrainConfig, heads: MedusaHeads, optimizer, base: BaseModel, rep: Reporter) -> tuple[int, int | None, list[float]]:
+def _maybe_resume(
+    config: TrainConfig, heads: MedusaHeads, optimizer, base: BaseModel, rep: Reporter
+) -> tuple[int, int | None, list[float]]:
     if not config.resume:
         return 0, None, []
     path = ckpt.latest_checkpoint(config.checkpoint_dir)
@@ -270,10 +335,16 @@ def _maybe_resume(config: TrainConfig, heads: MedusaHeads, optimizer, base: Base
             f"checkpoint {path} was written with other options",
             expected=json.dumps(config.fingerprint()),
             found=json.dumps(saved),
-            fix="resume with the same options (model, heads, lr, batch size, seq len, seed), or delete the checkpoints",
+            fix="resume with the same options (model, heads, lr, batch size, seq len, seed), or delete the "
+            "checkpoints",
         )
     if state.step > config.steps:
-        raise TrainingError(f"checkpoint {path} is at step {state.step}", expected=f"--steps >= {state.step}", found=str(config.steps), fix=f"pass --steps {state.step} or more")
+        raise TrainingError(
+            f"checkpoint {path} is at step {state.step}",
+            expected=f"--steps >= {state.step}",
+            found=str(config.steps),
+            fix=f"pass --steps {state.step} or more",
+        )
     heads.load_hf_state_dict({k: v.to(base.device) for k, v in state.heads.items()}, str(path))
     optimizer.load_state_dict(state.optimizer)
     torch.set_rng_state(state.rng["cpu"])
@@ -284,8 +355,12 @@ def _maybe_resume(config: TrainConfig, heads: MedusaHeads, optimizer, base: Base
 
 
 def _write_output(config: TrainConfig, base: BaseModel, heads: MedusaHeads, metrics: dict[str, Any]) -> Path:
-    with atomic_output_dir(config.out, force=config.force, inputs={"base model": base.folder, "training data": config.data}) as tmp:
+    with atomic_output_dir(
+        config.out, force=config.force, inputs={"base model": base.folder, "training data": config.data}
+    ) as tmp:
         save_heads(heads, tmp, dtype=base.stored_dtype)
         (tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
-        write_manifest(tmp, kind=MANIFEST_KIND, base_model=str(base.folder), options=config.to_dict(), metrics=metrics)
+        write_manifest(
+            tmp, kind=MANIFEST_KIND, base_model=str(base.folder), options=config.to_dict(), metrics=metrics
+        )
     return config.out

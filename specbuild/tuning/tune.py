@@ -6,7 +6,8 @@ Medusa: greedy continuations give, at every position, the rank of the true token
 top-k; from them the per-depth accuracies (conditional on the path so far) and a tree grown greedily
 by path probability up to the node budget (max_draft_len); the path probability is the measured joint
 one (heads are correlated), with the factorised one as a small prior for unseen paths. The predicted
-tokens per pass of a tree is its exact greedy replay on the profiled positions. Tree speedup = tokens per pass divided by
+tokens per pass of a tree is its exact greedy replay on the profiled positions. Tree speedup = tokens per
+pass divided by
 the measured time of a tree pass relative to a plain decode pass.
 
 The spec's HF checkpoints are converted (float32, tp 1) into a temporary folder and run by the
@@ -91,11 +92,21 @@ def tune_spec(spec_path: Path, options: TuneOptions, *, reporter: Reporter | Non
         prompts = [engine.tokenizer(t, add_special_tokens=True)["input_ids"] for t in texts]
         report = resolve_name(method_of(spec).tuner)(spec, engine, prompts, options, rep)
         if options.eval_prompts is not None:
-            held = [engine.tokenizer(t, add_special_tokens=True)["input_ids"] for t in read_texts(options.eval_prompts)]
+            held = [
+                engine.tokenizer(t, add_special_tokens=True)["input_ids"]
+                for t in read_texts(options.eval_prompts)
+            ]
             report = _measure(report, engine, held, options, rep)
     if options.write:
-        report = _write(spec_path, report, inputs={"--prompts file": options.prompts, "--eval-prompts file": options.eval_prompts,
-                                                   "--engine folder": options.engine})
+        report = _write(
+            spec_path,
+            report,
+            inputs={
+                "--prompts file": options.prompts,
+                "--eval-prompts file": options.eval_prompts,
+                "--engine folder": options.engine,
+            },
+        )
     return report
 
 
@@ -111,16 +122,29 @@ def open_engine(spec, engine_dir: Path | None, rep: Reporter, *, device: str = "
         medusa = None
         if spec.medusa is not None:
             heads = resolve_model(spec.medusa.heads, base=spec.base_dir, what="Medusa heads")
-            medusa = MedusaHeadsSource(heads, num_heads=spec.medusa.num_heads, num_layers=spec.medusa.num_layers)
+            medusa = MedusaHeadsSource(
+                heads, num_heads=spec.medusa.num_heads, num_layers=spec.medusa.num_layers
+            )
         rep.log("converting the spec's checkpoints for the reference engine (float32)")
-        target = LlamaModel(load_weights(convert_checkpoint(target_hf, Path(tmp) / "target", dtype="float32", medusa=medusa)), device=device)
+        target = LlamaModel(
+            load_weights(convert_checkpoint(target_hf, Path(tmp) / "target", dtype="float32", medusa=medusa)),
+            device=device,
+        )
         draft = None
         if spec.draft is not None:
             draft_hf = resolve_model(spec.draft.model, base=spec.base_dir, what="draft model")
-            draft = LlamaModel(load_weights(convert_checkpoint(draft_hf, Path(tmp) / "draft", dtype="float32")), device=device)
-        yield ReferenceEngine(target, draft=draft, method=spec.mode,
-                              medusa_choices=spec.medusa_choices().to_lists() if spec.medusa else None,
-                              tokenizer_dir=target_hf, max_draft_len=spec.speculation.max_draft_len)
+            draft = LlamaModel(
+                load_weights(convert_checkpoint(draft_hf, Path(tmp) / "draft", dtype="float32")),
+                device=device,
+            )
+        yield ReferenceEngine(
+            target,
+            draft=draft,
+            method=spec.mode,
+            medusa_choices=spec.medusa_choices().to_lists() if spec.medusa else None,
+            tokenizer_dir=target_hf,
+            max_draft_len=spec.speculation.max_draft_len,
+        )
 
 
 def tune_draft_len(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> TuneReport:
@@ -141,23 +165,42 @@ def tune_draft_len(spec, engine, prompts, options: TuneOptions, rep: Reporter) -
             "target_pass_ms": prof.target_pass_s * 1e3,
             "draft_pass_ms": prof.draft_pass_s * 1e3,
             "profiled_steps": len(prof.stats.accepted_per_step),
-            "table": [{"k": r.k, "tokens_per_pass": r.tokens_per_pass, "speedup": r.speedup} for r in k_table(prof.acceptance, prof.cost_ratio, k_max)],
+            "table": [
+                {"k": r.k, "tokens_per_pass": r.tokens_per_pass, "speedup": r.speedup}
+                for r in k_table(prof.acceptance, prof.cost_ratio, k_max)
+            ],
         },
     )
 
 
 def tune_tree(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> TuneReport:
     """A Medusa tree grown from the heads' measured accuracies within max_draft_len nodes."""
-    ranks = medusa_ranks(ReferenceMedusa(engine), prompts, max_new_tokens=options.max_tokens, topk=options.topk, reporter=rep)
+    ranks = medusa_ranks(
+        ReferenceMedusa(engine), prompts, max_new_tokens=options.max_tokens, topk=options.topk, reporter=rep
+    )
     if not ranks:
-        raise TrainingError("no position to profile", expected=f"greedy continuations longer than {spec.medusa.num_heads + 1} tokens",
-                            found=f"{len(prompts)} prompts, max_tokens {options.max_tokens}", fix="raise --max-tokens or add prompts")
+        raise TrainingError(
+            "no position to profile",
+            expected=f"greedy continuations longer than {spec.medusa.num_heads + 1} tokens",
+            found=f"{len(prompts)} prompts, max_tokens {options.max_tokens}",
+            fix="raise --max-tokens or add prompts",
+        )
     probs = conditional_depth_probs(ranks, topk=options.topk)
     budget = options.budget or spec.speculation.max_draft_len
-    tree = grow_tree_from_ranks(ranks, topk=options.topk, budget=min(budget, spec.speculation.max_draft_len), num_heads=spec.medusa.num_heads)
+    tree = grow_tree_from_ranks(
+        ranks,
+        topk=options.topk,
+        budget=min(budget, spec.speculation.max_draft_len),
+        num_heads=spec.medusa.num_heads,
+    )
     current = spec.medusa_choices()
-    cost = pass_times({"plain": decode_pass(engine.target, prompts[0]), "chosen": tree_pass(engine, tree, prompts[0]),
-                       "current": tree_pass(engine, current, prompts[0])})
+    cost = pass_times(
+        {
+            "plain": decode_pass(engine.target, prompts[0]),
+            "chosen": tree_pass(engine, tree, prompts[0]),
+            "current": tree_pass(engine, current, prompts[0]),
+        }
+    )
     ratio = {name: cost[name] / cost["plain"] for name in ("chosen", "current")}
 
     def setting(label, choices):
@@ -166,7 +209,10 @@ def tune_tree(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> Tun
         return Setting(label, choices.to_lists(), e, e / ratio[label], choices.size)
 
     chosen, cur = setting("chosen", tree), setting("current", current)
-    factorised = {"chosen": tree_tokens_per_pass(tree, probs), "current": tree_tokens_per_pass(current, probs)}
+    factorised = {
+        "chosen": tree_tokens_per_pass(tree, probs),
+        "current": tree_tokens_per_pass(current, probs),
+    }
     return TuneReport(
         mode=spec.mode.value,
         tunes=Tunable.TREE.name.lower(),
@@ -186,14 +232,27 @@ def _measure(report: TuneReport, engine, prompts, options: TuneOptions, rep: Rep
 
     rep.log(f"measuring on {len(prompts)} held-out prompts")
     if report.tunes == Tunable.TREE.name.lower():
-        measured = {s.label: measure_tree(engine, MedusaChoices.parse(s.value), prompts, max_tokens=options.max_tokens).mean_accepted_per_step
-                    for s in (report.chosen, report.current)}
+        measured = {
+            s.label: measure_tree(
+                engine, MedusaChoices.parse(s.value), prompts, max_tokens=options.max_tokens
+            ).mean_accepted_per_step
+            for s in (report.chosen, report.current)
+        }
     else:
         c = report.details["cost_ratio"]
         ks = sorted({r["k"] for r in report.details["table"]} | {report.current.value})
         rows = sweep_k(engine, prompts, ks, max_tokens=options.max_tokens)
-        measured = {"sweep": [{"k": r.k, "tokens_per_pass": r.tokens_per_pass, "speedup_from_measured": speedup(r.tokens_per_pass, r.k, c),
-                               "seconds": r.seconds} for r in rows]}
+        measured = {
+            "sweep": [
+                {
+                    "k": r.k,
+                    "tokens_per_pass": r.tokens_per_pass,
+                    "speedup_from_measured": speedup(r.tokens_per_pass, r.k, c),
+                    "seconds": r.seconds,
+                }
+                for r in rows
+            ]
+        }
         best = max(measured["sweep"], key=lambda r: r["speedup_from_measured"])
         measured["best_k"] = best["k"]
     return replace(report, details={**report.details, "measured": measured})

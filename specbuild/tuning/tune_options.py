@@ -21,7 +21,9 @@ class TuneOptions:
     topk: int = 10  # candidates per head considered when growing a Medusa tree
     k_max: int | None = None  # draft/target: largest K profiled (None: max(8, the spec's K))
     budget: int | None = None  # Medusa: tree nodes (None: the spec's max_draft_len)
-    eval_prompts: Path | None = None  # held-out prompts: measure the chosen and current settings on the engine
+    eval_prompts: Path | None = (
+        None  # held-out prompts: measure the chosen and current settings on the engine
+    )
     engine: Path | None = None  # a `specbuild compile` output to run instead of converting the spec
     write: bool = False
 
@@ -32,8 +34,16 @@ class TuneOptions:
             if value is None:
                 continue
             if isinstance(value, float) and not math.isfinite(value) or not low <= value <= high:
-                raise TrainingError(f"--{name.replace('_', '-')} {value} is out of range", expected=f"an integer in {low}..{high}",
-                                    found=str(value), fix=f"pass --{name.replace('_', '-')} between {low} and {high}")
+                raise TrainingError(
+                    f"--{name.replace('_', '-')} {value} is out of range",
+                    expected=f"an integer in {low}..{high}",
+                    found=str(value),
+                    fix=f"pass --{name.replace('_', '-')} between {low} and {high}",
+                )
         if spec is not None and self.budget is not None and method_of(spec).tunes is not Tunable.TREE:
-            raise TrainingError("--budget is for specs whose tree is tuned (Medusa)", expected="--k-max for draft/target",
-                                found=f"mode {spec.mode}", fix="drop --budget, or use --k-max")
+            raise TrainingError(
+                "--budget is for specs whose tree is tuned (Medusa)",
+                expected="--k-max for draft/target",
+                found=f"mode {spec.mode}",
+                fix="drop --budget, or use --k-max",
+            )

@@ -33,7 +33,9 @@ class Method(str, Enum):
 
 
 METHODS: dict[Method, SpeculationMethod] = {Method(m.name): m for m in (DRAFT_TARGET, MEDUSA)}  # registration
-SECTIONS: tuple[str, ...] = tuple(m.section for m in METHODS.values() if m.section)  # method-owned spec sections
+SECTIONS: tuple[str, ...] = tuple(
+    m.section for m in METHODS.values() if m.section
+)  # method-owned spec sections
 
 
 def parse_method(value: object, *, where: str = "<spec>") -> Method:
@@ -45,8 +47,12 @@ def parse_method(value: object, *, where: str = "<spec>") -> Method:
     except ValueError:
         names = [m.value for m in Method]
         close = difflib.get_close_matches(str(value), names, n=1)
-        raise SpecError(f"{where}: impossible value for mode (not a speculation method)", expected=" | ".join(names), found=repr(value),
-                        fix=f"did you mean {close[0]!r}?" if close else f"use one of {', '.join(names)}") from None
+        raise SpecError(
+            f"{where}: impossible value for mode (not a speculation method)",
+            expected=" | ".join(names),
+            found=repr(value),
+            fix=f"did you mean {close[0]!r}?" if close else f"use one of {', '.join(names)}",
+        ) from None
 
 
 def method_of(value: Method | str | BuildSpec) -> SpeculationMethod:

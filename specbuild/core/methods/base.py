@@ -77,7 +77,9 @@ class SpeculationMethod:
     def roles(self, spec: BuildSpec) -> tuple[EngineRole, ...]:
         """The engines a build of `spec` has, target first."""
         gather = spec.speculation.use_logits and self.draft_model
-        target = EngineRole("target", self.target_mode, spec.speculation.max_draft_len, gather, self.heads_of(spec))
+        target = EngineRole(
+            "target", self.target_mode, spec.speculation.max_draft_len, gather, self.heads_of(spec)
+        )
         if not self.draft_model:
             return (target,)
         return (target, EngineRole("draft", SpeculativeDecodingMode.NONE, 0, gather))
@@ -100,7 +102,7 @@ class SpeculationMethod:
 
 
 def resolve_name(name: str) -> Any:
-    """"package.module:attribute" -> the attribute (used by the stage that runs a method's code)."""
+    """ "package.module:attribute" -> the attribute (used by the stage that runs a method's code)."""
     module, _, attr = name.partition(":")
     return getattr(importlib.import_module(module), attr)
 

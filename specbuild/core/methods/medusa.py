@@ -26,13 +26,22 @@ class Medusa(SpeculationMethod):
 
     def validate(self, spec: BuildSpec, where: str, *, validate_tree: bool = True) -> None:
         heads = spec.medusa
-        require(heads.num_heads >= 1 and heads.num_layers >= 1, where, "medusa.num_heads/num_layers", "integers >= 1",
-                (heads.num_heads, heads.num_layers), "use num_heads: 4, num_layers: 1")
+        require(
+            heads.num_heads >= 1 and heads.num_layers >= 1,
+            where,
+            "medusa.num_heads/num_layers",
+            "integers >= 1",
+            (heads.num_heads, heads.num_layers),
+            "use num_heads: 4, num_layers: 1",
+        )
         try:  # parse errors always raise; consistency only when asked (check reports it as a row)
             choices = MedusaChoices.parse(heads.choices)
             if validate_tree:
-                choices.validate(num_heads=heads.num_heads, max_draft_len=spec.speculation.max_draft_len,
-                                 where="medusa.choices")
+                choices.validate(
+                    num_heads=heads.num_heads,
+                    max_draft_len=spec.speculation.max_draft_len,
+                    where="medusa.choices",
+                )
         except SpecError:
             raise
         except SpecbuildError as exc:

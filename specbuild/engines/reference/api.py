@@ -40,17 +40,25 @@ def generate_local(
     speculative=False runs the target alone; num_draft_tokens overrides K (default: the build's
     max_draft_len). on_text(str) receives the text of each streamed chunk.
     """
-    engine = path_or_engine if isinstance(path_or_engine, ReferenceEngine) else ReferenceEngine.load(path_or_engine)
+    engine = (
+        path_or_engine
+        if isinstance(path_or_engine, ReferenceEngine)
+        else ReferenceEngine.load(path_or_engine)
+    )
     ids = engine.encode(prompt)
     on_tokens = None
     if on_text is not None:
         sent: list[int] = []
         shown = [""]
 
-        def on_tokens(tokens: list[int]) -> None:  # decode the running total so multi-token characters stay whole
+        def on_tokens(
+            tokens: list[int],
+        ) -> None:  # decode the running total so multi-token characters stay whole
             sent.extend(tokens)
             text = engine.decode(sent)
-            on_text(text[len(shown[0]):])
+            on_text(text[len(shown[0]) :])
             shown[0] = text
 
-    return engine.generate(ids, params, speculative=speculative, num_draft_tokens=num_draft_tokens, on_tokens=on_tokens)
+    return engine.generate(
+        ids, params, speculative=speculative, num_draft_tokens=num_draft_tokens, on_tokens=on_tokens
+    )

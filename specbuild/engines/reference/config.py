@@ -62,7 +62,12 @@ class RefModelConfig:
         _expect(raw, "position_embedding_type", "rope_gpt_neox", where)
         dtype = raw.get("dtype")
         if dtype not in DTYPES:
-            raise CheckpointError(f"{where}: dtype {dtype!r} not supported", expected=" | ".join(DTYPES), found=str(dtype), fix="convert with --dtype float16|bfloat16|float32")
+            raise CheckpointError(
+                f"{where}: dtype {dtype!r} not supported",
+                expected=" | ".join(DTYPES),
+                found=str(dtype),
+                fix="convert with --dtype float16|bfloat16|float32",
+            )
         heads = _req(raw, "num_attention_heads", where)
         hidden = _req(raw, "hidden_size", where)
         mapping = raw.get("mapping") or {}
@@ -121,7 +126,12 @@ class RefModelConfig:
 
 def _req(raw: dict[str, Any], key: str, where: str) -> Any:
     if key not in raw:
-        raise CheckpointError(f"{where}: missing {key!r}", expected=f"{key} in the TensorRT-LLM checkpoint config", found="missing", fix="re-run `specbuild convert`")
+        raise CheckpointError(
+            f"{where}: missing {key!r}",
+            expected=f"{key} in the TensorRT-LLM checkpoint config",
+            found="missing",
+            fix="re-run `specbuild convert`",
+        )
     return raw[key]
 
 

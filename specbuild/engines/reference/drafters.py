@@ -36,18 +36,25 @@ if TYPE_CHECKING:
 class Speculator(Protocol):
     batched: bool  # generate_batch runs several requests in lockstep
 
-    def generate(self, prompt_ids: list[int], params: SamplingParams, *, num_draft_tokens: int,
-                 on_tokens: OnTokens | None = None, stop: StopHook | None = None) -> tuple[list[int], SpecStats]:
-        ...
+    def generate(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        *,
+        num_draft_tokens: int,
+        on_tokens: OnTokens | None = None,
+        stop: StopHook | None = None,
+    ) -> tuple[list[int], SpecStats]: ...
 
-    def generate_batch(self, prompts: list[list[int]], params: list[SamplingParams], *, num_draft_tokens: int,
-                       on_tokens=None) -> list[tuple[list[int], SpecStats]]:
-        ...
+    def generate_batch(
+        self, prompts: list[list[int]], params: list[SamplingParams], *, num_draft_tokens: int, on_tokens=None
+    ) -> list[tuple[list[int], SpecStats]]: ...
 
 
 @dataclass(frozen=True)
 class DraftModelSpeculator:
-    """Draft/target: the draft model proposes K tokens per round, the target verifies them (speculative.py)."""
+    """Draft/target: the draft model proposes K tokens per round, the target verifies them
+    (speculative.py)."""
 
     target: LlamaModel
     draft: LlamaModel
@@ -57,18 +64,33 @@ class DraftModelSpeculator:
         # The draft samples from its own stream (offset 1) so drafts and verification draws stay independent.
         drafter = ModelDrafter(self.draft, generator=make_generator(params.seed, offset=1))
         verifier = ModelVerifier(self.target, generator=make_generator(params.seed))
-        return speculative_generate(drafter, verifier, prompt_ids, params, num_draft_tokens=num_draft_tokens,
-                                    on_tokens=on_tokens, stop=stop)
+        return speculative_generate(
+            drafter,
+            verifier,
+            prompt_ids,
+            params,
+            num_draft_tokens=num_draft_tokens,
+            on_tokens=on_tokens,
+            stop=stop,
+        )
 
     def generate_batch(self, prompts, params, *, num_draft_tokens, on_tokens=None):
         return speculative_generate_batch(
             BatchModelDrafter(self.draft, len(prompts), [make_generator(q.seed, offset=1) for q in params]),
             BatchModelVerifier(self.target, len(prompts), [make_generator(q.seed) for q in params]),
-            [list(p) for p in prompts], params, num_draft_tokens=num_draft_tokens, on_tokens=on_tokens)
+            [list(p) for p in prompts],
+            params,
+            num_draft_tokens=num_draft_tokens,
+            on_tokens=on_tokens,
+        )
 
 
 def draft_model_speculator(engine: ReferenceEngine) -> DraftModelSpeculator:
     if engine.draft is None:
-        raise EngineError("draft/target speculation needs a draft model", expected="a build with a draft engine",
-                          found="a target alone", fix="load the `specbuild compile` output folder, not one engine")
+        raise EngineError(
+            "draft/target speculation needs a draft model",
+            expected="a build with a draft engine",
+            found="a target alone",
+            fix="load the `specbuild compile` output folder, not one engine",
+        )
     return DraftModelSpeculator(engine.target, engine.draft)

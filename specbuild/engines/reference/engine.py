@@ -66,8 +66,12 @@ def locate(path: str | Path) -> EngineLayout:
     """Work out what `path` is (build output, engine folder or checkpoint) from what it declares."""
     folder = Path(path)
     if not folder.is_dir():
-        raise EngineError(f"{folder} is not a folder", expected="a `specbuild compile` output, an engine folder or a TensorRT-LLM checkpoint",
-                          found="no such folder", fix="check the --engine path")
+        raise EngineError(
+            f"{folder} is not a folder",
+            expected="a `specbuild compile` output, an engine folder or a TensorRT-LLM checkpoint",
+            found="no such folder",
+            fix="check the --engine path",
+        )
     artifact = read_artifact(folder)
     if isinstance(artifact, BuildManifest):
         method, spec = artifact.method, artifact.spec
@@ -84,12 +88,23 @@ def locate(path: str | Path) -> EngineLayout:
         build_config = raw["build_config"]
         mode = SpeculativeDecodingMode.from_recorded(build_config.get("speculative_decoding_mode"))
         speculator = engine_speculator(mode)
-        return EngineLayout(target=folder, tokenizer_dir=_tokenizer_of(folder, artifact),
-                            max_draft_len=build_config.get("max_draft_len") or None,
-                            method=Method(speculator.name) if speculator else None)
-    medusa = engine_speculator(SpeculativeDecodingMode.MEDUSA) if raw.get("architecture") == MEDUSA_ARCHITECTURE else None
-    return EngineLayout(target=folder, tokenizer_dir=_tokenizer_of(folder, artifact),
-                        max_draft_len=raw.get("max_draft_len") or None, method=Method(medusa.name) if medusa else None)
+        return EngineLayout(
+            target=folder,
+            tokenizer_dir=_tokenizer_of(folder, artifact),
+            max_draft_len=build_config.get("max_draft_len") or None,
+            method=Method(speculator.name) if speculator else None,
+        )
+    medusa = (
+        engine_speculator(SpeculativeDecodingMode.MEDUSA)
+        if raw.get("architecture") == MEDUSA_ARCHITECTURE
+        else None
+    )
+    return EngineLayout(
+        target=folder,
+        tokenizer_dir=_tokenizer_of(folder, artifact),
+        max_draft_len=raw.get("max_draft_len") or None,
+        method=Method(medusa.name) if medusa else None,
+    )
 
 
 class ReferenceEngine:
@@ -99,8 +114,16 @@ class ReferenceEngine:
     is K for methods that draft per round (the build's; the method's default when not given).
     """
 
-    def __init__(self, target: LlamaModel, *, draft: LlamaModel | None = None, method: Method | str | None = None,
-                 medusa_choices: Any = None, tokenizer_dir: Path | None = None, max_draft_len: int | None = None):
+    def __init__(
+        self,
+        target: LlamaModel,
+        *,
+        draft: LlamaModel | None = None,
+        method: Method | str | None = None,
+        medusa_choices: Any = None,
+        tokenizer_dir: Path | None = None,
+        max_draft_len: int | None = None,
+    ):
         self.target, self.draft = target, draft
         self.tokenizer_dir = tokenizer_dir
         self.medusa_choices = medusa_choices
@@ -109,9 +132,12 @@ class ReferenceEngine:
         if self.method is not None:
             factory = method_of(self.method).reference_decoder
             if factory is None:
-                raise EngineError(f"the reference engine cannot run {method_of(self.method).title} speculation",
-                                  expected="a method with an in-process speculator", found=str(self.method),
-                                  fix="serve it on TensorRT-LLM, or use --no-speculation")
+                raise EngineError(
+                    f"the reference engine cannot run {method_of(self.method).title} speculation",
+                    expected="a method with an in-process speculator",
+                    found=str(self.method),
+                    fix="serve it on TensorRT-LLM, or use --no-speculation",
+                )
             self.speculator = resolve_name(factory)(self)
         self.num_draft_tokens = max_draft_len or (method_of(self.method).default_k if self.method else 0)
         self.prefix_cache = PrefixCache(target)
@@ -124,11 +150,20 @@ class ReferenceEngine:
         target = LlamaModel(load_weights(layout.target), device=device)
         draft = LlamaModel(load_weights(layout.draft), device=device) if layout.draft else None
         if draft is not None and draft.cfg.vocab_size != target.cfg.vocab_size:
-            raise EngineError("draft and target vocabularies differ", expected=f"vocab_size {target.cfg.vocab_size}",
-                              found=f"draft vocab_size {draft.cfg.vocab_size}", fix="use a draft model trained with the target's tokenizer")
-        return cls(target, draft=draft, method=layout.method,
-                   medusa_choices=medusa_choices if medusa_choices is not None else layout.medusa_choices,
-                   tokenizer_dir=layout.tokenizer_dir, max_draft_len=layout.max_draft_len)
+            raise EngineError(
+                "draft and target vocabularies differ",
+                expected=f"vocab_size {target.cfg.vocab_size}",
+                found=f"draft vocab_size {draft.cfg.vocab_size}",
+                fix="use a draft model trained with the target's tokenizer",
+            )
+        return cls(
+            target,
+            draft=draft,
+            method=layout.method,
+            medusa_choices=medusa_choices if medusa_choices is not None else layout.medusa_choices,
+            tokenizer_dir=layout.tokenizer_dir,
+            max_draft_len=layout.max_draft_len,
+        )
 
     # ---- properties ---------------------------------------------------------------------------
     @property
@@ -140,9 +175,14 @@ class ReferenceEngine:
     def tokenizer(self):
         if self._tokenizer is None:
             if self.tokenizer_dir is None:
-                raise EngineError("no tokenizer for this engine", expected="a build folder (tokenizer_dir) or a checkpoint converted by specbuild",
-                                  found="no tokenizer_dir", fix="pass the `specbuild compile` output folder, or token ids instead of text")
-            # transformers takes ~2 s to import; engines that only ever see token ids (the Triton models) skip it.
+                raise EngineError(
+                    "no tokenizer for this engine",
+                    expected="a build folder (tokenizer_dir) or a checkpoint converted by specbuild",
+                    found="no tokenizer_dir",
+                    fix="pass the `specbuild compile` output folder, or token ids instead of text",
+                )
+            # transformers takes ~2 s to import; engines that only ever see token ids (the Triton models) skip
+            # it.
             from transformers import AutoTokenizer  # noqa: PLC0415
 
             self._tokenizer = AutoTokenizer.from_pretrained(str(self.tokenizer_dir), trust_remote_code=False)
@@ -164,11 +204,21 @@ class ReferenceEngine:
         ids = self.end_ids()
         if not ids:
             return params
-        return dataclasses.replace(params, end_id=ids[0], stop_token_ids=tuple(dict.fromkeys(params.stop_token_ids + ids[1:])))
+        return dataclasses.replace(
+            params, end_id=ids[0], stop_token_ids=tuple(dict.fromkeys(params.stop_token_ids + ids[1:]))
+        )
 
     # ---- generation ---------------------------------------------------------------------------
-    def generate(self, prompt_ids: list[int], params: SamplingParams, *, speculative: bool = True,
-                 num_draft_tokens: int | None = None, on_tokens=None, stop: StopHook | None = None) -> GenerationResult:
+    def generate(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        *,
+        speculative: bool = True,
+        num_draft_tokens: int | None = None,
+        on_tokens=None,
+        stop: StopHook | None = None,
+    ) -> GenerationResult:
         """One request: the continuation of prompt_ids (text decoded when a tokenizer is known)."""
         _check_prompt(prompt_ids, self.target.cfg.vocab_size)
         params = self.resolve(params)
@@ -186,18 +236,31 @@ class ReferenceEngine:
         with self._lock:
             if speculate:
                 k = self.num_draft_tokens if num_draft_tokens is None else num_draft_tokens
-                ids, stats = self.speculator.generate(list(prompt_ids), params, num_draft_tokens=k, on_tokens=on_tokens, stop=stop)
+                ids, stats = self.speculator.generate(
+                    list(prompt_ids), params, num_draft_tokens=k, on_tokens=on_tokens, stop=stop
+                )
             else:
                 seq = self.prefix_cache.acquire(list(prompt_ids))
-                ids, _, passes = generate_cached(seq, list(prompt_ids), params, on_tokens=on_tokens, stop=stop)
+                ids, _, passes = generate_cached(
+                    seq, list(prompt_ids), params, on_tokens=on_tokens, stop=stop
+                )
                 stats = SpecStats(target_passes=passes)
-        result = self._result(ids, params, stats, speculative=speculate, seconds=time.perf_counter() - started)
+        result = self._result(
+            ids, params, stats, speculative=speculate, seconds=time.perf_counter() - started
+        )
         if first:
             result.timings["ttft"] = first[0]
         return result
 
-    def generate_batch(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams], *, speculative: bool = True,
-                       num_draft_tokens: int | None = None, on_tokens=None) -> list[GenerationResult]:
+    def generate_batch(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams | list[SamplingParams],
+        *,
+        speculative: bool = True,
+        num_draft_tokens: int | None = None,
+        on_tokens=None,
+    ) -> list[GenerationResult]:
         """Several requests. on_tokens(index, list[int]) streams.
 
         Plain decode and batched speculators (draft/target) run all requests in lockstep, one batched
@@ -206,24 +269,42 @@ class ReferenceEngine:
         plist = [self.resolve(p) for p in (params if isinstance(params, list) else [params] * len(prompts))]
         speculate = speculative and self.speculates
         if speculate and not self.speculator.batched:
-            return [self.generate(p, q, num_draft_tokens=num_draft_tokens, on_tokens=(lambda toks, i=i: on_tokens(i, toks)) if on_tokens else None)
-                    for i, (p, q) in enumerate(zip(prompts, plist, strict=True))]
+            return [
+                self.generate(
+                    p,
+                    q,
+                    num_draft_tokens=num_draft_tokens,
+                    on_tokens=(lambda toks, i=i: on_tokens(i, toks)) if on_tokens else None,
+                )
+                for i, (p, q) in enumerate(zip(prompts, plist, strict=True))
+            ]
         for p in prompts:
             _check_prompt(p, self.target.cfg.vocab_size)
         started = time.perf_counter()
         if speculate:
             k = self.num_draft_tokens if num_draft_tokens is None else num_draft_tokens
             with self._lock:
-                done = self.speculator.generate_batch([list(p) for p in prompts], plist, num_draft_tokens=k, on_tokens=on_tokens)
+                done = self.speculator.generate_batch(
+                    [list(p) for p in prompts], plist, num_draft_tokens=k, on_tokens=on_tokens
+                )
             seconds = time.perf_counter() - started
-            return [self._result(ids, q, stats, speculative=True, seconds=seconds) for (ids, stats), q in zip(done, plist, strict=True)]
+            return [
+                self._result(ids, q, stats, speculative=True, seconds=seconds)
+                for (ids, stats), q in zip(done, plist, strict=True)
+            ]
         with self._lock:
-            outs, _, passes = generate_batch(self.target, [list(p) for p in prompts], plist, on_tokens=on_tokens)
+            outs, _, passes = generate_batch(
+                self.target, [list(p) for p in prompts], plist, on_tokens=on_tokens
+            )
         seconds = time.perf_counter() - started
-        return [self._result(o, q, SpecStats(target_passes=passes), speculative=False, seconds=seconds) for o, q in zip(outs, plist, strict=True)]
+        return [
+            self._result(o, q, SpecStats(target_passes=passes), speculative=False, seconds=seconds)
+            for o, q in zip(outs, plist, strict=True)
+        ]
 
-    def generate_with_logits(self, prompt_ids: list[int], params: SamplingParams, *, on_tokens=None,
-                             stop: StopHook | None = None):
+    def generate_with_logits(
+        self, prompt_ids: list[int], params: SamplingParams, *, on_tokens=None, stop: StopHook | None = None
+    ):
         """Plain decode of one request that also returns its generation logits [n,V] (float32).
 
         What a draft model serves to the BLS when `return_generation_logits` is set; reuses the
@@ -235,12 +316,21 @@ class ReferenceEngine:
         with self._lock:
             seq = self.prefix_cache.acquire(list(prompt_ids))
             gen = make_generator(params.seed, offset=len(prompt_ids))  # see verify_external
-            ids, rows, passes = generate_cached(seq, list(prompt_ids), params, on_tokens=on_tokens, keep_logits=True,
-                                                generator=gen, stop=stop)
-        result = self._result(ids, params, SpecStats(target_passes=passes), speculative=False, seconds=time.perf_counter() - started)
+            ids, rows, passes = generate_cached(
+                seq, list(prompt_ids), params, on_tokens=on_tokens, keep_logits=True, generator=gen, stop=stop
+            )
+        result = self._result(
+            ids,
+            params,
+            SpecStats(target_passes=passes),
+            speculative=False,
+            seconds=time.perf_counter() - started,
+        )
         return result, torch.stack(rows)  # [n,V]
 
-    def verify_external(self, prefix_ids: list[int], draft_ids: list[int], draft_logits=None, *, params: SamplingParams) -> list[int]:
+    def verify_external(
+        self, prefix_ids: list[int], draft_ids: list[int], draft_logits=None, *, params: SamplingParams
+    ) -> list[int]:
         """One target pass over prefix + drafts; returns the accepted drafts plus one target token.
 
         draft_logits [K,V] (float, any dtype): modified rejection sampling on the draft's probabilities
@@ -254,8 +344,12 @@ class ReferenceEngine:
         if draft_logits is not None:
             logits = torch.as_tensor(draft_logits).float()  # [K,V]
             if logits.shape != (len(draft_ids), self.target.cfg.vocab_size):
-                raise EngineError("draft_logits have the wrong shape", expected=f"[{len(draft_ids)}, {self.target.cfg.vocab_size}] (one row per draft token)",
-                                  found=str(tuple(logits.shape)), fix="send the draft model's generation logits for exactly the draft tokens")
+                raise EngineError(
+                    "draft_logits have the wrong shape",
+                    expected=f"[{len(draft_ids)}, {self.target.cfg.vocab_size}] (one row per draft token)",
+                    found=str(tuple(logits.shape)),
+                    fix="send the draft model's generation logits for exactly the draft tokens",
+                )
             draft_probs = probs_from_logits(logits, params)  # [K,V]
         with self._lock:
             gen = make_generator(params.seed, offset=len(prefix_ids))
@@ -273,15 +367,29 @@ class ReferenceEngine:
         text = self.decode(ids) if self.tokenizer_dir is not None else ""
         stops = set(params.stop_token_ids) | ({params.end_id} if params.end_id is not None else set())
         reason = "stop" if ids and ids[-1] in stops else "length"
-        return GenerationResult(text=text, token_ids=list(ids), finish_reason=reason, speculative=speculative, stats=stats, timings={"total": seconds})
+        return GenerationResult(
+            text=text,
+            token_ids=list(ids),
+            finish_reason=reason,
+            speculative=speculative,
+            stats=stats,
+            timings={"total": seconds},
+        )
 
 
 def _check_prompt(ids: list[int], vocab: int) -> None:
     if not ids:
-        raise EngineError("empty prompt", expected="at least one token", found="[]", fix="pass a non-empty prompt")
+        raise EngineError(
+            "empty prompt", expected="at least one token", found="[]", fix="pass a non-empty prompt"
+        )
     bad = [t for t in ids if not 0 <= int(t) < vocab]
     if bad:
-        raise EngineError("prompt token id out of range", expected=f"ids in [0, {vocab})", found=str(bad[:5]), fix="tokenize with the engine's tokenizer")
+        raise EngineError(
+            "prompt token id out of range",
+            expected=f"ids in [0, {vocab})",
+            found=str(bad[:5]),
+            fix="tokenize with the engine's tokenizer",
+        )
 
 
 def _read_json(path: Path, *, kind: str = "config") -> dict[str, Any]:
@@ -289,7 +397,9 @@ def _read_json(path: Path, *, kind: str = "config") -> dict[str, Any]:
     try:
         return read_json(path, kind=kind)
     except InputFileError as exc:
-        raise EngineError(exc.what, expected=exc.expected, found=exc.found, fix="rebuild it with `specbuild compile`") from None
+        raise EngineError(
+            exc.what, expected=exc.expected, found=exc.found, fix="rebuild it with `specbuild compile`"
+        ) from None
 
 
 def _tokenizer_of(folder: Path, artifact) -> Path | None:

@@ -74,22 +74,35 @@ def read_checkpoint_config(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(
             f"{folder} has no config.json",
-            expected="a TensorRT-LLM checkpoint (config.json + rank{N}.safetensors) or a reference engine folder",
-            found=", ".join(sorted(p.name for p in folder.iterdir())[:8]) if folder.is_dir() else "no such folder",
+            expected="a TensorRT-LLM checkpoint (config.json + rank{N}.safetensors) or a reference engine "
+            "folder",
+            found=", ".join(sorted(p.name for p in folder.iterdir())[:8])
+            if folder.is_dir()
+            else "no such folder",
             fix="point at the folder `specbuild convert` or `specbuild compile` wrote",
         )
 
     try:
         raw = read_json(path, what="checkpoint config.json")
     except InputFileError as exc:
-        raise CheckpointError(exc.what, expected=exc.expected, found=exc.found, fix="re-run `specbuild convert` / `compile`") from None
+        raise CheckpointError(
+            exc.what, expected=exc.expected, found=exc.found, fix="re-run `specbuild convert` / `compile`"
+        ) from None
     return raw["pretrained_config"] if "pretrained_config" in raw else raw
 
 
 def dims_of(cfg: RefModelConfig) -> ConvertDims:
-    return ConvertDims(vocab=cfg.vocab_size, hidden=cfg.hidden_size, inter=cfg.intermediate_size, num_layers=cfg.num_layers,
-                       num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_size,
-                       attention_bias=cfg.attn_bias, tie_word_embeddings=cfg.tie_word_embeddings)
+    return ConvertDims(
+        vocab=cfg.vocab_size,
+        hidden=cfg.hidden_size,
+        inter=cfg.intermediate_size,
+        num_layers=cfg.num_layers,
+        num_heads=cfg.num_heads,
+        num_kv_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_size,
+        attention_bias=cfg.attn_bias,
+        tie_word_embeddings=cfg.tie_word_embeddings,
+    )
 
 
 def load_weights(folder: str | Path) -> Weights:
@@ -98,7 +111,7 @@ def load_weights(folder: str | Path) -> Weights:
     cfg = RefModelConfig.from_checkpoint(read_checkpoint_config(folder), where=str(folder / "config.json"))
     dims, par = dims_of(cfg), cfg.parallel
     ranks = [_load_rank(folder, r) for r in range(cfg.world_size)]
-    stages = [ranks[p * par.tp:(p + 1) * par.tp] for p in range(par.pp)]  # [pp][tp] -> tensors
+    stages = [ranks[p * par.tp : (p + 1) * par.tp] for p in range(par.pp)]  # [pp][tp] -> tensors
     medusa = (cfg.num_medusa_heads, cfg.num_medusa_layers) if cfg.num_medusa_heads else None
     hf: dict[str, Any] = {}
     for p in range(par.pp):
@@ -106,10 +119,14 @@ def load_weights(folder: str | Path) -> Weights:
             if pl.hf[0] in hf:
                 continue  # the Medusa heads sit on every PP stage; the first copy found is used
             shards = [s.get(pl.trt) for s in stages[p]]
-            if pl.trt == "lm_head.weight" and shards[0] is None:  # embedding sharing: the head is the embedding
+            if (
+                pl.trt == "lm_head.weight" and shards[0] is None
+            ):  # embedding sharing: the head is the embedding
                 continue
             split = _embedding_split(cfg) if pl.trt == "transformer.vocab_embedding.weight" else pl.rule.split
-            for name, tensor in zip(pl.hf, UNSPLIT[split]([_need(t, pl, folder) for t in shards], cfg, pl, folder), strict=True):
+            for name, tensor in zip(
+                pl.hf, UNSPLIT[split]([_need(t, pl, folder) for t in shards], cfg, pl, folder), strict=True
+            ):
                 hf[name] = tensor
     # tied embeddings (the table converts the head from the embedding) or a shared embedding table
     hf.setdefault("lm_head.weight", hf["model.embed_tokens.weight"])
@@ -118,6 +135,7 @@ def load_weights(folder: str | Path) -> Weights:
 
 
 # ---- the inverse of each split kind -------------------------------------------------------------
+
 
 def _replicated(shards: list, cfg: RefModelConfig, pl: Placement, folder: Path) -> list:
     return [shards[0]]
@@ -145,7 +163,7 @@ def _qkv(shards: list, cfg: RefModelConfig, pl: Placement, folder: Path) -> list
             raise CheckpointError(
                 f"{folder}: {pl.trt} of rank {r} has {t.shape[0]} rows",
                 expected=f"{q_rows + 2 * kv_rows} = nh*D/tp + 2*max(nkv/tp,1)*D with nh={cfg.num_heads}, "
-                         f"nkv={cfg.num_kv_heads}, D={d}, tp={par.tp}",
+                f"nkv={cfg.num_kv_heads}, D={d}, tp={par.tp}",
                 found=str(tuple(t.shape)),
                 fix="the checkpoint's config.json does not match its tensors; re-run `specbuild convert`",
             )
@@ -168,7 +186,11 @@ def _qkv(shards: list, cfg: RefModelConfig, pl: Placement, folder: Path) -> list
 
 
 UNSPLIT: dict[Split, Callable[[list, RefModelConfig, Placement, Path], list]] = {
-    Split.NONE: _replicated, Split.COLUMN: _column, Split.ROW: _row, Split.VOCAB: _vocab, Split.QKV: _qkv,
+    Split.NONE: _replicated,
+    Split.COLUMN: _column,
+    Split.ROW: _row,
+    Split.VOCAB: _vocab,
+    Split.QKV: _qkv,
 }
 
 
@@ -180,20 +202,26 @@ def _embedding_split(cfg: RefModelConfig) -> Split:
 
 # ---- pieces --------------------------------------------------------------------------------------
 
+
 def _load_rank(folder: Path, rank: int) -> dict[str, Any]:
     path = folder / f"rank{rank}.safetensors"
     if not path.is_file():
         raise CheckpointError(
             f"{folder} lacks rank{rank}.safetensors",
-            expected="one rank{N}.safetensors per rank (world_size = tp_size * pp_size from config.json mapping)",
+            expected="one rank{N}.safetensors per rank (world_size = tp_size * pp_size from config.json "
+            "mapping)",
             found=", ".join(sorted(p.name for p in folder.glob("rank*.safetensors"))) or "no rank files",
             fix="re-run `specbuild convert`; an interrupted copy leaves ranks missing",
         )
     try:
         return load_file(str(path))
     except Exception as exc:  # safetensors raises its own error types for truncated files
-        raise CheckpointError(f"cannot read {path}", expected="a complete safetensors file", found=str(exc)[:200],
-                              fix="re-run `specbuild convert`") from None
+        raise CheckpointError(
+            f"cannot read {path}",
+            expected="a complete safetensors file",
+            found=str(exc)[:200],
+            fix="re-run `specbuild convert`",
+        ) from None
 
 
 def _need(tensor: Any, pl: Placement, folder: Path) -> Any:
@@ -207,14 +235,18 @@ def _need(tensor: Any, pl: Placement, folder: Path) -> Any:
     return tensor
 
 
-def _check_shapes(hf: dict[str, Any], dims: ConvertDims, par: Parallel, medusa: tuple[int, int] | None, folder: Path) -> None:
+def _check_shapes(
+    hf: dict[str, Any], dims: ConvertDims, par: Parallel, medusa: tuple[int, int] | None, folder: Path
+) -> None:
     """Every merged tensor has the table's HF shape for this config."""
     want: dict[str, tuple[int, ...]] = {}
     for p in range(par.pp):
         for pl in placements(p, dims, par, medusa=medusa):
             for name, shape in zip(pl.hf, pl.rule.shapes, strict=True):
                 want[name] = dims.resolve(shape)
-    bad = [f"{k}: {tuple(hf[k].shape)} != {s}" for k, s in want.items() if k in hf and tuple(hf[k].shape) != s]
+    bad = [
+        f"{k}: {tuple(hf[k].shape)} != {s}" for k, s in want.items() if k in hf and tuple(hf[k].shape) != s
+    ]
     if bad:
         raise CheckpointError(
             f"{folder}: merged tensors have unexpected shapes",
@@ -224,9 +256,21 @@ def _check_shapes(hf: dict[str, Any], dims: ConvertDims, par: Parallel, medusa: 
         )
 
 
-_TEMPLATES = [(re.compile("^" + re.escape(hf).replace(r"\{l\}", r"(?P<l>\d+)").replace(r"\{h\}", r"(?P<h>\d+)")
-                          .replace(r"\{j\}", r"(?P<j>\d+)").replace(r"\{L\}", r"(?P<L>\d+)") + "$"), short)
-              for hf, short in SHORT_NAMES.items()]
+_TEMPLATES = [
+    (
+        re.compile(
+            "^"
+            + re.escape(hf)
+            .replace(r"\{l\}", r"(?P<l>\d+)")
+            .replace(r"\{h\}", r"(?P<h>\d+)")
+            .replace(r"\{j\}", r"(?P<j>\d+)")
+            .replace(r"\{L\}", r"(?P<L>\d+)")
+            + "$"
+        ),
+        short,
+    )
+    for hf, short in SHORT_NAMES.items()
+]
 
 
 def _short(name: str) -> str:
@@ -234,5 +278,9 @@ def _short(name: str) -> str:
         m = pattern.match(name)
         if m:
             return short.format(**m.groupdict())
-    raise CheckpointError(f"no reference-engine name for {name}", expected="a tensor of the conversion table",
-                          found=name, fix="report this bug")
+    raise CheckpointError(
+        f"no reference-engine name for {name}",
+        expected="a tensor of the conversion table",
+        found=name,
+        fix="report this bug",
+    )

@@ -100,8 +100,12 @@ class MedusaHeads:
     def __init__(self, model: LlamaModel):
         cfg = model.cfg
         if cfg.num_medusa_heads < 1:
-            raise EngineError("the model has no Medusa heads", expected="a MedusaForCausalLM checkpoint", found=cfg.architecture,
-                              fix="convert with Medusa heads (spec mode: medusa)")
+            raise EngineError(
+                "the model has no Medusa heads",
+                expected="a MedusaForCausalLM checkpoint",
+                found=cfg.architecture,
+                fix="convert with Medusa heads (spec mode: medusa)",
+            )
         self.num_heads, self.num_layers, self.w = cfg.num_medusa_heads, cfg.num_medusa_layers, model.w
 
     @torch.inference_mode()
@@ -116,7 +120,9 @@ class MedusaHeads:
         return torch.stack(out)  # [nH,V]
 
 
-def walk_tree(tree: TreeBuffers, tokens: torch.Tensor, target_probs: torch.Tensor, generator=None) -> tuple[list[int], int]:
+def walk_tree(
+    tree: TreeBuffers, tokens: torch.Tensor, target_probs: torch.Tensor, generator=None
+) -> tuple[list[int], int]:
     """Accept a path. tokens [N+1], target_probs [N+1,V] -> (accepted node ids after the root, next token)."""
     node, path = 0, []
     while True:
@@ -187,15 +193,22 @@ class MedusaSpeculator:
 
     def generate(self, prompt_ids, params, *, num_draft_tokens=0, on_tokens=None, stop=None):
         """num_draft_tokens is unused: the tree fixes what is drafted."""
-        return medusa_generate(self.target, self.heads, self.tree, prompt_ids, params, on_tokens=on_tokens, stop=stop)
+        return medusa_generate(
+            self.target, self.heads, self.tree, prompt_ids, params, on_tokens=on_tokens, stop=stop
+        )
 
     def generate_batch(self, prompts, params, *, num_draft_tokens=0, on_tokens=None):
-        return [self.generate(p, q, on_tokens=(lambda toks, i=i: on_tokens(i, toks)) if on_tokens else None)
-                for i, (p, q) in enumerate(zip(prompts, params, strict=True))]
+        return [
+            self.generate(p, q, on_tokens=(lambda toks, i=i: on_tokens(i, toks)) if on_tokens else None)
+            for i, (p, q) in enumerate(zip(prompts, params, strict=True))
+        ]
 
 
 def medusa_speculator(engine) -> MedusaSpeculator:
     """The engine's tree: the one it was loaded with, else `default_tree` for its head count."""
-    choices = engine.medusa_choices if engine.medusa_choices is not None else default_tree(engine.target.cfg.num_medusa_heads)
+    choices = (
+        engine.medusa_choices
+        if engine.medusa_choices is not None
+        else default_tree(engine.target.cfg.num_medusa_heads)
+    )
     return MedusaSpeculator(engine.target, MedusaChoices.parse(choices))
-

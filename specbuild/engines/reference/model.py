@@ -32,9 +32,12 @@ from specbuild.engines.reference.loader import Weights
 
 
 class KVCache:
-    """Preallocated keys/values of B sequences. k, v: [L, B, C, nkv, D]; `lengths[b]`: valid slots of row b."""
+    """Preallocated keys/values of B sequences. k, v: [L, B, C, nkv, D]; `lengths[b]`: valid slots
+    of row b."""
 
-    def __init__(self, cfg: RefModelConfig, batch: int, capacity: int, dtype: torch.dtype, device: torch.device):
+    def __init__(
+        self, cfg: RefModelConfig, batch: int, capacity: int, dtype: torch.dtype, device: torch.device
+    ):
         shape = (cfg.num_layers, batch, capacity, cfg.num_kv_heads, cfg.head_size)
         self.k = torch.zeros(shape, dtype=dtype, device=device)  # [L,B,C,nkv,D]
         self.v = torch.zeros(shape, dtype=dtype, device=device)  # [L,B,C,nkv,D]
@@ -56,15 +59,19 @@ class KVCache:
     def truncate(self, row: int, length: int) -> None:
         """Roll row back to its first `length` tokens (later slots are dead and get overwritten)."""
         if not 0 <= length <= self.lengths[row]:
-            raise EngineError(f"cannot roll KV row {row} back to {length}", expected=f"0..{self.lengths[row]}", found=str(length))
+            raise EngineError(
+                f"cannot roll KV row {row} back to {length}",
+                expected=f"0..{self.lengths[row]}",
+                found=str(length),
+            )
         self.lengths[row] = length
 
     def keep_slots(self, row: int, start: int, slots: list[int]) -> None:
         """Move slots (ascending, >= start) to start, start+1, ... and set the row's length after them."""
         idx = torch.tensor(slots, dtype=torch.long, device=self.k.device)  # [n]
         n = len(slots)
-        self.k[:, row, start:start + n] = self.k[:, row, idx]  # [L,n,nkv,D]
-        self.v[:, row, start:start + n] = self.v[:, row, idx]  # [L,n,nkv,D]
+        self.k[:, row, start : start + n] = self.k[:, row, idx]  # [L,n,nkv,D]
+        self.v[:, row, start : start + n] = self.v[:, row, idx]  # [L,n,nkv,D]
         self.lengths[row] = start + n
 
 
@@ -77,7 +84,9 @@ class Rope:
     @classmethod
     def from_config(cls, cfg: RefModelConfig, device: torch.device) -> Rope:
         d = cfg.head_size
-        inv = 1.0 / (cfg.rotary_base ** (torch.arange(0, d, 2, dtype=torch.int64, device=device).float() / d))  # [D/2]
+        inv = 1.0 / (
+            cfg.rotary_base ** (torch.arange(0, d, 2, dtype=torch.int64, device=device).float() / d)
+        )  # [D/2]
         s = cfg.rotary_scaling or {}
         kind = s.get("rope_type", s.get("type"))
         if kind == "linear":
@@ -93,7 +102,8 @@ class Rope:
 
 
 def _llama3_inv_freq(inv: torch.Tensor, s: dict) -> torch.Tensor:
-    """Llama 3.1 frequency scaling: long wavelengths slowed by `factor`, short ones kept, a smooth ramp between."""
+    """Llama 3.1 frequency scaling: long wavelengths slowed by `factor`, short ones kept, a smooth ramp
+    between."""
     factor, low, high = float(s["factor"]), float(s["low_freq_factor"]), float(s["high_freq_factor"])
     old_len = float(s["original_max_position_embeddings"])
     wavelen = 2 * math.pi / inv  # [D/2]
@@ -119,11 +129,24 @@ class LlamaModel:
         self.w = {k: t.to(self.device, self.dtype) for k, t in weights.tensors.items()}
         for layer in range(self.cfg.num_layers):  # fewer, larger matmuls: q|k|v and fc|gate each in one
             p = f"layers.{layer}."
-            self.w[p + "qkv"] = torch.cat([self.w[p + "q"], self.w[p + "k"], self.w[p + "v"]], 0)  # [(nh+2nkv)*D,H]
+            self.w[p + "qkv"] = torch.cat(
+                [self.w[p + "q"], self.w[p + "k"], self.w[p + "v"]], 0
+            )  # [(nh+2nkv)*D,H]
             if self.cfg.attn_bias:
-                self.w[p + "qkv_bias"] = torch.cat([self.w[p + "q_bias"], self.w[p + "k_bias"], self.w[p + "v_bias"]])  # [(nh+2nkv)*D]
+                self.w[p + "qkv_bias"] = torch.cat(
+                    [self.w[p + "q_bias"], self.w[p + "k_bias"], self.w[p + "v_bias"]]
+                )  # [(nh+2nkv)*D]
             self.w[p + "fc_gate"] = torch.cat([self.w[p + "fc"], self.w[p + "gate"]], 0)  # [2I,H]
-            for name in ("q", "k", "v", "q_bias", "k_bias", "v_bias", "fc", "gate"):  # keep one copy of each weight
+            for name in (
+                "q",
+                "k",
+                "v",
+                "q_bias",
+                "k_bias",
+                "v_bias",
+                "fc",
+                "gate",
+            ):  # keep one copy of each weight
                 self.w.pop(p + name, None)
         self.rope = Rope.from_config(self.cfg, self.device)
 
@@ -152,7 +175,9 @@ class LlamaModel:
         cache.reserve(max(cache.lengths) + t)
         offs = torch.arange(t, device=self.device) if depths is None else depths.to(self.device)  # [T]
         positions = lengths[:, None] + offs[None, :]  # [B,T]
-        slots = lengths[:, None] + torch.arange(t, device=self.device)[None, :]  # [B,T] cache slot per new token
+        slots = (
+            lengths[:, None] + torch.arange(t, device=self.device)[None, :]
+        )  # [B,T] cache slot per new token
         mask = self._mask(lengths, t, new_mask)  # [B,1,T,S]
         cos, sin = self.rope.cos_sin(positions, self.dtype)  # [B,T,1,D] each
         rows = torch.arange(b, device=self.device)[:, None].expand(b, t)  # [B,T]
@@ -200,7 +225,9 @@ class LlamaModel:
         s = mask.shape[-1]
         keys = cache.k[layer][:, :s].transpose(1, 2)  # [B,nkv,S,D]
         values = cache.v[layer][:, :s].transpose(1, 2)  # [B,nkv,S,D]
-        att = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=True)  # [B,nh,T,D]
+        att = F.scaled_dot_product_attention(
+            q.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=True
+        )  # [B,nh,T,D]
         x = x + F.linear(att.transpose(1, 2).reshape(b, t, c.q_size), w[p + "o"])  # [B,T,H]
         h = self._rms(x, w[p + "ln2"])  # [B,T,H]
         fc, gate = F.linear(h, w[p + "fc_gate"]).chunk(2, -1)  # [B,T,I] each: gate_proj, up_proj

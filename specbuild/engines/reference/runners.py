@@ -1,4 +1,5 @@
-"""In-process runners over `LlamaModel`: cached sequences, the prefix cache, Drafter / Verifier, batched decode.
+"""In-process runners over `LlamaModel`: cached sequences, the prefix cache, Drafter / Verifier, batched
+decode.
 
 Shape legend: V vocab, H hidden, K draft tokens, B batch rows, T tokens in one pass.
 
@@ -112,14 +113,26 @@ class ModelVerifier:
     verification from the BLS); without, it owns one sequence (the in-process loop).
     """
 
-    def __init__(self, model: LlamaModel, *, generator: torch.Generator | None = None, prefix_cache: PrefixCache | None = None):
+    def __init__(
+        self,
+        model: LlamaModel,
+        *,
+        generator: torch.Generator | None = None,
+        prefix_cache: PrefixCache | None = None,
+    ):
         self.model = model
         self.generator = generator
         self.prefix_cache = prefix_cache
         self._own = None if prefix_cache else CachedSequence(model)
         self.forward_passes = 0
 
-    def verify(self, ids: list[int], draft_tokens: list[int], draft_probs: torch.Tensor | None, params: SamplingParams) -> list[int]:
+    def verify(
+        self,
+        ids: list[int],
+        draft_tokens: list[int],
+        draft_probs: torch.Tensor | None,
+        params: SamplingParams,
+    ) -> list[int]:
         k = len(draft_tokens)
         seq = self._own or self.prefix_cache.acquire(ids)
         hidden = seq.feed(list(ids) + list(draft_tokens), k + 1)  # [K+1,H]
@@ -130,7 +143,8 @@ class ModelVerifier:
 
 
 class SequenceBatch:
-    """B sequences in one KV cache (row = request index); `feed` runs every given row's new tail in one pass."""
+    """B sequences in one KV cache (row = request index); `feed` runs every given row's new tail in
+    one pass."""
 
     def __init__(self, model: LlamaModel, rows: int, capacity: int = 256):
         self.model = model
@@ -144,20 +158,27 @@ class SequenceBatch:
         for row, seq, n in zip(rows, ids, n_out, strict=True):
             assert 1 <= n <= len(seq)
             held = self.tokens[row]
-            common = next((i for i, (a, b) in enumerate(zip(held, seq, strict=False)) if a != b), min(len(held), len(seq)))
+            common = next(
+                (i for i, (a, b) in enumerate(zip(held, seq, strict=False)) if a != b),
+                min(len(held), len(seq)),
+            )
             keep = min(common, len(seq) - n)
             self.cache.truncate(row, keep)
             tails.append(seq[keep:])
             self.tokens[row] = list(seq)
         width = max(len(t) for t in tails)
-        tokens = torch.zeros(len(self.tokens), width, dtype=torch.long, device=self.model.device)  # [B,T] right-padded
+        tokens = torch.zeros(
+            len(self.tokens), width, dtype=torch.long, device=self.model.device
+        )  # [B,T] right-padded
         n_new = [0] * len(self.tokens)  # rows not given this pass write only dead slots
         for row, tail in zip(rows, tails, strict=True):
             tokens[row, : len(tail)] = torch.tensor(tail)
             n_new[row] = len(tail)
         hidden = self.model.forward(tokens, self.cache, n_new=n_new)  # [B,T,H]
         self.forward_passes += 1
-        return [hidden[row, len(t) - n: len(t)] for row, t, n in zip(rows, tails, n_out, strict=True)]  # [n,H] each
+        return [
+            hidden[row, len(t) - n : len(t)] for row, t, n in zip(rows, tails, n_out, strict=True)
+        ]  # [n,H] each
 
 
 class BatchModelDrafter:
@@ -173,7 +194,9 @@ class BatchModelDrafter:
         live = [j for j, k in enumerate(ks) if k > 0]
         step = 0
         while live:
-            hidden = self.batch.feed([rows[j] for j in live], [ids[j] + drafts[j] for j in live], [1] * len(live))  # [1,H] each
+            hidden = self.batch.feed(
+                [rows[j] for j in live], [ids[j] + drafts[j] for j in live], [1] * len(live)
+            )  # [1,H] each
             for j, h in zip(live, hidden, strict=True):
                 p = probs_from_logits(self.batch.model.logits(h), params[j])  # [1,V]
                 drafts[j].append(sample(p[0], self.generators[rows[j]]))
@@ -191,7 +214,9 @@ class BatchModelVerifier:
         self.generators = generators
 
     def verify_batch(self, rows, ids, drafts, draft_probs, params):
-        hidden = self.batch.feed(rows, [i + d for i, d in zip(ids, drafts, strict=True)], [len(d) + 1 for d in drafts])  # [k+1,H] each
+        hidden = self.batch.feed(
+            rows, [i + d for i, d in zip(ids, drafts, strict=True)], [len(d) + 1 for d in drafts]
+        )  # [k+1,H] each
         out = []
         for row, h, d, dp, p in zip(rows, hidden, drafts, draft_probs, params, strict=True):
             target_probs = probs_from_logits(self.batch.model.logits(h), p)  # [k+1,V]
@@ -227,7 +252,7 @@ def generate_cached(
         taken, finished = emit(out, [tok], params, stops, stop)
         if keep_logits:
             logits_rows.append(logits)
-            del logits_rows[len(out):]  # a stop hook may have cut the token these logits produced
+            del logits_rows[len(out) :]  # a stop hook may have cut the token these logits produced
         if on_tokens is not None and taken:
             on_tokens(taken)
     return out, logits_rows, seq.forward_passes - start

@@ -25,11 +25,21 @@ import torch
 
 from specbuild.core.sampling_params import SamplingParams
 
-__all__ = ["SamplingParams", "accept_draft", "make_generator", "probs_from_logits", "residual_probs", "sample"]
+__all__ = [
+    "SamplingParams",
+    "accept_draft",
+    "make_generator",
+    "probs_from_logits",
+    "residual_probs",
+    "sample",
+]
 
 
-def make_generator(seed: int | None, *, offset: int = 0, device: str | torch.device = "cpu") -> torch.Generator | None:
-    """A seeded generator (None when unseeded: torch's global RNG). `offset` separates streams of one request."""
+def make_generator(
+    seed: int | None, *, offset: int = 0, device: str | torch.device = "cpu"
+) -> torch.Generator | None:
+    """A seeded generator (None when unseeded: torch's global RNG). `offset` separates streams of one
+    request."""
     if seed is None:
         return None
     gen = torch.Generator(device=device)
@@ -49,7 +59,9 @@ def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Ten
     if params.top_p < 1.0:
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # [R,V] each
         cum = sorted_logits.softmax(-1).cumsum(-1)  # [R,V]
-        drop_sorted = (cum - sorted_logits.softmax(-1)) >= params.top_p  # [R,V] mass before a token already >= p
+        drop_sorted = (
+            cum - sorted_logits.softmax(-1)
+        ) >= params.top_p  # [R,V] mass before a token already >= p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)  # [R,V] back in vocab order
         logits = logits.masked_fill(drop, float("-inf"))  # [R,V]
     return logits.softmax(-1)  # [R,V]
@@ -74,10 +86,14 @@ def accept_draft(
     """Return (n_accepted, next_token): the first n drafts are kept, then next_token follows them."""
     tokens = [int(t) for t in draft_tokens]
     k = len(tokens)
-    assert target_probs.dim() == 2 and target_probs.shape[0] == k + 1, f"target_probs must be [K+1,V], got {tuple(target_probs.shape)} for K={k}"
+    assert target_probs.dim() == 2 and target_probs.shape[0] == k + 1, (
+        f"target_probs must be [K+1,V], got {tuple(target_probs.shape)} for K={k}"
+    )
     if draft_probs is None:
         return _accept_by_equality(tokens, target_probs, generator)
-    assert draft_probs.shape == (k, target_probs.shape[1]), f"draft_probs must be [K,V], got {tuple(draft_probs.shape)}"
+    assert draft_probs.shape == (k, target_probs.shape[1]), (
+        f"draft_probs must be [K,V], got {tuple(draft_probs.shape)}"
+    )
     target_probs = target_probs.float()  # [K+1,V]
     draft_probs = draft_probs.float()  # [K,V]
     for i, x in enumerate(tokens):

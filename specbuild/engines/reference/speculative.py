@@ -56,7 +56,9 @@ class Verifier(Protocol):
 
     forward_passes: int  # target-model forward passes so far
 
-    def verify(self, ids: list[int], draft_tokens: list[int], draft_probs: object | None, params: SamplingParams) -> list[int]:
+    def verify(
+        self, ids: list[int], draft_tokens: list[int], draft_probs: object | None, params: SamplingParams
+    ) -> list[int]:
         """Return the accepted drafts followed by one target token (1..k+1 tokens)."""
         ...
 
@@ -64,14 +66,20 @@ class Verifier(Protocol):
 class BatchDrafter(Protocol):
     """In-process batched drafting: rows are request indices (stable across rounds)."""
 
-    def propose_batch(self, rows: list[int], ids: list[list[int]], ks: list[int], params: list[SamplingParams]) -> list[tuple[list[int], object | None]]:
-        ...
+    def propose_batch(
+        self, rows: list[int], ids: list[list[int]], ks: list[int], params: list[SamplingParams]
+    ) -> list[tuple[list[int], object | None]]: ...
 
 
 class BatchVerifier(Protocol):
-    def verify_batch(self, rows: list[int], ids: list[list[int]], drafts: list[list[int]], draft_probs: list[object | None],
-                     params: list[SamplingParams]) -> list[list[int]]:
-        ...
+    def verify_batch(
+        self,
+        rows: list[int],
+        ids: list[list[int]],
+        drafts: list[list[int]],
+        draft_probs: list[object | None],
+        params: list[SamplingParams],
+    ) -> list[list[int]]: ...
 
 
 def stop_ids(params: SamplingParams) -> frozenset[int]:
@@ -82,8 +90,13 @@ def stop_ids(params: SamplingParams) -> frozenset[int]:
     return frozenset(ids)
 
 
-def emit(out: list[int], new: list[int], params: SamplingParams, stops: frozenset[int],
-         stop: StopHook | None = None) -> tuple[list[int], bool]:
+def emit(
+    out: list[int],
+    new: list[int],
+    params: SamplingParams,
+    stops: frozenset[int],
+    stop: StopHook | None = None,
+) -> tuple[list[int], bool]:
     """Append `new` to `out` up to max_tokens and the first stop token; return (appended, finished).
 
     `stop` then may end the request: out is cut at the length it returns and only what is left of
@@ -103,8 +116,8 @@ def emit(out: list[int], new: list[int], params: SamplingParams, stops: frozense
     if stop is not None:
         end = stop(out, start)
         if end is not None:
-            del out[max(end, start):]
-            del taken[max(end - start, 0):]
+            del out[max(end, start) :]
+            del taken[max(end - start, 0) :]
             finished = True
     return taken, finished
 
@@ -112,12 +125,24 @@ def emit(out: list[int], new: list[int], params: SamplingParams, stops: frozense
 class SpecRequest:
     """One request's place in the loop: the next draft length, and what a verified round appends."""
 
-    def __init__(self, prompt_ids: list[int], params: SamplingParams, *, num_draft_tokens: int,
-                 on_tokens: OnTokens | None = None, stop: StopHook | None = None):
+    def __init__(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        *,
+        num_draft_tokens: int,
+        on_tokens: OnTokens | None = None,
+        stop: StopHook | None = None,
+    ):
         if num_draft_tokens < 0:
             raise ValueError(f"num_draft_tokens must be >= 0, got {num_draft_tokens}")
         self.prompt = [int(t) for t in prompt_ids]
-        self.params, self.num_draft_tokens, self.on_tokens, self.stop = params, num_draft_tokens, on_tokens, stop
+        self.params, self.num_draft_tokens, self.on_tokens, self.stop = (
+            params,
+            num_draft_tokens,
+            on_tokens,
+            stop,
+        )
         self.out: list[int] = []
         self.stats = SpecStats()
         self.stops = stop_ids(params)
@@ -133,7 +158,9 @@ class SpecRequest:
 
     def take(self, drafts: list[int], accepted: list[int]) -> None:
         """Record one verified round: `accepted` = the kept drafts + the verifier's token."""
-        assert 1 <= len(accepted) <= len(drafts) + 1, f"verifier returned {len(accepted)} tokens for {len(drafts)} drafts"
+        assert 1 <= len(accepted) <= len(drafts) + 1, (
+            f"verifier returned {len(accepted)} tokens for {len(drafts)} drafts"
+        )
         assert accepted[:-1] == list(drafts[: len(accepted) - 1]), "verifier changed an accepted draft token"
         if drafts:
             self.stats.record_step(len(accepted) - 1, len(drafts))
@@ -176,14 +203,27 @@ def speculative_generate_batch(
     """The same rounds for several requests in lockstep: one batched draft pass per draft position and
     one batched verify pass per round for all unfinished requests (rows keep their own lengths)."""
     reqs = [
-        SpecRequest(p, q, num_draft_tokens=num_draft_tokens, on_tokens=(lambda toks, i=i: on_tokens(i, toks)) if on_tokens else None)
+        SpecRequest(
+            p,
+            q,
+            num_draft_tokens=num_draft_tokens,
+            on_tokens=(lambda toks, i=i: on_tokens(i, toks)) if on_tokens else None,
+        )
         for i, (p, q) in enumerate(zip(prompts, params, strict=True))
     ]
     while active := [i for i, r in enumerate(reqs) if not r.finished]:
         ks = [reqs[i].next_k() for i in active]
-        proposals = drafter.propose_batch(active, [reqs[i].ids for i in active], ks, [reqs[i].params for i in active])
+        proposals = drafter.propose_batch(
+            active, [reqs[i].ids for i in active], ks, [reqs[i].params for i in active]
+        )
         drafts = [list(d) for d, _ in proposals]
-        accepted = verifier.verify_batch(active, [reqs[i].ids for i in active], drafts, [p for _, p in proposals], [reqs[i].params for i in active])
+        accepted = verifier.verify_batch(
+            active,
+            [reqs[i].ids for i in active],
+            drafts,
+            [p for _, p in proposals],
+            [reqs[i].params for i in active],
+        )
         for i, k, d, a in zip(active, ks, drafts, accepted, strict=True):
             reqs[i].stats.draft_passes += max(k, 0)  # k batched passes in which this row took part
             reqs[i].stats.target_passes += 1

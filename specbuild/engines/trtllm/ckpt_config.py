@@ -55,7 +55,9 @@ def rotary_scaling(cfg: HFModelConfig) -> dict[str, Any] | None:
     return out
 
 
-def checkpoint_config(cfg: HFModelConfig, *, dtype: str, tp: int, pp: int, weight_only: str) -> dict[str, Any]:
+def checkpoint_config(
+    cfg: HFModelConfig, *, dtype: str, tp: int, pp: int, weight_only: str
+) -> dict[str, Any]:
     """config.json for the base model (LLaMAForCausalLM or QWenForCausalLM in TRT-LLM's MODEL_MAP)."""
     out: dict[str, Any] = {
         "architecture": cfg.architecture,
@@ -106,7 +108,9 @@ def checkpoint_config(cfg: HFModelConfig, *, dtype: str, tp: int, pp: int, weigh
     return out
 
 
-def medusa_config(base: dict[str, Any], *, num_heads: int, num_layers: int, max_draft_len: int) -> dict[str, Any]:
+def medusa_config(
+    base: dict[str, Any], *, num_heads: int, num_layers: int, max_draft_len: int
+) -> dict[str, Any]:
     """MedusaForCausalLM wraps the base model; MedusaConfig picks QWen when 'qwen' is in model_type."""
     return {
         **base,

@@ -83,7 +83,16 @@ def convert_checkpoint(
     cfg = HFModelConfig.from_hf(hf_dir)  # first: a missing or foreign config.json is the clearest error
     src = SafetensorsSource.from_folder(hf_dir)
     heads = open_heads(medusa) if medusa is not None else None
-    plan = plan_checkpoint(cfg, src, dtype=dtype, tp_size=tp_size, pp_size=pp_size, heads=heads, medusa=medusa, weight_only=weight_only)
+    plan = plan_checkpoint(
+        cfg,
+        src,
+        dtype=dtype,
+        tp_size=tp_size,
+        pp_size=pp_size,
+        heads=heads,
+        medusa=medusa,
+        weight_only=weight_only,
+    )
     sources = {MODEL_SOURCE: src, HEADS_SOURCE: heads.source if heads else None}
     inputs = {"HF model": hf_dir, "Medusa heads": medusa.heads_dir if medusa is not None else None}
     with atomic_output_dir(out_dir, force=force, inputs=inputs) as tmp:
@@ -109,7 +118,13 @@ def convert_checkpoint(
                 "tp_size": tp_size,
                 "pp_size": pp_size,
                 "weight_only": weight_only,
-                "heads": {"num_heads": heads.num_heads, "num_layers": heads.num_layers, "max_draft_len": medusa.max_draft_len} if heads else None,
+                "heads": {
+                    "num_heads": heads.num_heads,
+                    "num_layers": heads.num_layers,
+                    "max_draft_len": medusa.max_draft_len,
+                }
+                if heads
+                else None,
             },
             config=plan.config,
         )
@@ -130,21 +145,43 @@ def plan_checkpoint(
     """Every rank's tensors with expected shapes; raises before anything is written."""
     where = src.where
     if not cfg.supported:
-        raise ConversionError(f"{where}: architecture {cfg.architecture} is not supported", expected="LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM", found=cfg.architecture, fix="convert a Llama-family model")
+        raise ConversionError(
+            f"{where}: architecture {cfg.architecture} is not supported",
+            expected="LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM",
+            found=cfg.architecture,
+            fix="convert a Llama-family model",
+        )
     dtype = dtype or cfg.dtype
     if dtype not in FLOAT_DTYPES:
-        raise ConversionError(f"unsupported dtype {dtype}", expected=" | ".join(FLOAT_DTYPES), found=dtype, fix="pass --dtype bfloat16")
+        raise ConversionError(
+            f"unsupported dtype {dtype}",
+            expected=" | ".join(FLOAT_DTYPES),
+            found=dtype,
+            fix="pass --dtype bfloat16",
+        )
     if weight_only not in WEIGHT_ONLY_ALGO:
-        raise ConversionError(f"unsupported weight-only precision {weight_only}", expected=" | ".join(WEIGHT_ONLY_ALGO), found=weight_only, fix="use --weight-only int8 or int4")
+        raise ConversionError(
+            f"unsupported weight-only precision {weight_only}",
+            expected=" | ".join(WEIGHT_ONLY_ALGO),
+            found=weight_only,
+            fix="use --weight-only int8 or int4",
+        )
     if weight_only != "none" and dtype == "float32":
-        raise ConversionError("weight-only quantization needs float16 or bfloat16 activations", expected="--dtype float16 | bfloat16", found="float32", fix="pass --dtype bfloat16 with --weight-only")
+        raise ConversionError(
+            "weight-only quantization needs float16 or bfloat16 activations",
+            expected="--dtype float16 | bfloat16",
+            found="float32",
+            fix="pass --dtype bfloat16 with --weight-only",
+        )
     dims = ConvertDims.from_hf(cfg)
     par = Parallel(tp_size, pp_size)
     par.check(dims, where=where)
     config = checkpoint_config(cfg, dtype=dtype, tp=tp_size, pp=pp_size, weight_only=weight_only)
     if heads is not None:
         assert medusa is not None
-        config = medusa_config(config, num_heads=heads.num_heads, num_layers=heads.num_layers, max_draft_len=medusa.max_draft_len)
+        config = medusa_config(
+            config, num_heads=heads.num_heads, num_layers=heads.num_layers, max_draft_len=medusa.max_draft_len
+        )
     ranks = tuple(tuple(_rank_items(rank, dims, par, dtype, heads)) for rank in range(par.world_size))
     _check_sources(ranks, {MODEL_SOURCE: src, HEADS_SOURCE: heads.source if heads else None}, dims, par)
     return CheckpointPlan(cfg=cfg, dims=dims, par=par, dtype=dtype, ranks=ranks, config=config)
@@ -162,7 +199,9 @@ class _Counter:
             self.callback(self.done, self.total, name)
 
 
-def _write_stage(tmp: Path, plan: CheckpointPlan, sources: dict, stage: int, progress: _Counter) -> dict[str, str]:
+def _write_stage(
+    tmp: Path, plan: CheckpointPlan, sources: dict, stage: int, progress: _Counter
+) -> dict[str, str]:
     """Write the TP rank files of one PP stage side by side, tensor by tensor: the TP slices of a
     tensor are produced back to back (its source pages are still in cache; the slices add up to one
     tensor of memory), a replicated tensor is produced once, and each file is hashed on its own
@@ -171,7 +210,10 @@ def _write_stage(tmp: Path, plan: CheckpointPlan, sources: dict, stage: int, pro
     names = [f"rank{rank}.safetensors" for rank in ranks]
     scratch = [Scratch() for _ in ranks]  # per rank: its in-flight assembled tensor stays untouched
     with contextlib.ExitStack() as stack:
-        writers = [stack.enter_context(StreamingWriter(tmp / n, [it.entry for it in plan.ranks[rank]])) for n, rank in zip(names, ranks, strict=True)]
+        writers = [
+            stack.enter_context(StreamingWriter(tmp / n, [it.entry for it in plan.ranks[rank]]))
+            for n, rank in zip(names, ranks, strict=True)
+        ]
         for i, first in enumerate(plan.ranks[ranks[0]]):
             shared = None
             if first.rule.split is Split.NONE:  # replicated: produce once, write to every TP file
@@ -180,21 +222,32 @@ def _write_stage(tmp: Path, plan: CheckpointPlan, sources: dict, stage: int, pro
                 it = plan.ranks[rank][i]
                 assert it.entry.name == first.entry.name, "TP ranks of a stage share one tensor order"
                 label = f"{', '.join(it.sources)} (rank{rank} {it.entry.name})"
-                writers[k].write(it.entry.name, shared if shared is not None else _produce(it, sources, plan, rank, scratch[k]), label=label)
+                writers[k].write(
+                    it.entry.name,
+                    shared if shared is not None else _produce(it, sources, plan, rank, scratch[k]),
+                    label=label,
+                )
                 progress.add(it.entry.nbytes, f"rank{rank}/{it.entry.name}")
     return {n: w.sha256 for n, w in zip(names, writers, strict=True)}
 
 
 # ---- planning ------------------------------------------------------------------------------------
 
+
 def _rank_items(rank: int, dims: ConvertDims, par: Parallel, dtype: str, heads: MedusaHeads | None):
     medusa = (heads.num_heads, heads.num_layers) if heads is not None else None
     for pl in placements(par.pp_rank(rank), dims, par, medusa=medusa):
         hf_shape = dims.resolve(pl.rule.shapes[0])
-        yield Item(rule=pl.rule, sources=pl.hf, entry=Entry(pl.trt, dtype, _rank_shape(pl.rule, hf_shape, dims, par, pl.trt)))
+        yield Item(
+            rule=pl.rule,
+            sources=pl.hf,
+            entry=Entry(pl.trt, dtype, _rank_shape(pl.rule, hf_shape, dims, par, pl.trt)),
+        )
 
 
-def _rank_shape(rule: Rule, hf_shape: tuple[int, ...], dims: ConvertDims, par: Parallel, name: str) -> tuple[int, ...]:
+def _rank_shape(
+    rule: Rule, hf_shape: tuple[int, ...], dims: ConvertDims, par: Parallel, name: str
+) -> tuple[int, ...]:
     """The per-rank shape, from the split kind alone (independent of how _produce slices)."""
     tp = par.tp
     if rule.split is Split.NONE:
@@ -205,7 +258,12 @@ def _rank_shape(rule: Rule, hf_shape: tuple[int, ...], dims: ConvertDims, par: P
         return (dims.q // tp + 2 * max(dims.kv // tp, dims.head_dim), *hf_shape[1:])
     dim = 0 if rule.split is Split.COLUMN else 1
     if hf_shape[dim] % tp:
-        raise ConversionError(f"{name}: dim {dim} ({hf_shape[dim]}) is not a multiple of tp_size={tp}", expected=f"a multiple of {tp}", found=str(hf_shape[dim]), fix="choose a tp_size that divides it")
+        raise ConversionError(
+            f"{name}: dim {dim} ({hf_shape[dim]}) is not a multiple of tp_size={tp}",
+            expected=f"a multiple of {tp}",
+            found=str(hf_shape[dim]),
+            fix="choose a tp_size that divides it",
+        )
     return tuple(d // tp if k == dim else d for k, d in enumerate(hf_shape))
 
 
@@ -218,13 +276,28 @@ def _check_sources(ranks, sources: dict, dims: ConvertDims, par: Parallel) -> No
                 src = sources[it.rule.source]
                 used[it.rule.source].add(name)
                 if name not in src.index:
-                    raise CheckpointError(f"missing tensor {name} in {src.where}", expected=f"{name} (needed for {it.entry.name})", found="not in the checkpoint", fix="use a complete checkpoint (all shards)")
+                    raise CheckpointError(
+                        f"missing tensor {name} in {src.where}",
+                        expected=f"{name} (needed for {it.entry.name})",
+                        found="not in the checkpoint",
+                        fix="use a complete checkpoint (all shards)",
+                    )
                 info = src.info(name)
                 want = dims.resolve(it.rule.shapes[k])
                 if info.shape != want:
-                    raise CheckpointError(f"tensor {name} has the wrong shape", expected=str(list(want)), found=str(list(info.shape)), fix="check that config.json matches the weights")
+                    raise CheckpointError(
+                        f"tensor {name} has the wrong shape",
+                        expected=str(list(want)),
+                        found=str(list(info.shape)),
+                        fix="check that config.json matches the weights",
+                    )
                 if info.dtype not in FLOAT_DTYPES:
-                    raise CheckpointError(f"tensor {name} has dtype {info.dtype}", expected=" | ".join(FLOAT_DTYPES), found=info.dtype, fix="convert from an unquantized float checkpoint")
+                    raise CheckpointError(
+                        f"tensor {name} has dtype {info.dtype}",
+                        expected=" | ".join(FLOAT_DTYPES),
+                        found=info.dtype,
+                        fix="convert from an unquantized float checkpoint",
+                    )
     if dims.tie_word_embeddings:
         used[MODEL_SOURCE].add("lm_head.weight")  # some tied checkpoints still store the (identical) head
     for key, src in sources.items():
@@ -233,7 +306,8 @@ def _check_sources(ranks, sources: dict, dims: ConvertDims, par: Parallel) -> No
         extra = sorted(n for n in src.names() - used[key] if not n.endswith(IGNORED_SUFFIXES))
         if extra:
             raise CheckpointError(
-                f"{len(extra)} tensor(s) in {src.where} are not in the conversion table: {', '.join(extra[:5])}",
+                f"{len(extra)} tensor(s) in {src.where} are not in the conversion table: "
+                f"{', '.join(extra[:5])}",
                 expected="only Llama/Mistral/Qwen2 (and Medusa head) tensors",
                 found=", ".join(extra[:10]),
                 fix="check the architecture in config.json, or the Medusa head counts",
@@ -241,6 +315,7 @@ def _check_sources(ranks, sources: dict, dims: ConvertDims, par: Parallel) -> No
 
 
 # ---- producing one rank's tensor -----------------------------------------------------------------
+
 
 class Scratch:
     """Two reusable byte buffers for tensors that must be assembled (fused, strided, padded, cast).
@@ -279,12 +354,21 @@ def _produce(it: Item, sources: dict, plan: CheckpointPlan, rank: int, scratch: 
     pieces, pad_rows = _pieces(it, src, plan, rank)
     rows = sum((p.rows[1] - p.rows[0]) if p.rows else src.info(p.name).shape[0] for p in pieces) + pad_rows
     if rows != it.entry.shape[0]:
-        raise ConversionError(f"internal: {it.entry.name} would get {rows} rows", expected=str(list(it.entry.shape)), found=f"{rows} rows", fix="report this bug")
-    direct = isinstance(src, SafetensorsSource) and all(p.cols is None and src.info(p.name).dtype == plan.dtype for p in pieces)
+        raise ConversionError(
+            f"internal: {it.entry.name} would get {rows} rows",
+            expected=str(list(it.entry.shape)),
+            found=f"{rows} rows",
+            fix="report this bug",
+        )
+    direct = isinstance(src, SafetensorsSource) and all(
+        p.cols is None and src.info(p.name).dtype == plan.dtype for p in pieces
+    )
     if direct:
         parts: list = [src.byte_range(p.name, p.rows) for p in pieces]
         if pad_rows:  # zero rows up to ceil(V/tp): the padded vocab of the last rank(s)
-            parts.append(torch.zeros((pad_rows, *it.entry.shape[1:]), dtype=getattr(torch, plan.dtype)))  # [pad, H]
+            parts.append(
+                torch.zeros((pad_rows, *it.entry.shape[1:]), dtype=getattr(torch, plan.dtype))
+            )  # [pad, H]
         return parts
     t = scratch.take(plan.dtype, it.entry.shape)  # [rows, ...]
     row = 0
@@ -311,7 +395,9 @@ def _pieces(it: Item, src, plan: CheckpointPlan, rank: int) -> tuple[list[Piece]
         return [Piece(name, cols=(r * n, (r + 1) * n))], 0  # [rows, n]
     if split is Split.VOCAB:
         start, stop, per = par.vocab_rows(r, src.info(name).shape[0])
-        return [Piece(name, rows=(start, stop))], per - (stop - start)  # [stop-start, H] + zero rows to ceil(V/tp)
+        return [Piece(name, rows=(start, stop))], per - (
+            stop - start
+        )  # [stop-start, H] + zero rows to ceil(V/tp)
     # QKV: [Q_r; K_r; V_r], this rank's query heads, then its KV head(s) (repeated when tp > nkv)
     hd, q_per = dims.head_dim, dims.num_heads // tp
     kv = par.kv_heads(r, dims.num_kv_heads)

@@ -21,14 +21,21 @@ from specbuild.core.safe_io import read_json
 REFERENCE = "reference"
 
 
-def write_reference_engine(checkpoint_dir: str | Path, out_dir: str | Path, *, build_config: dict[str, Any], version: str) -> Path:
+def write_reference_engine(
+    checkpoint_dir: str | Path, out_dir: str | Path, *, build_config: dict[str, Any], version: str
+) -> Path:
     """Write the engine folder `out_dir` (which must not exist) next to or inside a build output."""
     ckpt, out = Path(checkpoint_dir), Path(out_dir)
     ckpt_files = read_manifest(ckpt, kind="trtllm_checkpoint")["files"]  # refuses incomplete checkpoints
 
     pretrained = read_json(ckpt / "config.json", what="checkpoint config.json")
     out.mkdir(parents=True)
-    config = {"version": version, "pretrained_config": pretrained, "build_config": build_config, "specbuild_engine": REFERENCE}
+    config = {
+        "version": version,
+        "pretrained_config": pretrained,
+        "build_config": build_config,
+        "specbuild_engine": REFERENCE,
+    }
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     world = pretrained["mapping"]["world_size"]
     known = {}
@@ -39,5 +46,13 @@ def write_reference_engine(checkpoint_dir: str | Path, out_dir: str | Path, *, b
             known[name] = ckpt_files[name]  # and no second hash: the same inode
         except OSError:
             shutil.copyfile(ckpt / name, out / name)
-    write_manifest(out, reuse_nested=True, kind="engine", known=known, engine=REFERENCE, checkpoint=os.path.relpath(ckpt, out), build_config=build_config)
+    write_manifest(
+        out,
+        reuse_nested=True,
+        kind="engine",
+        known=known,
+        engine=REFERENCE,
+        checkpoint=os.path.relpath(ckpt, out),
+        build_config=build_config,
+    )
     return out

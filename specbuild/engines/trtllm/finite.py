@@ -17,7 +17,11 @@ import numpy as np
 from specbuild.core.errors import CheckpointError
 
 # dtype -> (unsigned integer of its width, exponent mask)
-_EXPONENT = {"float32": (np.uint32, 0x7F800000), "float16": (np.uint16, 0x7C00), "bfloat16": (np.uint16, 0x7F80)}
+_EXPONENT = {
+    "float32": (np.uint32, 0x7F800000),
+    "float16": (np.uint16, 0x7C00),
+    "bfloat16": (np.uint16, 0x7F80),
+}
 
 
 _CHUNK = 1 << 22  # elements per pass: temporaries stay at a few MiB whatever the tensor size
@@ -28,15 +32,19 @@ def count_nonfinite(buffer, dtype: str) -> int:
     kind, mask = _EXPONENT[dtype]
     bits = np.frombuffer(buffer, dtype=kind)  # [n], a view of the bytes
     m = kind(mask)
-    return sum(int(np.count_nonzero((bits[i : i + _CHUNK] & m) == m)) for i in range(0, bits.shape[0], _CHUNK))
+    return sum(
+        int(np.count_nonzero((bits[i : i + _CHUNK] & m) == m)) for i in range(0, bits.shape[0], _CHUNK)
+    )
 
 
 def nonfinite_error(label: str, dtype: str, count: int) -> CheckpointError:
     return CheckpointError(
         f"tensor {label} holds {count} NaN/Inf value(s) ({dtype})",
-        expected="finite weights (a NaN or Inf weight makes every output NaN: the engine emits token 0 forever)",
+        expected="finite weights (a NaN or Inf weight makes every output NaN: the engine emits token 0 "
+        "forever)",
         found=f"{count} non-finite value(s)",
-        fix="re-download or re-train the checkpoint; `specbuild inspect MODEL --check-values` lists every such tensor",
+        fix="re-download or re-train the checkpoint; `specbuild inspect MODEL --check-values` lists every "
+        "such tensor",
     )
 
 
@@ -64,7 +72,7 @@ def scan_safetensors(path) -> dict[str, int]:
                         continue
                     begin, end = (8 + n + o for o in meta["data_offsets"])
                     chunk = view[begin:end]
-                    if (bad := count_nonfinite(chunk, dtype)):
+                    if bad := count_nonfinite(chunk, dtype):
                         found[name] = bad
                     chunk.release()
             finally:

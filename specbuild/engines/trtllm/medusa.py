@@ -42,22 +42,45 @@ def open_heads(spec: MedusaHeadsSource) -> MedusaHeads:
         raise CheckpointError(
             f"no Medusa heads in {folder}",
             expected=" or ".join(WEIGHT_FILES) + " (HF Medusa format)",
-            found=", ".join(sorted(p.name for p in folder.iterdir())[:20]) if folder.is_dir() else "no such folder",
+            found=", ".join(sorted(p.name for p in folder.iterdir())[:20])
+            if folder.is_dir()
+            else "no such folder",
             fix="point --medusa at the folder written by Medusa training (or `specbuild train-medusa`)",
         )
     state = load_pt_state(file) if file.suffix == ".pt" else None
     info = read_medusa_heads(folder, state=state)
     if info.problems:
-        raise CheckpointError(f"{file}: not HF Medusa heads", expected='keys "{h}.{j}.linear.weight|bias" and "{h}.{L}.weight"',
-                              found="; ".join(info.problems), fix="use the HF Medusa format (FasterDecoding medusa_lm_head)")
-    source: SafetensorsSource | MemorySource = MemorySource(state, file=file) if state is not None else SafetensorsSource([file], where=str(file))
-    heads = _settle("num_medusa_heads", spec.num_heads, info.config_num_heads, info.num_heads, file, "--num-medusa-heads")
-    layers = _settle("num_medusa_layers", spec.num_layers, info.config_num_layers, info.num_layers, file, "--num-medusa-layers")
+        raise CheckpointError(
+            f"{file}: not HF Medusa heads",
+            expected='keys "{h}.{j}.linear.weight|bias" and "{h}.{L}.weight"',
+            found="; ".join(info.problems),
+            fix="use the HF Medusa format (FasterDecoding medusa_lm_head)",
+        )
+    source: SafetensorsSource | MemorySource = (
+        MemorySource(state, file=file) if state is not None else SafetensorsSource([file], where=str(file))
+    )
+    heads = _settle(
+        "num_medusa_heads", spec.num_heads, info.config_num_heads, info.num_heads, file, "--num-medusa-heads"
+    )
+    layers = _settle(
+        "num_medusa_layers",
+        spec.num_layers,
+        info.config_num_layers,
+        info.num_layers,
+        file,
+        "--num-medusa-layers",
+    )
     return MedusaHeads(source=source, num_heads=heads, num_layers=layers, file=file)
 
 
 def _settle(key: str, flag: int | None, config: int | None, weights: int, file: Path, option: str) -> int:
-    wanted, origin = (flag, f"{option} {flag}") if flag is not None else (config, f"config.json {config}") if config is not None else (weights, "")
+    wanted, origin = (
+        (flag, f"{option} {flag}")
+        if flag is not None
+        else (config, f"config.json {config}")
+        if config is not None
+        else (weights, "")
+    )
     if wanted != weights:
         raise CheckpointError(
             f"Medusa {key} mismatch: {origin} but {file.name} holds {weights}",

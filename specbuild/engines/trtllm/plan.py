@@ -8,7 +8,8 @@ medusa` and a `--max_draft_len` that holds the tree (§3.4). Every engine gets p
 
 `role_values` is the one list of (flag, value) pairs of an engine; `build_argv` turns it into argv
 (checked against `specbuild/data/trtllm_build_flags.json`) and `recorded_build_config` into the
-`build_config` trtllm-build records in the engine's config.json (with the limits trtllm-build derives, `engine_limits`);
+`build_config` trtllm-build records in the engine's config.json (with the limits trtllm-build derives,
+`engine_limits`);
 the reference engine folder carries the same values (core/trtllm_facts.py).
 """
 
@@ -32,11 +33,19 @@ class RolePlan:
     build_config: dict[str, Any]  # what the built engine's config.json "build_config" holds
 
     def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "checkpoint_dir": self.checkpoint_dir, "output_dir": self.output_dir,
-                "argv": list(self.argv), "command": shlex.join(self.argv), "build_config": self.build_config}
+        return {
+            "role": self.role,
+            "checkpoint_dir": self.checkpoint_dir,
+            "output_dir": self.output_dir,
+            "argv": list(self.argv),
+            "command": shlex.join(self.argv),
+            "build_config": self.build_config,
+        }
 
 
-def role_values(spec: BuildSpec, role: EngineRole, *, checkpoint_dir: str, output_dir: str) -> list[tuple[str, Any]]:
+def role_values(
+    spec: BuildSpec, role: EngineRole, *, checkpoint_dir: str, output_dir: str
+) -> list[tuple[str, Any]]:
     """(flag, value) of one engine, in argv order; None leaves a flag out (its default applies)."""
     section = spec.draft if role.role == "draft" else spec.target
     b = spec.build
@@ -57,7 +66,10 @@ def role_values(spec: BuildSpec, role: EngineRole, *, checkpoint_dir: str, outpu
         ("--max_num_tokens", b.max_num_tokens),
         ("--speculative_decoding_mode", role.mode),
         ("--max_draft_len", role.max_draft_len if role.mode.speculative else None),
-        ("--gather_generation_logits", role.gather_generation_logits or None),  # rejection sampling needs both logits
+        (
+            "--gather_generation_logits",
+            role.gather_generation_logits or None,
+        ),  # rejection sampling needs both logits
     ]
 
 
@@ -84,13 +96,21 @@ def build_plan(spec: BuildSpec) -> tuple[RolePlan, ...]:
         ckpt, eng = f"{role.role}/checkpoint", f"{role.role}/engine"
         values = role_values(spec, role, checkpoint_dir=ckpt, output_dir=eng)
         facts = facts_for(spec.trtllm_version)
-        out.append(RolePlan(role.role, ckpt, eng, tuple(build_argv(values, facts)), recorded_build_config(values, facts)))
+        out.append(
+            RolePlan(
+                role.role, ckpt, eng, tuple(build_argv(values, facts)), recorded_build_config(values, facts)
+            )
+        )
     return tuple(out)
 
 
 def plan_json(spec: BuildSpec, plans: tuple[RolePlan, ...]) -> dict[str, Any]:
-    return {"trtllm_version": spec.trtllm_version, "mode": spec.mode.value, "gpu_host_only": True,
-            "roles": [p.to_dict() for p in plans]}
+    return {
+        "trtllm_version": spec.trtllm_version,
+        "mode": spec.mode.value,
+        "gpu_host_only": True,
+        "roles": [p.to_dict() for p in plans],
+    }
 
 
 def build_script(spec: BuildSpec, plans: tuple[RolePlan, ...]) -> str:
@@ -99,17 +119,20 @@ def build_script(spec: BuildSpec, plans: tuple[RolePlan, ...]) -> str:
         "#!/usr/bin/env bash",
         f"# Written by `specbuild compile` for spec {spec.name!r} ({spec.mode}).",
         "# Builds the TensorRT-LLM engines from the checkpoints beside this file. Needs a GPU host with",
-        f"# tensorrt_llm {spec.trtllm_version} (trtllm-build on PATH), e.g. a tritonserver:<yy.mm>-trtllm-python-py3 container.",
+        f"# tensorrt_llm {spec.trtllm_version} (trtllm-build on PATH), e.g. a "
+        "tritonserver:<yy.mm>-trtllm-python-py3 container.",
         "set -euo pipefail",
         'cd "$(dirname "$0")"',
-        f'command -v {TRTLLM_BUILD} >/dev/null || {{ echo "{TRTLLM_BUILD} not found: run this on a GPU host with tensorrt_llm {spec.trtllm_version}" >&2; exit 1; }}',
+        f'command -v {TRTLLM_BUILD} >/dev/null || {{ echo "{TRTLLM_BUILD} not found: run this on a GPU host '
+        f'with tensorrt_llm {spec.trtllm_version}" >&2; exit 1; }}',
     ]
     for p in plans:
         eng = shlex.quote(p.output_dir)
         lines += [
             "",
             f"# {p.role} engine",
-            f'if [ -f {eng}/config.json ] && grep -q \'"specbuild_engine": "reference"\' {eng}/config.json; then',
+            f'if [ -f {eng}/config.json ] && grep -q \'"specbuild_engine": "reference"\' {eng}/config.json; '
+            "then",
             f"  rm -rf {eng}.reference && mv {eng} {eng}.reference  # keep the CPU reference engine aside",
             "fi",
             f"{shlex.join(p.argv)} 2>&1 | tee {shlex.quote(p.role + '/build.log')}",

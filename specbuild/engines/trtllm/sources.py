@@ -28,7 +28,17 @@ from specbuild.core.hf_config import DTYPE_BYTES
 from specbuild.core.safe_io import InputFileError, read_json
 
 FLOAT_DTYPES = tuple(DTYPE_BYTES)
-_ST_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I64": "int64", "I32": "int32", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+_ST_DTYPES = {
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F64": "float64",
+    "I64": "int64",
+    "I32": "int32",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+}
 
 
 @dataclass(frozen=True)
@@ -61,7 +71,12 @@ class SafetensorsSource:
         for f in files:
             for name, info in _read_header(f).items():
                 if name in self.index:
-                    raise CheckpointError(f"{where}: tensor {name} appears in two files", expected="each tensor in one file", found=f"{self.index[name].file.name} and {f.name}", fix="re-save the checkpoint")
+                    raise CheckpointError(
+                        f"{where}: tensor {name} appears in two files",
+                        expected="each tensor in one file",
+                        found=f"{self.index[name].file.name} and {f.name}",
+                        fix="re-save the checkpoint",
+                    )
                 self.index[name] = info
 
     @classmethod
@@ -71,22 +86,44 @@ class SafetensorsSource:
         if index_file.is_file():
             try:
                 weight_map = read_json(index_file, what="safetensors index")["weight_map"]
-                if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+                if not isinstance(weight_map, dict) or not all(
+                    isinstance(v, str) for v in weight_map.values()
+                ):
                     raise TypeError(f"weight_map is {type(weight_map).__name__}")
             except (InputFileError, KeyError, TypeError) as exc:
-                raise CheckpointError(f"{index_file} is not a safetensors index", expected='{"weight_map": {tensor: file}}', found=str(exc), fix="re-save the checkpoint") from None
+                raise CheckpointError(
+                    f"{index_file} is not a safetensors index",
+                    expected='{"weight_map": {tensor: file}}',
+                    found=str(exc),
+                    fix="re-save the checkpoint",
+                ) from None
             names = sorted(set(weight_map.values()))
             for n in names:
                 if Path(n).name != n:
-                    raise CheckpointError(f"{index_file} names a file outside the folder", expected="plain file names", found=n, fix="re-save the checkpoint")
+                    raise CheckpointError(
+                        f"{index_file} names a file outside the folder",
+                        expected="plain file names",
+                        found=n,
+                        fix="re-save the checkpoint",
+                    )
             files = [folder / n for n in names]
             missing = [f.name for f in files if not f.is_file()]
             if missing:
-                raise CheckpointError(f"{folder}: shard(s) listed in the index are missing", expected=", ".join(names), found=f"missing: {', '.join(missing)}", fix="download the missing shard files")
+                raise CheckpointError(
+                    f"{folder}: shard(s) listed in the index are missing",
+                    expected=", ".join(names),
+                    found=f"missing: {', '.join(missing)}",
+                    fix="download the missing shard files",
+                )
             src = cls(files, where=str(folder))
             for name, fname in weight_map.items():
                 if name in src.index and src.index[name].file.name != fname:
-                    raise CheckpointError(f"{index_file}: {name} is not in {fname}", expected=fname, found=src.index[name].file.name, fix="re-save the checkpoint")
+                    raise CheckpointError(
+                        f"{index_file}: {name} is not in {fname}",
+                        expected=fname,
+                        found=src.index[name].file.name,
+                        fix="re-save the checkpoint",
+                    )
             return src
         files = sorted(folder.glob(pattern))
         if not files:
@@ -128,7 +165,12 @@ class SafetensorsSource:
                     return sl[r, cols[0] : cols[1]]
                 return sl[rows[0] : rows[1]]
         except (SafetensorError, OSError) as exc:
-            raise CheckpointError(f"cannot read tensor {name} from {info.file}", expected="a readable safetensors file", found=str(exc), fix="re-download or re-save the checkpoint") from None
+            raise CheckpointError(
+                f"cannot read tensor {name} from {info.file}",
+                expected="a readable safetensors file",
+                found=str(exc),
+                fix="re-download or re-save the checkpoint",
+            ) from None
 
 
 class MemorySource:
@@ -137,7 +179,10 @@ class MemorySource:
     def __init__(self, tensors: dict[str, Any], *, file: Path) -> None:
         self.where = str(file)
         self.tensors = tensors
-        self.index = {n: TensorInfo(file, str(t.dtype).replace("torch.", ""), tuple(t.shape)) for n, t in tensors.items()}
+        self.index = {
+            n: TensorInfo(file, str(t.dtype).replace("torch.", ""), tuple(t.shape))
+            for n, t in tensors.items()
+        }
 
     def names(self) -> set[str]:
         return set(self.index)
@@ -158,7 +203,10 @@ def _read_header(path: Path) -> dict[str, TensorInfo]:
     """Names, dtypes and shapes of one safetensors file; truncated or corrupt files are errors here."""
     try:
         with safe_open(str(path), framework="pt") as f:  # validates header and data coverage
-            shapes = {name: (f.get_slice(name).get_dtype(), tuple(f.get_slice(name).get_shape())) for name in f.keys()}
+            shapes = {
+                name: (f.get_slice(name).get_dtype(), tuple(f.get_slice(name).get_shape()))
+                for name in f.keys()
+            }
         with open(path, "rb") as fh:  # the data offsets, which safe_open does not expose
             (n,) = struct.unpack("<Q", fh.read(8))
             header = json.loads(fh.read(n))

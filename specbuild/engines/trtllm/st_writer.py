@@ -64,7 +64,9 @@ class StreamingWriter:
         self._hash = hashlib.sha256()
         self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sha256")
         self._pending: Future | None = None
-        self._fds: dict[Path, int] = {}  # source files of FileRange parts (shared by both threads: pread only)
+        self._fds: dict[
+            Path, int
+        ] = {}  # source files of FileRange parts (shared by both threads: pread only)
         self._kernel_copy = hasattr(os, "copy_file_range")
         self.sha256: str | None = None  # set when the file is complete
 
@@ -72,11 +74,17 @@ class StreamingWriter:
         header: dict[str, object] = {"__metadata__": self.metadata}
         offset = 0
         for e in self.entries:
-            header[e.name] = {"dtype": ST_DTYPE[e.dtype], "shape": list(e.shape), "data_offsets": [offset, offset + e.nbytes]}
+            header[e.name] = {
+                "dtype": ST_DTYPE[e.dtype],
+                "shape": list(e.shape),
+                "data_offsets": [offset, offset + e.nbytes],
+            }
             offset += e.nbytes
         raw = json.dumps(header, separators=(",", ":")).encode()
         raw += b" " * (-len(raw) % 8)  # 8-byte alignment of the data section, as safetensors writes it
-        self._file = open(self.path, "wb", buffering=0)  # unbuffered: copy_file_range writes at the fd position
+        self._file = open(
+            self.path, "wb", buffering=0
+        )  # unbuffered: copy_file_range writes at the fd position
         self._emit(struct.pack("<Q", len(raw)))
         self._emit(raw)
         return self
@@ -139,12 +147,22 @@ class StreamingWriter:
                 self._kernel_copy = False
                 break
             if n == 0:
-                raise ConversionError(f"{part.file} ended early", expected=f"{part.nbytes} bytes at {part.offset}", found="end of file", fix="re-download the checkpoint")
+                raise ConversionError(
+                    f"{part.file} ended early",
+                    expected=f"{part.nbytes} bytes at {part.offset}",
+                    found="end of file",
+                    fix="re-download the checkpoint",
+                )
             pos, left = pos + n, left - n
         while left:
             chunk = os.pread(fd, min(_CHUNK, left), pos)
             if not chunk:
-                raise ConversionError(f"{part.file} ended early", expected=f"{part.nbytes} bytes at {part.offset}", found="end of file", fix="re-download the checkpoint")
+                raise ConversionError(
+                    f"{part.file} ended early",
+                    expected=f"{part.nbytes} bytes at {part.offset}",
+                    found="end of file",
+                    fix="re-download the checkpoint",
+                )
             self._file.write(chunk)
             pos, left = pos + len(chunk), left - len(chunk)
 
@@ -182,4 +200,9 @@ class StreamingWriter:
         self.sha256 = self._hash.hexdigest()
         if exc_type is None and self._next != len(self.entries):
             missing = [e.name for e in self.entries[self._next :]]
-            raise ConversionError(f"internal: {self.path.name} is missing {len(missing)} tensor(s)", expected="every planned tensor written", found=", ".join(missing[:5]), fix="report this bug")
+            raise ConversionError(
+                f"internal: {self.path.name} is missing {len(missing)} tensor(s)",
+                expected="every planned tensor written",
+                found=", ".join(missing[:5]),
+                fix="report this bug",
+            )

@@ -12,8 +12,15 @@ must agree with each other and with the C++ backend they stand in for):
 from __future__ import annotations
 
 
-def sampling_params(*, max_tokens: int, temperature: float | None, top_k: int | None, top_p: float | None,
-                    seed: int | None, end_id: int | None):
+def sampling_params(
+    *,
+    max_tokens: int,
+    temperature: float | None,
+    top_k: int | None,
+    top_p: float | None,
+    seed: int | None,
+    end_id: int | None,
+):
     from specbuild.core.sampling_params import SamplingParams
 
     temperature = 1.0 if temperature is None else float(temperature)
@@ -22,5 +29,11 @@ def sampling_params(*, max_tokens: int, temperature: float | None, top_k: int | 
     greedy = temperature <= 0.0 or (top_k == 0 and top_p <= 0.0) or top_k == 1
     if greedy:
         return SamplingParams(max_tokens=max_tokens, temperature=0.0, seed=seed, end_id=end_id)
-    return SamplingParams(max_tokens=max_tokens, temperature=temperature, top_k=top_k,
-                          top_p=top_p if 0.0 < top_p <= 1.0 else 1.0, seed=seed, end_id=end_id)
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p if 0.0 < top_p <= 1.0 else 1.0,
+        seed=seed,
+        end_id=end_id,
+    )

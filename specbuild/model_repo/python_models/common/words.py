@@ -40,7 +40,7 @@ def find_stop(tokens: Sequence[int], sequences: Sequence[Sequence[int]], start: 
     """End (exclusive) of the first stop sequence in `tokens` that ends after position `start`."""
     for end in range(start + 1, len(tokens) + 1):
         for seq in sequences:
-            if end >= len(seq) and tuple(tokens[end - len(seq):end]) == tuple(seq):
+            if end >= len(seq) and tuple(tokens[end - len(seq) : end]) == tuple(seq):
                 return end
     return None
 

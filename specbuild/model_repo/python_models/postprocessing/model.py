@@ -22,8 +22,14 @@ class TritonPythonModel:
         from transformers import AutoTokenizer
 
         config = json.loads(args["model_config"])
-        self.skip_special_tokens = _param(config, "skip_special_tokens", "true").lower() in ("true", "1", "yes")
-        self.tokenizer = AutoTokenizer.from_pretrained(_param(config, "tokenizer_dir"), legacy=False, trust_remote_code=False)
+        self.skip_special_tokens = _param(config, "skip_special_tokens", "true").lower() in (
+            "true",
+            "1",
+            "yes",
+        )
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            _param(config, "tokenizer_dir"), legacy=False, trust_remote_code=False
+        )
 
     def execute(self, requests):
         responses = []
@@ -36,6 +42,8 @@ class TritonPythonModel:
             for i in range(tokens.shape[0]):
                 for j in range(tokens.shape[1]):
                     ids = tokens[i, j, : int(lengths[i, j])].tolist()
-                    text[i, j] = self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens).encode()
+                    text[i, j] = self.tokenizer.decode(
+                        ids, skip_special_tokens=self.skip_special_tokens
+                    ).encode()
             responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT", text)]))
         return responses

@@ -49,7 +49,10 @@ def batch_word_lists(per_item: list[np.ndarray]) -> np.ndarray:
 def _strings(tensor) -> list[list[str]]:
     """[b, n] BYTES -> per batch item, its decoded non-empty strings."""
     rows = tensor.as_numpy()
-    return [[s.decode() if isinstance(s, bytes) else str(s) for s in row.reshape(-1) if s not in (b"", "")] for row in rows]
+    return [
+        [s.decode() if isinstance(s, bytes) else str(s) for s in row.reshape(-1) if s not in (b"", "")]
+        for row in rows
+    ]
 
 
 class TritonPythonModel:
@@ -59,7 +62,9 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         tokenizer_dir = _param(config, "tokenizer_dir")
         self.add_special_tokens = _param(config, "add_special_tokens", "true").lower() in ("true", "1", "yes")
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, legacy=False, padding_side="left", trust_remote_code=False)
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            tokenizer_dir, legacy=False, padding_side="left", trust_remote_code=False
+        )
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.end_id = int(self.tokenizer.eos_token_id)
@@ -74,7 +79,9 @@ class TritonPythonModel:
 
     def _one(self, request):
         get = lambda name: pb_utils.get_input_tensor_by_name(request, name)  # noqa: E731
-        queries = [q.decode() if isinstance(q, bytes) else str(q) for q in get("QUERY").as_numpy().reshape(-1)]
+        queries = [
+            q.decode() if isinstance(q, bytes) else str(q) for q in get("QUERY").as_numpy().reshape(-1)
+        ]
         b = len(queries)
         encoded = [self.tokenizer.encode(q, add_special_tokens=self.add_special_tokens) for q in queries]
         lengths = np.array([[len(e)] for e in encoded], dtype=np.int32)  # [b, 1]
@@ -98,7 +105,9 @@ class TritonPythonModel:
         for src, dst in (("BAD_WORDS_DICT", "BAD_WORDS_IDS"), ("STOP_WORDS_DICT", "STOP_WORDS_IDS")):
             t = get(src)
             words = _strings(t) if t is not None else [[] for _ in range(b)]
-            outputs.append(pb_utils.Tensor(dst, batch_word_lists([word_list(w, self._encode_words) for w in words])))
+            outputs.append(
+                pb_utils.Tensor(dst, batch_word_lists([word_list(w, self._encode_words) for w in words]))
+            )
         outputs.append(pb_utils.Tensor("EMBEDDING_BIAS", self._embedding_bias(get, b)))
         extra = get("PROMPT_TABLE_EXTRA_ID")
         if extra is not None:

@@ -5,7 +5,8 @@ function (numpy arrays in and out, batch dim included); everything here is plain
 it is unit-tested against a fake executor.
 
 The speculative loop itself is NOT here: `specbuild.engines.reference.speculative.speculative_generate`
-is the one loop; `TritonDrafter` / `TritonVerifier` implement its two protocols (Drafter.propose, Verifier.verify)
+is the one loop; `TritonDrafter` / `TritonVerifier` implement its two protocols (Drafter.propose,
+Verifier.verify)
 with calls to the `tensorrt_llm_draft` and `tensorrt_llm` models, as the real backend's BLS does. A
 method names its BLS drafter in core/methods (`bls_drafter`); the repository passes that name on in
 the BLS's `bls_drafter` parameter and model.py resolves it here. Request helpers shared with the other
@@ -31,16 +32,28 @@ from specbuild.engines.reference.speculative import speculative_generate
 Call = Callable[[str, dict[str, np.ndarray], list[str]], dict[str, np.ndarray]]
 ENGINE_OUTPUTS = ["output_ids", "sequence_length"]
 PERF_OUTPUTS = [
-    "kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks",
-    "arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns",
-    "acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens",
+    "kv_cache_alloc_new_blocks",
+    "kv_cache_reused_blocks",
+    "kv_cache_alloc_total_blocks",
+    "arrival_time_ns",
+    "first_scheduled_time_ns",
+    "first_token_time_ns",
+    "last_token_time_ns",
+    "acceptance_rate",
+    "total_accepted_draft_tokens",
+    "total_draft_tokens",
 ]
 # BLS input -> tensorrt_llm input for the sampling options forwarded unchanged (names: tensors.py).
 FORWARDED = {
-    "temperature": "temperature", "top_k": "runtime_top_k", "top_p": "runtime_top_p",
-    "length_penalty": "len_penalty", "repetition_penalty": "repetition_penalty",
-    "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
-    "beam_width": "beam_width", "num_return_sequences": "num_return_sequences",
+    "temperature": "temperature",
+    "top_k": "runtime_top_k",
+    "top_p": "runtime_top_p",
+    "length_penalty": "len_penalty",
+    "repetition_penalty": "repetition_penalty",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "beam_width": "beam_width",
+    "num_return_sequences": "num_return_sequences",
 }
 
 
@@ -70,8 +83,15 @@ class BlsOptions:
     stop_words: np.ndarray | None = None  # [1, n] BYTES
 
     @classmethod
-    def from_inputs(cls, get: Callable[[str], np.ndarray | None], *, default_num_draft_tokens: int,
-                    default_use_draft_logits: bool, seed_name: str, min_tokens_name: str) -> BlsOptions:
+    def from_inputs(
+        cls,
+        get: Callable[[str], np.ndarray | None],
+        *,
+        default_num_draft_tokens: int,
+        default_use_draft_logits: bool,
+        seed_name: str,
+        min_tokens_name: str,
+    ) -> BlsOptions:
         def scalar(name, kind, default=None):
             return read(get, name, kind, default)
 
@@ -79,7 +99,9 @@ class BlsOptions:
         if text is None or get("max_tokens") is None:
             raise ValueError("text_input and max_tokens are required")
         raw = np.asarray(text).reshape(-1)[0]
-        forwarded = {dst: np.asarray(get(src)).reshape(1, 1) for src, dst in FORWARDED.items() if get(src) is not None}
+        forwarded = {
+            dst: np.asarray(get(src)).reshape(1, 1) for src, dst in FORWARDED.items() if get(src) is not None
+        }
         if get(min_tokens_name) is not None:
             forwarded[min_tokens_name] = np.asarray(get(min_tokens_name)).reshape(1, 1)
         k = scalar("num_draft_tokens", int, default_num_draft_tokens)
@@ -104,8 +126,14 @@ class BlsOptions:
 
     def sampling_params(self, end_id: int):
         """What the engines will do with this request's sampling inputs (the loop must agree)."""
-        return sampling_params(max_tokens=self.max_tokens, temperature=self.temperature, top_k=self.top_k,
-                               top_p=self.top_p, seed=self.seed, end_id=end_id)
+        return sampling_params(
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            seed=self.seed,
+            end_id=end_id,
+        )
 
 
 @dataclass(frozen=True)
@@ -120,7 +148,10 @@ class Prepared:
 
 
 def preprocess(call: Call, opts: BlsOptions, seed_name: str = "seed") -> Prepared:
-    inputs = {"QUERY": np.array([[opts.text.encode()]], dtype=object), "REQUEST_OUTPUT_LEN": _i32(opts.max_tokens)}
+    inputs = {
+        "QUERY": np.array([[opts.text.encode()]], dtype=object),
+        "REQUEST_OUTPUT_LEN": _i32(opts.max_tokens),
+    }
     if opts.bad_words is not None:
         inputs["BAD_WORDS_DICT"] = np.asarray(opts.bad_words, dtype=object).reshape(1, -1)
     if opts.stop_words is not None:
@@ -129,8 +160,11 @@ def preprocess(call: Call, opts: BlsOptions, seed_name: str = "seed") -> Prepare
         inputs["END_ID"] = _i32(opts.end_id)
     if opts.pad_id is not None:
         inputs["PAD_ID"] = _i32(opts.pad_id)
-    out = call("preprocessing", inputs, ["INPUT_ID", "REQUEST_INPUT_LEN", "OUT_END_ID", "OUT_PAD_ID",
-                                         "STOP_WORDS_IDS", "BAD_WORDS_IDS"])
+    out = call(
+        "preprocessing",
+        inputs,
+        ["INPUT_ID", "REQUEST_INPUT_LEN", "OUT_END_ID", "OUT_PAD_ID", "STOP_WORDS_IDS", "BAD_WORDS_IDS"],
+    )
     n = int(out["REQUEST_INPUT_LEN"].reshape(-1)[0])
     return Prepared(
         prompt_ids=[int(t) for t in out["INPUT_ID"].reshape(-1)[:n]],
@@ -142,14 +176,28 @@ def preprocess(call: Call, opts: BlsOptions, seed_name: str = "seed") -> Prepare
 
 
 def detokenize(call: Call, tokens: list[int]) -> str:
-    out = call("postprocessing", {"TOKENS_BATCH": np.array([[tokens]], dtype=np.int32).reshape(1, 1, -1),
-                                  "SEQUENCE_LENGTH": _i32(len(tokens))}, ["OUTPUT"])
+    out = call(
+        "postprocessing",
+        {
+            "TOKENS_BATCH": np.array([[tokens]], dtype=np.int32).reshape(1, 1, -1),
+            "SEQUENCE_LENGTH": _i32(len(tokens)),
+        },
+        ["OUTPUT"],
+    )
     raw = out["OUTPUT"].reshape(-1)[0]
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
-def engine_inputs(ids: list[int], output_len: int, opts: BlsOptions, prep: Prepared, *, seed_name: str,
-                  seed: int | None, stop_words: bool = True) -> dict[str, np.ndarray]:
+def engine_inputs(
+    ids: list[int],
+    output_len: int,
+    opts: BlsOptions,
+    prep: Prepared,
+    *,
+    seed_name: str,
+    seed: int | None,
+    stop_words: bool = True,
+) -> dict[str, np.ndarray]:
     """The tensorrt_llm request for `ids` (prompt + accepted so far) -> `output_len` new tokens."""
     inputs = {
         "input_ids": np.array([ids], dtype=np.int32),  # [1, L]
@@ -196,8 +244,9 @@ class _Shared:
         self.calls += 1
         # A fixed seed on every call would replay the same random numbers in every round.
         seed = None if self.opts.seed is None else (self.opts.seed + self.calls) % 2**64
-        inputs = engine_inputs(ids, output_len, self.opts, self.prep, seed_name=self.seed_name, seed=seed,
-                               stop_words=stop_words)
+        inputs = engine_inputs(
+            ids, output_len, self.opts, self.prep, seed_name=self.seed_name, seed=seed, stop_words=stop_words
+        )
         # A request's min_tokens bounds the whole continuation, not one round: never forward it per round.
         for name in ("min_tokens", "min_length"):
             inputs.pop(name, None)
@@ -233,7 +282,7 @@ class TritonDrafter:
 
         rows = np.asarray(out["generation_logits"], dtype=np.float32)  # [1, beams, T, V]
         rows = rows.reshape(-1, rows.shape[-1])  # [T, V] (beam 0)
-        logits = rows[rows.shape[0] - len(tokens):]  # [k, V]: the rows that produced the k drafts
+        logits = rows[rows.shape[0] - len(tokens) :]  # [k, V]: the rows that produced the k drafts
         sh.draft_logits = logits
         return tokens, probs_from_logits(torch.from_numpy(logits.copy()), params)  # [k, V]
 
@@ -261,9 +310,17 @@ class TritonVerifier:
         return new_tokens(out)
 
 
-def perf_outputs(*, stats, arrival_ns: int, first_scheduled_ns: int | None, first_token_ns: int | None,
-                 last_token_ns: int | None, kv: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def perf_outputs(
+    *,
+    stats,
+    arrival_ns: int,
+    first_scheduled_ns: int | None,
+    first_token_ns: int | None,
+    last_token_ns: int | None,
+    kv: dict[str, np.ndarray],
+) -> dict[str, np.ndarray]:
     """The perf outputs of a whole speculative request (SpecStats `stats`), batch dim included."""
+
     def one(value, dtype):
         return np.array([[value]], dtype=dtype)
 
@@ -293,19 +350,29 @@ class TextStream:
         full = self.detok(self.tokens)
         if full.endswith("\ufffd"):  # an incomplete UTF-8 character: wait for its next byte
             return ""
-        delta = full[len(self.text):] if full.startswith(self.text) else full
+        delta = full[len(self.text) :] if full.startswith(self.text) else full
         self.text = full
         return delta
 
     def flush(self) -> str:
         full = self.detok(self.tokens)
-        delta = full[len(self.text):] if full.startswith(self.text) else ""
+        delta = full[len(self.text) :] if full.startswith(self.text) else ""
         self.text = full
         return delta
 
 
-def speculate(call: Call, opts: BlsOptions, prep: Prepared, *, drafter_class, target_model: str, draft_model: str | None,
-              seed_name: str, logits_dtype: str, on_tokens: Callable[[list[int]], None] | None = None):
+def speculate(
+    call: Call,
+    opts: BlsOptions,
+    prep: Prepared,
+    *,
+    drafter_class,
+    target_model: str,
+    draft_model: str | None,
+    seed_name: str,
+    logits_dtype: str,
+    on_tokens: Callable[[list[int]], None] | None = None,
+):
     """Run the shared speculative loop over the Triton models; returns (new tokens, SpecStats, shared state).
 
     `drafter_class` is the repository's drafter (its `bls_drafter` parameter, e.g. TritonDrafter).
@@ -317,6 +384,13 @@ def speculate(call: Call, opts: BlsOptions, prep: Prepared, *, drafter_class, ta
     params = dataclasses.replace(params, stop_token_ids=tuple(w[0] for w in words if len(w) == 1))
     shared = _Shared(call, opts, prep, seed_name=seed_name, logits_dtype=logits_dtype)
     drafter, verifier = drafter_class(shared, draft_model), TritonVerifier(shared, target_model)
-    tokens, stats = speculative_generate(drafter, verifier, prep.prompt_ids, params, num_draft_tokens=opts.num_draft_tokens,
-                                         on_tokens=on_tokens, stop=stop_at_words([w for w in words if len(w) > 1]))
+    tokens, stats = speculative_generate(
+        drafter,
+        verifier,
+        prep.prompt_ids,
+        params,
+        num_draft_tokens=opts.num_draft_tokens,
+        on_tokens=on_tokens,
+        stop=stop_at_words([w for w in words if len(w) > 1]),
+    )
     return list(tokens), stats, shared

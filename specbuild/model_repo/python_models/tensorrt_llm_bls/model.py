@@ -47,8 +47,10 @@ _NUMPY_LOGITS = {"TYPE_FP32": "float32", "TYPE_FP16": "float16", "TYPE_BF16": "f
 
 def _token_outputs(tokens: list[int]) -> dict:
     """The response's token ids (specbuild addition): output_ids [1, 1, n], sequence_length [1, 1]."""
-    return {"output_ids": np.array(tokens, dtype=np.int32).reshape(1, 1, -1),
-            "sequence_length": np.array([[len(tokens)]], dtype=np.int32)}
+    return {
+        "output_ids": np.array(tokens, dtype=np.int32).reshape(1, 1, -1),
+        "sequence_length": np.array([[len(tokens)]], dtype=np.int32),
+    }
 
 
 def _param(config: dict, key: str, default: str = "") -> str:
@@ -65,7 +67,8 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         self.target = _param(config, "tensorrt_llm_model_name", "tensorrt_llm")
         self.draft = _param(config, "tensorrt_llm_draft_model_name") or None
-        # the repository's method names its BLS drafter ("bls_core:TritonDrafter"; empty: the target speculates)
+        # the repository's method names its BLS drafter ("bls_core:TritonDrafter"; empty: the target
+        # speculates)
         drafter = _param(config, "bls_drafter")
         self.drafter_class = getattr(bls_core, drafter.partition(":")[2]) if drafter else None
         self.target_decoupled = _flag(_param(config, "tensorrt_llm_decoupled", "false"))
@@ -83,7 +86,8 @@ class TritonPythonModel:
     def _call(self, model: str, inputs: dict, output_names: list[str]) -> dict:
         """One non-streaming BLS call; numpy in, numpy out."""
         request = pb_utils.InferenceRequest(
-            model_name=model, requested_output_names=output_names,
+            model_name=model,
+            requested_output_names=output_names,
             inputs=[pb_utils.Tensor(name, value) for name, value in inputs.items()],
         )
         response = request.exec()
@@ -92,7 +96,8 @@ class TritonPythonModel:
     def _stream(self, model: str, inputs: dict, output_names: list[str]):
         """A call to a decoupled model: yields each data response's outputs."""
         request = pb_utils.InferenceRequest(
-            model_name=model, requested_output_names=output_names,
+            model_name=model,
+            requested_output_names=output_names,
             inputs=[pb_utils.Tensor(name, value) for name, value in inputs.items()],
         )
         for response in request.exec(decoupled=True):
@@ -121,8 +126,10 @@ class TritonPythonModel:
             try:
                 self._handle(request, sender)
             except Exception as exc:  # every failure becomes the request's error response
-                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}")),
-                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                sender.send(
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}")),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
         return None
 
     # ---- one request ----------------------------------------------------------------------------
@@ -133,9 +140,13 @@ class TritonPythonModel:
             tensor = pb_utils.get_input_tensor_by_name(request, name)
             return None if tensor is None else tensor.as_numpy()
 
-        opts = BlsOptions.from_inputs(get, default_num_draft_tokens=self.default_k,
-                                      default_use_draft_logits=self.default_use_logits,
-                                      seed_name=self.seed_name, min_tokens_name=self.min_tokens_name)
+        opts = BlsOptions.from_inputs(
+            get,
+            default_num_draft_tokens=self.default_k,
+            default_use_draft_logits=self.default_use_logits,
+            seed_name=self.seed_name,
+            min_tokens_name=self.min_tokens_name,
+        )
         prep = preprocess(self._call, opts)
         text = TextStream(lambda tokens: detokenize(self._call, tokens))
         times = {"first": None, "last": None}
@@ -145,14 +156,32 @@ class TritonPythonModel:
             times["last"] = time.time_ns()
             if opts.stream:
                 delta = text.push(tokens)
-                sender.send(self._response({"text_output": np.array([[delta.encode()]], dtype=object), **_token_outputs(tokens)}))
+                sender.send(
+                    self._response(
+                        {"text_output": np.array([[delta.encode()]], dtype=object), **_token_outputs(tokens)}
+                    )
+                )
 
         if opts.num_draft_tokens > 0 and self.drafter_class is not None:
-            tokens, stats, shared = speculate(self._call, opts, prep, drafter_class=self.drafter_class, draft_model=self.draft,
-                                              target_model=self.target, seed_name=self.seed_name,
-                                              logits_dtype=self.logits_dtype, on_tokens=on_tokens)
-            perf = perf_outputs(stats=stats, arrival_ns=arrival, first_scheduled_ns=shared.first_call_ns,
-                                first_token_ns=times["first"], last_token_ns=times["last"], kv=shared.last_perf)
+            tokens, stats, shared = speculate(
+                self._call,
+                opts,
+                prep,
+                drafter_class=self.drafter_class,
+                draft_model=self.draft,
+                target_model=self.target,
+                seed_name=self.seed_name,
+                logits_dtype=self.logits_dtype,
+                on_tokens=on_tokens,
+            )
+            perf = perf_outputs(
+                stats=stats,
+                arrival_ns=arrival,
+                first_scheduled_ns=shared.first_call_ns,
+                first_token_ns=times["first"],
+                last_token_ns=times["last"],
+                kv=shared.last_perf,
+            )
         else:
             tokens, perf = self._plain(opts, prep, on_tokens)
         if opts.stream:
@@ -161,8 +190,10 @@ class TritonPythonModel:
             final_text = detokenize(self._call, prep.prompt_ids + tokens)
         else:
             final_text = detokenize(self._call, tokens)
-        outputs = {"text_output": np.array([[final_text.encode()]], dtype=object),
-                   **_token_outputs([] if opts.stream else tokens)}
+        outputs = {
+            "text_output": np.array([[final_text.encode()]], dtype=object),
+            **_token_outputs([] if opts.stream else tokens),
+        }
         if opts.return_perf_metrics:
             outputs.update(perf)
         sender.send(self._response(outputs), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -170,11 +201,17 @@ class TritonPythonModel:
     def _plain(self, opts: BlsOptions, prep, on_tokens):
         """No speculation in the BLS: tensorrt_llm alone (Medusa speculates inside it)."""
         stream = opts.stream and self.target_decoupled
-        inputs = engine_inputs(prep.prompt_ids, opts.max_tokens, opts, prep, seed_name=self.seed_name, seed=opts.seed)
+        inputs = engine_inputs(
+            prep.prompt_ids, opts.max_tokens, opts, prep, seed_name=self.seed_name, seed=opts.seed
+        )
         inputs["streaming"] = np.array([[stream]])
         inputs["return_perf_metrics"] = np.array([[True]])
         wanted = ["output_ids", "sequence_length", *PERF_OUTPUTS]
-        responses = self._stream(self.target, inputs, wanted) if self.target_decoupled else [self._call(self.target, inputs, wanted)]
+        responses = (
+            self._stream(self.target, inputs, wanted)
+            if self.target_decoupled
+            else [self._call(self.target, inputs, wanted)]
+        )
         tokens, perf = [], {}
         for out in responses:
             new = new_tokens(out)

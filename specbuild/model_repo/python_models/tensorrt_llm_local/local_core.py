@@ -11,7 +11,8 @@ model does with each input:
 * min_tokens (min_length) >= request_output_len: the end id does not stop the request (the BLS's
   draft calls ask for exactly k tokens);
 * stop_words_list: a stop word ends the request after its last token (single-token words through the
-  engine's stop ids, longer ones through the engine's stop hook, common/words.py); bad_words_list, beams or sequences > 1, LoRA, prompt
+  engine's stop ids, longer ones through the engine's stop hook, common/words.py); bad_words_list, beams or
+  sequences > 1, LoRA, prompt
   tables, log probs and context logits are not supported and are rejected when actually used.
 
 Shape legend: L prompt length, n new tokens, V vocab, k draft tokens.
@@ -46,7 +47,9 @@ class LocalRequest:
     stop_sequences: tuple[tuple[int, ...], ...] = ()  # stop words longer than one token
 
 
-def parse_request(get: Get, *, seed_name: str, min_tokens_name: str, exclude_default: bool, default_end_id: int | None) -> LocalRequest:
+def parse_request(
+    get: Get, *, seed_name: str, min_tokens_name: str, exclude_default: bool, default_end_id: int | None
+) -> LocalRequest:
     ids = get("input_ids")
     if ids is None:
         raise ValueError("input_ids is required by the local engine model")
@@ -74,8 +77,12 @@ def parse_request(get: Get, *, seed_name: str, min_tokens_name: str, exclude_def
     if min_tokens >= max_new:  # nothing may stop the request early
         end_id, stops, sequences = -1, (), ()
     params = sampling_params(
-        max_tokens=max_new, temperature=scalar(get, "temperature", float), top_k=scalar(get, "runtime_top_k", int),
-        top_p=scalar(get, "runtime_top_p", float), seed=scalar(get, seed_name, int), end_id=end_id,
+        max_tokens=max_new,
+        temperature=scalar(get, "temperature", float),
+        top_k=scalar(get, "runtime_top_k", int),
+        top_p=scalar(get, "runtime_top_p", float),
+        seed=scalar(get, seed_name, int),
+        end_id=end_id,
     )
     params = dataclasses.replace(params, stop_token_ids=stops)
     draft = get("draft_input_ids")
@@ -86,12 +93,17 @@ def parse_request(get: Get, *, seed_name: str, min_tokens_name: str, exclude_def
         arr = np.asarray(logits, dtype=np.float32)
         draft_logits = arr.reshape(-1, arr.shape[-1])  # [k, V]
     return LocalRequest(
-        prompt_ids=prompt, max_new=max_new, params=params,
+        prompt_ids=prompt,
+        max_new=max_new,
+        params=params,
         streaming=scalar(get, "streaming", bool, False),
         exclude_input=scalar(get, "exclude_input_in_output", bool, exclude_default),
         perf=scalar(get, "return_perf_metrics", bool, False),
         generation_logits=scalar(get, "return_generation_logits", bool, False),
-        draft_ids=draft_ids, draft_logits=draft_logits, arrival_ns=time.time_ns(), stop_sequences=sequences,
+        draft_ids=draft_ids,
+        draft_logits=draft_logits,
+        arrival_ns=time.time_ns(),
+        stop_sequences=sequences,
     )
 
 

@@ -58,7 +58,9 @@ class TritonPythonModel:
         self.seed_name = "seed" if "seed" in names else "random_seed"
         self.min_tokens_name = "min_tokens" if "min_tokens" in names else "min_length"
         build = json.loads(open(os.path.join(path, "config.json")).read()).get("build_config", {})
-        self.tokens_per_block = int((build.get("plugin_config") or {}).get("tokens_per_block") or DEFAULT_TOKENS_PER_BLOCK)
+        self.tokens_per_block = int(
+            (build.get("plugin_config") or {}).get("tokens_per_block") or DEFAULT_TOKENS_PER_BLOCK
+        )
         self._warm_up()
 
     def _warm_up(self) -> None:
@@ -79,9 +81,17 @@ class TritonPythonModel:
                 jobs.append([sender, self._parse(request, sender), None])
             except Exception as exc:  # the request's error response, as the backend reports bad requests
                 jobs.append([sender, None, self._error(exc)])
-        plain = [job for job in jobs if job[1] is not None and job[1].req.draft_ids is None
-                 and not job[1].req.generation_logits and not job[1].req.stop_sequences]
-        if len(plain) > 1:  # several requests in flight: one batched decode (lockstep, rows of their own length)
+        plain = [
+            job
+            for job in jobs
+            if job[1] is not None
+            and job[1].req.draft_ids is None
+            and not job[1].req.generation_logits
+            and not job[1].req.stop_sequences
+        ]
+        if (
+            len(plain) > 1
+        ):  # several requests in flight: one batched decode (lockstep, rows of their own length)
             self._run_batch([job[1] for job in plain])
         for job in jobs:
             if job[2] is None:
@@ -105,21 +115,37 @@ class TritonPythonModel:
             tensor = pb_utils.get_input_tensor_by_name(request, name)
             return None if tensor is None else tensor.as_numpy()
 
-        req = parse_request(get, seed_name=self.seed_name, min_tokens_name=self.min_tokens_name,
-                            exclude_default=self.exclude_default, default_end_id=None)
+        req = parse_request(
+            get,
+            seed_name=self.seed_name,
+            min_tokens_name=self.min_tokens_name,
+            exclude_default=self.exclude_default,
+            default_end_id=None,
+        )
         if req.streaming and sender is None:
             raise ValueError("Streaming is only supported if model is deployed using decoupled mode.")
-        return Job(req=req, sender=sender, perf=Perf(arrival_ns=req.arrival_ns), reused_before=self.engine.prefix_cache.reused_tokens)
+        return Job(
+            req=req,
+            sender=sender,
+            perf=Perf(arrival_ns=req.arrival_ns),
+            reused_before=self.engine.prefix_cache.reused_tokens,
+        )
 
     def _on_tokens(self, job: Job, new: list[int]) -> None:
         job.perf.token()
         if job.req.streaming and new:
             chunk = token_outputs(new, job.req, with_prompt=False)
-            job.sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in chunk.items()]))
+            job.sender.send(
+                pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in chunk.items()])
+            )
 
     def _run_batch(self, jobs: list[Job]) -> None:
-        results = self.engine.generate_batch([j.req.prompt_ids for j in jobs], [j.req.params for j in jobs], speculative=True,
-                                             on_tokens=lambda i, new: self._on_tokens(jobs[i], new))
+        results = self.engine.generate_batch(
+            [j.req.prompt_ids for j in jobs],
+            [j.req.params for j in jobs],
+            speculative=True,
+            on_tokens=lambda i, new: self._on_tokens(jobs[i], new),
+        )
         for job, result in zip(jobs, results, strict=True):
             job.tokens, job.ran = result.token_ids, True
             job.perf.accepted, job.perf.drafted = result.stats.accepted, result.stats.drafted
@@ -128,8 +154,13 @@ class TritonPythonModel:
         req, perf = job.req, job.perf
         if req.draft_ids is not None:
             perf.token()
-            tokens = cut(self.engine.verify_external(req.prompt_ids, req.draft_ids, req.draft_logits, params=req.params),
-                         req.params, req.max_new)
+            tokens = cut(
+                self.engine.verify_external(
+                    req.prompt_ids, req.draft_ids, req.draft_logits, params=req.params
+                ),
+                req.params,
+                req.max_new,
+            )
             end = find_stop(tokens, req.stop_sequences) if req.stop_sequences else None
             job.tokens = tokens[:end] if end is not None else tokens
             perf.token()
@@ -138,12 +169,18 @@ class TritonPythonModel:
             return job
         stop = stop_at_words(req.stop_sequences)  # a multi-token stop word ends the generation after it
         if req.generation_logits:
-            result, logits = self.engine.generate_with_logits(req.prompt_ids, req.params, on_tokens=lambda new: self._on_tokens(job, new),
-                                                              stop=stop)
+            result, logits = self.engine.generate_with_logits(
+                req.prompt_ids, req.params, on_tokens=lambda new: self._on_tokens(job, new), stop=stop
+            )
             job.extra["generation_logits"] = logits.float().numpy()[None, None]  # [1, 1, n, V]
         else:
-            result = self.engine.generate(req.prompt_ids, req.params, speculative=True, on_tokens=lambda new: self._on_tokens(job, new),
-                                          stop=stop)
+            result = self.engine.generate(
+                req.prompt_ids,
+                req.params,
+                speculative=True,
+                on_tokens=lambda new: self._on_tokens(job, new),
+                stop=stop,
+            )
         job.tokens = result.token_ids
         perf.accepted, perf.drafted = result.stats.accepted, result.stats.drafted
         return job
@@ -162,4 +199,3 @@ class TritonPythonModel:
         if req.perf:
             outputs.update(perf.outputs())
         return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in outputs.items()])
-
