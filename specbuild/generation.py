@@ -10,6 +10,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
+class StopGeneration(Exception):
+    """Raised from an `on_tokens` callback to end that request here (cancelled, stopped, or a stop
+    word seen): single requests unwind out of the engine call; in a batch only that row ends."""
+
+
 @dataclass
 class SpecStats:
     """Speculative-decoding counters of one request (all zero when speculation is off)."""

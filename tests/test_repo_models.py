@@ -119,9 +119,12 @@ def test_medusa_streams_through_the_ensemble(servers):
     assert via_bls["tokens"] == expected and via_bls["responses"] > 1
 
 
-def engine_request(ids, n, **extra):
+def engine_request(ids, n, *, exclude_input_in_output=True, **extra):
+    """tensorrt_llm inputs; exclude_input_in_output None omits it (the model's parameter: false)."""
     inputs = {"input_ids": np.array([ids], dtype=np.int32), "input_lengths": np.array([[len(ids)]], dtype=np.int32),
               "request_output_len": np.array([[n]], dtype=np.int32)}
+    if exclude_input_in_output is not None:
+        inputs["exclude_input_in_output"] = np.array([[exclude_input_in_output]])
     for key, value in extra.items():
         inputs[key] = np.asarray(value)
     return inputs

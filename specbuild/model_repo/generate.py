@@ -29,7 +29,7 @@ REPO_KIND = "model_repo"
 # have specbuild installed, so the generator vendors them into tensorrt_llm_bls/1/vendor/.
 # Their packages get empty __init__.py files, so nothing else of specbuild is imported.
 VENDORED_MODULES = (
-    "errors.py", "sampling_params.py", "generation.py", "engines/reference/speculative.py",
+    "errors.py", "sampling_params.py", "generation.py", "engine_limits.py", "engines/reference/speculative.py",
     "engines/reference/sampling.py",
 )
 
@@ -182,7 +182,20 @@ def plan_layout(
         bls_instance_count=spec.serving.bls_instance_count,
         default_num_draft_tokens=0 if medusa else spec.speculation.max_draft_len,
         default_use_draft_logits=bool(spec.speculation.use_logits) and not medusa,
+        **_bls_limits(build),
     )
+
+
+def _bls_limits(build: BuildInfo) -> dict[str, int]:
+    """The BLS's request limits from the built engines' build_config (none before the engines exist)."""
+    from specbuild.engine_limits import EngineLimits, RequestLimits
+
+    configs = [e.config.get("build_config") for e in build.engines.values() if e.config]
+    if len(configs) != len(build.engines) or not all(isinstance(c, dict) and c.get("max_seq_len") for c in configs):
+        return {}
+    limits = RequestLimits.tightest(*(EngineLimits.from_build_config(c).request_limits(growing_prefix=len(configs) > 1)
+                                      for c in configs))
+    return {"max_prompt_tokens": limits.max_input_len, "max_total_tokens": limits.max_total_len}
 
 
 _LOGITS_DTYPES = {"float32": "TYPE_FP32", "float16": "TYPE_FP16", "bfloat16": "TYPE_BF16"}

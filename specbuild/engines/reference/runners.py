@@ -21,6 +21,7 @@ import torch
 from specbuild.engines.reference.model import LlamaModel
 from specbuild.engines.reference.sampling import accept_draft, make_generator, probs_from_logits, sample
 from specbuild.engines.reference.speculative import emit, stop_ids
+from specbuild.generation import StopGeneration
 from specbuild.sampling_params import SamplingParams
 
 DEFAULT_PREFIX_CACHE_ENTRIES = 8  # sequences kept by PrefixCache (each holds one KV cache)
@@ -241,7 +242,8 @@ def generate_batch(
     """Plain (non-speculative) decode of several prompts of different lengths in one batch.
 
     Prefill runs all prompts right-padded in one pass; each decode step feeds one token per
-    unfinished row. on_tokens(row, [token]) streams. Returns (tokens per row, finish reasons, passes).
+    unfinished row. on_tokens(row, [token]) streams; it may raise StopGeneration to end that row.
+    Returns (tokens per row, finish reasons, passes).
     """
     b = len(prompts)
     assert b == len(params) and all(prompts), "one non-empty prompt and one SamplingParams per row"
@@ -267,7 +269,10 @@ def generate_batch(
                 tok = sample(probs, gens[row])
                 taken, done[row] = emit(outs[row], [tok], params[row], stops[row])
                 if on_tokens is not None and taken:
-                    on_tokens(row, taken)
+                    try:
+                        on_tokens(row, taken)
+                    except StopGeneration:  # this row ends here (cancelled / stopped); the others go on
+                        done[row] = True
             next_ids.append(tok)
         if all(done):
             break

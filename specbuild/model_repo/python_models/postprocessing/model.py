@@ -1,7 +1,9 @@
 """Triton Python model `postprocessing`: token ids -> text (HF tokenizer, never trust_remote_code).
 
-TOKENS_BATCH [b, beams, T] with SEQUENCE_LENGTH [b, beams] -> OUTPUT [b, beams] (BYTES). Each
-response is detokenized on its own (streamed chunks carry new tokens only).
+TOKENS_BATCH [b, beams, T] with SEQUENCE_LENGTH [b, beams] -> OUTPUT [b * beams] (BYTES, flat as
+upstream: a client reads `as_numpy("text_output")[0].decode()`). Each response is detokenized on its own
+(streamed chunks carry new tokens only). OUTPUT_IDS / OUTPUT_SEQUENCE_LENGTH pass the tokens through
+(specbuild additions, tensors.POSTPROCESSING_EXTRA_OUTPUTS) so the ensemble can return them.
 """
 
 from __future__ import annotations
@@ -37,5 +39,9 @@ class TritonPythonModel:
                 for j in range(tokens.shape[1]):
                     ids = tokens[i, j, : int(lengths[i, j])].tolist()
                     text[i, j] = self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens).encode()
-            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT", text)]))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("OUTPUT", text.reshape(-1)),  # [b * beams]
+                pb_utils.Tensor("OUTPUT_IDS", tokens.astype(np.int32)),  # [b, beams, T]
+                pb_utils.Tensor("OUTPUT_SEQUENCE_LENGTH", lengths.astype(np.int32)),  # [b, beams]
+            ]))
         return responses

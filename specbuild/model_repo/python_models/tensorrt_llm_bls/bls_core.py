@@ -49,7 +49,9 @@ class BlsOptions:
     num_draft_tokens: int = 0
     use_draft_logits: bool = False
     return_perf_metrics: bool = False
-    exclude_input_in_output: bool = True
+    return_num_input_tokens: bool = False
+    return_num_output_tokens: bool = False
+    exclude_input_in_output: bool = False  # upstream's default: the engines' parameter, false when unset
     seed: int | None = None
     end_id: int | None = None
     pad_id: int | None = None
@@ -70,19 +72,36 @@ class BlsOptions:
         text = get("text_input")
         if text is None or get("max_tokens") is None:
             raise ValueError("text_input and max_tokens are required")
+        if np.asarray(text).size != 1:
+            raise ValueError(f"one prompt per request (batch size 1), got {np.asarray(text).size} text_input values")
         raw = np.asarray(text).reshape(-1)[0]
+        try:
+            prompt = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"text_input is not valid UTF-8 (byte {exc.start})") from None
         forwarded = {dst: np.asarray(get(src)).reshape(1, 1) for src, dst in FORWARDED.items() if get(src) is not None}
         if get(min_tokens_name) is not None:
             forwarded[min_tokens_name] = np.asarray(get(min_tokens_name)).reshape(1, 1)
         k = scalar("num_draft_tokens", int, default_num_draft_tokens)
+        if k < 0:
+            raise ValueError(f"num_draft_tokens must be >= 0 (0: the target alone), got {k}")
+        max_tokens = scalar("max_tokens", int)
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        from trtllm_semantics import check_sampling
+
+        check_sampling(temperature=scalar("temperature", float, None), top_k=scalar("top_k", int, None),
+                       top_p=scalar("top_p", float, None), min_tokens=scalar(min_tokens_name, int, None))
         return cls(
-            text=raw.decode() if isinstance(raw, bytes) else str(raw),
-            max_tokens=scalar("max_tokens", int),
+            text=prompt,
+            max_tokens=max_tokens,
             stream=scalar("stream", bool, False),
-            num_draft_tokens=max(0, k),
+            num_draft_tokens=k,
             use_draft_logits=scalar("use_draft_logits", bool, default_use_draft_logits),
             return_perf_metrics=scalar("return_perf_metrics", bool, False),
-            exclude_input_in_output=scalar("exclude_input_in_output", bool, True),
+            return_num_input_tokens=scalar("return_num_input_tokens", bool, False),
+            return_num_output_tokens=scalar("return_num_output_tokens", bool, False),
+            exclude_input_in_output=scalar("exclude_input_in_output", bool, False),
             seed=scalar(seed_name, int, None),
             end_id=scalar("end_id", int, None),
             pad_id=scalar("pad_id", int, None),
@@ -155,6 +174,8 @@ def find_stop(tokens: list[int], sequences: list[list[int]], start: int = 0) -> 
 
 
 def detokenize(call: Call, tokens: list[int]) -> str:
+    if not tokens:
+        return ""
     out = call("postprocessing", {"TOKENS_BATCH": np.array([[tokens]], dtype=np.int32).reshape(1, 1, -1),
                                   "SEQUENCE_LENGTH": _i32(len(tokens))}, ["OUTPUT"])
     raw = out["OUTPUT"].reshape(-1)[0]
