@@ -4,15 +4,20 @@
 `generate_local`: the continuation's text and token ids, with speculative statistics from the
 server's `return_perf_metrics` outputs (and, when streaming, the accepted length of each step).
 
-Routing: draft/target repositories (they have `tensorrt_llm_draft`) go to `tensorrt_llm_bls`
-with `num_draft_tokens` (0 = the target alone); Medusa repositories go to the `ensemble`.
+Routing: every repository's `tensorrt_llm_bls` (draft/target: with `num_draft_tokens`, 0 = the target
+alone; Medusa: the engine speculates, the BLS streams it). The BLS, not the ensemble, because in
+Triton 2.51 cancelling an ensemble request reaches only the steps not yet scheduled
+(core ensemble_scheduler.cc, r24.10), so a cancelled Medusa stream through the ensemble runs to its
+end; the BLS stops the engine with a `stop` request. `--model ensemble` still works.
 Decoupled models answer only on the bidirectional stream, so "unary" on a decoupled model is a
 stream read to its final response with `stream=False` (one response with the whole text).
-Every failure (server down, unknown model, timeout, server gone mid-request) is a ClientError.
+Every failure (server down, unknown model, a model that is down, timeout, server gone mid-request) is
+a ClientError; the server's first error is the one reported (not the cancellation that follows it).
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -34,6 +39,11 @@ class ModelInfo:
     inputs: frozenset[str]
     decoupled: bool
     draft_target: bool  # the repository has a draft model: speculation is per request
+    max_total_tokens: int | None = None  # the BLS's limit on prompt + max_tokens (its parameters)
+
+
+# A Python-backend model whose stub process died: "Stub process 'tensorrt_llm_draft_0_0' is not healthy."
+_DEAD_STUB = re.compile(r"Stub process '(?P<instance>[^']+)' is not healthy")
 
 
 def normalize_url(url: str) -> str:
@@ -80,19 +90,28 @@ def connect(url: str):
 
 
 def model_info(client, model: str | None) -> ModelInfo:
-    """Resolve the model (None: BLS for draft/target repositories, else the ensemble) and read its inputs."""
+    """Resolve the model (None: the BLS) and read its inputs; a model that is not READY is a ClientError."""
     from tritonclient.utils import InferenceServerException
 
     index = client.get_model_repository_index(as_json=True).get("models", [])
     ready = {m["name"] for m in index if m.get("state") == "READY"}
-    draft_target = DRAFT_MODEL in ready
-    name = model or (BLS if draft_target else ENSEMBLE)
+    down = tuple(f"{m['name']} ({m.get('state') or 'UNKNOWN'}{': ' + m['reason'] if m.get('reason') else ''})"
+                 for m in index if m.get("state") != "READY")
+    draft_target = DRAFT_MODEL in ready or any(d.startswith(DRAFT_MODEL + " ") for d in down)
+    name = model or BLS
+    if down:  # a model that failed to load or was unloaded: say which, before any request fails on it
+        raise ClientError(
+            f"model {name!r} is down on the server" if name not in ready else "the repository has models that are down",
+            expected="every model of the repository READY",
+            found="; ".join(down),
+            fix="read the server log for why, then restart `specbuild serve`",
+        )
     if name not in ready:
         raise ClientError(
             f"model {name!r} is not served here",
             expected=f"one of the READY models: {', '.join(sorted(ready)) or 'none'}",
             found=name,
-            fix=f"pass --model {ENSEMBLE} (Medusa) or --model {BLS} (draft/target)",
+            fix=f"pass --model {BLS} or --model {ENSEMBLE}",
         )
     try:
         meta = client.get_model_metadata(name, as_json=True)
@@ -100,7 +119,9 @@ def model_info(client, model: str | None) -> ModelInfo:
     except InferenceServerException as exc:
         raise ClientError(f"cannot read the configuration of model {name!r}", found=_error_text(exc)) from None
     decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
-    return ModelInfo(name, frozenset(i["name"] for i in meta.get("inputs", [])), decoupled, draft_target)
+    total = (config.get("parameters", {}).get("max_total_tokens") or {}).get("string_value", "")
+    return ModelInfo(name, frozenset(i["name"] for i in meta.get("inputs", [])), decoupled, draft_target,
+                     max_total_tokens=int(total) if total.isdigit() else None)
 
 
 class _Collector:
@@ -115,13 +136,15 @@ class _Collector:
 
     def callback(self, result=None, error=None) -> None:
         if error is not None:
-            self.error = _error_text(error)
+            if self.error is None:  # the first error explains; what follows (our own cancellation) does not
+                self.error = _error_text(error)
             self.done.set()
             return
         try:
             chunk = parse_response(result)
         except Exception as exc:  # noqa: BLE001 - runs in tritonclient's thread: report, never lose it
-            self.error = f"unreadable response: {type(exc).__name__}: {exc}"
+            if self.error is None:
+                self.error = f"unreadable response: {type(exc).__name__}: {exc}"
             self.done.set()
             return
         if chunk.text or chunk.token_ids or chunk.perf:
@@ -154,7 +177,7 @@ def _run_stream(client, info: ModelInfo, inputs, *, timeout_s: float, on_text) -
         try:
             client.async_stream_infer(info.name, inputs, request_id=uuid.uuid4().hex, enable_empty_final_response=True)
         except InferenceServerException as exc:  # the stream broke before the request went out
-            collector.error = _error_text(exc)
+            collector.error = collector.error or _error_text(exc)
             return collector
         if not collector.done.wait(timeout_s):
             raise ClientError(
@@ -182,6 +205,14 @@ def _run_unary(client, info: ModelInfo, inputs, *, timeout_s: float) -> _Collect
 
 
 def _raise_request_error(url: str, model: str, error: str, timeout_s: float) -> None:
+    dead = _DEAD_STUB.search(error)
+    if dead:
+        instance = dead.group("instance")
+        served = re.sub(r"_\d+_\d+$", "", instance)  # instance name: <model>_<group>_<index>
+        raise ClientError(f"model {served!r} is down: its Python backend process ({instance}) is not running",
+                          expected=f"a live process for every model behind {model!r}", found=error,
+                          fix="the server still lists it READY but cannot run it: restart `specbuild serve` "
+                              "(and check its log for why the process died)")
     low = error.lower()
     if "deadline" in low:
         raise ClientError(f"request to {model!r} timed out after {timeout_s:g} s", found=error,
@@ -230,6 +261,14 @@ def generate_remote(
     client = connect(url)
     try:
         info = model_info(client, model)
+        if info.max_total_tokens is not None and params.max_tokens >= info.max_total_tokens:
+            raise ClientError(f"max_tokens {params.max_tokens} cannot fit the engines' sequence limit",
+                              expected=f"prompt tokens + max_tokens <= {info.max_total_tokens} (the BLS's max_total_tokens)",
+                              found=f"max_tokens {params.max_tokens}", fix=f"pass --max-tokens {info.max_total_tokens - 1} or less")
+        if num_draft_tokens is not None and not info.draft_target:
+            raise ClientError("--num-draft-tokens is for draft/target repositories",
+                              expected="a repository with tensorrt_llm_draft", found="a Medusa repository (the engine drafts itself)",
+                              fix="drop --num-draft-tokens (Medusa's tree is fixed by the engine's medusa_choices)")
         inputs = _inputs(info, prompt, params, stream=stream, num_draft_tokens=num_draft_tokens)
         t0 = time.monotonic()
         if stream or info.decoupled:
@@ -238,7 +277,7 @@ def generate_remote(
             collector = _run_unary(client, info, inputs, timeout_s=timeout_s)
         if collector.error is not None:
             _raise_request_error(normalize_url(url), info.name, collector.error, timeout_s)
-        medusa = info.name == ENSEMBLE and not info.draft_target  # the Medusa engine always speculates
+        medusa = not info.draft_target  # the Medusa engine always speculates
         result = _result(collector, t0=t0, params=params, medusa=medusa)
         if on_text and not stream and result.text:
             on_text(result.text)

@@ -5,8 +5,8 @@ generated from); the client sends only inputs the served model declares (read fr
 metadata), so one client talks to both template generations (`seed` vs `random_seed`).
 
 Token ids: the repository's ensemble and BLS return `output_ids` (tokens of this response,
-prompt excluded: every request sets `exclude_input_in_output`) and `sequence_length` next to
-`text_output`. Streaming responses carry the new tokens of one engine step (draft/target: one
+prompt excluded: this client sets `exclude_input_in_output`, whose default is false as upstream) and
+`sequence_length` next to `text_output` (flat: one string per request). Streaming responses carry the new tokens of one engine step (draft/target: one
 verification round; Medusa: one tree step), so their sizes give the accepted length per step.
 """
 
@@ -74,6 +74,9 @@ def build_inputs(
     iface = _interface(model, declared)
     seed_name = "random_seed" if "random_seed" in declared else "seed"
     values = request_values(prompt, params, stream=stream, num_draft_tokens=num_draft_tokens, seed_name=seed_name)
+    if num_draft_tokens is not None and not 0 <= num_draft_tokens <= 2**31 - 1:
+        raise ClientError(f"num_draft_tokens must be >= 0, got {num_draft_tokens}", expected="0 (the target alone) .. max_draft_len",
+                          found=str(num_draft_tokens), fix="pass --num-draft-tokens 4")
     if num_draft_tokens is not None and "num_draft_tokens" not in declared:
         raise ClientError(
             f"model {model!r} does not take num_draft_tokens",
@@ -87,11 +90,30 @@ def build_inputs(
             continue  # an optional input this generation of the templates does not have
         tensor = iface.input(name)
         if tensor.data_type == "TYPE_STRING":
-            array = np.array([[value.encode("utf-8")]], dtype=object)  # [1, 1]
+            try:
+                array = np.array([[value.encode("utf-8")]], dtype=object)  # [1, 1]
+            except UnicodeEncodeError as exc:  # a str from bytes that were not UTF-8 (surrogate escapes)
+                raise ClientError(f"the {name} is not valid UTF-8 text", expected="UTF-8 text",
+                                  found=f"an undecodable byte at position {exc.start}",
+                                  fix="re-encode the prompt as UTF-8") from None
         else:
+            _check_range(name, value, tensor.numpy_dtype)
             array = np.array([[value]], dtype=tensor.numpy_dtype)  # [1, 1]
         out.append((name, array, tensor.wire_dtype))
     return out
+
+
+_INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "uint64": (0, 2**64 - 1)}
+
+
+def _check_range(name: str, value, dtype: str) -> None:
+    """Refuse a value its wire type would wrap (numpy casts silently: 2^31 becomes -2^31)."""
+    from specbuild.errors import ClientError
+
+    bounds = _INT_RANGES.get(dtype)
+    if bounds is not None and not bounds[0] <= int(value) <= bounds[1]:
+        raise ClientError(f"{name} {value} does not fit its wire type {dtype.upper()}", expected=f"[{bounds[0]}, {bounds[1]}]",
+                          found=str(value), fix=f"pass a smaller {name}")
 
 
 @dataclass

@@ -45,6 +45,15 @@ class EngineLayout:
     medusa_choices: Any = None  # whatever MedusaChoices.parse accepts, or None
     max_draft_len: int | None = None
     mode: str | None = None  # draft_target | medusa | None (plain model), as the build's spec says
+    build_config: dict | None = None  # the target engine's config.json build_config (its request limits)
+
+
+def _build_config(folder: Path | None) -> dict | None:
+    path = folder / "config.json" if folder is not None else None
+    if path is None or not path.is_file():
+        return None
+    build = json.loads(path.read_text()).get("build_config")
+    return build if isinstance(build, dict) and build.get("max_seq_len") else None
 
 
 def locate(path: str | Path) -> EngineLayout:
@@ -70,16 +79,19 @@ def locate(path: str | Path) -> EngineLayout:
             medusa_choices=medusa.get("choices"),
             max_draft_len=roles["target"].get("max_draft_len") or (spec.get("speculation") or {}).get("max_draft_len"),
             mode=spec.get("mode"),
+            build_config=_build_config(where("target")),
         )
     raw = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else {}
     build_config = raw.get("build_config") or {}
-    return EngineLayout(target=folder, tokenizer_dir=_tokenizer_of(folder, manifest), max_draft_len=build_config.get("max_draft_len") or None)
+    return EngineLayout(target=folder, tokenizer_dir=_tokenizer_of(folder, manifest), max_draft_len=build_config.get("max_draft_len") or None,
+                        build_config=_build_config(folder))
 
 
 class ReferenceEngine:
     """A loaded target (+ draft or Medusa heads) with a tokenizer; see the module docstring for the API."""
 
-    def __init__(self, target, *, draft=None, medusa_choices=None, tokenizer_dir: Path | None = None, max_draft_len: int | None = None):
+    def __init__(self, target, *, draft=None, medusa_choices=None, tokenizer_dir: Path | None = None, max_draft_len: int | None = None,
+                 build_config: dict | None = None):
         from specbuild.engines.reference.medusa import MedusaHeads, TreeBuffers
         from specbuild.engines.reference.medusa_choices import MedusaChoices
         from specbuild.engines.reference.runners import PrefixCache
@@ -92,6 +104,11 @@ class ReferenceEngine:
             choices = MedusaChoices.parse(medusa_choices if medusa_choices is not None else default_tree(target.cfg.num_medusa_heads))
             self.tree = TreeBuffers.from_choices(choices, num_heads=target.cfg.num_medusa_heads)
         self.num_draft_tokens = max_draft_len or DEFAULT_NUM_DRAFT_TOKENS
+        from specbuild.engine_limits import EngineLimits
+
+        # The engine's request limits (build_config, as TensorRT-LLM's runtime applies them), else the model's positions.
+        self.limits = (EngineLimits.from_build_config(build_config) if build_config
+                       else EngineLimits.from_positions(target.cfg.max_position_embeddings))
         self.prefix_cache = PrefixCache(target)
         self._lock = threading.RLock()
         self._tokenizer = None
@@ -108,7 +125,7 @@ class ReferenceEngine:
             raise EngineError("draft and target vocabularies differ", expected=f"vocab_size {target.cfg.vocab_size}",
                               found=f"draft vocab_size {draft.cfg.vocab_size}", fix="use a draft model trained with the target's tokenizer")
         return cls(target, draft=draft, medusa_choices=medusa_choices if medusa_choices is not None else layout.medusa_choices,
-                   tokenizer_dir=layout.tokenizer_dir, max_draft_len=layout.max_draft_len)
+                   tokenizer_dir=layout.tokenizer_dir, max_draft_len=layout.max_draft_len, build_config=layout.build_config)
 
     # ---- properties ---------------------------------------------------------------------------
     @property
@@ -122,9 +139,17 @@ class ReferenceEngine:
             if self.tokenizer_dir is None:
                 raise EngineError("no tokenizer for this engine", expected="a build folder (tokenizer_dir) or a checkpoint converted by specbuild",
                                   found="no tokenizer_dir", fix="pass the `specbuild compile` output folder, or token ids instead of text")
+            if not self.tokenizer_dir.is_dir():
+                raise EngineError(f"the engine's tokenizer folder {self.tokenizer_dir} does not exist",
+                                  expected="the tokenizer folder the build recorded (its tokenizer_dir)", found="no such folder",
+                                  fix="restore that folder, or re-run `specbuild compile` with the model folder in place")
             from transformers import AutoTokenizer
 
-            self._tokenizer = AutoTokenizer.from_pretrained(str(self.tokenizer_dir), trust_remote_code=False)
+            try:
+                self._tokenizer = AutoTokenizer.from_pretrained(str(self.tokenizer_dir), trust_remote_code=False)
+            except (OSError, ValueError) as exc:
+                raise EngineError(f"cannot load the tokenizer in {self.tokenizer_dir}", expected="tokenizer.json / tokenizer_config.json",
+                                  found=" ".join(str(exc).split())[:300], fix="restore the tokenizer files, or re-run `specbuild compile`") from None
         return self._tokenizer
 
     def end_ids(self) -> tuple[int, ...]:
@@ -157,7 +182,7 @@ class ReferenceEngine:
         from specbuild.engines.reference.speculative import speculative_generate
 
         _check_prompt(prompt_ids, self.target.cfg.vocab_size)
-        params = self.resolve(params)
+        params = self._bound(prompt_ids, self.resolve(params), self.draft_per_step(speculative=speculative, num_draft_tokens=num_draft_tokens))
         started = time.perf_counter()
         first: list[float] = []
         user_on_tokens = on_tokens
@@ -197,6 +222,8 @@ class ReferenceEngine:
         from specbuild.engines.reference.speculative import speculative_generate_batch
 
         plist = [self.resolve(p) for p in (params if isinstance(params, list) else [params] * len(prompts))]
+        draft = self.draft_per_step(speculative=speculative, num_draft_tokens=num_draft_tokens)
+        plist = [self._bound(p, q, draft) for p, q in zip(prompts, plist, strict=True)]
         if speculative and self.mode == "medusa":  # Medusa runs one request at a time
             return [self.generate(p, q, on_tokens=(lambda toks, i=i: on_tokens(i, toks)) if on_tokens else None)
                     for i, (p, q) in enumerate(zip(prompts, plist, strict=True))]
@@ -229,7 +256,7 @@ class ReferenceEngine:
         from specbuild.engines.reference.sampling import make_generator
 
         _check_prompt(prompt_ids, self.target.cfg.vocab_size)
-        params = self.resolve(params)
+        params = self._bound(prompt_ids, self.resolve(params), 0)
         started = time.perf_counter()
         with self._lock:
             seq = self.prefix_cache.acquire(list(prompt_ids))
@@ -253,6 +280,7 @@ class ReferenceEngine:
         from specbuild.engines.reference.sampling import make_generator, probs_from_logits
 
         _check_prompt(prefix_ids, self.target.cfg.vocab_size)
+        self._bound(prefix_ids, params, len(draft_ids))  # one pass over prefix + drafts must fit max_seq_len
         draft_probs = None
         if draft_logits is not None:
             logits = torch.as_tensor(draft_logits).float()  # [K,V]
@@ -265,8 +293,47 @@ class ReferenceEngine:
             verifier = ModelVerifier(self.target, generator=gen, prefix_cache=self.prefix_cache)
             return verifier.verify(list(prefix_ids), list(draft_ids), draft_probs, params)
 
+    # ---- limits -------------------------------------------------------------------------------
+    def draft_per_step(self, *, speculative: bool = True, num_draft_tokens: int | None = None) -> int:
+        """Draft tokens one step adds to the sequence (counted against max_seq_len, as the runtime does)."""
+        if not speculative or self.mode is None:
+            return 0
+        if self.mode == "medusa":  # the tree's nodes (TensorRT-LLM: max_draft_len = the tree size)
+            return self.limits.max_draft_len or len(self.tree.paths) - 1
+        return self.num_draft_tokens if num_draft_tokens is None else num_draft_tokens
+
+    def _bound(self, prompt_ids, params: SamplingParams, draft: int) -> SamplingParams:
+        """The backend's rules: a prompt over the input limit fails; the output length is lowered to fit."""
+        from specbuild.engine_limits import LimitError
+
+        try:
+            self.limits.check_prompt(len(prompt_ids))
+        except LimitError as exc:
+            raise EngineError(str(exc), expected=f"at most {self.limits.max_input_len} prompt tokens",
+                              found=f"{len(prompt_ids)} tokens", fix="shorten the prompt") from None
+        room = self.limits.output_len(len(prompt_ids), params.max_tokens, draft)
+        if room < 1:
+            raise EngineError("no room for output tokens", expected=f"prompt + {draft} draft tokens < max_seq_len {self.limits.max_seq_len}",
+                              found=f"{len(prompt_ids)} prompt tokens", fix="shorten the prompt")
+        return params if room == params.max_tokens else dataclasses.replace(params, max_tokens=room)
+
+    def check_request(self, prompt_len: int, max_tokens: int) -> None:
+        """Refuse (EngineError) what would not run whole: callers that prefer a clear error to the clamp."""
+        from specbuild.engine_limits import LimitError
+
+        try:
+            self.limits.request_limits().check(prompt_len, max_tokens)
+        except LimitError as exc:
+            raise EngineError(str(exc), expected=f"prompt + max_tokens <= {self.limits.request_limits().max_total_len} tokens",
+                              found=f"{prompt_len} + {max_tokens}", fix="lower --max-tokens or shorten the prompt") from None
+
     # ---- text ---------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise EngineError("the prompt is not valid UTF-8 text", expected="UTF-8 text", found=f"an undecodable byte at position {exc.start}",
+                              fix="re-encode the prompt as UTF-8") from None
         return list(self.tokenizer(text)["input_ids"])
 
     def decode(self, ids: list[int]) -> str:

@@ -175,6 +175,7 @@ class TritonPythonModel:
             try:
                 self._handle(request, responder)
             except Cancelled:
+                pb_utils.Logger.log_info(f"tensorrt_llm_bls: request '{request.request_id()}' cancelled")
                 responder.finish()  # flags only: the client is gone
             except Exception as exc:  # every failure becomes the request's error response
                 responder.finish(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}")))

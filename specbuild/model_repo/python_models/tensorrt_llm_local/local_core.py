@@ -3,7 +3,8 @@ reference engine, shape the outputs like the C++ backend.
 
 Interface: specbuild.model_repo.tensors.tensorrt_llm_interface (names, dtypes, dims). What the local
 model does with each input:
-* input_ids / input_lengths / request_output_len / end_id / temperature / runtime_top_k / runtime_top_p /
+* input_ids / input_lengths / request_output_len / end_id (absent: no end token, TensorRT-LLM's -1) /
+  temperature / runtime_top_k / runtime_top_p /
   seed (random_seed before TRT-LLM 0.20) / streaming / exclude_input_in_output / return_perf_metrics /
   return_generation_logits: as the backend (sampling defaults: trtllm_semantics.py);
 * draft_input_ids (+ draft_logits): external draft verification (draft_tokens_external): one target pass,

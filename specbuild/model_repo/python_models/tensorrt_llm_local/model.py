@@ -44,6 +44,9 @@ from responder import Responder, cancelled_error  # noqa: E402
 DEFAULT_TORCH_THREADS = "1"  # per engine model process; SPECBUILD_TORCH_THREADS overrides
 DEFAULT_TOKENS_PER_BLOCK = 32  # KV block size the perf counters are reported in (TRT-LLM's default)
 _SHUTDOWN = object()  # worker queue sentinel
+# A request without end_id has no end token: TensorRT-LLM's decoder takes `mEndId.value_or(-1)`
+# (batch_manager createNewDecoderRequests / generateRequestOptions), so it never stops at the model's eos.
+NO_END_ID = -1
 
 
 class Cancelled(Exception):
@@ -159,7 +162,7 @@ class TritonPythonModel:
 
     def _parse(self, request, get, responder: Responder) -> Job:
         req = parse_request(get, seed_name=self.seed_name, min_tokens_name=self.min_tokens_name,
-                            exclude_default=self.exclude_default, default_end_id=None, limits=self.limits,
+                            exclude_default=self.exclude_default, default_end_id=NO_END_ID, limits=self.limits,
                             engine_draft_len=self.engine_draft_len, request_id=request.request_id())
         if req.streaming and not self.decoupled:
             raise ValueError("Streaming is only supported if model is deployed using decoupled mode.")
@@ -211,11 +214,16 @@ class TritonPythonModel:
                     if not same:
                         self._active.pop(job.req.request_id, None)
 
+    def _ended(self, job: Job) -> None:
+        job.cancelled = True
+        how = "cancelled" if job.responder.cancelled() else "stopped"
+        pb_utils.Logger.log_info(f"{self.name}: request '{job.req.request_id}' {how} after {len(job.produced)} tokens")
+
     def _run_one(self, job: Job) -> None:
         try:
             self._run(job)
         except Cancelled:
-            job.cancelled = True
+            self._ended(job)
         except Exception as exc:  # noqa: BLE001 - the request's error response
             job.error = exc
         job.ran = True
@@ -246,7 +254,7 @@ class TritonPythonModel:
             try:
                 self._on_tokens(jobs[i], new)
             except Cancelled:
-                jobs[i].cancelled = True
+                self._ended(jobs[i])
                 raise StopGeneration from None  # this row ends; the others go on
 
         try:
