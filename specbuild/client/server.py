@@ -1,12 +1,11 @@
 """Run the bundled tritonserver on a model repository: start, wait until every model is ready, stop.
 
 `TritonServer` is a context manager; it never leaves a server behind: the server runs in its own
-process group (the Python-backend stubs are its children, so they are in it too). Stop sends the
-server SIGTERM (it finalizes its stubs, which then remove their shared memory), then SIGKILL to the
-whole group for what is left, on stop, on interpreter exit (atexit); the kernel kills the server if
-the starting process dies first (PR_SET_PDEATHSIG). The server's Python-backend regions carry a
-prefix of their own, and whatever of them is left in /dev/shm after the stop (a crash, a killed
-stub) is removed. `check_alive()` also watches the stubs: tritonserver 2.51 keeps a model whose
+process group (the Python-backend stubs are its children, so they are in it too), which gets SIGTERM
+then SIGKILL on stop, on interpreter exit (atexit); the kernel kills the server if the starting process
+dies first (PR_SET_PDEATHSIG). The server's Python-backend regions carry a prefix of their own, and
+whatever of them is left in /dev/shm after the stop (stubs that ended on the signal, a crash) is
+removed. `check_alive()` also watches the stubs: tritonserver 2.51 keeps a model whose
 stub died READY, so a dead stub is a ServerError naming the model (server_watch.py).
 """
 
@@ -365,8 +364,8 @@ class TritonServer:
         atexit.unregister(self.stop)
 
     def _stop_group(self, proc: subprocess.Popen) -> None:
-        try:  # the server alone: it finalizes its stubs (they unlink their regions) within the exit timeout
-            proc.send_signal(signal.SIGTERM)
+        try:  # the group: the stubs end at once (their regions are removed by prefix afterwards), the server
+            os.killpg(proc.pid, signal.SIGTERM)  # finishes in-flight work within --exit-timeout-secs
         except ProcessLookupError:
             pass
         try:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from specbuild.errors import EngineError
-from specbuild.generation import GenerationResult, SpecStats
+from specbuild.generation import GenerationResult, SpecStats, StopGeneration
 from specbuild.sampling_params import SamplingParams
 
 DEFAULT_NUM_DRAFT_TOKENS = 4  # K when neither the caller nor the build says (the build's max_draft_len wins)
@@ -225,8 +225,7 @@ class ReferenceEngine:
         draft = self.draft_per_step(speculative=speculative, num_draft_tokens=num_draft_tokens)
         plist = [self._bound(p, q, draft) for p, q in zip(prompts, plist, strict=True)]
         if speculative and self.mode == "medusa":  # Medusa runs one request at a time
-            return [self.generate(p, q, on_tokens=(lambda toks, i=i: on_tokens(i, toks)) if on_tokens else None)
-                    for i, (p, q) in enumerate(zip(prompts, plist, strict=True))]
+            return [self._one_of_batch(i, p, q, on_tokens) for i, (p, q) in enumerate(zip(prompts, plist, strict=True))]
         for p in prompts:
             _check_prompt(p, self.target.cfg.vocab_size)
         started = time.perf_counter()
@@ -243,6 +242,21 @@ class ReferenceEngine:
             outs, _, passes = generate_batch(self.target, [list(p) for p in prompts], plist, on_tokens=on_tokens)
         seconds = time.perf_counter() - started
         return [self._result(o, q, SpecStats(target_passes=passes), speculative=False, seconds=seconds) for o, q in zip(outs, plist, strict=True)]
+
+    def _one_of_batch(self, i: int, prompt_ids, params, on_tokens) -> GenerationResult:
+        """One row of a sequential batch; StopGeneration from its callback ends that row only (as in the
+        lockstep batch), with the tokens it streamed so far."""
+        streamed: list[int] = []
+
+        def row(tokens: list[int]) -> None:
+            streamed.extend(tokens)
+            if on_tokens is not None:
+                on_tokens(i, tokens)
+
+        try:
+            return self.generate(prompt_ids, params, on_tokens=row)
+        except StopGeneration:
+            return self._result(streamed, params, SpecStats(), speculative=True, seconds=0.0)
 
     def generate_with_logits(self, prompt_ids: list[int], params: SamplingParams, *, on_tokens=None):
         """Plain decode of one request that also returns its generation logits [n,V] (float32).

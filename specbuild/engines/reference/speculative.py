@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from specbuild.generation import SpecStats
+from specbuild.generation import SpecStats, StopGeneration
 from specbuild.sampling_params import SamplingParams
 
 OnTokens = Callable[[list[int]], None]
@@ -155,7 +155,8 @@ def speculative_generate_batch(
     on_tokens: Callable[[int, list[int]], None] | None = None,
 ) -> list[tuple[list[int], SpecStats]]:
     """The same rounds for several requests in lockstep: one batched draft pass per draft position and
-    one batched verify pass per round for all unfinished requests (rows keep their own lengths)."""
+    one batched verify pass per round for all unfinished requests (rows keep their own lengths).
+    A row's on_tokens may raise StopGeneration to end that row."""
     reqs = [
         SpecRequest(p, q, num_draft_tokens=num_draft_tokens, on_tokens=(lambda toks, i=i: on_tokens(i, toks)) if on_tokens else None)
         for i, (p, q) in enumerate(zip(prompts, params, strict=True))
@@ -168,5 +169,8 @@ def speculative_generate_batch(
         for i, k, d, a in zip(active, ks, drafts, accepted, strict=True):
             reqs[i].stats.draft_passes += max(k, 0)  # k batched passes in which this row took part
             reqs[i].stats.target_passes += 1
-            reqs[i].take(d, a)
+            try:
+                reqs[i].take(d, a)
+            except StopGeneration:  # raised by that row's on_tokens: it ends here, the others go on
+                reqs[i].finished = True
     return [(r.out, r.stats) for r in reqs]
