@@ -19,6 +19,13 @@ def _param(config: dict, key: str, default: str = "") -> str:
     return default if value == "" or value.startswith("${") else value
 
 
+def _cancelled(request) -> bool:
+    try:
+        return bool(request.is_cancelled())
+    except Exception:  # noqa: BLE001 - a stub without cancellation support
+        return False
+
+
 class TritonPythonModel:
     def initialize(self, args):
         from transformers import AutoTokenizer
@@ -30,6 +37,10 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
+            if _cancelled(request):  # an ensemble step scheduled after its request was cancelled: write nothing
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    "postprocessing: the request was cancelled", getattr(pb_utils.TritonError, "CANCELLED", 1))))
+                continue
             tokens = pb_utils.get_input_tensor_by_name(request, "TOKENS_BATCH").as_numpy()  # [b, beams, T]
             lengths = pb_utils.get_input_tensor_by_name(request, "SEQUENCE_LENGTH").as_numpy()  # [b, beams]
             if tokens.ndim == 2:  # [b, T]: a caller that dropped the beam dim
