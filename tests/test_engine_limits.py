@@ -98,3 +98,15 @@ def test_generate_engine_with_a_missing_tokenizer_is_a_clear_error(tmp_path_fact
     result = CliRunner().invoke(app, ["generate", "--engine", str(build), "--prompt", "hi", "--max-tokens", "2"])
     assert result.exit_code == 2, result.output
     assert "tokenizer folder" in result.output and "does not exist" in result.output and "Traceback" not in result.output
+
+
+def test_generate_engine_refuses_a_prompt_that_is_not_utf8(tmp_path_factory, tiny_target):
+    """A prompt whose bytes were not UTF-8 reaches Python as surrogate escapes: a clear error, not a traceback."""
+    from repo_builds import cached_build
+    from typer.testing import CliRunner
+
+    from specbuild.cli import app
+
+    build = cached_build(tmp_path_factory, "dt", "draft_target", target=tiny_target, draft=tiny_target)
+    result = CliRunner().invoke(app, ["generate", "--engine", str(build), "--prompt", "caf\udce9", "--max-tokens", "2"])
+    assert result.exit_code == 2 and "not valid UTF-8" in result.output and "Traceback" not in result.output

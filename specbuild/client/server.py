@@ -37,6 +37,7 @@ DEFAULT_HTTP_PORT = 8000
 DEFAULT_METRICS_PORT = 8002
 READY_TIMEOUT_S = 300.0  # model loading of the reference engines takes seconds; bigger models longer
 EXIT_TIMEOUT_S = 5  # tritonserver --exit-timeout-secs: grace for in-flight requests on stop
+LOG_READ_BYTES = 8 * 2**20  # the most of a server log read back (its tail) to explain a failure
 
 # Log lines of a CPU host that are not errors of ours (no CUDA driver, no NVML / DCGM).
 _HARMLESS = ("CudaDriverHelper", "NVML", "DCGM", "pinned memory pool", "CUDA memory pool")
@@ -71,12 +72,12 @@ def free_port(host: str = DEFAULT_HOST) -> int:
 def check_host(host: str) -> None:
     """Refuse an address this machine cannot bind (not an IP of one of its interfaces, or unresolvable)."""
     try:
-        infos = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)
+        infos = socket.getaddrinfo(host, None, 0, socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError, ValueError) as exc:
-        raise ServerError(f"cannot use --host {host}", expected="an IPv4 address of this machine (127.0.0.1 by default) or a name that resolves to one",
+        raise ServerError(f"cannot use --host {host}", expected="an address of this machine (127.0.0.1 by default) or a name that resolves to one",
                           found=str(exc), fix="pass --host 127.0.0.1, or an address `ip addr` lists") from None
-    address = infos[0][4][0]
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    family, address = infos[0][0], infos[0][4][0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
         try:
             sock.bind((address, 0))
         except OSError as exc:
@@ -103,7 +104,8 @@ def check_ports_free(options: ServerOptions) -> None:
         if not 0 < port < 65536:
             raise ServerError(f"--{name}-port {port} is not a port number", expected="1 .. 65535", found=str(port),
                               fix=f"pass --{name}-port with a free port")
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind((options.host, port))
@@ -199,10 +201,17 @@ class TritonServer:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
-    def log_text(self) -> str:
+    def log_text(self, since: int = 0, max_bytes: int = LOG_READ_BYTES) -> str:
+        """The log from byte `since` on, at most its last `max_bytes` (a long-running server's log can be large)."""
         if self.log_path is None or not self.log_path.exists():
             return ""
-        return self.log_path.read_text(errors="replace")
+        with open(self.log_path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(since, size - max_bytes))
+            return f.read().decode(errors="replace")
+
+    def _log_size(self) -> int:
+        return self.log_path.stat().st_size if self.log_path is not None and self.log_path.exists() else 0
 
     # ---- lifecycle -------------------------------------------------------------------------
     def start(self, *, on_progress: Callable[[int, int], None] | None = None) -> TritonServer:
@@ -273,7 +282,7 @@ class TritonServer:
                 on_progress(ready, len(models))
             if ready == len(models) and self._http_ok("/v2/health/ready"):
                 self._stubs = stub_processes(self._proc.pid)
-                self._ready_at = len(self.log_text())
+                self._ready_at = self._log_size()
                 return
             if time.monotonic() > deadline:
                 waiting = [m for m in models if states.get(m, ("",))[0] != "READY"]
@@ -290,7 +299,7 @@ class TritonServer:
         how = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"code {code}"
         text = self.log_text()
         if self._ready_at is not None:  # it served: what it logged since then, the fatal lines first
-            lines = fatal_lines(text[self._ready_at:])
+            lines = fatal_lines(self.log_text(since=self._ready_at))
         else:  # it was loading: the load errors, and the fatal lines if it crashed
             important = important_log_lines(text)
             crash = [line for line in fatal_lines(text) if line not in important]
@@ -337,7 +346,7 @@ class TritonServer:
             raise self._died("while serving")
         gone = self.dead_models()
         if gone:
-            lines = fatal_lines(self.log_text()[self._ready_at or 0:], limit=10)
+            lines = fatal_lines(self.log_text(since=self._ready_at or 0), limit=10)
             raise ServerError(
                 f"a model's Python-backend process died: {', '.join(gone)}",
                 expected="a live process for every model instance (tritonserver still reports the model READY, "

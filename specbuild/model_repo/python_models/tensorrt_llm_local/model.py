@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import sys
 import threading
 
@@ -43,7 +42,6 @@ from responder import Responder, cancelled_error  # noqa: E402
 
 DEFAULT_TORCH_THREADS = "1"  # per engine model process; SPECBUILD_TORCH_THREADS overrides
 DEFAULT_TOKENS_PER_BLOCK = 32  # KV block size the perf counters are reported in (TRT-LLM's default)
-_SHUTDOWN = object()  # worker queue sentinel
 # A request without end_id has no end token: TensorRT-LLM's decoder takes `mEndId.value_or(-1)`
 # (batch_manager createNewDecoderRequests / generateRequestOptions), so it never stops at the model's eos.
 NO_END_ID = -1
@@ -88,9 +86,12 @@ class TritonPythonModel:
         self._active: dict[str, list[Job]] = {}  # request id -> its running jobs (for stop requests)
         self._active_lock = threading.Lock()
         self._warm_up()
-        self._queue: queue.Queue | None = None
+        self.max_batch = max(1, int(config.get("max_batch_size") or 1))  # rows the worker decodes together
+        self._pending: list[Job] = []  # decoupled: requests read, not started yet
+        self._wake = threading.Condition()
+        self._closing = False
+        self._worker = None
         if self.decoupled:
-            self._queue = queue.Queue()
             self._worker = threading.Thread(target=self._work, name=f"{self.name}-engine", daemon=True)
             self._worker.start()
 
@@ -105,9 +106,15 @@ class TritonPythonModel:
             self.engine.verify_external([0], [0], None, params=params)
 
     def finalize(self):
-        if self._queue is not None:
-            self._queue.put(_SHUTDOWN)
-            self._worker.join(timeout=10)
+        if self._worker is None:
+            return
+        with self._wake:
+            self._closing = True
+            left, self._pending = self._pending, []
+            self._wake.notify()
+        for job in left:  # never leave a request without its final response
+            job.responder.finish(self._error(RuntimeError("the model is being unloaded")))
+        self._worker.join(timeout=10)
 
     # ---- Triton entry point ---------------------------------------------------------------------
     def execute(self, requests):
@@ -128,7 +135,9 @@ class TritonPythonModel:
             responses.append(job)
         if self.decoupled:
             if jobs:
-                self._queue.put(jobs)
+                with self._wake:
+                    self._pending += jobs
+                    self._wake.notify()
             return None
         self._run_jobs(jobs)
         return [self._final(r) if isinstance(r, Job) else r for r in responses]
@@ -179,21 +188,14 @@ class TritonPythonModel:
 
     # ---- running requests -----------------------------------------------------------------------
     def _work(self) -> None:
-        """Decoupled: run queued requests (all that wait, together) until finalize."""
+        """Decoupled: run the waiting requests, up to max_batch_size of them together, until finalize."""
         while True:
-            item = self._queue.get()
-            if item is _SHUTDOWN:
-                return
-            jobs = list(item)
-            while True:  # gather whatever else is waiting: one batch
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is _SHUTDOWN:
-                    self._queue.put(_SHUTDOWN)
-                    break
-                jobs += more
+            with self._wake:
+                while not self._pending and not self._closing:
+                    self._wake.wait()
+                if self._closing:
+                    return
+                jobs, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
             self._run_jobs(jobs)
             for job in jobs:
                 job.responder.finish(self._final(job))
