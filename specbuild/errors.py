@@ -18,10 +18,10 @@ class SpecbuildError(Exception):
         found: str | None = None,
         fix: str | None = None,
     ) -> None:
-        self.what = what
-        self.expected = expected
-        self.found = found
-        self.fix = fix
+        self.what = _bounded(what)
+        self.expected = _bounded(expected)
+        self.found = _bounded(found)
+        self.fix = _bounded(fix)
         super().__init__(self.message())
 
     def message(self) -> str:
@@ -33,6 +33,15 @@ class SpecbuildError(Exception):
         if self.fix is not None:
             lines.append(f"  fix:      {self.fix}")
         return "\n".join(lines)
+
+
+MAX_FIELD = 8000  # characters per field: a message never grows with the input that caused it
+
+
+def _bounded(text):
+    if text is None or len(text) <= MAX_FIELD:
+        return text
+    return f"{text[:MAX_FIELD]}... ({len(text)} characters)"
 
 
 class SpecError(SpecbuildError):

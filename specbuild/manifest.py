@@ -13,49 +13,103 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from specbuild.errors import OutputExistsError, SpecbuildError
+from specbuild.safe_io import InputFileError, guard_output, output_errors, read_json, shorten
 
 MANIFEST = "specbuild.json"
 _CHUNK = 8 << 20  # 8 MiB reads for hashing
 
 
 @contextlib.contextmanager
-def atomic_output_dir(final: str | Path, *, force: bool = False) -> Iterator[Path]:
+def atomic_output_dir(
+    final: str | Path,
+    *,
+    force: bool = False,
+    inputs: Mapping[str, str | Path | None] | None = None,
+    option: str = "--out",
+) -> Iterator[Path]:
     """Yield a temporary folder that becomes `final` only if the block completes.
 
-    An existing `final` is refused unless `force`; with `force` it is replaced only after the new
-    folder is complete.
+    `inputs` (label -> path) are what the command reads: `final` may not equal, contain or lie inside
+    any of them (safe_io.guard_output), with or without `force`. An existing `final` is refused unless
+    `force`; with `force` it is replaced only after the new folder is complete. Temporary folders left
+    by a killed earlier run for the same `final` are removed first. A full disk or a read-only folder
+    is an OutputError naming the file.
     """
     final = Path(final)
+    if inputs:
+        guard_output(final, inputs, option=option)
     if final.exists() and not force:
         raise OutputExistsError(
             f"output folder {final} already exists",
             expected="a path that does not exist yet",
             found=f"{final} ({'folder' if final.is_dir() else 'file'})",
-            fix="choose another --out, or pass --force to replace it",
+            fix=f"choose another {option}, or pass --force to replace it",
         )
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".{final.name}.partial-{os.getpid()}-{int(time.time() * 1000)}"
-    tmp.mkdir()
+    with output_errors(final):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_partials(final)
+        tmp = final.parent / f".{final.name}{_PARTIAL}{os.getpid()}-{int(time.time() * 1000)}"
+        tmp.mkdir()
     try:
-        yield tmp
+        with output_errors(final, scratch=tmp):
+            yield tmp
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if final.exists():
-        old = final.parent / f".{final.name}.old-{os.getpid()}"
-        final.rename(old)
-        tmp.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(final)
+    with output_errors(final, scratch=tmp):
+        if final.exists() or final.is_symlink():
+            old = final.parent / f".{final.name}{_OLD}{os.getpid()}"
+            final.rename(old)
+            tmp.rename(final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(final)
+
+
+_PARTIAL, _OLD = ".partial-", ".old-"
+
+
+def remove_stale_partials(final: Path) -> list[Path]:
+    """Delete `.NAME.partial-PID-*` / `.NAME.old-PID` folders beside `final` whose process is gone.
+
+    They are what a killed run of the same output left; a live PID is another run still writing.
+    """
+    removed = []
+    prefix = f".{final.name}"
+    try:
+        entries = list(final.parent.iterdir())
+    except OSError:
+        return removed
+    for p in entries:
+        rest = p.name[len(prefix):] if p.name.startswith(prefix) else ""
+        for marker in (_PARTIAL, _OLD):
+            if rest.startswith(marker):
+                pid = rest[len(marker):].split("-", 1)[0]
+                if pid.isdigit() and not _alive(int(pid)) and p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p, ignore_errors=True)
+                    removed.append(p)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
 
 
 def sha256_file(path: Path) -> str:
@@ -86,7 +140,7 @@ def nested_digests(folder: Path) -> dict[str, str]:
         if m.parent == folder:
             continue
         sub = m.parent.relative_to(folder).as_posix()
-        for rel, digest in json.loads(m.read_text())["files"].items():
+        for rel, digest in manifest_files(read_json(m, kind="manifest", what="manifest"), m).items():
             known.setdefault(f"{sub}/{rel}", digest)
     return known
 
@@ -127,16 +181,35 @@ def read_manifest(folder: str | Path, *, kind: str | tuple[str, ...] | None = No
             found="no manifest",
             fix="point at the folder specbuild wrote, or rebuild it",
         )
-    manifest = json.loads(path.read_text())
+    manifest = read_json(path, kind="manifest", what="manifest")
+    manifest_files(manifest, path)
     kinds = (kind,) if isinstance(kind, str) else kind
     if kinds and manifest.get("kind") not in kinds:
         raise SpecbuildError(
-            f"{folder} holds a {manifest.get('kind')!r} artifact",
+            f"{folder} holds a {shorten(manifest.get('kind'))} artifact",
             expected=" or ".join(kinds),
-            found=str(manifest.get("kind")),
+            found=shorten(manifest.get("kind")),
             fix="point at the right folder",
         )
     return manifest
+
+
+def manifest_files(manifest: dict[str, Any], path: Path) -> dict[str, str]:
+    """The manifest's {relative path: sha256}, checked: a garbled manifest is a clear error."""
+    files = manifest.get("files")
+    bad = None
+    if not isinstance(files, dict):
+        bad = f"files is {shorten(files)}"
+    else:
+        bad = next((f"{shorten(k)}: {shorten(v)}" for k, v in files.items()
+                    if not isinstance(k, str) or not isinstance(v, str) or not _SHA256.fullmatch(v)), None)
+    if bad is not None:
+        raise InputFileError(f"manifest {path} is garbled", expected='"files": {relative path: sha256 hex digest}',
+                             found=bad, fix="rebuild the artifact (the manifest was edited or damaged)")
+    return files
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -146,13 +219,20 @@ class Change:
 
 
 def verify_manifest(folder: str | Path) -> list[Change]:
-    """Re-hash every file; report modified, missing and added files (nested manifests checked too)."""
+    """Re-hash every file; report modified, missing and added files (nested manifests checked too).
+
+    An entry that names a path outside the folder (absolute, `..`, or through a symlink) is reported
+    as "outside" and never read: a manifest is data, not a list of files to open.
+    """
     folder = Path(folder)
+    root = folder.resolve()
     manifest = read_manifest(folder)
     changes: list[Change] = []
     for rel, digest in manifest["files"].items():
         p = folder / rel
-        if not p.is_file():
+        if not _inside(root, rel, p):
+            changes.append(Change(rel, "outside"))
+        elif not p.is_file():
             changes.append(Change(rel, "missing"))
         elif sha256_file(p) != digest:
             changes.append(Change(rel, "modified"))
@@ -160,5 +240,14 @@ def verify_manifest(folder: str | Path) -> list[Change]:
     for p in sorted(folder.rglob("*")):
         rel = p.relative_to(folder).as_posix()
         if p.is_file() and p.name != MANIFEST and rel not in known and "__pycache__" not in p.parts:
-            changes.append(Change(rel, "added"))
+            changes.append(Change(rel, "added" if _inside(root, rel, p) else "outside"))
     return changes
+
+
+def _inside(root: Path, rel: str, path: Path) -> bool:
+    """`rel` is a plain relative path and `path` (symlinks resolved) stays under `root`."""
+    parts = Path(rel).parts
+    if not parts or Path(rel).is_absolute() or ".." in parts:
+        return False
+    real = path.resolve()
+    return real == root or root in real.parents

@@ -65,12 +65,12 @@ def test_seed_split_gives_equal_tokens_and_consistent_fractions(seed_plan):
             pool = min(e.kv_fraction * free, tokens * e.kv_bytes_per_token)  # max_tokens_in_paged_kv_cache
             got[e.role] = pool / e.kv_bytes_per_token
             free -= pool
-        assert got["target"] == pytest.approx(tokens, rel=1e-4) and got["draft"] == pytest.approx(tokens, rel=1e-4)
+        assert got["target"] == pytest.approx(tokens, rel=1e-4) and got["draft"] == pytest.approx(tokens, rel=1e-4)  # fractions are ceiled to 4 decimals: pools may exceed the token cap by <= 1e-4 relative
         assert free >= 0.1 * free_after * 0.99  # the configured 10 % stays free
     assert seed_plan.target_kv_fraction == t.kv_fraction and 0 < t.kv_fraction < 1 and 0 < d.kv_fraction < 1
     # by hand: F = 100.53 GiB left after weights; pools 64.63 (target) and 25.85 GiB (draft)
-    assert t.kv_fraction == pytest.approx(t.kv_bytes / (free_after - d.kv_bytes), abs=1e-4)
-    assert d.kv_fraction == pytest.approx(d.kv_bytes / (free_after - t.kv_bytes), abs=1e-4)
+    assert t.kv_fraction == pytest.approx(t.kv_bytes / (free_after - d.kv_bytes), abs=1e-4)  # the plan ceils each fraction to 4 decimals
+    assert d.kv_fraction == pytest.approx(d.kv_bytes / (free_after - t.kv_bytes), abs=1e-4)  # ditto
     assert seed_plan.fits and seed_plan.full_sequences == tokens // 8192
 
 
@@ -106,7 +106,7 @@ def test_pp_split_and_weight_only():
 def test_medusa_plan_counts_heads():
     plan = plan_memory(load_spec(EXAMPLES / "medusa-vicuna-7b.yaml"))
     t = plan.engine("target")
-    assert plan.draft_kv_fraction is None and plan.target_kv_fraction == pytest.approx(0.9, abs=1e-3)
+    assert plan.draft_kv_fraction is None and plan.target_kv_fraction == pytest.approx(0.9, abs=1e-3)  # one engine: the configured 0.9, quantised by whole tokens
     assert t.medusa_bytes == 4 * ((4096 * 4096 + 4096) + 32000 * 4096) * 2
     assert t.kv_bytes_per_token == 2 * 32 * 32 * 128 * 2
-    assert math.isclose(t.weight_bytes, 6_738_415_616 * 2)
+    assert math.isclose(t.weight_bytes, 6_738_415_616 * 2)  # integers: isclose is exact equality here

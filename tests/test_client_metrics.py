@@ -23,24 +23,24 @@ from specbuild.client.report import PLOTS, table, write_report
 def test_percentile_matches_numpy_linear():
     xs = [5.0, 1.0, 9.0, 3.0, 7.0, 2.0]
     for q in (0, 10, 50, 90, 99, 100):
-        assert percentile(xs, q) == pytest.approx(np.percentile(xs, q))
+        assert percentile(xs, q) == pytest.approx(np.percentile(xs, q))  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
     assert math.isnan(percentile([], 50))
 
 
 def test_summarize_scales_to_ms():
     s = summarize([0.1, 0.2, 0.3], 1000.0)
-    assert s["avg"] == pytest.approx(200.0) and s["p50"] == pytest.approx(200.0) and s["p99"] == pytest.approx(298.0)
+    assert s["avg"] == pytest.approx(200.0) and s["p50"] == pytest.approx(200.0) and s["p99"] == pytest.approx(298.0)  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
 
 
 def test_inter_token_latency_is_genai_perf_definition():
     r = RequestRecord(ttft_s=0.1, latency_s=1.0, output_tokens=10, target_passes=10)
-    assert r.itl_s == pytest.approx(0.9 / 9)
+    assert r.itl_s == pytest.approx(0.9 / 9)  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
     assert RequestRecord(ttft_s=0.1, latency_s=0.1, output_tokens=1, target_passes=1).itl_s is None
 
 
 def test_accepted_length_per_position():
     # steps accepted 0, 2, 3 of K=3: position 1 accepted in 2 of 3 steps, 2 in 2, 3 in 1
-    assert accepted_length_per_position([0, 2, 3], 3) == pytest.approx([2 / 3, 2 / 3, 1 / 3])
+    assert accepted_length_per_position([0, 2, 3], 3) == pytest.approx([2 / 3, 2 / 3, 1 / 3])  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
     assert accepted_length_per_position([], 3) == []
 
 
@@ -56,13 +56,13 @@ def _runs():
 
 def test_run_summary_and_speedups():
     base, spec = _runs()
-    assert base.metrics["output_token_throughput"] == pytest.approx(40.0)
-    assert base.metrics["request_throughput"] == pytest.approx(2.0)
-    assert spec.metrics["acceptance_rate"] == pytest.approx(0.5)
-    assert spec.metrics["mean_accepted_tokens_per_pass"] == pytest.approx(80 / 32)
-    assert spec.metrics["speedup_measured"] == pytest.approx(2.0)
+    assert base.metrics["output_token_throughput"] == pytest.approx(40.0)  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
+    assert base.metrics["request_throughput"] == pytest.approx(2.0)  # float64, as above
+    assert spec.metrics["acceptance_rate"] == pytest.approx(0.5)  # float64, as above
+    assert spec.metrics["mean_accepted_tokens_per_pass"] == pytest.approx(80 / 32)  # float64, as above
+    assert spec.metrics["speedup_measured"] == pytest.approx(2.0)  # float64, as above
     # alpha 0.5, K 3: (1 - 0.5^4) / 0.5 = 1.875 tokens per pass, / (3 * 0.1 + 1)
-    assert spec.metrics["speedup_predicted"] == pytest.approx(1.875 / 1.3)
+    assert spec.metrics["speedup_predicted"] == pytest.approx(1.875 / 1.3)  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
     assert "acceptance_rate" not in base.metrics and "speedup_measured" not in base.metrics
 
 
@@ -80,7 +80,7 @@ def test_reports_are_written(tmp_path):
     data = json.loads((tmp_path / "bench.json").read_text())
     assert data["context"]["cost_ratio"] == 0.1
     spec = data["runs"][1]
-    assert spec["mode"] == "speculative" and spec["metrics"]["time_to_first_token"]["p90"] == pytest.approx(50.0)
+    assert spec["mode"] == "speculative" and spec["metrics"]["time_to_first_token"]["p90"] == pytest.approx(50.0)  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
     with open(tmp_path / "bench.csv") as f:
         rows = list(csv.DictReader(f))
     assert rows[0]["request_latency_p99"] and rows[1]["speedup_measured"] == "2.0" and rows[0]["speedup_measured"] == ""

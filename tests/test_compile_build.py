@@ -40,7 +40,9 @@ def test_compile_reference_draft_target(dt_spec, tmp_path, tiny_target):
     m = read_manifest(out, kind="build")
     assert m["engine"] == "reference" and m["engine_built"] is True and m["tokenizer_dir"] == str(tiny_target.resolve())
     assert m["spec"]["name"] == "tiny" and set(m["roles"]) == {"target", "draft"}
-    assert m["roles"]["target"]["speculative_decoding_mode"] == "draft_tokens_external" and m["roles"]["draft"]["max_draft_len"] == 0
+    # SpeculativeDecodingMode IntFlag integers, as trtllm-build's BuildConfig.to_dict() writes them
+    assert m["roles"]["target"]["speculative_decoding_mode"] == 2 and m["roles"]["draft"]["speculative_decoding_mode"] == 1
+    assert m["roles"]["draft"]["max_draft_len"] == 0
     for role, world in (("target", 2), ("draft", 1)):
         eng = json.loads((out / role / "engine" / "config.json").read_text())
         ckpt = json.loads((out / role / "checkpoint" / "config.json").read_text())
@@ -77,7 +79,7 @@ def test_compile_medusa_reference(tmp_path, tiny_target):
     eng = json.loads((out / "target" / "engine" / "config.json").read_text())
     assert eng["pretrained_config"]["architecture"] == "MedusaForCausalLM" and eng["pretrained_config"]["num_medusa_heads"] == 2
     assert eng["pretrained_config"]["max_draft_len"] == 3 == eng["build_config"]["max_draft_len"]
-    assert eng["build_config"]["speculative_decoding_mode"] == "medusa"
+    assert eng["build_config"]["speculative_decoding_mode"] == 4  # SpeculativeDecodingMode.MEDUSA
     assert read_manifest(out)["spec"]["medusa"]["choices"] == [[0], [0, 0], [1]]
 
 

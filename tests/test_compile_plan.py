@@ -83,9 +83,11 @@ def test_medusa_argv_holds_the_tree():
 def test_effective_build_config_mirrors_trtllm_build():
     s = spec(speculation={"max_draft_len": 5}, build={"max_batch_size": 2000, "max_input_len": 100, "max_seq_len": 300})
     target, draft = effective_build_config(s, "target"), effective_build_config(s, "draft")
-    assert (target["speculative_decoding_mode"], target["max_draft_len"]) == ("draft_tokens_external", 5)
+    # SpeculativeDecodingMode is an IntFlag: DRAFT_TOKENS_EXTERNAL = 2, NONE = 1 (modeling_utils.py)
+    assert (target["speculative_decoding_mode"], target["max_draft_len"]) == (2, 5)
     assert target["max_seq_len"] == 305 and target["max_num_tokens"] == 2000 * 6  # raised to batch*(K+1)
-    assert (draft["speculative_decoding_mode"], draft["max_draft_len"], draft["max_seq_len"], draft["max_num_tokens"]) == (None, 0, 300, 8192)
+    assert (draft["speculative_decoding_mode"], draft["max_draft_len"], draft["max_seq_len"], draft["max_num_tokens"]) == (1, 0, 300, 8192)
+    assert (target["opt_num_tokens"], draft["opt_num_tokens"]) == (2000, 2000)  # min(batch x beam, max_num_tokens)
     assert target["plugin_config"]["use_paged_context_fmha"] is True and target["gather_generation_logits"] is False
 
 

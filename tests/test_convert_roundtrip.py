@@ -18,6 +18,7 @@ from specbuild.engines.trtllm.convert import convert_checkpoint
 from specbuild.engines.trtllm.medusa import MedusaHeadsSource
 from specbuild.manifest import read_manifest, verify_manifest
 
+pytestmark = pytest.mark.numeric  # float results through CPU kernels: `make test-isa` runs them per kernel family
 
 def hf_tensors(folder: Path) -> dict[str, torch.Tensor]:
     out = {}

@@ -39,7 +39,7 @@ def test_summary_rows_take_the_bench_baseline_or_borrow_the_draft_target_one():
         ]
     }
     rows = demo_report.summary_rows(medusa, baseline_from=dt)
-    assert rows[0]["measured"] == pytest.approx(1.5) and rows[0]["baseline"] == "vs d/t baseline"
+    assert rows[0]["measured"] == pytest.approx(1.5) and rows[0]["baseline"] == "vs d/t baseline"  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
     assert rows[1]["measured"] is None and rows[1]["baseline"] == "none"  # no baseline at concurrency 2
     table = demo_report.markdown("medusa", rows)
     assert "| 0.00 | 1 | - | 1.90 | - | 1.50 |" in table

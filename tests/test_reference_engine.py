@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 from specbuild.sampling_params import SamplingParams  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.numeric]
 
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from specbuild.client.launch import (
     LaunchLayout,
+    Mount,
     container_image,
     docker_argv,
     launch_commands,
@@ -23,10 +24,23 @@ PORTS = ["--grpc-address=127.0.0.1", "--grpc-port=8001", "--http-address=127.0.0
 
 
 def test_container_matches_trtllm_version():
-    assert container_image("1.2.1") == "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"
-    assert container_image("1.2.1", tag="26.04") == "nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3"
-    assert container_image("1.2.0") == "nvcr.io/nvidia/tritonserver:26.03-trtllm-python-py3"
+    # 1.2.1 ships in 26.04-26.07; 26.04 is the default (the 26.07 README dropped the engine backend)
+    assert container_image("1.2.1") == "nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3"
+    assert container_image("1.2.1", tag="26.07") == "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"
     assert container_image("0.19.0") == "nvcr.io/nvidia/tritonserver:25.05-trtllm-python-py3"
+    assert container_image("1.1.0") == "nvcr.io/nvidia/tritonserver:26.02-trtllm-python-py3"
+
+
+def test_container_map_follows_the_backend_dockerfile_pins():
+    """r25.11 pins TensorRT-LLM 1.2.0rc2 and r26.03 1.2.0rc8 (ARG TENSORRTLLM_VER), not 1.0.3.2510 / 1.2.0."""
+    from specbuild.engines.trtllm.versions import containers, known_versions
+
+    assert containers("1.2.0rc2").tags == ("25.11",) and containers("1.2.0rc8").tags == ("26.03",)
+    assert containers("1.2.1").tags == ("26.04", "26.05", "26.06", "26.07") and containers("1.2.1").default == "26.04"
+    assert "1.0.3.2510" not in known_versions() and "1.2.0" not in known_versions()
+    assert container_image("1.2.0rc8") == "nvcr.io/nvidia/tritonserver:26.03-trtllm-python-py3"
+    with pytest.raises(ServerError):
+        container_image("1.2.0")
 
 
 def test_unknown_trtllm_version_names_the_known_ones():
@@ -63,12 +77,22 @@ def test_orchestrator_mode_draft_target_with_log():
 
 
 def test_docker_run_line():
-    argv = docker_argv("img:1", mounts=["/e", "/r", "/e"], env={"B": "2", "A": "1"})
+    from pathlib import Path
+
+    mounts = [Mount(Path("/e"), "/e"), Mount(Path("/r"), "/r"), Mount(Path("/e"), "/e"), Mount(Path("/host/build"), "/engines")]
+    argv = docker_argv("img:1", mounts=mounts, env={"B": "2", "A": "1"})
     assert argv == [
         "docker", "run", "--rm", "-it", "--net", "host", "--shm-size=2g", "--ulimit", "memlock=-1",
-        "--ulimit", "stack=67108864", "--gpus", "all", "-v", "/e:/e:ro", "-v", "/r:/r:ro",
+        "--ulimit", "stack=67108864", "--gpus", "all", "-v", "/e:/e:ro", "-v", "/host/build:/engines:ro", "-v", "/r:/r:ro",
         "-e", "A=1", "-e", "B=2", "img:1",
     ]
+
+
+def test_nothing_is_mounted_over_the_containers_own_files():
+    from pathlib import Path
+
+    with pytest.raises(ServerError, match="/opt/tritonserver"):
+        Mount(Path("/opt/tritonserver/backends"), "/opt/tritonserver/backends")
 
 
 def test_layout_from_spec_dict():
@@ -78,18 +102,29 @@ def test_layout_from_spec_dict():
         trtllm_version="1.2.1", mode="draft_target", target_world_size=4, draft_world_size=1, num_gpus=4)
 
 
+def _param(key: str, value: str) -> str:
+    return f'parameters {{\n  key: "{key}"\n  value {{\n    string_value: "{value}"\n  }}\n}}\n'
+
+
 def test_launch_commands_from_a_repository(tmp_path):
+    from pathlib import Path
+
     repo = tmp_path / "repo"
     (repo / "tensorrt_llm").mkdir(parents=True)
     (repo / "tensorrt_llm" / "config.pbtxt").write_text(
-        'parameters {\n  key: "gpt_model_path"\n  value {\n    string_value: "/engines/target"\n  }\n}\n')
+        _param("gpt_model_path", "/srv/engines/target") + _param("tokenizer_dir", "/srv/hf/target")
+        + _param("executor_worker_path", "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"))
     (repo / "specbuild.json").write_text(json.dumps({"kind": "model_repo", "spec": {
         "trtllm_version": "1.2.1", "mode": "medusa", "target": {"tp_size": 1, "pp_size": 1}, "draft": None}}))
-    assert repo_mounts(repo) == [repo.resolve(), __import__("pathlib").Path("/engines/target")]
+    assert repo_mounts(repo) == [Mount(Path("/srv/engines/target"), "/srv/engines/target"), Mount(Path("/srv/hf/target"), "/srv/hf/target"),
+                                 Mount(repo.resolve(), str(repo.resolve()))]
     [argv] = launch_commands(repo)
-    image = argv.index("nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3")
+    image = argv.index("nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3")
     assert argv[image + 1:image + 3] == ["mpirun", "--allow-run-as-root"]
-    assert "/engines/target:/engines/target:ro" in argv and argv.count(TS) == 1
+    assert "/srv/engines/target:/srv/engines/target:ro" in argv and argv.count(TS) == 1
+    # executor_worker_path is a path inside the container: mounting it from the host would shadow
+    # the container's binary, or make docker refuse to start where the host has no such file
+    assert not any(a.startswith("/opt/tritonserver") for a in argv[:image])
 
 
 def test_launch_without_manifest_is_explained(tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # trains two tiny models and a set of heads
+pytestmark = [pytest.mark.slow, pytest.mark.numeric]  # trains two tiny models and a set of heads
 
 TRAIN_PROMPTS = ["The quick brown", "def add(a", "Speculative decoding drafts", "import os", "Once upon a time",
                  "over the lazy dog.", "return a + b", "with a small model and", "for i in range(10):", "there was a tiny language"]

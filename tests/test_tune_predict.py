@@ -23,7 +23,7 @@ from specbuild.tuning.predict import (
 def test_iid_formula_matches_the_landscape_table():
     # landscape.md §1 worked values: alpha 0.8, gamma 4 -> 3.36 tokens/step, speedup 2.80 at c=0.05.
     e = iid_tokens_per_pass(0.8, 4)
-    assert e == pytest.approx(1 + 0.8 + 0.64 + 0.512 + 0.4096)
+    assert e == pytest.approx(1 + 0.8 + 0.64 + 0.512 + 0.4096)  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
     assert round(e, 2) == 3.36
     assert round(predicted_speedup(e, 4, 0.05), 2) == 2.80
     assert round(predicted_speedup(iid_tokens_per_pass(0.9, 8), 8, 0.2), 2) == 2.36
@@ -33,17 +33,17 @@ def test_iid_formula_matches_the_landscape_table():
 def test_chain_with_constant_acceptance_equals_the_iid_formula():
     for alpha in (0.3, 0.7, 0.95):
         for k in (1, 3, 8):
-            assert chain_tokens_per_pass([alpha] * k, k) == pytest.approx(iid_tokens_per_pass(alpha, k))
+            assert chain_tokens_per_pass([alpha] * k, k) == pytest.approx(iid_tokens_per_pass(alpha, k))  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
 
 
 def test_chain_uses_per_position_rates():
     acc = [0.9, 0.5, 0.1]
     assert chain_tokens_per_pass(acc, 0) == 1.0
-    assert chain_tokens_per_pass(acc, 1) == pytest.approx(1.9)
-    assert chain_tokens_per_pass(acc, 2) == pytest.approx(1 + 0.9 + 0.45)
-    assert chain_tokens_per_pass(acc, 3) == pytest.approx(1 + 0.9 + 0.45 + 0.045)
+    assert chain_tokens_per_pass(acc, 1) == pytest.approx(1.9)  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
+    assert chain_tokens_per_pass(acc, 2) == pytest.approx(1 + 0.9 + 0.45)  # float64, as above
+    assert chain_tokens_per_pass(acc, 3) == pytest.approx(1 + 0.9 + 0.45 + 0.045)  # float64, as above
     # past the measured positions the last rate is reused
-    assert chain_tokens_per_pass(acc, 4) == pytest.approx(1 + 0.9 + 0.45 + 0.045 + 0.0045)
+    assert chain_tokens_per_pass(acc, 4) == pytest.approx(1 + 0.9 + 0.45 + 0.045 + 0.0045)  # float64, as above
 
 
 @pytest.mark.parametrize(("alpha", "c", "best"), [(0.7, 0.02, 8), (0.7, 0.2, 3), (0.8, 0.05, 8), (0.8, 0.1, 6), (0.9, 0.2, 7)])
@@ -75,10 +75,10 @@ def test_grow_tree_hand_built():
     probs = [[0.6, 0.3, 0.1], [0.5, 0.2]]
     tree = grow_tree(probs, budget=3, num_heads=2)
     assert tree.to_lists() == [[0], [1], [0, 0]]  # 0.6, then the 0.3 tie resolved shallow-first
-    assert tree_tokens_per_pass(tree, probs) == pytest.approx(1 + 0.6 + 0.3 + 0.3)
+    assert tree_tokens_per_pass(tree, probs) == pytest.approx(1 + 0.6 + 0.3 + 0.3)  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
     tree5 = grow_tree(probs, budget=5, num_heads=2)
     assert tree5.to_lists() == [[0], [1], [0, 0], [1, 0], [0, 1]]
-    assert tree_tokens_per_pass(tree5, probs) == pytest.approx(2.2 + 0.15 + 0.12)
+    assert tree_tokens_per_pass(tree5, probs) == pytest.approx(2.2 + 0.15 + 0.12)  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
     # depth is capped by the number of heads
     assert grow_tree(probs, budget=10, num_heads=1).to_lists() == [[0], [1], [2]]
 
@@ -89,7 +89,7 @@ def test_grow_tree_is_optimal_and_valid(budget):
     tree = grow_tree(probs, budget=budget, num_heads=3)
     assert tree.problems(num_heads=3, max_draft_len=budget) == []
     assert tree.size == budget
-    assert tree_tokens_per_pass(tree, probs) == pytest.approx(_brute_force_best(probs, budget, 3))
+    assert tree_tokens_per_pass(tree, probs) == pytest.approx(_brute_force_best(probs, budget, 3))  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
 
 
 def test_grow_tree_skips_impossible_nodes():
@@ -103,7 +103,7 @@ def test_conditional_depth_probs_and_accepted_lengths():
     probs = conditional_depth_probs(ranks, topk=2)
     assert probs[0] == [0.5, 0.25]  # over all four
     # head 1 counted only where head 0 was in its top 2 (first three rows): ranks 0, 1, 2
-    assert probs[1] == pytest.approx([1 / 3, 1 / 3])
+    assert probs[1] == pytest.approx([1 / 3, 1 / 3])  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
     chain = MedusaChoices.parse("chain_2")
     assert accepted_lengths(chain, ranks) == [3, 2, 1, 1]
     tree = MedusaChoices.parse([[0], [1], [0, 0], [0, 1], [1, 0]])
@@ -118,7 +118,7 @@ def test_grow_tree_from_ranks_keeps_head_correlation():
     tree = grow_tree_from_ranks(ranks, topk=3, budget=3, num_heads=2)
     assert tree.problems(num_heads=2, max_draft_len=3) == []
     assert tree.to_lists() == [[0], [0, 0], [1]]
-    assert sum(accepted_lengths(tree, ranks)) / len(ranks) == pytest.approx(1 + 0.6 + 0.6 + 0.3)
+    assert sum(accepted_lengths(tree, ranks)) / len(ranks) == pytest.approx(1 + 0.6 + 0.6 + 0.3)  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
     # never larger than the budget, always prefix-closed
     big = grow_tree_from_ranks(ranks, topk=3, budget=10, num_heads=2)
     assert big.size <= 10 and big.problems(num_heads=2) == []

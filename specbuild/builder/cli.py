@@ -46,14 +46,15 @@ def check(
 def inspect(
     model: Annotated[str, typer.Argument(help="A model folder (config.json, weights, tokenizer) or a hub id in the local Hugging Face cache.")],
     as_json: bool = typer.Option(False, "--json", help="Print a JSON object instead of the table."),
+    check_values: bool = typer.Option(False, "--check-values", help="Also read every weight and list the tensors holding NaN or Inf (reads the whole checkpoint once)."),
 ) -> None:
     """Show what a checkpoint is: architecture, layers, hidden size, heads / KV heads, head dim, vocab, rope settings, dtype, parameter count and bytes, weight files, and a tokenizer summary (class, vocab size, special tokens).
 
-    Reads config.json, safetensors headers and tokenizer files only (nothing is loaded, never downloads); also describes a Medusa heads folder.
+    Reads config.json, safetensors headers and tokenizer files only (nothing is loaded, never downloads; --check-values reads every weight once to find NaN/Inf); also describes a Medusa heads folder.
     """
     from specbuild.builder.inspect_model import inspect_model
 
-    report = inspect_model(model)
+    report = inspect_model(model, check_values=check_values)
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2, default=str))
     else:

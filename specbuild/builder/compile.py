@@ -20,6 +20,7 @@ from specbuild.errors import BuildError
 
 ENGINES = ("reference", "trtllm")
 LOG_TAIL_LINES = 40
+LOG_KEEP_BYTES = 16 << 20  # the last 16 MiB of a failed trtllm-build log are kept beside DIR
 Progress = Callable[[str, int, int], None]  # (task label, done, total)
 
 
@@ -48,14 +49,15 @@ def compile_spec(
     _preflight(spec)
     plans = build_plan(spec)  # pure; fails before any conversion if a flag were wrong
     models = {role: resolve_model(_section(spec, role).model, base=spec.base_dir, what=role) for role in (p.role for p in plans)}
+    heads = resolve_model(spec.medusa.heads, base=spec.base_dir, what="medusa.heads") if spec.mode == "medusa" else None
     trtllm_build = shutil.which("trtllm-build")
     run_trtllm = engine == "trtllm" and not dry_run and trtllm_build is not None
-    with atomic_output_dir(out, force=force) as tmp:
+    inputs = {"build spec": spec.source, **{f"{role} model": folder for role, folder in models.items()}, "Medusa heads": heads}
+    with atomic_output_dir(out, force=force, inputs=inputs) as tmp:
         for p in plans:
             section = _section(spec, p.role)
             medusa = None
-            if spec.mode == "medusa" and p.role == "target":
-                heads = resolve_model(spec.medusa.heads, base=spec.base_dir, what="medusa.heads")
+            if heads is not None and p.role == "target":
                 medusa = MedusaHeadsSource(heads, num_heads=spec.medusa.num_heads, num_layers=spec.medusa.num_layers, max_draft_len=speculation(spec, "target")[1])
             label = f"convert {p.role}"
             convert_checkpoint(
@@ -141,9 +143,14 @@ def _run_trtllm_build(plan, tmp: Path, final: Path) -> None:
     with open(log_path, "w") as log:
         proc = subprocess.run(list(plan.argv), cwd=tmp, stdout=log, stderr=subprocess.STDOUT, check=False)
     if proc.returncode != 0:
+        from specbuild.safe_io import atomic_write_text
+
         kept = final.parent / f"{final.name}.{plan.role}-build.log"
-        shutil.copyfile(log_path, kept)  # the temporary folder is removed on failure; keep the log
-        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
+        # the temporary folder is removed on failure; keep the log (bounded: its tail is what matters)
+        with open(log_path, "rb") as log:
+            log.seek(max(0, log_path.stat().st_size - LOG_KEEP_BYTES))
+            atomic_write_text(kept, log.read(LOG_KEEP_BYTES).decode(errors="replace"))
+        tail = "\n".join(kept.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
         raise BuildError(
             f"trtllm-build failed for the {plan.role} engine (exit {proc.returncode})",
             expected="a built engine",

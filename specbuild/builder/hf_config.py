@@ -7,7 +7,6 @@ config, never from folder or file names.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -146,19 +145,19 @@ def _load(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any], str]:
     path = Path(source)
     if path.is_dir():
         path = path / "config.json"
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise CheckpointError(
             f"no config.json at {path}",
             expected="a Hugging Face model folder with config.json",
             found="missing file",
             fix="point at the folder that holds config.json (and *.safetensors)",
         )
+    from specbuild.safe_io import InputFileError, read_json
+
     try:
-        return json.loads(path.read_text()), str(path)
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(
-            f"{path} is not valid JSON", expected="a JSON object", found=str(exc), fix="re-download or re-save the config"
-        ) from None
+        return read_json(path, what="model config.json"), str(path)
+    except InputFileError as exc:  # too large, not a file, not JSON, a list, a repeated key
+        raise CheckpointError(exc.what, expected=exc.expected, found=exc.found, fix="re-download or re-save the config") from None
 
 
 def _req(raw: dict[str, Any], key: str, where: str) -> int:

@@ -7,7 +7,6 @@ A Medusa heads folder (config.json with medusa_num_heads) is recognised and desc
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ class ModelInspection:
     stats: WeightStats | None  # from safetensors headers, when present
     tokenizer: TokenizerInfo | None
     medusa: dict[str, Any] | None = None  # heads summary when the folder holds Medusa heads
+    nonfinite: dict[str, int] | None = None  # --check-values: {tensor: NaN/Inf count}; None when not scanned
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"folder": str(self.folder)}
@@ -47,6 +47,8 @@ class ModelInspection:
         out["tokenizer"] = self.tokenizer.summary() if self.tokenizer else None
         if self.medusa is not None:
             out["medusa"] = self.medusa
+        if self.nonfinite is not None:
+            out["nonfinite_tensors"] = self.nonfinite
         return out
 
     def rows(self) -> list[tuple[str, str]]:
@@ -86,6 +88,11 @@ class ModelInspection:
             if self.stats:
                 text += f"; headers: {self.stats.num_parameters:,} parameters in {self.stats.num_tensors} tensors, {'/'.join(self.stats.dtypes)}"
             rows.append(("weights", text))
+        if self.nonfinite is not None:
+            bad = self.nonfinite
+            rows.append(("values", "all finite" if not bad else f"{len(bad)} tensor(s) hold NaN/Inf: "
+                         + ", ".join(f"{k} ({v})" for k, v in list(bad.items())[:10])
+                         + (" ..." if len(bad) > 10 else "") + "; `specbuild convert` refuses them"))
         t = self.tokenizer
         if t is None:
             rows.append(("tokenizer", "absent (no tokenizer.json / tokenizer.model)"))
@@ -96,16 +103,19 @@ class ModelInspection:
         return rows
 
 
-def inspect_model(ref: str | Path, *, base: Path | None = None) -> ModelInspection:
+def inspect_model(ref: str | Path, *, base: Path | None = None, check_values: bool = False) -> ModelInspection:
     from specbuild.builder.resolve import resolve_model
 
     folder = resolve_model(ref, base=base)
     raw = {}
     if (folder / "config.json").is_file():
+        from specbuild.errors import CheckpointError
+        from specbuild.safe_io import InputFileError, read_json
+
         try:
-            raw = json.loads((folder / "config.json").read_text())
-        except json.JSONDecodeError:
-            raw = {}
+            raw = read_json(folder / "config.json", what="config.json")
+        except InputFileError as exc:
+            raise CheckpointError(exc.what, expected=exc.expected, found=exc.found, fix="re-download or re-save the config") from None
     medusa = None
     if "architectures" not in raw and ("medusa_num_heads" in raw or "num_medusa_heads" in raw):
         medusa = _medusa_summary(folder)
@@ -113,7 +123,15 @@ def inspect_model(ref: str | Path, *, base: Path | None = None) -> ModelInspecti
     else:
         config = HFModelConfig.from_hf(folder)
     weights = find_weights(folder)
-    return ModelInspection(folder, config, weights, weight_stats(weights), read_tokenizer(folder), medusa)
+    stats = weight_stats(weights)  # reads (and size-checks) every header first
+    nonfinite = None
+    if check_values:
+        from specbuild.engines.trtllm.finite import scan_safetensors
+
+        nonfinite = {}
+        for path in weights.safetensors:
+            nonfinite.update({f"{path.name}:{k}": v for k, v in scan_safetensors(path).items()})
+    return ModelInspection(folder, config, weights, stats, read_tokenizer(folder), medusa, nonfinite)
 
 
 def _medusa_summary(folder: Path) -> dict[str, Any]:

@@ -1,25 +1,34 @@
-"""What a Hugging Face Medusa heads folder holds: its config.json counts and its weights' shapes.
+"""The one reader of a Hugging Face Medusa heads folder, used by `check`, `inspect` and `convert`.
 
-Layout (FasterDecoding/Medusa, read by TensorRT-LLM's `load_medusa_hf`): `config.json` with
-`medusa_num_heads` / `medusa_num_layers`, and `medusa_lm_head.pt` (preferred) or
-`medusa_lm_head.safetensors` with, per head h and ResBlock j < L:
-`{h}.{j}.linear.weight` [hidden, hidden], `{h}.{j}.linear.bias` [hidden], and the head's vocabulary
-projection `{h}.{L}.weight` [vocab, hidden]. Only shapes are read: the safetensors header (no torch),
-or the .pt state dict memory-mapped with `weights_only=True`.
+Layout (FasterDecoding/Medusa), read as TensorRT-LLM's `load_medusa_hf` reads it
+(`tensorrt_llm/models/medusa/weight.py`, the 1.x version with `is_modelopt_ckpt`; called from
+`MedusaForCausalLM.from_hugging_face` in `tensorrt_llm/models/medusa/model.py` @0249976575):
+* weights: `medusa_lm_head.pt` first; `medusa_lm_head.safetensors` only when the .pt is absent;
+* keys without any prefix: per head h and ResBlock j < L `{h}.{j}.linear.weight` [hidden, hidden] and
+  `{h}.{j}.linear.bias` [hidden], and the head's vocabulary projection `{h}.{L}.weight` [vocab, hidden]
+  (the `medusa_heads.` prefix belongs to ModelOpt checkpoints that combine base model and heads, which
+  upstream reads from every *.safetensors of the model folder; specbuild does not take those);
+* `config.json`: `medusa_num_heads` / `medusa_num_layers` (the LLM-API path spells it
+  `num_medusa_heads`).
+
+The .pt is loaded with `weights_only=True` (memory-mapped when its format allows), safetensors headers
+without loading anything. What the weights hold is described by `MedusaHeadsInfo` (counts, shapes and
+every problem); `convert` refuses a folder whose info has problems, `check` reports them as rows.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from specbuild.builder.weights import safetensors_shapes
 from specbuild.errors import CheckpointError
 
-WEIGHT_FILES = ("medusa_lm_head.pt", "medusa_lm_head.safetensors")
-_KEY = re.compile(r"^(?:medusa_heads\.)?(\d+)\.(\d+)\.(linear\.weight|linear\.bias|weight)$")
+WEIGHT_FILES = ("medusa_lm_head.pt", "medusa_lm_head.safetensors")  # upstream's order of precedence
+_KEY = re.compile(r"^(\d+)\.(\d+)\.(linear\.weight|linear\.bias|weight)$")
+MODELOPT_PREFIX = "medusa_heads."
 
 
 @dataclass(frozen=True)
@@ -34,43 +43,95 @@ class MedusaHeadsInfo:
     num_layers: int | None = None
     hidden_size: int | None = None
     vocab_size: int | None = None
-    problems: tuple[str, ...] = ()  # malformed weights (missing keys, inconsistent shapes)
+    problems: tuple[str, ...] = ()  # malformed weights (foreign or missing keys, inconsistent shapes)
 
 
-def read_medusa_heads(folder: str | Path) -> MedusaHeadsInfo:
+def heads_weights_file(folder: str | Path) -> Path | None:
+    """The file upstream loads: medusa_lm_head.pt, else medusa_lm_head.safetensors, else None."""
+    return next((Path(folder) / f for f in WEIGHT_FILES if (Path(folder) / f).is_file()), None)
+
+
+def read_heads_config(folder: str | Path) -> dict[str, Any]:
+    """The heads' config.json (bounded read; {} when absent)."""
+    from specbuild.safe_io import read_json
+
+    path = Path(folder) / "config.json"
+    if not path.exists():
+        return {}
+    try:
+        return read_json(path, what="Medusa heads config.json")
+    except CheckpointError:
+        raise
+    except Exception as exc:  # InputFileError: invalid JSON, a list, too large
+        raise CheckpointError(getattr(exc, "what", str(exc)), expected="the heads' config.json (a JSON object)",
+                              found=getattr(exc, "found", None), fix="fix or remove it") from None
+
+
+def read_medusa_heads(folder: str | Path, *, state: dict[str, Any] | None = None) -> MedusaHeadsInfo:
+    """Counts, shapes and problems of a heads folder. `state`: the already loaded .pt state dict."""
     folder = Path(folder)
-    config = {}
-    if (folder / "config.json").is_file():
-        try:
-            config = json.loads((folder / "config.json").read_text())
-        except json.JSONDecodeError:
-            config = {}
-    # the LLM-API path spells the count num_medusa_heads; the HF heads config medusa_num_heads
+    config = read_heads_config(folder)
     info = MedusaHeadsInfo(
         folder=folder,
-        config_num_heads=config.get("medusa_num_heads", config.get("num_medusa_heads")),
-        config_num_layers=config.get("medusa_num_layers", config.get("num_medusa_layers")),
-        config_hidden_size=config.get("hidden_size"),
-        config_vocab_size=config.get("vocab_size"),
-        weights_file=next((folder / f for f in WEIGHT_FILES if (folder / f).is_file()), None),
+        config_num_heads=_int(config.get("medusa_num_heads", config.get("num_medusa_heads"))),
+        config_num_layers=_int(config.get("medusa_num_layers", config.get("num_medusa_layers"))),
+        config_hidden_size=_int(config.get("hidden_size")),
+        config_vocab_size=_int(config.get("vocab_size")),
+        weights_file=heads_weights_file(folder),
     )
     if info.weights_file is None:
         return info
-    shapes = _shapes(info.weights_file)
+    if state is not None:
+        shapes = {k: tuple(v.shape) for k, v in state.items()}
+    elif info.weights_file.suffix == ".safetensors":
+        shapes = safetensors_shapes(info.weights_file)
+    else:
+        shapes = {k: tuple(v.shape) for k, v in load_pt_state(info.weights_file).items()}
     return _from_shapes(info, shapes)
 
 
-def _from_shapes(info: MedusaHeadsInfo, shapes: dict[str, tuple[int, ...]]) -> MedusaHeadsInfo:
-    from dataclasses import replace
+def load_pt_state(path: Path) -> dict[str, Any]:
+    """medusa_lm_head.pt as {name: tensor}, with weights_only=True (no arbitrary unpickling)."""
+    import torch
 
+    try:
+        try:  # memory-mapped: pages are read only when a tensor is used
+            state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:  # legacy (non-zip) torch.save format cannot be memory-mapped
+            if "mmap" not in str(exc):
+                raise
+            state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as exc:  # unpickling refused (weights_only), a truncated zip
+        raise CheckpointError(
+            f"cannot load {path}", expected="a torch state dict of tensors (loaded with weights_only=True)",
+            found=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
+            fix="re-download the heads, or save them as medusa_lm_head.safetensors",
+        ) from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{path} is not a state dict", expected="{name: tensor}", found=type(state).__name__,
+                              fix="save the heads' state_dict()")
+    return state
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _from_shapes(info: MedusaHeadsInfo, shapes: dict[str, tuple[int, ...]]) -> MedusaHeadsInfo:
     heads: dict[int, dict[int, dict[str, tuple[int, ...]]]] = {}
+    problems: list[str] = []
+    foreign = sorted(k for k in shapes if not _KEY.match(k))
+    if foreign:
+        prefixed = [k for k in foreign if k.startswith(MODELOPT_PREFIX) and _KEY.match(k[len(MODELOPT_PREFIX):])]
+        note = (f" (the '{MODELOPT_PREFIX}' prefix is ModelOpt's combined-checkpoint form; TensorRT-LLM reads "
+                f"{info.weights_file.name} keys without a prefix)") if prefixed else ""
+        problems.append(f"{len(foreign)} tensor(s) outside the HF Medusa layout, e.g. {', '.join(foreign[:3])}{note}")
     for key, shape in shapes.items():
         m = _KEY.match(key)
         if m:
             heads.setdefault(int(m[1]), {}).setdefault(int(m[2]), {})[m[3]] = shape
     if not heads:
-        return replace(info, problems=(f"{info.weights_file.name} has no Medusa head tensors ('0.0.linear.weight', ...)",))
-    problems: list[str] = []
+        return replace(info, problems=(*problems, f"{info.weights_file.name} has no Medusa head tensors ('0.0.linear.weight', ...)"))
     num_heads = max(heads) + 1
     if sorted(heads) != list(range(num_heads)):
         problems.append(f"head indices {sorted(heads)} are not 0..{num_heads - 1}")
@@ -96,25 +157,7 @@ def _from_shapes(info: MedusaHeadsInfo, shapes: dict[str, tuple[int, ...]]) -> M
         hidden = hidden or head[1]
         if head != (vocab, hidden):
             problems.append(f"{h}.{layers[h]}.weight has shape {list(head)}, expected [{vocab}, {hidden}]")
+        extra = sorted(j for j, parts in blocks.items() if j > layers[h] or (j == layers[h] and set(parts) != {"weight"}))
+        if extra:
+            problems.append(f"head {h} has tensors past its vocabulary projection: indices {extra}")
     return replace(info, num_heads=num_heads, num_layers=num_layers, hidden_size=hidden, vocab_size=vocab, problems=tuple(problems))
-
-
-def _shapes(path: Path) -> dict[str, tuple[int, ...]]:
-    if path.suffix == ".safetensors":
-        return safetensors_shapes(path)
-    import torch
-
-    try:
-        try:  # memory-mapped: only the shapes are needed
-            state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError:  # legacy (non-zip) torch.save format cannot be memory-mapped
-            state = torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as exc:  # unpickling refused (weights_only) or a truncated file
-        raise CheckpointError(
-            f"cannot read {path}", expected="a torch state dict of tensors (loaded with weights_only=True)",
-            found=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
-            fix="re-download the heads, or save them as medusa_lm_head.safetensors",
-        ) from None
-    if not isinstance(state, dict):
-        raise CheckpointError(f"cannot read {path}", expected="a state dict", found=type(state).__name__, fix="save the heads' state_dict()")
-    return {k: tuple(v.shape) for k, v in state.items() if hasattr(v, "shape")}

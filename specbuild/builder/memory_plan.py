@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 
 GIB = 2**30
 RUNTIME_RESERVE_GIB = 2.0  # per GPU; see the module docstring
-TRTLLM_DEFAULT_MAX_NUM_TOKENS = 8192  # trtllm-build --max_num_tokens default (trtllm.md 1.2)
 WEIGHT_ONLY_BITS = {"none": None, "int8": 8, "int4": 4}
 LOGITS_BYTES = 4  # logits_dtype float32 (the checkpoint default)
 
@@ -225,13 +224,14 @@ def engine_memory(
 
 
 def effective_max_num_tokens(spec: BuildSpec, *, speculative_target: bool) -> int:
-    """What trtllm-build will use: the default 8192, raised to batch*(K+1) for a speculative target,
-    capped at batch*max_seq_len (check_max_num_tokens)."""
+    """The max_num_tokens the built engine records (engines/trtllm/build_config.py, trtllm-build's rules)."""
+    from specbuild.engines.trtllm.build_config import engine_limits
+    from specbuild.engines.trtllm.plan import speculation
+
     b = spec.build
-    n = b.max_num_tokens or TRTLLM_DEFAULT_MAX_NUM_TOKENS
-    if speculative_target:
-        n = max(n, b.max_batch_size * (spec.speculation.max_draft_len + 1))
-    return min(n, b.max_batch_size * b.max_seq_len)
+    k = speculation(spec, "target")[1] if speculative_target else 0
+    return engine_limits(max_batch_size=b.max_batch_size, max_input_len=b.max_input_len, max_seq_len=b.max_seq_len,
+                         max_num_tokens=b.max_num_tokens, max_draft_len=k, speculative=speculative_target)["max_num_tokens"]
 
 
 def plan_memory(

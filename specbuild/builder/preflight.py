@@ -79,6 +79,7 @@ def run_checks(spec: BuildSpec, *, runtime_reserve_gib: float = RUNTIME_RESERVE_
         from specbuild.builder.tokenizer_checks import check_tokenizers
 
         out.extend(check_tokenizers(target, draft))
+    out.append(check_prompt_limit(spec))
     medusa = None
     if spec.mode == "medusa":
         from specbuild.builder.medusa_checks import check_medusa_heads, check_tree
@@ -248,6 +249,29 @@ def _check_special_ids(target: LoadedModel, draft: LoadedModel, out: list[CheckR
                                "align the draft's eos_token_id in its config.json with the target's"))
     else:
         out.append(CheckResult("special token ids", PASS, f"bos {t.bos_token_id}, eos {list(t.eos_ids)} in both configs"))
+
+
+def check_prompt_limit(spec: BuildSpec) -> CheckResult:
+    """The longest prompt the engines accept (engines/trtllm/build_config.py: the runtime's rule)."""
+    from specbuild.engines.trtllm.build_config import prompt_limit
+    from specbuild.engines.trtllm.plan import effective_build_config, roles
+
+    chunked = spec.serving.enable_chunked_context
+    limits = {}
+    for role in roles(spec):
+        bc = effective_build_config(spec, role)
+        limits[role] = (prompt_limit(bc, enable_chunked_context=chunked), bc["max_seq_len"], bc["max_num_tokens"])
+    role, (limit, seq, tokens) = min(limits.items(), key=lambda kv: kv[1][0])
+    rule = (f"engine max_seq_len {seq} - 1 (serving.enable_chunked_context: prompts run {tokens} tokens at a time)" if chunked
+            else f"min(engine max_seq_len {seq} - 1, max_num_tokens {tokens})")
+    where = f" ({role} engine)" if len(limits) > 1 else ""
+    found = (f"longest prompt {limit} tokens{where} = {rule}; with remove_input_padding and context FMHA (always on) "
+             f"TensorRT-LLM ignores build.max_input_len {spec.build.max_input_len}")
+    if limit < spec.build.max_input_len:
+        fix = (f"raise build.max_num_tokens to >= {spec.build.max_input_len}, or set serving.enable_chunked_context: true"
+               if not chunked else f"raise build.max_seq_len above {spec.build.max_input_len}")
+        return CheckResult("prompt limit", WARN, found + f": prompts of {limit + 1}..{spec.build.max_input_len} tokens are refused", fix)
+    return CheckResult("prompt limit", PASS, found)
 
 
 # ---- memory --------------------------------------------------------------------------------------

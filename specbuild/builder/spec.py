@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -16,11 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from specbuild.errors import SpecbuildError, SpecError
+from specbuild.safe_io import shorten
 
 MODES = ("draft_target", "medusa")
 DTYPES = ("float32", "float16", "bfloat16")
 QUANT = ("none", "int8", "int4")  # weight-only; trtllm-build quantizes float weights (trtllm.md 2.2)
 DEFAULT_TRTLLM_VERSION = "1.2.1"
+MAX_STRING = 4096  # characters of any string value (paths, names)
+INT32_MAX = 2**31 - 1  # TensorRT shapes and the backend's request fields are int32
+MAX_BATCH_SIZE = 65536  # far above any served batch; TensorRT-LLM sizes per-slot buffers by it
+MAX_GPU_MEMORY_GB = 1024.0  # per GPU, GiB; the largest GPUs have 288 GB
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,9 @@ class ServingSection:
     num_gpus: int | None = None  # None: the larger world size of target and draft
     max_queue_delay_microseconds: int = 0
     bls_instance_count: int = 4  # BLS concurrency (~ max batch size advised upstream)
+    # The backend's enable_chunked_context parameter. Off: the longest prompt is min(engine max_seq_len - 1,
+    # max_num_tokens); on: max_seq_len - 1, run max_num_tokens at a time (needs paged context FMHA, always built).
+    enable_chunked_context: bool = False
 
 
 @dataclass(frozen=True)
@@ -127,16 +136,65 @@ def load_spec(path: str | Path, *, validate_tree: bool = True) -> BuildSpec:
     `validate_tree=False` still parses `medusa.choices` but leaves its consistency (prefix closure,
     depth, size) to the caller: `specbuild check` reports it as a row of its table.
     """
+    path = Path(path)
+    if path.is_dir():
+        raise SpecError(f"build spec {path} is a directory", expected="a YAML file", found="a directory",
+                        fix=f"point at the spec file inside it ({', '.join(sorted(p.name for p in path.glob('*.y*ml'))[:3]) or 'e.g. examples/*.yaml'})")
+    if not path.exists():
+        raise SpecError(f"build spec {path} not found", expected="a YAML file", found="no such file", fix="check the path; examples/ has specs to start from")
+    return spec_from_dict(parse_spec_yaml(read_spec_text(path), where=str(path)), source=path, validate_tree=validate_tree)
+
+
+def read_spec_text(path: Path) -> str:
+    from specbuild.safe_io import InputFileError, read_text
+
+    try:
+        return read_text(path, kind="spec", what="build spec")
+    except InputFileError as exc:
+        raise SpecError(exc.what, expected=exc.expected, found=exc.found, fix=exc.fix) from None
+
+
+def parse_spec_yaml(text: str, *, where: str) -> Any:
+    """yaml.safe_load, refusing aliases (`*name`: a few lines can expand to gigabytes) and repeated keys."""
     import yaml
 
-    path = Path(path)
-    if not path.is_file():
-        raise SpecError(f"build spec {path} not found", expected="a YAML file", found="no such file", fix="check the path; examples/ has specs to start from")
     try:
-        raw = yaml.safe_load(path.read_text())
+        return yaml.load(text, Loader=_spec_loader())  # noqa: S506 - a SafeLoader subclass
+    except SpecError:
+        raise
     except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: not valid YAML", expected="a YAML mapping", found=str(exc).splitlines()[0], fix="fix the YAML syntax") from None
-    return spec_from_dict(raw, source=path, validate_tree=validate_tree)
+        raise SpecError(f"{where}: not valid YAML", expected="a YAML mapping", found=shorten(str(exc).splitlines()[0]), fix="fix the YAML syntax") from None
+
+
+def _spec_loader():
+    import yaml
+
+    class SpecLoader(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise SpecError(f"line {event.start_mark.line + 1}: YAML alias *{shorten(event.anchor, 40)} in a build spec",
+                                expected="plain values (aliases and merge keys are not allowed in specs)",
+                                found=f"*{shorten(event.anchor, 40)}", fix="write the value out in full")
+            return super().compose_node(parent, index)
+
+        def construct_mapping(self, node, deep=False):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the generic loader reports it
+                    continue
+                if first is None:
+                    seen[key] = key_node.start_mark.line + 1
+                else:
+                    raise SpecError(f"line {key_node.start_mark.line + 1}: key {shorten(key, 60)} appears twice",
+                                    expected="each key once per mapping", found=f"{shorten(key, 60)} on lines {first} and {key_node.start_mark.line + 1}",
+                                    fix="remove one of them (YAML keeps only the last, silently)")
+            return super().construct_mapping(node, deep=deep)
+
+    return SpecLoader
 
 
 def spec_from_dict(raw: Any, *, source: Path | None = None, validate_tree: bool = True) -> BuildSpec:
@@ -149,7 +207,7 @@ def spec_from_dict(raw: Any, *, source: Path | None = None, validate_tree: bool 
     return spec
 
 
-def save_spec_yaml(spec: BuildSpec, path: Path) -> None:
+def save_spec_yaml(spec: BuildSpec, path: Path, *, inputs: dict[str, Any] | None = None) -> None:
     """Write a spec back (used by `tune --write`); keeps relative model paths as given."""
     import yaml
 
@@ -158,7 +216,9 @@ def save_spec_yaml(spec: BuildSpec, path: Path) -> None:
     for key in ("draft", "medusa"):
         if d.get(key) is None:
             d.pop(key, None)
-    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    from specbuild.safe_io import atomic_write_text
+
+    atomic_write_text(path, yaml.safe_dump(d, sort_keys=False), inputs=inputs, option="the spec")
 
 
 # ---- generic schema walk --------------------------------------------------------------------------
@@ -170,7 +230,7 @@ def _build(cls: type, raw: dict[str, Any], where: str, prefix: str, skip: set[st
         if key not in fields:
             close = difflib.get_close_matches(str(key), fields, n=1)
             hint = f"did you mean {(prefix + close[0])!r}?" if close else f"valid keys here: {', '.join(fields)}"
-            raise SpecError(f"{where}: unknown key {prefix}{key}", expected=f"one of {', '.join(fields)}", found=str(key), fix=hint)
+            raise SpecError(f"{where}: unknown key {prefix}{shorten(str(key), 60)}", expected=f"one of {', '.join(fields)}", found=shorten(str(key)), fix=hint)
     out: dict[str, Any] = {}
     for name, f in fields.items():
         keypath = f"{prefix}{name}"
@@ -191,7 +251,7 @@ def _coerce(tp: Any, value: Any, where: str, keypath: str) -> Any:
         return _coerce(args[0], value, where, keypath)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
-            raise SpecError(f"{where}: {keypath} must be a mapping", expected=f"{keypath}: {{...}}", found=repr(value)[:80], fix=f"write {keypath} as a mapping of its keys")
+            raise SpecError(f"{where}: {keypath} must be a mapping", expected=f"{keypath}: {{...}}", found=shorten(value), fix=f"write {keypath} as a mapping of its keys")
         return tp(**_build(tp, value, where, keypath + "."))
     if tp is Any:
         return value
@@ -202,7 +262,11 @@ def _coerce(tp: Any, value: Any, where: str, keypath: str) -> Any:
         or (tp is str and isinstance(value, (str, int, float)) and not isinstance(value, bool))
     )
     if not ok:
-        raise SpecError(f"{where}: {keypath} has the wrong type", expected=_type_name(tp), found=f"{value!r} ({type(value).__name__})", fix=f"set {keypath} to a {_type_name(tp)}")
+        raise SpecError(f"{where}: {keypath} has the wrong type", expected=_type_name(tp), found=f"{shorten(value, quote=True)} ({type(value).__name__})", fix=f"set {keypath} to a {_type_name(tp)}")
+    if tp is float and not math.isfinite(value):
+        raise SpecError(f"{where}: {keypath} is not a finite number", expected="a finite number", found=repr(value), fix=f"set {keypath} to a number")
+    if tp is str and len(str(value)) > MAX_STRING:
+        raise SpecError(f"{where}: {keypath} is too long", expected=f"at most {MAX_STRING} characters", found=shorten(str(value)), fix=f"shorten {keypath}")
     return tp(value)
 
 
@@ -211,7 +275,7 @@ def _type_name(tp: Any) -> str:
 
 
 def _fail(where: str, key: str, expected: str, found: Any, fix: str) -> None:
-    raise SpecError(f"{where}: impossible value for {key}", expected=expected, found=repr(found), fix=fix)
+    raise SpecError(f"{where}: impossible value for {key}", expected=expected, found=shorten(found, quote=True), fix=fix)
 
 
 def _check_values(spec: BuildSpec, where: str, *, validate_tree: bool = True) -> None:
@@ -220,14 +284,8 @@ def _check_values(spec: BuildSpec, where: str, *, validate_tree: bool = True) ->
         _fail(where, "mode", " | ".join(MODES), spec.mode, f"did you mean {close[0]!r}?" if close else "use draft_target or medusa")
     if spec.dtype not in DTYPES:
         _fail(where, "dtype", " | ".join(DTYPES), spec.dtype, "use bfloat16 (or float16 on pre-Ampere GPUs)")
-    if not parse_version(spec.trtllm_version):
-        _fail(where, "trtllm_version", "a version such as 1.2.1", spec.trtllm_version, 'quote it: trtllm_version: "1.2.1"')
-    for key, section in (("target", spec.target), ("draft", spec.draft)):
-        if section is None:
-            continue
-        for dim in ("tp_size", "pp_size"):
-            if getattr(section, dim) < 1:
-                _fail(where, f"{key}.{dim}", "an integer >= 1", getattr(section, dim), f"set {key}.{dim}: 1")
+    _check_version(spec.trtllm_version, where)
+    _check_ranges(spec, where)
     if spec.mode == "draft_target":
         if spec.draft is None:
             _fail(where, "draft", "a draft section for mode draft_target", None, "add draft: {model: <folder>, tp_size: 1}")
@@ -238,8 +296,6 @@ def _check_values(spec: BuildSpec, where: str, *, validate_tree: bool = True) ->
             _fail(where, "medusa", "a medusa section for mode medusa", None, "add medusa: {heads: <folder>, num_heads: 4, choices: mc_sim_7b_63}")
         if spec.draft is not None:
             _fail(where, "draft", "no draft section for mode medusa", "draft: {...}", "remove draft, or set mode: draft_target")
-        if spec.medusa.num_heads < 1 or spec.medusa.num_layers < 1:
-            _fail(where, "medusa.num_heads/num_layers", "integers >= 1", (spec.medusa.num_heads, spec.medusa.num_layers), "use num_heads: 4, num_layers: 1")
         try:  # parse errors always raise; consistency only when asked (check reports it as a row)
             choices = spec.medusa_choices()
             if validate_tree:
@@ -249,12 +305,10 @@ def _check_values(spec: BuildSpec, where: str, *, validate_tree: bool = True) ->
         except SpecbuildError as exc:
             what = exc.what if exc.what.startswith("medusa.choices") else f"medusa.choices: {exc.what}"
             raise SpecError(f"{where}: {what}", expected=exc.expected, found=exc.found, fix=exc.fix) from None
-    k = spec.speculation.max_draft_len
-    if not 1 <= k <= 256:
-        _fail(where, "speculation.max_draft_len", "an integer in 1..256", k, "use 4-8 for draft/target, the tree size for Medusa")
     b = spec.build
-    if b.max_batch_size < 1 or b.max_input_len < 1 or b.max_seq_len < 2:
-        _fail(where, "build", "positive batch and length limits", dataclasses.asdict(b), "use max_batch_size: 8, max_input_len: 1024, max_seq_len: 2048")
+    if b.max_batch_size * b.max_seq_len > INT32_MAX:
+        _fail(where, "build.max_batch_size x build.max_seq_len", f"at most {INT32_MAX} (trtllm-build caps max_num_tokens at this product; TensorRT shapes are int32)",
+              b.max_batch_size * b.max_seq_len, "lower max_batch_size or max_seq_len")
     if b.max_input_len >= b.max_seq_len:
         _fail(where, "build.max_input_len", f"less than build.max_seq_len ({b.max_seq_len})", b.max_input_len, "raise max_seq_len or lower max_input_len")
     if b.weight_only not in QUANT:
@@ -262,7 +316,43 @@ def _check_values(spec: BuildSpec, where: str, *, validate_tree: bool = True) ->
     s = spec.serving
     if not 0.0 < s.kv_cache_free_gpu_mem_fraction <= 1.0:
         _fail(where, "serving.kv_cache_free_gpu_mem_fraction", "a fraction in (0, 1]", s.kv_cache_free_gpu_mem_fraction, "use 0.9")
-    if s.gpu_memory_gb <= 0:
-        _fail(where, "serving.gpu_memory_gb", "GPU memory in GB, > 0", s.gpu_memory_gb, "use 80 (H100) or 141 (H200)")
+    if not 0.0 < s.gpu_memory_gb <= MAX_GPU_MEMORY_GB:
+        _fail(where, "serving.gpu_memory_gb", f"GPU memory per GPU in GiB, in (0, {MAX_GPU_MEMORY_GB:g}]", s.gpu_memory_gb, "use 80 (H100) or 141 (H200)")
     if s.num_gpus is not None and s.num_gpus < max(spec.target.world_size, spec.draft.world_size if spec.draft else 1):
         _fail(where, "serving.num_gpus", f"at least the target's tp*pp ({spec.target.world_size})", s.num_gpus, "raise num_gpus or lower tp_size")
+
+
+# (section, key) -> (lowest, highest, example fix): every integer of a spec has a range.
+_RANGES: dict[tuple[str, str], tuple[int, int, str]] = {
+    ("target", "tp_size"): (1, 512, "1"), ("target", "pp_size"): (1, 512, "1"),
+    ("draft", "tp_size"): (1, 512, "1"), ("draft", "pp_size"): (1, 512, "1"),
+    ("medusa", "num_heads"): (1, 64, "4"), ("medusa", "num_layers"): (1, 64, "1"),
+    ("speculation", "max_draft_len"): (1, 256, "4-8 for draft/target, the tree size for Medusa"),
+    ("build", "max_batch_size"): (1, MAX_BATCH_SIZE, "8"),
+    ("build", "max_input_len"): (1, INT32_MAX, "1024"),
+    ("build", "max_seq_len"): (2, INT32_MAX, "2048"),
+    ("build", "max_num_tokens"): (1, INT32_MAX, "8192 (or leave it unset)"),
+    ("serving", "num_gpus"): (1, 4096, "the GPUs of the host"),
+    ("serving", "max_queue_delay_microseconds"): (0, 3_600_000_000, "0"),
+    ("serving", "bls_instance_count"): (1, 1024, "4"),
+}
+
+
+def _check_ranges(spec: BuildSpec, where: str) -> None:
+    for (section, key), (low, high, example) in _RANGES.items():
+        part = getattr(spec, section)
+        value = getattr(part, key) if part is not None else None
+        if value is not None and not low <= value <= high:
+            _fail(where, f"{section}.{key}", f"an integer in {low}..{high}", value, f"set {section}.{key}: {example}")
+
+
+def _check_version(version: str, where: str) -> None:
+    """trtllm_version must be a released TensorRT-LLM with a known serving container (at load, not at serve)."""
+    from specbuild.engines.trtllm.versions import known_versions
+
+    known = known_versions()
+    if version in known:
+        return
+    close = difflib.get_close_matches(str(version), known, n=1)
+    _fail(where, "trtllm_version", "a released TensorRT-LLM version: " + ", ".join(known), version,
+          (f"did you mean {close[0]!r}? " if close else "") + f'quote it: trtllm_version: "{DEFAULT_TRTLLM_VERSION}"')

@@ -9,7 +9,6 @@ SentencePiece `tokenizer.model` bytes, then to transformers' `get_vocab()` (neve
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -75,7 +74,12 @@ def read_tokenizer(folder: str | Path) -> TokenizerInfo | None:
         info = TokenizerInfo(folder, "tokenizer.json", class_name, model.get("type"), vocab, merges, added, {})
     elif (folder / SP_MODEL).is_file():
         vocab, added = _vocab_via_transformers(folder)
-        sha = hashlib.sha256((folder / SP_MODEL).read_bytes()).hexdigest()
+        from specbuild.safe_io import InputFileError, read_bytes
+
+        try:
+            sha = hashlib.sha256(read_bytes(folder / SP_MODEL, kind="tokenizer", what="tokenizer.model")).hexdigest()
+        except InputFileError:  # not a regular file or too large: compared through the vocabulary only
+            sha = None
         info = TokenizerInfo(folder, SP_MODEL, class_name, "SentencePiece", vocab, (), added, {}, sha)
     else:
         return None
@@ -150,9 +154,11 @@ def _fmt(value: tuple[str, int | None] | None) -> str:
 def _json(path: Path) -> Any:
     if not path.is_file():
         return None
+    from specbuild.safe_io import InputFileError, read_json
+
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        return read_json(path, kind="tokenizer")  # an object, or None below
+    except InputFileError:  # unreadable, too large, not JSON: no tokenizer facts from this file
         return None
 
 

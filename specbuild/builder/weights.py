@@ -59,9 +59,12 @@ def find_weights(folder: str | Path) -> WeightFiles:
     missing: tuple[str, ...] = ()
     index = folder / INDEX
     if index.is_file():
+        from specbuild.safe_io import InputFileError, read_json
+
         try:
-            shards = set(json.loads(index.read_text()).get("weight_map", {}).values())
-        except json.JSONDecodeError:
+            weight_map = read_json(index, what="safetensors index").get("weight_map", {})
+            shards = {s for s in weight_map.values() if isinstance(s, str)} if isinstance(weight_map, dict) else set()
+        except InputFileError:
             shards = set()
         missing = tuple(sorted(s for s in shards if not (folder / s).is_file()))
     return WeightFiles(folder, safetensors, torch_bins, missing)

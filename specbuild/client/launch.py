@@ -2,9 +2,12 @@
 
 Pure argv builders (no server is started; `specbuild serve REPO --print-launch` prints them):
 * `container_image(trtllm_version)`: `nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3`
-  whose TensorRT-LLM matches the engines (NGC compatibility matrix, triton.md §4.2);
+  whose TensorRT-LLM matches the engines (engines/trtllm/versions.py: the tensorrtllm_backend
+  Dockerfile pins and the NGC matrix; 1.2.1 defaults to 26.04);
 * `docker_argv(...)`: the container run line (host network, shm, memlock/stack ulimits, all
-  GPUs, every host folder the repository points at mounted at the same path, read-only);
+  GPUs, read-only mounts of the host folders only: the repository, the engine folders (the build
+  folder at `--engine-root` when the repository was built with one) and the tokenizer folder;
+  never anything under /opt/tritonserver, which is the container's own);
 * `mpirun_argv(...)`: what tensorrtllm_backend's `scripts/launch_triton_server.py` runs
   (triton.md §4.1), written out so it needs no script inside the container. Leader mode
   (Medusa): one tritonserver per MPI rank, world size = target tp*pp, only rank 0 serves.
@@ -15,42 +18,17 @@ Pure argv builders (no server is started; `specbuild serve REPO --print-launch` 
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from specbuild.errors import ServerError
+from specbuild.errors import ServerError, SpecbuildError
 
 IMAGE_REPO = "nvcr.io/nvidia/tritonserver"
 IMAGE_SUFFIX = "trtllm-python-py3"
 CONTAINER_TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
 SHM_SIZE = "2g"  # the Python backend (pre/post-processing, BLS) moves tensors through /dev/shm
 STACK_BYTES = 67108864  # ulimit stack the TensorRT-LLM containers are documented with
-
-# TensorRT-LLM version -> NGC Triton containers shipping it (newest last); triton.md §4.2.
-CONTAINERS: dict[str, tuple[str, ...]] = {
-    "0.9.0": ("24.04", "24.05"),
-    "0.10.0": ("24.06",),
-    "0.11.0": ("24.07",),
-    "0.12.0": ("24.08",),
-    "0.13.0": ("24.09",),
-    "0.14.0": ("24.10",),
-    "0.15.0": ("24.11",),
-    "0.16.0": ("24.12",),
-    "0.17.0": ("25.01",),
-    "0.17.0.post1": ("25.02",),
-    "0.18.0": ("25.03",),
-    "0.18.2": ("25.04",),
-    "0.19.0": ("25.05",),
-    "0.20.0": ("25.06", "25.07"),
-    "0.21.0": ("25.08",),
-    "1.0.0": ("25.09", "25.10"),
-    "1.0.3.2510": ("25.11",),
-    "1.1.0": ("25.12", "26.01", "26.02"),
-    "1.2.0": ("26.03",),
-    "1.2.1": ("26.04", "26.05", "26.06", "26.07"),
-}
-
 
 @dataclass(frozen=True, kw_only=True)
 class LaunchLayout:
@@ -88,27 +66,50 @@ class LaunchLayout:
 
 
 def container_tags(trtllm_version: str) -> tuple[str, ...]:
-    if trtllm_version not in CONTAINERS:
+    """NGC tags whose TensorRT-LLM is `trtllm_version` (engines/trtllm/versions.py, with sources)."""
+    return _containers(trtllm_version).tags
+
+
+def _containers(trtllm_version: str):
+    from specbuild.engines.trtllm.versions import containers, known_versions
+
+    found = containers(trtllm_version)
+    if found is None:
         raise ServerError(
             f"no Triton TensorRT-LLM container is known for TensorRT-LLM {trtllm_version}",
-            expected="one of " + ", ".join(CONTAINERS),
+            expected="one of " + ", ".join(known_versions()),
             found=trtllm_version,
             fix="set trtllm_version in the spec to a released version (1.2.1 pairs with 26.04-26.07), or pass --container-tag",
         )
-    return CONTAINERS[trtllm_version]
+    return found
 
 
 def container_image(trtllm_version: str, *, tag: str | None = None) -> str:
-    """The image whose TensorRT-LLM built the engines (newest matching release unless `tag`)."""
-    return f"{IMAGE_REPO}:{tag or container_tags(trtllm_version)[-1]}-{IMAGE_SUFFIX}"
+    """The image whose TensorRT-LLM built the engines: its default tag (1.2.1: 26.04) unless `tag`."""
+    return f"{IMAGE_REPO}:{tag or _containers(trtllm_version).default}-{IMAGE_SUFFIX}"
 
 
-def docker_argv(image: str, *, mounts: list[Path], env: dict[str, str]) -> list[str]:
+@dataclass(frozen=True)
+class Mount:
+    """A host folder and where the container sees it (read-only)."""
+
+    host: Path
+    container: str
+
+    def __post_init__(self) -> None:
+        if not Path(self.container).is_absolute() or self.container.rstrip("/") in ("", CONTAINER_ROOT) \
+                or self.container.startswith(CONTAINER_ROOT + "/"):
+            raise ServerError(f"cannot mount {self.host} at {self.container} in the container",
+                              expected=f"an absolute path outside {CONTAINER_ROOT} (the container's own files)",
+                              found=self.container, fix="regenerate the repository with another --engine-root / --tokenizer-dir")
+
+
+def docker_argv(image: str, *, mounts: list[Mount], env: dict[str, str]) -> list[str]:
     """`docker run` up to and including the image; the server command follows it."""
     argv = ["docker", "run", "--rm", "-it", "--net", "host", f"--shm-size={SHM_SIZE}",
             "--ulimit", "memlock=-1", "--ulimit", f"stack={STACK_BYTES}", "--gpus", "all"]
-    for path in sorted({str(Path(p)) for p in mounts}):
-        argv += ["-v", f"{path}:{path}:ro"]  # same path inside: config.pbtxt paths stay valid
+    for m in sorted(set(mounts), key=lambda m: (m.container, str(m.host))):
+        argv += ["-v", f"{m.host}:{m.container}:ro"]
     for key, value in sorted(env.items()):
         argv += ["-e", f"{key}={value}"]
     return argv + [image]
@@ -144,33 +145,87 @@ def mpirun_argv(
     return argv
 
 
-def repo_mounts(repo: Path) -> list[Path]:
-    """The repository and every absolute folder its configs point at (engines, tokenizer)."""
-    mounts = [Path(repo).resolve()]
-    for config in sorted(Path(repo).glob("*/config.pbtxt")):
-        for line in config.read_text().splitlines():
-            line = line.strip()
-            if line.startswith("string_value:"):
-                value = line.split(":", 1)[1].strip().strip('"')
-                if value.startswith("/"):
-                    mounts.append(Path(value))
-    return mounts
+# config.pbtxt parameters that name host folders the server reads: the engines and the tokenizer.
+# Everything else that looks like a path (executor_worker_path) is inside the container.
+MOUNTED_PARAMETERS = ("gpt_model_path", "tokenizer_dir")
+CONTAINER_ROOT = "/opt/tritonserver"
+
+
+def repo_mounts(repo: Path) -> list[Mount]:
+    """The repository (same path inside), the engine folders and the tokenizer folder, each once.
+
+    With `repo --engine-root ROOT` the build folder is mounted at ROOT, and with a container
+    `--tokenizer-dir` the host tokenizer folder at that path (the repository's specbuild.json records
+    both host folders); other absolute paths are host paths mounted at the same place.
+    """
+    from specbuild.model_repo.configs import parse_text
+    from specbuild.safe_io import read_text
+
+    repo = Path(repo).resolve()
+    manifest = _manifest(repo)
+    mounts = [Mount(repo, str(repo))]
+    root, build = manifest.get("engine_root"), manifest.get("build_dir")
+    if root and build:
+        mounts.append(Mount(Path(build), str(root)))
+    served_tok = (manifest.get("layout") or {}).get("tokenizer_dir")
+    host_tok = manifest.get("tokenizer_dir_host")
+    for config in sorted(repo.glob("*/config.pbtxt")):
+        try:
+            parsed = parse_text(read_text(config, kind="config", what="model configuration"))
+        except Exception as exc:  # a broken config: `repo check` explains it
+            raise ServerError(f"cannot read {config}", expected="a valid config.pbtxt", found=str(exc)[:200],
+                              fix="run `specbuild repo check REPO`, or regenerate the repository") from None
+        for key in MOUNTED_PARAMETERS:
+            value = parsed.parameters[key].string_value if key in parsed.parameters else ""
+            if not value.startswith("/") or value == CONTAINER_ROOT or value.startswith(CONTAINER_ROOT + "/"):
+                continue
+            if root and build and (value == root or value.startswith(str(root).rstrip("/") + "/")):
+                continue  # inside the mounted build folder
+            if key == "tokenizer_dir" and host_tok and value == served_tok and served_tok != host_tok:
+                mounts.append(Mount(Path(host_tok), value))
+            else:
+                mounts.append(Mount(Path(value), value))
+    return _drop_nested(mounts)
+
+
+def _drop_nested(mounts: list[Mount]) -> list[Mount]:
+    """Keep each mount once, and none that a broader mount already shows at the same place."""
+    out: list[Mount] = []
+    for m in sorted(set(mounts), key=lambda m: len(m.container)):
+        covered = any(Path(m.container).is_relative_to(o.container)
+                      and m.host == o.host / Path(m.container).relative_to(o.container) for o in out)
+        if not covered:
+            out.append(m)
+    return sorted(out, key=lambda m: m.container)
+
+
+def _manifest(repo: Path) -> dict[str, Any]:
+    from specbuild.safe_io import read_json
+
+    try:
+        return read_json(Path(repo) / "specbuild.json", kind="manifest", what="repository manifest")
+    except SpecbuildError as exc:
+        raise ServerError(
+            f"cannot read the deployment layout of {repo}",
+            expected=f"{Path(repo) / 'specbuild.json'} with the resolved build spec under \"spec\" (written by `specbuild repo`)",
+            found=exc.what, fix="generate the repository with `specbuild repo BUILD_DIR --out REPO`",
+        ) from None
 
 
 def read_layout(repo: Path) -> LaunchLayout:
     """The layout recorded in the repository's specbuild.json (its resolved spec)."""
-    import json
-
-    manifest = Path(repo) / "specbuild.json"
+    data = _manifest(repo)
     try:
-        data = json.loads(manifest.read_text())
-        return LaunchLayout.from_spec_dict(data["spec"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        layout = LaunchLayout.from_spec_dict(data["spec"])
+        # `repo --trtllm-version V` names the serving container's TensorRT-LLM; the manifest records it
+        served = data.get("trtllm_version")
+        return replace(layout, trtllm_version=str(served)) if served else layout
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ServerError(
             f"cannot read the deployment layout of {repo}",
-            expected=f"{manifest} with the resolved build spec under \"spec\" (written by `specbuild repo`)",
+            expected=f"{Path(repo) / 'specbuild.json'} with the resolved build spec under \"spec\" (written by `specbuild repo`)",
             found=f"{type(exc).__name__}: {exc}",
-            fix="generate the repository with `specbuild repo BUILD_DIR OUT`",
+            fix="generate the repository with `specbuild repo BUILD_DIR --out REPO`",
         ) from None
 
 

@@ -9,12 +9,13 @@ specbuild.json. Each finding names the file, the field and the fix.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specbuild.errors import SpecbuildError
 from specbuild.model_repo.configs import REQUIRED_ENGINE_PARAMETERS
+from specbuild.safe_io import read_bytes, read_json, read_text, shorten
 
 ENGINE_MODELS = ("tensorrt_llm", "tensorrt_llm_draft")
 REQUIRED_PARAMETERS = {
@@ -23,7 +24,6 @@ REQUIRED_PARAMETERS = {
     "tensorrt_llm_bls": ("tensorrt_llm_model_name",),
 }
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
-DECODING_MODE_FOR = {"medusa": "medusa", "draft_tokens_external": None, None: None}  # None: any non-speculative mode
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,12 @@ class _Repo:
         self.findings: list[Finding] = []
         self.configs: dict[str, Any] = {}
         manifest_path = root / "specbuild.json"
-        self.manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+        self.manifest: dict[str, Any] = {}
+        if manifest_path.exists():
+            try:
+                self.manifest = read_json(manifest_path, kind="manifest", what="repository manifest")
+            except SpecbuildError as exc:
+                self.fail("specbuild.json", "-", f"{exc.what} ({exc.found})", "regenerate the repository with `specbuild repo --force`")
 
     def fail(self, file: str, field: str, problem: str, fix: str) -> None:
         self.findings.append(Finding(file, field, problem, fix))
@@ -70,7 +75,11 @@ def check_repo(root: str | Path) -> list[Finding]:
     repo = _Repo(Path(root))
     if not repo.root.is_dir():
         return [Finding(str(root), "-", "no such folder", "pass the folder `specbuild repo` wrote")]
+    from specbuild.model_repo import check_triton
+
+    check_triton.check_folders(repo)
     _parse_all(repo)
+    check_triton.check_batching(repo)
     engines = _check_engines(repo)
     _check_speculation(repo, engines)
     _check_logits(repo, engines)
@@ -86,18 +95,24 @@ def _parse_all(repo: _Repo) -> None:
 
     from specbuild.model_repo.configs import parse_text
 
+    unreadable = set()
     for path in sorted(repo.root.glob("*/config.pbtxt")):
         rel = path.relative_to(repo.root).as_posix()
         try:
-            cfg = parse_text(path.read_text())
+            cfg = parse_text(read_text(path, kind="config", what="model configuration"))
+        except SpecbuildError as exc:  # too large, not a file, not UTF-8 (binary)
+            repo.fail(rel, "-", f"{exc.what} ({exc.found})", "regenerate it with `specbuild repo --force`")
+            unreadable.add(path.parent.name)
+            continue
         except text_format.ParseError as exc:
-            repo.fail(rel, "-", f"not a valid inference.ModelConfig: {exc}", "regenerate it with `specbuild repo --force`")
+            repo.fail(rel, "-", f"not a valid inference.ModelConfig: {shorten(str(exc))}", "regenerate it with `specbuild repo --force`")
+            unreadable.add(path.parent.name)
             continue
         if cfg.name and cfg.name != path.parent.name:
             repo.fail(rel, "name", f"{cfg.name!r} differs from its folder {path.parent.name!r}", f'set name: "{path.parent.name}"')
         repo.configs[path.parent.name] = cfg
     for model in ("ensemble", "preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_bls"):
-        if model not in repo.configs:
+        if model not in repo.configs and model not in unreadable:
             repo.fail(f"{model}/config.pbtxt", "-", "missing", "regenerate the repository with `specbuild repo`")
 
 
@@ -116,7 +131,12 @@ def _check_engines(repo: _Repo) -> dict[str, dict]:
             repo.fail(rel, "parameters.gpt_model_path", f"engine folder {folder} does not exist (or has no config.json)",
                       "build the engines (`specbuild compile`, then build.sh on a GPU host) or fix the path / --engine-root")
             continue
-        cfg = json.loads((folder / "config.json").read_text())
+        try:
+            cfg = read_json(folder / "config.json", what="engine config.json")
+        except SpecbuildError as exc:
+            repo.fail(rel, "parameters.gpt_model_path", f"{exc.what} ({exc.found})",
+                      "rebuild the engine (`specbuild compile`, or build.sh on a GPU host)")
+            continue
         out[model] = cfg
         if repo.configs[model].backend == "tensorrtllm" and not any(folder.glob("rank*.engine")):
             repo.fail(rel, "parameters.gpt_model_path", f"{folder} holds no rank*.engine (a reference engine or an unbuilt plan)",
@@ -128,18 +148,30 @@ def _check_speculation(repo: _Repo, engines: dict[str, dict]) -> None:
     target = engines.get("tensorrt_llm")
     if target is None:
         return
+    from specbuild.engines.trtllm.build_config import SpeculativeDecodingMode as Mode
+
     build = target.get("build_config") or {}
-    mode = build.get("speculative_decoding_mode")
-    max_draft_len = int(build.get("max_draft_len") or 0)
+    raw = build.get("speculative_decoding_mode")
     rel = "tensorrt_llm/config.pbtxt"
+    # trtllm-build records the IntFlag's integer (MEDUSA = 4); older specbuild folders the CLI name
+    mode = Mode.from_recorded(raw)
+    if mode is None:
+        repo.fail(rel, "parameters.gpt_model_path", f"the engine's build_config.speculative_decoding_mode {shorten(raw)} is not a TensorRT-LLM mode",
+                  "rebuild the engine (its config.json is damaged or from an unknown TensorRT-LLM)")
+        return
+    shown = f"{mode.name} ({int(mode)})"
+    try:
+        max_draft_len = int(build.get("max_draft_len") or 0)
+    except (TypeError, ValueError):
+        max_draft_len = 0
     decoding = repo.param("tensorrt_llm", "decoding_mode") or ""
-    if mode == "medusa" and decoding != "medusa":
-        repo.fail(rel, "parameters.decoding_mode", f"{decoding!r} but the engine was built with speculative_decoding_mode medusa",
+    if mode is Mode.MEDUSA and decoding != "medusa":
+        repo.fail(rel, "parameters.decoding_mode", f"{decoding!r} but the engine was built with speculative_decoding_mode {shown}",
                   'set decoding_mode to "medusa"')
-    if mode != "medusa" and decoding == "medusa":
-        repo.fail(rel, "parameters.decoding_mode", f"medusa but the engine's speculative_decoding_mode is {mode}",
+    if mode is not Mode.MEDUSA and decoding == "medusa":
+        repo.fail(rel, "parameters.decoding_mode", f"medusa but the engine's speculative_decoding_mode is {shown}",
                   'set decoding_mode to "top_k_top_p" (or rebuild the engine with Medusa heads)')
-    if mode == "medusa":
+    if mode is Mode.MEDUSA:
         _check_medusa_tree(repo, target, max_draft_len)
     k = repo.param("tensorrt_llm_bls", "default_num_draft_tokens")
     draft_name = repo.param("tensorrt_llm_bls", "tensorrt_llm_draft_model_name")
@@ -147,9 +179,9 @@ def _check_speculation(repo: _Repo, engines: dict[str, dict]) -> None:
         if draft_name not in repo.configs:
             repo.fail("tensorrt_llm_bls/config.pbtxt", "parameters.tensorrt_llm_draft_model_name",
                       f"names {draft_name!r}, which is not in the repository", "set it to tensorrt_llm_draft or regenerate")
-        if mode != "draft_tokens_external":
+        if mode is not Mode.DRAFT_TOKENS_EXTERNAL:
             repo.fail("tensorrt_llm/config.pbtxt", "parameters.gpt_model_path",
-                      f"the target engine's speculative_decoding_mode is {mode}, but the BLS drafts with {draft_name}",
+                      f"the target engine's speculative_decoding_mode is {shown}, but the BLS drafts with {draft_name}",
                       "rebuild the target with --speculative_decoding_mode draft_tokens_external --max_draft_len K")
         if k is not None and k.isdigit() and int(k) > max_draft_len:
             repo.fail("tensorrt_llm_bls/config.pbtxt", "parameters.default_num_draft_tokens",
@@ -236,7 +268,10 @@ def _tokenizer_size(folder: Path) -> int:
     path = folder / "tokenizer.json"
     if not path.is_file():
         return 0
-    data = json.loads(path.read_text())
+    try:
+        data = read_json(path, kind="tokenizer", what="tokenizer.json")
+    except SpecbuildError:
+        return 0  # unreadable: the tokenizer rows of `check` and the server say why
     ids = set(((data.get("model") or {}).get("vocab") or {}).values()) if isinstance((data.get("model") or {}).get("vocab"), dict) else set()
     ids |= {t.get("id") for t in data.get("added_tokens") or [] if isinstance(t, dict)}
     return max((i for i in ids if isinstance(i, int)), default=-1) + 1
@@ -245,7 +280,10 @@ def _tokenizer_size(folder: Path) -> int:
 def _same_tokenizer(folders: list[Path]) -> bool:
     """Two folders hold the same tokenizer when their tokenizer files are byte-identical."""
     def digest(folder: Path) -> tuple:
-        return tuple((f, (folder / f).read_bytes()) for f in TOKENIZER_FILES if (folder / f).is_file())
+        import hashlib
+
+        return tuple((f, hashlib.sha256(read_bytes(folder / f, kind="tokenizer")).hexdigest())
+                     for f in TOKENIZER_FILES if (folder / f).is_file())
 
     first = digest(folders[0])
     return all(digest(f) == first for f in folders[1:])

@@ -16,12 +16,61 @@ from specbuild.cli_common import EXIT_CHECK_FAILED, console, handle_errors
 
 
 class _DefaultToBuild(TyperGroup):
-    """A group that runs `build` when the first word is not one of its commands (a BUILD_DIR)."""
+    """A group that runs `build` when the first word is not one of its commands (a BUILD_DIR).
+
+    A build folder may itself be named like a command: `specbuild repo build --out R` names no
+    BUILD_DIR after `build`, so when a folder `build` exists here it is the BUILD_DIR (the usual
+    `compile --out build`); `specbuild repo check` works the same way for a folder named `check`
+    holding a build (a repository named `check` is checked as before).
+    """
 
     def parse_args(self, ctx, args):
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
             args = ["build", *args]
+        elif args and args[0] in self.commands and not _has_positional(args[1:], self.commands[args[0]]):
+            if _is_build_folder(Path(args[0])):
+                args = ["build", *args]
+            elif args[0] == "build" and not {"--help", "-h"} & set(args[1:]):
+                raise _usage_error()(
+                    "no BUILD_DIR given: `build` here is the subcommand (`specbuild repo build BUILD_DIR --out REPO`), "
+                    "and there is no build folder named `build` in the current folder", ctx=ctx)
         return super().parse_args(ctx, args)
+
+
+def _usage_error() -> type:
+    """click's UsageError as the running Typer uses it (Typer >= 0.20 vendors click as typer._click)."""
+    try:
+        from typer._click.exceptions import UsageError
+    except ImportError:  # older Typer: plain click
+        from click.exceptions import UsageError
+    return UsageError
+
+
+def _has_positional(rest: list[str], command) -> bool:
+    """Does `rest` hold a positional argument of `command` (an option's value is not one)?"""
+    valued = {opt for p in command.params if p.param_type_name == "option" and not getattr(p, "is_flag", False) for opt in p.opts}
+    skip = False
+    for token in rest:
+        if skip:
+            skip = False
+        elif token.startswith("-"):
+            skip = token in valued  # `--out R` (not `--out=R`)
+        else:
+            return True
+    return False
+
+
+def _is_build_folder(folder: Path) -> bool:
+    """A folder written by `specbuild compile` (its manifest says kind "build")."""
+    if not (folder / "specbuild.json").is_file():
+        return False
+    from specbuild.errors import SpecbuildError
+    from specbuild.safe_io import read_json
+
+    try:
+        return read_json(folder / "specbuild.json", kind="manifest").get("kind") == "build"
+    except SpecbuildError:
+        return False
 
 
 repo_app = typer.Typer(

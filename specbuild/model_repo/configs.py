@@ -38,6 +38,7 @@ class EngineModel:
     enable_kv_cache_reuse: bool
     max_tokens_in_paged_kv_cache: int | None = None  # equal token pools for draft and target
     medusa_choices: str | None = None  # MedusaChoices.to_triton(): `{0}, {0, 0}` (no outer braces)
+    enable_chunked_context: bool = False  # serving.enable_chunked_context: prompts up to max_seq_len - 1 in chunks
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,7 +128,7 @@ def engine_config(layout: RepoLayout, engine: EngineModel):
         "exclude_input_in_output": "false",
         "enable_kv_cache_reuse": _bool(engine.enable_kv_cache_reuse),
         "normalize_log_probs": "true",
-        "enable_chunked_context": "false",
+        "enable_chunked_context": _bool(engine.enable_chunked_context),
         "gpu_device_ids": ",".join(str(i) for i in engine.gpu_device_ids),
         "decoding_mode": engine.decoding_mode,
         "cancellation_check_period_ms": "100",

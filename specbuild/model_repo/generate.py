@@ -13,7 +13,6 @@ the same way. The repository manifest records both mappings so `repo check` can 
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -83,7 +82,9 @@ def read_build(build_dir: str | Path) -> BuildInfo:
 
 
 def _json(path: Path) -> dict[str, Any] | None:
-    return json.loads(path.read_text()) if path.is_file() else None
+    from specbuild.safe_io import read_json
+
+    return read_json(path, what="engine config.json") if path.is_file() else None
 
 
 def kv_fractions(build: BuildInfo, *, strict: bool) -> tuple[float, float | None, int | None]:
@@ -129,9 +130,10 @@ def plan_layout(
                         fix="pass --backend tensorrtllm (GPU containers) or --backend python (local)")
     version = trtllm_version or spec.trtllm_version
     from specbuild.builder.spec import parse_version
+    from specbuild.engines.trtllm.versions import known_versions
 
-    if not parse_version(version):
-        raise RepoError(f"cannot read TensorRT-LLM version {version!r}", expected="a version such as 1.2.1 or 0.19.0",
+    if not parse_version(version) or version not in known_versions():
+        raise RepoError(f"unknown TensorRT-LLM version {version!r}", expected="a released version: " + ", ".join(known_versions()),
                         found=version, fix="pass --trtllm-version 1.2.1 (the TensorRT-LLM inside the serving container)")
 
     def served(path: Path) -> str:
@@ -156,6 +158,7 @@ def plan_layout(
         enable_kv_cache_reuse=not medusa,  # the BLS re-sends the growing prefix every round
         max_tokens_in_paged_kv_cache=kv_tokens,
         medusa_choices=spec.medusa_choices().to_triton() if medusa else None,
+        enable_chunked_context=spec.serving.enable_chunked_context,
     )
     draft = None
     if not medusa:
@@ -168,6 +171,7 @@ def plan_layout(
             decoding_mode="top_k_top_p",
             enable_kv_cache_reuse=True,
             max_tokens_in_paged_kv_cache=kv_tokens,
+            enable_chunked_context=spec.serving.enable_chunked_context,
         )
     return RepoLayout(
         mode=spec.mode,
@@ -193,8 +197,9 @@ def _bls_limits(build: BuildInfo) -> dict[str, int]:
     configs = [e.config.get("build_config") for e in build.engines.values() if e.config]
     if len(configs) != len(build.engines) or not all(isinstance(c, dict) and c.get("max_seq_len") for c in configs):
         return {}
-    limits = RequestLimits.tightest(*(EngineLimits.from_build_config(c).request_limits(growing_prefix=len(configs) > 1)
-                                      for c in configs))
+    chunked = build.spec.serving.enable_chunked_context  # the engine models' parameter
+    limits = RequestLimits.tightest(*(EngineLimits.from_build_config(c, enable_chunked_context=chunked)
+                                      .request_limits(growing_prefix=len(configs) > 1) for c in configs))
     return {"max_prompt_tokens": limits.max_input_len, "max_total_tokens": limits.max_total_len}
 
 
@@ -227,7 +232,9 @@ def generate_repo(
                          tokenizer_dir=tokenizer_dir)
     configs = all_configs(layout)
     out = Path(out)
-    with atomic_output_dir(out, force=force) as tmp:
+    inputs = {"build folder": build.build_dir, "tokenizer folder": build.tokenizer_dir,
+              **{f"{role} engine folder": e.path for role, e in build.engines.items()}, "specbuild's Python models": PYTHON_MODELS}
+    with atomic_output_dir(out, force=force, inputs=inputs) as tmp:
         for name, config in configs.items():
             (tmp / name / "1").mkdir(parents=True)
             (tmp / name / "config.pbtxt").write_text(to_text(config))

@@ -56,7 +56,12 @@ def load_checkpoint(path: Path) -> TrainState:
     from safetensors.torch import load_file
 
     try:
-        meta = json.loads((path / "state.json").read_text())
+        from specbuild.safe_io import InputFileError, read_json
+
+        try:
+            meta = read_json(path / "state.json", what="checkpoint state.json")
+        except InputFileError as exc:
+            raise OSError(exc.message()) from None
         heads = load_file(str(path / "heads.safetensors"))
         opt_tensors = load_file(str(path / "optimizer.safetensors"))
         rng = load_file(str(path / "rng.safetensors"))

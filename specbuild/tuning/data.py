@@ -19,7 +19,12 @@ def read_texts(path: str | Path) -> list[str]:
     path = Path(path)
     if not path.is_file():
         raise TrainingError(f"data file {path} not found", expected="a .txt or .jsonl file", found="no such file", fix="check --data / --prompts")
-    lines = path.read_text(encoding="utf-8").splitlines()
+    from specbuild.safe_io import InputFileError, read_text
+
+    try:
+        lines = read_text(path, kind="text", what="text file").splitlines()
+    except InputFileError as exc:
+        raise TrainingError(exc.what, expected=exc.expected, found=exc.found, fix=exc.fix) from None
     if path.suffix == ".jsonl":
         texts = [_jsonl_text(line, path, n) for n, line in enumerate(lines, 1) if line.strip()]
     else:

@@ -156,7 +156,9 @@ def load_heads(folder: str | Path) -> MedusaHeads:
             found=", ".join(sorted(p.name for p in folder.iterdir())) if folder.is_dir() else "no such folder",
             fix="train heads with `specbuild train-medusa` or point at the heads folder",
         )
-    config = HeadsConfig.from_json(json.loads(cfg_path.read_text()), str(cfg_path))
+    from specbuild.safe_io import read_json
+
+    config = HeadsConfig.from_json(read_json(cfg_path, what="Medusa heads config.json"), str(cfg_path))
     heads = MedusaHeads(config)
     heads.load_hf_state_dict({k: v.float() for k, v in load_file(str(weights)).items()}, str(weights))
     return heads

@@ -75,6 +75,7 @@ def load_base(ref: str | Path, *, device: str = "auto") -> BaseModel:
 
     folder = resolve_model(ref, what="base model")
     hf = HFModelConfig.from_hf(folder)
+    _refuse_pickle_only(folder)
     stored = getattr(torch, hf.dtype)
     dev = pick_device(device)
     run_dtype = stored if dev.type == "cuda" else torch.float32
@@ -85,3 +86,18 @@ def load_base(ref: str | Path, *, device: str = "auto") -> BaseModel:
         raise TrainingError(f"cannot load the base model {folder}", expected="a transformers causal LM folder (config, tokenizer, weights)", found=str(exc).splitlines()[0], fix="check the folder, or re-save it with transformers") from None
     model.eval().requires_grad_(False).to(dev)
     return BaseModel(folder=folder, model=model, tokenizer=tokenizer, device=dev, stored_dtype=stored)
+
+
+def _refuse_pickle_only(folder: Path) -> None:
+    """Weights only as pytorch_model*.bin (pickle): never loaded; safetensors are required."""
+    from specbuild.builder.weights import find_weights
+
+    weights = find_weights(folder)
+    if not weights.safetensors:
+        found = ", ".join(p.name for p in weights.torch_bins[:3]) or "no weight files"
+        raise TrainingError(
+            f"{folder} has no safetensors weights",
+            expected="model*.safetensors (a pickle file can run code when loaded, so specbuild never unpickles model weights)",
+            found=found,
+            fix="convert the weights once where you trust them: model.save_pretrained(folder, safe_serialization=True)",
+        )

@@ -14,13 +14,24 @@ from pathlib import Path
 from typing import Any
 
 
-def set_spec_value(path: Path, section: str, key: str, value: Any) -> bool:
-    """Set section.key = value in the YAML spec at `path`. Returns True when comments were kept."""
+def set_spec_value(path: Path, section: str, key: str, value: Any, *, inputs: dict[str, Any] | None = None) -> bool:
+    """Set section.key = value in the YAML spec at `path`. Returns True when comments were kept.
+
+    The spec is replaced in one rename (safe_io.atomic_write_text): a read-only spec or a full disk
+    is a clear error and leaves the spec as it was. `inputs` (the files tune read) may not be the spec.
+    """
     import yaml
 
-    from specbuild.builder.spec import load_spec, save_spec_yaml, spec_from_dict
+    from specbuild.builder.spec import (
+        load_spec,
+        parse_spec_yaml,
+        read_spec_text,
+        save_spec_yaml,
+        spec_from_dict,
+    )
+    from specbuild.safe_io import atomic_write_text
 
-    text = path.read_text()
+    text = read_spec_text(path)
     edited = edit_text(text, section, key, value)
     try:
         raw = yaml.safe_load(edited)
@@ -30,13 +41,13 @@ def set_spec_value(path: Path, section: str, key: str, value: Any) -> bool:
     except Exception:  # any parse/validation failure: fall back to a full rewrite
         ok = False
     if ok:
-        path.write_text(edited)
+        atomic_write_text(path, edited, inputs=inputs, option="the spec")
         return True
     spec = load_spec(path)
-    raw = yaml.safe_load(text)
+    raw = parse_spec_yaml(text, where=str(path))
     raw.setdefault(section, {})[key] = value
     spec = spec_from_dict(raw, source=spec.source)
-    save_spec_yaml(spec, path)
+    save_spec_yaml(spec, path, inputs=inputs)
     return False
 
 

@@ -30,6 +30,10 @@ from specbuild.tuning.progress import Reporter
 
 METRICS_FILE = "metrics.json"
 MANIFEST_KIND = "medusa_heads"
+# option -> (lowest, highest): each bounds memory or time of one run
+_RANGES = {"num_heads": (1, 64), "num_layers": (1, 64), "steps": (1, 10_000_000), "batch_size": (1, 65536),
+           "seq_len": (1, 1 << 20), "topk": (1, 1000), "checkpoint_every": (0, 10_000_000), "seed": (0, 2**32 - 1)}  # seeds derive from seed * 1_000_003 (< 2**63)
+_FLOAT_MAX = {"lr": 1.0, "head_decay": 1.0}  # AdamW peak learning rate; loss weight of head h is decay**h
 
 
 @dataclass(frozen=True)
@@ -177,14 +181,23 @@ def head_accuracy(base: BaseModel, heads: MedusaHeads, windows: torch.Tensor, *,
 # ---- data, resume, output ----------------------------------------------------------------------------
 
 def _check_options(config: TrainConfig) -> None:
-    bad = [(n, v) for n, v in (("num_heads", config.num_heads), ("num_layers", config.num_layers), ("steps", config.steps), ("batch_size", config.batch_size), ("topk", config.topk)) if v < 1]
-    if bad or config.seq_len < config.num_heads + 3 or config.lr <= 0 or config.checkpoint_every < 0:
+    bad = [f"{n}={v}" for n, (low, high) in _RANGES.items() if not low <= (v := getattr(config, n)) <= high]
+    floats = {"lr": config.lr, "head_decay": config.head_decay}
+    bad += [f"{n}={v}" for n, v in floats.items() if not (math.isfinite(v) and 0 < v <= _FLOAT_MAX[n])]
+    if bad or config.seq_len < config.num_heads + 3:
         raise TrainingError(
             "impossible training options",
-            expected="num_heads, num_layers, steps, batch_size, topk >= 1; seq_len >= num_heads + 3; lr > 0; checkpoint_every >= 0",
-            found=f"{bad or ''} seq_len={config.seq_len} lr={config.lr} checkpoint_every={config.checkpoint_every}",
+            expected=", ".join(f"{n} in {lo}..{hi}" for n, (lo, hi) in _RANGES.items())
+            + "; seq_len >= num_heads + 3; lr in (0, 1]; head_decay in (0, 1] (finite numbers)",
+            found=", ".join(bad) or f"seq_len={config.seq_len} with num_heads={config.num_heads}",
             fix="see `specbuild train-medusa --help`",
         )
+    from specbuild.builder.resolve import resolve_model
+    from specbuild.safe_io import guard_output
+
+    inputs = {"base model": resolve_model(config.model, what="base model"), "training data": config.data}
+    guard_output(config.out, inputs)
+    guard_output(config.checkpoint_dir, inputs, option="the checkpoint folder (beside --out)")
     if config.out.exists() and not config.force:
         raise OutputExistsError(f"output folder {config.out} already exists", expected="a new path", found=str(config.out), fix="choose another --out or pass --force")
     if not config.resume and ckpt.latest_checkpoint(config.checkpoint_dir) is not None:
@@ -273,7 +286,7 @@ def _maybe_resume(config: TrainConfig, heads: MedusaHeads, optimizer, base: Base
 def _write_output(config: TrainConfig, base: BaseModel, heads: MedusaHeads, metrics: dict[str, Any]) -> Path:
     from specbuild.manifest import atomic_output_dir, write_manifest
 
-    with atomic_output_dir(config.out, force=config.force) as tmp:
+    with atomic_output_dir(config.out, force=config.force, inputs={"base model": base.folder, "training data": config.data}) as tmp:
         save_heads(heads, tmp, dtype=base.stored_dtype)
         (tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
         write_manifest(tmp, kind=MANIFEST_KIND, base_model=str(base.folder), options=config.to_dict(), metrics=metrics)

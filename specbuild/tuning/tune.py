@@ -56,6 +56,11 @@ def tune_spec(spec_path: Path, options: TuneOptions, *, reporter: Reporter | Non
 
     rep = reporter or Reporter()
     spec = load_spec(spec_path)
+    options.validate(spec)
+    if options.write:
+        from specbuild.safe_io import check_writable
+
+        check_writable(spec_path, option="the spec")  # before minutes of profiling, not after
     texts = read_texts(options.prompts)
     with open_engine(spec, options.engine, rep) as engine:
         prompts = [engine.tokenizer(t, add_special_tokens=True)["input_ids"] for t in texts]
@@ -67,7 +72,8 @@ def tune_spec(spec_path: Path, options: TuneOptions, *, reporter: Reporter | Non
             held = [engine.tokenizer(t, add_special_tokens=True)["input_ids"] for t in read_texts(options.eval_prompts)]
             report = _measure(report, engine, held, options, rep)
     if options.write:
-        report = _write(spec_path, report)
+        report = _write(spec_path, report, inputs={"--prompts file": options.prompts, "--eval-prompts file": options.eval_prompts,
+                                                   "--engine folder": options.engine})
     return report
 
 
@@ -190,13 +196,13 @@ def _measure(report: TuneReport, engine, prompts, options: TuneOptions, rep: Rep
     return replace(report, details={**report.details, "measured": measured})
 
 
-def _write(spec_path: Path, report: TuneReport) -> TuneReport:
+def _write(spec_path: Path, report: TuneReport, *, inputs: dict[str, Any]) -> TuneReport:
     from dataclasses import replace
 
     from specbuild.tuning.spec_edit import set_spec_value
 
     if report.mode == "draft_target":
-        kept = set_spec_value(spec_path, "speculation", "max_draft_len", report.chosen.value)
+        kept = set_spec_value(spec_path, "speculation", "max_draft_len", report.chosen.value, inputs=inputs)
     else:
-        kept = set_spec_value(spec_path, "medusa", "choices", report.chosen.value)
+        kept = set_spec_value(spec_path, "medusa", "choices", report.chosen.value, inputs=inputs)
     return replace(report, written="kept comments" if kept else "rewrote the spec (comments lost)")

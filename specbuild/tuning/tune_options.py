@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+# option -> (lowest, highest): K and tree sizes share the spec's speculation.max_draft_len range
+RANGES = {"max_tokens": (1, 4096), "topk": (1, 100), "k_max": (1, 256), "budget": (1, 256)}
 
 
 @dataclass(frozen=True)
@@ -16,3 +21,18 @@ class TuneOptions:
     eval_prompts: Path | None = None  # held-out prompts: measure the chosen and current settings on the engine
     engine: Path | None = None  # a `specbuild compile` output to run instead of converting the spec
     write: bool = False
+
+    def validate(self, spec: Any = None) -> None:
+        """Every numeric option in its range (a K of 0 or 10000 is a mistake, not a request)."""
+        from specbuild.errors import TrainingError
+
+        for name, (low, high) in RANGES.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, float) and not math.isfinite(value) or not low <= value <= high:
+                raise TrainingError(f"--{name.replace('_', '-')} {value} is out of range", expected=f"an integer in {low}..{high}",
+                                    found=str(value), fix=f"pass --{name.replace('_', '-')} between {low} and {high}")
+        if spec is not None and self.budget is not None and spec.mode != "medusa":
+            raise TrainingError("--budget is for Medusa specs", expected="--k-max for draft/target", found=f"mode {spec.mode}",
+                                fix="drop --budget, or use --k-max")

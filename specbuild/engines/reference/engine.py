@@ -21,7 +21,6 @@ What the local Triton `tensorrt_llm` Python model calls (all thread-safe, one lo
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 import time
 from dataclasses import dataclass
@@ -52,7 +51,7 @@ def _build_config(folder: Path | None) -> dict | None:
     path = folder / "config.json" if folder is not None else None
     if path is None or not path.is_file():
         return None
-    build = json.loads(path.read_text()).get("build_config")
+    build = _read_json(path).get("build_config")
     return build if isinstance(build, dict) and build.get("max_seq_len") else None
 
 
@@ -81,7 +80,7 @@ def locate(path: str | Path) -> EngineLayout:
             mode=spec.get("mode"),
             build_config=_build_config(where("target")),
         )
-    raw = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else {}
+    raw = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
     build_config = raw.get("build_config") or {}
     return EngineLayout(target=folder, tokenizer_dir=_tokenizer_of(folder, manifest), max_draft_len=build_config.get("max_draft_len") or None,
                         build_config=_build_config(folder))
@@ -382,7 +381,17 @@ def _manifest(folder: Path) -> dict[str, Any]:
         raise EngineError(f"{folder} is not a folder", expected="a `specbuild compile` output, an engine folder or a TensorRT-LLM checkpoint",
                           found="no such folder", fix="check the --engine path")
     path = folder / "specbuild.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+    return _read_json(path, kind="manifest") if path.is_file() else {}
+
+
+def _read_json(path: Path, *, kind: str = "config") -> dict[str, Any]:
+    """A bounded JSON object (safe_io); a damaged file is an EngineError naming it."""
+    from specbuild.safe_io import InputFileError, read_json
+
+    try:
+        return read_json(path, kind=kind)
+    except InputFileError as exc:
+        raise EngineError(exc.what, expected=exc.expected, found=exc.found, fix="rebuild it with `specbuild compile`") from None
 
 
 def _tokenizer_of(folder: Path, manifest: dict[str, Any]) -> Path | None:

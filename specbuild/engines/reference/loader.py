@@ -20,7 +20,6 @@ and `medusa.{h}.lm_head`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +49,12 @@ def read_checkpoint_config(folder: Path) -> dict[str, Any]:
             found=", ".join(sorted(p.name for p in folder.iterdir())[:8]) if folder.is_dir() else "no such folder",
             fix="point at the folder `specbuild convert` or `specbuild compile` wrote",
         )
-    raw = json.loads(path.read_text())
+    from specbuild.safe_io import InputFileError, read_json
+
+    try:
+        raw = read_json(path, what="checkpoint config.json")
+    except InputFileError as exc:
+        raise CheckpointError(exc.what, expected=exc.expected, found=exc.found, fix="re-run `specbuild convert` / `compile`") from None
     return raw["pretrained_config"] if "pretrained_config" in raw else raw
 
 

@@ -86,7 +86,8 @@ def convert_checkpoint(
     heads = open_heads(medusa) if medusa is not None else None
     plan = plan_checkpoint(cfg, src, dtype=dtype, tp_size=tp_size, pp_size=pp_size, heads=heads, medusa=medusa, weight_only=weight_only)
     sources = {"model": src, "medusa": heads.source if heads else None}
-    with atomic_output_dir(out_dir, force=force) as tmp:
+    inputs = {"HF model": hf_dir, "Medusa heads": medusa.heads_dir if medusa is not None else None}
+    with atomic_output_dir(out_dir, force=force, inputs=inputs) as tmp:
         config_text = json.dumps(plan.config, indent=2) + "\n"
         (tmp / "config.json").write_text(config_text)
         hashes = {"config.json": hashlib.sha256(config_text.encode()).hexdigest()}
@@ -181,7 +182,8 @@ def _write_stage(tmp: Path, plan: CheckpointPlan, sources: dict, stage: int, pro
             for k, rank in enumerate(ranks):
                 it = plan.ranks[rank][i]
                 assert it.entry.name == first.entry.name, "TP ranks of a stage share one tensor order"
-                writers[k].write(it.entry.name, shared if shared is not None else _produce(it, sources, plan, rank, scratch[k]))
+                label = f"{', '.join(it.sources)} (rank{rank} {it.entry.name})"
+                writers[k].write(it.entry.name, shared if shared is not None else _produce(it, sources, plan, rank, scratch[k]), label=label)
                 progress.add(it.entry.nbytes, f"rank{rank}/{it.entry.name}")
     return {n: w.sha256 for n, w in zip(names, writers, strict=True)}
 

@@ -24,7 +24,9 @@ def write_reference_engine(checkpoint_dir: str | Path, out_dir: str | Path, *, b
 
     ckpt, out = Path(checkpoint_dir), Path(out_dir)
     ckpt_files = read_manifest(ckpt, kind="trtllm_checkpoint")["files"]  # refuses incomplete checkpoints
-    pretrained = json.loads((ckpt / "config.json").read_text())
+    from specbuild.safe_io import read_json
+
+    pretrained = read_json(ckpt / "config.json", what="checkpoint config.json")
     out.mkdir(parents=True)
     config = {"version": version, "pretrained_config": pretrained, "build_config": build_config, "specbuild_engine": REFERENCE}
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")

@@ -6,9 +6,9 @@ Draft/target (trtllm.md §4.1): only the target gets `--speculative_decoding_mod
 `--max_draft_len` that holds the tree. Every flag and value is checked against
 `specbuild/data/trtllm_build_flags.json` (read from TensorRT-LLM's build.py / plugin.py).
 
-`effective_build_config` mirrors what `trtllm-build` records in the engine's config.json (it adds
-max_draft_len to max_seq_len and raises max_num_tokens for speculative modes, §1.2); the reference
-engine folder carries the same values.
+`effective_build_config` mirrors what `trtllm-build` records in the engine's config.json
+(build_config.py: the limits, and speculative_decoding_mode as its IntFlag integer); the reference
+engine folder and plan.json carry the same values.
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from specbuild.engines.trtllm.build_config import TOKENS_PER_BLOCK, SpeculativeDecodingMode, engine_limits
 from specbuild.errors import BuildError
 
 TRTLLM_BUILD = "trtllm-build"
-DEFAULT_MAX_NUM_TOKENS = 8192  # trtllm-build's default when the spec leaves it unset
-TOKENS_PER_BLOCK = 32  # the 1.x PluginConfig default, recorded in build_config
 
 
 @dataclass(frozen=True)
@@ -84,24 +83,23 @@ def role_argv(spec, role: str, *, checkpoint_dir: str, output_dir: str) -> list[
 
 
 def effective_build_config(spec, role: str) -> dict[str, Any]:
-    """The engine config.json `build_config` trtllm-build would write for this role (§1.2)."""
+    """The engine config.json `build_config` trtllm-build would write for this role (build_config.py).
+
+    A subset of BuildConfig.to_dict(): the fields later stages read, each with trtllm-build's value.
+    """
     b = spec.build
     mode, k = speculation(spec, role)
-    max_seq_len = b.max_seq_len + (k if mode else 0)
-    max_num_tokens = b.max_num_tokens or DEFAULT_MAX_NUM_TOKENS
-    if mode:
-        max_num_tokens = max(max_num_tokens, b.max_batch_size * (k + 1))
+    limits = engine_limits(max_batch_size=b.max_batch_size, max_input_len=b.max_input_len, max_seq_len=b.max_seq_len,
+                           max_num_tokens=b.max_num_tokens, max_draft_len=k, speculative=mode is not None)
     gather = spec.mode == "draft_target" and spec.speculation.use_logits
     return {
         "max_batch_size": b.max_batch_size,
-        "max_input_len": min(b.max_input_len, max_seq_len),
-        "max_seq_len": max_seq_len,
-        "max_num_tokens": max_num_tokens,
+        **limits,
         "max_beam_width": 1,
         "kv_cache_type": "PAGED",
         "gather_context_logits": False,
         "gather_generation_logits": gather,
-        "speculative_decoding_mode": mode,
+        "speculative_decoding_mode": int(SpeculativeDecodingMode.from_cli(mode)),
         "max_draft_len": k,
         "plugin_config": {
             "gemm_plugin": "auto",

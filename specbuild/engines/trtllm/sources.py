@@ -65,9 +65,13 @@ class SafetensorsSource:
         folder = Path(folder)
         index_file = folder / "model.safetensors.index.json"
         if index_file.is_file():
+            from specbuild.safe_io import InputFileError, read_json
+
             try:
-                weight_map = json.loads(index_file.read_text())["weight_map"]
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                weight_map = read_json(index_file, what="safetensors index")["weight_map"]
+                if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+                    raise TypeError(f"weight_map is {type(weight_map).__name__}")
+            except (InputFileError, KeyError, TypeError) as exc:
                 raise CheckpointError(f"{index_file} is not a safetensors index", expected='{"weight_map": {tensor: file}}', found=str(exc), fix="re-save the checkpoint") from None
             names = sorted(set(weight_map.values()))
             for n in names:

@@ -9,7 +9,9 @@ start, contiguous, no gaps). `safetensors.safe_open` / `load_file` read it like 
 A tensor is written from parts: tensors (bytes through Python) or `FileRange`s of a source file,
 copied with `os.copy_file_range` inside the kernel (a plain read/write loop where the kernel or file
 system refuses). The file's sha256 is computed while writing, on a helper thread (hashlib releases the
-GIL) that reads the same bytes, so the manifest needs no second pass over the output.
+GIL) that reads the same bytes, so the manifest needs no second pass over the output. The same pass
+checks that every value is finite (`finite.py`): a NaN or Inf weight stops the conversion, naming the
+tensor, instead of an engine that generates token 0 forever.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from specbuild.engines.trtllm.finite import count_nonfinite, nonfinite_error
 from specbuild.engines.trtllm.sources import ITEMSIZE, FileRange
 from specbuild.errors import ConversionError
 
@@ -76,16 +79,18 @@ class StreamingWriter:
         self._emit(raw)
         return self
 
-    def _emit(self, part) -> None:
-        """Hash `part` on the helper thread while writing it here; at most one part is in flight."""
+    def _emit(self, part, *, check: tuple[str, str] | None = None) -> None:
+        """Hash `part` on the helper thread while writing it here; at most one part is in flight.
+
+        `check` = (tensor label, dtype): a FileRange's values are checked for NaN/Inf on that thread."""
         assert self._file is not None
         if self._pending is not None:
             self._pending.result()  # in order, and bounds memory to the part being written
         if isinstance(part, FileRange):
-            self._pending = self._hasher.submit(self._hash_range, part)
+            self._pending = self._hasher.submit(self._hash_range, part, check)
             self._copy_range(part)
         else:
-            self._pending = self._hasher.submit(self._hash.update, part)
+            self._pending = self._hasher.submit(self._hash_bytes, part, check)
             self._file.write(part)
 
     def _fd(self, path: Path) -> int:
@@ -93,20 +98,32 @@ class StreamingWriter:
             self._fds[path] = os.open(path, os.O_RDONLY)
         return self._fds[path]
 
-    def _hash_range(self, part: FileRange) -> None:
+    def _hash_range(self, part: FileRange, check: tuple[str, str] | None = None) -> None:
         """Hash a source range through a map of just that range (no copy; unmapped right after, so
-        its pages leave this process)."""
+        its pages leave this process); with `check`, count its non-finite values on the way."""
         if part.nbytes == 0:
             return  # (a zero length would map the whole file)
         start = part.offset - part.offset % mmap.ALLOCATIONGRANULARITY
         skip = part.offset - start
+        bad = 0
         with mmap.mmap(self._fd(part.file), skip + part.nbytes, access=mmap.ACCESS_READ, offset=start) as m:
             view = memoryview(m)
             try:
-                for pos in range(skip, skip + part.nbytes, _CHUNK):
-                    self._hash.update(view[pos : min(pos + _CHUNK, skip + part.nbytes)])
+                for pos in range(skip, skip + part.nbytes, _CHUNK):  # chunks start at element boundaries
+                    chunk = view[pos : min(pos + _CHUNK, skip + part.nbytes)]
+                    self._hash.update(chunk)
+                    if check is not None:
+                        bad += count_nonfinite(chunk, check[1])
+                    chunk.release()
             finally:
                 view.release()
+        if bad:
+            raise nonfinite_error(check[0], check[1], bad)
+
+    def _hash_bytes(self, part, check: tuple[str, str] | None) -> None:
+        self._hash.update(part)
+        if check is not None and (bad := count_nonfinite(part, check[1])):
+            raise nonfinite_error(check[0], check[1], bad)
 
     def _copy_range(self, part: FileRange) -> None:
         assert self._file is not None
@@ -129,8 +146,10 @@ class StreamingWriter:
             self._file.write(chunk)
             pos, left = pos + len(chunk), left - len(chunk)
 
-    def write(self, name: str, parts: list) -> None:
-        """Append the next planned tensor from its parts (tensors and FileRanges, in order)."""
+    def write(self, name: str, parts: list, *, label: str | None = None) -> None:
+        """Append the next planned tensor from its parts (tensors and FileRanges, in order).
+
+        Every value must be finite; `label` names the tensor in the error (default: `name`)."""
         import torch
 
         assert self._file is not None, "use StreamingWriter as a context manager"
@@ -144,11 +163,12 @@ class StreamingWriter:
                 found=f"{name} {'/'.join(sorted(dtypes)) or e.dtype} {nbytes} bytes",
                 fix="report this bug; the conversion table and the writer disagree",
             )
+        check = (label or name, e.dtype)
         for p in parts:
             if isinstance(p, FileRange):
-                self._emit(p)
+                self._emit(p, check=check)
             else:  # [nbytes] raw little-endian bytes; the view keeps the tensor alive until hashed
-                self._emit(memoryview(p.contiguous().reshape(-1).view(torch.uint8).numpy()))
+                self._emit(memoryview(p.contiguous().reshape(-1).view(torch.uint8).numpy()), check=check)
         self._next += 1
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -77,8 +77,9 @@ class TritonPythonModel:
         names = {t["name"] for t in config["input"]}
         self.seed_name = "seed" if "seed" in names else "random_seed"
         self.min_tokens_name = "min_tokens" if "min_tokens" in names else "min_length"
-        with open(os.path.join(path, "config.json")) as f:
-            build = json.load(f).get("build_config", {})
+        from specbuild.safe_io import read_json
+
+        build = read_json(os.path.join(path, "config.json"), kind="config").get("build_config") or {}
         self.tokens_per_block = int((build.get("plugin_config") or {}).get("tokens_per_block") or DEFAULT_TOKENS_PER_BLOCK)
         chunked = _param(config, "enable_chunked_context", "false").lower() == "true"
         self.limits = EngineLimits.from_build_config(build, enable_chunked_context=chunked) if build.get("max_seq_len") else None
