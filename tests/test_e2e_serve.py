@@ -68,7 +68,7 @@ def test_medusa_unary_and_streaming_equal_greedy_baseline(servers, baseline):
         assert unary.speculative and unary.stats.drafted > 0
 
 
-def test_generate_cli_json_through_triton(servers, baseline):
+def test_generate_cli_json_through_triton(servers, baseline, greedy):
     from typer.testing import CliRunner
 
     from specbuild.cli import app
@@ -80,6 +80,7 @@ def test_generate_cli_json_through_triton(servers, baseline):
     data = json.loads(result.output)
     assert (data["text"], data["token_ids"]) == baseline[PROMPTS[1]]
     assert set(data) >= {"text", "token_ids", "finish_reason", "speculative", "stats", "timings"}
+    assert data["prompt_tokens"] == len(greedy(PROMPTS[1], MAX_TOKENS)[2])  # num_input_tokens, the 1.2-era output
 
 
 def test_eight_concurrent_streams_complete_unmixed(servers, baseline):

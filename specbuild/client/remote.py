@@ -147,7 +147,7 @@ class _Collector:
                 self.error = f"unreadable response: {type(exc).__name__}: {exc}"
             self.done.set()
             return
-        if chunk.text or chunk.token_ids or chunk.perf:
+        if chunk.text or chunk.token_ids or chunk.perf or chunk.counts:
             self.chunks.append(chunk)
             self.times.append(time.monotonic())
             if self._on_text and chunk.text:
@@ -249,8 +249,9 @@ def _result(collector: _Collector, *, t0: float, params: SamplingParams, medusa:
         timings["server_total"] = (perf["last_token_time_ns"] - perf["arrival_time_ns"]) / 1e9
     timings["chunks"] = float(len(steps))
     finish = "length" if len(token_ids) >= params.max_tokens else "stop"
+    prompt = next((c.counts["num_input_tokens"] for c in collector.chunks if "num_input_tokens" in c.counts), None)
     return GenerationResult(text=text, token_ids=token_ids, finish_reason=finish, speculative=speculative,
-                            stats=stats, timings=timings)
+                            stats=stats, timings=timings, prompt_tokens=prompt)
 
 
 def generate_remote(

@@ -48,6 +48,8 @@ def request_values(
         "beam_width": 1,
         "temperature": params.temperature,
         "return_perf_metrics": True,
+        "return_num_input_tokens": True,  # 1.2-era templates: the prompt's token count comes back
+        "return_num_output_tokens": True,
     }
     if not params.greedy:  # the backends ignore top_k/top_p at T=0; send them only when they matter
         if params.top_k:
@@ -124,6 +126,7 @@ class Chunk:
     token_ids: list[int] = field(default_factory=list)
     final: bool = True
     perf: dict[str, float] = field(default_factory=dict)  # return_perf_metrics outputs present
+    counts: dict[str, int] = field(default_factory=dict)  # num_input_tokens / num_output_tokens when present
 
 
 def parse_response(result) -> Chunk:
@@ -147,4 +150,7 @@ def parse_response(result) -> Chunk:
     for name in ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens", *PERF_TIMES):
         if name in names:
             chunk.perf[name] = float(result.as_numpy(name).reshape(-1)[0])
+    for name in ("num_input_tokens", "num_output_tokens"):
+        if name in names:
+            chunk.counts[name] = int(result.as_numpy(name).reshape(-1)[0])
     return chunk

@@ -55,4 +55,6 @@ def generate_local(
             on_text(text[len(shown[0]):])
             shown[0] = text
 
-    return engine.generate(ids, params, speculative=speculative, num_draft_tokens=num_draft_tokens, on_tokens=on_tokens)
+    result = engine.generate(ids, params, speculative=speculative, num_draft_tokens=num_draft_tokens, on_tokens=on_tokens)
+    result.prompt_tokens = len(ids)
+    return result
