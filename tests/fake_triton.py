@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import threading
 import types
 from pathlib import Path
 
@@ -31,11 +32,16 @@ class Tensor:
 
 
 class TritonError:
-    def __init__(self, message: str):
-        self._message = message
+    INTERNAL, CANCELLED = 13, 1
+
+    def __init__(self, message: str, code: int = 13):
+        self._message, self._code = message, code
 
     def message(self) -> str:
         return self._message
+
+    def code(self) -> int:
+        return self._code
 
 
 class InferenceResponse:
@@ -50,20 +56,39 @@ class InferenceResponse:
 
 
 class Sender:
-    def __init__(self):
+    """Records what a model sends; a decoupled model may send from its own thread after execute returns."""
+
+    def __init__(self, request):
+        self.request = request
         self.responses: list[tuple[InferenceResponse | None, int]] = []
+        self.done = threading.Event()
 
     def send(self, response=None, flags=0):
+        assert not self.done.is_set(), "a response after the final flag"
         self.responses.append((response, flags))
+        if flags & FINAL:
+            self.done.set()
+
+    def is_cancelled(self) -> bool:
+        return self.request.cancelled.is_set()
 
 
 class Request:
-    def __init__(self, inputs: dict[str, np.ndarray], requested: list[str] | None = None):
-        self.inputs, self.requested = inputs, requested
-        self.sender = Sender()
+    def __init__(
+        self, inputs: dict[str, np.ndarray], requested: list[str] | None = None, request_id: str = ""
+    ):
+        self.inputs, self.requested, self._id = inputs, requested, request_id
+        self.cancelled = threading.Event()  # tests set it: Triton's request cancellation
+        self.sender = Sender(self)
 
     def get_response_sender(self):
         return self.sender
+
+    def request_id(self) -> str:
+        return self._id
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled.is_set()
 
 
 def get_input_tensor_by_name(request, name):
@@ -85,6 +110,7 @@ class FakeServer:
         self.repo = Path(repo)
         self.configs = {p.parent.name: parse_text(p.read_text()) for p in self.repo.glob("*/config.pbtxt")}
         self.calls: list[tuple[str, dict]] = []  # (model, inputs) of every request, in order
+        self.log: list[str] = []  # pb_utils.Logger warnings and errors
         self._install_module()
         self.models = {}
         for name, cfg in self.configs.items():
@@ -111,17 +137,23 @@ class FakeServer:
             get_output_tensor_by_name,
         )
         mod.TRITONSERVER_RESPONSE_COMPLETE_FINAL = FINAL
+        mod.Logger = types.SimpleNamespace(
+            log_warn=lambda msg: server.log.append(msg),
+            log_info=lambda msg: None,
+            log_error=lambda msg: server.log.append(msg),
+        )
         mod.using_decoupled_model_transaction_policy = lambda cfg: bool(
             cfg.get("model_transaction_policy", {}).get("decoupled")
         )
 
         class InferenceRequest:
-            def __init__(self, model_name, requested_output_names, inputs):
+            def __init__(self, model_name, requested_output_names, inputs, request_id=""):
                 self.model_name, self.requested = model_name, list(requested_output_names)
                 self.inputs = {t.name(): t.as_numpy() for t in inputs}
+                self.request_id = request_id
 
             def exec(self, decoupled=False):
-                responses = server.infer(self.model_name, self.inputs)
+                responses = server.infer(self.model_name, self.inputs, request_id=self.request_id)
                 if decoupled:
                     return iter(responses)
                 assert len(responses) == 1, (
@@ -154,26 +186,40 @@ class FakeServer:
         for t in declared.values():
             assert t.optional or t.name in inputs, f"{name}: required input {t.name} missing"
 
-    def infer(self, name: str, inputs: dict[str, np.ndarray]) -> list[InferenceResponse]:
+    def infer(
+        self, name: str, inputs: dict[str, np.ndarray], request_id: str = ""
+    ) -> list[InferenceResponse]:
         """All responses of one request (decoupled models may send several)."""
         if self.configs[name].platform == "ensemble":
             self._validate(name, inputs)
             self.calls.append((name, inputs))
             return self._ensemble(self.configs[name], inputs)
-        return self.infer_batch(name, [inputs])[0]
+        return self.infer_batch(name, [inputs], request_ids=[request_id])[0]
 
-    def infer_batch(self, name: str, batch: list[dict[str, np.ndarray]]) -> list[list[InferenceResponse]]:
-        """Several requests handed to one execute() call, as Triton's dynamic batcher does."""
-        for inputs in batch:
-            self._validate(name, inputs)
-            self.calls.append((name, inputs))
+    def infer_batch(
+        self,
+        name: str,
+        batch: list[dict[str, np.ndarray]],
+        *,
+        request_ids: list[str] | None = None,
+        requests: list[Request] | None = None,
+    ) -> list[list[InferenceResponse]]:
+        """Several requests handed to one execute() call, as Triton's dynamic batcher does (or the given
+        Request objects, which a test can cancel while they run)."""
+        requests = requests or [
+            Request(inputs, request_id=rid)
+            for inputs, rid in zip(batch, request_ids or [""] * len(batch), strict=True)
+        ]
+        for request in requests:
+            self._validate(name, request.inputs)
+            self.calls.append((name, request.inputs))
         cfg = self.configs[name]
-        requests = [Request(inputs) for inputs in batch]
         returned = self.models[name].execute(requests)
         if cfg.model_transaction_policy.decoupled:
             assert returned is None, f"{name}: a decoupled model must return None from execute"
             out = []
             for request in requests:
+                assert request.sender.done.wait(120), f"{name}: no final response"
                 sent = request.sender.responses
                 assert sent and sent[-1][1] == FINAL and all(flags == 0 for _, flags in sent[:-1]), (
                     f"{name}: final flag"
@@ -208,8 +254,12 @@ class FakeServer:
         ]
 
 
-def text_request(text: str, max_tokens: int, **extra) -> dict[str, np.ndarray]:
-    """Ensemble / BLS inputs with the batch dim: scalars become [1, 1] arrays of the right dtype."""
+def text_request(
+    text: str, max_tokens: int, *, exclude_input_in_output: bool | None = True, **extra
+) -> dict[str, np.ndarray]:
+    """Ensemble / BLS inputs with the batch dim: scalars become [1, 1] arrays of the right dtype.
+    exclude_input_in_output defaults to True here (the continuation alone); None omits it (the
+    backend's default, false: non-streamed answers start with the prompt)."""
     dtypes = {
         "stream": bool,
         "use_draft_logits": bool,
@@ -221,11 +271,16 @@ def text_request(text: str, max_tokens: int, **extra) -> dict[str, np.ndarray]:
         "top_p": np.float32,
         "seed": np.uint64,
         "end_id": np.int32,
+        "return_num_input_tokens": bool,
+        "return_num_output_tokens": bool,
+        "min_tokens": np.int32,
     }
     inputs = {
         "text_input": np.array([[text.encode()]], dtype=object),
         "max_tokens": np.array([[max_tokens]], dtype=np.int32),
     }
+    if exclude_input_in_output is not None:
+        extra["exclude_input_in_output"] = exclude_input_in_output
     for key, value in extra.items():
         inputs[key] = np.array([[value]], dtype=dtypes[key])
     return inputs

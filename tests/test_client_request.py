@@ -82,3 +82,93 @@ def test_server_down_is_a_clear_error():
     with pytest.raises(ClientError, match=f"cannot reach tritonserver at {url}") as err:
         generate_remote(url, "hello", SamplingParams(max_tokens=4))
     assert "specbuild serve" in err.value.fix
+
+
+@pytest.mark.parametrize(
+    "kw, what",
+    [
+        ({"temperature": float("nan")}, "temperature must be a finite number"),
+        ({"temperature": float("inf")}, "temperature"),
+        ({"top_p": float("nan")}, "top_p must be in"),
+        ({"seed": 2**70}, "seed must be in"),
+        ({"seed": -1}, "seed must be in"),
+        ({"max_tokens": 2**31}, "max_tokens must be in"),
+        ({"top_k": 2**31}, "top_k must be in"),
+    ],
+)
+def test_sampling_values_that_would_wrap_or_mean_nothing_are_refused(kw, what):
+    from specbuild.core.errors import SpecbuildError
+
+    with pytest.raises(SpecbuildError, match=what):
+        SamplingParams(**kw)
+
+
+def test_request_values_are_checked_before_they_wrap_on_the_wire():
+    with pytest.raises(ClientError, match="num_draft_tokens must be >= 0"):
+        build_inputs(BLS, "x", SamplingParams(), stream=False, num_draft_tokens=-1, declared=BLS_INPUTS)
+    with pytest.raises(ClientError, match="num_draft_tokens must be >= 0"):
+        build_inputs(BLS, "x", SamplingParams(), stream=False, num_draft_tokens=2**31, declared=BLS_INPUTS)
+    with pytest.raises(ClientError, match="not valid UTF-8"):
+        build_inputs(
+            BLS, "caf\udce9", SamplingParams(), stream=False, num_draft_tokens=None, declared=BLS_INPUTS
+        )
+
+
+def test_prompt_file_that_is_not_utf8(tmp_path):
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes(b"first\ncaf\xe9\n")
+    with pytest.raises(ClientError, match=r"latin1.txt:2: not valid UTF-8"):
+        load_prompts(bad)
+
+
+def test_bench_refuses_concurrency_zero():
+    from typer.testing import CliRunner
+
+    from specbuild.cli import app
+
+    result = CliRunner().invoke(app, ["bench", "--url", "127.0.0.1:1", "--concurrency", "0,2"])
+    assert result.exit_code == 2 and "--concurrency values must be whole numbers from 1" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "args, what",
+    [
+        (["--temperature", "nan"], "temperature must be a finite number"),
+        (["--seed", str(2**70)], "seed must be in"),
+        (["--max-tokens", str(2**40)], "max_tokens must be in"),
+        (["--top-p", "1.5"], "top_p must be in"),
+    ],
+)
+def test_generate_cli_refuses_bad_values_without_a_traceback(args, what):
+    from typer.testing import CliRunner
+
+    from specbuild.cli import app
+
+    result = CliRunner().invoke(app, ["generate", "--url", "127.0.0.1:1", "--prompt", "hi", *args])
+    assert result.exit_code == 2 and what in result.output and "Traceback" not in result.output
+
+
+def test_the_first_server_error_is_kept():
+    """stop_stream(cancel_requests=True) after an error delivers "Locally cancelled by application!": not the
+    reason."""
+    from specbuild.client.remote import _Collector
+
+    collector = _Collector(None)
+    collector.callback(
+        error=Exception("[StatusCode.INTERNAL] Prompt length (900) exceeds maximum input length (511).")
+    )
+    collector.callback(error=Exception("Locally cancelled by application!"))
+    assert "Prompt length (900)" in collector.error
+
+
+def test_a_dead_model_process_is_named():
+    from specbuild.client.remote import _raise_request_error
+
+    message = (
+        "tensorrt_llm_bls: tensorrt_llm_draft: Failed to process the request(s) for model "
+        "'tensorrt_llm_draft_0_0', message: Stub process 'tensorrt_llm_draft_0_0' is not healthy."
+    )
+    with pytest.raises(ClientError, match="model 'tensorrt_llm_draft' is down") as err:
+        _raise_request_error("127.0.0.1:8001", BLS, message, 60)
+    assert "restart `specbuild serve`" in err.value.fix

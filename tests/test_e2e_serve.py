@@ -1,21 +1,16 @@
 """End to end: tiny models -> reference engines -> Python-backend repositories -> a real tritonserver
 (the library `specbuild serve` calls) -> the gRPC client, compared with the in-process greedy baseline.
 
-One server per repository for the whole module (both start together: loading is the slow part).
-The last test kills the draft/target server mid-request.
+The servers are the session's shared ones (e2e_fixtures.py); the destructive tests are in
+test_e2e_serve_faults.py, which runs last.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 pytestmark = pytest.mark.slow
 
@@ -33,77 +28,20 @@ PROMPTS = [
 ]
 
 
-def _compile(workdir: Path, mode: str, *, target: Path, draft: Path | None, bls_instances: int) -> Path:
-    """examples/tiny/<mode> spec with the tiny models beside it, BLS instance count set (fewer Python
-    processes to start: the Medusa tests never call the BLS)."""
-    import shutil
-
-    import yaml
-    from repo_builds import EXAMPLES, make_heads
-
-    from specbuild.builder.compile import compile_spec
-    from specbuild.core.spec import load_spec
-
-    workdir.mkdir(parents=True)
-    name = "draft-target.yaml" if mode == "draft_target" else "medusa.yaml"
-    raw = yaml.safe_load((EXAMPLES / name).read_text())
-    raw.setdefault("serving", {})["bls_instance_count"] = bls_instances
-    (workdir / name).write_text(yaml.safe_dump(raw))
-    shutil.copytree(target, workdir / "target")
-    if draft is not None:
-        shutil.copytree(draft, workdir / "draft")
-    else:
-        cfg = json.loads((target / "config.json").read_text())
-        make_heads(workdir / "medusa_heads", hidden=cfg["hidden_size"], vocab=cfg["vocab_size"], heads=3)
-    return compile_spec(load_spec(workdir / name), workdir / "build", engine="reference")
+@pytest.fixture(scope="module")
+def servers(e2e_servers):
+    return e2e_servers
 
 
 @pytest.fixture(scope="module")
-def builds(tmp_path_factory, tiny_target, tiny_draft):
-    from specbuild.model_repo.generate import generate_repo
-
-    root = tmp_path_factory.mktemp("e2e")
-    out = {}
-    for mode, draft, bls in (("draft_target", tiny_draft, 4), ("medusa", None, 1)):
-        build = _compile(root / mode, mode, target=tiny_target, draft=draft, bls_instances=bls)
-        out[mode] = (build, generate_repo(build, root / mode / "repo", backend="python"))
-    return out
+def builds(e2e_builds):
+    return e2e_builds
 
 
 @pytest.fixture(scope="module")
-def servers(builds):
-    from specbuild.serve.server import ServerOptions, TritonServer, free_port
-
-    started = {}
-    try:
-        for mode, (_, repo) in builds.items():  # launch both, then wait: their model loading overlaps
-            opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
-            started[mode] = TritonServer(repo, opts).launch()
-        for server in started.values():
-            server.wait_ready()
-        yield started
-    finally:
-        for server in started.values():
-            server.stop()
-
-
-@pytest.fixture(scope="module")
-def baseline(builds):
+def baseline(greedy):
     """prompt -> (text, token_ids) of the target alone, greedy, in-process (both modes share the target)."""
-    import torch
-
-    from specbuild.core.sampling_params import SamplingParams
-    from specbuild.engines.reference.api import generate_local
-    from specbuild.engines.reference.engine import ReferenceEngine
-
-    torch.set_num_threads(1)
-    engine = ReferenceEngine.load(builds["draft_target"][0])
-    params = SamplingParams(max_tokens=MAX_TOKENS)
-    out = {}
-    for prompt in PROMPTS:
-        r = generate_local(engine, prompt, params, speculative=False)
-        out[prompt] = (r.text, r.token_ids)
-    return out
+    return {p: greedy(p, MAX_TOKENS)[:2] for p in PROMPTS}
 
 
 def _remote(server, prompt, timeout_s=120.0, **kw):
@@ -140,7 +78,7 @@ def test_medusa_unary_and_streaming_equal_greedy_baseline(servers, baseline):
         assert unary.speculative and unary.stats.drafted > 0
 
 
-def test_generate_cli_json_through_triton(servers, baseline):
+def test_generate_cli_json_through_triton(servers, baseline, greedy):
     from typer.testing import CliRunner
 
     from specbuild.cli import app
@@ -165,6 +103,9 @@ def test_generate_cli_json_through_triton(servers, baseline):
     data = json.loads(result.output)
     assert (data["text"], data["token_ids"]) == baseline[PROMPTS[1]]
     assert set(data) >= {"text", "token_ids", "finish_reason", "speculative", "stats", "timings"}
+    assert data["prompt_tokens"] == len(
+        greedy(PROMPTS[1], MAX_TOKENS)[2]
+    )  # num_input_tokens, the 1.2-era output
 
 
 def test_eight_concurrent_streams_complete_unmixed(servers, baseline):
@@ -187,7 +128,7 @@ def test_wrong_model_is_a_clear_error(servers):
 def test_timeout_is_a_clear_error(servers, baseline):
     from specbuild.core.errors import ClientError
 
-    with pytest.raises(ClientError, match="no complete answer from 'ensemble' within 0.01 s") as err:
+    with pytest.raises(ClientError, match="no complete answer from 'tensorrt_llm_bls' within 0.01 s") as err:
         _remote(servers["medusa"], PROMPTS[3], timeout_s=0.01)
     assert "--timeout" in err.value.fix
     # the abandoned request does not disturb the next one
@@ -266,29 +207,3 @@ def test_bench_without_num_draft_tokens_uses_the_repository_k(servers, builds):
     )
     runs, context = run_bench(config)
     assert context["num_draft_tokens"] == recorded and [r.num_draft_tokens for r in runs] == [0, recorded]
-
-
-def test_killing_the_server_mid_request_is_a_clear_error(servers):
-    """Last: kills the draft/target server while a streamed request is under way."""
-    from specbuild.client.remote import generate_remote
-    from specbuild.core.errors import ClientError
-    from specbuild.core.sampling_params import SamplingParams
-
-    server = servers["draft_target"]
-    first = threading.Event()
-    killer = threading.Thread(target=lambda: first.wait(60) and server.kill())
-    killer.start()
-    with pytest.raises(ClientError) as err:
-        generate_remote(
-            server.grpc_url,
-            PROMPTS[2],
-            SamplingParams(max_tokens=100),
-            stream=True,
-            num_draft_tokens=K,
-            timeout_s=60,
-            on_text=lambda _: first.set(),
-        )
-    killer.join()
-    assert first.is_set()
-    assert "lost the connection to tritonserver" in err.value.what
-    assert "specbuild serve" in err.value.fix

@@ -1,5 +1,6 @@
 """The generated production interfaces against the real backend's templates (tests/data/
-triton_backend_contract.json, r25.05 generation: min_tokens/seed), and the TensorRT-LLM 0.20 rename."""
+triton_backend_contract.json, the 1.2-era generation the r26.04-r26.07 containers ship: min_tokens/seed,
+return_num_*_tokens, templated prompt table dtype), and the TensorRT-LLM 0.20 rename."""
 
 from __future__ import annotations
 
@@ -64,11 +65,18 @@ def generated_rows(config, *, inputs: bool) -> list[tuple]:
     from tritonclient.grpc import model_config_pb2 as pb
 
     tensors = config.input if inputs else config.output
+    extra = (
+        {t.name for t in T.POSTPROCESSING_EXTRA_OUTPUTS}
+        if config.name == "postprocessing"
+        else set()
+        if config.name == "tensorrt_llm"
+        else set(T.EXTRA_TEXT_OUTPUTS)
+    )
     return [
         (t.name, pb.DataType.Name(t.data_type), tuple(t.dims))
         + ((t.optional, t.HasField("reshape")) if inputs else ())
         for t in tensors
-        if inputs or t.name not in T.EXTRA_TEXT_OUTPUTS or config.name == "tensorrt_llm"
+        if inputs or t.name not in extra
     ]
 
 
@@ -90,13 +98,34 @@ def test_generated_interface_matches_backend_contract(model):
 
 
 def test_ensemble_steps_match_backend_contract():
+    """Exactly upstream's maps: output_ids / sequence_length reach postprocessing through the internal
+    _TOKENS_BATCH / _SEQUENCE_LENGTH; specbuild adds only postprocessing's pass-through outputs."""
     config = all_configs(layout())["ensemble"]
-    # specbuild routes output_ids / sequence_length through same-named ensemble outputs (EXTRA_TEXT_OUTPUTS).
-    rename = {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"}
+    extra = {t.name for t in T.POSTPROCESSING_EXTRA_OUTPUTS}
     for step, want in zip(config.ensemble_scheduling.step, CONTRACT["ensemble"]["steps"], strict=True):
         assert step.model_name == want["model_name"] and step.model_version == -1
-        assert {k: rename.get(v, v) for k, v in step.input_map.items()} == want["input_map"]
-        assert {k: rename.get(v, v) for k, v in step.output_map.items()} == want["output_map"]
+        assert dict(step.input_map) == want["input_map"]
+        assert {k: v for k, v in step.output_map.items() if k not in extra} == want["output_map"]
+    post = config.ensemble_scheduling.step[2]
+    assert {post.output_map[n] for n in extra} == set(T.EXTRA_TEXT_OUTPUTS)
+    # no tensorrt_llm output is both an ensemble output and a later step's input (Triton prunes such a step)
+    outputs = {o.name for o in config.output}
+    fed = {v for s in config.ensemble_scheduling.step for v in s.input_map.values()}
+    assert not outputs & fed
+
+
+def test_templated_prompt_table_dtype_agrees_across_the_ensemble():
+    """tensorrt_llm's prompt_embedding_table type is a template parameter; the ensemble and BLS fix
+    TYPE_FP16."""
+    assert CONTRACT["tensorrt_llm"]["templated_data_types"] == {
+        "prompt_embedding_table": "${prompt_embedding_table_data_type}"
+    }
+    configs = all_configs(layout())
+    types = {
+        name: next(t.data_type for t in configs[name].input if t.name == "prompt_embedding_table")
+        for name in ("tensorrt_llm", "ensemble", "tensorrt_llm_bls")
+    }
+    assert len(set(types.values())) == 1
 
 
 def test_required_engine_parameters_and_values():
@@ -112,7 +141,9 @@ def test_required_engine_parameters_and_values():
         ):
             assert key in p
         assert p["gpt_model_type"] == "inflight_fused_batching"
-        assert p["gpu_device_ids"] == "0,1" and p["exclude_input_in_output"] == "true"
+        assert (
+            p["gpu_device_ids"] == "0,1" and p["exclude_input_in_output"] == "false"
+        )  # the backend's default
         assert p["enable_kv_cache_reuse"] == "true" and p["decoding_mode"] == "top_k_top_p"
         assert not configs[name].model_transaction_policy.decoupled  # the BLS calls it round by round
     assert configs["tensorrt_llm_bls"].model_transaction_policy.decoupled

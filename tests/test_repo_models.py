@@ -134,12 +134,15 @@ def test_medusa_streams_through_the_ensemble(servers):
     assert via_bls["tokens"] == expected and via_bls["responses"] > 1
 
 
-def engine_request(ids, n, **extra):
+def engine_request(ids, n, *, exclude_input_in_output=True, **extra):
+    """tensorrt_llm inputs; exclude_input_in_output None omits it (the model's parameter: false)."""
     inputs = {
         "input_ids": np.array([ids], dtype=np.int32),
         "input_lengths": np.array([[len(ids)]], dtype=np.int32),
         "request_output_len": np.array([[n]], dtype=np.int32),
     }
+    if exclude_input_in_output is not None:
+        inputs["exclude_input_in_output"] = np.array([[exclude_input_in_output]])
     for key, value in extra.items():
         inputs[key] = np.asarray(value)
     return inputs
@@ -290,3 +293,163 @@ def test_bls_speculation_stops_at_stop_words(servers, length, stream):
     out = collect(s.infer("tensorrt_llm_bls", inputs))
     assert out["tokens"] == greedy[:first_end]
     assert out["perf"]["total_draft_tokens"] > 0 and out["perf"]["total_accepted_draft_tokens"] > 0
+
+
+def _cancel_after_first_data(request):
+    """Triton's cancellation arrives once the first data response went out."""
+    send = request.sender.send
+
+    def sending(response=None, flags=0):
+        send(response, flags)
+        if response is not None and not flags:
+            request.cancelled.set()
+
+    request.sender.send = sending
+
+
+def test_a_cancelled_stream_stops_and_writes_nothing_more(servers):
+    """Decoupled engine model: after the cancel no data response, a flags-only final response, fewer
+    tokens."""
+    from fake_triton import Request
+
+    s = servers["medusa"]
+    ids = s.models["preprocessing"].tokenizer.encode(PROMPT)
+    request = Request(
+        engine_request(ids, 100, streaming=np.array([[True]]), end_id=np.array([[-1]], dtype=np.int32)),
+        request_id="c1",
+    )
+    _cancel_after_first_data(request)
+    s.infer_batch("tensorrt_llm", [], requests=[request])
+    sent = request.sender.responses
+    assert [flags for _, flags in sent] == [0, 1] and sent[-1][
+        0
+    ] is None  # one chunk, then the final flag alone
+
+
+def test_a_cancelled_unary_request_gets_a_cancelled_error(servers):
+    from fake_triton import Request
+
+    s = servers["dt"]
+    request = Request(engine_request([5, 6, 7], 50, end_id=np.array([[-1]], dtype=np.int32)))
+    request.cancelled.set()
+    (responses,) = s.infer_batch("tensorrt_llm", [], requests=[request])
+    assert responses[0].has_error() and "cancelled" in responses[0].error().message()
+    assert responses[0].error().code() == 1  # TritonError.CANCELLED: no outputs written
+
+
+def test_a_stop_request_ends_the_running_request_with_its_id(servers):
+    """The decoupled engine runs requests on a worker thread, so a stop arrives while it generates."""
+    import threading
+
+    from fake_triton import Request
+
+    s = servers["medusa"]
+    ids = s.models["preprocessing"].tokenizer.encode(PROMPT)
+    running = Request(
+        engine_request(ids, 100, streaming=np.array([[True]]), end_id=np.array([[-1]], dtype=np.int32)),
+        request_id="r9",
+    )
+    first = threading.Event()
+    send = running.sender.send
+    running.sender.send = lambda response=None, flags=0: (send(response, flags), first.set())
+    model = s.models["tensorrt_llm"]
+    assert model.execute([running]) is None
+    assert first.wait(60)
+    stop = Request(
+        {
+            "input_ids": np.zeros((1, 1), dtype=np.int32),
+            "input_lengths": np.zeros((1, 1), dtype=np.int32),
+            "request_output_len": np.zeros((1, 1), dtype=np.int32),
+            "stop": np.array([[True]]),
+        },
+        request_id="r9",
+    )
+    assert model.execute([stop]) is None
+    assert stop.sender.done.wait(10) and running.sender.done.wait(60)
+    ((answer, flags),) = stop.sender.responses
+    assert flags == 1 and not answer.has_error() and answer.output_tensors == []
+    chunks = [r for r, f in running.sender.responses if r is not None]
+    tokens = sum(int(outputs(r)["sequence_length"].reshape(-1)[0]) for r in chunks)
+    assert 0 < tokens < 100 and running.sender.responses[-1][1] == 1
+
+
+def test_a_cancelled_bls_request_stops_between_rounds(servers):
+    from fake_triton import Request
+
+    s = servers["dt"]
+    request = Request(text_request(PROMPT, 60, num_draft_tokens=3, stream=True, end_id=-1))
+    _cancel_after_first_data(request)
+    before = sum(1 for m, _ in s.calls if m == "tensorrt_llm")
+    s.infer_batch("tensorrt_llm_bls", [], requests=[request])
+    sent = request.sender.responses
+    assert [flags for _, flags in sent] == [0, 1] and sent[-1][0] is None
+    assert (
+        sum(1 for m, _ in s.calls if m == "tensorrt_llm") - before == 1
+    )  # no target call after the round that streamed
+
+
+def test_the_backend_default_puts_the_prompt_in_unstreamed_answers(servers):
+    s = servers["dt"]
+    tok = s.models["preprocessing"].tokenizer
+    ids = tok.encode(PROMPT)
+    greedy = greedy_baseline(s)
+    for model, extra in (("ensemble", {}), ("tensorrt_llm_bls", {"num_draft_tokens": 3})):
+        out = collect(
+            s.infer(
+                model,
+                text_request(
+                    PROMPT,
+                    N,
+                    exclude_input_in_output=None,
+                    return_num_input_tokens=True,
+                    return_num_output_tokens=True,
+                    **extra,
+                ),
+            )
+        )
+        assert out["tokens"] == ids + greedy and out["text"] == tok.decode(
+            ids + greedy, skip_special_tokens=True
+        ), model
+    (r,) = s.infer(
+        "tensorrt_llm",
+        engine_request(
+            ids,
+            N,
+            exclude_input_in_output=None,
+            end_id=np.array([[1]], dtype=np.int32),
+            return_num_input_tokens=np.array([[True]]),
+            return_num_output_tokens=np.array([[True]]),
+        ),
+    )
+    out = outputs(r)
+    assert out["output_ids"].reshape(-1).tolist() == ids + greedy
+    assert out["num_input_tokens"].item() == len(ids) and out["num_output_tokens"].item() == len(ids) + len(
+        greedy
+    )
+
+
+def test_flat_text_output_and_the_bls_limits(servers):
+    s = servers["dt"]
+    (response,) = s.infer("tensorrt_llm_bls", text_request(PROMPT, N, num_draft_tokens=3))
+    assert {t.name(): t.as_numpy() for t in response.output_tensors}["text_output"].shape == (1,)
+    (response,) = s.infer("tensorrt_llm_bls", text_request("word " * 400, 4))
+    assert response.has_error() and "exceeds maximum input length" in response.error().message()
+    (response,) = s.infer("tensorrt_llm_bls", text_request(PROMPT, 200))
+    assert response.has_error() and "exceeds the engine's sequence limit" in response.error().message()
+
+
+def test_a_cancelled_row_of_a_medusa_batch_leaves_the_others_whole(servers):
+    """Two streamed requests handed over together; one is cancelled: the other still gets all its tokens
+    (a cancel used to end the whole sequential Medusa batch with an empty error)."""
+    from fake_triton import Request
+
+    s = servers["medusa"]
+    tok = s.models["preprocessing"].tokenizer
+    engine = s.models["tensorrt_llm"].engine
+    prompts = [tok.encode(PROMPT), tok.encode("import numpy as np")]
+    expected = engine.generate(prompts[1], SamplingParams(max_tokens=N), speculative=False).token_ids
+    requests = [Request(engine_request(p, N, streaming=np.array([[True]]))) for p in prompts]
+    _cancel_after_first_data(requests[0])
+    results = s.infer_batch("tensorrt_llm", [], requests=requests)
+    assert [f for _, f in requests[0].sender.responses] == [0, 1]
+    assert [t for r in results[1] for t in outputs(r)["output_ids"].reshape(-1).tolist()] == expected

@@ -234,3 +234,149 @@ def _cmdline(pid: int) -> str:
             return f.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+def test_a_host_that_is_not_ours_is_not_reported_as_a_busy_port():
+    for host in ("999.1.1.1", "no-such-host.invalid"):
+        with pytest.raises(ServerError, match=r"cannot use --host") as err:
+            check_ports_free(
+                ServerOptions(
+                    host=host, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port()
+                )
+            )
+        assert "busy" not in err.value.message()
+    with pytest.raises(
+        ServerError, match=r"--host 192\.0\.2\.1 is not an address of this machine"
+    ):  # TEST-NET-1
+        check_ports_free(
+            ServerOptions(
+                host="192.0.2.1", grpc_port=free_port(), http_port=free_port(), metrics_port=free_port()
+            )
+        )
+
+
+def test_a_port_whose_last_server_just_stopped_is_free():
+    """A server-side close leaves the port in TIME_WAIT for ~60 s; tritonserver binds with SO_REUSEADDR,
+    so the probe must too (it refused to restart `serve` on the same ports for a minute)."""
+    listener = socket.socket()
+    listener.setsockopt(
+        socket.SOL_SOCKET, socket.SO_REUSEADDR, 1
+    )  # as tritonserver's gRPC and HTTP listeners
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = listener.accept()
+    conn.close()  # the server side closes first: its end goes to TIME_WAIT
+    listener.close()
+    client.close()
+    check_ports_free(ServerOptions(grpc_port=port, http_port=free_port(), metrics_port=free_port()))
+
+
+def test_fatal_lines_are_the_crash_not_the_start_up_noise():
+    from specbuild.serve.server_watch import fatal_lines
+
+    log = "\n".join(
+        [
+            "Error: Failed to initialize NVML",
+            'I1201 08:31:16.720769 13955 grpc_server.cc:2558] "Started GRPCInferenceService at '
+            '127.0.0.1:8001"',
+            'I1201 08:31:17.720769 13955 model.py:12] "serving"',
+            "Signal (11) received.",
+            " 0# 0x000055F8A0C1E2A4 in /opt/tritonserver/bin/tritonserver",
+            " 1# TRITONBACKEND_OutputBuffer in /opt/tritonserver/lib/libtritonserver.so",
+        ]
+    )
+    lines = fatal_lines(log)
+    assert (
+        lines[0] == "Signal (11) received."
+        and "TRITONBACKEND_OutputBuffer" in lines[-1]
+        and not any("NVML" in x for x in lines)
+    )
+
+
+@pytest.mark.slow
+def test_restart_on_the_same_ports_right_after_a_stop(tmp_path):
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    repo = make_repo(tmp_path / "repo", {"echo": ECHO_MODEL})
+    opts = loopback_options()
+    for _ in range(2):
+        with TritonServer(repo, opts) as server:
+            client = grpcclient.InferenceServerClient(server.grpc_url)
+            x = grpcclient.InferInput("x", [1], "INT32")
+            x.set_data_from_numpy(np.array([3], dtype=np.int32))
+            assert client.infer("echo", [x]).as_numpy("y").tolist() == [6]
+            client.close()
+        assert not list(Path("/dev/shm").glob(server.shm_prefix + "*"))  # no region left behind
+
+
+@pytest.mark.slow
+def test_a_server_crash_quotes_the_fatal_lines_and_cleans_up(tmp_path):
+    import signal
+    import time
+
+    repo = make_repo(tmp_path / "repo", {"echo": ECHO_MODEL})
+    server = TritonServer(repo, loopback_options()).start()
+    try:
+        assert list(Path("/dev/shm").glob(server.shm_prefix + "*"))
+        pgid = server.pid
+        os.kill(server.pid, signal.SIGSEGV)  # what a crash in the server looks like
+        deadline = time.monotonic() + 30
+        while server._proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with pytest.raises(ServerError, match="tritonserver exited") as err:
+            server.check_alive()
+        assert "Signal (11) received" in err.value.found and "NVML" not in err.value.found
+        assert group_alive(pgid) == [] and not list(Path("/dev/shm").glob(server.shm_prefix + "*"))
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+def test_serve_fails_loudly_when_a_model_process_dies(tmp_path):
+    """tritonserver 2.51 reports a model READY after its stub died; `specbuild serve` stops with the model's
+    name."""
+    import signal
+    import sys
+    import time
+
+    repo = make_repo(tmp_path / "repo", {"echo": ECHO_MODEL})
+    ports = [str(free_port()) for _ in range(3)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "specbuild",
+        "serve",
+        str(repo),
+        "--grpc-port",
+        ports[0],
+        "--http-port",
+        ports[1],
+        "--metrics-port",
+        ports[2],
+        "--log-file",
+        str(tmp_path / "server.log"),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if line.startswith("ready") or not line:
+            break
+    assert lines[-1].startswith("ready: echo"), "".join(lines)
+    stubs = [
+        int(p)
+        for p in os.listdir("/proc")
+        if p.isdigit()
+        and "triton_python_backend_stub" in _cmdline(int(p))
+        and f"{repo}/echo/1/model.py" in _cmdline(int(p))
+    ]
+    assert len(stubs) == 1
+    os.kill(stubs[0], signal.SIGKILL)
+    rest, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2, rest
+    assert "a model's Python-backend process died: echo" in rest and "Traceback" not in rest

@@ -7,12 +7,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbuild.core.errors import ClientError
-from specbuild.core.sampling_params import DEFAULT_MAX_TOKENS
+from specbuild.core.sampling_params import DEFAULT_MAX_TOKENS, SamplingParams
 
 DEFAULT_CONCURRENCY = (1, 2, 4, 8)
 DEFAULT_TEMPERATURES = (0.0, 0.8)
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_OUT = Path("build/bench")
+MAX_CONCURRENCY = 256  # threads, each with its own gRPC stream
+MAX_PROMPT_FILE_BYTES = 64 * 2**20  # a prompt file is read whole: bound it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,15 +28,54 @@ class BenchConfig:
     seed: int = 0  # T > 0 requests use seed + prompt index: runs are repeatable
     timeout_s: float = DEFAULT_TIMEOUT_S
 
+    def __post_init__(self) -> None:
+        bad = [c for c in self.concurrency if not 1 <= c <= MAX_CONCURRENCY]
+        if bad or not self.concurrency:
+            raise ClientError(
+                "--concurrency values must be whole numbers from 1",
+                expected=f"1 .. {MAX_CONCURRENCY}",
+                found=",".join(str(c) for c in self.concurrency) or "none",
+                fix="pass --concurrency 1,2,4",
+            )
+        if not self.prompts:
+            raise ClientError("no prompts to send", fix="pass --prompts FILE with one prompt per line")
+        if self.num_draft_tokens is not None and self.num_draft_tokens < 0:
+            raise ClientError(
+                f"--num-draft-tokens must be >= 0, got {self.num_draft_tokens}",
+                fix="pass --num-draft-tokens 4",
+            )
+        if not self.timeout_s > 0:
+            raise ClientError(
+                f"--timeout must be > 0 seconds, got {self.timeout_s}", fix="pass --timeout 120"
+            )
+        for t in self.temperatures:  # the same checks a request's SamplingParams makes, before any run starts
+            SamplingParams(max_tokens=self.max_tokens, temperature=t)
+
 
 def load_prompts(path: Path) -> tuple[str, ...]:
-    """JSONL with a "prompt" field per line, or plain text with one prompt per line."""
+    """JSONL with a "prompt" field per line, or plain text with one prompt per line (UTF-8, bounded)."""
     try:
-        lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
+        with open(path, "rb") as f:
+            raw = f.read(MAX_PROMPT_FILE_BYTES + 1)
     except OSError as exc:
         raise ClientError(
             f"cannot read the prompt file {path}", found=str(exc), fix="pass --prompts FILE"
         ) from None
+    if len(raw) > MAX_PROMPT_FILE_BYTES:
+        raise ClientError(
+            f"the prompt file {path} is larger than {MAX_PROMPT_FILE_BYTES // 2**20} MiB",
+            fix="pass a smaller --prompts file",
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ClientError(
+            f"{path}:{line}: not valid UTF-8 text",
+            found=f"byte {raw[exc.start : exc.start + 1]!r}",
+            fix="save the prompt file as UTF-8",
+        ) from None
+    lines = [line for line in text.splitlines() if line.strip()]
     prompts = []
     for number, line in enumerate(lines, 1):
         if line.lstrip().startswith("{"):

@@ -4,17 +4,22 @@
 `generate_local`: the continuation's text and token ids, with speculative statistics from the
 server's `return_perf_metrics` outputs (and, when streaming, the accepted length of each step).
 
-Routing: the repository says its speculation method (the BLS's `speculation_method` parameter,
-written by `specbuild repo`). Methods whose BLS runs the draft -> verify loop (draft/target) go to
-`tensorrt_llm_bls` with `num_draft_tokens` (0 = the target alone; its `default_num_draft_tokens`
-when omitted); methods whose engine speculates by itself (Medusa) go to the `ensemble`.
+Routing: every repository's `tensorrt_llm_bls` (draft/target: with `num_draft_tokens`, 0 = the target
+alone; Medusa: the engine speculates, the BLS streams it). The BLS, not the ensemble, because in
+Triton 2.51 cancelling an ensemble request reaches only the steps not yet scheduled
+(core ensemble_scheduler.cc, r24.10), so a cancelled Medusa stream through the ensemble runs to its
+end; the BLS stops the engine with a `stop` request. `--model ensemble` still works.
+The repository says its speculation method (the BLS's `speculation_method` parameter, written by
+`specbuild repo`): only methods whose BLS runs the draft -> verify loop take `num_draft_tokens`.
 Decoupled models answer only on the bidirectional stream, so "unary" on a decoupled model is a
 stream read to its final response with `stream=False` (one response with the whole text).
-Every failure (server down, unknown model, timeout, server gone mid-request) is a ClientError.
+Every failure (server down, unknown model, a model that is down, timeout, server gone mid-request) is
+a ClientError; the server's first error is the one reported (not the cancellation that follows it).
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -53,6 +58,11 @@ class ModelInfo:
     inputs: frozenset[str]
     decoupled: bool
     repo: RepoInfo
+    max_total_tokens: int | None = None  # the BLS's limit on prompt + max_tokens (its parameters)
+
+
+# A Python-backend model whose stub process died: "Stub process 'tensorrt_llm_draft_0_0' is not healthy."
+_DEAD_STUB = re.compile(r"Stub process '(?P<instance>[^']+)' is not healthy")
 
 
 def normalize_url(url: str) -> str:
@@ -126,24 +136,31 @@ def repo_info(client) -> RepoInfo:
 
 
 def model_info(client, model: str | None) -> ModelInfo:
-    """Resolve the model (None: the one the repository's method is served through) and read its inputs."""
+    """Resolve the model (None: the BLS) and read its inputs; a model that is not READY is a ClientError."""
     index = client.get_model_repository_index(as_json=True).get("models", [])
     ready = {m["name"] for m in index if m.get("state") == "READY"}
-    if BLS not in ready:
+    down = tuple(
+        f"{m['name']} ({m.get('state') or 'UNKNOWN'}{': ' + m['reason'] if m.get('reason') else ''})"
+        for m in index
+        if m.get("state") != "READY"
+    )
+    name = model or BLS
+    if down:  # a model that failed to load or was unloaded: say which, before any request fails on it
         raise ClientError(
-            f"model {BLS!r} is not served here",
-            expected=f"a specbuild repository; READY: {', '.join(sorted(ready)) or 'none'}",
-            found=", ".join(sorted(ready)) or "no model",
-            fix="serve a repository from `specbuild repo`",
+            f"model {name!r} is down on the server"
+            if name not in ready
+            else "the repository has models that are down",
+            expected="every model of the repository READY",
+            found="; ".join(down),
+            fix="read the server log for why, then restart `specbuild serve`",
         )
     repo = repo_info(client)
-    name = model or (BLS if repo.speculation.bls_drives_loop else ENSEMBLE)
     if name not in ready:
         raise ClientError(
             f"model {name!r} is not served here",
             expected=f"one of the READY models: {', '.join(sorted(ready)) or 'none'}",
             found=name,
-            fix=f"pass --model {ENSEMBLE} or --model {BLS}",
+            fix=f"pass --model {BLS} or --model {ENSEMBLE}",
         )
     try:
         meta = client.get_model_metadata(name, as_json=True)
@@ -153,7 +170,14 @@ def model_info(client, model: str | None) -> ModelInfo:
             f"cannot read the configuration of model {name!r}", found=_error_text(exc)
         ) from None
     decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
-    return ModelInfo(name, frozenset(i["name"] for i in meta.get("inputs", [])), decoupled, repo)
+    total = (config.get("parameters", {}).get("max_total_tokens") or {}).get("string_value", "")
+    return ModelInfo(
+        name,
+        frozenset(i["name"] for i in meta.get("inputs", [])),
+        decoupled,
+        repo,
+        max_total_tokens=int(total) if total.isdigit() else None,
+    )
 
 
 class _Collector:
@@ -168,16 +192,18 @@ class _Collector:
 
     def callback(self, result=None, error=None) -> None:
         if error is not None:
-            self.error = _error_text(error)
+            if self.error is None:  # the first error explains; what follows (our own cancellation) does not
+                self.error = _error_text(error)
             self.done.set()
             return
         try:
             chunk = parse_response(result)
         except Exception as exc:  # noqa: BLE001 - runs in tritonclient's thread: report, never lose it
-            self.error = f"unreadable response: {type(exc).__name__}: {exc}"
+            if self.error is None:
+                self.error = f"unreadable response: {type(exc).__name__}: {exc}"
             self.done.set()
             return
-        if chunk.text or chunk.token_ids or chunk.perf:
+        if chunk.text or chunk.token_ids or chunk.perf or chunk.counts:
             self.chunks.append(chunk)
             self.times.append(time.monotonic())
             if self._on_text and chunk.text:
@@ -206,7 +232,7 @@ def _run_stream(client, info: ModelInfo, inputs, *, timeout_s: float, on_text) -
                 info.name, inputs, request_id=uuid.uuid4().hex, enable_empty_final_response=True
             )
         except InferenceServerException as exc:  # the stream broke before the request went out
-            collector.error = _error_text(exc)
+            collector.error = collector.error or _error_text(exc)
             return collector
         if not collector.done.wait(timeout_s):
             raise ClientError(
@@ -232,6 +258,17 @@ def _run_unary(client, info: ModelInfo, inputs, *, timeout_s: float) -> _Collect
 
 
 def _raise_request_error(url: str, model: str, error: str, timeout_s: float) -> None:
+    dead = _DEAD_STUB.search(error)
+    if dead:
+        instance = dead.group("instance")
+        served = re.sub(r"_\d+_\d+$", "", instance)  # instance name: <model>_<group>_<index>
+        raise ClientError(
+            f"model {served!r} is down: its Python backend process ({instance}) is not running",
+            expected=f"a live process for every model behind {model!r}",
+            found=error,
+            fix="the server still lists it READY but cannot run it: restart `specbuild serve` "
+            "(and check its log for why the process died)",
+        )
     low = error.lower()
     if "deadline" in low:
         raise ClientError(
@@ -279,6 +316,9 @@ def _result(
         timings["server_total"] = (perf["last_token_time_ns"] - perf["arrival_time_ns"]) / 1e9
     timings["chunks"] = float(len(steps))
     finish = "length" if len(token_ids) >= params.max_tokens else "stop"
+    prompt = next(
+        (c.counts["num_input_tokens"] for c in collector.chunks if "num_input_tokens" in c.counts), None
+    )
     return GenerationResult(
         text=text,
         token_ids=token_ids,
@@ -286,6 +326,7 @@ def _result(
         speculative=speculative,
         stats=stats,
         timings=timings,
+        prompt_tokens=prompt,
     )
 
 
@@ -304,6 +345,21 @@ def generate_remote(
     client = connect(url)
     try:
         info = model_info(client, model)
+        if info.max_total_tokens is not None and params.max_tokens >= info.max_total_tokens:
+            raise ClientError(
+                f"max_tokens {params.max_tokens} cannot fit the engines' sequence limit",
+                expected=f"prompt tokens + max_tokens <= {info.max_total_tokens} (the BLS's "
+                "max_total_tokens)",
+                found=f"max_tokens {params.max_tokens}",
+                fix=f"pass --max-tokens {info.max_total_tokens - 1} or less",
+            )
+        if num_draft_tokens is not None and not info.repo.speculation.bls_drives_loop:
+            raise ClientError(
+                "--num-draft-tokens is for methods whose BLS drafts per round (draft/target)",
+                expected="a draft/target repository",
+                found=f"a {info.repo.speculation.title} repository (the engine drafts itself)",
+                fix="drop --num-draft-tokens (the engine's own settings decide what it drafts)",
+            )
         inputs = _inputs(info, prompt, params, stream=stream, num_draft_tokens=num_draft_tokens)
         t0 = time.monotonic()
         if stream or info.decoupled:

@@ -5,8 +5,9 @@ generated from); the client sends only inputs the served model declares (read fr
 metadata), so one client talks to both template generations (`seed` vs `random_seed`).
 
 Token ids: the repository's ensemble and BLS return `output_ids` (tokens of this response,
-prompt excluded: every request sets `exclude_input_in_output`) and `sequence_length` next to
-`text_output`. Streaming responses carry the new tokens of one engine step (draft/target: one
+prompt excluded: this client sets `exclude_input_in_output`, whose default is false as upstream) and
+`sequence_length` next to `text_output` (flat: one string per request). Streaming responses carry the new
+tokens of one engine step (draft/target: one
 verification round; Medusa: one tree step), so their sizes give the accepted length per step.
 """
 
@@ -49,6 +50,8 @@ def request_values(
         "beam_width": 1,
         "temperature": params.temperature,
         "return_perf_metrics": True,
+        "return_num_input_tokens": True,  # 1.2-era templates: the prompt's token count comes back
+        "return_num_output_tokens": True,
     }
     if not params.greedy:  # the backends ignore top_k/top_p at T=0; send them only when they matter
         if params.top_k:
@@ -79,6 +82,13 @@ def build_inputs(
     values = request_values(
         prompt, params, stream=stream, num_draft_tokens=num_draft_tokens, seed_name=seed_name
     )
+    if num_draft_tokens is not None and not 0 <= num_draft_tokens <= 2**31 - 1:
+        raise ClientError(
+            f"num_draft_tokens must be >= 0, got {num_draft_tokens}",
+            expected="0 (the target alone) .. max_draft_len",
+            found=str(num_draft_tokens),
+            fix="pass --num-draft-tokens 4",
+        )
     if num_draft_tokens is not None and "num_draft_tokens" not in declared:
         raise ClientError(
             f"model {model!r} does not take num_draft_tokens",
@@ -92,11 +102,35 @@ def build_inputs(
             continue  # an optional input this generation of the templates does not have
         tensor = iface.input(name)
         if tensor.data_type == "TYPE_STRING":
-            array = np.array([[value.encode("utf-8")]], dtype=object)  # [1, 1]
+            try:
+                array = np.array([[value.encode("utf-8")]], dtype=object)  # [1, 1]
+            except UnicodeEncodeError as exc:  # a str from bytes that were not UTF-8 (surrogate escapes)
+                raise ClientError(
+                    f"the {name} is not valid UTF-8 text",
+                    expected="UTF-8 text",
+                    found=f"an undecodable byte at position {exc.start}",
+                    fix="re-encode the prompt as UTF-8",
+                ) from None
         else:
+            _check_range(name, value, tensor.numpy_dtype)
             array = np.array([[value]], dtype=tensor.numpy_dtype)  # [1, 1]
         out.append((name, array, tensor.wire_dtype))
     return out
+
+
+_INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "uint64": (0, 2**64 - 1)}
+
+
+def _check_range(name: str, value, dtype: str) -> None:
+    """Refuse a value its wire type would wrap (numpy casts silently: 2^31 becomes -2^31)."""
+    bounds = _INT_RANGES.get(dtype)
+    if bounds is not None and not bounds[0] <= int(value) <= bounds[1]:
+        raise ClientError(
+            f"{name} {value} does not fit its wire type {dtype.upper()}",
+            expected=f"[{bounds[0]}, {bounds[1]}]",
+            found=str(value),
+            fix=f"pass a smaller {name}",
+        )
 
 
 @dataclass
@@ -107,6 +141,7 @@ class Chunk:
     token_ids: list[int] = field(default_factory=list)
     final: bool = True
     perf: dict[str, float] = field(default_factory=dict)  # return_perf_metrics outputs present
+    counts: dict[str, int] = field(default_factory=dict)  # num_input_tokens / num_output_tokens when present
 
 
 def parse_response(result) -> Chunk:
@@ -130,4 +165,7 @@ def parse_response(result) -> Chunk:
     for name in ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens", *PERF_TIMES):
         if name in names:
             chunk.perf[name] = float(result.as_numpy(name).reshape(-1)[0])
+    for name in ("num_input_tokens", "num_output_tokens"):
+        if name in names:
+            chunk.counts[name] = int(result.as_numpy(name).reshape(-1)[0])
     return chunk

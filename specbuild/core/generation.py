@@ -81,11 +81,13 @@ class GenerationResult:
     speculative: bool = False
     stats: SpecStats = field(default_factory=SpecStats)
     timings: dict[str, float] = field(default_factory=dict)  # seconds: ttft, total, ...
+    prompt_tokens: int | None = None  # the prompt's token count (through Triton: num_input_tokens)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "text": self.text,
             "token_ids": list(self.token_ids),
+            "prompt_tokens": self.prompt_tokens,
             "finish_reason": self.finish_reason,
             "speculative": self.speculative,
             "stats": self.stats.to_dict(),

@@ -5,11 +5,14 @@ No torch here: the client and the CLI import this module.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 from specbuild.core.errors import SpecbuildError
 
 DEFAULT_MAX_TOKENS = 64
+INT32_MAX = 2**31 - 1  # max_tokens and top_k travel as INT32 (Triton's request_output_len, runtime_top_k)
+UINT64_MAX = 2**64 - 1  # the seed travels as UINT64
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,19 +28,29 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)  # extra single-token stops
 
     def __post_init__(self) -> None:
-        if self.max_tokens < 1:
+        if not 1 <= self.max_tokens <= INT32_MAX:
             raise SpecbuildError(
-                "max_tokens must be at least 1", found=str(self.max_tokens), fix="pass --max-tokens 32"
+                "max_tokens must be in [1, 2^31 - 1]", found=str(self.max_tokens), fix="pass --max-tokens 32"
             )
-        if self.temperature < 0:
+        if not (
+            math.isfinite(self.temperature) and self.temperature >= 0
+        ):  # NaN fails every comparison: test it
             raise SpecbuildError(
-                "temperature must be >= 0", found=str(self.temperature), fix="use 0 for greedy"
+                "temperature must be a finite number >= 0",
+                found=str(self.temperature),
+                fix="use 0 for greedy",
             )
-        if self.top_k < 0:
-            raise SpecbuildError("top_k must be >= 0", found=str(self.top_k), fix="use 0 to disable top-k")
-        if not 0.0 < self.top_p <= 1.0:
+        if not 0 <= self.top_k <= INT32_MAX:
+            raise SpecbuildError(
+                "top_k must be in [0, 2^31 - 1]", found=str(self.top_k), fix="use 0 to disable top-k"
+            )
+        if not (math.isfinite(self.top_p) and 0.0 < self.top_p <= 1.0):
             raise SpecbuildError(
                 "top_p must be in (0, 1]", found=str(self.top_p), fix="use 1.0 to disable top-p"
+            )
+        if self.seed is not None and not 0 <= self.seed <= UINT64_MAX:
+            raise SpecbuildError(
+                "seed must be in [0, 2^64 - 1]", found=str(self.seed), fix="pass a smaller --seed"
             )
 
     @property

@@ -34,6 +34,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from specbuild.core.engine_limits import EngineLimits
 from specbuild.core.errors import BuildError
 
 DEFAULT_TRTLLM_VERSION = "1.2.1"  # the last release line with the convert -> trtllm-build engine flow
@@ -214,11 +215,11 @@ def engine_limits(
 
 
 def prompt_limit(build_config: dict[str, Any], *, enable_chunked_context: bool) -> int:
-    """The longest prompt (tokens) the runtime accepts for an engine with this build_config."""
-    seq = int(build_config["max_seq_len"])
-    if enable_chunked_context:
-        return seq - 1
-    return min(seq - 1, int(build_config["max_num_tokens"]))
+    """The longest prompt (tokens) the runtime accepts for an engine with this build_config (the one
+    rule lives in core/engine_limits.py, which the serving side and the vendored BLS use too)."""
+    return EngineLimits.from_build_config(
+        build_config, enable_chunked_context=enable_chunked_context
+    ).max_input_len
 
 
 @dataclass(frozen=True)

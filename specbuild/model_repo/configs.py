@@ -62,12 +62,19 @@ class RepoLayout:
     target: EngineModel
     draft: EngineModel | None  # draft_target only
     logits_dtype: str = T.DEFAULT_LOGITS_DTYPE
+    # `prompt_embedding_table_data_type` of tensorrt_llm. TYPE_FP16, as every upstream example fills it: the
+    # upstream ensemble and BLS declare prompt_embedding_table TYPE_FP16, and an ensemble whose step input
+    # type differs does not load. (Prompt tables are refused by the local engine model.)
+    prompt_table_dtype: str = T.DEFAULT_PROMPT_TABLE_DTYPE
     max_queue_delay_microseconds: int = 0
     bls_instance_count: int = 4
     bls_drafter: str | None = None  # BLS: "module:Class" it drafts with (None: the target speculates itself)
     default_num_draft_tokens: int = 0  # BLS: used when a request omits num_draft_tokens
     default_use_draft_logits: bool = False  # BLS: used when a request omits use_draft_logits
     accumulate_tokens: bool = True  # BLS: detokenize streamed tokens with their context
+    # BLS: the engines' request limits (engine_limits.RequestLimits); None when no engine was built yet
+    max_prompt_tokens: int | None = None  # prompt tokens every engine of a request accepts
+    max_total_tokens: int | None = None  # prompt + max_tokens that always fits
 
     @property
     def names(self) -> T.Names:
@@ -113,7 +120,12 @@ def engine_config(layout: RepoLayout, engine: EngineModel):
     config = pb.ModelConfig(name=engine.name, backend=layout.backend, max_batch_size=layout.max_batch_size)
     config.model_transaction_policy.decoupled = engine.decoupled
     _dynamic_batching(config, layout)
-    _add_tensors(config, T.tensorrt_llm_interface(layout.names, logits_dtype=layout.logits_dtype))
+    _add_tensors(
+        config,
+        T.tensorrt_llm_interface(
+            layout.names, logits_dtype=layout.logits_dtype, prompt_table_dtype=layout.prompt_table_dtype
+        ),
+    )
     config.instance_group.add(count=1, kind=pb.ModelInstanceGroup.KIND_CPU)  # the backend places ranks itself
     params = {
         "max_beam_width": "1",
@@ -122,7 +134,10 @@ def engine_config(layout: RepoLayout, engine: EngineModel):
         "gpt_model_path": engine.engine_dir,
         "batch_scheduler_policy": BATCH_SCHEDULER_POLICY,
         "kv_cache_free_gpu_mem_fraction": f"{engine.kv_fraction:.4g}",
-        "exclude_input_in_output": "true",  # streamed and BLS responses carry new tokens only
+        # The backend's default (a missing parameter is false): a request without exclude_input_in_output gets
+        # the prompt in output_ids, which upstream's client-side speculative loop relies on. The BLS asks for
+        # new tokens explicitly; streamed responses never repeat the prompt.
+        "exclude_input_in_output": "false",
         "enable_kv_cache_reuse": _bool(engine.enable_kv_cache_reuse),
         "normalize_log_probs": "true",
         "enable_chunked_context": _bool(engine.enable_chunked_context),
@@ -208,6 +223,8 @@ def bls_config(layout: RepoLayout):
             "bls_drafter": layout.bls_drafter or "",
             "default_num_draft_tokens": str(layout.default_num_draft_tokens),
             "default_use_draft_logits": _bool(layout.default_use_draft_logits),
+            **({"max_prompt_tokens": str(layout.max_prompt_tokens)} if layout.max_prompt_tokens else {}),
+            **({"max_total_tokens": str(layout.max_total_tokens)} if layout.max_total_tokens else {}),
         },
     )
     return config

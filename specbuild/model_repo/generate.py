@@ -20,6 +20,7 @@ from typing import Any
 
 from specbuild.builder.memory_plan import plan_memory
 from specbuild.core.artifacts import REPO_KIND, BuildManifest, read_build_manifest
+from specbuild.core.engine_limits import EngineLimits, RequestLimits
 from specbuild.core.errors import RepoError
 from specbuild.core.hf_config import HFModelConfig
 from specbuild.core.manifest import atomic_output_dir, write_manifest
@@ -42,6 +43,7 @@ VENDORED_MODULES = (
     "core/errors.py",
     "core/sampling_params.py",
     "core/generation.py",
+    "core/engine_limits.py",
     "engines/reference/speculative.py",
     "engines/reference/sampling.py",
 )
@@ -214,7 +216,27 @@ def plan_layout(
         bls_drafter=method.bls_drafter,
         default_num_draft_tokens=spec.speculation.max_draft_len if loop else 0,
         default_use_draft_logits=roles["target"].gather_generation_logits and loop,
+        **_bls_limits(build),
     )
+
+
+def _bls_limits(build: BuildInfo) -> dict[str, int]:
+    """The BLS's request limits from the built engines' build_config (none before the engines exist)."""
+    configs = [e.config.get("build_config") for e in build.engines.values() if e.config]
+    if len(configs) != len(build.engines) or not all(
+        isinstance(c, dict) and c.get("max_seq_len") for c in configs
+    ):
+        return {}
+    chunked = build.spec.serving.enable_chunked_context  # the engine models' parameter
+    limits = RequestLimits.tightest(
+        *(
+            EngineLimits.from_build_config(c, enable_chunked_context=chunked).request_limits(
+                growing_prefix=len(configs) > 1
+            )
+            for c in configs
+        )
+    )
+    return {"max_prompt_tokens": limits.max_input_len, "max_total_tokens": limits.max_total_len}
 
 
 def logits_dtype_of(engine: BuiltEngine) -> str:

@@ -2,8 +2,10 @@
 
 The repository generator builds every `config.pbtxt` input/output from these tables, the Python
 models read their tensors by these names, and the client (`specbuild.client`) imports them to build
-requests. They follow the TensorRT-LLM backend templates (`inflight_batcher_llm`, r25.05 generation;
-see docs/model_repo.md). Dims exclude the batch dimension (every model has max_batch_size > 0).
+requests. They follow the TensorRT-LLM backend templates (`inflight_batcher_llm`) of the 1.2 era, the
+generation the r26.04-r26.07 containers ship (NVIDIA/TensorRT-LLM `triton_backend/all_models/
+inflight_batcher_llm/*/config.pbtxt`; the commits read are in tests/data/triton_backend_contract.json and
+docs/model_repo.md). Dims exclude the batch dimension (every model has max_batch_size > 0).
 
 Two inputs were renamed with TensorRT-LLM 0.20: `min_length` -> `min_tokens` and `random_seed` ->
 `seed`. `names_for(trtllm_version)` picks the generation; every table takes the resulting `Names`.
@@ -62,6 +64,8 @@ ENSEMBLE, BLS, PREPROCESSING, POSTPROCESSING = (
 )
 TARGET_MODEL, DRAFT_MODEL = "tensorrt_llm", "tensorrt_llm_draft"
 ROLE_MODELS = {"target": TARGET_MODEL, "draft": DRAFT_MODEL}
+PROMPT_TABLE_DTYPES = ("TYPE_FP16", "TYPE_BF16", "TYPE_FP32")  # `prompt_embedding_table_data_type` values
+DEFAULT_PROMPT_TABLE_DTYPE = "TYPE_FP16"  # the value every tensorrtllm_backend r26.07 docs example fills in
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,13 @@ def _t(name: str, dtype: str, dims: tuple[int, ...], flags: str = "") -> Tensor:
 # ---- tensorrt_llm (the C++ backend's interface; the local Python model implements the same) --------
 
 
-def tensorrt_llm_interface(names: Names, *, logits_dtype: str = DEFAULT_LOGITS_DTYPE) -> Interface:
+def tensorrt_llm_interface(
+    names: Names,
+    *,
+    logits_dtype: str = DEFAULT_LOGITS_DTYPE,
+    prompt_table_dtype: str = DEFAULT_PROMPT_TABLE_DTYPE,
+) -> Interface:
+    """prompt_table_dtype: the template's `${prompt_embedding_table_data_type}` (the engine's dtype)."""
     lg = logits_dtype.removeprefix("TYPE_")
     inputs = [
         _t("input_ids", "INT32", (-1,), "opt rag"),
@@ -173,12 +183,14 @@ def tensorrt_llm_interface(names: Names, *, logits_dtype: str = DEFAULT_LOGITS_D
                 ("return_context_logits", "BOOL"),
                 ("return_generation_logits", "BOOL"),
                 ("return_perf_metrics", "BOOL"),
+                ("return_num_input_tokens", "BOOL"),
+                ("return_num_output_tokens", "BOOL"),
                 ("exclude_input_in_output", "BOOL"),
                 ("stop", "BOOL"),
                 ("streaming", "BOOL"),
             ]
         ),
-        _t("prompt_embedding_table", "FP16", (-1, -1), "opt rag"),
+        _t("prompt_embedding_table", prompt_table_dtype.removeprefix("TYPE_"), (-1, -1), "opt rag"),
         _t("prompt_table_extra_ids", "UINT64", (-1,), "opt rag"),
         _t("prompt_vocab_size", "INT32", (1,), "opt r"),
         _t("cross_attention_mask", "BOOL", (-1, -1), "opt rag"),
@@ -212,6 +224,7 @@ def tensorrt_llm_interface(names: Names, *, logits_dtype: str = DEFAULT_LOGITS_D
         _t("sequence_index", "INT32", (1,)),
         _t("context_phase_params", "UINT8", (-1,)),
         *_perf_outputs(),
+        *_token_count_outputs(),
     ]
     return Interface(tuple(inputs), tuple(outputs))
 
@@ -232,6 +245,12 @@ def _perf_outputs() -> list[Tensor]:
     ]
 
 
+def _token_count_outputs() -> list[Tensor]:
+    """Filled only when the request sets return_num_input_tokens / return_num_output_tokens (1.2-era
+    templates): the prompt's token count, and the token count of that response's output_ids."""
+    return [_t("num_input_tokens", "INT32", (1,)), _t("num_output_tokens", "INT32", (1,))]
+
+
 # ---- preprocessing / postprocessing ---------------------------------------------------------------
 
 
@@ -241,6 +260,7 @@ def preprocessing_interface() -> Interface:
         _t("DECODER_QUERY", "STRING", (1,), "opt"),
         _t("IMAGE_BYTES", "UINT8", (-1, -1, -1, -1), "opt"),
         _t("IMAGE_URL", "STRING", (1,), "opt"),
+        _t("IMAGES", "STRING", (-1,), "opt"),  # 1.2-era templates (pixtral); multimodal is refused here
         _t("VIDEO_BYTES", "UINT8", (-1, -1, -1, -1), "opt"),
         _t("REQUEST_OUTPUT_LEN", "INT32", (1,)),
         _t("BAD_WORDS_DICT", "STRING", (-1,), "opt"),
@@ -268,7 +288,7 @@ def preprocessing_interface() -> Interface:
         _t("ASPECT_RATIO_IDS", "INT64", (-1,)),
         _t("ASPECT_RATIO_MASK", "INT64", (-1, -1)),
         _t("CROSS_ATTENTION_MASK", "INT64", (-1, -1, -1)),
-        _t("IMAGE_SIZES", "INT64", (2,)),
+        _t("IMAGE_SIZES", "INT64", (-1, 2)),
         _t("IS_VIDEO_INPUT", "BOOL", (1,)),
         _t("ATTENTION_MASK", "INT64", (-1,)),
         _t("IMAGE_GRID_THW", "INT64", (3,)),
@@ -278,18 +298,29 @@ def preprocessing_interface() -> Interface:
 
 
 def postprocessing_interface() -> Interface:
+    """OUTPUT is flat: one string per batch item and beam ([b * beams] with the batch dim), as upstream."""
     return Interface(
         (_t("TOKENS_BATCH", "INT32", (-1, -1)), _t("SEQUENCE_LENGTH", "INT32", (-1,))),
-        (_t("OUTPUT", "STRING", (-1,)),),
+        (_t("OUTPUT", "STRING", (-1,)), *POSTPROCESSING_EXTRA_OUTPUTS),
     )
+
+
+# specbuild additions to postprocessing (not in the upstream templates): the token ids it detokenized,
+# passed through so the ensemble can return them (EXTRA_TEXT_OUTPUTS) without exposing a tensorrt_llm
+# output that also feeds a later step (Triton prunes such a step when the client does not ask for it).
+POSTPROCESSING_EXTRA_OUTPUTS = (
+    _t("OUTPUT_IDS", "INT32", (-1, -1)),
+    _t("OUTPUT_SEQUENCE_LENGTH", "INT32", (-1,)),
+)
 
 
 # ---- the external interfaces: ensemble and tensorrt_llm_bls ---------------------------------------
 
 # specbuild additions to the ensemble and BLS outputs (not in the upstream templates): the token ids of
-# each response (prompt excluded; streamed: that response's new tokens), so clients get token ids and
-# can count tokens per step. The ensemble routes tensorrt_llm's output_ids / sequence_length through
-# these ensemble outputs into postprocessing.
+# each response (streamed: that response's new tokens), so clients get token ids and can count tokens
+# per step. The ensemble takes them from postprocessing's pass-through (POSTPROCESSING_EXTRA_OUTPUTS);
+# tensorrt_llm's output_ids / sequence_length reach postprocessing through the internal _TOKENS_BATCH /
+# _SEQUENCE_LENGTH tensors, as upstream, so a client that asks for text_output alone gets it.
 EXTRA_TEXT_OUTPUTS = ("output_ids", "sequence_length")
 
 
@@ -303,6 +334,7 @@ def _text_outputs(lg: str) -> list[Tensor]:
         _t("batch_index", "INT32", (1,)),
         _t("sequence_index", "INT32", (1,)),
         *_perf_outputs(),
+        *_token_count_outputs(),
         _t("output_ids", "INT32", (-1, -1)),  # specbuild addition, see EXTRA_TEXT_OUTPUTS
         _t("sequence_length", "INT32", (-1,)),  # specbuild addition
     ]
@@ -327,6 +359,8 @@ def ensemble_interface(names: Names, *, logits_dtype: str = DEFAULT_LOGITS_DTYPE
         ("return_context_logits", "BOOL"),
         ("return_generation_logits", "BOOL"),
         ("return_perf_metrics", "BOOL"),
+        ("return_num_input_tokens", "BOOL"),
+        ("return_num_output_tokens", "BOOL"),
         ("beam_width", "INT32"),
         ("stream", "BOOL"),
     ]
@@ -402,6 +436,8 @@ def bls_interface(names: Names, *, logits_dtype: str = DEFAULT_LOGITS_DTYPE) -> 
         _t("lora_weights", "FP16", (-1, -1), "opt rag"),
         _t("lora_config", "INT32", (-1, 3), "opt rag"),
         _t("return_perf_metrics", "BOOL", (1,), "opt r"),
+        _t("return_num_input_tokens", "BOOL", (1,), "opt r"),
+        _t("return_num_output_tokens", "BOOL", (1,), "opt r"),
         _t("guided_decoding_guide_type", "STRING", (1,), "opt"),
         _t("guided_decoding_guide", "STRING", (1,), "opt"),
     ]
@@ -458,6 +494,8 @@ def ensemble_steps(names: Names, *, llm_model: str = "tensorrt_llm") -> tuple[St
         "return_context_logits",
         "return_generation_logits",
         "return_perf_metrics",
+        "return_num_input_tokens",
+        "return_num_output_tokens",
         "num_return_sequences",
         "beam_width",
         "prompt_embedding_table",
@@ -487,26 +525,38 @@ def ensemble_steps(names: Names, *, llm_model: str = "tensorrt_llm") -> tuple[St
         ("prompt_table_extra_ids", "_OUT_PROMPT_TABLE_EXTRA_IDS"),
         *((n, n) for n in same),
     )
-    # Every tensorrt_llm output goes to the same-named ensemble output; upstream routes output_ids and
-    # sequence_length through the internal _TOKENS_BATCH / _SEQUENCE_LENGTH instead (EXTRA_TEXT_OUTPUTS).
-    llm_outputs = tuple((t.name, t.name) for t in _text_outputs("FP32")[1:])
+    # As upstream: output_ids / sequence_length feed postprocessing through internal tensors no client can
+    # request (an ensemble output that also feeds a step is pruned when not requested: a deadlock), every
+    # other tensorrt_llm output goes to the same-named ensemble output.
+    internal = {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"}
+    llm_outputs = tuple(internal.items()) + tuple(
+        (t.name, t.name) for t in _text_outputs("FP32") if t.name != "text_output" and t.name not in internal
+    )
     llm = Step(llm_model, llm_inputs, llm_outputs)
     post = Step(
         "postprocessing",
-        (("TOKENS_BATCH", "output_ids"), ("SEQUENCE_LENGTH", "sequence_length")),
-        (("OUTPUT", "text_output"),),
+        (("TOKENS_BATCH", "_TOKENS_BATCH"), ("SEQUENCE_LENGTH", "_SEQUENCE_LENGTH")),
+        (
+            ("OUTPUT", "text_output"),
+            ("OUTPUT_IDS", "output_ids"),
+            ("OUTPUT_SEQUENCE_LENGTH", "sequence_length"),
+        ),
     )
     return (pre, llm, post)
 
 
 def interface(
-    model: str, *, trtllm_version: str | None = None, logits_dtype: str = DEFAULT_LOGITS_DTYPE
+    model: str,
+    *,
+    trtllm_version: str | None = None,
+    logits_dtype: str = DEFAULT_LOGITS_DTYPE,
+    prompt_table_dtype: str = DEFAULT_PROMPT_TABLE_DTYPE,
 ) -> Interface:
     """The interface of one model kind: tensorrt_llm (also the draft), preprocessing, postprocessing,
     ensemble or tensorrt_llm_bls."""
     names = names_for(trtllm_version)
     if model in ("tensorrt_llm", "tensorrt_llm_draft"):
-        return tensorrt_llm_interface(names, logits_dtype=logits_dtype)
+        return tensorrt_llm_interface(names, logits_dtype=logits_dtype, prompt_table_dtype=prompt_table_dtype)
     if model == "preprocessing":
         return preprocessing_interface()
     if model == "postprocessing":

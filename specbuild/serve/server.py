@@ -1,15 +1,19 @@
 """Run the bundled tritonserver on a model repository: start, wait until every model is ready, stop.
 
 `TritonServer` is a context manager; it never leaves a server behind: the server runs in its own
-process group (the Python-backend stubs are its children, so they are in it too), which is sent
-SIGTERM then SIGKILL on stop, on interpreter exit (atexit), and the kernel kills the server if
-the starting process dies first (PR_SET_PDEATHSIG).
+process group (the Python-backend stubs are its children, so they are in it too), which gets SIGTERM
+then SIGKILL on stop, on interpreter exit (atexit); the kernel kills the server if the starting process
+dies first (PR_SET_PDEATHSIG). The server's Python-backend regions carry a prefix of their own, and
+whatever of them is left in /dev/shm after the stop (stubs that ended on the signal, a crash) is
+removed. `check_alive()` also watches the stubs: tritonserver 2.51 keeps a model whose
+stub died READY, so a dead stub is a ServerError naming the model (server_watch.py).
 """
 
 from __future__ import annotations
 
 import atexit
 import ctypes
+import errno
 import json
 import os
 import re
@@ -26,6 +30,7 @@ from pathlib import Path
 
 from specbuild.core.errors import ServerError
 from specbuild.serve.bundle import TritonBundle, check_libpython, find_bundle
+from specbuild.serve.server_watch import dead, fatal_lines, remove_shm, shm_prefix, stub_processes
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_GRPC_PORT = 8001
@@ -33,6 +38,7 @@ DEFAULT_HTTP_PORT = 8000
 DEFAULT_METRICS_PORT = 8002
 READY_TIMEOUT_S = 300.0  # model loading of the reference engines takes seconds; bigger models longer
 EXIT_TIMEOUT_S = 5  # tritonserver --exit-timeout-secs: grace for in-flight requests on stop
+LOG_READ_BYTES = 8 * 2**20  # the most of a server log read back (its tail) to explain a failure
 
 # Log lines of a CPU host that are not errors of ours (no CUDA driver, no NVML / DCGM).
 _HARMLESS = ("CudaDriverHelper", "NVML", "DCGM", "pinned memory pool", "CUDA memory pool")
@@ -66,8 +72,36 @@ def free_port(host: str = DEFAULT_HOST) -> int:
         return sock.getsockname()[1]
 
 
+def check_host(host: str) -> None:
+    """Refuse an address this machine cannot bind (not an IP of one of its interfaces, or unresolvable)."""
+    try:
+        infos = socket.getaddrinfo(host, None, 0, socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError, ValueError) as exc:
+        raise ServerError(
+            f"cannot use --host {host}",
+            expected="an address of this machine (127.0.0.1 by default) or a name that resolves to one",
+            found=str(exc),
+            fix="pass --host 127.0.0.1, or an address `ip addr` lists",
+        ) from None
+    family, address = infos[0][0], infos[0][4][0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((address, 0))
+        except OSError as exc:
+            raise ServerError(
+                f"--host {host} is not an address of this machine",
+                expected="an address of one of its interfaces",
+                found=f"{address}: {exc.strerror}",
+                fix="pass --host 127.0.0.1, or an address `ip addr` lists",
+            ) from None
+
+
 def check_ports_free(options: ServerOptions) -> None:
-    """Refuse a busy or repeated port before starting, naming the option that picks it."""
+    """Refuse a bad host, and a busy or repeated port, before starting, naming the option that picks it.
+
+    The probe sets SO_REUSEADDR, as tritonserver's own sockets do: a port whose last server stopped
+    moments ago (connections in TIME_WAIT) is free to reuse, not busy."""
+    check_host(options.host)
     seen: dict[int, str] = {}
     for name, port in options.ports.items():
         if port in seen:
@@ -78,10 +112,25 @@ def check_ports_free(options: ServerOptions) -> None:
                 fix=f"pass another --{name}-port",
             )
         seen[port] = name
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        if not 0 < port < 65536:
+            raise ServerError(
+                f"--{name}-port {port} is not a port number",
+                expected="1 .. 65535",
+                found=str(port),
+                fix=f"pass --{name}-port with a free port",
+            )
+        family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind((options.host, port))
             except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise ServerError(
+                        f"cannot bind the {name} port {options.host}:{port}",
+                        found=exc.strerror or str(exc),
+                        fix=f"pass another --{name}-port (ports below 1024 need privileges)",
+                    ) from None
                 raise ServerError(
                     f"the {name} port {options.host}:{port} is busy",
                     expected="a free port",
@@ -90,9 +139,13 @@ def check_ports_free(options: ServerOptions) -> None:
                 ) from None
 
 
-def server_argv(binary: Path, backend_dir: Path, repo: Path, options: ServerOptions) -> list[str]:
-    """The tritonserver command line (pure; tested argv-exact)."""
+def server_argv(
+    binary: Path, backend_dir: Path, repo: Path, options: ServerOptions, *, shm_prefix: str | None = None
+) -> list[str]:
+    """The tritonserver command line (pure; tested argv-exact). shm_prefix: the Python backend's
+    shared-memory region prefix (unique per server, so its leftovers can be found)."""
     host = options.host
+    extra = [f"--backend-config=python,shm-region-prefix-name={shm_prefix}"] if shm_prefix else []
     return [
         str(binary),
         f"--model-repository={repo}",
@@ -105,6 +158,7 @@ def server_argv(binary: Path, backend_dir: Path, repo: Path, options: ServerOpti
         f"--metrics-port={options.metrics_port}",
         f"--exit-timeout-secs={options.exit_timeout_s}",
         f"--log-verbose={options.log_verbose}",
+        *extra,
     ]
 
 
@@ -121,6 +175,17 @@ def important_log_lines(log: str, limit: int = 25) -> list[str]:
         if _ERROR_LINE.search(line) and not any(h in line for h in _HARMLESS)
     ]
     return lines[-limit:]
+
+
+def _wait_group_gone(pgid: int, timeout_s: float = 5.0) -> None:
+    """After SIGKILL: wait until no process of the group is left (their regions are then safe to remove)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.05)
 
 
 def _set_pdeathsig() -> None:  # runs in the child between fork and exec
@@ -143,6 +208,9 @@ class TritonServer:
         self._workdir: tempfile.TemporaryDirectory | None = None
         self._models: list[str] = []
         self.log_path: Path | None = None
+        self._shm_prefix = shm_prefix()
+        self._stubs: dict = {}  # pid -> server_watch.Stub, recorded when every model is READY
+        self._ready_at: int | None = None  # log size when the server became ready (what follows: serving)
 
     # ---- addresses -------------------------------------------------------------------------
     @property
@@ -157,10 +225,18 @@ class TritonServer:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
-    def log_text(self) -> str:
+    def log_text(self, since: int = 0, max_bytes: int = LOG_READ_BYTES) -> str:
+        """The log from byte `since` on, at most its last `max_bytes` (a long-running server's log can be
+        large)."""
         if self.log_path is None or not self.log_path.exists():
             return ""
-        return self.log_path.read_text(errors="replace")
+        with open(self.log_path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(since, size - max_bytes))
+            return f.read().decode(errors="replace")
+
+    def _log_size(self) -> int:
+        return self.log_path.stat().st_size if self.log_path is not None and self.log_path.exists() else 0
 
     # ---- lifecycle -------------------------------------------------------------------------
     def start(self, *, on_progress: Callable[[int, int], None] | None = None) -> TritonServer:
@@ -208,7 +284,7 @@ class TritonServer:
             os.close(fd)
             self.log_path = Path(name)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        argv = server_argv(bundle.binary, backend_dir, self.repo, self.options)
+        argv = server_argv(bundle.binary, backend_dir, self.repo, self.options, shm_prefix=self._shm_prefix)
         with open(self.log_path, "wb") as log:
             self._proc = subprocess.Popen(
                 argv,
@@ -242,6 +318,8 @@ class TritonServer:
             if on_progress:
                 on_progress(ready, len(models))
             if ready == len(models) and self._http_ok("/v2/health/ready"):
+                self._stubs = stub_processes(self._proc.pid)
+                self._ready_at = self._log_size()
                 return
             if time.monotonic() > deadline:
                 waiting = [m for m in models if states.get(m, ("",))[0] != "READY"]
@@ -255,13 +333,35 @@ class TritonServer:
 
     def _died(self, when: str) -> ServerError:
         code = self._proc.returncode if self._proc else None
-        lines = important_log_lines(self.log_text())
+        how = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"code {code}"
+        text = self.log_text()
+        if self._ready_at is not None:  # it served: what it logged since then, the fatal lines first
+            lines = fatal_lines(self.log_text(since=self._ready_at))
+        else:  # it was loading: the load errors, and the fatal lines if it crashed
+            important = important_log_lines(text)
+            crash = [line for line in fatal_lines(text) if line not in important]
+            lines = (
+                important + crash
+                if crash and any("Signal" in c or "#" in c for c in crash)
+                else important or fatal_lines(text)
+            )
+        if self._proc is not None:  # a crash leaves the stubs (orphans) and their regions: end both
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            _wait_group_gone(self._proc.pid)
+        self._clean_shm()
         return ServerError(
-            f"tritonserver exited (code {code}) {when}",
+            f"tritonserver exited ({how}) {when}",
             expected="a running server with every model READY",
-            found="\n    " + "\n    ".join(lines) if lines else "no error lines in the log",
-            fix=f"fix the model the log names and retry; whole log: {self.log_path}",
+            found="\n    " + "\n    ".join(lines) if lines else "nothing in the log",
+            fix=f"read the whole log: {self.log_path}; fix the model it names, or restart `specbuild serve`",
         )
+
+    def dead_models(self) -> list[str]:
+        """Models whose Python-backend process died while serving ("model (instance, pid N exited)")."""
+        return [f"{stub.model} ({stub.instance}, pid {stub.pid} {how})" for stub, how in dead(self._stubs)]
 
     def _http_ok(self, path: str) -> bool:
         try:
@@ -281,43 +381,74 @@ class TritonServer:
         return {m["name"]: (m.get("state", ""), m.get("reason", "")) for m in index}
 
     def check_alive(self) -> None:
+        """ServerError if the server exited or one of its model processes died (tritonserver 2.51 would go
+        on reporting that model READY while failing every request to it)."""
         if self._proc is None or self._proc.poll() is not None:
             raise self._died("while serving")
+        gone = self.dead_models()
+        if gone:
+            lines = fatal_lines(self.log_text(since=self._ready_at or 0), limit=10)
+            raise ServerError(
+                f"a model's Python-backend process died: {', '.join(gone)}",
+                expected="a live process for every model instance (tritonserver still reports the model "
+                "READY, "
+                "but every request to it fails)",
+                found="\n    " + "\n    ".join(lines)
+                if lines
+                else "no message in the server log (the process was killed, "
+                "e.g. by the OOM killer: see `dmesg`)",
+                fix=f"the server was stopped; restart `specbuild serve` (whole log: {self.log_path})",
+            )
 
     def wait(self) -> int:
         """Block until the server exits by itself; return its exit code."""
         return self._proc.wait() if self._proc else 0
 
     def stop(self) -> None:
-        """SIGTERM the process group, SIGKILL what is left after the exit timeout; idempotent."""
+        """SIGTERM the server, SIGKILL its process group after the exit timeout, remove its leftover
+        shared memory; idempotent."""
         proc, self._proc = self._proc, None
         if proc is not None:
             self._stop_group(proc)
+            self._clean_shm()
         if self._workdir is not None:
             self._workdir.cleanup()
             self._workdir = None
         atexit.unregister(self.stop)
 
     def _stop_group(self, proc: subprocess.Popen) -> None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
+        try:  # the group: the stubs end at once (their regions are removed by prefix afterwards), the server
+            os.killpg(proc.pid, signal.SIGTERM)  # finishes in-flight work within --exit-timeout-secs
         except ProcessLookupError:
             pass
         try:
             proc.wait(timeout=self.options.exit_timeout_s + 5)
         except subprocess.TimeoutExpired:
             pass
-        try:  # the stubs too, even if the server itself already exited
+        try:  # whatever is left of the group, the stubs too, even if the server itself already exited
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
+        except (ProcessLookupError, PermissionError):
             pass
         proc.wait()
+        _wait_group_gone(proc.pid)
+
+    def _clean_shm(self) -> None:
+        if self._proc is None or self._proc.poll() is not None:  # never under a live server
+            remove_shm(self._shm_prefix)
 
     def kill(self) -> None:
         """Kill the server at once (tests: a server dying mid-request)."""
         if self._proc is not None:
             os.killpg(self._proc.pid, signal.SIGKILL)
             self._proc.wait()
+
+    @property
+    def shm_prefix(self) -> str:
+        return self._shm_prefix
+
+    def stub_pids(self) -> dict[int, str]:
+        """pid -> model of the Python-backend processes recorded at ready (tests, diagnostics)."""
+        return {pid: stub.model for pid, stub in self._stubs.items()}
 
     def __enter__(self) -> TritonServer:
         if self._proc is None:

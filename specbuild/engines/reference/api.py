@@ -38,7 +38,8 @@ def generate_local(
     """Tokenize `prompt`, generate in-process, return the continuation (prompt excluded).
 
     speculative=False runs the target alone; num_draft_tokens overrides K (default: the build's
-    max_draft_len). on_text(str) receives the text of each streamed chunk.
+    max_draft_len). on_text(str) receives the text of each streamed chunk. A prompt over the engine's
+    input limit, or prompt + max_tokens over its sequence limit, is an EngineError (engine_limits).
     """
     engine = (
         path_or_engine
@@ -46,6 +47,7 @@ def generate_local(
         else ReferenceEngine.load(path_or_engine)
     )
     ids = engine.encode(prompt)
+    engine.check_request(len(ids), params.max_tokens)  # refuse up front what the engine would cut short
     on_tokens = None
     if on_text is not None:
         sent: list[int] = []
@@ -59,6 +61,8 @@ def generate_local(
             on_text(text[len(shown[0]) :])
             shown[0] = text
 
-    return engine.generate(
+    result = engine.generate(
         ids, params, speculative=speculative, num_draft_tokens=num_draft_tokens, on_tokens=on_tokens
     )
+    result.prompt_tokens = len(ids)
+    return result

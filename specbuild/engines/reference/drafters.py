@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from specbuild.core.engine_limits import EngineLimits
 from specbuild.core.errors import EngineError
 from specbuild.core.generation import SpecStats
 from specbuild.core.sampling_params import SamplingParams
@@ -47,8 +48,18 @@ class Speculator(Protocol):
     ) -> tuple[list[int], SpecStats]: ...
 
     def generate_batch(
-        self, prompts: list[list[int]], params: list[SamplingParams], *, num_draft_tokens: int, on_tokens=None
+        self,
+        prompts: list[list[int]],
+        params: list[SamplingParams],
+        *,
+        num_draft_tokens: int,
+        on_tokens=None,
+        stop=None,
     ) -> list[tuple[list[int], SpecStats]]: ...
+
+    def drafts_per_step(self, num_draft_tokens: int, limits: EngineLimits) -> int:
+        """Draft tokens one step adds to the sequence (the runtime counts them against max_seq_len)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -74,7 +85,7 @@ class DraftModelSpeculator:
             stop=stop,
         )
 
-    def generate_batch(self, prompts, params, *, num_draft_tokens, on_tokens=None):
+    def generate_batch(self, prompts, params, *, num_draft_tokens, on_tokens=None, stop=None):
         return speculative_generate_batch(
             BatchModelDrafter(self.draft, len(prompts), [make_generator(q.seed, offset=1) for q in params]),
             BatchModelVerifier(self.target, len(prompts), [make_generator(q.seed) for q in params]),
@@ -82,7 +93,11 @@ class DraftModelSpeculator:
             params,
             num_draft_tokens=num_draft_tokens,
             on_tokens=on_tokens,
+            stop=stop,
         )
+
+    def drafts_per_step(self, num_draft_tokens: int, limits: EngineLimits) -> int:
+        return num_draft_tokens
 
 
 def draft_model_speculator(engine: ReferenceEngine) -> DraftModelSpeculator:

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from specbuild.core.artifacts import BuildManifest, CheckpointManifest, EngineManifest, read_artifact
+from specbuild.core.engine_limits import EngineLimits, LimitError
 from specbuild.core.errors import EngineError
 from specbuild.core.generation import GenerationResult, SpecStats
 from specbuild.core.hf_config import HFModelConfig
@@ -60,6 +61,15 @@ class EngineLayout:
     medusa_choices: Any = None  # whatever MedusaChoices.parse accepts, or None
     max_draft_len: int | None = None
     method: Method | None = None  # None: plain decode (and external verification)
+    build_config: dict | None = None  # the target engine's config.json build_config (its request limits)
+
+
+def _build_config(folder: Path | None) -> dict | None:
+    path = folder / "config.json" if folder is not None else None
+    if path is None or not path.is_file():
+        return None
+    build = _read_json(path).get("build_config")
+    return build if isinstance(build, dict) and build.get("max_seq_len") else None
 
 
 def locate(path: str | Path) -> EngineLayout:
@@ -82,6 +92,7 @@ def locate(path: str | Path) -> EngineLayout:
             medusa_choices=spec.medusa.choices if spec.medusa else None,
             max_draft_len=artifact.roles["target"].max_draft_len,
             method=spec.mode,
+            build_config=_build_config(artifact.loadable_dir("target")),
         )
     raw = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
     if "build_config" in raw:  # an engine folder: its speculative_decoding_mode says what it does
@@ -93,6 +104,7 @@ def locate(path: str | Path) -> EngineLayout:
             tokenizer_dir=_tokenizer_of(folder, artifact),
             max_draft_len=build_config.get("max_draft_len") or None,
             method=Method(speculator.name) if speculator else None,
+            build_config=_build_config(folder),
         )
     medusa = (
         engine_speculator(SpeculativeDecodingMode.MEDUSA)
@@ -123,6 +135,7 @@ class ReferenceEngine:
         medusa_choices: Any = None,
         tokenizer_dir: Path | None = None,
         max_draft_len: int | None = None,
+        build_config: dict | None = None,
     ):
         self.target, self.draft = target, draft
         self.tokenizer_dir = tokenizer_dir
@@ -140,6 +153,13 @@ class ReferenceEngine:
                 )
             self.speculator = resolve_name(factory)(self)
         self.num_draft_tokens = max_draft_len or (method_of(self.method).default_k if self.method else 0)
+        # The engine's request limits (build_config, as TensorRT-LLM's runtime applies them), else the model's
+        # positions.
+        self.limits = (
+            EngineLimits.from_build_config(build_config)
+            if build_config
+            else EngineLimits.from_positions(target.cfg.max_position_embeddings)
+        )
         self.prefix_cache = PrefixCache(target)
         self._lock = threading.RLock()
         self._tokenizer = None
@@ -163,6 +183,7 @@ class ReferenceEngine:
             medusa_choices=medusa_choices if medusa_choices is not None else layout.medusa_choices,
             tokenizer_dir=layout.tokenizer_dir,
             max_draft_len=layout.max_draft_len,
+            build_config=layout.build_config,
         )
 
     # ---- properties ---------------------------------------------------------------------------
@@ -181,11 +202,28 @@ class ReferenceEngine:
                     found="no tokenizer_dir",
                     fix="pass the `specbuild compile` output folder, or token ids instead of text",
                 )
+            if not self.tokenizer_dir.is_dir():
+                raise EngineError(
+                    f"the engine's tokenizer folder {self.tokenizer_dir} does not exist",
+                    expected="the tokenizer folder the build recorded (its tokenizer_dir)",
+                    found="no such folder",
+                    fix="restore that folder, or re-run `specbuild compile` with the model folder in place",
+                )
             # transformers takes ~2 s to import; engines that only ever see token ids (the Triton models) skip
             # it.
             from transformers import AutoTokenizer  # noqa: PLC0415
 
-            self._tokenizer = AutoTokenizer.from_pretrained(str(self.tokenizer_dir), trust_remote_code=False)
+            try:
+                self._tokenizer = AutoTokenizer.from_pretrained(
+                    str(self.tokenizer_dir), trust_remote_code=False
+                )
+            except (OSError, ValueError) as exc:
+                raise EngineError(
+                    f"cannot load the tokenizer in {self.tokenizer_dir}",
+                    expected="tokenizer.json / tokenizer_config.json",
+                    found=" ".join(str(exc).split())[:300],
+                    fix="restore the tokenizer files, or re-run `specbuild compile`",
+                ) from None
         return self._tokenizer
 
     def end_ids(self) -> tuple[int, ...]:
@@ -221,7 +259,11 @@ class ReferenceEngine:
     ) -> GenerationResult:
         """One request: the continuation of prompt_ids (text decoded when a tokenizer is known)."""
         _check_prompt(prompt_ids, self.target.cfg.vocab_size)
-        params = self.resolve(params)
+        params = self._bound(
+            prompt_ids,
+            self.resolve(params),
+            self.draft_per_step(speculative=speculative, num_draft_tokens=num_draft_tokens),
+        )
         started = time.perf_counter()
         first: list[float] = []
         user_on_tokens = on_tokens
@@ -260,13 +302,17 @@ class ReferenceEngine:
         speculative: bool = True,
         num_draft_tokens: int | None = None,
         on_tokens=None,
+        stop=None,
     ) -> list[GenerationResult]:
-        """Several requests. on_tokens(index, list[int]) streams.
+        """Several requests. on_tokens(index, list[int]) streams; stop(index, out, start) is each
+        request's stop hook (a request it ends stops there, the others go on).
 
         Plain decode and batched speculators (draft/target) run all requests in lockstep, one batched
         pass per step (rows keep their own lengths); other speculators (Medusa) one after the other.
         """
         plist = [self.resolve(p) for p in (params if isinstance(params, list) else [params] * len(prompts))]
+        draft = self.draft_per_step(speculative=speculative, num_draft_tokens=num_draft_tokens)
+        plist = [self._bound(p, q, draft) for p, q in zip(prompts, plist, strict=True)]
         speculate = speculative and self.speculates
         if speculate and not self.speculator.batched:
             return [
@@ -275,6 +321,7 @@ class ReferenceEngine:
                     q,
                     num_draft_tokens=num_draft_tokens,
                     on_tokens=(lambda toks, i=i: on_tokens(i, toks)) if on_tokens else None,
+                    stop=(lambda out, start, i=i: stop(i, out, start)) if stop else None,
                 )
                 for i, (p, q) in enumerate(zip(prompts, plist, strict=True))
             ]
@@ -285,7 +332,7 @@ class ReferenceEngine:
             k = self.num_draft_tokens if num_draft_tokens is None else num_draft_tokens
             with self._lock:
                 done = self.speculator.generate_batch(
-                    [list(p) for p in prompts], plist, num_draft_tokens=k, on_tokens=on_tokens
+                    [list(p) for p in prompts], plist, num_draft_tokens=k, on_tokens=on_tokens, stop=stop
                 )
             seconds = time.perf_counter() - started
             return [
@@ -294,7 +341,7 @@ class ReferenceEngine:
             ]
         with self._lock:
             outs, _, passes = generate_batch(
-                self.target, [list(p) for p in prompts], plist, on_tokens=on_tokens
+                self.target, [list(p) for p in prompts], plist, on_tokens=on_tokens, stop=stop
             )
         seconds = time.perf_counter() - started
         return [
@@ -311,7 +358,7 @@ class ReferenceEngine:
         prefix cache, so drafting again after a growing prefix does not recompute the prompt.
         """
         _check_prompt(prompt_ids, self.target.cfg.vocab_size)
-        params = self.resolve(params)
+        params = self._bound(prompt_ids, self.resolve(params), 0)
         started = time.perf_counter()
         with self._lock:
             seq = self.prefix_cache.acquire(list(prompt_ids))
@@ -340,6 +387,7 @@ class ReferenceEngine:
         reuse the same random numbers, which would correlate accept decisions and bias the output.
         """
         _check_prompt(prefix_ids, self.target.cfg.vocab_size)
+        self._bound(prefix_ids, params, len(draft_ids))  # one pass over prefix + drafts must fit max_seq_len
         draft_probs = None
         if draft_logits is not None:
             logits = torch.as_tensor(draft_logits).float()  # [K,V]
@@ -356,8 +404,58 @@ class ReferenceEngine:
             verifier = ModelVerifier(self.target, generator=gen, prefix_cache=self.prefix_cache)
             return verifier.verify(list(prefix_ids), list(draft_ids), draft_probs, params)
 
+    # ---- limits -------------------------------------------------------------------------------
+    def draft_per_step(self, *, speculative: bool = True, num_draft_tokens: int | None = None) -> int:
+        """Draft tokens one step adds to the sequence (counted against max_seq_len, as the runtime does)."""
+        if not speculative or not self.speculates:
+            return 0
+        k = self.num_draft_tokens if num_draft_tokens is None else num_draft_tokens
+        return self.speculator.drafts_per_step(k, self.limits)
+
+    def _bound(self, prompt_ids, params: SamplingParams, draft: int) -> SamplingParams:
+        """The backend's rules: a prompt over the input limit fails; the output length is lowered to fit."""
+        try:
+            self.limits.check_prompt(len(prompt_ids))
+        except LimitError as exc:
+            raise EngineError(
+                str(exc),
+                expected=f"at most {self.limits.max_input_len} prompt tokens",
+                found=f"{len(prompt_ids)} tokens",
+                fix="shorten the prompt",
+            ) from None
+        room = self.limits.output_len(len(prompt_ids), params.max_tokens, draft)
+        if room < 1:
+            raise EngineError(
+                "no room for output tokens",
+                expected=f"prompt + {draft} draft tokens < max_seq_len {self.limits.max_seq_len}",
+                found=f"{len(prompt_ids)} prompt tokens",
+                fix="shorten the prompt",
+            )
+        return params if room == params.max_tokens else dataclasses.replace(params, max_tokens=room)
+
+    def check_request(self, prompt_len: int, max_tokens: int) -> None:
+        """Refuse (EngineError) what would not run whole: callers that prefer a clear error to the clamp."""
+        try:
+            self.limits.request_limits().check(prompt_len, max_tokens)
+        except LimitError as exc:
+            raise EngineError(
+                str(exc),
+                expected=f"prompt + max_tokens <= {self.limits.request_limits().max_total_len} tokens",
+                found=f"{prompt_len} + {max_tokens}",
+                fix="lower --max-tokens or shorten the prompt",
+            ) from None
+
     # ---- text ---------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise EngineError(
+                "the prompt is not valid UTF-8 text",
+                expected="UTF-8 text",
+                found=f"an undecodable byte at position {exc.start}",
+                fix="re-encode the prompt as UTF-8",
+            ) from None
         return list(self.tokenizer(text)["input_ids"])
 
     def decode(self, ids: list[int]) -> str:

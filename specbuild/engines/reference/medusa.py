@@ -197,11 +197,20 @@ class MedusaSpeculator:
             self.target, self.heads, self.tree, prompt_ids, params, on_tokens=on_tokens, stop=stop
         )
 
-    def generate_batch(self, prompts, params, *, num_draft_tokens=0, on_tokens=None):
+    def generate_batch(self, prompts, params, *, num_draft_tokens=0, on_tokens=None, stop=None):
         return [
-            self.generate(p, q, on_tokens=(lambda toks, i=i: on_tokens(i, toks)) if on_tokens else None)
+            self.generate(
+                p,
+                q,
+                on_tokens=(lambda toks, i=i: on_tokens(i, toks)) if on_tokens else None,
+                stop=(lambda out, start, i=i: stop(i, out, start)) if stop else None,
+            )
             for i, (p, q) in enumerate(zip(prompts, params, strict=True))
         ]
+
+    def drafts_per_step(self, num_draft_tokens: int, limits) -> int:
+        """The tree's nodes: TensorRT-LLM reserves the engine's max_draft_len (>= the tree size) per step."""
+        return limits.max_draft_len or self.tree.num_nodes
 
 
 def medusa_speculator(engine) -> MedusaSpeculator:

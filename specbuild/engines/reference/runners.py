@@ -264,11 +264,14 @@ def generate_batch(
     params: list[SamplingParams],
     *,
     on_tokens=None,
+    stop=None,
 ) -> tuple[list[list[int]], list[str], int]:
     """Plain (non-speculative) decode of several prompts of different lengths in one batch.
 
     Prefill runs all prompts right-padded in one pass; each decode step feeds one token per
-    unfinished row. on_tokens(row, [token]) streams. Returns (tokens per row, finish reasons, passes).
+    unfinished row. on_tokens(row, [token]) streams; stop(row, out, start) is each row's stop hook
+    (speculative.StopHook): a row it ends stops there, the others go on. Returns (tokens per row,
+    finish reasons, passes).
     """
     b = len(prompts)
     assert b == len(params) and all(prompts), "one non-empty prompt and one SamplingParams per row"
@@ -292,7 +295,8 @@ def generate_batch(
             if not done[row]:
                 probs = probs_from_logits(model.logits(last[row]), params[row])  # [V]
                 tok = sample(probs, gens[row])
-                taken, done[row] = emit(outs[row], [tok], params[row], stops[row])
+                hook = (lambda out, start, row=row: stop(row, out, start)) if stop else None
+                taken, done[row] = emit(outs[row], [tok], params[row], stops[row], hook)
                 if on_tokens is not None and taken:
                     on_tokens(row, taken)
             next_ids.append(tok)

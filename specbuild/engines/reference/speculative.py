@@ -199,15 +199,18 @@ def speculative_generate_batch(
     *,
     num_draft_tokens: int,
     on_tokens: Callable[[int, list[int]], None] | None = None,
+    stop: Callable[[int, list[int], int], int | None] | None = None,
 ) -> list[tuple[list[int], SpecStats]]:
     """The same rounds for several requests in lockstep: one batched draft pass per draft position and
-    one batched verify pass per round for all unfinished requests (rows keep their own lengths)."""
+    one batched verify pass per round for all unfinished requests (rows keep their own lengths).
+    `stop(row, out, start)` is each row's stop hook: a row it ends stops there, the others go on."""
     reqs = [
         SpecRequest(
             p,
             q,
             num_draft_tokens=num_draft_tokens,
             on_tokens=(lambda toks, i=i: on_tokens(i, toks)) if on_tokens else None,
+            stop=(lambda out, start, i=i: stop(i, out, start)) if stop else None,
         )
         for i, (p, q) in enumerate(zip(prompts, params, strict=True))
     ]

@@ -4,7 +4,8 @@
 * `word_lists(value)`: the backend's [1, 2, n] stop/bad word list -> each word's token ids;
 * `find_stop(tokens, sequences, start)`: where the first multi-token stop word ends;
 * `stop_at_words(sequences)`: a stop hook for the speculative loop (engines/reference/speculative.py
-  `StopHook`) that ends a request right after a multi-token stop word.
+  `StopHook`) that ends a request right after a multi-token stop word; `first_stop(*hooks)` combines
+  it with others (cancellation).
 
 Plain Python + numpy: the BLS runs it in the production container too (no specbuild there).
 """
@@ -43,6 +44,22 @@ def find_stop(tokens: Sequence[int], sequences: Sequence[Sequence[int]], start: 
             if end >= len(seq) and tuple(tokens[end - len(seq) : end]) == tuple(seq):
                 return end
     return None
+
+
+def first_stop(*hooks):
+    """One stop hook from several (None ones skipped): the first that ends the request decides."""
+    hooks = [h for h in hooks if h is not None]
+    if not hooks:
+        return None
+
+    def stop(out, start):
+        for hook in hooks:
+            end = hook(out, start)
+            if end is not None:
+                return end
+        return None
+
+    return stop
 
 
 def stop_at_words(sequences: Sequence[Sequence[int]]):

@@ -1,7 +1,9 @@
 """Triton Python model `postprocessing`: token ids -> text (HF tokenizer, never trust_remote_code).
 
-TOKENS_BATCH [b, beams, T] with SEQUENCE_LENGTH [b, beams] -> OUTPUT [b, beams] (BYTES). Each
-response is detokenized on its own (streamed chunks carry new tokens only).
+TOKENS_BATCH [b, beams, T] with SEQUENCE_LENGTH [b, beams] -> OUTPUT [b * beams] (BYTES, flat as
+upstream: a client reads `as_numpy("text_output")[0].decode()`). Each response is detokenized on its own
+(streamed chunks carry new tokens only). OUTPUT_IDS / OUTPUT_SEQUENCE_LENGTH pass the tokens through
+(specbuild additions, tensors.POSTPROCESSING_EXTRA_OUTPUTS) so the ensemble can return them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,13 @@ import triton_python_backend_utils as pb_utils
 def _param(config: dict, key: str, default: str = "") -> str:
     value = config.get("parameters", {}).get(key, {}).get("string_value", "")
     return default if value == "" or value.startswith("${") else value
+
+
+def _cancelled(request) -> bool:
+    try:
+        return bool(request.is_cancelled())
+    except Exception:  # noqa: BLE001 - a stub without cancellation support
+        return False
 
 
 class TritonPythonModel:
@@ -34,6 +43,18 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
+            if _cancelled(
+                request
+            ):  # an ensemble step scheduled after its request was cancelled: write nothing
+                responses.append(
+                    pb_utils.InferenceResponse(
+                        error=pb_utils.TritonError(
+                            "postprocessing: the request was cancelled",
+                            getattr(pb_utils.TritonError, "CANCELLED", 1),
+                        )
+                    )
+                )
+                continue
             tokens = pb_utils.get_input_tensor_by_name(request, "TOKENS_BATCH").as_numpy()  # [b, beams, T]
             lengths = pb_utils.get_input_tensor_by_name(request, "SEQUENCE_LENGTH").as_numpy()  # [b, beams]
             if tokens.ndim == 2:  # [b, T]: a caller that dropped the beam dim
@@ -45,5 +66,13 @@ class TritonPythonModel:
                     text[i, j] = self.tokenizer.decode(
                         ids, skip_special_tokens=self.skip_special_tokens
                     ).encode()
-            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT", text)]))
+            responses.append(
+                pb_utils.InferenceResponse(
+                    output_tensors=[
+                        pb_utils.Tensor("OUTPUT", text.reshape(-1)),  # [b * beams]
+                        pb_utils.Tensor("OUTPUT_IDS", tokens.astype(np.int32)),  # [b, beams, T]
+                        pb_utils.Tensor("OUTPUT_SEQUENCE_LENGTH", lengths.astype(np.int32)),  # [b, beams]
+                    ]
+                )
+            )
         return responses

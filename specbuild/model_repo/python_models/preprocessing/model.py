@@ -46,13 +46,25 @@ def batch_word_lists(per_item: list[np.ndarray]) -> np.ndarray:
     return out
 
 
-def _strings(tensor) -> list[list[str]]:
+MULTIMODAL_INPUTS = ("IMAGE_BYTES", "IMAGE_URL", "IMAGES", "VIDEO_BYTES")
+
+
+def _text(value, name: str) -> str:
+    """A BYTES element as text; invalid UTF-8 is the request's error, not a traceback."""
+    if not isinstance(value, bytes):
+        return str(value)
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{name} is not valid UTF-8 (byte {exc.start}: {value[exc.start : exc.start + 4]!r})"
+        ) from None
+
+
+def _strings(tensor, name: str = "words") -> list[list[str]]:
     """[b, n] BYTES -> per batch item, its decoded non-empty strings."""
     rows = tensor.as_numpy()
-    return [
-        [s.decode() if isinstance(s, bytes) else str(s) for s in row.reshape(-1) if s not in (b"", "")]
-        for row in rows
-    ]
+    return [[_text(s, name) for s in row.reshape(-1) if s not in (b"", "")] for row in rows]
 
 
 class TritonPythonModel:
@@ -75,13 +87,25 @@ class TritonPythonModel:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def execute(self, requests):
-        return [self._one(request) for request in requests]
+        responses = []
+        for request in requests:
+            try:
+                responses.append(self._one(request))
+            except ValueError as exc:  # a bad request: its error response, the others go on
+                responses.append(
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError(f"preprocessing: {exc}"))
+                )
+        return responses
 
     def _one(self, request):
         get = lambda name: pb_utils.get_input_tensor_by_name(request, name)  # noqa: E731
-        queries = [
-            q.decode() if isinstance(q, bytes) else str(q) for q in get("QUERY").as_numpy().reshape(-1)
-        ]
+        for name in MULTIMODAL_INPUTS:
+            t = get(name)
+            if t is not None and t.as_numpy().size:
+                raise ValueError(
+                    f"{name} is given, but this repository serves a text-only model (no multimodal encoder)"
+                )
+        queries = [_text(q, "QUERY") for q in get("QUERY").as_numpy().reshape(-1)]
         b = len(queries)
         encoded = [self.tokenizer.encode(q, add_special_tokens=self.add_special_tokens) for q in queries]
         lengths = np.array([[len(e)] for e in encoded], dtype=np.int32)  # [b, 1]
@@ -104,7 +128,7 @@ class TritonPythonModel:
         ]
         for src, dst in (("BAD_WORDS_DICT", "BAD_WORDS_IDS"), ("STOP_WORDS_DICT", "STOP_WORDS_IDS")):
             t = get(src)
-            words = _strings(t) if t is not None else [[] for _ in range(b)]
+            words = _strings(t, src) if t is not None else [[] for _ in range(b)]
             outputs.append(
                 pb_utils.Tensor(dst, batch_word_lists([word_list(w, self._encode_words) for w in words]))
             )
@@ -121,7 +145,7 @@ class TritonPythonModel:
             return np.empty((b, 0), dtype=np.float32)  # empty = no bias (the backend skips it)
         bias = np.zeros((b, self.vocab_size), dtype=np.float32)  # [b, V]
         weights = weights_t.as_numpy().reshape(b, -1)
-        for i, words in enumerate(_strings(words_t)):
+        for i, words in enumerate(_strings(words_t, "EMBEDDING_BIAS_WORDS")):
             for word, weight in zip(words, weights[i], strict=False):
                 for token in self._encode_words(word):
                     bias[i, token] += float(weight)

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from trtllm_semantics import sampling_params
+from words import first_stop, stop_at_words, word_lists
 from words import scalar as read
-from words import stop_at_words, word_lists
 
 from specbuild.engines.reference.speculative import speculative_generate
 
@@ -71,7 +71,9 @@ class BlsOptions:
     num_draft_tokens: int = 0
     use_draft_logits: bool = False
     return_perf_metrics: bool = False
-    exclude_input_in_output: bool = True
+    return_num_input_tokens: bool = False
+    return_num_output_tokens: bool = False
+    exclude_input_in_output: bool = False  # upstream's default: the engines' parameter, false when unset
     seed: int | None = None
     end_id: int | None = None
     pad_id: int | None = None
@@ -98,21 +100,44 @@ class BlsOptions:
         text = get("text_input")
         if text is None or get("max_tokens") is None:
             raise ValueError("text_input and max_tokens are required")
+        if np.asarray(text).size != 1:
+            raise ValueError(
+                f"one prompt per request (batch size 1), got {np.asarray(text).size} text_input values"
+            )
         raw = np.asarray(text).reshape(-1)[0]
+        try:
+            prompt = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"text_input is not valid UTF-8 (byte {exc.start})") from None
         forwarded = {
             dst: np.asarray(get(src)).reshape(1, 1) for src, dst in FORWARDED.items() if get(src) is not None
         }
         if get(min_tokens_name) is not None:
             forwarded[min_tokens_name] = np.asarray(get(min_tokens_name)).reshape(1, 1)
         k = scalar("num_draft_tokens", int, default_num_draft_tokens)
+        if k < 0:
+            raise ValueError(f"num_draft_tokens must be >= 0 (0: the target alone), got {k}")
+        max_tokens = scalar("max_tokens", int)
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        from trtllm_semantics import check_sampling
+
+        check_sampling(
+            temperature=scalar("temperature", float, None),
+            top_k=scalar("top_k", int, None),
+            top_p=scalar("top_p", float, None),
+            min_tokens=scalar(min_tokens_name, int, None),
+        )
         return cls(
-            text=raw.decode() if isinstance(raw, bytes) else str(raw),
-            max_tokens=scalar("max_tokens", int),
+            text=prompt,
+            max_tokens=max_tokens,
             stream=scalar("stream", bool, False),
-            num_draft_tokens=max(0, k),
+            num_draft_tokens=k,
             use_draft_logits=scalar("use_draft_logits", bool, default_use_draft_logits),
             return_perf_metrics=scalar("return_perf_metrics", bool, False),
-            exclude_input_in_output=scalar("exclude_input_in_output", bool, True),
+            return_num_input_tokens=scalar("return_num_input_tokens", bool, False),
+            return_num_output_tokens=scalar("return_num_output_tokens", bool, False),
+            exclude_input_in_output=scalar("exclude_input_in_output", bool, False),
             seed=scalar(seed_name, int, None),
             end_id=scalar("end_id", int, None),
             pad_id=scalar("pad_id", int, None),
@@ -176,6 +201,8 @@ def preprocess(call: Call, opts: BlsOptions, seed_name: str = "seed") -> Prepare
 
 
 def detokenize(call: Call, tokens: list[int]) -> str:
+    if not tokens:
+        return ""
     out = call(
         "postprocessing",
         {
@@ -372,12 +399,14 @@ def speculate(
     seed_name: str,
     logits_dtype: str,
     on_tokens: Callable[[list[int]], None] | None = None,
+    stop=None,
 ):
     """Run the shared speculative loop over the Triton models; returns (new tokens, SpecStats, shared state).
 
     `drafter_class` is the repository's drafter (its `bls_drafter` parameter, e.g. TritonDrafter).
     Stop words: single-token ones are stop ids of the loop; longer ones end it through its stop hook
-    right after their last token (the engines also stop at them inside one call).
+    right after their last token (the engines also stop at them inside one call). `stop` is the
+    caller's own hook (cancellation), asked after every round too.
     """
     words = word_lists(prep.stop_words_list) if prep.stop_words_list.shape[-1] else []
     params = opts.sampling_params(prep.end_id)
@@ -391,6 +420,6 @@ def speculate(
         params,
         num_draft_tokens=opts.num_draft_tokens,
         on_tokens=on_tokens,
-        stop=stop_at_words([w for w in words if len(w) > 1]),
+        stop=first_stop(stop_at_words([w for w in words if len(w) > 1]), stop),
     )
     return list(tokens), stats, shared

@@ -8,9 +8,18 @@
   whole request. With stream=true each round's accepted tokens are sent as they are accepted.
 * otherwise the request goes to `tensorrt_llm` alone (streamed when that model is decoupled: Medusa).
 
-Responses: text_output chunks are deltas (concatenate them), output_ids / sequence_length the token
-ids of each response (prompt excluded); the last response carries the COMPLETE_FINAL flag, the
-remaining text and, with return_perf_metrics, the perf outputs.
+Responses: text_output is flat (one string per request: `as_numpy("text_output")[0]`); streamed chunks
+are deltas (concatenate them); output_ids / sequence_length are the token ids of each response (the
+prompt first in a non-streamed answer when exclude_input_in_output is false, upstream's default); the
+last response carries the COMPLETE_FINAL flag, the remaining text and, with return_perf_metrics, the
+perf outputs (return_num_input_tokens / return_num_output_tokens: the token counts).
+
+Limits: with the engines' limits in its parameters (`max_prompt_tokens`, `max_total_tokens`, from the
+engines' build_config) the BLS refuses a prompt or prompt + max_tokens the engines would refuse or cut.
+Cancellation: Triton's cancellation of the request (or the client gone) is checked before every engine
+call and every response (responder.py), so work stops within one round; a streamed Medusa call is
+ended with a `stop` request to tensorrt_llm (the 2.51 stub cannot cancel a BLS call). A cancelled
+request gets a flags-only final response.
 Production repositories ship the needed specbuild modules in ./vendor (no specbuild in the container).
 """
 
@@ -20,6 +29,7 @@ import json
 import os
 import sys
 import time
+import uuid
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -41,8 +51,13 @@ from bls_core import (  # noqa: E402
     preprocess,
     speculate,
 )
+from responder import Responder  # noqa: E402
 
 _NUMPY_LOGITS = {"TYPE_FP32": "float32", "TYPE_FP16": "float16", "TYPE_BF16": "float32"}  # no numpy bf16
+
+
+class Cancelled(Exception):
+    """The request was cancelled (its client is gone): stop the work, write nothing more."""
 
 
 def _token_outputs(tokens: list[int]) -> dict:
@@ -51,6 +66,10 @@ def _token_outputs(tokens: list[int]) -> dict:
         "output_ids": np.array(tokens, dtype=np.int32).reshape(1, 1, -1),
         "sequence_length": np.array([[len(tokens)]], dtype=np.int32),
     }
+
+
+def _text_output(text: str) -> np.ndarray:
+    return np.array([text.encode()], dtype=object)  # [b * beams] = [1]: flat, as upstream
 
 
 def _param(config: dict, key: str, default: str = "") -> str:
@@ -77,33 +96,80 @@ class TritonPythonModel:
         inputs = {t["name"] for t in config["input"]}
         self.seed_name = "seed" if "seed" in inputs else "random_seed"
         self.min_tokens_name = "min_tokens" if "min_tokens" in inputs else "min_length"
+        from specbuild.core.engine_limits import RequestLimits
+
+        prompt_limit, total_limit = _param(config, "max_prompt_tokens"), _param(config, "max_total_tokens")
+        self.limits = (
+            RequestLimits(int(prompt_limit), int(total_limit)) if prompt_limit and total_limit else None
+        )
         outputs = {t["name"]: t["data_type"] for t in config["output"]}
         self.logits_dtype = _NUMPY_LOGITS.get(outputs.get("generation_logits", "TYPE_FP32"), "float32")
         if self.drafter_class is not None:  # torch (draft logits) now, not in the first request
             import specbuild.engines.reference.sampling  # noqa: F401
 
     # ---- Triton plumbing ------------------------------------------------------------------------
-    def _call(self, model: str, inputs: dict, output_names: list[str]) -> dict:
-        """One non-streaming BLS call; numpy in, numpy out."""
-        request = pb_utils.InferenceRequest(
-            model_name=model,
-            requested_output_names=output_names,
-            inputs=[pb_utils.Tensor(name, value) for name, value in inputs.items()],
-        )
-        response = request.exec()
-        return self._outputs(model, response, output_names)
+    def _caller(self, responder: Responder):
+        """call(model, inputs, output_names) for one request: refuses to start an engine call once the
+        request is cancelled (a round is at most one draft call and one target call)."""
 
-    def _stream(self, model: str, inputs: dict, output_names: list[str]):
-        """A call to a decoupled model: yields each data response's outputs."""
+        def call(model: str, inputs: dict, output_names: list[str]) -> dict:
+            if responder.cancelled():
+                raise Cancelled
+            request = pb_utils.InferenceRequest(
+                model_name=model,
+                requested_output_names=output_names,
+                inputs=[pb_utils.Tensor(name, value) for name, value in inputs.items()],
+            )
+            return self._outputs(model, request.exec(), output_names)
+
+        return call
+
+    def _stream(self, model: str, inputs: dict, output_names: list[str], responder: Responder):
+        """A call to a decoupled model: yields each data response's outputs. When the request is cancelled
+        (or the caller stops reading), a `stop` request with the call's request id ends the engine's work
+        and the stream is drained to its final response."""
+        inner_id = f"bls-{uuid.uuid4().hex}"
         request = pb_utils.InferenceRequest(
             model_name=model,
             requested_output_names=output_names,
+            request_id=inner_id,
             inputs=[pb_utils.Tensor(name, value) for name, value in inputs.items()],
         )
-        for response in request.exec(decoupled=True):
-            outputs = self._outputs(model, response, output_names)
-            if outputs.get("output_ids") is not None:  # the final response may carry flags only
-                yield outputs
+        responses = request.exec(decoupled=True)
+        finished = False
+        try:
+            for response in responses:
+                if responder.cancelled():
+                    break
+                outputs = self._outputs(model, response, output_names)
+                if outputs.get("output_ids") is not None:  # the final response may carry flags only
+                    yield outputs
+            else:
+                finished = True
+        finally:
+            if not finished:
+                self._send_stop(model, inner_id)
+                for _ in responses:  # drain: the engine answers the stopped request with a final response
+                    pass
+        if not finished:
+            raise Cancelled
+
+    @staticmethod
+    def _send_stop(model: str, request_id: str) -> None:
+        """The backend's stop request: input stop = true with the request id to end (placeholder inputs)."""
+        stop = pb_utils.InferenceRequest(
+            model_name=model,
+            requested_output_names=[],
+            request_id=request_id,
+            inputs=[
+                pb_utils.Tensor("input_ids", np.zeros((1, 1), dtype=np.int32)),
+                pb_utils.Tensor("input_lengths", np.zeros((1, 1), dtype=np.int32)),
+                pb_utils.Tensor("request_output_len", np.zeros((1, 1), dtype=np.int32)),
+                pb_utils.Tensor("stop", np.ones((1, 1), dtype=bool)),
+            ],
+        )
+        for _ in stop.exec(decoupled=True):
+            pass
 
     @staticmethod
     def _outputs(model: str, response, output_names: list[str]) -> dict:
@@ -122,18 +188,20 @@ class TritonPythonModel:
 
     def execute(self, requests):
         for request in requests:
-            sender = request.get_response_sender()
+            responder = Responder(request, request.get_response_sender())
             try:
-                self._handle(request, sender)
+                self._handle(request, responder)
+            except Cancelled:
+                pb_utils.Logger.log_info(f"tensorrt_llm_bls: request '{request.request_id()}' cancelled")
+                responder.finish()  # flags only: the client is gone
             except Exception as exc:  # every failure becomes the request's error response
-                sender.send(
-                    pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}")),
-                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                responder.finish(
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}"))
                 )
         return None
 
     # ---- one request ----------------------------------------------------------------------------
-    def _handle(self, request, sender) -> None:
+    def _handle(self, request, responder: Responder) -> None:
         arrival = time.time_ns()
 
         def get(name):
@@ -147,24 +215,40 @@ class TritonPythonModel:
             seed_name=self.seed_name,
             min_tokens_name=self.min_tokens_name,
         )
-        prep = preprocess(self._call, opts)
-        text = TextStream(lambda tokens: detokenize(self._call, tokens))
+        call = self._caller(responder)
+        prep = preprocess(call, opts)
+        if not prep.prompt_ids:
+            raise ValueError("the prompt has no tokens (empty text_input)")
+        if self.limits is not None:
+            self.limits.check(len(prep.prompt_ids), opts.max_tokens)
+        text = TextStream(lambda tokens: detokenize(call, tokens))
         times = {"first": None, "last": None}
+
+        def counts(tokens: list[int]) -> dict:
+            out = {}
+            if opts.return_num_input_tokens:
+                out["num_input_tokens"] = np.array([[len(prep.prompt_ids)]], dtype=np.int32)
+            if opts.return_num_output_tokens:
+                out["num_output_tokens"] = np.array([[len(tokens)]], dtype=np.int32)
+            return out
+
+        gone = [False]  # a streamed response could not be sent: the client is gone
+
+        def ended() -> bool:
+            return gone[0] or responder.cancelled()
 
         def on_tokens(tokens):
             times["first"] = times["first"] or time.time_ns()
             times["last"] = time.time_ns()
-            if opts.stream:
+            if opts.stream and not gone[0]:
                 delta = text.push(tokens)
-                sender.send(
-                    self._response(
-                        {"text_output": np.array([[delta.encode()]], dtype=object), **_token_outputs(tokens)}
-                    )
-                )
+                outputs = {"text_output": _text_output(delta), **_token_outputs(tokens), **counts(tokens)}
+                gone[0] = not responder.send(self._response(outputs))
 
         if opts.num_draft_tokens > 0 and self.drafter_class is not None:
+            # the loop's stop hook asks after every round: a cancelled request ends within one round
             tokens, stats, shared = speculate(
-                self._call,
+                call,
                 opts,
                 prep,
                 drafter_class=self.drafter_class,
@@ -173,6 +257,7 @@ class TritonPythonModel:
                 seed_name=self.seed_name,
                 logits_dtype=self.logits_dtype,
                 on_tokens=on_tokens,
+                stop=lambda out, start: len(out) if ended() else None,
             )
             perf = perf_outputs(
                 stats=stats,
@@ -183,22 +268,26 @@ class TritonPythonModel:
                 kv=shared.last_perf,
             )
         else:
-            tokens, perf = self._plain(opts, prep, on_tokens)
+            tokens, perf = self._plain(call, opts, prep, on_tokens, responder, ended)
+        if ended():
+            raise Cancelled  # nothing more to write: the client is gone
         if opts.stream:
-            final_text = text.flush()
+            final_tokens, final_text = [], text.flush()
         elif not opts.exclude_input_in_output:
-            final_text = detokenize(self._call, prep.prompt_ids + tokens)
+            final_tokens = prep.prompt_ids + tokens
+            final_text = detokenize(call, final_tokens)
         else:
-            final_text = detokenize(self._call, tokens)
+            final_tokens, final_text = tokens, detokenize(call, tokens)
         outputs = {
-            "text_output": np.array([[final_text.encode()]], dtype=object),
-            **_token_outputs([] if opts.stream else tokens),
+            "text_output": _text_output(final_text),
+            **_token_outputs(final_tokens),
+            **counts(final_tokens),
         }
         if opts.return_perf_metrics:
             outputs.update(perf)
-        sender.send(self._response(outputs), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        responder.finish(self._response(outputs))
 
-    def _plain(self, opts: BlsOptions, prep, on_tokens):
+    def _plain(self, call, opts: BlsOptions, prep, on_tokens, responder: Responder, ended):
         """No speculation in the BLS: tensorrt_llm alone (Medusa speculates inside it)."""
         stream = opts.stream and self.target_decoupled
         inputs = engine_inputs(
@@ -207,16 +296,19 @@ class TritonPythonModel:
         inputs["streaming"] = np.array([[stream]])
         inputs["return_perf_metrics"] = np.array([[True]])
         wanted = ["output_ids", "sequence_length", *PERF_OUTPUTS]
-        responses = (
-            self._stream(self.target, inputs, wanted)
-            if self.target_decoupled
-            else [self._call(self.target, inputs, wanted)]
-        )
+        if self.target_decoupled:
+            if responder.cancelled():
+                raise Cancelled
+            responses = self._stream(self.target, inputs, wanted, responder)
+        else:
+            responses = [call(self.target, inputs, wanted)]
         tokens, perf = [], {}
         for out in responses:
             new = new_tokens(out)
             tokens += new
             if new:
                 on_tokens(new)
+                if ended():
+                    raise Cancelled
             perf.update({name: out[name] for name in PERF_OUTPUTS if name in out})
         return tokens, perf

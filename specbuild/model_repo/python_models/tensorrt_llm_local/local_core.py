@@ -3,7 +3,8 @@ reference engine, shape the outputs like the C++ backend.
 
 Interface: specbuild.model_repo.tensors.tensorrt_llm_interface (names, dtypes, dims). What the local
 model does with each input:
-* input_ids / input_lengths / request_output_len / end_id / temperature / runtime_top_k / runtime_top_p /
+* input_ids / input_lengths / request_output_len / end_id (absent: no end token, TensorRT-LLM's -1) /
+  temperature / runtime_top_k / runtime_top_p /
   seed (random_seed before TRT-LLM 0.20) / streaming / exclude_input_in_output / return_perf_metrics /
   return_generation_logits: as the backend (sampling defaults: trtllm_semantics.py);
 * draft_input_ids (+ draft_logits): external draft verification (draft_tokens_external): one target pass,
@@ -13,7 +14,14 @@ model does with each input:
 * stop_words_list: a stop word ends the request after its last token (single-token words through the
   engine's stop ids, longer ones through the engine's stop hook, common/words.py); bad_words_list, beams or
   sequences > 1, LoRA, prompt
-  tables, log probs and context logits are not supported and are rejected when actually used.
+  tables, log probs and context logits are not supported and are rejected when actually used;
+* return_num_input_tokens / return_num_output_tokens: num_input_tokens (the prompt's tokens) and
+  num_output_tokens (the tokens of that response's output_ids, the prompt included when it is), as the
+  C++ backend's model_instance_state.cc fills them;
+* stop = true: a stop request (`is_stop_request`): the in-flight request with the same request id ends;
+* lengths: the engine's limits (core/engine_limits.py): a prompt over the runtime input limit and more
+  draft tokens than max_draft_len fail the request; an output length that would overflow max_seq_len
+  is lowered to fit, as the backend does.
 
 Shape legend: L prompt length, n new tokens, V vocab, k draft tokens.
 """
@@ -26,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from trtllm_semantics import sampling_params
+from trtllm_semantics import check_sampling, sampling_params
 from words import scalar, word_lists
 
 Get = Callable[[str], "np.ndarray | None"]
@@ -45,19 +53,55 @@ class LocalRequest:
     draft_logits: np.ndarray | None = None  # [k, V]
     arrival_ns: int = 0
     stop_sequences: tuple[tuple[int, ...], ...] = ()  # stop words longer than one token
+    request_id: str = ""
+    num_input_tokens: bool = False  # return_num_input_tokens
+    num_output_tokens: bool = False  # return_num_output_tokens
+    requested_len: int = 0  # request_output_len as asked (max_new: after the max_seq_len clamp)
+
+
+def is_stop_request(get: Get) -> bool:
+    """A request with `stop` = true asks to end the in-flight request of the same request id (its other
+    inputs are placeholders: upstream's client sends input_ids [[0]], input_lengths 0, request_output_len
+    0)."""
+    return bool(scalar(get, "stop", bool, False))
 
 
 def parse_request(
-    get: Get, *, seed_name: str, min_tokens_name: str, exclude_default: bool, default_end_id: int | None
+    get: Get,
+    *,
+    seed_name: str,
+    min_tokens_name: str,
+    exclude_default: bool,
+    default_end_id: int | None,
+    limits=None,
+    engine_draft_len: int = 0,
+    request_id: str = "",
 ) -> LocalRequest:
+    """limits: the engine's EngineLimits (None: unchecked); engine_draft_len: draft tokens the engine itself
+    adds per step (Medusa: max_draft_len), counted against max_seq_len as the runtime does."""
     ids = get("input_ids")
     if ids is None:
         raise ValueError("input_ids is required by the local engine model")
     length = scalar(get, "input_lengths", int, np.asarray(ids).size)
+    if not 0 < length <= np.asarray(ids).size:
+        raise ValueError(f"input_lengths {length} does not fit input_ids of {np.asarray(ids).size} tokens")
     prompt = [int(t) for t in np.asarray(ids).reshape(-1)[:length]]
-    max_new = scalar(get, "request_output_len", int)
-    if max_new is None or max_new < 1:
-        raise ValueError(f"request_output_len must be >= 1, got {max_new}")
+    requested = scalar(get, "request_output_len", int)
+    if requested is None or requested < 1:
+        raise ValueError(f"request_output_len must be >= 1, got {requested}")
+    draft = get("draft_input_ids")
+    draft_ids = [int(t) for t in np.asarray(draft).reshape(-1)] if draft is not None else None
+    max_new = requested
+    if limits is not None:
+        limits.check_prompt(len(prompt))
+        if draft_ids:
+            limits.check_draft(len(draft_ids))
+        max_new = limits.output_len(len(prompt), requested, len(draft_ids) if draft_ids else engine_draft_len)
+        if max_new < 1:
+            raise ValueError(
+                f"no room for output tokens: the prompt ({len(prompt)} tokens) fills max_seq_len "
+                f"({limits.max_seq_len}) with the draft tokens of a step"
+            )
     for name in ("beam_width", "num_return_sequences"):
         value = scalar(get, name, int, 1)
         if value != 1:
@@ -71,6 +115,7 @@ def parse_request(
             raise ValueError(f"{name} is not supported by the local engine model")
     end_id = scalar(get, "end_id", int, default_end_id)
     min_tokens = scalar(get, min_tokens_name, int, 0)
+    check_sampling(temperature=None, top_k=None, top_p=None, min_tokens=min_tokens)
     words = word_lists(get("stop_words_list"))
     stops = tuple(w[0] for w in words if len(w) == 1)
     sequences = tuple(tuple(w) for w in words if len(w) > 1)
@@ -85,8 +130,6 @@ def parse_request(
         end_id=end_id,
     )
     params = dataclasses.replace(params, stop_token_ids=stops)
-    draft = get("draft_input_ids")
-    draft_ids = [int(t) for t in np.asarray(draft).reshape(-1)] if draft is not None else None
     logits = get("draft_logits")
     draft_logits = None
     if logits is not None and draft_ids:
@@ -104,16 +147,26 @@ def parse_request(
         draft_logits=draft_logits,
         arrival_ns=time.time_ns(),
         stop_sequences=sequences,
+        request_id=request_id,
+        num_input_tokens=scalar(get, "return_num_input_tokens", bool, False),
+        num_output_tokens=scalar(get, "return_num_output_tokens", bool, False),
+        requested_len=requested,
     )
 
 
 def token_outputs(tokens: list[int], req: LocalRequest, *, with_prompt: bool) -> dict[str, np.ndarray]:
-    """output_ids [1, 1, n] and sequence_length [1, 1] (prompt first when it is not excluded)."""
+    """output_ids [1, 1, n] and sequence_length [1, 1] (prompt first when it is not excluded), and the
+    token counts the request asked for."""
     ids = (req.prompt_ids + list(tokens)) if with_prompt else list(tokens)
-    return {
+    out = {
         "output_ids": np.array(ids, dtype=np.int32).reshape(1, 1, -1),  # [batch 1, beam 1, n]
         "sequence_length": np.array([[len(ids)]], dtype=np.int32),  # [1, 1]
     }
+    if req.num_input_tokens:
+        out["num_input_tokens"] = np.array([[len(req.prompt_ids)]], dtype=np.int32)  # [1, 1]
+    if req.num_output_tokens:
+        out["num_output_tokens"] = np.array([[len(ids)]], dtype=np.int32)  # [1, 1]
+    return out
 
 
 @dataclass
@@ -168,9 +221,11 @@ class Job:
     """One request being served."""
 
     req: LocalRequest
-    sender: object  # the response sender (decoupled) or None
+    responder: object  # responder.Responder: cancellation and (decoupled) the response sender
     perf: Perf
     reused_before: int  # prefix-cache counter when the request arrived
     tokens: list = field(default_factory=list)
     ran: bool = False  # generated already (batched with others)
     extra: dict = field(default_factory=dict)  # outputs beyond the tokens (generation_logits)
+    cancelled: bool = False  # ended early: cancelled by Triton or stopped by a `stop` request
+    error: Exception | None = None  # what failed the request

@@ -5,13 +5,23 @@ ensemble, pre/postprocessing and BLS are identical in local and production repos
 `gpt_model_path` (a reference engine folder) with ReferenceEngine; `medusa_choices` (backend form)
 selects the Medusa tree. What each input does: local_core.py.
 
-* decoupled (Medusa repositories): each generated chunk is sent as it is produced when `streaming`
-  is true; the last response carries COMPLETE_FINAL (and the perf outputs);
+* decoupled (Medusa repositories): `execute` only reads the requests and hands them to one worker
+  thread, so it returns at once and later requests (new ones, and `stop` requests for running ones)
+  are read while the engine works, as the C++ backend's enqueue is. Each generated chunk is sent as
+  it is produced when `streaming` is true; the last response carries COMPLETE_FINAL (and the perf
+  outputs);
+* not decoupled (draft/target repositories: the BLS calls round by round): requests run inside
+  `execute`, which returns their responses;
+* cancellation: every step asks Triton whether the request was cancelled (responder.py); a cancelled
+  or stopped request ends there. A cancelled decoupled request gets a flags-only final response,
+  a cancelled non-decoupled one a CANCELLED error; no outputs are written for either;
 * draft_input_ids: external verification through the engine's prefix cache, so the BLS's growing
   prefix is not recomputed each round (enable_kv_cache_reuse);
-* several requests in flight: Triton's dynamic batcher hands them over together; plain requests of
-  one batch decode together (ReferenceEngine.generate_batch: lockstep, rows of their own length;
-  Medusa one after another), verification and logits requests one by one.
+* several requests in flight: Triton's dynamic batcher (or the worker's queue) hands them over
+  together; plain requests of one batch decode together (ReferenceEngine.generate_batch: lockstep, rows
+  of their own length; Medusa one after another), verification and logits requests one by one;
+* limits: the engine folder's config.json build_config (specbuild.core.engine_limits, with this model's
+  `enable_chunked_context` parameter), enforced as the backend does.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 
 import triton_python_backend_utils as pb_utils
 
@@ -26,11 +37,15 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from local_core import Job, Perf, cut, parse_request, token_outputs  # noqa: E402
+from local_core import Job, Perf, cut, is_stop_request, parse_request, token_outputs  # noqa: E402
+from responder import Responder, cancelled_error  # noqa: E402
 from words import find_stop, stop_at_words  # noqa: E402
 
 DEFAULT_TORCH_THREADS = "1"  # per engine model process; SPECBUILD_TORCH_THREADS overrides
 DEFAULT_TOKENS_PER_BLOCK = 32  # KV block size the perf counters are reported in (TRT-LLM's default)
+# A request without end_id has no end token: TensorRT-LLM's decoder takes `mEndId.value_or(-1)`
+# (batch_manager createNewDecoderRequests / generateRequestOptions), so it never stops at the model's eos.
+NO_END_ID = -1
 
 
 def _param(config: dict, key: str, default: str = "") -> str:
@@ -42,6 +57,7 @@ class TritonPythonModel:
     def initialize(self, args):
         import torch
 
+        from specbuild.core.engine_limits import EngineLimits
         from specbuild.engines.reference.engine import ReferenceEngine
 
         # Several stub processes (draft, target, BLS, pre/post) share the CPU: torch's default of one
@@ -49,6 +65,7 @@ class TritonPythonModel:
         torch.set_num_threads(int(os.environ.get("SPECBUILD_TORCH_THREADS", DEFAULT_TORCH_THREADS)))
 
         config = json.loads(args["model_config"])
+        self.name = config.get("name", "tensorrt_llm")
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         path = _param(config, "gpt_model_path")
         choices = _param(config, "medusa_choices") or None
@@ -57,11 +74,31 @@ class TritonPythonModel:
         names = {t["name"] for t in config["input"]}
         self.seed_name = "seed" if "seed" in names else "random_seed"
         self.min_tokens_name = "min_tokens" if "min_tokens" in names else "min_length"
-        build = json.loads(open(os.path.join(path, "config.json")).read()).get("build_config", {})
+        from specbuild.core.safe_io import read_json
+
+        build = read_json(os.path.join(path, "config.json"), kind="config").get("build_config") or {}
         self.tokens_per_block = int(
             (build.get("plugin_config") or {}).get("tokens_per_block") or DEFAULT_TOKENS_PER_BLOCK
         )
+        chunked = _param(config, "enable_chunked_context", "false").lower() == "true"
+        self.limits = (
+            EngineLimits.from_build_config(build, enable_chunked_context=chunked)
+            if build.get("max_seq_len")
+            else None
+        )
+        # draft tokens a self-drafting engine (Medusa's tree) adds per step; 0 when drafts come in the request
+        self.engine_draft_len = self.engine.draft_per_step() if self.limits else 0
+        self._active: dict[str, list[Job]] = {}  # request id -> its running jobs (for stop requests)
+        self._active_lock = threading.Lock()
         self._warm_up()
+        self.max_batch = max(1, int(config.get("max_batch_size") or 1))  # rows the worker decodes together
+        self._pending: list[Job] = []  # decoupled: requests read, not started yet
+        self._wake = threading.Condition()
+        self._closing = False
+        self._worker = None
+        if self.decoupled:
+            self._worker = threading.Thread(target=self._work, name=f"{self.name}-engine", daemon=True)
+            self._worker.start()
 
     def _warm_up(self) -> None:
         """One tiny generation and verification at load: the first request must not pay for torch's
@@ -73,85 +110,205 @@ class TritonPythonModel:
         if not self.engine.speculates:  # an engine the BLS drives verifies drafts
             self.engine.verify_external([0], [0], None, params=params)
 
+    def finalize(self):
+        if self._worker is None:
+            return
+        with self._wake:
+            self._closing = True
+            left, self._pending = self._pending, []
+            self._wake.notify()
+        for job in left:  # never leave a request without its final response
+            job.responder.finish(self._error(RuntimeError("the model is being unloaded")))
+        self._worker.join(timeout=10)
+
+    # ---- Triton entry point ---------------------------------------------------------------------
     def execute(self, requests):
-        jobs = []  # [sender, request state or None, response or None]
+        jobs, responses = [], []  # responses: one per request, in order (not decoupled)
         for request in requests:
             sender = request.get_response_sender() if self.decoupled else None
+            responder = Responder(request, sender)
             try:
-                jobs.append([sender, self._parse(request, sender), None])
+                get = _getter(request)
+                if is_stop_request(get):
+                    responses.append(self._stop(request, responder))
+                    continue
+                job = self._parse(request, get, responder)
             except Exception as exc:  # the request's error response, as the backend reports bad requests
-                jobs.append([sender, None, self._error(exc)])
-        plain = [
-            job
-            for job in jobs
-            if job[1] is not None
-            and job[1].req.draft_ids is None
-            and not job[1].req.generation_logits
-            and not job[1].req.stop_sequences
-        ]
-        if (
-            len(plain) > 1
-        ):  # several requests in flight: one batched decode (lockstep, rows of their own length)
-            self._run_batch([job[1] for job in plain])
-        for job in jobs:
-            if job[2] is None:
-                try:
-                    state = job[1]
-                    job[2] = self._finish(state if state.ran else self._run(state))
-                except Exception as exc:
-                    job[2] = self._error(exc)
+                responses.append(self._reply(responder, self._error(exc)))
+                continue
+            jobs.append(job)
+            responses.append(job)
         if self.decoupled:
-            for sender, _, response in jobs:
-                sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            if jobs:
+                with self._wake:
+                    self._pending += jobs
+                    self._wake.notify()
             return None
-        return [response for _, _, response in jobs]
+        self._run_jobs(jobs)
+        return [self._final(r) if isinstance(r, Job) else r for r in responses]
 
-    @staticmethod
-    def _error(exc: Exception):
-        return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm (local): {exc}"))
+    def _final(self, job: Job):
+        try:
+            return self._finish(job)
+        except Exception as exc:  # noqa: BLE001 - report, never leave a request without its response
+            return self._error(exc)
 
-    def _parse(self, request, sender) -> Job:
-        def get(name):
-            tensor = pb_utils.get_input_tensor_by_name(request, name)
-            return None if tensor is None else tensor.as_numpy()
+    def _reply(self, responder: Responder, response):
+        """An immediate answer: sent with the final flag (decoupled) or returned (not decoupled)."""
+        if self.decoupled:
+            responder.finish(response)
+            return None
+        return response
 
+    def _stop(self, request, responder: Responder):
+        """A `stop` request: end the running request with this id (there may be none: it may have finished)
+        and answer with an empty response, as the backend's handleStopRequest does."""
+        request_id = request.request_id()
+        if not request_id:
+            return self._reply(
+                responder, self._error(ValueError("Trying to stop a request but request ID is not provided"))
+            )
+        with self._active_lock:
+            for job in self._active.get(request_id, []):
+                job.responder.stopped = True
+        return self._reply(responder, pb_utils.InferenceResponse(output_tensors=[]))
+
+    def _error(self, exc: Exception):
+        return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{self.name} (local): {exc}"))
+
+    def _parse(self, request, get, responder: Responder) -> Job:
         req = parse_request(
             get,
             seed_name=self.seed_name,
             min_tokens_name=self.min_tokens_name,
             exclude_default=self.exclude_default,
-            default_end_id=None,
+            default_end_id=NO_END_ID,
+            limits=self.limits,
+            engine_draft_len=self.engine_draft_len,
+            request_id=request.request_id(),
         )
-        if req.streaming and sender is None:
+        if req.streaming and not self.decoupled:
             raise ValueError("Streaming is only supported if model is deployed using decoupled mode.")
-        return Job(
+        if req.max_new < req.requested_len:
+            pb_utils.Logger.log_warn(
+                f"{self.name}: prompt ({len(req.prompt_ids)}) + requested output ({req.requested_len}) "
+                "exceeds max_seq_len "
+                f"({self.limits.max_seq_len}); output length lowered to {req.max_new}, as TensorRT-LLM does"
+            )
+        job = Job(
             req=req,
-            sender=sender,
+            responder=responder,
             perf=Perf(arrival_ns=req.arrival_ns),
             reused_before=self.engine.prefix_cache.reused_tokens,
         )
+        if req.request_id:
+            with self._active_lock:
+                self._active.setdefault(req.request_id, []).append(job)
+        return job
+
+    # ---- running requests -----------------------------------------------------------------------
+    def _work(self) -> None:
+        """Decoupled: run the waiting requests, up to max_batch_size of them together, until finalize."""
+        while True:
+            with self._wake:
+                while not self._pending and not self._closing:
+                    self._wake.wait()
+                if self._closing:
+                    return
+                jobs, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+            self._run_jobs(jobs)
+            for job in jobs:
+                job.responder.finish(self._final(job))
+
+    def _run_jobs(self, jobs: list[Job]) -> None:
+        plain = [
+            j
+            for j in jobs
+            if j.req.draft_ids is None and not j.req.generation_logits and not j.req.stop_sequences
+        ]
+        try:
+            if (
+                len(plain) > 1
+            ):  # several requests in flight: one batched decode (lockstep, rows of their own length)
+                self._run_batch(plain)
+            for job in jobs:
+                if not job.ran and job.error is None:
+                    self._run_one(job)
+        finally:
+            with self._active_lock:
+                for job in jobs:
+                    same = self._active.get(job.req.request_id, [])
+                    same[:] = [j for j in same if j is not job]
+                    if not same:
+                        self._active.pop(job.req.request_id, None)
+
+    def _ended(self, job: Job) -> None:
+        """Mark the request ended early (cancelled by Triton, or stopped by a `stop` request)."""
+        job.cancelled = True
+
+    def _log_end(self, job: Job) -> None:
+        how = "cancelled" if job.responder.cancelled() else "stopped"
+        pb_utils.Logger.log_info(
+            f"{self.name}: request '{job.req.request_id}' {how} after {len(job.tokens)} tokens"
+        )
+
+    def _stop_hook(self, job: Job):
+        """The engine's stop hook for `job` (speculative.StopHook), asked after every step: a cancelled or
+        stopped request (one Triton round trip per step, so it ends within a step) keeps what it produced;
+        a multi-token stop word ends it right after the word."""
+        words = stop_at_words(job.req.stop_sequences)
+
+        def stop(out: list[int], start: int) -> int | None:
+            if job.cancelled or job.responder.ended():
+                self._ended(job)
+                return len(out)
+            return words(out, start) if words else None
+
+        return stop
+
+    def _run_one(self, job: Job) -> None:
+        try:
+            self._run(job)
+        except Exception as exc:  # noqa: BLE001 - the request's error response
+            job.error = exc
+        if job.cancelled:
+            self._log_end(job)
+        job.ran = True
 
     def _on_tokens(self, job: Job, new: list[int]) -> None:
         job.perf.token()
-        if job.req.streaming and new:
+        if job.req.streaming and new and not job.cancelled:
             chunk = token_outputs(new, job.req, with_prompt=False)
-            job.sender.send(
+            if not job.responder.send(
                 pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in chunk.items()])
-            )
+            ):
+                self._ended(job)  # the client is gone: the stop hook ends the generation at the next step
 
     def _run_batch(self, jobs: list[Job]) -> None:
-        results = self.engine.generate_batch(
-            [j.req.prompt_ids for j in jobs],
-            [j.req.params for j in jobs],
-            speculative=True,
-            on_tokens=lambda i, new: self._on_tokens(jobs[i], new),
-        )
+        hooks = [self._stop_hook(job) for job in jobs]  # a row it ends stops there, the others go on
+        try:
+            results = self.engine.generate_batch(
+                [j.req.prompt_ids for j in jobs],
+                [j.req.params for j in jobs],
+                speculative=True,
+                on_tokens=lambda i, new: self._on_tokens(jobs[i], new),
+                stop=lambda i, out, start: hooks[i](out, start),
+            )
+        except Exception as exc:  # noqa: BLE001 - every request of the batch gets the error
+            for job in jobs:
+                job.error, job.ran = exc, True
+            return
         for job, result in zip(jobs, results, strict=True):
             job.tokens, job.ran = result.token_ids, True
             job.perf.accepted, job.perf.drafted = result.stats.accepted, result.stats.drafted
+            if job.cancelled:
+                self._log_end(job)
 
     def _run(self, job: Job) -> Job:
         req, perf = job.req, job.perf
+        if job.responder.ended():  # cancelled while it waited
+            self._ended(job)
+            return job
         if req.draft_ids is not None:
             perf.token()
             tokens = cut(
@@ -167,35 +324,51 @@ class TritonPythonModel:
             perf.drafted = len(req.draft_ids)
             perf.accepted = max(0, len(job.tokens) - 1)
             return job
-        stop = stop_at_words(req.stop_sequences)  # a multi-token stop word ends the generation after it
+        stop = self._stop_hook(job)
+        on_tokens = lambda new: self._on_tokens(job, new)  # noqa: E731
         if req.generation_logits:
             result, logits = self.engine.generate_with_logits(
-                req.prompt_ids, req.params, on_tokens=lambda new: self._on_tokens(job, new), stop=stop
+                req.prompt_ids, req.params, on_tokens=on_tokens, stop=stop
             )
             job.extra["generation_logits"] = logits.float().numpy()[None, None]  # [1, 1, n, V]
         else:
             result = self.engine.generate(
-                req.prompt_ids,
-                req.params,
-                speculative=True,
-                on_tokens=lambda new: self._on_tokens(job, new),
-                stop=stop,
+                req.prompt_ids, req.params, speculative=True, on_tokens=on_tokens, stop=stop
             )
         job.tokens = result.token_ids
         perf.accepted, perf.drafted = result.stats.accepted, result.stats.drafted
         return job
 
     def _finish(self, job: Job):
+        """The request's final response: its outputs, its error, or (cancelled) nothing to write."""
         req, perf = job.req, job.perf
+        if job.responder.cancelled():  # the client is gone: write nothing
+            return None if self.decoupled else cancelled_error(self.name)
+        if job.cancelled:  # stopped by a `stop` request: what it produced so far, as the backend answers
+            return self._outputs(job, job.tokens)
+        if job.error is not None:
+            return self._error(job.error)
         reused = self.engine.prefix_cache.reused_tokens - job.reused_before
         perf.reused_blocks = reused // self.tokens_per_block
         total = len(req.prompt_ids) + len(job.tokens)
         perf.new_blocks = max(0, -(-total // self.tokens_per_block) - perf.reused_blocks)
+        return self._outputs(job, job.tokens)
+
+    def _outputs(self, job: Job, tokens: list[int]):
+        req = job.req
         if req.streaming:  # the chunks went out already; the final response carries no new tokens
             outputs = token_outputs([], req, with_prompt=False)
         else:
-            outputs = token_outputs(job.tokens, req, with_prompt=not req.exclude_input)
+            outputs = token_outputs(tokens, req, with_prompt=not req.exclude_input)
         outputs.update(job.extra)
         if req.perf:
-            outputs.update(perf.outputs())
+            outputs.update(job.perf.outputs())
         return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in outputs.items()])
+
+
+def _getter(request):
+    def get(name):
+        tensor = pb_utils.get_input_tensor_by_name(request, name)
+        return None if tensor is None else tensor.as_numpy()
+
+    return get

@@ -1,0 +1,74 @@
+"""One request's responses, sent so that the server never writes outputs for a request that is gone.
+
+Copied into every Python model of a generated repository. A decoupled model's responses go through a
+`Responder`:
+* never after the final flag (the stub refuses it; a model must not try);
+* no data response once the request is cancelled: Triton's cancellation (the client closed the stream,
+  `stop_stream(cancel_requests=True)`, a deadline) or a `stop` request for the same request id. A
+  cancelled request gets only a flags-only final response, which allocates no output buffer. Writing
+  outputs for a request whose client is gone is what the tritonserver 2.51 gRPC frontend can crash on
+  (signal 11 in TRITONBACKEND_OutputBuffer, seen after a cancelled Medusa stream; server issues
+  #7840 / #8034 fix races of this family in later releases).
+
+`cancelled()` asks Triton (`response_sender.is_cancelled()` / `request.is_cancelled()`, what the 2.51
+Python backend stub offers); the engine models and the BLS call it once per step or round, so
+cancelled work stops within one round.
+"""
+
+from __future__ import annotations
+
+import triton_python_backend_utils as pb_utils
+
+
+class Responder:
+    """Wraps a request and (decoupled) its response sender."""
+
+    def __init__(self, request, sender=None):
+        self.request, self.sender = request, sender
+        self.closed = False  # the final response went out
+        self.stopped = (
+            False  # a `stop` request named this request's id (its client still reads: outputs allowed)
+        )
+        self._cancelled = False
+
+    def ended(self) -> bool:
+        """Should the work stop: a `stop` request, or Triton's cancellation."""
+        return self.stopped or self.cancelled()
+
+    def cancelled(self) -> bool:
+        """Triton cancelled the request (its client is gone or gave up): no outputs may be written."""
+        if self._cancelled:
+            return True
+        try:
+            source = self.sender if self.sender is not None else self.request
+            self._cancelled = bool(source.is_cancelled())
+        except Exception:  # noqa: BLE001 - a stub without cancellation support: never cancelled
+            self._cancelled = False
+        return self._cancelled
+
+    def send(self, response) -> bool:
+        """A non-final data response; nothing is sent (False) once cancelled or closed."""
+        if self.closed or self.cancelled():
+            return False
+        self.sender.send(response)
+        return True
+
+    def finish(self, response=None) -> None:
+        """The final response (at most once): flags only when there is nothing to send or the request is
+        cancelled."""
+        if self.closed:
+            return
+        self.closed = True
+        if response is not None and not self.cancelled():
+            self.sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        else:
+            self.sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+
+def cancelled_error(model: str):
+    """The error a non-decoupled model returns for a cancelled request (no outputs are written)."""
+    return pb_utils.InferenceResponse(
+        error=pb_utils.TritonError(
+            f"{model}: the request was cancelled", getattr(pb_utils.TritonError, "CANCELLED", 1)
+        )
+    )
