@@ -1,5 +1,7 @@
-"""Request helpers every Python model of a repository shares (copied into each model's folder).
+"""Helpers every Python model of a repository shares (copied into each model's folder).
 
+* `param(config, key, default)`: a config.pbtxt string parameter (unset `${...}` template values
+  read as the default); `flag(value)`: its boolean reading;
 * `scalar(get, name, kind, default)`: one value of an optional input tensor (batch size 1);
 * `word_lists(value)`: the backend's [1, 2, n] stop/bad word list -> each word's token ids;
 * `find_stop(tokens, sequences, start)`: where the first multi-token stop word ends;
@@ -15,6 +17,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
+
+
+def param(config: dict, key: str, default: str = "") -> str:
+    value = config.get("parameters", {}).get(key, {}).get("string_value", "")
+    return default if value == "" or value.startswith("${") else value
+
+
+def flag(value: str) -> bool:
+    return value.strip().lower() in ("true", "1", "yes")
 
 
 def scalar(get: Callable[[str], np.ndarray | None], name: str, kind, default=None):

@@ -9,14 +9,17 @@ upstream: a client reads `as_numpy("text_output")[0].decode()`). Each response i
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
 
-def _param(config: dict, key: str, default: str = "") -> str:
-    value = config.get("parameters", {}).get(key, {}).get("string_value", "")
-    return default if value == "" or value.startswith("${") else value
+from words import flag, param  # noqa: E402
 
 
 def _cancelled(request) -> bool:
@@ -31,13 +34,9 @@ class TritonPythonModel:
         from transformers import AutoTokenizer
 
         config = json.loads(args["model_config"])
-        self.skip_special_tokens = _param(config, "skip_special_tokens", "true").lower() in (
-            "true",
-            "1",
-            "yes",
-        )
+        self.skip_special_tokens = flag(param(config, "skip_special_tokens", "true"))
         self.tokenizer = AutoTokenizer.from_pretrained(
-            _param(config, "tokenizer_dir"), legacy=False, trust_remote_code=False
+            param(config, "tokenizer_dir"), legacy=False, trust_remote_code=False
         )
 
     def execute(self, requests):

@@ -8,14 +8,17 @@ never with trust_remote_code. Batch shapes: b = requests batched by Triton, L = 
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
 
-def _param(config: dict, key: str, default: str = "") -> str:
-    value = config.get("parameters", {}).get(key, {}).get("string_value", "")
-    return default if value == "" or value.startswith("${") else value
+from words import flag, param  # noqa: E402
 
 
 def word_list(words: list[str], encode) -> np.ndarray:
@@ -72,8 +75,8 @@ class TritonPythonModel:
         from transformers import AutoTokenizer
 
         config = json.loads(args["model_config"])
-        tokenizer_dir = _param(config, "tokenizer_dir")
-        self.add_special_tokens = _param(config, "add_special_tokens", "true").lower() in ("true", "1", "yes")
+        tokenizer_dir = param(config, "tokenizer_dir")
+        self.add_special_tokens = flag(param(config, "add_special_tokens", "true"))
         self.tokenizer = AutoTokenizer.from_pretrained(
             tokenizer_dir, legacy=False, padding_side="left", trust_remote_code=False
         )

@@ -52,6 +52,7 @@ from bls_core import (  # noqa: E402
     speculate,
 )
 from responder import Responder  # noqa: E402
+from words import flag, param  # noqa: E402
 
 _NUMPY_LOGITS = {"TYPE_FP32": "float32", "TYPE_FP16": "float16", "TYPE_BF16": "float32"}  # no numpy bf16
 
@@ -72,33 +73,24 @@ def _text_output(text: str) -> np.ndarray:
     return np.array([text.encode()], dtype=object)  # [b * beams] = [1]: flat, as upstream
 
 
-def _param(config: dict, key: str, default: str = "") -> str:
-    value = config.get("parameters", {}).get(key, {}).get("string_value", "")
-    return default if value == "" or value.startswith("${") else value
-
-
-def _flag(value: str) -> bool:
-    return value.strip().lower() in ("true", "1", "yes")
-
-
 class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
-        self.target = _param(config, "tensorrt_llm_model_name", "tensorrt_llm")
-        self.draft = _param(config, "tensorrt_llm_draft_model_name") or None
+        self.target = param(config, "tensorrt_llm_model_name", "tensorrt_llm")
+        self.draft = param(config, "tensorrt_llm_draft_model_name") or None
         # the repository's method names its BLS drafter ("bls_core:TritonDrafter"; empty: the target
         # speculates)
-        drafter = _param(config, "bls_drafter")
+        drafter = param(config, "bls_drafter")
         self.drafter_class = getattr(bls_core, drafter.partition(":")[2]) if drafter else None
-        self.target_decoupled = _flag(_param(config, "tensorrt_llm_decoupled", "false"))
-        self.default_k = int(_param(config, "default_num_draft_tokens", "0"))
-        self.default_use_logits = _flag(_param(config, "default_use_draft_logits", "false"))
+        self.target_decoupled = flag(param(config, "tensorrt_llm_decoupled", "false"))
+        self.default_k = int(param(config, "default_num_draft_tokens", "0"))
+        self.default_use_logits = flag(param(config, "default_use_draft_logits", "false"))
         inputs = {t["name"] for t in config["input"]}
         self.seed_name = "seed" if "seed" in inputs else "random_seed"
         self.min_tokens_name = "min_tokens" if "min_tokens" in inputs else "min_length"
         from specbuild.core.engine_limits import RequestLimits
 
-        prompt_limit, total_limit = _param(config, "max_prompt_tokens"), _param(config, "max_total_tokens")
+        prompt_limit, total_limit = param(config, "max_prompt_tokens"), param(config, "max_total_tokens")
         self.limits = (
             RequestLimits(int(prompt_limit), int(total_limit)) if prompt_limit and total_limit else None
         )

@@ -39,18 +39,13 @@ if _HERE not in sys.path:
 
 from local_core import Job, Perf, cut, is_stop_request, parse_request, token_outputs  # noqa: E402
 from responder import Responder, cancelled_error  # noqa: E402
-from words import find_stop, stop_at_words  # noqa: E402
+from words import find_stop, param, stop_at_words  # noqa: E402
 
 DEFAULT_TORCH_THREADS = "1"  # per engine model process; SPECBUILD_TORCH_THREADS overrides
 DEFAULT_TOKENS_PER_BLOCK = 32  # KV block size the perf counters are reported in (TRT-LLM's default)
 # A request without end_id has no end token: TensorRT-LLM's decoder takes `mEndId.value_or(-1)`
 # (batch_manager createNewDecoderRequests / generateRequestOptions), so it never stops at the model's eos.
 NO_END_ID = -1
-
-
-def _param(config: dict, key: str, default: str = "") -> str:
-    value = config.get("parameters", {}).get(key, {}).get("string_value", "")
-    return default if value == "" or value.startswith("${") else value
 
 
 class TritonPythonModel:
@@ -67,10 +62,10 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         self.name = config.get("name", "tensorrt_llm")
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
-        path = _param(config, "gpt_model_path")
-        choices = _param(config, "medusa_choices") or None
+        path = param(config, "gpt_model_path")
+        choices = param(config, "medusa_choices") or None
         self.engine = ReferenceEngine.load(path, medusa_choices=choices)
-        self.exclude_default = _param(config, "exclude_input_in_output", "false").lower() == "true"
+        self.exclude_default = param(config, "exclude_input_in_output", "false").lower() == "true"
         names = {t["name"] for t in config["input"]}
         self.seed_name = "seed" if "seed" in names else "random_seed"
         self.min_tokens_name = "min_tokens" if "min_tokens" in names else "min_length"
@@ -80,7 +75,7 @@ class TritonPythonModel:
         self.tokens_per_block = int(
             (build.get("plugin_config") or {}).get("tokens_per_block") or DEFAULT_TOKENS_PER_BLOCK
         )
-        chunked = _param(config, "enable_chunked_context", "false").lower() == "true"
+        chunked = param(config, "enable_chunked_context", "false").lower() == "true"
         self.limits = (
             EngineLimits.from_build_config(build, enable_chunked_context=chunked)
             if build.get("max_seq_len")
