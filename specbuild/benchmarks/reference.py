@@ -218,15 +218,17 @@ def verify_cost(model, ids: list[int], n_tokens: int, *, new_mask=None, depths=N
 
 def format_table(rows: list[Row]) -> str:
     head = (
-        f"{'mode':<13}{'K':>3}{'rate':>7}{'alpha':>8}{'c':>8}{'tok/pass':>10}{'predicted':>11}{'measured':>10}{'ratio':>8}"
+        f"{'mode':<13}{'K':>3}{'rate':>7}{'alpha':>8}{'c':>8}{'tok/pass':>10}"
+        f"{'predicted':>11}{'measured':>10}{'ratio':>8}"
         f"{'tok/s':>9}{'v':>7}{'pred(v)':>9}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
         flag = "" if r.ratio >= GOAL else "  < goal"
         lines.append(
-            f"{r.mode:<13}{r.k:>3}{r.rate:>7.3f}{r.alpha:>8.3f}{r.c:>8.3f}{r.tokens_per_pass:>10.2f}{r.predicted:>10.2f}x"
-            f"{r.measured:>9.2f}x{r.ratio:>8.2f}{r.tokens_per_s:>9.1f}{r.verify_cost:>7.2f}{r.predicted_v:>8.2f}x{flag}"
+            f"{r.mode:<13}{r.k:>3}{r.rate:>7.3f}{r.alpha:>8.3f}{r.c:>8.3f}{r.tokens_per_pass:>10.2f}"
+            f"{r.predicted:>10.2f}x{r.measured:>9.2f}x{r.ratio:>8.2f}"
+            f"{r.tokens_per_s:>9.1f}{r.verify_cost:>7.2f}{r.predicted_v:>8.2f}x{flag}"
         )
     return "\n".join(lines)
 
