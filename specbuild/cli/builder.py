@@ -105,16 +105,38 @@ def compile_cmd(
     spec_path: SpecArg,
     out: Annotated[
         Path,
-        typer.Option("--out", help="Output folder: target/, draft/, plan.json, build.sh, specbuild.json."),
+        typer.Option(
+            "--out",
+            help="Output folder: target/, draft/, plan.json, build.sh, specbuild.json (flow llmapi: "
+            "llmapi_options.yaml, serve.sh, plan.json, specbuild.json).",
+        ),
     ],
+    flow: Annotated[
+        str | None,
+        typer.Option(
+            "--flow",
+            help="engine (convert + trtllm-build, TensorRT-LLM up to 1.2.x) | llmapi (the LLM API on the "
+            "PyTorch backend: the options file for trtllm-serve / Triton's LLM-API model / Dynamo and the "
+            "exact trtllm-serve command, no conversion). Default: the spec's flow.",
+        ),
+    ] = None,
+    trtllm_version: Annotated[
+        str | None,
+        typer.Option(
+            "--trtllm-version",
+            help="Target this TensorRT-LLM release instead of the spec's trtllm_version (flow llmapi: 1.2.1 | "
+            "1.4.0rc4).",
+        ),
+    ] = None,
     engine: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--engine",
             help="reference (PyTorch engine folder, runs on CPU) | trtllm (runs trtllm-build; GPU hosts "
-            "only).",
+            "only). Flow llmapi: none (default) | reference (also writes reference engines so the build "
+            "serves on this CPU behind the LLM-API interface; draft/target and n-gram only, not EAGLE-3).",
         ),
-    ] = "reference",
+    ] = None,
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -128,11 +150,15 @@ def compile_cmd(
 
     --engine trtllm runs the exact trtllm-build commands when trtllm-build is installed (GPU hosts only;
     logs in <role>/build.log); otherwise, or with --dry-run, it writes build.sh and plan.json to run on a
-    GPU host. --engine reference writes engine folders for the PyTorch reference engine (CPU)."""
+    GPU host. --engine reference writes engine folders for the PyTorch reference engine (CPU).
+
+    --flow llmapi (or `flow: llmapi` in the spec) writes the LLM-API options (speculative_config spelled for
+    the spec's trtllm_version, kv_cache_config from the memory plan, batch/sequence limits, TP/PP, backend
+    pytorch), serve.sh with the exact trtllm-serve command, and plan.json; the same preflight runs first."""
     from specbuild.builder.compile import compile_spec
     from specbuild.core.spec import load_spec
 
-    spec = load_spec(spec_path)
+    spec = load_spec(spec_path, overrides={"flow": flow, "trtllm_version": trtllm_version})
     with progress_bar() as progress:
         tasks: dict[str, int] = {}
 
