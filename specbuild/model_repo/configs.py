@@ -287,6 +287,7 @@ def llmapi_config(layout: LlmApiLayout):
     params = {
         "speculation_method": layout.mode.value,
         "default_num_draft_tokens": str(layout.default_num_draft_tokens),
+        "trtllm_version": layout.trtllm_version,
     }
     if layout.local and layout.reference_engine:
         params["reference_engine"] = layout.reference_engine
