@@ -26,8 +26,8 @@ from specbuild.core.artifacts import RoleRecord
 from specbuild.core.errors import BuildError
 from specbuild.core.llmapi_facts import DECODINGS, Flow, release
 from specbuild.core.llmapi_launch import ServeLimits, trtllm_serve_argv
-from specbuild.core.methods import method_of
 from specbuild.core.manifest import atomic_output_dir, write_manifest
+from specbuild.core.methods import method_of
 from specbuild.core.safe_io import atomic_write_text
 from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 from specbuild.engines.trtllm.convert import convert_checkpoint
@@ -161,7 +161,10 @@ def _convert(spec, plans, models: dict[str, Path], heads: Path | None, tmp: Path
 def _write_reference(spec, plans, tmp: Path) -> None:
     for p in plans:
         write_reference_engine(
-            tmp / p.checkpoint_dir, tmp / p.output_dir, build_config=p.build_config, version=spec.trtllm_version
+            tmp / p.checkpoint_dir,
+            tmp / p.output_dir,
+            build_config=p.build_config,
+            version=spec.trtllm_version,
         )
 
 
@@ -271,7 +274,8 @@ def compile_llmapi(
     inputs = {"build spec": spec.source, **{f"{role} model": folder for role, folder in models.items()}}
     with atomic_output_dir(out, force=force, inputs=inputs) as tmp:
         header = (
-            f"# LLM-API options written by `specbuild compile --flow llmapi` for spec {spec.name!r} ({spec.mode}),\n"
+            f"# LLM-API options written by `specbuild compile --flow llmapi` for spec {spec.name!r} "
+            f"({spec.mode}),\n"
             f"# TensorRT-LLM {spec.trtllm_version} (keys: core/llmapi_facts.py). trtllm-serve --config, or "
             "Dynamo --extra-engine-args.\n"
         )
@@ -297,7 +301,9 @@ def compile_llmapi(
                         "kv_tokens": report.plan.kv_tokens,
                         "engines": [e.role for e in report.plan.engines],
                     },
-                    "checked_against": f"tensorrt_llm {installed} (installed)" if installed else list(rel.sources),
+                    "checked_against": f"tensorrt_llm {installed} (installed)"
+                    if installed
+                    else list(rel.sources),
                 },
                 indent=2,
             )
@@ -347,12 +353,14 @@ def _serve_script(spec, argv: list[str]) -> str:
         [
             "#!/usr/bin/env bash",
             f"# Written by `specbuild compile --flow llmapi` for spec {spec.name!r} ({spec.mode}).",
-            f"# Serves the HF folders with the LLM API (PyTorch backend) of TensorRT-LLM {spec.trtllm_version}: run",
+            "# Serves the HF folders with the LLM API (PyTorch backend) of TensorRT-LLM "
+            f"{spec.trtllm_version}: run",
             f"# it on a GPU host inside {release(spec.trtllm_version).image} (see `specbuild serve BUILD "
             "--print-launch`).",
             "set -euo pipefail",
             'cd "$(dirname "$0")"',
-            'command -v trtllm-serve >/dev/null || { echo "trtllm-serve not found: run this on a GPU host with '
+            'command -v trtllm-serve >/dev/null || { echo "trtllm-serve not found: run this on a GPU host '
+            "with "
             f'tensorrt_llm {spec.trtllm_version}" >&2; exit 1; }}',
             f"exec {shlex.join(argv)}",
             "",

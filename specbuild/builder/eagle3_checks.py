@@ -27,6 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from safetensors import safe_open
+
 from specbuild.builder.check_rows import FAIL, PASS, WARN, CheckResult, LoadedModel, short_path
 from specbuild.builder.resolve import resolve_model
 from specbuild.core.errors import CheckpointError, SpecbuildError
@@ -213,7 +216,9 @@ def _vocab_row(draft: Eagle3Draft, target_vocab: int) -> CheckResult:
         return CheckResult(
             name, FAIL, f"draft_vocab_size {dv} > vocab_size {v}", "fix draft_vocab_size in config.json"
         )
-    note = "" if draft.draft_vocab_size_given else " (draft_vocab_size missing: TensorRT-LLM takes vocab_size)"
+    note = (
+        "" if draft.draft_vocab_size_given else " (draft_vocab_size missing: TensorRT-LLM takes vocab_size)"
+    )
     if not draft.has_weights:
         return CheckResult(
             name,
@@ -226,7 +231,8 @@ def _vocab_row(draft: Eagle3Draft, target_vocab: int) -> CheckResult:
         return CheckResult(
             name,
             FAIL,
-            f"no lm_head in the checkpoint: TensorRT-LLM would use the target's [{target_vocab}, hidden] head "
+            f"no lm_head in the checkpoint: TensorRT-LLM would use the target's [{target_vocab}, "
+            "hidden] head "
             f"for a draft vocabulary of {dv}",
             "use a checkpoint that ships its lm_head",
         )
@@ -262,9 +268,6 @@ def _vocab_row(draft: Eagle3Draft, target_vocab: int) -> CheckResult:
 
 def _d2t_out_of_range(draft: Eagle3Draft, vocab: int) -> int:
     """How many draft ids d2t sends outside [0, vocab) (reads only the d2t tensor)."""
-    import numpy as np
-    from safetensors import safe_open
-
     name = D2T if D2T in draft.tensors else f"model.{D2T}"
     with safe_open(str(draft.tensor_files[name]), framework="numpy") as f:
         offsets = np.asarray(f.get_tensor(name)).astype(np.int64).reshape(-1)  # [draft_vocab_size]
@@ -303,7 +306,8 @@ def _capture_row(spec, draft: Eagle3Draft, target_layers: int, target_hidden: in
             return CheckResult(
                 name,
                 FAIL,
-                f"fc.weight {list(fc)} fuses {trained} layers, the spec captures {n} ({given}: {list(layers)})",
+                f"fc.weight {list(fc)} fuses {trained} layers, the spec captures {n} ({given}: "
+                f"{list(layers)})",
                 f"set eagle3.layers_to_capture to the {trained} layers the draft was trained on",
             )
     return CheckResult(
@@ -314,7 +318,9 @@ def _capture_row(spec, draft: Eagle3Draft, target_layers: int, target_hidden: in
     )
 
 
-def eagle3_weight_bytes(draft: Eagle3Draft, *, num_capture_layers: int, dtype: str, tp: int) -> tuple[int, int]:
+def eagle3_weight_bytes(
+    draft: Eagle3Draft, *, num_capture_layers: int, dtype: str, tp: int
+) -> tuple[int, int]:
     """(whole draft, largest rank) bytes: from the safetensors headers when present, else the config.
     Rank estimate: the decoder layers and lm_head split over TP, fc and the norms replicated."""
     if draft.has_weights:

@@ -27,7 +27,10 @@ def speculative_config(spec: BuildSpec, models: dict[str, str]) -> dict[str, Any
     """`speculative_config` of the spec's method, spelled for its TensorRT-LLM version."""
     decoding = DECODINGS[spec.mode.value]
     cls = release(spec.trtllm_version).classes[decoding.config_class]
-    out: dict[str, Any] = {"decoding_type": cls.decoding_type, "max_draft_len": spec.speculation.max_draft_len}
+    out: dict[str, Any] = {
+        "decoding_type": cls.decoding_type,
+        "max_draft_len": spec.speculation.max_draft_len,
+    }
     if decoding.model_section is not None:
         out["speculative_model"] = models[decoding.model_section]
     method = method_of(spec)
@@ -149,7 +152,13 @@ def _compare(values: dict[str, Any], cls, module, prefix: str, problems: list[st
         if key in NESTED:
             _compare(value, _cls(module, NESTED[key], problems), module, where + ".", problems)
         elif key == "speculative_config":
-            _compare(value, _decoding_class(module, value.get("decoding_type"), problems), module, where + ".", problems)
+            _compare(
+                value,
+                _decoding_class(module, value.get("decoding_type"), problems),
+                module,
+                where + ".",
+                problems,
+            )
 
 
 def _decoding_class(module, decoding_type: str, problems: list[str]):

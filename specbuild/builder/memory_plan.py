@@ -39,7 +39,9 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from specbuild.builder.eagle3_checks import capture_layers, eagle3_weight_bytes, read_eagle3
 from specbuild.builder.resolve import resolve_model
+from specbuild.core.errors import SpecbuildError
 from specbuild.core.hf_config import DTYPE_BYTES, HFModelConfig
 from specbuild.core.llmapi_facts import LLMAPI_DEFAULT_MAX_NUM_TOKENS, Flow
 from specbuild.core.methods import method_of
@@ -347,9 +349,6 @@ def plan_memory(
 
 def eagle3_shape(spec: BuildSpec, target: HFModelConfig) -> Eagle3Shape | None:
     """The EAGLE-3 draft's shape from its folder (None when it cannot be read: `check` says why)."""
-    from specbuild.builder.eagle3_checks import capture_layers, read_eagle3
-    from specbuild.core.errors import SpecbuildError
-
     try:
         draft = read_eagle3(resolve_model(spec.eagle3.model, base=spec.base_dir, what="eagle3 model"))
         n = len(capture_layers(spec.eagle3.layers_to_capture, target.num_hidden_layers))
@@ -359,8 +358,6 @@ def eagle3_shape(spec: BuildSpec, target: HFModelConfig) -> Eagle3Shape | None:
 
 
 def eagle3_shape_of(draft, spec: BuildSpec, *, num_capture_layers: int) -> Eagle3Shape:
-    from specbuild.builder.eagle3_checks import eagle3_weight_bytes
-
     tp = spec.target.tp_size
     total, rank = eagle3_weight_bytes(draft, num_capture_layers=num_capture_layers, dtype=spec.dtype, tp=tp)
     return Eagle3Shape(
@@ -443,7 +440,8 @@ def _split_kv(spec: BuildSpec, engines: list[EngineMemory], reserve_gib: float) 
         assumptions=assumptions
         + (
             (
-                "LLM API: one KV pool holds every model's K and V per token (KvCacheCreator); the draft model "
+                "LLM API: one KV pool holds every model's K and V per token (KvCacheCreator); the "
+                "draft model "
                 "and EAGLE-3 layers use the target's TP/PP mapping",
             )
             if spec.flow is Flow.LLMAPI

@@ -120,7 +120,8 @@ def flow_row(spec: BuildSpec) -> CheckResult:
     found = support(spec.mode.value, spec.flow, spec.trtllm_version)
     if spec.flow is Flow.LLMAPI:
         what = (
-            f"LLM API (PyTorch backend) on TensorRT-LLM {spec.trtllm_version}: speculative_config decoding_type "
+            f"LLM API (PyTorch backend) on TensorRT-LLM {spec.trtllm_version}: speculative_config "
+            "decoding_type "
             f"{found.decoding_type}; compile writes the options file and the trtllm-serve command, no engines"
         )
     else:

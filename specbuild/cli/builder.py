@@ -124,7 +124,8 @@ def compile_cmd(
         str | None,
         typer.Option(
             "--trtllm-version",
-            help="Target this TensorRT-LLM release instead of the spec's trtllm_version (flow llmapi: 1.2.1 | "
+            help="Target this TensorRT-LLM release instead of the spec's trtllm_version (flow "
+            "llmapi: 1.2.1 | "
             "1.4.0rc4).",
         ),
     ] = None,

@@ -39,7 +39,13 @@ COST_REPEATS = 3  # best of N per timing (less noise from other work on the host
 
 
 def _one_request(
-    config: BenchConfig, prompt: str, index: int, *, temperature: float, k: int | None, stats_k: int | None = None
+    config: BenchConfig,
+    prompt: str,
+    index: int,
+    *,
+    temperature: float,
+    k: int | None,
+    stats_k: int | None = None,
 ) -> RequestRecord:
     """k: the request's num_draft_tokens (None: the engine's own); stats_k: the K the rounds were drafted with
     (an LLM-API repository's speculative_config.max_draft_len), default k."""
@@ -121,7 +127,11 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
                 fix="drop --num-draft-tokens",
             )
         cost_ratio = measure_cost_ratio(client, config.prompts[0]) if repo.draft_model else 0.0
-        if info.interface == LLMAPI_INTERFACE and repo.speculation is not None and repo.speculation.draft_model:
+        if (
+            info.interface == LLMAPI_INTERFACE
+            and repo.speculation is not None
+            and repo.speculation.draft_model
+        ):
             cost_ratio = None  # one LLM-API model: the draft cannot be timed alone through this interface
     finally:
         client.close()

@@ -59,7 +59,11 @@ class RepoInfo:
     @property
     def bls_drives_loop(self) -> bool:
         """Requests choose K (num_draft_tokens; 0 = the target alone): the BLS runs the rounds."""
-        return self.interface == BLS_INTERFACE and self.speculation is not None and self.speculation.bls_drives_loop
+        return (
+            self.interface == BLS_INTERFACE
+            and self.speculation is not None
+            and self.speculation.bls_drives_loop
+        )
 
     @property
     def has_baseline(self) -> bool:
@@ -68,14 +72,21 @@ class RepoInfo:
 
     @property
     def draft_model(self) -> bool:
-        """A separate draft model to time for the cost ratio (BLS repositories only: the LLM-API model is one)."""
-        return self.interface == BLS_INTERFACE and self.speculation is not None and self.speculation.draft_model
+        """A separate draft model to time for the cost ratio (BLS repositories only: the LLM-API model is
+        one model)."""
+        return (
+            self.interface == BLS_INTERFACE and self.speculation is not None and self.speculation.draft_model
+        )
 
     @property
     def always_speculates(self) -> bool:
         if self.interface == LLMAPI_INTERFACE:
             return self.method is not None
-        return not self.bls_drives_loop and self.speculation is not None and self.speculation.target_mode.speculative
+        return (
+            not self.bls_drives_loop
+            and self.speculation is not None
+            and self.speculation.target_mode.speculative
+        )
 
     @property
     def title(self) -> str:
@@ -293,7 +304,12 @@ def _inputs(info: ModelInfo, prompt, params, *, stream, num_draft_tokens):
         )
     else:
         built = build_inputs(
-            info.name, prompt, params, stream=stream, num_draft_tokens=num_draft_tokens, declared=set(info.inputs)
+            info.name,
+            prompt,
+            params,
+            stream=stream,
+            num_draft_tokens=num_draft_tokens,
+            declared=set(info.inputs),
         )
     for name, array, dtype in built:
         tensor = grpcclient.InferInput(name, list(array.shape), dtype)
@@ -437,7 +453,8 @@ def generate_remote(
             raise ClientError(
                 "--num-draft-tokens is for methods whose BLS drafts per round (draft/target)",
                 expected="a draft/target repository with the BLS interface",
-                found=f"a {info.repo.title} repository ({info.interface} interface: the engine drafts itself, "
+                found=f"a {info.repo.title} repository ({info.interface} interface: the engine drafts "
+                "itself, "
                 "K is its speculative_config.max_draft_len)",
                 fix="drop --num-draft-tokens (the engine's own settings decide what it drafts)",
             )

@@ -134,7 +134,12 @@ def _check_range(name: str, value, dtype: str) -> None:
 
 
 def build_llmapi_inputs(
-    prompt: str, params: SamplingParams, *, stream: bool, declared: set[str], trtllm_version: str | None = None
+    prompt: str,
+    params: SamplingParams,
+    *,
+    stream: bool,
+    declared: set[str],
+    trtllm_version: str | None = None,
 ) -> list[tuple[str, Any, str]]:
     """[(name, array, wire dtype)] for Triton's LLM-API model (tensors.llmapi_interface: no batch dimension,
     every scalar a [1] tensor). The prompt is excluded from text_output, perf metrics and the finish reason

@@ -66,7 +66,8 @@ def parse_flow(value: object) -> Flow:
         names = [f.value for f in Flow]
         close = difflib.get_close_matches(str(value), names, n=1)
         raise ValueError(
-            f"{value!r} is not a flow ({' | '.join(names)})" + (f"; did you mean {close[0]!r}?" if close else "")
+            f"{value!r} is not a flow ({' | '.join(names)})"
+            + (f"; did you mean {close[0]!r}?" if close else "")
         ) from None
 
 
@@ -134,7 +135,9 @@ _NGRAM = {
     "is_use_oldest": Key("bool"),
     "is_public_pool": Key("bool"),
 }
-_EAGLE3 = {"eagle3_layers_to_capture": Key("set[int]", note="None: (1, L//2 - 1, L - 4) of an L-layer target")}
+_EAGLE3 = {
+    "eagle3_layers_to_capture": Key("set[int]", note="None: (1, L//2 - 1, L - 4) of an L-layer target")
+}
 _REJECTION = {
     "use_rejection_sampling": Key(
         "bool", note="1.3+: lossless sampling for one-model Draft_Target / Eagle3 (not NGram)"
@@ -414,7 +417,9 @@ def _check_mapping(
             problems.append(f"{where}: {problem}")
     for key in cls.required:
         if key not in values:
-            problems.append(f"{prefix}{key}: required by {cls.name} (its validator refuses the config without it)")
+            problems.append(
+                f"{prefix}{key}: required by {cls.name} (its validator refuses the config without it)"
+            )
 
 
 def _nested(spec: Key, value: Any, rel: LlmApiRelease, where: str, problems: list[str]) -> ConfigClass | None:

@@ -9,7 +9,7 @@ container commands from the same functions. Nothing here starts anything or read
   --max_batch_size --max_num_tokens --max_seq_len --kv_cache_free_gpu_memory_fraction --config FILE`.
   The limits appear both on the command line and in the options file: the 1.2-era serve.py lets the
   file win (`llm_args | yaml`), newer CLIs let explicit flags win; equal values make the order moot.
-* `release_docker_argv`: `docker run` of the NGC TensorRT-LLM release image
+* `llmapi_docker_argv`: `docker run` of the NGC TensorRT-LLM release image
   (nvcr.io/nvidia/tensorrt-llm/release:<version>, whose tag is the TensorRT-LLM version; the quick
   start runs it with --ipc host, --ulimit memlock=-1, --ulimit stack=67108864, --gpus all).
 * `triton_llmapi_argv`: tritonserver over a repository holding Triton's LLM-API `tensorrt_llm` model
@@ -117,7 +117,7 @@ def release_image(version: str, *, tag: str | None = None) -> str:
     return image.rsplit(":", 1)[0] + f":{tag}" if tag else image
 
 
-def release_docker_argv(
+def llmapi_docker_argv(
     image: str, *, mounts: list[tuple[str, str]], env: dict[str, str] | None = None
 ) -> list[str]:
     """`docker run` up to and including the image; read-only mounts (host, container); host network so a
@@ -187,5 +187,12 @@ def llmapi_launch_argv(
     if launcher == "srun":
         head = ["srun", "-N", str(nodes), f"--ntasks-per-node={gpus_per_node}", "--mpi=pmix"]
     else:
-        head = ["mpirun", "--allow-run-as-root", "-np", str(nodes * gpus_per_node), "-npernode", str(gpus_per_node)]
+        head = [
+            "mpirun",
+            "--allow-run-as-root",
+            "-np",
+            str(nodes * gpus_per_node),
+            "-npernode",
+            str(gpus_per_node),
+        ]
     return head + [LLMAPI_LAUNCH, *command]

@@ -325,7 +325,9 @@ def _coerce(tp: Any, value: Any, where: str, keypath: str) -> Any:
                 f"{where}: impossible value for flow",
                 expected=" | ".join(f.value for f in Flow),
                 found=shorten(value, quote=True),
-                fix=str(exc).split("; ", 1)[-1] if "did you mean" in str(exc) else "use flow: engine or llmapi",
+                fix=str(exc).split("; ", 1)[-1]
+                if "did you mean" in str(exc)
+                else "use flow: engine or llmapi",
             ) from None
     ok = (
         (tp is bool and isinstance(value, bool))

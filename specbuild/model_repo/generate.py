@@ -23,10 +23,10 @@ from specbuild.core.artifacts import REPO_KIND, BuildManifest, read_build_manife
 from specbuild.core.engine_limits import EngineLimits, RequestLimits
 from specbuild.core.errors import RepoError
 from specbuild.core.hf_config import HFModelConfig
+from specbuild.core.llmapi_facts import Flow
 from specbuild.core.manifest import atomic_output_dir, write_manifest
 from specbuild.core.safe_io import read_json
 from specbuild.core.trtllm_facts import known_versions, parse_version
-from specbuild.core.llmapi_facts import Flow
 from specbuild.model_repo.configs import (
     BACKENDS,
     LLMAPI_BACKENDS,

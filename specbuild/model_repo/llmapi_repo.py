@@ -45,7 +45,9 @@ def read_options(manifest: BuildManifest) -> dict[str, Any]:
             f"{path} is not valid YAML", found=str(exc).splitlines()[0], fix="re-run `specbuild compile`"
         ) from None
     if not isinstance(options, dict):
-        raise RepoError(f"{path} is not a mapping", found=type(options).__name__, fix="re-run `specbuild compile`")
+        raise RepoError(
+            f"{path} is not a mapping", found=type(options).__name__, fix="re-run `specbuild compile`"
+        )
     return options
 
 
@@ -56,12 +58,17 @@ def model_yaml(manifest: BuildManifest) -> dict[str, Any]:
     problems = check_options(options, manifest.spec.trtllm_version)
     if problems:
         raise RepoError(
-            f"{manifest.folder}: the LLM-API options do not match TensorRT-LLM {manifest.spec.trtllm_version}",
+            f"{manifest.folder}: the LLM-API options do not match TensorRT-LLM "
+            f"{manifest.spec.trtllm_version}",
             expected="the keys recorded in core/llmapi_facts.py",
             found="; ".join(problems),
             fix="re-run `specbuild compile --flow llmapi`",
         )
-    return {"model": str(models.get("target") or manifest.tokenizer_dir), **options, "triton_config": TRITON_CONFIG}
+    return {
+        "model": str(models.get("target") or manifest.tokenizer_dir),
+        **options,
+        "triton_config": TRITON_CONFIG,
+    }
 
 
 def generate_llmapi_repo(
@@ -83,7 +90,9 @@ def generate_llmapi_repo(
             fix=f"re-run `specbuild compile --flow llmapi --trtllm-version {trtllm_version}`, then `repo`",
         )
     if version not in LLMAPI_VERSIONS:
-        raise RepoError(f"no LLM-API facts for TensorRT-LLM {version}", fix="recompile with a supported version")
+        raise RepoError(
+            f"no LLM-API facts for TensorRT-LLM {version}", fix="recompile with a supported version"
+        )
     local = backend == "llmapi-local"
     if local and not manifest.engine_built:
         raise RepoError(
@@ -110,11 +119,14 @@ def generate_llmapi_repo(
         (folder / "1").mkdir(parents=True)
         (folder / "config.pbtxt").write_text(to_text(llmapi_config(layout)))
         (folder / "1" / LLMAPI_OPTIONS).write_text(
-            f"# Triton LLM-API model options (TensorRT-LLM {version}), written by `specbuild repo`: every key but "
+            f"# Triton LLM-API model options (TensorRT-LLM {version}), written by `specbuild repo`: "
+            "every key but "
             "triton_config is an LLM() argument.\n" + yaml.safe_dump(options, sort_keys=False)
         )
         if local:
-            for file in sorted([*(PYTHON_MODELS / LOCAL_MODEL).glob("*.py"), *(PYTHON_MODELS / "common").glob("*.py")]):
+            for file in sorted(
+                [*(PYTHON_MODELS / LOCAL_MODEL).glob("*.py"), *(PYTHON_MODELS / "common").glob("*.py")]
+            ):
                 shutil.copy2(file, folder / "1" / file.name)
         write_manifest(
             tmp,

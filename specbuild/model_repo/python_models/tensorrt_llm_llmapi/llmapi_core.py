@@ -220,7 +220,9 @@ class Perf:
             "first_scheduled_time_ns": np.array([self.scheduled_ns or self.arrival_ns], dtype=np.int64),
             "first_token_time_ns": np.array([self.first_token_ns], dtype=np.int64),
             "last_token_time_ns": np.array([self.last_token_ns], dtype=np.int64),
-            "acceptance_rate": np.array([self.accepted / self.drafted if self.drafted else 0.0], dtype=np.float32),
+            "acceptance_rate": np.array(
+                [self.accepted / self.drafted if self.drafted else 0.0], dtype=np.float32
+            ),
             "total_accepted_draft_tokens": np.array([self.accepted], dtype=np.int32),
             "total_draft_tokens": np.array([self.drafted], dtype=np.int32),
         }

@@ -95,14 +95,18 @@ class TritonPythonModel:
             want = cls.decoding_type
         if spec_cfg and spec_cfg.get("decoding_type") != want:
             raise pb_utils.TritonModelException(
-                f"model.yaml speculative_config.decoding_type {spec_cfg.get('decoding_type')!r} is not what the "
-                f"reference engine at {path} runs ({want or 'no speculation'}); the reference engine does not "
+                f"model.yaml speculative_config.decoding_type {spec_cfg.get('decoding_type')!r} is "
+                "not what the "
+                ""
+                f"reference engine at {path} runs ({want or 'no speculation'}); the reference engine "
+                "does not "
                 "run EAGLE-3"
             )
         self.k = int(spec_cfg.get("max_draft_len") or 0)
         if self.engine.speculates and self.k > self.engine.num_draft_tokens:
             raise pb_utils.TritonModelException(
-                f"speculative_config.max_draft_len {self.k} exceeds the build's {self.engine.num_draft_tokens}"
+                f"speculative_config.max_draft_len {self.k} exceeds the build's "
+                f"{self.engine.num_draft_tokens}"
             )
         self.limits = LlmApiLimits.from_options(options)
         kv = options.get("kv_cache_config") or {}
@@ -229,7 +233,11 @@ class TritonPythonModel:
         if req.greedy:
             return SamplingParams(max_tokens=req.max_new, temperature=0.0, seed=req.seed)
         return SamplingParams(
-            max_tokens=req.max_new, temperature=req.temperature, top_k=req.top_k, top_p=req.top_p, seed=req.seed
+            max_tokens=req.max_new,
+            temperature=req.temperature,
+            top_k=req.top_k,
+            top_p=req.top_p,
+            seed=req.seed,
         )
 
     def _hook(self, job: Job):
