@@ -15,8 +15,10 @@ the LLM-API tensor interface (what each input does: llmapi_core.py).
 * not decoupled: each request runs inside `execute`.
 * cancellation: Triton's (the client gone) ends the work within a step and writes nothing but the final
   flag (writing outputs for a gone client is what the 2.51 frontend can crash on, responder.py); a
-  `stop` request ends the requests with its id, which then answer "Request cancelled by client"
-  (CANCELLED), and the stop request itself gets the same error, as upstream.
+  `stop` request ends the requests with its id within a step: they end with what they produced and
+  finish_reason "cancelled" (the LLM API's CompletionOutput value for an aborted request; whether
+  upstream's model sends that final output or an error is UNVERIFIED), and the stop request itself is
+  answered "Request cancelled by client" (CANCELLED), as upstream.
 * EAGLE-3 is not run by the reference engine: such a repository fails to load here (serve it on a GPU).
 """
 
@@ -325,12 +327,10 @@ class TritonPythonModel:
         req = job.req
         if job.responder.cancelled():
             return None if self.decoupled else self._cancelled_error()
-        if job.stopped:
-            return self._cancelled_error()
         if job.error is not None:
             return self._error(f"Error generating request: {job.error}")
         tokens, stop_string = cut_at_stop(job.tokens, req)
-        finish = "stop" if stop_string is not None else job.finish
+        finish = "cancelled" if job.stopped else ("stop" if stop_string is not None else job.finish)
         reused = self.engine.prefix_cache.reused_tokens - job.reused_before
         job.perf.reused_blocks = reused // self.tokens_per_block
         total = len(req.prompt_ids) + len(tokens)
