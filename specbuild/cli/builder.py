@@ -42,7 +42,11 @@ def check(
     (vocabulary, merges, special-token ids) and the vocab size; TP/PP divisibility (heads, KV heads incl.
     duplication when tp > KV heads, layers, hidden/intermediate); Medusa heads and tree; sequence length;
     memory plan (weights, KV cache per token, tokens that fit, kv_cache_free_gpu_mem_fraction and
-    max_tokens_in_paged_kv_cache of each engine).
+    max_tokens_in_paged_kv_cache of each engine). The flow row: the method x flow x version matrix (flow
+    llmapi: the LLM API on the PyTorch backend, one KV pool, kv_cache_config in the plan). EAGLE-3
+    (mode eagle3, flow llmapi): the draft's hidden size, vocabulary (draft_vocab_size, d2t, lm_head) and
+    captured layers against the target, and its weights and KV in the plan; the reference engine does
+    not run EAGLE-3 (it is checked, compiled and laid out for a GPU host only).
 
     Works from config.json alone (weights absent: a warning), on any machine, without a GPU. Exit code 1
     when a check fails, 2 when the spec itself is invalid.
