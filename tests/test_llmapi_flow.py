@@ -340,6 +340,13 @@ def test_eagle3_checkpoint_checked_against_the_target(tmp_path, tiny_target):
     }
     with pytest.raises(BuildError, match="does not run EAGLE-3"):
         compile_spec(load_spec(tmp_path / "e3.yaml"), tmp_path / "b2", engine="reference")
+    from specbuild.model_repo.check import check_repo
+    from specbuild.model_repo.generate import generate_repo
+
+    repo = generate_repo(out, tmp_path / "repo")  # Triton's LLM-API model for a GPU container
+    assert check_repo(repo) == []
+    model_yaml = yaml.safe_load((repo / "tensorrt_llm" / "1" / "model.yaml").read_text())
+    assert model_yaml["speculative_config"]["decoding_type"] == "Eagle3"
 
 
 @pytest.mark.parametrize(

@@ -246,6 +246,14 @@ def model_info(client, model: str | None) -> ModelInfo:
     decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
     total = (config.get("parameters", {}).get("max_total_tokens") or {}).get("string_value", "")
     inputs = frozenset(i["name"] for i in meta.get("inputs", []))
+    if name == LLMAPI_MODEL and not is_llmapi_interface(inputs):
+        raise ClientError(
+            f"model {name!r} here is the TensorRT-LLM engine model (token ids in and out), not Triton's "
+            "LLM-API model",
+            expected="text_input + sampling_param_* inputs (an LLM-API repository)",
+            found=", ".join(sorted(inputs)[:6]) + ", ...",
+            fix=f"call --model {BLS} (or {ENSEMBLE}) on an engine-flow repository",
+        )
     repo = llmapi_repo_info(config) if is_llmapi_interface(inputs) else repo_info(client)
     return ModelInfo(
         name,

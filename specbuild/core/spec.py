@@ -20,11 +20,11 @@ import yaml
 
 from specbuild.core.errors import SpecError
 from specbuild.core.hf_config import FLOAT_DTYPES
-from specbuild.core.llmapi_facts import DECODINGS, Flow, parse_flow, release, support
+from specbuild.core.llmapi_facts import DECODINGS, LLMAPI_VERSIONS, Flow, parse_flow, release, support
 from specbuild.core.medusa_choices import DEFAULT_TREE, MedusaChoices
 from specbuild.core.methods import SECTIONS, Method, method_of, parse_method
 from specbuild.core.safe_io import InputFileError, atomic_write_text, read_text, shorten
-from specbuild.core.trtllm_facts import DEFAULT_TRTLLM_VERSION
+from specbuild.core.trtllm_facts import DEFAULT_TRTLLM_VERSION, known_versions
 
 DTYPES = FLOAT_DTYPES
 QUANT = ("none", "int8", "int4")  # weight-only; trtllm-build quantizes float weights (trtllm.md 2.2)
@@ -483,6 +483,19 @@ def _check_ranges(spec: BuildSpec, where: str) -> None:
 def _check_combination(spec: BuildSpec, where: str) -> None:
     """The method x flow x version matrix (core/llmapi_facts.py): refuse what the version cannot serve,
     with the reason and the nearest supported alternative; then what the LLM-API flow has no key for."""
+    version = spec.trtllm_version
+    if version not in known_versions() and version not in LLMAPI_VERSIONS:  # a typo, not a combination
+        engine = spec.flow is Flow.ENGINE
+        known = known_versions() if engine else tuple(LLMAPI_VERSIONS)
+        close = difflib.get_close_matches(str(version), known, n=1)
+        _fail(
+            where,
+            "trtllm_version",
+            f"a released TensorRT-LLM version the {spec.flow} flow is generated for: " + ", ".join(known),
+            version,
+            (f"did you mean {close[0]!r}? " if close else "")
+            + f'quote it: trtllm_version: "{DEFAULT_TRTLLM_VERSION if engine else known[0]}"',
+        )
     found = support(spec.mode.value, spec.flow, spec.trtllm_version)
     if not found.ok:
         raise SpecError(

@@ -126,17 +126,17 @@ def print_summary(
     }
     md = []
 
-    def own_baseline(bench: dict[str, Any]) -> bool:
+    def own_baseline(key: str, bench: dict[str, Any]) -> bool:
         ctx = bench.get("context", {})
-        return ctx.get("interface", "bls") == "bls" and method_of(ctx.get("mode")).has_baseline
+        return ctx.get("interface", "bls") == "bls" and method_of(ctx.get("mode") or key).has_baseline
 
     for mode, bench in loaded.items():
         ctx = bench.get("context", {})
         method = method_of(ctx.get("mode") or mode)
         llmapi = ctx.get("interface") == "llmapi"
         # a run without its own baseline (the engine always speculates) borrows one of the same target
-        lender = next((b for b in loaded.values() if own_baseline(b)), None)
-        rows = summary_rows(bench, baseline_from=None if own_baseline(bench) else lender)
+        lender = next((b for k, b in loaded.items() if own_baseline(k, b)), None)
+        rows = summary_rows(bench, baseline_from=None if own_baseline(mode, bench) else lender)
         if llmapi and lender is not None:  # same draft and target: the d/t run's cost ratio predicts it
             _predict(rows, bench, lender.get("context", {}).get("cost_ratio"))
         if llmapi:
