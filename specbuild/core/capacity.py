@@ -434,3 +434,22 @@ def sensitivity(
 
 def to_dict(obj: Any) -> Any:
     return asdict(obj)
+
+
+def claim_window(base: Sizing, spec: Sizing, *, base_gpus: int, spec_gpus: int) -> tuple[float, float] | None:
+    """The peak loads (generated tok/s, an interval (low, high]) at which the baseline needs exactly
+    `base_gpus` GPUs and speculation exactly `spec_gpus`, at the sizings' operating points and
+    utilisation; None when no load gives both (e.g. a count that is not a whole number of replicas)."""
+
+    def window(s: Sizing, gpus: int) -> tuple[float, float] | None:
+        if gpus % s.gpus_per_replica:
+            return None
+        n = gpus // s.gpus_per_replica
+        cap = s.tokens_per_s_per_replica * s.utilisation
+        return (n - 1) * cap, n * cap
+
+    a, b = window(base, base_gpus), window(spec, spec_gpus)
+    if a is None or b is None:
+        return None
+    low, high = max(a[0], b[0]), min(a[1], b[1])
+    return (low, high) if low < high else None

@@ -52,7 +52,14 @@ def _gpu_data() -> dict[str, Any]:
 
 def gpus() -> dict[str, Gpu]:
     return {
-        key: Gpu(key, g["name"], g["memory_gib"], g["hbm_tb_s"] * 1e12, g["bf16_dense_tflops"] * 1e12, g["price_per_hour"])
+        key: Gpu(
+            key,
+            g["name"],
+            g["memory_gib"],
+            g["hbm_tb_s"] * 1e12,
+            g["bf16_dense_tflops"] * 1e12,
+            g["price_per_hour"],
+        )
         for key, g in _gpu_data()["gpus"].items()
     }
 
@@ -82,7 +89,8 @@ class EngineCost:
         memory = (self.weight_bytes + batch * context * self.kv_bytes_per_token) / (
             self.tp * gpu.hbm_bytes_per_s * BW_EFFICIENCY
         )
-        compute = 2 * self.parameters * batch * tokens_per_seq / (self.tp * gpu.bf16_flops * COMPUTE_EFFICIENCY)
+        flops = 2 * self.parameters * batch * tokens_per_seq
+        compute = flops / (self.tp * gpu.bf16_flops * COMPUTE_EFFICIENCY)
         return max(memory, compute)
 
     def prefill_s(self, gpu: Gpu, prompt_tokens: int) -> float:

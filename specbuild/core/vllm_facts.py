@@ -4,7 +4,8 @@ tools/vllm_facts.py; its `source` names the wheel and the hash of every file rea
 
 Medusa: vLLM 0.32.0 is the last release with it (`"medusa"` in `SpeculativeMethod`,
 vllm/config/speculative.py line 75 of vllm-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl, sha256
-5e2ecdc5b0baf72921c288486417ca82778456a448e4fe60b62ee43c0dfc8611, RECORD sha256=zhNWUaegND_1JvculUWTJhc3gWGr0DE11n7abeicYXw);
+5e2ecdc5b0baf72921c288486417ca82778456a448e4fe60b62ee43c0dfc8611, file RECORD hash
+sha256=zhNWUaegND_1JvculUWTJhc3gWGr0DE11n7abeicYXw);
 vLLM 0.33.0 has no "medusa" anywhere in its wheel (no file name, no string).
 """
 
