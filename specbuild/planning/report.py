@@ -160,13 +160,17 @@ def write_plot(plan: CapacityPlan, path: Path) -> Path:
                 [p.concurrency for p in pts],
                 [p.tokens_per_s for p in pts],
                 "o-",
+                color=f"C{i}",
                 label=f"{curve.name} ({curve.source})",
             )
             if s is not None and s.concurrency is not None:
                 ax1.plot([s.concurrency], [s.tokens_per_s_per_replica], "k*", ms=12)
         elif s is not None:
             ax1.axhline(
-                s.tokens_per_s_per_replica, ls="--", label=f"{curve.name} ({curve.source}, no concurrency)"
+                s.tokens_per_s_per_replica,
+                ls="--",
+                color=f"C{i}",
+                label=f"{curve.name} ({curve.source}, no concurrency)",
             )
     ax1.set(
         xlabel="concurrency per replica",
