@@ -112,7 +112,8 @@ def make_plan(spec: BuildSpec, req: PlanRequest) -> CapacityPlan:
     gpr_base, gpr_spec = spec.target.world_size, spec.num_gpus
     cost_ratio: float | None = None
     if req.bench:
-        base, spec_curve, cost_ratio = _from_bench(spec, req, gpr_base, gpr_spec, profile, notes)
+        base, spec_curve, cost_ratio, bench_k = _from_bench(spec, req, gpr_base, gpr_spec, profile, notes)
+        k = bench_k or k  # the break-even is for the K that was measured
     elif req.stated:
         base, spec_curve = _from_stated(req, gpr_base, gpr_spec, profile, k, notes)
         cost_ratio = profile.cost_ratio if profile else None
@@ -281,7 +282,8 @@ def _from_bench(spec, req: PlanRequest, gpr_base, gpr_spec, profile: Profile | N
             fix="re-run `specbuild bench` with speculation, or add --profile",
         )
     c = context.get("cost_ratio")
-    return base, spec_curve, float(c) if isinstance(c, (int, float)) else None
+    measured_k = int(bk) if spec_rows and isinstance(bk, int) and bk > 0 else None
+    return base, spec_curve, float(c) if isinstance(c, (int, float)) else None, measured_k
 
 
 def _scaled(base: C.Curve, profile: Profile, spec: BuildSpec, gpr_spec: int) -> C.Curve:
