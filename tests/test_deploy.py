@@ -180,8 +180,11 @@ def test_seed_two_nodes_on_vllm_validates():
     assert leader["resources"]["limits"]["nvidia.com/gpu"] == "2"  # 4 GPUs over 2 nodes
     assert f"{MULTI_NODE_SCRIPT} leader" in leader["command"][2]
     assert shlex.join(serve_argv(spec, host="0.0.0.0")) in leader["command"][2]
-    one = vllm_manifests(spec, name=spec.name)
+    one = vllm_manifests(spec, name=spec.name, models_claim="llama-models")
     assert validate_all(one) == {"Deployment": 1, "Service": 1}
+    cmd = one["20-vllm.yaml"][0]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert cmd[2] == "/models/llama-3.3-70b-instruct"  # the spec's local folders, on the mounted volume
+    assert json.loads(cmd[-1])["model"] == "/models/llama-3.2-1b-instruct"
 
 
 def test_seed_two_nodes_on_dynamo_validates():

@@ -46,7 +46,7 @@ def vllm_facts(version: str = VLLM_VERSION) -> VllmFacts:
 
 # The spec's method (its `mode:` value) -> vLLM's `method` in --speculative-config. Methods the llmapi and
 # ngram issues add register here as they land (eagle3 -> "eagle3", ngram -> "ngram").
-VLLM_METHODS: dict[str, str] = {"draft_target": "draft_model"}
+VLLM_METHODS: dict[str, str] = {"draft_target": "draft_model", "ngram": "ngram", "eagle3": "eagle3"}
 # Methods vLLM cannot run, with the reason (checked against the release's SpeculativeMethod).
 VLLM_REFUSED: dict[str, str] = {
     "medusa": f"vLLM {VLLM_VERSION} has no Medusa (no 'medusa' in SpeculativeMethod nor anywhere in its "

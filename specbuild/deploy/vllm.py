@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
+from pathlib import Path
 from typing import Any
 
 from specbuild.builder.memory_plan import plan_memory
@@ -39,7 +40,7 @@ PORT = 8000
 MULTI_NODE_SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"  # in the vLLM image
 
 
-def speculative_config(spec: BuildSpec) -> dict[str, Any]:
+def speculative_config(spec: BuildSpec, *, model_root: str | None = None) -> dict[str, Any]:
     mode = spec.mode.value
     if mode in VLLM_REFUSED:
         raise DeployError(
@@ -75,8 +76,11 @@ def speculative_config(spec: BuildSpec) -> dict[str, Any]:
                 found=f"draft.tp_size: {spec.draft.tp_size}",
                 fix="set draft.tp_size: 1",
             )
-        cfg["model"] = _model(spec, spec.draft.model)
+        cfg["model"] = _model(spec, spec.draft.model, model_root)
         cfg["draft_tensor_parallel_size"] = spec.draft.tp_size
+    eagle3 = getattr(spec, "eagle3", None)  # the EAGLE-3 method's section (issue 14): the draft head
+    if eagle3 is not None:
+        cfg["model"] = _model(spec, eagle3.model, model_root)
     ngram = getattr(spec, "ngram", None)  # the n-gram method's section (issue 15), when the spec has one
     if ngram is not None:
         cfg["prompt_lookup_max"] = ngram.max_matching_ngram_size
@@ -91,12 +95,14 @@ def gpu_memory_utilization(spec: BuildSpec) -> float:
     return math.floor((1 - unused / plan.gpu_memory_bytes) * 100) / 100
 
 
-def serve_argv(spec: BuildSpec, *, host: str = "127.0.0.1", port: int = PORT) -> list[str]:
+def serve_argv(
+    spec: BuildSpec, *, host: str = "127.0.0.1", port: int = PORT, model_root: str | None = None
+) -> list[str]:
     b = spec.build
     argv = [
         "vllm",
         "serve",
-        _model(spec, spec.target.model),
+        _model(spec, spec.target.model, model_root),
         "--host",
         host,
         "--port",
@@ -116,7 +122,10 @@ def serve_argv(spec: BuildSpec, *, host: str = "127.0.0.1", port: int = PORT) ->
     ]
     if b.max_num_tokens:
         argv += ["--max-num-batched-tokens", str(b.max_num_tokens)]
-    argv += ["--speculative-config", json.dumps(speculative_config(spec), separators=(",", ":"))]
+    argv += [
+        "--speculative-config",
+        json.dumps(speculative_config(spec, model_root=model_root), separators=(",", ":")),
+    ]
     check_argv(argv)
     return argv
 
@@ -148,6 +157,11 @@ def unmapped(spec: BuildSpec) -> list[str]:
     ]
     if spec.build.weight_only != "none":
         out.append(f"build.weight_only {spec.build.weight_only} (vLLM needs a pre-quantized checkpoint)")
+    ngram = getattr(spec, "ngram", None)
+    if ngram is not None:
+        out.append(
+            "ngram.is_keep_all / is_use_oldest / is_public_pool (vLLM's n-gram proposer has no pool options)"
+        )
     if spec.speculation.use_logits:
         out.append("speculation.use_logits (vLLM verifies against the draft's probabilities itself)")
     s = spec.serving
@@ -180,7 +194,7 @@ def vllm_manifests(
         "app.kubernetes.io/component": "vllm",
         "app.kubernetes.io/managed-by": "specbuild",
     }
-    argv = serve_argv(spec, host="0.0.0.0")
+    argv = serve_argv(spec, host="0.0.0.0", model_root="/models" if models_claim else None)
     image = image or IMAGE
     gpus = spec.num_gpus
     volumes = [k8s.shm_volume(shm)]
@@ -257,6 +271,8 @@ def vllm_manifests(
     return {"20-vllm.yaml": server, "30-service.yaml": [k8s.service(name, labels, selector, {"http": PORT})]}
 
 
-def _model(spec: BuildSpec, model: str) -> str:
-    """A hub id stays as written; a local folder is named as the spec names it (relative to the spec)."""
-    return model
+def _model(spec: BuildSpec, model: str, root: str | None = None) -> str:
+    """A hub id stays as written; a local folder (one that exists beside the spec) is named as the spec
+    names it, or, with `root` (a mounted models volume), as `root/<folder name>`."""
+    local = (spec.base_dir / model).is_dir() or Path(model).is_absolute()
+    return f"{root}/{Path(model).name}" if root and local else model
