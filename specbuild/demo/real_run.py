@@ -166,7 +166,7 @@ def stage_convert_and_exactness(real: RealModel, prompt_files: dict[str, Path], 
         path = (Path(opts.out) / "checkpoints" / f"tp{tp}").resolve()
         run_cli(
             "convert",
-            str(real.model),
+            str(Path(opts.cache) / LINK),
             "--out",
             str(path),
             "--dtype",
@@ -459,6 +459,12 @@ def main(argv: list[str] | None = None) -> int:
         "--medusa-steps", type=int, default=MedusaRecipe.steps, help="train-medusa steps (24)"
     )
     parser.add_argument("--method", action="append", default=[], help="only this method (repeatable)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a pipeline check: 2 bench prompts per set, 4 training prompts, 2 Medusa steps, short answers "
+        "(its figures mean nothing)",
+    )
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)
     if not sys.stdout.isatty():
@@ -474,6 +480,18 @@ def main(argv: list[str] | None = None) -> int:
         medusa=replace(MedusaRecipe(), steps=args.medusa_steps),
         methods=tuple(args.method),
     )
+    if args.quick:
+        opts = replace(
+            opts,
+            max_tokens=min(opts.max_tokens, 24),
+            bench_prompts=2,
+            train_prompts=4,
+            distill_new_tokens=24,
+            tune_prompts=2,
+            tune_max_tokens=12,
+            exact_new_tokens=8,
+            medusa=replace(opts.medusa, steps=2),
+        )
     torch.set_num_threads(cpu_count())
     specbuild_exe()  # a clear error now if the CLI is not installed
     ledger = Ledger()
