@@ -16,6 +16,7 @@ from specbuild.builder.memory_plan import MemoryPlan, effective_max_num_tokens
 from specbuild.core.errors import BuildError
 from specbuild.core.llmapi_facts import DECODINGS, check_options, release
 from specbuild.core.methods import method_of
+from specbuild.core.schedule import guard_of, schedule_of
 from specbuild.core.spec import BuildSpec
 
 OPTIONS_FILE = "llmapi_options.yaml"  # trtllm-serve --config / Dynamo --extra-engine-args
@@ -41,6 +42,29 @@ def speculative_config(spec: BuildSpec, models: dict[str, str]) -> dict[str, Any
             out[key] = list(value) if isinstance(value, (list, tuple)) else value
     if spec.speculation.use_logits:  # the loader allows it only where the class has the key
         out["use_rejection_sampling"] = True
+    out.update(load_keys(spec))
+    return out
+
+
+def load_keys(spec: BuildSpec) -> dict[str, Any]:
+    """speculation.schedule / guard as the targeted release spells them (core/llmapi_facts ScheduleRule):
+    1.2 takes the schedule as written ({n: K} from n requests on); 1.3+ reads its keys as upper bounds, so
+    the same schedule is rewritten "up to n requests: K" (K=0 past the largest key). The guard becomes the
+    release's kill switch, which is server-wide and permanent, unlike specbuild's per-request guard."""
+    rule = release(spec.trtllm_version).schedule
+    out: dict[str, Any] = {}
+    schedule, guard = schedule_of(spec), guard_of(spec)
+    if schedule is not None and len(schedule.steps) > 1:
+        if rule.style == "from":
+            out["draft_len_schedule"] = schedule.to_dict()
+        else:
+            out["draft_len_schedule"] = schedule.upper_bounds(spec.build.max_batch_size)
+    if guard is not None:
+        out[rule.guard_window] = guard.window
+        if rule.guard_measure == "rate":
+            out[rule.guard_threshold] = guard.min_acceptance
+        else:  # mean acceptance length = 1 + accepted per step = 1 + rate x K when each step drafts K
+            out[rule.guard_threshold] = round(1.0 + guard.min_acceptance * spec.speculation.max_draft_len, 6)
     return out
 
 

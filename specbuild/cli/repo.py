@@ -142,6 +142,14 @@ def build(
             "host).",
         ),
     ] = None,
+    schedule: Annotated[
+        str | None,
+        typer.Option(
+            "--schedule",
+            help="Requests in flight -> K for the BLS, e.g. 1:4,3:2,6:0 (replaces the spec's "
+            "speculation.schedule; off: none).",
+        ),
+    ] = None,
     force: Force = False,
 ) -> None:
     """Lay out ensemble, preprocessing, postprocessing, tensorrt_llm, tensorrt_llm_draft (draft/target) and
@@ -161,6 +169,7 @@ def build(
         force=force,
         engine_root=engine_root,
         tokenizer_dir=tokenizer_dir,
+        schedule=schedule,
     )
     console().print(f"wrote {path}")
 

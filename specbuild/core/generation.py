@@ -23,6 +23,10 @@ class SpecStats:
     accepted_per_step: list[int] = field(default_factory=list)  # accepted drafts in each verification step
     accepted_per_position: list[int] = field(default_factory=list)  # [k]: times draft position k was accepted
     drafted_per_position: list[int] = field(default_factory=list)  # [k]: times draft position k was proposed
+    # Load-aware K (core/schedule.py): the K each round drafted (0: a plain target step), and whether the
+    # acceptance guard stopped this request's drafting.
+    k_per_round: list[int] = field(default_factory=list)
+    guard_stopped: bool = False
 
     @property
     def acceptance_rate(self) -> float:
@@ -53,6 +57,8 @@ class SpecStats:
         self.target_passes += other.target_passes
         self.draft_passes += other.draft_passes
         self.accepted_per_step += other.accepted_per_step
+        self.k_per_round += other.k_per_round
+        self.guard_stopped = self.guard_stopped or other.guard_stopped
         for name in ("accepted_per_position", "drafted_per_position"):
             mine, theirs = getattr(self, name), getattr(other, name)
             mine.extend([0] * (len(theirs) - len(mine)))

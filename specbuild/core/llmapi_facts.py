@@ -138,6 +138,25 @@ _NGRAM = {
 _EAGLE3 = {
     "eagle3_layers_to_capture": Key("set[int]", note="None: (1, L//2 - 1, L - 4) of an L-layer target")
 }
+# Load-aware K (core/schedule.py). Both lines read: `max_concurrency` ("speculation disabled at batch sizes
+# above this value"), `draft_len_schedule: dict[int, int]` (batch size -> K, 0: off); the kill switch was
+# renamed (not aliased) between them.
+_LOAD_1_2 = {  # snapshot A (index id 7019226376), DecodingBaseConfig
+    "max_concurrency": Key("int", ge=0, note="Optional[NonNegativeInt]"),
+    "draft_len_schedule": Key("schedule", note="'batch_size >= key uses value'; key 1 == max_draft_len"),
+    "acceptance_window": Key("int", ge=0, note="rolling window over the last N completed requests; 0: off"),
+    "acceptance_length_threshold": Key(
+        "float", ge=0.0, note="mean acceptance length below which speculation is off for good"
+    ),
+}
+_LOAD_1_4 = {  # snapshot C @0004396 + the 1.4.0rc4 signatures, DecodingBaseConfig
+    "max_concurrency": Key("int", gt=0, note="Optional[PositiveInt]; exclusive with draft_len_schedule"),
+    "draft_len_schedule": Key(
+        "schedule", note="'batch size <= key uses value'; smallest key == max_draft_len; 0 past the largest"
+    ),
+    "acceptance_rate_window_size": Key("int", ge=0, note="last N speculation-enabled iterations; 0: off"),
+    "acceptance_rate_threshold": Key("float", ge=0.0, le=1.0, note="accepted / drafted; off for good below"),
+}
 _REJECTION = {
     "use_rejection_sampling": Key(
         "bool", note="1.3+: lossless sampling for one-model Draft_Target / Eagle3 (not NGram)"
@@ -151,11 +170,11 @@ _SRC_C = (
 )
 
 
-def _classes(source: str, *, rejection: bool) -> dict[str, ConfigClass]:
+def _classes(source: str, *, rejection: bool, load: dict[str, Key]) -> dict[str, ConfigClass]:
     def src(cls: str) -> str:
         return source.format(cls=cls)
 
-    base = dict(_DECODING_BASE)
+    base = {**_DECODING_BASE, **load}
     extra = dict(_REJECTION) if rejection else {}
     return {
         "TorchLlmArgs": ConfigClass("TorchLlmArgs", _TOP, src("TorchLlmArgs")),
@@ -185,11 +204,23 @@ def _classes(source: str, *, rejection: bool) -> dict[str, ConfigClass]:
 
 
 @dataclass(frozen=True)
+class ScheduleRule:
+    """How one release spells and validates the load-aware keys (DecodingBaseConfig)."""
+
+    style: str  # "from": {n: K} = from n requests on (1.2); "upto": up to n requests (1.3+)
+    guard_window: str  # the kill switch's window key
+    guard_threshold: str  # ... and its threshold key
+    guard_measure: str  # "length": mean acceptance length (1 + accepted per step); "rate": accepted / drafted
+    exclusive: bool  # max_concurrency and draft_len_schedule may not both be set
+
+
+@dataclass(frozen=True)
 class LlmApiRelease:
     """The LLM-API facts of one TensorRT-LLM release."""
 
     version: str
     classes: dict[str, ConfigClass]
+    schedule: ScheduleRule
     serve_flags: tuple[str, ...]  # the trtllm-serve flags specbuild passes (all accepted by this release)
     serve_config_flag: str  # the flag naming the options YAML
     image: str  # the NGC TensorRT-LLM release container (trtllm-serve inside)
@@ -224,25 +255,45 @@ RELEASE_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release"  # tag = the TensorRT-LLM 
 LLMAPI_VERSIONS: dict[str, LlmApiRelease] = {
     LINE_1_2: LlmApiRelease(
         version=LINE_1_2,
-        classes=_classes(_SRC_A, rejection=False),
+        classes=_classes(_SRC_A, rejection=False, load=_LOAD_1_2),
+        schedule=ScheduleRule(
+            style="from",
+            guard_window="acceptance_window",
+            guard_threshold="acceptance_length_threshold",
+            guard_measure="length",
+            exclusive=False,
+        ),
         serve_flags=SERVE_FLAGS,
         serve_config_flag="--config",
         image=f"{RELEASE_IMAGE}:{LINE_1_2}",
         sources=(_SRC_A, "tensorrt_llm/commands/serve.py, index id 4219957788 (1.2 era)"),
         notes=(
-            "kill switch keys of this line: acceptance_window / acceptance_length_threshold (not written)",
+            "kill switch keys of this line: acceptance_window / acceptance_length_threshold (over completed "
+            "requests, acceptance length; specbuild writes them from speculation.guard)",
+            "draft_len_schedule: 'batch_size >= key uses value', key 1 required and == max_draft_len",
             "no use_rejection_sampling: sampled draft/target on this line is refused by specbuild",
         ),
     ),
     LINE_1_4: LlmApiRelease(
         version=LINE_1_4,
-        classes=_classes(_SRC_C, rejection=True),
+        classes=_classes(_SRC_C, rejection=True, load=_LOAD_1_4),
+        schedule=ScheduleRule(
+            style="upto",
+            guard_window="acceptance_rate_window_size",
+            guard_threshold="acceptance_rate_threshold",
+            guard_measure="rate",
+            exclusive=True,
+        ),
         serve_flags=SERVE_FLAGS,
         serve_config_flag="--config",
         image=f"{RELEASE_IMAGE}:{LINE_1_4}",
         sources=(_SRC_C, "tensorrt_llm/commands/serve.py add_serve_options, index id 59679953799"),
         notes=(
-            "kill switch keys renamed: acceptance_rate_window_size / acceptance_rate_threshold (not written)",
+            "kill switch keys renamed: acceptance_rate_window_size / acceptance_rate_threshold (over "
+            "iterations, accepted / drafted; specbuild writes them from speculation.guard)",
+            "draft_len_schedule: 'batch size <= key uses value', smallest key == max_draft_len, K=0 past the "
+            "largest key; exclusive with max_concurrency. Newer main floors one-engine modes (Draft_Target "
+            "one-model, Eagle3 one-model) at K=1 (tests/unittest min_runtime_draft_len, release UNVERIFIED)",
             "eagle3_one_model, eagle_choices, num_eagle_layers are absent from the 1.4.0rc4 signature",
             "Medusa and Lookahead are gone with the TensorRT backend",
         ),
@@ -415,11 +466,34 @@ def _check_mapping(
         problem = _check_value(spec, value)
         if problem:
             problems.append(f"{where}: {problem}")
+    if cls.decoding_type is not None:
+        problems += [f"{prefix}{p}" for p in _schedule_problems(values, rel.schedule)]
     for key in cls.required:
         if key not in values:
             problems.append(
                 f"{prefix}{key}: required by {cls.name} (its validator refuses the config without it)"
             )
+
+
+def _schedule_problems(values: dict[str, Any], rule: ScheduleRule) -> list[str]:
+    """The draft_len_schedule validators of the release (validate_draft_len_schedule_and_sort and, 1.3+,
+    the max_concurrency exclusion)."""
+    schedule, k = values.get("draft_len_schedule"), values.get("max_draft_len")
+    if not isinstance(schedule, dict) or not schedule or not all(isinstance(n, int) for n in schedule):
+        return []
+    problems = []
+    first = 1 if rule.style == "from" else min(schedule)
+    if rule.style == "from" and 1 not in schedule:
+        problems.append("draft_len_schedule: must include batch_size=1 (this release requires key 1)")
+    elif isinstance(k, int) and schedule[first] != k:
+        problems.append(
+            f"draft_len_schedule[{first}] = {schedule[first]}, but max_draft_len = {k} (must be equal)"
+        )
+    if isinstance(k, int) and any(isinstance(v, int) and v > k for v in schedule.values()):
+        problems.append(f"draft_len_schedule: a draft length above max_draft_len ({k})")
+    if rule.exclusive and values.get("max_concurrency") is not None:
+        problems.append("draft_len_schedule: exclusive with max_concurrency on this release (set one)")
+    return problems
 
 
 def _nested(spec: Key, value: Any, rel: LlmApiRelease, where: str, problems: list[str]) -> ConfigClass | None:
@@ -443,6 +517,17 @@ def _check_value(spec: Key, value: Any) -> str | None:
         return None if isinstance(value, str) and value else f"expected a non-empty string, found {value!r}"
     if kind == "literal":
         return None if value in spec.choices else f"{value!r} is not one of {', '.join(spec.choices)}"
+    if kind == "schedule":
+        ok = (
+            isinstance(value, dict)
+            and value
+            and all(
+                isinstance(k, int) and isinstance(v, int) and not isinstance(v, bool)
+                for k, v in value.items()
+            )
+            and all(k >= 1 and v >= 0 for k, v in value.items())
+        )
+        return None if ok else f"expected {{batch size >= 1: K >= 0}}, found {value!r}"
     if kind == "set[int]":
         ok = isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
         return None if ok else f"expected a list of layer indices, found {value!r}"

@@ -22,8 +22,9 @@ from specbuild.core.errors import SpecError
 from specbuild.core.hf_config import FLOAT_DTYPES
 from specbuild.core.llmapi_facts import DECODINGS, LLMAPI_VERSIONS, Flow, parse_flow, release, support
 from specbuild.core.medusa_choices import DEFAULT_TREE, MedusaChoices
-from specbuild.core.methods import SECTIONS, Method, method_of, parse_method
+from specbuild.core.methods import SECTIONS, Method, Tunable, method_of, parse_method
 from specbuild.core.safe_io import InputFileError, atomic_write_text, read_text, shorten
+from specbuild.core.schedule import DraftSchedule, ScheduleError
 from specbuild.core.trtllm_facts import DEFAULT_TRTLLM_VERSION, known_versions
 
 DTYPES = FLOAT_DTYPES
@@ -73,6 +74,19 @@ class SpeculationSection:
     use_logits: bool = (
         False  # draft/target: lossless rejection sampling on draft logits (needs generation logits)
     )
+    # Load-aware K: requests in flight -> K, e.g. {1: 4, 3: 2, 6: 0} (core/schedule.py has the semantics;
+    # `tune --schedule` measures and writes it). None: every round drafts max_draft_len.
+    schedule: Any = None
+    guard: GuardSection | None = None  # the acceptance guard (core/schedule.py); None: off
+
+
+@dataclass(frozen=True)
+class GuardSection:
+    """Stop drafting for a request once its last `window` drafted rounds accepted less than
+    `min_acceptance` of their drafts (core/schedule.py AcceptanceGuard)."""
+
+    window: int = 8
+    min_acceptance: float = 0.3
 
 
 @dataclass(frozen=True)
@@ -247,7 +261,47 @@ def spec_from_dict(raw: Any, *, source: Path | None = None, validate_tree: bool 
         k = method_of(spec).default_max_draft_len(spec)
         spec = dataclasses.replace(spec, speculation=dataclasses.replace(spec.speculation, max_draft_len=k))
     _check_values(spec, where, validate_tree=validate_tree)
-    return spec
+    return _with_schedule(spec, where)
+
+
+def _with_schedule(spec: BuildSpec, where: str) -> BuildSpec:
+    """Validate speculation.schedule / guard; the schedule is kept as a sorted {int: int} mapping."""
+    sp = spec.speculation
+    if sp.guard is not None:
+        if not 1 <= sp.guard.window <= 4096:
+            _fail(where, "speculation.guard.window", "drafted rounds in 1..4096", sp.guard.window, "use 8")
+        if not 0.0 <= sp.guard.min_acceptance <= 1.0:
+            _fail(
+                where,
+                "speculation.guard.min_acceptance",
+                "an acceptance rate (accepted / drafted) in [0, 1]",
+                sp.guard.min_acceptance,
+                "use 0.3",
+            )
+    if sp.schedule is None:
+        return spec
+    try:
+        schedule = DraftSchedule.parse(sp.schedule, max_draft_len=sp.max_draft_len)
+    except ScheduleError as exc:
+        _fail(
+            where,
+            "speculation.schedule",
+            f"requests in flight -> K, from 1 (= max_draft_len), e.g. {{1: {sp.max_draft_len}, 4: 0}}: {exc}",
+            sp.schedule,
+            "fix the schedule, or run `specbuild tune SPEC --schedule --write` to measure one",
+        )
+    method = method_of(spec)
+    if method.tunes is Tunable.TREE and any(
+        k not in (0, sp.max_draft_len) for k in schedule.to_dict().values()
+    ):
+        _fail(
+            where,
+            "speculation.schedule",
+            f"K = 0 or the whole tree ({sp.max_draft_len}) for {method.title}: the tree is fixed when built",
+            sp.schedule,
+            f"use only 0 and {sp.max_draft_len} as K",
+        )
+    return dataclasses.replace(spec, speculation=dataclasses.replace(sp, schedule=schedule.to_dict()))
 
 
 def save_spec_yaml(spec: BuildSpec, path: Path, *, inputs: dict[str, Any] | None = None) -> None:

@@ -16,6 +16,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from specbuild.core.methods import Method
+from specbuild.core.schedule import PLAIN_ROUND_TOKENS
 from specbuild.model_repo import tensors as T
 
 BACKENDS = ("tensorrtllm", "python")
@@ -71,6 +72,9 @@ class RepoLayout:
     bls_drafter: str | None = None  # BLS: "module:Class" it drafts with (None: the target speculates itself)
     default_num_draft_tokens: int = 0  # BLS: used when a request omits num_draft_tokens
     default_use_draft_logits: bool = False  # BLS: used when a request omits use_draft_logits
+    # Load-aware K (core/schedule.py), as BLS parameters: "1:4,3:2,6:0" / "8:0.3" ("" when off)
+    draft_len_schedule: str = ""
+    acceptance_guard: str = ""
     accumulate_tokens: bool = True  # BLS: detokenize streamed tokens with their context
     # BLS: the engines' request limits (engine_limits.RequestLimits); None when no engine was built yet
     max_prompt_tokens: int | None = None  # prompt tokens every engine of a request accepts
@@ -223,6 +227,15 @@ def bls_config(layout: RepoLayout):
             "bls_drafter": layout.bls_drafter or "",
             "default_num_draft_tokens": str(layout.default_num_draft_tokens),
             "default_use_draft_logits": _bool(layout.default_use_draft_logits),
+            **(
+                {
+                    "draft_len_schedule": layout.draft_len_schedule,
+                    "plain_round_tokens": str(PLAIN_ROUND_TOKENS),
+                }
+                if layout.draft_len_schedule
+                else {}
+            ),
+            **({"acceptance_guard": layout.acceptance_guard} if layout.acceptance_guard else {}),
             **({"max_prompt_tokens": str(layout.max_prompt_tokens)} if layout.max_prompt_tokens else {}),
             **({"max_total_tokens": str(layout.max_total_tokens)} if layout.max_total_tokens else {}),
         },

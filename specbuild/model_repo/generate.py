@@ -26,6 +26,7 @@ from specbuild.core.hf_config import HFModelConfig
 from specbuild.core.llmapi_facts import Flow
 from specbuild.core.manifest import atomic_output_dir, write_manifest
 from specbuild.core.safe_io import read_json
+from specbuild.core.schedule import DraftSchedule, ScheduleError, guard_of, guard_text, schedule_of
 from specbuild.core.trtllm_facts import known_versions, parse_version
 from specbuild.model_repo.configs import (
     BACKENDS,
@@ -53,6 +54,7 @@ VENDORED_MODULES = (
     "core/sampling_params.py",
     "core/generation.py",
     "core/engine_limits.py",
+    "core/schedule.py",
     "engines/reference/speculative.py",
     "engines/reference/sampling.py",
 )
@@ -160,7 +162,9 @@ def plan_layout(
     trtllm_version: str | None = None,
     engine_root: str | None = None,
     tokenizer_dir: str | None = None,
+    schedule: str | None = None,
 ) -> RepoLayout:
+    """`schedule`: "n:K,..." replacing the spec's speculation.schedule ("off": none; None: the spec's)."""
     spec = build.spec
     if backend not in BACKENDS:
         raise RepoError(
@@ -196,6 +200,10 @@ def plan_layout(
     method = build.manifest.method
     roles = {r.role: r for r in method.roles(spec)}
     loop = method.bls_drives_loop  # the BLS calls the engines round by round (else the engine speculates)
+    schedule_, guard = schedule_of(spec), guard_of(spec)
+    if schedule is not None:
+        schedule_ = _schedule_option(schedule, spec.speculation.max_draft_len)
+    schedule = schedule_
     models = {}
     for name, role in roles.items():
         section = spec.draft if name == "draft" else spec.target
@@ -225,8 +233,24 @@ def plan_layout(
         bls_drafter=method.bls_drafter,
         default_num_draft_tokens=spec.speculation.max_draft_len if loop else 0,
         default_use_draft_logits=roles["target"].gather_generation_logits and loop,
+        draft_len_schedule=schedule.to_text() if loop and schedule is not None else "",
+        acceptance_guard=guard_text(guard) if loop and guard is not None else "",
         **_bls_limits(build),
     )
+
+
+def _schedule_option(text: str, max_draft_len: int) -> DraftSchedule | None:
+    if text.strip().lower() in ("", "off", "none"):
+        return None
+    try:
+        return DraftSchedule.from_text(text, max_draft_len=max_draft_len)
+    except ScheduleError as exc:
+        raise RepoError(
+            f"--schedule {text!r} is not a schedule",
+            expected=f"requests in flight -> K, e.g. 1:{max_draft_len},4:0 (1 -> max_draft_len)",
+            found=str(exc),
+            fix="fix the schedule, or use off",
+        ) from None
 
 
 def _bls_limits(build: BuildInfo) -> dict[str, int]:
@@ -264,9 +288,10 @@ def generate_repo(
     force: bool = False,
     engine_root: str | None = None,
     tokenizer_dir: str | None = None,
+    schedule: str | None = None,
 ) -> Path:
     """Write the Triton model repository for BUILD_DIR into OUT. backend None: tensorrtllm when the
-    build used TensorRT-LLM, python (the reference engine) otherwise."""
+    build used TensorRT-LLM, python (the reference engine) otherwise. schedule: see plan_layout."""
     manifest = read_build_manifest(build_dir)
     if manifest.flow is Flow.LLMAPI:
         return generate_llmapi_repo(
@@ -292,6 +317,7 @@ def generate_repo(
         trtllm_version=trtllm_version,
         engine_root=engine_root,
         tokenizer_dir=tokenizer_dir,
+        schedule=schedule,
     )
     configs = all_configs(layout)
     out = Path(out)

@@ -45,6 +45,7 @@ class Speculator(Protocol):
         num_draft_tokens: int,
         on_tokens: OnTokens | None = None,
         stop: StopHook | None = None,
+        guard=None,
     ) -> tuple[list[int], SpecStats]: ...
 
     def generate_batch(
@@ -55,6 +56,8 @@ class Speculator(Protocol):
         num_draft_tokens: int,
         on_tokens=None,
         stop=None,
+        schedule=None,
+        guard=None,
     ) -> list[tuple[list[int], SpecStats]]: ...
 
     def drafts_per_step(self, num_draft_tokens: int, limits: EngineLimits) -> int:
@@ -71,7 +74,7 @@ class DraftModelSpeculator:
     draft: LlamaModel
     batched: bool = True
 
-    def generate(self, prompt_ids, params, *, num_draft_tokens, on_tokens=None, stop=None):
+    def generate(self, prompt_ids, params, *, num_draft_tokens, on_tokens=None, stop=None, guard=None):
         # The draft samples from its own stream (offset 1) so drafts and verification draws stay independent.
         drafter = ModelDrafter(self.draft, generator=make_generator(params.seed, offset=1))
         verifier = ModelVerifier(self.target, generator=make_generator(params.seed))
@@ -83,9 +86,12 @@ class DraftModelSpeculator:
             num_draft_tokens=num_draft_tokens,
             on_tokens=on_tokens,
             stop=stop,
+            guard=guard,
         )
 
-    def generate_batch(self, prompts, params, *, num_draft_tokens, on_tokens=None, stop=None):
+    def generate_batch(
+        self, prompts, params, *, num_draft_tokens, on_tokens=None, stop=None, schedule=None, guard=None
+    ):
         return speculative_generate_batch(
             BatchModelDrafter(self.draft, len(prompts), [make_generator(q.seed, offset=1) for q in params]),
             BatchModelVerifier(self.target, len(prompts), [make_generator(q.seed) for q in params]),
@@ -94,6 +100,8 @@ class DraftModelSpeculator:
             num_draft_tokens=num_draft_tokens,
             on_tokens=on_tokens,
             stop=stop,
+            schedule=schedule,
+            guard=guard,
         )
 
     def drafts_per_step(self, num_draft_tokens: int, limits: EngineLimits) -> int:

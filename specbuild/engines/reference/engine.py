@@ -42,6 +42,7 @@ from specbuild.core.llmapi_facts import Flow
 from specbuild.core.methods import Method, engine_speculator, method_of, resolve_name
 from specbuild.core.safe_io import InputFileError, read_json
 from specbuild.core.sampling_params import SamplingParams
+from specbuild.core.schedule import AcceptanceGuard, DraftSchedule, guard_of, schedule_of
 from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 from specbuild.engines.reference.loader import load_weights
 from specbuild.engines.reference.model import LlamaModel
@@ -63,6 +64,8 @@ class EngineLayout:
     max_draft_len: int | None = None
     method: Method | None = None  # None: plain decode (and external verification)
     build_config: dict | None = None  # the target engine's config.json build_config (its request limits)
+    schedule: DraftSchedule | None = None  # the build spec's speculation.schedule (core/schedule.py)
+    guard: AcceptanceGuard | None = None  # the build spec's speculation.guard
 
 
 def _build_config(folder: Path | None) -> dict | None:
@@ -101,6 +104,8 @@ def locate(path: str | Path) -> EngineLayout:
             max_draft_len=artifact.roles["target"].max_draft_len,
             method=spec.mode,
             build_config=_build_config(artifact.loadable_dir("target")),
+            schedule=schedule_of(spec),
+            guard=guard_of(spec),
         )
     raw = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
     if "build_config" in raw:  # an engine folder: its speculative_decoding_mode says what it does
@@ -144,8 +149,12 @@ class ReferenceEngine:
         tokenizer_dir: Path | None = None,
         max_draft_len: int | None = None,
         build_config: dict | None = None,
+        schedule: DraftSchedule | None = None,
+        guard: AcceptanceGuard | None = None,
     ):
         self.target, self.draft = target, draft
+        # Load-aware K: applied when a caller leaves num_draft_tokens out (an explicit K is fixed).
+        self.schedule, self.guard = schedule, guard
         self.tokenizer_dir = tokenizer_dir
         self.medusa_choices = medusa_choices
         self.method = Method(method) if method is not None else None
@@ -192,6 +201,8 @@ class ReferenceEngine:
             tokenizer_dir=layout.tokenizer_dir,
             max_draft_len=layout.max_draft_len,
             build_config=layout.build_config,
+            schedule=layout.schedule,
+            guard=layout.guard,
         )
 
     # ---- properties ---------------------------------------------------------------------------
@@ -287,7 +298,12 @@ class ReferenceEngine:
             if speculate:
                 k = self.num_draft_tokens if num_draft_tokens is None else num_draft_tokens
                 ids, stats = self.speculator.generate(
-                    list(prompt_ids), params, num_draft_tokens=k, on_tokens=on_tokens, stop=stop
+                    list(prompt_ids),
+                    params,
+                    num_draft_tokens=k,
+                    on_tokens=on_tokens,
+                    stop=stop,
+                    guard=self.guard,
                 )
             else:
                 seq = self.prefix_cache.acquire(list(prompt_ids))
@@ -322,6 +338,14 @@ class ReferenceEngine:
         draft = self.draft_per_step(speculative=speculative, num_draft_tokens=num_draft_tokens)
         plist = [self._bound(p, q, draft) for p, q in zip(prompts, plist, strict=True)]
         speculate = speculative and self.speculates
+        schedule = self.schedule if num_draft_tokens is None else None
+        if (
+            speculate
+            and schedule is not None
+            and not self.speculator.batched
+            and schedule.k_for(len(prompts)) == 0
+        ):
+            speculate = False  # a tree method cannot switch per round: the whole batch decodes plainly
         if speculate and not self.speculator.batched:
             return [
                 self.generate(
@@ -340,7 +364,13 @@ class ReferenceEngine:
             k = self.num_draft_tokens if num_draft_tokens is None else num_draft_tokens
             with self._lock:
                 done = self.speculator.generate_batch(
-                    [list(p) for p in prompts], plist, num_draft_tokens=k, on_tokens=on_tokens, stop=stop
+                    [list(p) for p in prompts],
+                    plist,
+                    num_draft_tokens=k,
+                    on_tokens=on_tokens,
+                    stop=stop,
+                    schedule=schedule.k_for if schedule is not None else None,
+                    guard=self.guard,
                 )
             seconds = time.perf_counter() - started
             return [

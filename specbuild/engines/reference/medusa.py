@@ -191,13 +191,16 @@ class MedusaSpeculator:
         self.heads = MedusaHeads(target)
         self.tree = TreeBuffers.from_choices(choices, num_heads=target.cfg.num_medusa_heads)
 
-    def generate(self, prompt_ids, params, *, num_draft_tokens=0, on_tokens=None, stop=None):
-        """num_draft_tokens is unused: the tree fixes what is drafted."""
+    def generate(self, prompt_ids, params, *, num_draft_tokens=0, on_tokens=None, stop=None, guard=None):
+        """num_draft_tokens is unused: the tree fixes what is drafted; so is the acceptance guard (the tree
+        step has no plain round; TensorRT-LLM's Medusa engines cannot switch speculation off either)."""
         return medusa_generate(
             self.target, self.heads, self.tree, prompt_ids, params, on_tokens=on_tokens, stop=stop
         )
 
-    def generate_batch(self, prompts, params, *, num_draft_tokens=0, on_tokens=None, stop=None):
+    def generate_batch(
+        self, prompts, params, *, num_draft_tokens=0, on_tokens=None, stop=None, schedule=None, guard=None
+    ):
         return [
             self.generate(
                 p,

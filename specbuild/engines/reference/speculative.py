@@ -18,6 +18,13 @@ implementations keep their KV caches and roll them back to the longest prefix th
 `speculative_generate_batch` runs the same rounds (`SpecRequest`) for several in-process requests in
 lockstep over `BatchDrafter` / `BatchVerifier` (one batched pass per draft position, one per verify).
 
+Load-aware K (core/schedule.py): `k_of` gives each round's K before the room clamp (the BLS: the
+schedule's K for the requests in flight now; the batch: `schedule(rows still decoding)`); a round with
+K=0 is a plain target step (the verifier's `plain(ids, n, params)` when it has one: up to n target
+tokens in one call, else verify() with no drafts: one token). `guard` (an AcceptanceGuard) stops a
+request's drafting once its recent rounds accept too little (SpecStats.guard_stopped). Neither changes
+greedy output: every emitted token is the target's own choice.
+
 Vendored as-is into the production Triton BLS (model_repo VENDORED_MODULES): import only
 specbuild.core.errors, sampling_params, generation and the reference sampling/speculative modules.
 
@@ -133,6 +140,7 @@ class SpecRequest:
         num_draft_tokens: int,
         on_tokens: OnTokens | None = None,
         stop: StopHook | None = None,
+        guard=None,
     ):
         if num_draft_tokens < 0:
             raise ValueError(f"num_draft_tokens must be >= 0, got {num_draft_tokens}")
@@ -147,14 +155,24 @@ class SpecRequest:
         self.stats = SpecStats()
         self.stops = stop_ids(params)
         self.finished = False
+        self.guard = guard  # core/schedule.AcceptanceGuard or None
+        self.rounds: list[tuple[int, int]] = []  # (accepted, drafted) of each drafted round
 
     @property
     def ids(self) -> list[int]:
         return self.prompt + self.out
 
-    def next_k(self) -> int:
-        # The verifier always adds one token, so draft at most (room - 1): never past max_tokens.
-        return min(self.num_draft_tokens, self.params.max_tokens - len(self.out) - 1)
+    def next_k(self, k: int | None = None) -> int:
+        """This round's K: `k` (the schedule's; None: num_draft_tokens), 0 once the guard stopped drafting.
+        The verifier always adds one token, so draft at most (room - 1): never past max_tokens."""
+        k = self.num_draft_tokens if k is None else min(k, self.num_draft_tokens)
+        if self.stats.guard_stopped:
+            k = 0
+        return max(0, min(k, self.params.max_tokens - len(self.out) - 1))
+
+    @property
+    def room(self) -> int:
+        return self.params.max_tokens - len(self.out)
 
     def take(self, drafts: list[int], accepted: list[int]) -> None:
         """Record one verified round: `accepted` = the kept drafts + the verifier's token."""
@@ -162,9 +180,21 @@ class SpecRequest:
             f"verifier returned {len(accepted)} tokens for {len(drafts)} drafts"
         )
         assert accepted[:-1] == list(drafts[: len(accepted) - 1]), "verifier changed an accepted draft token"
+        self.stats.k_per_round.append(len(drafts))
         if drafts:
             self.stats.record_step(len(accepted) - 1, len(drafts))
+            self.rounds.append((len(accepted) - 1, len(drafts)))
+            if self.guard is not None and not self.stats.guard_stopped and self.guard.trips(self.rounds):
+                self.stats.guard_stopped = True
         taken, self.finished = emit(self.out, accepted, self.params, self.stops, self.stop)
+        if self.on_tokens is not None and taken:
+            self.on_tokens(taken)
+
+    def take_plain(self, tokens: list[int]) -> None:
+        """Record a plain round (K=0): `tokens` = the target's own next tokens (at least one)."""
+        assert tokens, "a plain round returned no tokens"
+        self.stats.k_per_round.append(0)
+        taken, self.finished = emit(self.out, list(tokens), self.params, self.stops, self.stop)
         if self.on_tokens is not None and taken:
             self.on_tokens(taken)
 
@@ -178,12 +208,25 @@ def speculative_generate(
     num_draft_tokens: int,
     on_tokens: OnTokens | None = None,
     stop: StopHook | None = None,
+    k_of: Callable[[], int] | None = None,
+    guard=None,
+    plain_tokens: int = 1,
 ) -> tuple[list[int], SpecStats]:
-    """Generate up to params.max_tokens tokens after prompt_ids; return (new token ids, stats)."""
-    req = SpecRequest(prompt_ids, params, num_draft_tokens=num_draft_tokens, on_tokens=on_tokens, stop=stop)
+    """Generate up to params.max_tokens tokens after prompt_ids; return (new token ids, stats).
+
+    k_of(): this round's K (None: num_draft_tokens every round); guard: an AcceptanceGuard; plain_tokens:
+    target tokens a K=0 round asks of a verifier with `plain` (one call; the schedule is asked again
+    after it)."""
+    req = SpecRequest(
+        prompt_ids, params, num_draft_tokens=num_draft_tokens, on_tokens=on_tokens, stop=stop, guard=guard
+    )
     draft_start, target_start = drafter.forward_passes, verifier.forward_passes
+    plain = getattr(verifier, "plain", None)
     while not req.finished:
-        k = req.next_k()
+        k = req.next_k(k_of() if k_of is not None else None)
+        if k == 0 and plain is not None and (k_of is not None or req.stats.guard_stopped):
+            req.take_plain(plain(req.ids, min(plain_tokens, req.room), params))
+            continue
         drafts, draft_probs = drafter.propose(req.ids, k, params) if k > 0 else ([], None)
         req.take(list(drafts), verifier.verify(req.ids, list(drafts), draft_probs, params))
     req.stats.draft_passes = drafter.forward_passes - draft_start
@@ -200,10 +243,14 @@ def speculative_generate_batch(
     num_draft_tokens: int,
     on_tokens: Callable[[int, list[int]], None] | None = None,
     stop: Callable[[int, list[int], int], int | None] | None = None,
+    schedule: Callable[[int], int] | None = None,
+    guard=None,
 ) -> list[tuple[list[int], SpecStats]]:
     """The same rounds for several requests in lockstep: one batched draft pass per draft position and
     one batched verify pass per round for all unfinished requests (rows keep their own lengths).
-    `stop(row, out, start)` is each row's stop hook: a row it ends stops there, the others go on."""
+    `stop(row, out, start)` is each row's stop hook: a row it ends stops there, the others go on.
+    `schedule(n)`: K of a round with n rows still decoding (None: num_draft_tokens); K=0 rows verify no
+    drafts (one plain target step in the same batched pass)."""
     reqs = [
         SpecRequest(
             p,
@@ -211,11 +258,13 @@ def speculative_generate_batch(
             num_draft_tokens=num_draft_tokens,
             on_tokens=(lambda toks, i=i: on_tokens(i, toks)) if on_tokens else None,
             stop=(lambda out, start, i=i: stop(i, out, start)) if stop else None,
+            guard=guard,
         )
         for i, (p, q) in enumerate(zip(prompts, params, strict=True))
     ]
     while active := [i for i, r in enumerate(reqs) if not r.finished]:
-        ks = [reqs[i].next_k() for i in active]
+        k = schedule(len(active)) if schedule is not None else None
+        ks = [reqs[i].next_k(k) for i in active]
         proposals = drafter.propose_batch(
             active, [reqs[i].ids for i in active], ks, [reqs[i].params for i in active]
         )

@@ -83,6 +83,7 @@ class BlsOptions:
     forwarded: dict[str, np.ndarray] = field(default_factory=dict)  # tensorrt_llm inputs passed as given
     bad_words: np.ndarray | None = None  # [1, n] BYTES
     stop_words: np.ndarray | None = None  # [1, n] BYTES
+    k_given: bool = False  # the request set num_draft_tokens (a fixed K: the schedule does not apply)
 
     @classmethod
     def from_inputs(
@@ -147,6 +148,7 @@ class BlsOptions:
             forwarded=forwarded,
             bad_words=get("bad_words"),
             stop_words=get("stop_words"),
+            k_given=get("num_draft_tokens") is not None,
         )
 
     def sampling_params(self, end_id: int):
@@ -336,6 +338,16 @@ class TritonVerifier:
         sh.last_perf = {name: out[name] for name in PERF_OUTPUTS if out.get(name) is not None}
         return new_tokens(out)
 
+    def plain(self, ids, n, params):
+        """A K=0 round (schedule or acceptance guard): up to n plain target steps in one call."""
+        sh = self.shared
+        inputs = sh.inputs(list(ids), n)
+        inputs["return_perf_metrics"] = np.array([[True]])
+        out = sh.call(self.model, inputs, ENGINE_OUTPUTS + PERF_OUTPUTS)
+        self.forward_passes += 1
+        sh.last_perf = {name: out[name] for name in PERF_OUTPUTS if out.get(name) is not None}
+        return new_tokens(out)
+
 
 def perf_outputs(
     *,
@@ -400,8 +412,15 @@ def speculate(
     logits_dtype: str,
     on_tokens: Callable[[list[int]], None] | None = None,
     stop=None,
+    k_of: Callable[[], int] | None = None,
+    guard=None,
+    plain_tokens: int = 1,
 ):
     """Run the shared speculative loop over the Triton models; returns (new tokens, SpecStats, shared state).
+
+    k_of(): each round's K (the repository's schedule for the requests in flight; None: the request's
+    num_draft_tokens every round); guard: the repository's acceptance guard; plain_tokens: target tokens
+    one K=0 round asks for.
 
     `drafter_class` is the repository's drafter (its `bls_drafter` parameter, e.g. TritonDrafter).
     Stop words: single-token ones are stop ids of the loop; longer ones end it through its stop hook
@@ -421,5 +440,8 @@ def speculate(
         num_draft_tokens=opts.num_draft_tokens,
         on_tokens=on_tokens,
         stop=first_stop(stop_at_words([w for w in words if len(w) > 1]), stop),
+        k_of=k_of,
+        guard=guard,
+        plain_tokens=plain_tokens,
     )
     return list(tokens), stats, shared

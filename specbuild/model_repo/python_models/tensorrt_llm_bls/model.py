@@ -51,6 +51,7 @@ from bls_core import (  # noqa: E402
     preprocess,
     speculate,
 )
+from inflight import InflightCounter, counter_path  # noqa: E402
 from responder import Responder  # noqa: E402
 from words import flag, param  # noqa: E402
 
@@ -98,6 +99,22 @@ class TritonPythonModel:
         self.logits_dtype = _NUMPY_LOGITS.get(outputs.get("generation_logits", "TYPE_FP32"), "float32")
         if self.drafter_class is not None:  # torch (draft logits) now, not in the first request
             import specbuild.engines.reference.sampling  # noqa: F401
+        # Load-aware K (core/schedule.py): the schedule applies to requests that leave num_draft_tokens out;
+        # the in-flight count is shared by every instance of this model (inflight.py).
+        from specbuild.core.schedule import AcceptanceGuard, DraftSchedule
+
+        schedule, guard = param(config, "draft_len_schedule"), param(config, "acceptance_guard")
+        self.schedule = DraftSchedule.from_text(schedule, max_draft_len=self.default_k) if schedule else None
+        window, _, floor = (guard or "").partition(":")
+        self.guard = AcceptanceGuard(int(window), float(floor)) if guard else None
+        self.plain_tokens = int(param(config, "plain_round_tokens", "1"))
+        self.inflight = None
+        if self.schedule is not None:
+            self.inflight = InflightCounter(counter_path(args["model_repository"], args["model_name"]))
+
+    def finalize(self):
+        if self.inflight is not None:
+            self.inflight.close()
 
     # ---- Triton plumbing ------------------------------------------------------------------------
     def _caller(self, responder: Responder):
@@ -182,7 +199,11 @@ class TritonPythonModel:
         for request in requests:
             responder = Responder(request, request.get_response_sender())
             try:
-                self._handle(request, responder)
+                if self.inflight is not None:
+                    with self.inflight.handling():
+                        self._handle(request, responder)
+                else:
+                    self._handle(request, responder)
             except Cancelled:
                 pb_utils.Logger.log_info(f"tensorrt_llm_bls: request '{request.request_id()}' cancelled")
                 responder.finish()  # flags only: the client is gone
@@ -237,8 +258,10 @@ class TritonPythonModel:
                 outputs = {"text_output": _text_output(delta), **_token_outputs(tokens), **counts(tokens)}
                 gone[0] = not responder.send(self._response(outputs))
 
+        scheduled = self.schedule is not None and not opts.k_given
         if opts.num_draft_tokens > 0 and self.drafter_class is not None:
             # the loop's stop hook asks after every round: a cancelled request ends within one round
+            k_of = (lambda: self.schedule.k_for(self.inflight.total())) if scheduled else None
             tokens, stats, shared = speculate(
                 call,
                 opts,
@@ -250,6 +273,9 @@ class TritonPythonModel:
                 logits_dtype=self.logits_dtype,
                 on_tokens=on_tokens,
                 stop=lambda out, start: len(out) if ended() else None,
+                k_of=k_of,
+                guard=self.guard,
+                plain_tokens=self.plain_tokens,
             )
             perf = perf_outputs(
                 stats=stats,

@@ -1,0 +1,176 @@
+"""The load-aware draft length: `speculation.schedule` (concurrency thresholds -> K) and the acceptance
+guard (`speculation.guard`). One home for their semantics; every place that applies them asks here.
+
+Schedule semantics (the spec's spelling, the same as TensorRT-LLM 1.2's `draft_len_schedule`):
+`{1: 4, 3: 2, 6: 0}` means "from 1 request in flight draft K=4, from 3 K=2, from 6 no speculation":
+a round with n requests in flight drafts `k_for(n)` = the value of the largest key <= n. Key 1 is
+required and maps to `max_draft_len` (TensorRT-LLM requires the same of its schedule), values lie in
+0..max_draft_len. K=0 rounds are plain target steps.
+
+Where n comes from:
+* the reference engine's in-process batch: the rows still decoding in that round;
+* the Triton BLS (engine flow): the requests being handled by all instances of the BLS at the start of
+  the round (a counter shared between the instances' processes, model_repo/python_models/
+  tensorrt_llm_bls/inflight.py); requests still queued in Triton are not counted (the engines do not
+  see them either);
+* the LLM-API flow: the runtime's active batch size (TensorRT-LLM applies `draft_len_schedule` itself);
+  `llmapi_schedule` spells the schedule for the targeted version.
+
+The acceptance guard: per request, once `window` drafted rounds exist and the acceptance rate
+(accepted / drafted) over the last `window` drafted rounds is below `min_acceptance`, the request
+stops drafting (its remaining rounds are plain target steps) and says so (SpecStats.guard_stopped).
+Off unless the spec has a `guard` section: a short run of rejections can stop drafting that would have
+paid off later in the request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+MAX_THRESHOLD = 65536  # = spec.MAX_BATCH_SIZE: no server has more requests in flight
+# Target tokens one K=0 round of the Triton BLS asks for in one call before it reads the in-flight count
+# again: each call re-sends the sequence through the Python backend's IPC, so a plain round of one token
+# would cost a round trip per token (the baseline makes one call per request).
+PLAIN_ROUND_TOKENS = 16
+
+
+class ScheduleError(ValueError):
+    """A schedule that cannot be applied (the spec loader turns it into a SpecError)."""
+
+
+@dataclass(frozen=True)
+class DraftSchedule:
+    """K per number of requests in flight: `steps` = ((from_n, K), ...) sorted, the first from 1."""
+
+    steps: tuple[tuple[int, int], ...]
+
+    @classmethod
+    def parse(cls, raw: Any, *, max_draft_len: int) -> DraftSchedule:
+        """From the spec's mapping (YAML int keys, or the digit strings a JSON manifest holds)."""
+        if isinstance(raw, DraftSchedule):
+            raw = raw.to_dict()
+        if not isinstance(raw, Mapping) or not raw:
+            raise ScheduleError(
+                f"a mapping of concurrency thresholds to K, e.g. {{1: {max_draft_len}, 4: 0}}"
+            )
+        steps: dict[int, int] = {}
+        for key, value in raw.items():
+            n = _int(key, what="a threshold")
+            k = _int(value, what=f"the K of threshold {n}")
+            if not 1 <= n <= MAX_THRESHOLD:
+                raise ScheduleError(f"threshold {n}: thresholds are request counts in 1..{MAX_THRESHOLD}")
+            if not 0 <= k <= max_draft_len:
+                raise ScheduleError(
+                    f"threshold {n} -> K={k}: K must lie in 0..max_draft_len ({max_draft_len})"
+                )
+            if n in steps:
+                raise ScheduleError(f"threshold {n} appears twice")
+            steps[n] = k
+        if 1 not in steps:
+            raise ScheduleError(f"no threshold 1: add 1: {max_draft_len} (one request in flight)")
+        if steps[1] != max_draft_len:
+            raise ScheduleError(
+                f"threshold 1 -> K={steps[1]}: one request in flight must use max_draft_len "
+                f"({max_draft_len}), "
+                "as TensorRT-LLM requires of draft_len_schedule; lower max_draft_len instead"
+            )
+        return cls(tuple(sorted(steps.items())))
+
+    @classmethod
+    def fixed(cls, k: int) -> DraftSchedule:
+        return cls(((1, k),))
+
+    def k_for(self, in_flight: int) -> int:
+        """K for a round with `in_flight` requests (counting this one; below 1 counts as 1)."""
+        k = self.steps[0][1]
+        for n, value in self.steps:
+            if n > max(in_flight, 1):
+                break
+            k = value
+        return k
+
+    def to_dict(self) -> dict[int, int]:
+        return dict(self.steps)
+
+    def to_text(self) -> str:
+        """A compact spelling for repository parameters and tables: '1:4,3:2,6:0'."""
+        return ",".join(f"{n}:{k}" for n, k in self.steps)
+
+    @classmethod
+    def from_text(cls, text: str, *, max_draft_len: int) -> DraftSchedule:
+        pairs = {}
+        for part in text.split(","):
+            n, sep, k = part.partition(":")
+            if not sep:
+                raise ScheduleError(f"schedule {text!r}: expected 'n:K,n:K'")
+            pairs[n.strip()] = k.strip()
+        return cls.parse(pairs, max_draft_len=max_draft_len)
+
+    @property
+    def max_concurrency(self) -> int | None:
+        """The most requests in flight that still draft, when every larger count has K=0 (else None)."""
+        first_off = None
+        for n, k in reversed(self.steps):
+            if k != 0:
+                break
+            first_off = n
+        return None if first_off is None else first_off - 1
+
+    def upper_bounds(self, max_batch_size: int) -> dict[int, int]:
+        """The same schedule as "up to n requests: K" (TensorRT-LLM 1.3+ `draft_len_schedule`: batch size
+        <= the smallest key >= it; above the largest key speculation is off). Thresholds from
+        max_batch_size on can never be reached and are dropped; a K>0 tail ends at max_batch_size."""
+        steps = [(n, k) for n, k in self.steps if n <= max_batch_size]
+        tiers = [
+            (steps[i + 1][0] - 1 if i + 1 < len(steps) else max_batch_size, k)
+            for i, (_, k) in enumerate(steps)
+        ]
+        while tiers and tiers[-1][1] == 0:  # K=0 to the end: the implicit "off" past the largest key
+            tiers.pop()
+        return dict(tiers)
+
+
+def _int(value: Any, *, what: str) -> int:
+    if isinstance(value, bool):
+        raise ScheduleError(f"{what} must be an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    raise ScheduleError(f"{what} must be an integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class AcceptanceGuard:
+    """Stop drafting for a request whose acceptance over its last `window` drafted rounds is below
+    `min_acceptance` (accepted / drafted)."""
+
+    window: int = 8
+    min_acceptance: float = 0.3
+
+    def trips(self, rounds: list[tuple[int, int]]) -> bool:
+        """`rounds`: (accepted, drafted) of the request's drafted rounds so far. True once the last `window`
+        of them accepted less than min_acceptance of what they drafted."""
+        if len(rounds) < self.window:
+            return False
+        last = rounds[-self.window :]
+        drafted = sum(d for _, d in last)
+        return sum(a for a, _ in last) < self.min_acceptance * drafted
+
+
+def schedule_of(spec) -> DraftSchedule | None:
+    """The spec's schedule (validated by the loader), or None (fixed K)."""
+    raw = spec.speculation.schedule
+    return None if raw is None else DraftSchedule.parse(raw, max_draft_len=spec.speculation.max_draft_len)
+
+
+def guard_text(guard: AcceptanceGuard) -> str:
+    """The BLS parameter spelling 'window:min_acceptance'."""
+    return f"{guard.window}:{guard.min_acceptance:g}"
+
+
+def guard_of(spec) -> AcceptanceGuard | None:
+    g = spec.speculation.guard
+    return None if g is None else AcceptanceGuard(window=g.window, min_acceptance=g.min_acceptance)

@@ -1,0 +1,120 @@
+"""The BLS's in-flight counter: how many requests all instances of this BLS model are handling now.
+
+Triton runs each BLS instance in its own stub process, so the count lives in a small shared file
+mapped by every instance (`/dev/shm` when present, else the temp folder):
+
+* one slot per instance process: (pid int32, count int32); an instance claims a free slot (pid 0, or a
+  process that no longer exists) under an exclusive `flock` when it starts, and frees it when it ends;
+* only the owner writes its slot's count: +1 when the instance starts handling a request, -1 when
+  that request's final response is sent (or it failed / was cancelled); readers sum, without a lock,
+  the counts of slots whose process is alive (aligned int32 stores; a round may read a count one
+  request early or late, which only moves that round's K by one threshold);
+* the file is named by the server process (the stubs' parent), the repository and the model, so two
+  servers, or two repositories, never share a count; the last instance to end removes it.
+
+Semantics: `total()` = requests being handled by the BLS instances of this server and model at the
+moment of reading, including the caller's own. Requests still waiting in Triton's queue are not counted
+(the engines do not see them either).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import mmap
+import os
+import tempfile
+import threading
+
+import numpy as np
+
+SLOTS = 1024  # >= serving.bls_instance_count's bound (core/spec.py _RANGES)
+SLOT_BYTES = 8  # pid int32 + count int32
+SIZE = SLOTS * SLOT_BYTES
+
+
+def counter_path(repository: str, model: str, server_pid: int | None = None) -> str:
+    server_pid = os.getppid() if server_pid is None else server_pid
+    key = hashlib.sha256(f"{server_pid}\0{os.path.realpath(repository)}\0{model}".encode()).hexdigest()[:16]
+    folder = (
+        "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+    )
+    return os.path.join(folder, f"specbuild-bls-inflight-{key}")
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+class InflightCounter:
+    """One instance's view of the shared count (see the module docstring)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._lock = threading.Lock()
+        self._count = 0
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_size < SIZE:
+                os.ftruncate(fd, SIZE)
+            self._map = mmap.mmap(fd, SIZE)
+            self._slots = np.frombuffer(self._map, dtype=np.int32).reshape(SLOTS, 2)  # [slot, (pid, count)]
+            self.slot = self._claim()
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def _claim(self) -> int:
+        me = os.getpid()
+        for i in range(SLOTS):
+            pid = int(self._slots[i, 0])
+            if pid == me or not _alive(pid):
+                self._slots[i, 1] = 0
+                self._slots[i, 0] = me
+                return i
+        raise RuntimeError(f"tensorrt_llm_bls: no free in-flight slot in {self.path} ({SLOTS} instances)")
+
+    def total(self) -> int:
+        """Requests in flight across the instances: the counts of slots whose process is alive (an instance
+        that died without ending its requests counts nothing)."""
+        busy = np.flatnonzero(self._slots[:, 1] > 0)
+        return int(sum(int(self._slots[i, 1]) for i in busy if _alive(int(self._slots[i, 0]))))
+
+    @contextlib.contextmanager
+    def handling(self):
+        """Count one request while the block runs."""
+        with self._lock:
+            self._count += 1
+            self._slots[self.slot, 1] = self._count
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._count -= 1
+                self._slots[self.slot, 1] = self._count
+
+    def close(self) -> None:
+        """Free the slot; the last instance removes the file."""
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._slots[self.slot] = 0
+            empty = not bool((self._slots[:, 0] != 0).any())
+            del self._slots
+            self._map.close()
+            if empty:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.path)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)

@@ -1,0 +1,73 @@
+"""End to end: a draft/target repository whose BLS follows a load-aware schedule (`repo --schedule`),
+served by a real tritonserver: K follows the requests in flight across the BLS instances (their shared
+counter), greedy output stays the target's, and an explicit num_draft_tokens stays a fixed K."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+MAX_TOKENS = 40
+PROMPTS = ["The quick brown fox", "Once upon a time", "def main():", "Speculative decoding is"]
+
+
+@pytest.fixture(scope="module")
+def scheduled_server(e2e_builds, tmp_path_factory):
+    from specbuild.model_repo.generate import generate_repo
+    from specbuild.serve.server import ServerOptions, TritonServer, free_port
+
+    build = e2e_builds["draft_target"][0]
+    repo = generate_repo(
+        build, tmp_path_factory.mktemp("sched") / "repo", backend="python", schedule="1:4,2:0"
+    )
+    opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
+    server = TritonServer(repo, opts).launch().wait_ready()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _remote(server, prompt, **kw):
+    from specbuild.client.remote import generate_remote
+    from specbuild.core.sampling_params import SamplingParams
+
+    return generate_remote(
+        server.grpc_url, prompt, SamplingParams(max_tokens=MAX_TOKENS), timeout_s=180, **kw
+    )
+
+
+def test_repository_records_the_schedule(e2e_builds, scheduled_server):
+    config = (scheduled_server.repo / "tensorrt_llm_bls" / "config.pbtxt").read_text()
+    assert '"draft_len_schedule"' in config and '"1:4,2:0"' in config
+
+
+def test_schedule_follows_the_load_and_keeps_greedy_output(scheduled_server, greedy):
+    alone = {p: _remote(scheduled_server, p, stream=True) for p in PROMPTS}
+    for p, r in alone.items():
+        assert r.token_ids == greedy(p, MAX_TOKENS)[1]
+        assert r.stats.drafted > 0  # one request in flight: K = 4
+
+    barrier = threading.Barrier(len(PROMPTS))
+
+    def together(p, **kw):
+        barrier.wait()
+        return _remote(scheduled_server, p, stream=True, **kw)
+
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        crowd = dict(zip(PROMPTS, pool.map(together, PROMPTS), strict=True))
+    for p, r in crowd.items():
+        assert r.token_ids == greedy(p, MAX_TOKENS)[1]
+    # four in flight (four BLS instances): K = 0 while two or more run, so far fewer drafts than alone
+    assert sum(r.stats.drafted for r in crowd.values()) < sum(r.stats.drafted for r in alone.values()) / 2
+
+    barrier.reset()
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        fixed = list(pool.map(lambda p: together(p, num_draft_tokens=3), PROMPTS))
+    for p, r in zip(PROMPTS, fixed, strict=True):
+        assert r.token_ids == greedy(p, MAX_TOKENS)[1]
+        assert r.stats.drafted > 0  # an explicit K is not scheduled

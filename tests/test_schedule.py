@@ -1,0 +1,330 @@
+"""Load-aware K: the spec key `speculation.schedule` (core/schedule.py), the acceptance guard, and their
+application in the reference engine's batch and the BLS loop — greedy output never changes."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from specbuild.core.errors import SpecError
+from specbuild.core.schedule import AcceptanceGuard, DraftSchedule, ScheduleError
+from specbuild.core.spec import spec_from_dict
+
+BASE = {
+    "name": "s",
+    "mode": "draft_target",
+    "target": {"model": "t"},
+    "draft": {"model": "d"},
+    "speculation": {"max_draft_len": 4},
+}
+
+
+def _spec(**speculation):
+    raw = {**BASE, "speculation": {**BASE["speculation"], **speculation}}
+    return spec_from_dict(raw)
+
+
+# ---- the type ---------------------------------------------------------------------------------------
+
+
+def test_k_for_uses_the_largest_threshold_not_above_the_count():
+    s = DraftSchedule.parse({1: 4, 3: 2, 6: 0}, max_draft_len=4)
+    assert [s.k_for(n) for n in range(0, 9)] == [4, 4, 4, 2, 2, 2, 0, 0, 0]
+    assert s.max_concurrency == 5
+    assert DraftSchedule.parse({1: 4, 3: 2}, max_draft_len=4).max_concurrency is None
+
+
+def test_text_and_json_spellings_round_trip():
+    s = DraftSchedule.parse({"6": "0", "1": 4, 3: 2}, max_draft_len=4)  # a JSON manifest's string keys
+    assert s.to_dict() == {1: 4, 3: 2, 6: 0}
+    assert DraftSchedule.from_text(s.to_text(), max_draft_len=4) == s
+
+
+def test_upper_bound_spelling_of_trtllm_1_3_plus():
+    s = DraftSchedule.parse({1: 4, 3: 2, 6: 0}, max_draft_len=4)
+    assert s.upper_bounds(8) == {2: 4, 5: 2}  # 6+ : the implicit K=0 past the largest key
+    assert DraftSchedule.parse({1: 4, 3: 2}, max_draft_len=4).upper_bounds(8) == {2: 4, 8: 2}
+    inner_zero = DraftSchedule.parse({1: 4, 3: 0, 5: 2}, max_draft_len=4)
+    assert inner_zero.upper_bounds(8) == {2: 4, 4: 0, 8: 2}
+    for n in range(1, 9):  # both spellings agree at every batch size
+        up = inner_zero.upper_bounds(8)
+        key = min((k for k in up if k >= n), default=None)
+        assert (up[key] if key is not None else 0) == inner_zero.k_for(n)
+
+
+@pytest.mark.parametrize(
+    "raw", [{2: 4}, {1: 3}, {1: 4, 2: 5}, {1: 4, 0: 1}, {}, [1, 4], {1: True}, {1: 4, 2: -1}, {1: "x"}]
+)
+def test_bad_schedules_are_refused(raw):
+    with pytest.raises(ScheduleError):
+        DraftSchedule.parse(raw, max_draft_len=4)
+
+
+def test_spec_key_is_validated_and_normalised():
+    spec = _spec(schedule={3: 2, 1: 4, 6: 0})
+    assert spec.speculation.schedule == {1: 4, 3: 2, 6: 0}
+    assert list(spec.speculation.schedule) == [1, 3, 6]
+    written = {k: v for k, v in spec.to_dict().items() if k != "source" and v is not None}
+    assert spec_from_dict(written).speculation.schedule == {1: 4, 3: 2, 6: 0}
+    with pytest.raises(SpecError, match="speculation.schedule"):
+        _spec(schedule={1: 3})
+    with pytest.raises(SpecError, match="speculation.schedule"):
+        _spec(schedule="1:4")
+
+
+def test_guard_section_is_validated():
+    assert _spec(guard={"window": 4, "min_acceptance": 0.25}).speculation.guard.window == 4
+    with pytest.raises(SpecError, match="min_acceptance"):
+        _spec(guard={"min_acceptance": 1.5})
+    with pytest.raises(SpecError, match="guard.window"):
+        _spec(guard={"window": 0})
+    assert _spec().speculation.guard is None  # off by default
+
+
+def test_tree_methods_take_only_off_or_the_whole_tree():
+    raw = {
+        "name": "m",
+        "mode": "medusa",
+        "target": {"model": "t"},
+        "medusa": {"heads": "h", "num_heads": 2, "choices": [[0], [0, 0], [1]]},
+    }
+    k = spec_from_dict(raw).speculation.max_draft_len
+    assert spec_from_dict({**raw, "speculation": {"schedule": {1: k, 4: 0}}}).speculation.schedule == {
+        1: k,
+        4: 0,
+    }
+    with pytest.raises(SpecError, match="whole tree"):
+        spec_from_dict({**raw, "speculation": {"schedule": {1: k, 4: 1}}})
+
+
+def test_guard_trips_on_the_last_window_only():
+    g = AcceptanceGuard(window=3, min_acceptance=0.5)
+    assert not g.trips([(0, 4), (0, 4)])  # not a full window yet
+    assert g.trips([(4, 4), (0, 4), (1, 4), (0, 4)])  # last three: 1 of 12
+    assert not g.trips([(0, 4), (2, 4), (2, 4), (2, 4)])  # last three: 6 of 12 = 0.5
+
+
+# ---- the loop: greedy output unchanged ---------------------------------------------------------------
+
+torch = pytest.importorskip("torch")
+
+from specbuild.core.sampling_params import SamplingParams  # noqa: E402
+
+PROMPTS = [[5, 17, 99, 3, 44, 12], [7, 7, 8], [200, 31, 64, 90, 11, 2, 150, 42, 77, 19], [1, 2, 3, 4]]
+MAX_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def models(tiny_target, tmp_path_factory):
+    from specbuild.engines.reference.loader import load_weights
+    from specbuild.engines.reference.model import LlamaModel
+    from specbuild.engines.trtllm.convert import convert_checkpoint
+
+    weights = load_weights(
+        convert_checkpoint(tiny_target, tmp_path_factory.mktemp("s") / "t", dtype="float32")
+    )
+    gen = torch.Generator().manual_seed(3)
+    noisy = {k: t + 0.04 * torch.randn(t.shape, generator=gen) for k, t in weights.tensors.items()}
+    # a draft that (almost) never agrees: the target with its output layer negated
+    anti = {k: -t if "lm_head" in k else t for k, t in weights.tensors.items()}
+    return (
+        LlamaModel(weights),
+        LlamaModel(dataclasses.replace(weights, tensors=noisy)),
+        LlamaModel(dataclasses.replace(weights, tensors=anti)),
+    )
+
+
+def _engine(models, schedule=None, guard=None, draft=1):
+    from specbuild.core.methods import Method
+    from specbuild.engines.reference.engine import ReferenceEngine
+
+    return ReferenceEngine(
+        models[0],
+        draft=models[draft],
+        method=Method.DRAFT_TARGET,
+        max_draft_len=4,
+        schedule=schedule,
+        guard=guard,
+    )
+
+
+@pytest.fixture(scope="module")
+def baseline(models):
+    from specbuild.engines.reference.engine import ReferenceEngine
+
+    engine = ReferenceEngine(models[0])
+    params = SamplingParams(max_tokens=MAX_TOKENS)
+    return [r.token_ids for r in engine.generate_batch(PROMPTS, params, speculative=False)]
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.parametrize("table", [{1: 4, 2: 2, 4: 0}, {1: 4, 3: 0}, {1: 4, 2: 1, 3: 3}])
+def test_batch_schedule_keeps_greedy_output(models, baseline, table):
+    """The rows still decoding pick K each round (4 rows -> 0, then 2 as rows finish, ...)."""
+    schedule = DraftSchedule.parse(table, max_draft_len=4)
+    engine = _engine(models, schedule=schedule)
+    params = [SamplingParams(max_tokens=n) for n in (MAX_TOKENS, 6, 12, MAX_TOKENS)]
+    results = engine.generate_batch(PROMPTS, params)
+    for r, want, p in zip(results, baseline, params, strict=True):
+        assert r.token_ids == want[: p.max_tokens]
+    # the rounds followed the schedule: with 4 rows in flight the first round is a plain step of each row
+    ks = [r.stats.k_per_round for r in results]
+    assert all(k[0] == schedule.k_for(4) for k in ks)
+    if schedule.k_for(4) == 0 and schedule.k_for(1) > 0:
+        assert any(x > 0 for x in ks[0]), "the last row alone drafts again"
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_explicit_k_is_fixed_and_schedule_off_is_k(models, baseline):
+    engine = _engine(models, schedule=DraftSchedule.parse({1: 4, 2: 0}, max_draft_len=4))
+    params = SamplingParams(max_tokens=MAX_TOKENS)
+    fixed = engine.generate_batch(PROMPTS, params, num_draft_tokens=3)
+    assert [r.token_ids for r in fixed] == baseline
+    assert all(set(r.stats.k_per_round[:-1]) <= {3, 2, 1} and r.stats.drafted > 0 for r in fixed)
+    scheduled = engine.generate_batch(PROMPTS, params)
+    assert [r.token_ids for r in scheduled] == baseline
+    assert all(r.stats.drafted == 0 for r in scheduled)  # 4 rows in flight: K=0 until ...
+    # ... the rows finish together (same max_tokens), so no row ever decodes alone
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_guard_stops_drafting_and_keeps_greedy_output(models, baseline):
+    bad = _engine(models, guard=AcceptanceGuard(window=2, min_acceptance=0.5), draft=2)
+    params = SamplingParams(max_tokens=MAX_TOKENS)
+    for prompt, want in zip(PROMPTS, baseline, strict=True):
+        r = bad.generate(prompt, params)
+        assert r.token_ids == want
+        assert r.stats.guard_stopped
+        assert r.stats.drafted == 8  # two rounds of 4, then plain steps
+        assert r.stats.k_per_round[2:] == [0] * (len(r.stats.k_per_round) - 2)
+    batch = bad.generate_batch(PROMPTS, params)
+    assert [r.token_ids for r in batch] == baseline and all(r.stats.guard_stopped for r in batch)
+    good = _engine(models, guard=AcceptanceGuard(window=2, min_acceptance=0.0), draft=2)
+    assert not good.generate(PROMPTS[0], params).stats.guard_stopped
+
+
+def test_bls_loop_reads_k_each_round_and_plain_rounds_batch_tokens():
+    """The shared loop with a k_of() source and a verifier with plain(): K=0 rounds ask for up to
+    plain_tokens target tokens in one call; greedy output equals the target's."""
+    from specbuild.engines.reference.speculative import speculative_generate
+
+    truth = [(i * 7 + 3) % 50 for i in range(40)]  # the "target's" greedy continuation
+
+    class Drafter:
+        forward_passes = 0
+
+        def propose(self, ids, k, params):
+            self.forward_passes += 1
+            n = len(ids) - 2
+            return [truth[n + j] if j % 2 == 0 else 49 for j in range(k)], None
+
+    class Verifier:
+        forward_passes = 0
+        plains: list[int] = []
+
+        def verify(self, ids, drafts, probs, params):
+            self.forward_passes += 1
+            n = len(ids) - 2
+            out = []
+            for j, d in enumerate(drafts):
+                if d != truth[n + j]:
+                    break
+                out.append(d)
+            return out + [truth[n + len(out)]]
+
+        def plain(self, ids, n_tokens, params):
+            self.forward_passes += 1
+            self.plains.append(n_tokens)
+            n = len(ids) - 2
+            return truth[n : n + n_tokens]
+
+    load = iter([1, 1, 5, 5, 5, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1])
+    schedule = DraftSchedule.parse({1: 3, 4: 0}, max_draft_len=3)
+    verifier = Verifier()
+    out, stats = speculative_generate(
+        Drafter(),
+        verifier,
+        [0, 0],
+        SamplingParams(max_tokens=30),
+        num_draft_tokens=3,
+        k_of=lambda: schedule.k_for(next(load)),
+        plain_tokens=4,
+    )
+    assert out == truth[:30]
+    assert stats.k_per_round[:5] == [3, 3, 0, 0, 0] and verifier.plains[:3] == [4, 4, 4]
+    assert stats.target_passes == len(stats.k_per_round)
+
+
+# ---- the BLS's shared in-flight counter ------------------------------------------------------------------
+
+BLS_DIR = (
+    Path(__file__).resolve().parents[1] / "specbuild" / "model_repo" / "python_models" / "tensorrt_llm_bls"
+)
+
+
+def _inflight():
+    sys.path.insert(0, str(BLS_DIR))
+    try:
+        import inflight
+    finally:
+        sys.path.remove(str(BLS_DIR))
+    return inflight
+
+
+def _worker(path, started, release, done):
+    counter = _inflight().InflightCounter(path)
+    with counter.handling():
+        started.release()
+        release.acquire()
+    counter.close()
+    done.release()
+
+
+def test_inflight_counter_is_shared_between_processes(tmp_path):
+    inflight = _inflight()
+    path = inflight.counter_path(str(tmp_path), "tensorrt_llm_bls", server_pid=os.getpid())
+    assert path != inflight.counter_path(str(tmp_path), "tensorrt_llm_bls", server_pid=os.getpid() + 1)
+    me = inflight.InflightCounter(path)
+    ctx = multiprocessing.get_context("fork")
+    started, release, done = ctx.Semaphore(0), ctx.Semaphore(0), ctx.Semaphore(0)
+    procs = [ctx.Process(target=_worker, args=(path, started, release, done)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        assert started.acquire(timeout=30)
+    assert me.total() == 3  # three other instances handle one request each
+    with me.handling():
+        assert me.total() == 4
+        with me.handling():  # a second request of the same process (threads of one instance)
+            assert me.total() == 5
+    for _ in procs:
+        release.release()
+    for p in procs:
+        p.join(timeout=30)
+    assert me.total() == 0
+    me.close()
+    assert not os.path.exists(path)  # the last instance removes the file
+
+
+def test_inflight_counter_skips_dead_instances(tmp_path):
+    inflight = _inflight()
+    path = inflight.counter_path(str(tmp_path), "m", server_pid=os.getpid())
+    ctx = multiprocessing.get_context("fork")
+
+    def crash():  # counts a request and dies without closing
+        c = inflight.InflightCounter(path)
+        c._slots[c.slot, 1] = 1
+        os._exit(0)
+
+    p = ctx.Process(target=crash)
+    p.start()
+    p.join(timeout=30)
+    me = inflight.InflightCounter(path)
+    assert me.slot == 0  # the dead process's slot is claimed again, its count reset
+    assert me.total() == 0
+    me.close()
