@@ -22,7 +22,7 @@ def scheduled_server(e2e_builds, tmp_path_factory):
 
     build = e2e_builds["draft_target"][0]
     repo = generate_repo(
-        build, tmp_path_factory.mktemp("sched") / "repo", backend="python", schedule="1:4,2:0"
+        build, tmp_path_factory.mktemp("sched") / "repo", backend="python", schedule="1:4,2:0", guard="2:1.0"
     )
     opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
     server = TritonServer(repo, opts).launch().wait_ready()
@@ -44,6 +44,7 @@ def _remote(server, prompt, **kw):
 def test_repository_records_the_schedule(e2e_builds, scheduled_server):
     config = (scheduled_server.repo / "tensorrt_llm_bls" / "config.pbtxt").read_text()
     assert '"draft_len_schedule"' in config and '"1:4,2:0"' in config
+    assert '"acceptance_guard"' in config and '"2:1"' in config and "speculation_stopped" in config
 
 
 def test_schedule_follows_the_load_and_keeps_greedy_output(scheduled_server, greedy):
@@ -51,6 +52,11 @@ def test_schedule_follows_the_load_and_keeps_greedy_output(scheduled_server, gre
     for p, r in alone.items():
         assert r.token_ids == greedy(p, MAX_TOKENS)[1]
         assert r.stats.drafted > 0  # one request in flight: K = 4
+    # the guard (2 rounds under 100% acceptance) stopped the requests whose drafts were rejected, and the
+    # perf outputs say so; stopped requests drafted at most two rounds of 4
+    stopped = [r for r in alone.values() if r.stats.guard_stopped]
+    assert stopped and all(r.stats.drafted <= 8 for r in stopped)
+    assert all(r.stats.accepted == r.stats.drafted for r in alone.values() if not r.stats.guard_stopped)
 
     barrier = threading.Barrier(len(PROMPTS))
 

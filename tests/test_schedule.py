@@ -328,3 +328,29 @@ def test_inflight_counter_skips_dead_instances(tmp_path):
     assert me.slot == 0  # the dead process's slot is claimed again, its count reset
     assert me.total() == 0
     me.close()
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_tree_method_batch_decodes_plainly_where_the_schedule_says_zero(models, baseline):
+    """A speculator that cannot batch (Medusa's tree) runs a batch of n requests plainly when K(n) = 0."""
+    engine = _engine(models, schedule=DraftSchedule.parse({1: 4, 2: 0}, max_draft_len=4))
+    calls = []
+
+    class TreeLike:
+        batched = False
+
+        def generate(self, prompt_ids, params, **kw):
+            calls.append(len(prompt_ids))
+            return [1] * params.max_tokens, engine_stats()
+
+        def drafts_per_step(self, k, limits):
+            return 4
+
+    from specbuild.core.generation import SpecStats as engine_stats
+
+    engine.speculator = TreeLike()
+    params = SamplingParams(max_tokens=MAX_TOKENS)
+    assert [r.token_ids for r in engine.generate_batch(PROMPTS, params)] == baseline  # K(4) = 0: plain
+    assert not calls
+    engine.generate_batch(PROMPTS[:1], params)  # K(1) = 4: the tree
+    assert calls == [len(PROMPTS[0])]

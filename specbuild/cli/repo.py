@@ -150,6 +150,14 @@ def build(
             "speculation.schedule; off: none).",
         ),
     ] = None,
+    guard: Annotated[
+        str | None,
+        typer.Option(
+            "--guard",
+            help="The BLS's acceptance guard WINDOW:MIN_ACCEPTANCE, e.g. 8:0.3 (replaces the spec's "
+            "speculation.guard; off: none).",
+        ),
+    ] = None,
     force: Force = False,
 ) -> None:
     """Lay out ensemble, preprocessing, postprocessing, tensorrt_llm, tensorrt_llm_draft (draft/target) and
@@ -170,6 +178,7 @@ def build(
         engine_root=engine_root,
         tokenizer_dir=tokenizer_dir,
         schedule=schedule,
+        guard=guard,
     )
     console().print(f"wrote {path}")
 

@@ -404,6 +404,7 @@ def _result(
     stats = SpecStats(
         drafted=int(perf.get("total_draft_tokens", 0)),
         accepted=int(perf.get("total_accepted_draft_tokens", 0)),
+        guard_stopped=bool(perf.get("speculation_stopped", 0.0)),
     )
     steps = [len(c.token_ids) for c in collector.chunks if c.token_ids]
     speculative = always_speculates or stats.drafted > 0

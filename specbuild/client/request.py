@@ -223,6 +223,8 @@ def parse_response(result) -> Chunk:
         if name in names:
             # numbers, or (real LLM-API servers build them with text_output's dtype) their text
             chunk.perf[name] = float(result.as_numpy(name).reshape(-1)[0])
+    if "speculation_stopped" in names:  # the BLS's acceptance guard (specbuild addition)
+        chunk.perf["speculation_stopped"] = float(bool(result.as_numpy("speculation_stopped").reshape(-1)[0]))
     for name in ("num_input_tokens", "num_output_tokens"):
         if name in names:
             chunk.counts[name] = int(result.as_numpy(name).reshape(-1)[0])

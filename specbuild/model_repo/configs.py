@@ -49,6 +49,9 @@ class EngineModel:
     enable_chunked_context: bool = (
         False  # serving.enable_chunked_context: prompts up to max_seq_len - 1 in chunks
     )
+    # the local engine model of a self-drafting engine (Medusa): "1:K,n:0" (a specbuild parameter; the C++
+    # backend cannot switch a Medusa engine's speculation off, so production repositories leave it out)
+    draft_len_schedule: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,6 +166,8 @@ def engine_config(layout: RepoLayout, engine: EngineModel):
         params["max_tokens_in_paged_kv_cache"] = str(engine.max_tokens_in_paged_kv_cache)
     if engine.medusa_choices is not None:
         params["medusa_choices"] = engine.medusa_choices
+    if engine.draft_len_schedule:
+        params["draft_len_schedule"] = engine.draft_len_schedule
     _set_params(config, params)
     return config
 

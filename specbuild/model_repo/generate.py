@@ -26,7 +26,14 @@ from specbuild.core.hf_config import HFModelConfig
 from specbuild.core.llmapi_facts import Flow
 from specbuild.core.manifest import atomic_output_dir, write_manifest
 from specbuild.core.safe_io import read_json
-from specbuild.core.schedule import DraftSchedule, ScheduleError, guard_of, guard_text, schedule_of
+from specbuild.core.schedule import (
+    AcceptanceGuard,
+    DraftSchedule,
+    ScheduleError,
+    guard_of,
+    guard_text,
+    schedule_of,
+)
 from specbuild.core.trtllm_facts import known_versions, parse_version
 from specbuild.model_repo.configs import (
     BACKENDS,
@@ -163,8 +170,10 @@ def plan_layout(
     engine_root: str | None = None,
     tokenizer_dir: str | None = None,
     schedule: str | None = None,
+    guard: str | None = None,
 ) -> RepoLayout:
-    """`schedule`: "n:K,..." replacing the spec's speculation.schedule ("off": none; None: the spec's)."""
+    """`schedule`: "n:K,..." replacing the spec's speculation.schedule ("off": none; None: the spec's);
+    `guard`: "window:min_acceptance" replacing its speculation.guard (same conventions)."""
     spec = build.spec
     if backend not in BACKENDS:
         raise RepoError(
@@ -200,10 +209,12 @@ def plan_layout(
     method = build.manifest.method
     roles = {r.role: r for r in method.roles(spec)}
     loop = method.bls_drives_loop  # the BLS calls the engines round by round (else the engine speculates)
-    schedule_, guard = schedule_of(spec), guard_of(spec)
+    schedule_, guard_ = schedule_of(spec), guard_of(spec)
     if schedule is not None:
         schedule_ = _schedule_option(schedule, spec.speculation.max_draft_len)
-    schedule = schedule_
+    if guard is not None:
+        guard_ = _guard_option(guard)
+    schedule, guard = schedule_, guard_
     models = {}
     for name, role in roles.items():
         section = spec.draft if name == "draft" else spec.target
@@ -218,6 +229,9 @@ def plan_layout(
             max_tokens_in_paged_kv_cache=kv_tokens,
             medusa_choices=spec.medusa_choices().to_triton() if role.heads is not None else None,
             enable_chunked_context=spec.serving.enable_chunked_context,
+            draft_len_schedule=schedule.to_text()
+            if schedule is not None and name == "target" and not loop and backend == "python"
+            else "",
         )
     return RepoLayout(
         mode=spec.mode,
@@ -251,6 +265,25 @@ def _schedule_option(text: str, max_draft_len: int) -> DraftSchedule | None:
             found=str(exc),
             fix="fix the schedule, or use off",
         ) from None
+
+
+def _guard_option(text: str) -> AcceptanceGuard | None:
+    if text.strip().lower() in ("", "off", "none"):
+        return None
+    window, _, floor = text.partition(":")
+    try:
+        guard = AcceptanceGuard(int(window), float(floor))
+        ok = 1 <= guard.window <= 4096 and 0.0 <= guard.min_acceptance <= 1.0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise RepoError(
+            f"--guard {text!r} is not an acceptance guard",
+            expected="WINDOW:MIN_ACCEPTANCE, e.g. 8:0.3 (rounds 1..4096, a rate in [0, 1])",
+            found=text,
+            fix="fix it, or use off",
+        )
+    return guard
 
 
 def _bls_limits(build: BuildInfo) -> dict[str, int]:
@@ -289,6 +322,7 @@ def generate_repo(
     engine_root: str | None = None,
     tokenizer_dir: str | None = None,
     schedule: str | None = None,
+    guard: str | None = None,
 ) -> Path:
     """Write the Triton model repository for BUILD_DIR into OUT. backend None: tensorrtllm when the
     build used TensorRT-LLM, python (the reference engine) otherwise. schedule: see plan_layout."""
@@ -318,6 +352,7 @@ def generate_repo(
         engine_root=engine_root,
         tokenizer_dir=tokenizer_dir,
         schedule=schedule,
+        guard=guard,
     )
     configs = all_configs(layout)
     out = Path(out)

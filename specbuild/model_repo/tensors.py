@@ -322,6 +322,9 @@ POSTPROCESSING_EXTRA_OUTPUTS = (
 # tensorrt_llm's output_ids / sequence_length reach postprocessing through the internal _TOKENS_BATCH /
 # _SEQUENCE_LENGTH tensors, as upstream, so a client that asks for text_output alone gets it.
 EXTRA_TEXT_OUTPUTS = ("output_ids", "sequence_length")
+# specbuild addition of the BLS (with return_perf_metrics): true when the acceptance guard stopped drafting
+# for the request (core/schedule.py AcceptanceGuard)
+BLS_EXTRA_OUTPUTS = ("speculation_stopped",)
 
 
 def _text_outputs(lg: str) -> list[Tensor]:
@@ -441,7 +444,8 @@ def bls_interface(names: Names, *, logits_dtype: str = DEFAULT_LOGITS_DTYPE) -> 
         _t("guided_decoding_guide_type", "STRING", (1,), "opt"),
         _t("guided_decoding_guide", "STRING", (1,), "opt"),
     ]
-    return Interface(tuple(inputs), tuple(_text_outputs(logits_dtype.removeprefix("TYPE_"))))
+    outputs = [*_text_outputs(logits_dtype.removeprefix("TYPE_")), _t("speculation_stopped", "BOOL", (1,))]
+    return Interface(tuple(inputs), tuple(outputs))
 
 
 # ---- Triton's LLM-API model (triton_backend/all_models/llmapi/tensorrt_llm) ------------------------

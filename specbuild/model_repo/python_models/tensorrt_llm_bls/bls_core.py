@@ -371,6 +371,7 @@ def perf_outputs(
         "acceptance_rate": one(stats.acceptance_rate, np.float32),
         "total_accepted_draft_tokens": one(stats.accepted, np.int32),
         "total_draft_tokens": one(stats.drafted, np.int32),
+        "speculation_stopped": one(stats.guard_stopped, bool),  # specbuild addition: the acceptance guard
     }
     for name in ("kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks"):
         out[name] = np.asarray(kv[name], dtype=np.int32).reshape(1, 1) if name in kv else one(0, np.int32)

@@ -65,6 +65,15 @@ class TritonPythonModel:
         path = param(config, "gpt_model_path")
         choices = param(config, "medusa_choices") or None
         self.engine = ReferenceEngine.load(path, medusa_choices=choices)
+        # specbuild addition (the C++ backend has no such parameter): a self-drafting engine (Medusa) decodes
+        # a batch of n requests plainly when the schedule's K for n is 0 (core/schedule.py)
+        schedule = param(config, "draft_len_schedule")
+        if schedule and self.engine.speculates:
+            from specbuild.core.schedule import DraftSchedule
+
+            self.engine.schedule = DraftSchedule.from_text(
+                schedule, max_draft_len=self.engine.num_draft_tokens
+            )
         self.exclude_default = param(config, "exclude_input_in_output", "false").lower() == "true"
         names = {t["name"] for t in config["input"]}
         self.seed_name = "seed" if "seed" in names else "random_seed"
