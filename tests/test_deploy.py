@@ -343,7 +343,16 @@ def test_cli_dynamo_builds_the_options_compile_writes(tmp_path):
     r = CliRunner().invoke(app, ["compile", str(SEED), "--flow", "llmapi", "--out", str(tmp_path / "b")])
     assert r.exit_code == 0, r.output
     compiled = yaml.safe_load((tmp_path / "b" / "llmapi_options.yaml").read_text())
-    args = ["deploy", str(SEED), "--engine", "dynamo", "--models-claim", "models", "--out", str(tmp_path / "k")]
+    args = [
+        "deploy",
+        str(SEED),
+        "--engine",
+        "dynamo",
+        "--models-claim",
+        "models",
+        "--out",
+        str(tmp_path / "k"),
+    ]
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     cm, dgd = list(yaml.safe_load_all((tmp_path / "k" / "20-dynamo.yaml").read_text()))

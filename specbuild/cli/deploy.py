@@ -51,7 +51,9 @@ def deploy(
     ] = None,
     options: Annotated[
         Path | None,
-        typer.Option("--options", help="dynamo: an LLM-API options YAML to use instead of the one built from the spec."),
+        typer.Option(
+            "--options", help="dynamo: an LLM-API options YAML to use instead of the one built from the spec."
+        ),
     ] = None,
     models_claim: Annotated[
         str | None,
