@@ -201,6 +201,29 @@ def tune_cmd(
             help="Run this `specbuild compile` output instead of converting the spec's checkpoints.",
         ),
     ] = default(TuneOptions, "engine"),  # noqa: B008
+    schedule: Annotated[
+        bool,
+        typer.Option(
+            "--schedule",
+            help="Also measure the cost curve (verify pass of b x (K+1) tokens, draft pass, the loop's "
+            "per-round cost, per batch size of --concurrency) and choose speculation.schedule (requests in "
+            "flight -> K); --write writes it with max_draft_len = its K at 1.",
+        ),
+    ] = default(TuneOptions, "schedule"),
+    mode: Annotated[
+        str,
+        typer.Option(
+            "--mode", help="--schedule: throughput (near ties -> smaller K) or latency (-> larger K)."
+        ),
+    ] = default(TuneOptions, "mode"),
+    concurrency: Annotated[
+        str,
+        typer.Option("--concurrency", help="--schedule: batch sizes to measure, e.g. 1,2,4,8."),
+    ] = "1,2,4,8",
+    plot_path: Annotated[
+        Path | None,
+        typer.Option("--plot", help="--schedule: save the predicted throughput per K and concurrency here."),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """Profile acceptance offline on the reference engine and pick K (draft/target) or grow the Medusa tree.
@@ -226,6 +249,10 @@ def tune_cmd(
         eval_prompts=eval_prompts,
         engine=engine,
         write=write,
+        schedule=schedule,
+        mode=mode,
+        concurrency=parse_concurrency(concurrency),
+        plot=plot_path,
     )
     with RichReporter() as reporter:
         report = tune_spec(spec, options, reporter=reporter)
@@ -233,6 +260,46 @@ def tune_cmd(
         print(json.dumps(report.to_dict(), indent=2))
         return
     console().print(format_tune_report(report), markup=False)
+
+
+def parse_concurrency(text: str) -> tuple[int, ...]:
+    from specbuild.core.errors import TrainingError
+
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise TrainingError(
+            f"--concurrency {text!r}",
+            expected="comma-separated batch sizes, e.g. 1,2,4,8",
+            found=text,
+            fix="pass --concurrency 1,2,4,8",
+        ) from None
+
+
+def format_schedule(sched: dict) -> list[str]:
+    curve = sched["curve"]
+    lines = [
+        f"cost curve (reference engine; mode {sched['mode']}): per batch size b, ms of a verify pass at "
+        "K=0..max, a draft pass, the loop per round, a plain step",
+    ]
+    for b in curve["batch_sizes"]:
+        verify = " ".join(f"{t * 1e3:.2f}" for t in curve["verify_s"][b])
+        lines.append(
+            f"  b={b:<3} verify [{verify}]  draft {curve['draft_s'][b] * 1e3:.2f}  loop "
+            f"{curve['loop_s'][b] * 1e3:.2f}  plain {curve['plain_step_s'][b] * 1e3:.2f}"
+        )
+    lines.append("  b    K   tokens/round  round ms  predicted tokens/s   (baseline tokens/s)")
+    for r in sched["table"]:
+        mark = " <" if sched["chosen"][r["batch"]] == r["k"] else ""
+        lines.append(
+            f"  {r['batch']:<4} {r['k']:<3} {r['tokens_per_round']:<13.3f} {r['round_ms']:<9.2f} "
+            f"{r['tokens_per_s']:<20.1f} ({sched['baseline'][r['batch']]:.1f}){mark}"
+        )
+    lines.append(f"schedule: {sched['schedule']}" if sched["schedule"] else "schedule: none")
+    lines += [f"note: {n}" for n in sched["notes"]]
+    if sched.get("plot"):
+        lines.append(f"plot: {sched['plot']}")
+    return lines
 
 
 def format_tune_report(report) -> str:
@@ -290,6 +357,8 @@ def format_tune_report(report) -> str:
             for r in m["sweep"]
         ]
         lines.append(f"best measured K: {m['best_k']}")
+    if d.get("schedule"):
+        lines += format_schedule(d["schedule"])
     if report.written:
         lines.append(f"spec updated ({report.written})")
     return "\n".join(lines)

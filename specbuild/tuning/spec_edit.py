@@ -48,9 +48,42 @@ def set_spec_value(
     return False
 
 
+def set_spec_values(
+    path: Path, section: str, values: dict[str, Any], *, inputs: dict[str, Any] | None = None
+) -> bool:
+    """Several keys of one section at once (they may only be valid together, e.g. max_draft_len and the
+    schedule whose K at 1 must equal it). Returns True when comments were kept."""
+    text = read_spec_text(path)
+    edited = text
+    for key, value in values.items():
+        edited = edit_text(edited, section, key, value)
+    try:
+        raw = yaml.safe_load(edited)
+        ok = isinstance(raw, dict) and all(raw.get(section, {}).get(k) == v for k, v in values.items())
+        if ok:
+            spec_from_dict(raw, source=path)
+    except Exception:  # any parse/validation failure: fall back to a full rewrite
+        ok = False
+    if ok:
+        atomic_write_text(path, edited, inputs=inputs, option="the spec")
+        return True
+    spec = load_spec(path)
+    raw = parse_spec_yaml(text, where=str(path))
+    raw.setdefault(section, {}).update(values)
+    save_spec_yaml(spec_from_dict(raw, source=spec.source), path, inputs=inputs)
+    return False
+
+
+def _flow_value(value: Any) -> str:
+    """Flow YAML of a value: JSON, except that a mapping with integer keys keeps them integers."""
+    if isinstance(value, dict) and value and all(isinstance(k, int) for k in value):
+        return "{" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value)
+
+
 def edit_text(text: str, section: str, key: str, value: Any) -> str:
     """The narrow textual edit (see the module docstring); value written as flow YAML (JSON)."""
-    flow = json.dumps(value)
+    flow = _flow_value(value)
     lines = text.splitlines(keepends=True)
     start = next(
         (i for i, ln in enumerate(lines) if re.match(rf"^{re.escape(section)}\s*:\s*(#.*)?$", ln)), None
@@ -113,7 +146,7 @@ def _edit_flow_line(line: str, section: str, key: str, value: Any) -> str:
     comment = body[close + 1 :].rstrip("\n")
     mapping[key] = value
     items = ", ".join(
-        f"{k}: {json.dumps(v) if not isinstance(v, str) else _plain_scalar(v)}" for k, v in mapping.items()
+        f"{k}: {_flow_value(v) if not isinstance(v, str) else _plain_scalar(v)}" for k, v in mapping.items()
     )
     return f"{section}: {{{items}}}{comment}\n"
 

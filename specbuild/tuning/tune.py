@@ -35,6 +35,7 @@ from specbuild.engines.reference.loader import load_weights
 from specbuild.engines.reference.model import LlamaModel
 from specbuild.engines.trtllm.convert import convert_checkpoint
 from specbuild.engines.trtllm.medusa import MedusaHeadsSource
+from specbuild.tuning.cost_curve import measure_curve, plot, predict
 from specbuild.tuning.data import read_texts
 from specbuild.tuning.predict import (
     accepted_lengths,
@@ -55,7 +56,7 @@ from specbuild.tuning.profile_engine import (
 )
 from specbuild.tuning.profile_medusa import medusa_ranks
 from specbuild.tuning.progress import Reporter
-from specbuild.tuning.spec_edit import set_spec_value
+from specbuild.tuning.spec_edit import set_spec_value, set_spec_values
 from specbuild.tuning.tune_options import TuneOptions
 
 
@@ -97,6 +98,8 @@ def tune_spec(spec_path: Path, options: TuneOptions, *, reporter: Reporter | Non
                 for t in read_texts(options.eval_prompts)
             ]
             report = _measure(report, engine, held, options, rep)
+        if options.schedule:
+            report = _schedule(spec, report, engine, prompts, options, rep)
     if options.write:
         report = _write(
             spec_path,
@@ -258,7 +261,37 @@ def _measure(report: TuneReport, engine, prompts, options: TuneOptions, rep: Rep
     return replace(report, details={**report.details, "measured": measured})
 
 
+def _schedule(spec, report: TuneReport, engine, prompts, options: TuneOptions, rep: Reporter) -> TuneReport:
+    """The cost curve on this engine and the schedule it implies (tuning/cost_curve.py)."""
+    tree = report.tunes == Tunable.TREE.name.lower()
+    max_k = spec.speculation.max_draft_len if tree else min(len(report.details["acceptance_per_position"]), 8)
+    sizes = sorted({c for c in options.concurrency if c <= spec.build.max_batch_size} | {1})
+    rep.log(f"measuring the cost curve: batch sizes {sizes}, K 0..{max_k}")
+    curve = measure_curve(engine, prompts[0], sizes, max_k)
+    prediction = predict(
+        curve,
+        [] if tree else report.details["acceptance_per_position"],
+        mode=options.mode,
+        tree_tokens_per_round=report.chosen.tokens_per_pass if tree else None,
+        max_batch_size=spec.build.max_batch_size,
+    )
+    details = {**report.details, "schedule": prediction.to_dict()}
+    if options.plot is not None:
+        details["schedule"]["plot"] = str(plot(prediction, options.plot))
+    return replace(report, details=details)
+
+
 def _write(spec_path: Path, report: TuneReport, *, inputs: dict[str, Any]) -> TuneReport:
     tunable = Tunable[report.tunes.upper()]
+    sched = report.details.get("schedule")
+    if sched is not None and sched["schedule"] is not None:
+        k1 = sched["schedule"][1]
+        if tunable is Tunable.TREE:
+            kept = set_spec_value(spec_path, tunable.section, tunable.key, report.chosen.value, inputs=inputs)
+            kept &= set_spec_values(spec_path, "speculation", {"schedule": sched["schedule"]}, inputs=inputs)
+        else:  # K at 1 request in flight is the schedule's first K: max_draft_len follows it
+            values = {"max_draft_len": k1, "schedule": sched["schedule"]}
+            kept = set_spec_values(spec_path, "speculation", values, inputs=inputs)
+        return replace(report, written="kept comments" if kept else "rewrote the spec (comments lost)")
     kept = set_spec_value(spec_path, tunable.section, tunable.key, report.chosen.value, inputs=inputs)
     return replace(report, written="kept comments" if kept else "rewrote the spec (comments lost)")

@@ -26,6 +26,11 @@ class TuneOptions:
     )
     engine: Path | None = None  # a `specbuild compile` output to run instead of converting the spec
     write: bool = False
+    # --schedule: measure the cost curve and choose speculation.schedule (tuning/cost_curve.py)
+    schedule: bool = False
+    mode: str = "throughput"  # throughput | latency
+    concurrency: tuple[int, ...] = (1, 2, 4, 8)  # batch sizes measured (capped at build.max_batch_size)
+    plot: Path | None = None  # where to save the predicted-throughput plot
 
     def validate(self, spec: Any = None) -> None:
         """Every numeric option in its range (a K of 0 or 10000 is a mistake, not a request)."""
@@ -40,6 +45,20 @@ class TuneOptions:
                     found=str(value),
                     fix=f"pass --{name.replace('_', '-')} between {low} and {high}",
                 )
+        if self.mode not in ("throughput", "latency"):
+            raise TrainingError(
+                f"--mode {self.mode!r}",
+                expected="throughput | latency",
+                found=self.mode,
+                fix="use --mode throughput (default) or --mode latency",
+            )
+        if not self.concurrency or any(not 1 <= c <= 1024 for c in self.concurrency):
+            raise TrainingError(
+                "--concurrency out of range",
+                expected="batch sizes in 1..1024, e.g. 1,2,4,8",
+                found=",".join(map(str, self.concurrency)),
+                fix="pass --concurrency 1,2,4,8",
+            )
         if spec is not None and self.budget is not None and method_of(spec).tunes is not Tunable.TREE:
             raise TrainingError(
                 "--budget is for specs whose tree is tuned (Medusa)",

@@ -1,0 +1,99 @@
+"""`tune --schedule`: the cost model's choice per batch size (synthetic curves with a known answer), and
+the command end to end on the tiny models (cost curve measured, schedule written with comments kept,
+the predicted curve plotted)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specbuild.core.theory import tokens_per_pass_chain
+
+
+def _curve(compute_bound_from: int):
+    """A roofline-like target: a pass costs 1 ms until b x (K+1) tokens reach `compute_bound_from`, then
+    grows linearly; drafts cost 0.1 ms per pass, the loop 0.05 ms per round."""
+    from specbuild.tuning.cost_curve import CostCurve
+
+    sizes = [1, 2, 4, 8]
+
+    def t(tokens):
+        return 1e-3 * max(1.0, tokens / compute_bound_from)
+
+    return CostCurve(
+        batch_sizes=sizes,
+        max_k=4,
+        verify_s={b: [t(b * (k + 1)) for k in range(5)] for b in sizes},
+        draft_s=dict.fromkeys(sizes, 1e-4),
+        loop_s=dict.fromkeys(sizes, 5e-5),
+        plain_step_s={b: t(b) + 5e-5 for b in sizes},
+    )
+
+
+def test_k_falls_with_the_load_where_verification_gets_compute_bound():
+    from specbuild.tuning.cost_curve import predict
+
+    acceptance = [0.8, 0.7, 0.6, 0.5]
+    pred = predict(_curve(8), acceptance)
+    assert pred.chosen[1] == 3 and pred.chosen[8] == 0  # K=3: 2.696 tokens / 1.35 ms beats K=4 (2.864 / 1.45)
+    assert all(pred.chosen[a] >= pred.chosen[b] for a, b in zip([1, 2, 4], [2, 4, 8], strict=True))
+    assert pred.schedule.to_dict()[1] == 3 and pred.schedule.k_for(8) == 0
+    # the predicted rate of each row is b E(K) / (K t_d + t_v(b, K) + o)
+    row = next(r for r in pred.table if r["batch"] == 2 and r["k"] == 3)
+    e = tokens_per_pass_chain(acceptance, 3)
+    assert row["tokens_per_s"] == pytest.approx(2 * e / (3 * 1e-4 + 1e-3 + 5e-5))
+    # a memory-bound target at every size: speculate everywhere, one step in the schedule
+    assert predict(_curve(1000), acceptance).schedule.to_dict() == {1: 3}
+
+
+def test_modes_break_near_ties_the_other_way():
+    from specbuild.tuning.cost_curve import predict
+
+    flat = [0.9, 0.183, 0.0, 0.0]  # b=1: K=1 1.9 tokens / 1.15 ms, K=2 2.065 / 1.25 ms: a tie
+    thr, lat = predict(_curve(1000), flat, mode="throughput"), predict(_curve(1000), flat, mode="latency")
+    assert thr.chosen[1] < lat.chosen[1]
+
+
+def test_no_schedule_when_speculation_never_pays():
+    from specbuild.tuning.cost_curve import predict
+
+    pred = predict(_curve(1), [0.01, 0.01, 0.01, 0.01])
+    assert pred.schedule is None and pred.notes
+
+
+@pytest.mark.slow
+def test_tune_schedule_end_to_end(tmp_path, tiny_target, tiny_draft):
+    from typer.testing import CliRunner
+
+    from specbuild.cli import app
+    from specbuild.core.spec import load_spec
+
+    spec_path = tmp_path / "dt.yaml"
+    spec_path.write_text(
+        f"name: tiny-dt\nmode: draft_target\ndtype: float32\ntarget: {{model: {tiny_target}}}\n"
+        f"draft: {{model: {tiny_draft}}}\nspeculation:\n  max_draft_len: 3  # K\n"
+        "build: {max_batch_size: 2}\n"
+    )
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("The quick brown fox\nOnce upon a time\n")
+    plot = tmp_path / "curve.png"
+    args = ["tune", str(spec_path), "--prompts", str(prompts), "--max-tokens", "8", "--k-max", "2"]
+    args += ["--schedule", "--concurrency", "1,2,4", "--plot", str(plot), "--json"]
+    r = CliRunner().invoke(app, [*args, "--write"])
+    assert r.exit_code == 0, r.output
+    sched = json.loads(r.stdout)["details"]["schedule"]
+    assert sched["curve"]["batch_sizes"] == [1, 2]  # capped at build.max_batch_size
+    assert {(row["batch"], row["k"]) for row in sched["table"]} == {(b, k) for b in (1, 2) for k in range(3)}
+    assert all(row["tokens_per_s"] > 0 and row["round_ms"] > 0 for row in sched["table"])
+    assert plot.stat().st_size > 1000
+    spec = load_spec(spec_path)
+    if sched["schedule"] is None:  # possible on a loaded CPU: nothing written about the schedule
+        assert spec.speculation.schedule is None
+    else:
+        want = {int(k): v for k, v in sched["schedule"].items()}
+        assert spec.speculation.schedule == want
+        assert spec.speculation.max_draft_len == want[1]
+        assert "# K" in spec_path.read_text()  # the narrow edit kept the comment
+    r = CliRunner().invoke(app, args[:-1])  # the table
+    assert r.exit_code == 0 and "cost curve" in r.output and "predicted tokens/s" in r.output
