@@ -77,3 +77,30 @@ def test_schedule_follows_the_load_and_keeps_greedy_output(scheduled_server, gre
     for p, r in zip(PROMPTS, fixed, strict=True):
         assert r.token_ids == greedy(p, MAX_TOKENS)[1]
         assert r.stats.drafted > 0  # an explicit K is not scheduled
+
+
+def test_bench_runs_baseline_fixed_k_and_the_schedule_interleaved(scheduled_server, tmp_path):
+    from typer.testing import CliRunner
+
+    from specbuild.cli import app
+
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("\n".join(PROMPTS[:2]) + "\n")
+    out = tmp_path / "bench"
+    args = ["bench", "--url", scheduled_server.grpc_url, "--prompts", str(prompts), "--concurrency", "1,2"]
+    args += ["--temperature", "0", "--max-tokens", "8", "--rounds", "2", "--fixed-k", "2", "--out", str(out)]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    import json
+
+    load = json.loads((out / "load.json").read_text())
+    assert load["context"]["draft_len_schedule"] == "1:4,2:0" and load["context"]["rounds"] == 2
+    for point in load["points"]:
+        assert set(point["modes"]) == {"baseline", "K=2", "K=4", "schedule"}
+        assert all(m["rounds"] == 2 for m in point["modes"].values())
+        assert point["schedule_over_baseline"]["rounds"] == 2 and point["best_fixed"] in ("K=2", "K=4")
+    runs = json.loads((out / "bench.json").read_text())["runs"]
+    order = [(r["concurrency"], r["mode"], r["num_draft_tokens"]) for r in runs]
+    assert order[:4] == [(1, "baseline", 0), (1, "speculative", 2), (1, "speculative", 4), (1, "schedule", 4)]
+    assert (out / "load_T0.png").stat().st_size > 1000
+    assert "schedule / baseline" in r.output

@@ -39,8 +39,24 @@ def bench(
         Path, typer.Option("--out", help="Folder for bench.json, bench.csv and PNG plots.")
     ] = B.DEFAULT_OUT,
     timeout: Timeout = B.DEFAULT_TIMEOUT_S,
+    rounds: Annotated[
+        int,
+        typer.Option(
+            "--rounds", help="Interleaved repeats of every run; load.json reports medians and spread."
+        ),
+    ] = 1,
+    fixed_k: Annotated[
+        str,
+        typer.Option(
+            "--fixed-k", help="Extra fixed K runs beside the repository's K, comma list (e.g. 2,4)."
+        ),
+    ] = "",
 ) -> None:
     """Benchmark speculation off (target alone) vs on, per temperature and concurrency, through Triton.
+
+    A repository with a load-aware schedule (`repo --schedule`, or the spec's speculation.schedule) also
+    runs `schedule` (K per round from the requests in flight) beside the baseline and the fixed K runs,
+    interleaved; load.json and load_T*.png compare them per concurrency (medians over --rounds).
 
     Reports genai-perf's metrics (time_to_first_token, inter_token_latency, request_latency avg/p50/p90/p99,
     output_token_throughput, request_throughput) and, for speculative runs, acceptance rate, mean accepted
@@ -48,8 +64,9 @@ def bench(
     draft/target cost ratio. Medusa repositories have no speculation-off run (the engine always speculates).
     """
     from specbuild.client.bench import run_bench
+    from specbuild.client.load_bench import load_summary, load_table_lines
     from specbuild.client.options import BenchConfig, default_prompts_file, load_prompts
-    from specbuild.client.report import table, write_report
+    from specbuild.client.report import is_load_bench, table, write_report
 
     config = BenchConfig(
         url=url,
@@ -59,11 +76,16 @@ def bench(
         max_tokens=max_tokens,
         num_draft_tokens=num_draft_tokens,
         timeout_s=timeout,
+        rounds=rounds,
+        fixed_ks=tuple(parse_csv_numbers(fixed_k, int, "--fixed-k")) if fixed_k else (),
     )
     out_console = console()
     runs, context = run_bench(config, console=out_console)
     files = write_report(runs, context, out)
     out_console.print(table(runs))
+    if is_load_bench(runs, context):
+        for line in load_table_lines(load_summary(runs)):
+            out_console.print(line, markup=False)
     c = context["cost_ratio"]
     out_console.print(
         f"cost ratio c = {c:.3f} ({context['cost_ratio_method']})"

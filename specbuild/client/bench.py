@@ -26,6 +26,7 @@ import tritonclient.grpc as grpcclient
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from tritonclient.utils import InferenceServerException
 
+from specbuild.client.load_bench import SCHEDULE_MODE, bench_modes
 from specbuild.client.metrics import RequestRecord, RunSummary, attach_speedups, summarize_run
 from specbuild.client.options import BenchConfig
 from specbuild.client.remote import LLMAPI_INTERFACE, connect, generate_remote, model_info
@@ -136,11 +137,14 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
     finally:
         client.close()
     k = config.num_draft_tokens if config.num_draft_tokens is not None else repo.num_draft_tokens
-    if repo.has_baseline:
-        modes = [("baseline", 0), ("speculative", k)]
-    else:  # the engine speculates by itself (Medusa, every LLM-API repository): K is not a request option
-        modes = [("speculative", None)]
-    plan = [(t, c, m, k) for t in config.temperatures for c in config.concurrency for m, k in modes]
+    modes = bench_modes(repo, k, config.fixed_ks)
+    plan = [
+        (r, t, c, m, mk)
+        for r in range(config.rounds)  # interleaved repeats: every mode of a (T, c) runs once per round
+        for t in config.temperatures
+        for c in config.concurrency
+        for m, mk in modes
+    ]
     runs: list[RunSummary] = []
     with Progress(
         TextColumn("{task.description}"),
@@ -151,17 +155,21 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
         transient=False,
     ) as progress:
         bar = progress.add_task("bench", total=len(plan) * len(config.prompts))
-        for temperature, concurrency, mode, k in plan:
+        for round_, temperature, concurrency, mode, mk in plan:
             progress.update(bar, description=f"{mode:11s} T={temperature:g} c={concurrency}")
             run = run_once(
                 config,
                 mode=mode,
                 temperature=temperature,
                 concurrency=concurrency,
-                k=k,
+                k=mk,
                 advance=lambda: progress.advance(bar),
                 stats_k=None if repo.bls_drives_loop else (repo.num_draft_tokens or None),
             )
+            if mode == SCHEDULE_MODE:  # K per round follows the load: labelled with the largest K
+                run.num_draft_tokens = repo.num_draft_tokens
+            if config.rounds > 1:
+                run.metrics["round"] = round_
             runs.append(run)
     attach_speedups(runs, cost_ratio=cost_ratio)
     context = {
@@ -180,6 +188,8 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
         "prompts": len(config.prompts),
         "max_tokens": config.max_tokens,
         "num_draft_tokens": k if repo.bls_drives_loop else (repo.num_draft_tokens or None),
+        "draft_len_schedule": repo.draft_len_schedule or None,
+        "rounds": config.rounds,
     }
     return runs, context
 

@@ -27,6 +27,8 @@ class BenchConfig:
     num_draft_tokens: int | None = None  # None: the repository's K (its BLS default_num_draft_tokens)
     seed: int = 0  # T > 0 requests use seed + prompt index: runs are repeatable
     timeout_s: float = DEFAULT_TIMEOUT_S
+    rounds: int = 1  # interleaved repeats of every (temperature, concurrency, mode) run (medians reported)
+    fixed_ks: tuple[int, ...] = ()  # extra fixed K runs beside the repository's K (load-aware benches)
 
     def __post_init__(self) -> None:
         bad = [c for c in self.concurrency if not 1 <= c <= MAX_CONCURRENCY]
@@ -43,6 +45,13 @@ class BenchConfig:
             raise ClientError(
                 f"--num-draft-tokens must be >= 0, got {self.num_draft_tokens}",
                 fix="pass --num-draft-tokens 4",
+            )
+        if not 1 <= self.rounds <= 100:
+            raise ClientError(f"--rounds must be in 1..100, got {self.rounds}", fix="pass --rounds 3")
+        if any(k < 1 for k in self.fixed_ks):
+            raise ClientError(
+                f"--fixed-k values must be >= 1, got {','.join(map(str, self.fixed_ks))}",
+                fix="pass --fixed-k 2,4",
             )
         if not self.timeout_s > 0:
             raise ClientError(

@@ -51,6 +51,7 @@ class RepoInfo:
     num_draft_tokens: int  # the BLS's default_num_draft_tokens: the repository's K (0: not per round)
     interface: str = BLS_INTERFACE  # bls (ensemble / BLS text interface) | llmapi (Triton's LLM-API model)
     trtllm_version: str | None = None
+    draft_len_schedule: str = ""  # the BLS's load-aware schedule ("1:4,3:2,6:0"; "": fixed K)
 
     @property
     def speculation(self) -> SpeculationMethod | None:
@@ -187,7 +188,7 @@ def repo_info(client) -> RepoInfo:
             fix="regenerate the repository with this specbuild (`specbuild repo BUILD --out REPO --force`)",
         ) from None
     k = param("default_num_draft_tokens")
-    return RepoInfo(method, int(k) if k.isdigit() else 0)
+    return RepoInfo(method, int(k) if k.isdigit() else 0, draft_len_schedule=param("draft_len_schedule"))
 
 
 def llmapi_repo_info(config: dict) -> RepoInfo:

@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.table import Table
 
+from specbuild.client.load_bench import load_summary, plot_load
 from specbuild.client.metrics import RunSummary
 from specbuild.core.safe_io import InputFileError, read_json, shorten
 
@@ -204,7 +205,18 @@ def write_report(runs: list[RunSummary], context: dict[str, Any], out: Path) -> 
     out.mkdir(parents=True, exist_ok=True)
     write_json(runs, context, out / "bench.json")
     write_csv(runs, out / "bench.csv")
-    return [out / "bench.json", out / "bench.csv", *write_plots(runs, out)]
+    files = [out / "bench.json", out / "bench.csv", *write_plots(runs, out)]
+    if is_load_bench(runs, context):
+        rows = load_summary(runs)
+        (out / "load.json").write_text(json.dumps(_clean({"context": context, "points": rows}), indent=2))
+        files += [out / "load.json", *plot_load(rows, out)]
+    return files
+
+
+def is_load_bench(runs: list[RunSummary], context: dict[str, Any]) -> bool:
+    """A bench with the schedule, several fixed K or several rounds: the load summary applies."""
+    fixed = {r.num_draft_tokens for r in runs if r.mode == "speculative"}
+    return bool(context.get("draft_len_schedule")) or len(fixed) > 1 or (context.get("rounds") or 1) > 1
 
 
 # ---- reading bench.json back (specbuild plan) ----------------------------------------------------------

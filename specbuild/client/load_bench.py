@@ -1,0 +1,156 @@
+"""Load-aware benches: which modes `bench` runs side by side, and the summary over interleaved rounds.
+
+Modes (same prompts, interleaved: every mode of one temperature and concurrency runs once per round,
+`--rounds` rounds):
+* `baseline`: num_draft_tokens = 0, the target alone (BLS-driven methods only);
+* `speculative`: a fixed K sent with every request (the repository's K, and each `--fixed-k`);
+* `schedule`: num_draft_tokens left out, so the BLS's `draft_len_schedule` picks each round's K from the
+  requests in flight (only when the repository has a schedule).
+
+`load_summary` gives, per temperature and concurrency, the median output-token throughput and request
+latency of each mode over the rounds (with min and max), and the schedule's throughput over the
+baseline's and over the best fixed K's — each ratio the median of the per-round ratios, so the load of
+one round hits both sides of it alike. `plot_load` draws throughput and latency against concurrency.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+BASELINE_MODE, FIXED_MODE, SCHEDULE_MODE = "baseline", "speculative", "schedule"
+
+
+def bench_modes(repo, k: int | None, fixed_ks: tuple[int, ...] = ()) -> list[tuple[str, int | None]]:
+    """(mode, num_draft_tokens to send) for the repository (None: leave the input out)."""
+    if not repo.has_baseline:  # the engine speculates by itself (Medusa, every LLM-API repository)
+        return [(FIXED_MODE, None)]
+    modes: list[tuple[str, int | None]] = [(BASELINE_MODE, 0)]
+    modes += [(FIXED_MODE, kk) for kk in sorted({k, *fixed_ks}) if kk]
+    if repo.draft_len_schedule:
+        modes.append((SCHEDULE_MODE, None))
+    return modes
+
+
+def _label(run) -> str:
+    return f"K={run.num_draft_tokens}" if run.mode == FIXED_MODE else run.mode
+
+
+def load_summary(runs) -> list[dict[str, Any]]:
+    """One row per (temperature, concurrency): each mode's median throughput / latency and the ratios."""
+    by_point: dict[tuple[float, int], dict[str, list]] = {}
+    for run in runs:
+        point = by_point.setdefault((run.temperature, run.concurrency), {})
+        point.setdefault(_label(run), []).append(run)
+    rows = []
+    for (t, c), modes in sorted(by_point.items()):
+        row: dict[str, Any] = {"temperature": t, "concurrency": c, "modes": {}}
+        for label, rs in modes.items():
+            thr = [r.metrics["output_token_throughput"] for r in rs]
+            lat = [r.metrics["request_latency"]["avg"] for r in rs]
+            row["modes"][label] = {
+                "throughput_median": statistics.median(thr),
+                "throughput_min": min(thr),
+                "throughput_max": max(thr),
+                "latency_median_s": statistics.median(lat),
+                "rounds": len(rs),
+            }
+        if SCHEDULE_MODE in modes:
+            sched = _per_round(modes[SCHEDULE_MODE])
+            if BASELINE_MODE in modes:
+                base = _per_round(modes[BASELINE_MODE])
+                row["schedule_over_baseline"] = _median_ratio(sched, base)
+            fixed = [label for label in modes if label.startswith("K=")]
+            if fixed:
+                best = max(fixed, key=lambda label: row["modes"][label]["throughput_median"])
+                row["best_fixed"] = best
+                row["schedule_over_best_fixed"] = _median_ratio(sched, _per_round(modes[best]))
+        rows.append(row)
+    return rows
+
+
+def _per_round(runs) -> dict[int, float]:
+    return {int(r.metrics.get("round", i)): r.metrics["output_token_throughput"] for i, r in enumerate(runs)}
+
+
+def _median_ratio(a: dict[int, float], b: dict[int, float]) -> dict[str, float] | None:
+    ratios = [a[i] / b[i] for i in a if i in b and b[i] > 0]
+    if not ratios:
+        return None
+    return {
+        "median": statistics.median(ratios),
+        "min": min(ratios),
+        "max": max(ratios),
+        "rounds": len(ratios),
+    }
+
+
+def load_table_lines(rows: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for row in rows:
+        cells = "  ".join(
+            f"{label} {m['throughput_median']:.1f} tok/s "
+            f"({m['throughput_min']:.1f}-{m['throughput_max']:.1f})"
+            for label, m in row["modes"].items()
+        )
+        lines.append(f"T={row['temperature']:g} c={row['concurrency']}: {cells}")
+        for key, what in (
+            ("schedule_over_baseline", "baseline"),
+            ("schedule_over_best_fixed", "best fixed K"),
+        ):
+            r = row.get(key)
+            if r:
+                extra = f" ({row['best_fixed']})" if key == "schedule_over_best_fixed" else ""
+                lines.append(
+                    f"    schedule / {what}{extra}: {r['median']:.3f} (median of {r['rounds']} rounds, "
+                    f"{r['min']:.3f}-{r['max']:.3f})"
+                )
+    return lines
+
+
+def plot_load(rows: list[dict[str, Any]], out: Path) -> list[Path]:
+    """load_T<t>.png per temperature: throughput and mean request latency vs concurrency per mode."""
+    import matplotlib  # noqa: PLC0415 - the Agg backend, only when plotting
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    written = []
+    for t in sorted({r["temperature"] for r in rows}):
+        pts = [r for r in rows if r["temperature"] == t]
+        labels = list(dict.fromkeys(label for r in pts for label in r["modes"]))
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+        for label in labels:
+            xs = [r["concurrency"] for r in pts if label in r["modes"]]
+            style = {"baseline": "k--", "schedule": "r-"}.get(label, "-")
+            a1.plot(
+                xs,
+                [r["modes"][label]["throughput_median"] for r in pts if label in r["modes"]],
+                style,
+                marker="o",
+                label=label,
+                lw=2.5 if label == "schedule" else 1.2,
+            )
+            a2.plot(
+                xs,
+                [r["modes"][label]["latency_median_s"] for r in pts if label in r["modes"]],
+                style,
+                marker="o",
+                label=label,
+                lw=2.5 if label == "schedule" else 1.2,
+            )
+        for ax, what in ((a1, "output tokens/s (median of rounds)"), (a2, "request latency s (median)")):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("concurrency")
+            ax.set_ylabel(what)
+            ax.grid(alpha=0.3)
+        a1.legend(fontsize=8)
+        fig.suptitle(f"baseline, fixed K and the schedule through Triton (T={t:g})")
+        fig.tight_layout()
+        path = out / f"load_T{t:g}.png"
+        out.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
