@@ -21,6 +21,13 @@ SPECBUILD_BLS_PARAMETERS = {
     "default_use_draft_logits",
     "speculation_method",
     "bls_drafter",
+    # the BLS detokenizes itself with the postprocessing model's tokenizer and options
+    "tokenizer_dir",
+    "skip_special_tokens",
+    # load-aware K (written only when the spec has a schedule / guard)
+    "draft_len_schedule",
+    "plain_round_tokens",
+    "acceptance_guard",
 }
 
 

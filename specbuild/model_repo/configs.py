@@ -79,6 +79,7 @@ class RepoLayout:
     draft_len_schedule: str = ""
     acceptance_guard: str = ""
     accumulate_tokens: bool = True  # BLS: detokenize streamed tokens with their context
+    bls_detokenizes: bool = True  # BLS: its own tokenizer (postprocessing's) instead of a call per round
     # BLS: the engines' request limits (engine_limits.RequestLimits); None when no engine was built yet
     max_prompt_tokens: int | None = None  # prompt tokens every engine of a request accepts
     max_total_tokens: int | None = None  # prompt + max_tokens that always fits
@@ -232,6 +233,10 @@ def bls_config(layout: RepoLayout):
             "bls_drafter": layout.bls_drafter or "",
             "default_num_draft_tokens": str(layout.default_num_draft_tokens),
             "default_use_draft_logits": _bool(layout.default_use_draft_logits),
+            # detokenize inside the BLS (the postprocessing model's tokenizer and options): no IPC round trip
+            # per streamed round; empty: call the postprocessing model as upstream's BLS does
+            "tokenizer_dir": layout.tokenizer_dir if layout.bls_detokenizes else "",
+            "skip_special_tokens": "true",
             **(
                 {
                     "draft_len_schedule": layout.draft_len_schedule,

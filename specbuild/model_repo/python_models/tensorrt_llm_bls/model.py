@@ -108,6 +108,17 @@ class TritonPythonModel:
         window, _, floor = (guard or "").partition(":")
         self.guard = AcceptanceGuard(int(window), float(floor)) if guard else None
         self.plain_tokens = int(param(config, "plain_round_tokens", "1"))
+        # Detokenizing here (the postprocessing model's tokenizer and options, so the text is the same) saves
+        # an IPC round trip to `postprocessing` per streamed round and per final response.
+        self.tokenizer = None
+        tokenizer_dir = param(config, "tokenizer_dir")
+        if tokenizer_dir:
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(
+                tokenizer_dir, legacy=False, trust_remote_code=False
+            )
+            self.skip_special_tokens = flag(param(config, "skip_special_tokens", "true"))
         self.inflight = None
         if self.schedule is not None:
             self.inflight = InflightCounter(counter_path(args["model_repository"], args["model_name"]))
@@ -234,7 +245,8 @@ class TritonPythonModel:
             raise ValueError("the prompt has no tokens (empty text_input)")
         if self.limits is not None:
             self.limits.check(len(prep.prompt_ids), opts.max_tokens)
-        text = TextStream(lambda tokens: detokenize(call, tokens))
+        detok = self._detokenizer(call)
+        text = TextStream(detok)
         times = {"first": None, "last": None}
 
         def counts(tokens: list[int]) -> dict:
@@ -293,9 +305,9 @@ class TritonPythonModel:
             final_tokens, final_text = [], text.flush()
         elif not opts.exclude_input_in_output:
             final_tokens = prep.prompt_ids + tokens
-            final_text = detokenize(call, final_tokens)
+            final_text = detok(final_tokens)
         else:
-            final_tokens, final_text = tokens, detokenize(call, tokens)
+            final_tokens, final_text = tokens, detok(tokens)
         outputs = {
             "text_output": _text_output(final_text),
             **_token_outputs(final_tokens),
@@ -304,6 +316,14 @@ class TritonPythonModel:
         if opts.return_perf_metrics:
             outputs.update(perf)
         responder.finish(self._response(outputs))
+
+    def _detokenizer(self, call):
+        """tokens -> text: the BLS's own tokenizer when it has one, else a call to `postprocessing`."""
+        if self.tokenizer is None:
+            return lambda tokens: detokenize(call, tokens)
+        return lambda tokens: (
+            self.tokenizer.decode(tokens, skip_special_tokens=self.skip_special_tokens) if tokens else ""
+        )
 
     def _plain(self, call, opts: BlsOptions, prep, on_tokens, responder: Responder, ended):
         """No speculation in the BLS: tensorrt_llm alone (Medusa speculates inside it)."""
