@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-isa demo demo-real lint clean bench-convert bench-reference bench-serve
+.PHONY: setup test test-isa demo demo-real lint clean bench-convert bench-reference bench-serve bench-load
 
 setup: $(STAMP)
 
@@ -51,6 +51,11 @@ bench-reference: setup
 
 bench-serve: setup
 	$(BIN)/python -m specbuild.benchmarks.serve
+
+# The load-aware schedule on the demo family: tune --schedule, in-process and Triton runs over
+# concurrency 1,2,4,8 (baseline, each fixed K, the schedule; interleaved rounds) -> build/bench-load/load.md
+bench-load: setup
+	$(BIN)/python -m specbuild.benchmarks.load $(ARGS)
 
 clean:
 	rm -rf build .pytest_cache

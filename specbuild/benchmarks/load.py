@@ -1,0 +1,248 @@
+"""`make bench-load`: the load-aware schedule on the demo family, measured against its own prediction.
+
+For draft/target (the demo's trained target and distilled draft):
+1. `tune --schedule --write` on a spec copy: acceptance per draft position, the cost curve on the
+   reference engine (batch sizes 1, 2, 4, 8; K 0..max_draft_len), the predicted throughput per (c, K) and
+   the schedule written into the spec (predicted.png);
+2. in-process: the held-out prompts in lockstep batches of c (ReferenceEngine.generate_batch) for the
+   baseline, every fixed K and the schedule, interleaved, `--rounds` rounds: measured / predicted per
+   (c, K) (median of the per-round ratios);
+3. through the local Triton (compile, repo with the spec's schedule, serve): `bench --concurrency
+   1,2,4,8` with baseline, every fixed K and the schedule interleaved in `--rounds` rounds (load.json,
+   load_T0.png), measured / predicted per (c, K);
+4. `load.md`: the tables, with the machine load (`os.getloadavg`) before and after each part.
+
+    python -m specbuild.benchmarks.load [--out build/bench-load] [--prompts 8] [--max-tokens 48] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import yaml
+from rich.console import Console
+
+from specbuild.builder.compile import compile_spec
+from specbuild.client.bench import run_bench
+from specbuild.client.load_bench import load_summary, load_table_lines
+from specbuild.client.options import BenchConfig, load_prompts
+from specbuild.client.report import write_report
+from specbuild.core.sampling_params import SamplingParams
+from specbuild.core.schedule import DraftSchedule
+from specbuild.core.spec import load_spec
+from specbuild.demo.models import DEFAULT_CACHE, build_family
+from specbuild.engines.reference.engine import ReferenceEngine
+from specbuild.model_repo.generate import generate_repo
+from specbuild.serve.server import ServerOptions, TritonServer, free_port
+from specbuild.tuning.tune import tune_spec
+from specbuild.tuning.tune_options import TuneOptions
+
+DEFAULT_OUT = Path("build/bench-load")
+CONCURRENCY = (1, 2, 4, 8)
+
+
+def _load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"{one:.2f} (1 min), {five:.2f} (5 min)"
+
+
+def write_spec(out: Path, family, *, k: int) -> Path:
+    spec = {
+        "name": "bench-load",
+        "mode": "draft_target",
+        "dtype": "float32",
+        "target": {"model": str(family.target)},
+        "draft": {"model": str(family.draft)},
+        "speculation": {"max_draft_len": k},
+        "build": {"max_batch_size": 8, "max_input_len": 256, "max_seq_len": 512},
+        # eight BLS instances: up to eight requests in flight reach the engines (and the counter)
+        "serving": {"gpu_memory_gb": 4, "bls_instance_count": 8},
+    }
+    path = out / "spec.yaml"
+    path.write_text(
+        "# written by specbuild.benchmarks.load; tune --schedule adds the schedule\n" + yaml.safe_dump(spec)
+    )
+    return path
+
+
+def in_process(build: Path, prompts: list[list[int]], ks: list[int], rounds: int, max_tokens: int) -> dict:
+    """(c, label) -> per-round tokens/s, lockstep batches of c prompts; labels baseline, K=k, schedule."""
+    torch.set_num_threads(1)  # as the server's engine processes
+    engine = ReferenceEngine.load(build)
+    params = SamplingParams(max_tokens=max_tokens)
+    out: dict[tuple[int, str], list[float]] = {}
+    modes = [("baseline", False, None)] + [(f"K={k}", True, k) for k in ks] + [("schedule", True, None)]
+    engine.generate_batch(prompts[:2], params, num_draft_tokens=ks[-1])  # warm-up
+    for _ in range(rounds):
+        for c in CONCURRENCY:
+            for label, speculative, k in modes:
+                tokens, start = 0, time.perf_counter()
+                for i in range(0, len(prompts), c):
+                    batch = prompts[i : i + c]
+                    results = engine.generate_batch(
+                        batch, params, speculative=speculative, num_draft_tokens=k
+                    )
+                    tokens += sum(len(r.token_ids) for r in results)
+                out.setdefault((c, label), []).append(tokens / (time.perf_counter() - start))
+    return out
+
+
+def predicted_rates(prediction: dict) -> dict[tuple[int, str], float]:
+    rates = {}
+    for row in prediction["table"]:
+        rates[row["batch"], f"K={row['k']}" if row["k"] else "K=0"] = row["tokens_per_s"]
+    for b, rate in prediction["baseline"].items():
+        rates[int(b), "baseline"] = rate
+    for b, k in prediction["chosen"].items():
+        rates[int(b), "schedule"] = rates[int(b), f"K={k}" if k else "K=0"]
+    return rates
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m specbuild.benchmarks.load", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--prompts", type=int, default=8, help="held-out demo prompts per run")
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians reported)")
+    parser.add_argument("--k", type=int, default=4, help="max_draft_len profiled and the largest fixed K")
+    parser.add_argument("--demo-cache", type=Path, default=None)
+    parser.add_argument("--skip-triton", action="store_true", help="in-process part only")
+    args = parser.parse_args(argv)
+    console = Console(width=160)
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    family = build_family(cache=args.demo_cache or DEFAULT_CACHE, log=console.print)
+    texts = list(load_prompts(family.prompts))
+    tune_texts, held = texts[: max(2, len(texts) - args.prompts)], texts[-args.prompts :]
+    (out / "tune_prompts.txt").write_text("\n".join(tune_texts[:8]) + "\n")
+    loads = {"start": _load()}
+
+    spec_path = write_spec(out, family, k=args.k)
+    options = TuneOptions(
+        prompts=out / "tune_prompts.txt",
+        max_tokens=args.max_tokens,
+        k_max=args.k,
+        write=True,
+        schedule=True,
+        concurrency=CONCURRENCY,
+        plot=out / "predicted.png",
+    )
+    report = tune_spec(spec_path, options)
+    prediction = report.details["schedule"]
+    loads["after tune"] = _load()
+    spec = load_spec(spec_path)
+    schedule = (
+        DraftSchedule.parse(spec.speculation.schedule, max_draft_len=spec.speculation.max_draft_len)
+        if spec.speculation.schedule
+        else None
+    )
+    console.print(
+        f"schedule: {schedule.to_dict() if schedule else None} "
+        f"(max_draft_len {spec.speculation.max_draft_len})"
+    )
+    build = compile_spec(spec, out / "build", engine="reference", force=True)
+    engine = ReferenceEngine.load(build)
+    prompt_ids = [engine.encode(t) for t in held]
+    ks = list(range(1, spec.speculation.max_draft_len + 1))
+    local = in_process(build, prompt_ids, ks, args.rounds, args.max_tokens)
+    loads["after in-process"] = _load()
+    predicted = predicted_rates(prediction)
+    result = {"schedule": schedule.to_dict() if schedule else None, "prediction": prediction, "loads": loads}
+    result["in_process"] = {
+        f"{c}/{label}": {
+            "tokens_per_s_median": statistics.median(v),
+            "min": min(v),
+            "max": max(v),
+            "measured_over_predicted": statistics.median(v) / predicted[c, label]
+            if (c, label) in predicted
+            else None,
+        }
+        for (c, label), v in local.items()
+    }
+    if not args.skip_triton:
+        repo = generate_repo(build, out / "repo", backend="python", force=True)
+        opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
+        with TritonServer(repo, opts) as server:
+            config = BenchConfig(
+                url=server.grpc_url,
+                prompts=tuple(held),
+                max_tokens=args.max_tokens,
+                concurrency=CONCURRENCY,
+                temperatures=(0.0,),
+                timeout_s=600,
+                rounds=args.rounds,
+                fixed_ks=tuple(ks),
+            )
+            runs, context = run_bench(config, console=console)
+        loads["after Triton"] = _load()
+        write_report(runs, context, out / "triton")
+        rows = load_summary(runs)
+        result["triton"] = rows
+        for row in rows:
+            for label, m in row["modes"].items():
+                p = predicted.get((row["concurrency"], label))
+                m["measured_over_predicted"] = m["throughput_median"] / p if p else None
+        for line in load_table_lines(rows):
+            console.print(line, markup=False)
+    (out / "load_result.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    (out / "load.md").write_text(markdown(result))
+    console.print((out / "load.md").read_text(), markup=False)
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        "# Load-aware schedule on the demo family (draft/target)",
+        "",
+        f"schedule chosen by `tune --schedule` ({result['prediction']['mode']} mode): `{result['schedule']}`",
+        "",
+        "machine load (os.getloadavg): " + "; ".join(f"{k}: {v}" for k, v in result["loads"].items()),
+        "",
+        "## In-process (reference engine, lockstep batches of c), tokens/s, median of rounds "
+        "(measured/predicted)",
+        "",
+    ]
+    local = result["in_process"]
+    labels = list(dict.fromkeys(key.split("/", 1)[1] for key in local))
+    lines.append("| c | " + " | ".join(labels) + " |")
+    lines.append("|---" * (len(labels) + 1) + "|")
+    for c in CONCURRENCY:
+        cells = []
+        for label in labels:
+            m = local.get(f"{c}/{label}")
+            ratio = f" ({m['measured_over_predicted']:.2f})" if m and m["measured_over_predicted"] else ""
+            cells.append(f"{m['tokens_per_s_median']:.1f}{ratio}" if m else "")
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    if "triton" in result:
+        lines += [
+            "",
+            "## Through the local Triton (`bench`, interleaved rounds), tokens/s (measured/predicted)",
+            "",
+        ]
+        labels = list(dict.fromkeys(label for row in result["triton"] for label in row["modes"]))
+        lines.append("| c | " + " | ".join(labels) + " | schedule / baseline | schedule / best fixed K |")
+        lines.append("|---" * (len(labels) + 3) + "|")
+        for row in result["triton"]:
+            cells = []
+            for label in labels:
+                m = row["modes"].get(label)
+                ratio = (
+                    f" ({m['measured_over_predicted']:.2f})" if m and m.get("measured_over_predicted") else ""
+                )
+                cells.append(f"{m['throughput_median']:.1f}{ratio}" if m else "")
+            sb, sf = row.get("schedule_over_baseline"), row.get("schedule_over_best_fixed")
+            cells.append(f"{sb['median']:.3f} ({sb['min']:.2f}-{sb['max']:.2f})" if sb else "")
+            cells.append(f"{sf['median']:.3f} vs {row.get('best_fixed')}" if sf else "")
+            lines.append(f"| {row['concurrency']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
