@@ -104,3 +104,33 @@ def test_bench_runs_baseline_fixed_k_and_the_schedule_interleaved(scheduled_serv
     assert order[:4] == [(1, "baseline", 0), (1, "speculative", 2), (1, "speculative", 4), (1, "schedule", 4)]
     assert (out / "load_T0.png").stat().st_size > 1000
     assert "schedule / baseline" in r.output
+
+
+def test_tune_schedule_through_the_server(e2e_builds, scheduled_server, tmp_path):
+    """`tune --schedule --url`: the round cost measured through the served BLS at each (c, K), combined with
+    the profiled acceptance into a prediction and a schedule."""
+    import json
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from specbuild.cli import app
+
+    workdir = e2e_builds["draft_target"][0].parent
+    spec = tmp_path / "dt.yaml"
+    shutil.copy(workdir / "draft-target.yaml", spec)
+    text = spec.read_text().replace("model: target", f"model: {workdir / 'target'}")
+    spec.write_text(text.replace("model: draft", f"model: {workdir / 'draft'}"))
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("\n".join(PROMPTS[:2]) + "\n")
+    args = ["tune", str(spec), "--prompts", str(prompts), "--max-tokens", "8", "--k-max", "2", "--schedule"]
+    args += ["--url", scheduled_server.grpc_url, "--concurrency", "1,2", "--json"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    sched = json.loads(r.stdout)["details"]["schedule"]
+    assert sched["curve"]["kind"] == "served" and set(sched["curve"]["points"]) == {
+        f"{c}/{k}" for c in (1, 2) for k in (0, 1, 2)
+    }
+    rows = [row for row in sched["table"] if row["k"] > 0]
+    assert all(row["round_ms"] > 0 and row["measured_tokens_per_s"] > 0 for row in rows)
+    assert sched["schedule"] is None or sched["schedule"]["1"] == sched["chosen"]["1"]

@@ -220,6 +220,14 @@ def tune_cmd(
         str,
         typer.Option("--concurrency", help="--schedule: batch sizes to measure, e.g. 1,2,4,8."),
     ] = "1,2,4,8",
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            help="--schedule: measure the cost curve through this running server (the repository that will "
+            "serve: its BLS rounds at each K and concurrency) instead of the in-process reference engine.",
+        ),
+    ] = None,
     plot_path: Annotated[
         Path | None,
         typer.Option("--plot", help="--schedule: save the predicted throughput per K and concurrency here."),
@@ -254,8 +262,24 @@ def tune_cmd(
         concurrency=parse_concurrency(concurrency),
         plot=plot_path,
     )
+    schedule_fn = None
+    if url is not None:
+        from specbuild.client.serve_curve import measure_served, predict_served
+        from specbuild.tuning.data import read_texts
+
+        def schedule_fn(spec_obj, report):
+            ks = range(1, len(report.details["acceptance_per_position"]) + 1)
+            curve = measure_served(
+                url,
+                read_texts(prompts),
+                ks=list(ks),
+                concurrency=[c for c in options.concurrency if c <= spec_obj.build.max_batch_size],
+                max_tokens=max_tokens,
+            )
+            return predict_served(curve, report.details["acceptance_per_position"], mode=mode)
+
     with RichReporter() as reporter:
-        report = tune_spec(spec, options, reporter=reporter)
+        report = tune_spec(spec, options, reporter=reporter, schedule_fn=schedule_fn)
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))
         return
@@ -278,6 +302,8 @@ def parse_concurrency(text: str) -> tuple[int, ...]:
 
 def format_schedule(sched: dict) -> list[str]:
     curve = sched["curve"]
+    if curve.get("kind") == "served":
+        return _format_served(sched)
     lines = [
         f"cost curve (reference engine; mode {sched['mode']}): per batch size b, ms of a verify pass at "
         "K=0..max, a draft pass, the loop per round, a plain step",
@@ -294,6 +320,26 @@ def format_schedule(sched: dict) -> list[str]:
         lines.append(
             f"  {r['batch']:<4} {r['k']:<3} {r['tokens_per_round']:<13.3f} {r['round_ms']:<9.2f} "
             f"{r['tokens_per_s']:<20.1f} ({sched['baseline'][r['batch']]:.1f}){mark}"
+        )
+    lines.append(f"schedule: {sched['schedule']}" if sched["schedule"] else "schedule: none")
+    lines += [f"note: {n}" for n in sched["notes"]]
+    if sched.get("plot"):
+        lines.append(f"plot: {sched['plot']}")
+    return lines
+
+
+def _format_served(sched: dict) -> list[str]:
+    lines = [
+        f"cost curve through {sched['curve']['url']} (mode {sched['mode']}): per concurrency c and K, the "
+        "measured round time and the predicted / measured tokens/s",
+        "  c    K   tokens/round  round ms  predicted tokens/s  measured",
+    ]
+    for r in sched["table"]:
+        mark = " <" if sched["chosen"][r["batch"]] == r["k"] else ""
+        measured = r.get("measured_tokens_per_s", r["tokens_per_s"])
+        lines.append(
+            f"  {r['batch']:<4} {r['k']:<3} {r['tokens_per_round']:<13.3f} {r['round_ms']:<9.2f} "
+            f"{r['tokens_per_s']:<19.1f} {measured:.1f}{mark}"
         )
     lines.append(f"schedule: {sched['schedule']}" if sched["schedule"] else "schedule: none")
     lines += [f"note: {n}" for n in sched["notes"]]

@@ -217,35 +217,43 @@ def predict(
     )
 
 
-def plot(prediction: SchedulePrediction, path: Path) -> Path:
-    """Predicted tokens/s vs concurrency for each K, the baseline and the schedule."""
+def plot(prediction: dict[str, Any], path: Path) -> Path:
+    """Predicted tokens/s vs concurrency for each K, the baseline and the schedule (a prediction's dict:
+    SchedulePrediction.to_dict() or client/serve_curve.predict_served)."""
     import matplotlib  # noqa: PLC0415 - the Agg backend, only when a plot is asked for
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    sizes = prediction.curve.batch_sizes
+    table, chosen = prediction["table"], {int(b): k for b, k in prediction["chosen"].items()}
+    baseline = {int(b): v for b, v in prediction["baseline"].items()}
+    sizes = sorted({r["batch"] for r in table})
+
+    def rate(b, k):
+        return next(r["tokens_per_s"] for r in table if r["batch"] == b and r["k"] == k)
+
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    ks = sorted({r["k"] for r in prediction.table})
-    for k in ks:
-        ys = [
-            next(r["tokens_per_s"] for r in prediction.table if r["batch"] == b and r["k"] == k)
-            for b in sizes
-        ]
-        ax.plot(sizes, ys, marker="o", lw=1, alpha=0.7, label=f"K={k}" if k else "K=0 (plain rounds)")
-    ax.plot(sizes, [prediction.baseline[b] for b in sizes], "k--", lw=1.5, label="baseline (target alone)")
-    sched = [
-        next(
-            r["tokens_per_s"] for r in prediction.table if r["batch"] == b and r["k"] == prediction.chosen[b]
+    for k in sorted({r["k"] for r in table}):
+        ax.plot(
+            sizes, [rate(b, k) for b in sizes], marker="o", lw=1, alpha=0.7, label=f"K={k}" if k else "K=0"
         )
-        for b in sizes
-    ]
-    ax.plot(sizes, sched, color="crimson", lw=3, alpha=0.6, label=f"schedule ({prediction.mode})")
+    ax.plot(sizes, [baseline[b] for b in sizes], "k--", lw=1.5, label="baseline (target alone)")
+    ax.plot(
+        sizes,
+        [rate(b, chosen[b]) for b in sizes],
+        color="crimson",
+        lw=3,
+        alpha=0.6,
+        label=f"schedule ({prediction['mode']})",
+    )
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [str(b) for b in sizes])
-    ax.set_xlabel("requests in flight (batch size)")
+    ax.set_xlabel("requests in flight")
     ax.set_ylabel("predicted tokens/s (all requests)")
-    ax.set_title("predicted throughput per K (reference engine cost curve)")
+    served = prediction["curve"].get("kind") == "served"
+    ax.set_title(
+        "predicted throughput per K (" + ("served cost curve" if served else "reference engine") + ")"
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -82,7 +82,11 @@ class TuneReport:
         return asdict(self)
 
 
-def tune_spec(spec_path: Path, options: TuneOptions, *, reporter: Reporter | None = None) -> TuneReport:
+def tune_spec(
+    spec_path: Path, options: TuneOptions, *, reporter: Reporter | None = None, schedule_fn=None
+) -> TuneReport:
+    """`schedule_fn(spec, report) -> prediction dict`: measures the cost curve elsewhere (the CLI's
+    `--url`: through the server, client/serve_curve.py); None: on this reference engine."""
     rep = reporter or Reporter()
     spec = load_spec(spec_path)
     options.validate(spec)
@@ -99,7 +103,7 @@ def tune_spec(spec_path: Path, options: TuneOptions, *, reporter: Reporter | Non
             ]
             report = _measure(report, engine, held, options, rep)
         if options.schedule:
-            report = _schedule(spec, report, engine, prompts, options, rep)
+            report = _schedule(spec, report, engine, prompts, options, rep, schedule_fn)
     if options.write:
         report = _write(
             spec_path,
@@ -261,8 +265,17 @@ def _measure(report: TuneReport, engine, prompts, options: TuneOptions, rep: Rep
     return replace(report, details={**report.details, "measured": measured})
 
 
-def _schedule(spec, report: TuneReport, engine, prompts, options: TuneOptions, rep: Reporter) -> TuneReport:
+def _schedule(
+    spec, report: TuneReport, engine, prompts, options: TuneOptions, rep: Reporter, schedule_fn=None
+) -> TuneReport:
     """The cost curve on this engine and the schedule it implies (tuning/cost_curve.py)."""
+    if schedule_fn is not None:
+        rep.log("measuring the cost curve through the server")
+        prediction = schedule_fn(spec, report)
+        details = {**report.details, "schedule": prediction}
+        if options.plot is not None:
+            details["schedule"]["plot"] = str(plot(prediction, options.plot))
+        return replace(report, details=details)
     tree = report.tunes == Tunable.TREE.name.lower()
     max_k = spec.speculation.max_draft_len if tree else min(len(report.details["acceptance_per_position"]), 8)
     sizes = sorted({c for c in options.concurrency if c <= spec.build.max_batch_size} | {1})
@@ -277,7 +290,7 @@ def _schedule(spec, report: TuneReport, engine, prompts, options: TuneOptions, r
     )
     details = {**report.details, "schedule": prediction.to_dict()}
     if options.plot is not None:
-        details["schedule"]["plot"] = str(plot(prediction, options.plot))
+        details["schedule"]["plot"] = str(plot(details["schedule"], options.plot))
     return replace(report, details=details)
 
 
