@@ -260,5 +260,7 @@ def _measure(report: TuneReport, engine, prompts, options: TuneOptions, rep: Rep
 
 def _write(spec_path: Path, report: TuneReport, *, inputs: dict[str, Any]) -> TuneReport:
     tunable = Tunable[report.tunes.upper()]
-    kept = set_spec_value(spec_path, tunable.section, tunable.key, report.chosen.value, inputs=inputs)
+    kept = True
+    for section, key, value in tunable.assignments(report.chosen.value):
+        kept = set_spec_value(spec_path, section, key, value, inputs=inputs) and kept
     return replace(report, written="kept comments" if kept else "rewrote the spec (comments lost)")
