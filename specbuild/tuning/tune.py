@@ -144,6 +144,7 @@ def open_engine(spec, engine_dir: Path | None, rep: Reporter, *, device: str = "
             medusa_choices=spec.medusa_choices().to_lists() if spec.medusa else None,
             tokenizer_dir=target_hf,
             max_draft_len=spec.speculation.max_draft_len,
+            method_options=method_of(spec).options_of(spec),
         )
 
 

@@ -11,6 +11,7 @@ Drafter code lives in the stages (engines/reference, the BLS model); a method on
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass
 from enum import Enum
@@ -77,6 +78,11 @@ class SpeculationMethod:
 
     def validate(self, spec: BuildSpec, where: str, *, validate_tree: bool = True) -> None:
         """Method-specific value checks (sections are checked by the spec loader); raise SpecError."""
+
+    def options_of(self, spec: BuildSpec) -> dict[str, Any] | None:
+        """The spec's section of this method as a plain dict (what its drafters are configured with)."""
+        section = getattr(spec, self.section) if self.section else None
+        return dataclasses.asdict(section) if section is not None else None
 
     # ---- engines ------------------------------------------------------------------------------
     def roles(self, spec: BuildSpec) -> tuple[EngineRole, ...]:
