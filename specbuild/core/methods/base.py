@@ -84,6 +84,10 @@ class SpeculationMethod:
         section = getattr(spec, self.section) if self.section else None
         return dataclasses.asdict(section) if section is not None else None
 
+    def bls_parameters(self, spec: BuildSpec) -> dict[str, str]:
+        """Extra string parameters of the BLS model its drafter reads (`bls_drafter`'s `configure`)."""
+        return {}
+
     # ---- engines ------------------------------------------------------------------------------
     def roles(self, spec: BuildSpec) -> tuple[EngineRole, ...]:
         """The engines a build of `spec` has, target first."""

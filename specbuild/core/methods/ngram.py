@@ -67,6 +67,17 @@ class NGram(SpeculationMethod):
             "remove speculation.use_logits",
         )
 
+    def bls_parameters(self, spec: BuildSpec) -> dict[str, str]:
+        """The section as the BLS's ngram_* parameters (bls_core.NGramDrafter.configure reads them)."""
+        section = spec.ngram
+        return {
+            "ngram_max_matching_ngram_size": str(section.max_matching_ngram_size),
+            **{
+                f"ngram_{key}": "true" if getattr(section, key) else "false"
+                for key in ("is_keep_all", "is_use_oldest", "is_public_pool")
+            },
+        }
+
 
 NGRAM = NGram(
     name="ngram",
