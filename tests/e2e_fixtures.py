@@ -1,5 +1,5 @@
 """Session fixtures of the end-to-end tests (a pytest plugin, see conftest.py): tiny models -> reference
-engines -> Python-backend repositories (draft/target and Medusa) -> one real tritonserver each, shared
+engines -> Python-backend repositories (draft/target, Medusa, n-gram) -> one real tritonserver each, shared
 by every e2e module (starting them is the slow part; both load at the same time).
 
 The builds allow long requests (max_seq_len 512) so that cancellation and limits can be watched on
@@ -32,7 +32,7 @@ def _compile(workdir: Path, mode: str, *, target: Path, draft: Path | None, bls_
     from specbuild.core.spec import load_spec
 
     workdir.mkdir(parents=True)
-    name = "draft-target.yaml" if mode == "draft_target" else "medusa.yaml"
+    name = f"{mode.replace('_', '-')}.yaml"  # examples/tiny/
     raw = yaml.safe_load((EXAMPLES / name).read_text())
     raw.setdefault("serving", {})["bls_instance_count"] = bls_instances
     raw["build"].update(max_seq_len=MAX_SEQ_LEN, max_input_len=MAX_INPUT_LEN)
@@ -40,7 +40,7 @@ def _compile(workdir: Path, mode: str, *, target: Path, draft: Path | None, bls_
     shutil.copytree(target, workdir / "target")
     if draft is not None:
         shutil.copytree(draft, workdir / "draft")
-    else:
+    if mode == "medusa":
         cfg = json.loads((target / "config.json").read_text())
         make_heads(workdir / "medusa_heads", hidden=cfg["hidden_size"], vocab=cfg["vocab_size"], heads=3)
     return compile_spec(load_spec(workdir / name), workdir / "build", engine="reference")
@@ -48,12 +48,12 @@ def _compile(workdir: Path, mode: str, *, target: Path, draft: Path | None, bls_
 
 @pytest.fixture(scope="session")
 def e2e_builds(tmp_path_factory, tiny_target, tiny_draft):
-    """mode -> (build folder, repository) for draft_target and medusa."""
+    """mode -> (build folder, repository) for draft_target, medusa and ngram."""
     from specbuild.model_repo.generate import generate_repo
 
     root = tmp_path_factory.mktemp("e2e")
     out = {}
-    for mode, draft, bls in (("draft_target", tiny_draft, 4), ("medusa", None, 2)):
+    for mode, draft, bls in (("draft_target", tiny_draft, 4), ("medusa", None, 2), ("ngram", None, 2)):
         build = _compile(root / mode, mode, target=tiny_target, draft=draft, bls_instances=bls)
         out[mode] = (build, generate_repo(build, root / mode / "repo", backend="python"))
     return out
@@ -73,7 +73,7 @@ class ServerPool:
         return TritonServer(self.builds[mode][1], opts).launch()
 
     def start_all(self) -> None:
-        for mode in self.builds:  # launch both, then wait: their model loading overlaps
+        for mode in self.builds:  # launch all, then wait: their model loading overlaps
             self.servers[mode] = self._new(mode)
         for server in self.servers.values():
             server.wait_ready()

@@ -38,7 +38,7 @@ COST_REPEATS = 3  # best of N per timing (less noise from other work on the host
 
 
 def _one_request(
-    config: BenchConfig, prompt: str, index: int, *, temperature: float, k: int | None
+    config: BenchConfig, prompt: str, index: int, *, temperature: float, k: int | None, rounds_known: bool
 ) -> RequestRecord:
     params = SamplingParams(
         max_tokens=config.max_tokens,
@@ -58,7 +58,7 @@ def _one_request(
         drafted=result.stats.drafted,
         accepted=result.stats.accepted,
         accepted_per_step=steps,
-        rounds=tuple(theory.rounds_from_steps(steps, k, config.max_tokens)) if k else (),
+        rounds=tuple(theory.rounds_from_steps(steps, k, config.max_tokens)) if k and rounds_known else (),
     )
 
 
@@ -70,12 +70,15 @@ def run_once(
     concurrency: int,
     k: int | None,
     advance: Callable[[], None],
+    rounds_known: bool = True,
 ) -> RunSummary:
     """All prompts at one concurrency; duration = first send to last answer."""
     lock = threading.Lock()
 
     def task(item: tuple[int, str]) -> RequestRecord:
-        record = _one_request(config, item[1], item[0], temperature=temperature, k=k)
+        record = _one_request(
+            config, item[1], item[0], temperature=temperature, k=k, rounds_known=rounds_known
+        )
         with lock:
             advance()
         return record
@@ -91,6 +94,7 @@ def run_once(
         concurrency=concurrency,
         num_draft_tokens=k or 0,
         duration_s=duration,
+        rounds_known=rounds_known,
     )
 
 
@@ -125,6 +129,7 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
                 concurrency=concurrency,
                 k=k,
                 advance=lambda: progress.advance(bar),
+                rounds_known=method.drafts_every_round,
             )
             runs.append(run)
     attach_speedups(runs, cost_ratio=cost_ratio)

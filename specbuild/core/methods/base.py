@@ -70,6 +70,8 @@ class SpeculationMethod:
     tuner: str  # "module:function" of `specbuild tune`
     default_k: int = 0  # draft tokens per round when neither a spec nor a caller says (0: not per round)
     section_required: bool = True  # False: a spec may leave the section out (the loader fills its defaults)
+    # every round drafts min(K, tokens left - 1) (a client can rebuild the rounds); False: 0..K (n-gram)
+    drafts_every_round: bool = True
 
     # ---- spec ---------------------------------------------------------------------------------
     def default_max_draft_len(self, spec: BuildSpec) -> int:

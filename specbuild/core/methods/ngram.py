@@ -85,6 +85,7 @@ NGRAM = NGram(
     section="ngram",
     section_example=f"ngram: {{max_matching_ngram_size: {DEFAULT_MAX_MATCHING_NGRAM_SIZE}}}",
     section_required=False,  # every key has upstream's default
+    drafts_every_round=False,  # a round drafts what the pool holds: 0..K tokens
     target_mode=SpeculativeDecodingMode.DRAFT_TOKENS_EXTERNAL,
     draft_model=False,
     bls_drafter="bls_core:NGramDrafter",
