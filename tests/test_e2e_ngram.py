@@ -82,22 +82,44 @@ def test_generate_cli_and_bench_show_the_method(server, baseline, tmp_path):
     data = json.loads(result.output)
     assert (data["text"], data["token_ids"]) == baseline[prompt]
 
-    from specbuild.client.bench import run_bench
-    from specbuild.client.options import BenchConfig
-
-    runs, context = run_bench(
-        BenchConfig(
-            url=server.grpc_url,
-            prompts=tuple(PROMPTS[:2]),
-            concurrency=(1,),
-            temperatures=(0.0,),
-            max_tokens=8,
-        )
-    )
-    assert context["mode"] == "ngram" and context["cost_ratio"] == 0.0 and context["num_draft_tokens"] == 4
-    assert [r.mode for r in runs] == ["baseline", "speculative"]
-    spec = runs[1].metrics
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(PROMPTS[:2]) + "\n")
+    args = [
+        "bench",
+        "--url",
+        server.grpc_url,
+        "--prompts",
+        str(prompts),
+        "--concurrency",
+        "1",
+        "--temperature",
+        "0",
+    ]
+    result = CliRunner().invoke(app, [*args, "--max-tokens", "8", "--out", str(tmp_path / "bench")])
+    assert result.exit_code == 0, result.output
+    assert "method: ngram, K = 4" in result.output
+    report = json.loads((tmp_path / "bench" / "bench.json").read_text())
+    assert report["context"]["mode"] == "ngram" and report["context"]["cost_ratio"] == 0.0
+    runs = report["runs"]
+    assert [r["mode"] for r in runs] == ["baseline", "speculative"]
+    spec = runs[1]["metrics"]
     assert spec["speedup_measured"] > 0 and spec["mean_accepted_tokens_per_pass"] >= 1
-    assert (
-        spec["alpha"] != spec["alpha"] and "speedup_predicted" not in spec
-    )  # rounds draft 0..K: no i.i.d. model
+    assert "speedup_predicted" not in spec  # rounds draft 0..K: no i.i.d. prediction
+
+
+def test_the_bls_instances_share_one_pool_file(server, e2e_builds):
+    """Both BLS processes (bls_instance_count 2) open the same pool: one file for this server's model."""
+    import hashlib
+    import os
+    import tempfile
+    from pathlib import Path
+
+    repo = e2e_builds["ngram"][1]
+    digests = {
+        hashlib.sha256(os.path.realpath(p).encode()).hexdigest()[:16]
+        for p in (repo / "tensorrt_llm_bls", repo)
+    }
+    folder = Path(tempfile.gettempdir()) / "specbuild-ngram"
+    files = [p for p in folder.glob("*.sqlite3") if p.stem.rsplit("-", 1)[-1] in digests]
+    assert len(files) == 1, files
+    assert files[0].stat().st_size > 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from repo_builds import cached_build
@@ -75,6 +76,20 @@ def test_production_ngram_repository_validates(builds, tmp_path):
     (build / "target" / "engine" / "rank0.engine").write_bytes(b"stand-in for trtllm-build's output")
     repo = generate_repo(build, tmp_path / "prod", backend="tensorrtllm")
     assert not (repo / "tensorrt_llm_draft").exists()
+    local = generate_repo(build, tmp_path / "local", backend="python")
+    for name in ("model.py", "bls_core.py", "ngram_store.py"):  # the BLS test_repo_models.py runs
+        bls = Path("tensorrt_llm_bls") / "1" / name
+        assert (repo / bls).read_bytes() == (local / bls).read_bytes()
+    for key in (
+        "bls_drafter",
+        "speculation_method",
+        "ngram_max_matching_ngram_size",
+        "tensorrt_llm_draft_model_name",
+    ):
+        assert (
+            parse_text((repo / "tensorrt_llm_bls" / "config.pbtxt").read_text()).parameters[key]
+            == parse_text((local / "tensorrt_llm_bls" / "config.pbtxt").read_text()).parameters[key]
+        )
     assert 'backend: "tensorrtllm"' in (repo / "tensorrt_llm" / "config.pbtxt").read_text()
     result = CliRunner().invoke(app, ["repo", "check", str(repo)])
     assert result.exit_code == 0, result.output

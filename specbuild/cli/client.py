@@ -64,6 +64,8 @@ def bench(
     runs, context = run_bench(config, console=out_console)
     files = write_report(runs, context, out)
     out_console.print(table(runs))
+    k = context.get("num_draft_tokens")
+    out_console.print(f"method: {context['mode']}" + (f", K = {k}" if k is not None else ""))
     c = context["cost_ratio"]
     out_console.print(
         f"cost ratio c = {c:.3f} ({context['cost_ratio_method']})"

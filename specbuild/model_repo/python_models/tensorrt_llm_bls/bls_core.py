@@ -19,15 +19,18 @@ Shape legend: L tokens so far (prompt + accepted), k draft tokens this round, V 
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from ngram_store import SharedPatternStore, remove_stale, server_pool_path
 from trtllm_semantics import sampling_params
-from words import first_stop, stop_at_words, word_lists
+from words import first_stop, flag, stop_at_words, word_lists
 from words import scalar as read
 
+from specbuild.engines.reference.ngram import NGramConfig, NGramRequest, PatternPool
 from specbuild.engines.reference.speculative import speculative_generate
 
 Call = Callable[[str, dict[str, np.ndarray], list[str]], dict[str, np.ndarray]]
@@ -325,9 +328,7 @@ class NGramDrafter:
 
     forward_passes = 0
 
-    def __init__(self, shared: _Shared, config, public):
-        from specbuild.engines.reference.ngram import NGramRequest
-
+    def __init__(self, shared: _Shared, config: NGramConfig, public):
         self.request = NGramRequest(config, shared.opts.num_draft_tokens, public)
 
     def propose(self, ids, k, params):
@@ -335,10 +336,6 @@ class NGramDrafter:
 
     @classmethod
     def configure(cls, parameter: Callable[[str, str], str], *, model_dir: str, log=print):
-        from words import flag
-
-        from specbuild.engines.reference.ngram import NGramConfig, PatternPool
-
         config = NGramConfig(
             max_matching_ngram_size=int(parameter("ngram_max_matching_ngram_size", "2")),
             is_keep_all=flag(parameter("ngram_is_keep_all", "true")),
@@ -360,10 +357,6 @@ class NGramDrafter:
 
 def open_public_pool(model_dir: str, *, log=print):
     """The pool shared by this server's BLS instances, or None (then each instance keeps its own)."""
-    import sqlite3
-
-    from ngram_store import SharedPatternStore, remove_stale, server_pool_path
-
     path = server_pool_path(model_dir)
     try:
         remove_stale(path.parent)
