@@ -281,11 +281,14 @@ def format_ngram_report(report) -> str:
 
 
 def format_tune_report(report) -> str:
-    if report.tunes == "ngram":
+    from specbuild.core.methods import Tunable
+
+    tunes = Tunable[report.tunes.upper()]  # TuneReport.tunes: the Tunable's name, lower case
+    if tunes is Tunable.NGRAM:
         return format_ngram_report(report)
     d = report.details
     lines = []
-    tree = report.tunes == "tree"  # else K (TuneReport.tunes)
+    tree = tunes is Tunable.TREE  # else K
     if not tree:
         acc = ", ".join(f"{a:.3f}" for a in d["acceptance_per_position"])
         lines += [

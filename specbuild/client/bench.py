@@ -28,8 +28,9 @@ from tritonclient.utils import InferenceServerException
 
 from specbuild.client.metrics import RequestRecord, RunSummary, attach_speedups, summarize_run
 from specbuild.client.options import BenchConfig
-from specbuild.client.remote import connect, generate_remote, model_info
+from specbuild.client.remote import LLMAPI_INTERFACE, connect, generate_remote, model_info
 from specbuild.core import theory
+from specbuild.core.errors import ClientError
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.model_repo.tensors import DRAFT_MODEL, TARGET_MODEL
 
@@ -38,8 +39,18 @@ COST_REPEATS = 3  # best of N per timing (less noise from other work on the host
 
 
 def _one_request(
-    config: BenchConfig, prompt: str, index: int, *, temperature: float, k: int | None, rounds_known: bool
+    config: BenchConfig,
+    prompt: str,
+    index: int,
+    *,
+    temperature: float,
+    k: int | None,
+    stats_k: int | None = None,
+    rounds_known: bool = True,
 ) -> RequestRecord:
+    """k: the request's num_draft_tokens (None: the engine's own); stats_k: the K the rounds were drafted with
+    (an LLM-API repository's speculative_config.max_draft_len), default k."""
+    stats_k = k if stats_k is None else stats_k
     params = SamplingParams(
         max_tokens=config.max_tokens,
         temperature=temperature,
@@ -58,7 +69,9 @@ def _one_request(
         drafted=result.stats.drafted,
         accepted=result.stats.accepted,
         accepted_per_step=steps,
-        rounds=tuple(theory.rounds_from_steps(steps, k, config.max_tokens)) if k and rounds_known else (),
+        rounds=tuple(theory.rounds_from_steps(steps, stats_k, config.max_tokens))
+        if stats_k and rounds_known
+        else (),
     )
 
 
@@ -70,6 +83,7 @@ def run_once(
     concurrency: int,
     k: int | None,
     advance: Callable[[], None],
+    stats_k: int | None = None,
     rounds_known: bool = True,
 ) -> RunSummary:
     """All prompts at one concurrency; duration = first send to last answer."""
@@ -77,7 +91,13 @@ def run_once(
 
     def task(item: tuple[int, str]) -> RequestRecord:
         record = _one_request(
-            config, item[1], item[0], temperature=temperature, k=k, rounds_known=rounds_known
+            config,
+            item[1],
+            item[0],
+            temperature=temperature,
+            k=k,
+            stats_k=stats_k,
+            rounds_known=rounds_known,
         )
         with lock:
             advance()
@@ -92,7 +112,7 @@ def run_once(
         mode=mode,
         temperature=temperature,
         concurrency=concurrency,
-        num_draft_tokens=k or 0,
+        num_draft_tokens=(k if stats_k is None else stats_k) or 0,
         duration_s=duration,
         rounds_known=rounds_known,
     )
@@ -103,12 +123,36 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
     client = connect(config.url)
     try:
         info = model_info(client, None)
-        method = info.repo.speculation
-        cost_ratio = measure_cost_ratio(client, config.prompts[0]) if method.draft_model else 0.0
+        repo = info.repo
+        if not info.token_ids:
+            raise ClientError(
+                f"the {info.name!r} model answers with text only: bench counts tokens from output_ids",
+                expected="a repository from `specbuild repo` (its LLM-API model adds output_ids)",
+                found=f"{info.interface} interface outputs: {', '.join(sorted(info.outputs))}",
+                fix="bench a specbuild repository, or use trtllm-serve's own benchmark for upstream's model",
+            )
+        if config.num_draft_tokens is not None and not repo.bls_drives_loop:
+            raise ClientError(
+                "--num-draft-tokens is for repositories whose BLS drafts per round",
+                expected="a draft/target repository with the BLS interface",
+                found=f"{repo.title} through the {info.interface} interface (K = the repository's "
+                f"{repo.num_draft_tokens})",
+                fix="drop --num-draft-tokens",
+            )
+        cost_ratio = measure_cost_ratio(client, config.prompts[0]) if repo.draft_model else 0.0
+        if (
+            info.interface == LLMAPI_INTERFACE
+            and repo.speculation is not None
+            and repo.speculation.draft_model
+        ):
+            cost_ratio = None  # one LLM-API model: the draft cannot be timed alone through this interface
     finally:
         client.close()
-    k = config.num_draft_tokens if config.num_draft_tokens is not None else info.repo.num_draft_tokens
-    modes = [("baseline", 0), ("speculative", k)] if method.has_baseline else [("speculative", None)]
+    k = config.num_draft_tokens if config.num_draft_tokens is not None else repo.num_draft_tokens
+    if repo.has_baseline:
+        modes = [("baseline", 0), ("speculative", k)]
+    else:  # the engine speculates by itself (Medusa, every LLM-API repository): K is not a request option
+        modes = [("speculative", None)]
     plan = [(t, c, m, k) for t in config.temperatures for c in config.concurrency for m, k in modes]
     runs: list[RunSummary] = []
     with Progress(
@@ -129,21 +173,27 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
                 concurrency=concurrency,
                 k=k,
                 advance=lambda: progress.advance(bar),
-                rounds_known=method.drafts_every_round,
+                stats_k=None if repo.bls_drives_loop else (repo.num_draft_tokens or None),
+                rounds_known=repo.speculation is None or repo.speculation.drafts_every_round,
             )
             runs.append(run)
     attach_speedups(runs, cost_ratio=cost_ratio)
     context = {
         "url": config.url,
         "model": info.name,
-        "mode": info.repo.method.value,
+        "mode": repo.mode,
+        "interface": info.interface,
         "cost_ratio": cost_ratio,
         "cost_ratio_method": "draft-only vs target-only timing"
-        if method.draft_model
-        else f"{method.title}: no draft model, c = 0",
+        if repo.draft_model
+        else (
+            "LLM-API interface: one model, the draft cannot be timed alone (c unknown)"
+            if cost_ratio is None
+            else f"{repo.title}: no draft model, c = 0"
+        ),
         "prompts": len(config.prompts),
         "max_tokens": config.max_tokens,
-        "num_draft_tokens": k if method.bls_drives_loop else None,
+        "num_draft_tokens": k if repo.bls_drives_loop else (repo.num_draft_tokens or None),
     }
     return runs, context
 

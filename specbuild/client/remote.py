@@ -29,27 +29,72 @@ from dataclasses import dataclass
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from specbuild.client.request import Chunk, build_inputs, parse_response
+from specbuild.client.request import Chunk, build_inputs, build_llmapi_inputs, parse_response
 from specbuild.core.errors import ClientError, SpecbuildError
 from specbuild.core.generation import GenerationResult, SpecStats
 from specbuild.core.methods import Method, SpeculationMethod, method_of, parse_method
 from specbuild.core.sampling_params import SamplingParams
-from specbuild.model_repo.tensors import BLS, ENSEMBLE
+from specbuild.model_repo.tensors import BLS, ENSEMBLE, LLMAPI_MODEL, is_llmapi_interface
 
 DEFAULT_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 5.0
 
 
+BLS_INTERFACE, LLMAPI_INTERFACE = "bls", "llmapi"
+
+
 @dataclass(frozen=True)
 class RepoInfo:
-    """What the served repository says about itself (the BLS's parameters)."""
+    """What the served repository says about itself (the BLS's parameters, or the LLM-API model's)."""
 
-    method: Method
+    method: Method | None  # None: an LLM-API repository that does not say (not written by specbuild)
     num_draft_tokens: int  # the BLS's default_num_draft_tokens: the repository's K (0: not per round)
+    interface: str = BLS_INTERFACE  # bls (ensemble / BLS text interface) | llmapi (Triton's LLM-API model)
+    trtllm_version: str | None = None
 
     @property
-    def speculation(self) -> SpeculationMethod:
-        return method_of(self.method)
+    def speculation(self) -> SpeculationMethod | None:
+        return method_of(self.method) if self.method is not None else None
+
+    @property
+    def bls_drives_loop(self) -> bool:
+        """Requests choose K (num_draft_tokens; 0 = the target alone): the BLS runs the rounds."""
+        return (
+            self.interface == BLS_INTERFACE
+            and self.speculation is not None
+            and self.speculation.bls_drives_loop
+        )
+
+    @property
+    def has_baseline(self) -> bool:
+        """The same server can run the target alone. The LLM API speculates on every request."""
+        return self.bls_drives_loop
+
+    @property
+    def draft_model(self) -> bool:
+        """A separate draft model to time for the cost ratio (BLS repositories only: the LLM-API model is
+        one model)."""
+        return (
+            self.interface == BLS_INTERFACE and self.speculation is not None and self.speculation.draft_model
+        )
+
+    @property
+    def always_speculates(self) -> bool:
+        if self.interface == LLMAPI_INTERFACE:
+            return self.method is not None
+        return (
+            not self.bls_drives_loop
+            and self.speculation is not None
+            and self.speculation.target_mode.speculative
+        )
+
+    @property
+    def title(self) -> str:
+        return self.speculation.title if self.speculation else "unknown method"
+
+    @property
+    def mode(self) -> str:
+        return self.method.value if self.method is not None else "unknown"
 
 
 @dataclass(frozen=True)
@@ -59,6 +104,16 @@ class ModelInfo:
     decoupled: bool
     repo: RepoInfo
     max_total_tokens: int | None = None  # the BLS's limit on prompt + max_tokens (its parameters)
+    outputs: frozenset[str] = frozenset()
+
+    @property
+    def interface(self) -> str:
+        return self.repo.interface
+
+    @property
+    def token_ids(self) -> bool:
+        """Responses carry token ids (every specbuild repository; upstream's LLM-API model returns text)."""
+        return self.interface == BLS_INTERFACE or "output_ids" in self.outputs
 
 
 # A Python-backend model whose stub process died: "Stub process 'tensorrt_llm_draft_0_0' is not healthy."
@@ -135,8 +190,28 @@ def repo_info(client) -> RepoInfo:
     return RepoInfo(method, int(k) if k.isdigit() else 0)
 
 
+def llmapi_repo_info(config: dict) -> RepoInfo:
+    """An LLM-API repository's method and K from its model's parameters (specbuild writes them; upstream's
+    model.py ignores them); an upstream repository says nothing: method None."""
+    params = config.get("parameters", {})
+
+    def param(key: str) -> str:
+        return str((params.get(key) or {}).get("string_value", ""))
+
+    try:
+        method = parse_method(param("speculation_method")) if param("speculation_method") else None
+    except SpecbuildError:
+        method = None
+    k = param("default_num_draft_tokens")
+    return RepoInfo(
+        method, int(k) if k.isdigit() else 0, LLMAPI_INTERFACE, trtllm_version=param("trtllm_version") or None
+    )
+
+
 def model_info(client, model: str | None) -> ModelInfo:
-    """Resolve the model (None: the BLS) and read its inputs; a model that is not READY is a ClientError."""
+    """Resolve the model (None: the BLS, else an LLM-API repository's tensorrt_llm) and read its inputs; the
+    interface is detected from the model's metadata (text_input + sampling_param_*: Triton's LLM-API
+    model); a model that is not READY is a ClientError."""
     index = client.get_model_repository_index(as_json=True).get("models", [])
     ready = {m["name"] for m in index if m.get("state") == "READY"}
     down = tuple(
@@ -144,7 +219,7 @@ def model_info(client, model: str | None) -> ModelInfo:
         for m in index
         if m.get("state") != "READY"
     )
-    name = model or BLS
+    name = model or (LLMAPI_MODEL if BLS not in ready and LLMAPI_MODEL in ready else BLS)
     if down:  # a model that failed to load or was unloaded: say which, before any request fails on it
         raise ClientError(
             f"model {name!r} is down on the server"
@@ -154,7 +229,6 @@ def model_info(client, model: str | None) -> ModelInfo:
             found="; ".join(down),
             fix="read the server log for why, then restart `specbuild serve`",
         )
-    repo = repo_info(client)
     if name not in ready:
         raise ClientError(
             f"model {name!r} is not served here",
@@ -171,19 +245,32 @@ def model_info(client, model: str | None) -> ModelInfo:
         ) from None
     decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
     total = (config.get("parameters", {}).get("max_total_tokens") or {}).get("string_value", "")
+    inputs = frozenset(i["name"] for i in meta.get("inputs", []))
+    if name == LLMAPI_MODEL and not is_llmapi_interface(inputs):
+        raise ClientError(
+            f"model {name!r} here is the TensorRT-LLM engine model (token ids in and out), not Triton's "
+            "LLM-API model",
+            expected="text_input + sampling_param_* inputs (an LLM-API repository)",
+            found=", ".join(sorted(inputs)[:6]) + ", ...",
+            fix=f"call --model {BLS} (or {ENSEMBLE}) on an engine-flow repository",
+        )
+    repo = llmapi_repo_info(config) if is_llmapi_interface(inputs) else repo_info(client)
     return ModelInfo(
         name,
-        frozenset(i["name"] for i in meta.get("inputs", [])),
+        inputs,
         decoupled,
         repo,
         max_total_tokens=int(total) if total.isdigit() else None,
+        outputs=frozenset(o["name"] for o in meta.get("outputs", [])),
     )
 
 
 class _Collector:
     """Gathers a request's responses; the stream callback feeds it (keyword args result=, error=)."""
 
-    def __init__(self, on_text: Callable[[str], None] | None) -> None:
+    def __init__(self, on_text: Callable[[str], None] | None, *, cumulative: bool = False) -> None:
+        self.cumulative = cumulative  # text_output holds the whole text so far (the LLM-API interface)
+        self.last_text = ""
         self.chunks: list[Chunk] = []
         self.times: list[float] = []  # monotonic arrival of each response with tokens or text
         self.done = threading.Event()
@@ -203,6 +290,11 @@ class _Collector:
                 self.error = f"unreadable response: {type(exc).__name__}: {exc}"
             self.done.set()
             return
+        if self.cumulative and chunk.text:
+            whole, shared = chunk.text, 0
+            while shared < min(len(whole), len(self.last_text)) and whole[shared] == self.last_text[shared]:
+                shared += 1
+            chunk.text, self.last_text = whole[shared:], whole  # the new text (best effort while streaming)
         if chunk.text or chunk.token_ids or chunk.perf or chunk.counts:
             self.chunks.append(chunk)
             self.times.append(time.monotonic())
@@ -214,9 +306,20 @@ class _Collector:
 
 def _inputs(info: ModelInfo, prompt, params, *, stream, num_draft_tokens):
     out = []
-    for name, array, dtype in build_inputs(
-        info.name, prompt, params, stream=stream, num_draft_tokens=num_draft_tokens, declared=set(info.inputs)
-    ):
+    if info.interface == LLMAPI_INTERFACE:
+        built = build_llmapi_inputs(
+            prompt, params, stream=stream, declared=set(info.inputs), trtllm_version=info.repo.trtllm_version
+        )
+    else:
+        built = build_inputs(
+            info.name,
+            prompt,
+            params,
+            stream=stream,
+            num_draft_tokens=num_draft_tokens,
+            declared=set(info.inputs),
+        )
+    for name, array, dtype in built:
         tensor = grpcclient.InferInput(name, list(array.shape), dtype)
         tensor.set_data_from_numpy(array)
         out.append(tensor)
@@ -224,7 +327,7 @@ def _inputs(info: ModelInfo, prompt, params, *, stream, num_draft_tokens):
 
 
 def _run_stream(client, info: ModelInfo, inputs, *, timeout_s: float, on_text) -> _Collector:
-    collector = _Collector(on_text)
+    collector = _Collector(on_text, cumulative=info.interface == LLMAPI_INTERFACE)
     client.start_stream(callback=collector.callback)
     try:
         try:
@@ -293,7 +396,7 @@ def _raise_request_error(url: str, model: str, error: str, timeout_s: float) -> 
 def _result(
     collector: _Collector, *, t0: float, params: SamplingParams, always_speculates: bool
 ) -> GenerationResult:
-    text = "".join(c.text for c in collector.chunks)
+    text = collector.last_text if collector.cumulative else "".join(c.text for c in collector.chunks)
     token_ids = [t for c in collector.chunks for t in c.token_ids]
     perf: dict[str, float] = {}
     for c in collector.chunks:
@@ -315,7 +418,8 @@ def _result(
     if "last_token_time_ns" in perf and "arrival_time_ns" in perf and perf["arrival_time_ns"] > 0:
         timings["server_total"] = (perf["last_token_time_ns"] - perf["arrival_time_ns"]) / 1e9
     timings["chunks"] = float(len(steps))
-    finish = "length" if len(token_ids) >= params.max_tokens else "stop"
+    reported = next((c.finish_reason for c in reversed(collector.chunks) if c.finish_reason), None)
+    finish = reported or ("length" if len(token_ids) >= params.max_tokens else "stop")
     prompt = next(
         (c.counts["num_input_tokens"] for c in collector.chunks if "num_input_tokens" in c.counts), None
     )
@@ -353,11 +457,13 @@ def generate_remote(
                 found=f"max_tokens {params.max_tokens}",
                 fix=f"pass --max-tokens {info.max_total_tokens - 1} or less",
             )
-        if num_draft_tokens is not None and not info.repo.speculation.bls_drives_loop:
+        if num_draft_tokens is not None and not info.repo.bls_drives_loop:
             raise ClientError(
                 "--num-draft-tokens is for methods whose BLS drafts per round (draft/target)",
-                expected="a draft/target repository",
-                found=f"a {info.repo.speculation.title} repository (the engine drafts itself)",
+                expected="a draft/target repository with the BLS interface",
+                found=f"a {info.repo.title} repository ({info.interface} interface: the engine drafts "
+                "itself, "
+                "K is its speculative_config.max_draft_len)",
                 fix="drop --num-draft-tokens (the engine's own settings decide what it drafts)",
             )
         inputs = _inputs(info, prompt, params, stream=stream, num_draft_tokens=num_draft_tokens)
@@ -371,8 +477,7 @@ def generate_remote(
         if collector.error is not None:
             _raise_request_error(normalize_url(url), info.name, collector.error, timeout_s)
         # an engine that speculates by itself (Medusa) speculates on every request
-        always = not info.repo.speculation.bls_drives_loop and info.repo.speculation.target_mode.speculative
-        result = _result(collector, t0=t0, params=params, always_speculates=always)
+        result = _result(collector, t0=t0, params=params, always_speculates=info.repo.always_speculates)
         if on_text and not stream and result.text:
             on_text(result.text)
         return result

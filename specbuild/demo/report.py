@@ -6,7 +6,7 @@ output tokens/s over the target alone), TTFT and inter-token latency of both run
 
 A Medusa engine always speculates, so its bench has no baseline of its own; its measured speedup is
 taken against the draft/target run's baseline at the same temperature and concurrency, which serves
-the same target model with the same prompts and lengths (marked "vs d/t baseline").
+the same target model with the same prompts and lengths (marked "vs draft/target baseline").
 
 Each mode may be benched on several prompt sets ("usual": the demo family's held-out prompts;
 "repetition": prompts whose continuation repeats their own text); each set gets its rows, and one
@@ -24,6 +24,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from specbuild.core import theory
 from specbuild.core.methods import method_of
 
 COLUMNS = (
@@ -49,10 +50,10 @@ COMPARISON = ("prompts", "mode", "T", "conc", "accept", "tok/pass", "measured", 
 
 
 def summary_rows(
-    bench: dict[str, Any], *, baseline_from: dict[str, Any] | None = None, lender: str = "draft_target"
+    bench: dict[str, Any], *, baseline_from: dict[str, Any] | None = None, lender: str = "draft/target"
 ) -> list[dict[str, Any]]:
-    """One row per speculative run; `baseline_from` (the bench of mode `lender`) supplies baselines the
-    bench itself lacks (Medusa)."""
+    """One row per speculative run; `baseline_from` (the bench of the method titled `lender`) supplies
+    baselines the bench itself lacks (Medusa)."""
     base_runs = [r for r in bench["runs"] if r["mode"] == "baseline"]
     borrowed = False
     if not base_runs and baseline_from is not None:
@@ -81,14 +82,22 @@ def summary_rows(
                 "base ITL ms": b["inter_token_latency"]["avg"] if b else None,
                 "tok/s": m["output_token_throughput"],
                 "base tok/s": b["output_token_throughput"] if b else None,
-                "baseline": (
-                    f"vs {'d/t' if lender == 'draft_target' else lender} baseline"
-                    if borrowed and b
-                    else ("own baseline" if b else "none")
-                ),
+                "baseline": f"vs {lender} baseline" if borrowed and b else ("own baseline" if b else "none"),
             }
         )
     return rows
+
+
+def _predict(rows: list[dict[str, Any]], bench: dict[str, Any], cost_ratio: float | None) -> None:
+    """Fill the predicted speedup of rows whose bench could not time its draft (the LLM-API interface)."""
+    if cost_ratio is None:
+        return
+    k = bench.get("context", {}).get("num_draft_tokens") or 0
+    alphas = {(r["temperature"], r["concurrency"]): r["metrics"].get("alpha") for r in bench["runs"]}
+    for row in rows:
+        alpha = alphas.get((row["T"], row["conc"]))
+        if row["predicted"] is None and alpha is not None and alpha == alpha and k:
+            row["predicted"] = theory.predicted_speedup(alpha, k, cost_ratio)
 
 
 def _fmt(value: Any) -> str:
@@ -172,19 +181,43 @@ def print_summary(
     return summary
 
 
+def _own_baseline(key: str, bench: dict[str, Any]) -> bool:
+    """The run has a target-alone baseline of its own (a BLS that drives the rounds)."""
+    ctx = bench.get("context", {})
+    return ctx.get("interface", "bls") == "bls" and method_of(ctx.get("mode") or key).has_baseline
+
+
 def _mode_table(console, summary, mode, name, bench, loaded, paths) -> str:
     """Print one mode's table for one prompt set, record it in `summary`; returns its markdown."""
-    method = method_of(mode)
-    # a method without its own baseline (the engine always speculates) borrows one of the same target
-    lenders = [(m, s[name]) for m, s in loaded.items() if method_of(m).has_baseline and name in s]
-    lender, lent = lenders[0] if lenders else (None, None)
-    rows = summary_rows(bench, baseline_from=None if method.has_baseline else lent, lender=lender or "")
     ctx = bench.get("context", {})
-    title = (
-        (f"{mode}: K={ctx.get('num_draft_tokens')}, cost ratio c={_fmt(ctx.get('cost_ratio'))}")
-        if method.bls_drives_loop
-        else f"{mode}: tree from the tuned spec, c=0 (heads ride on the target pass)"
-    )
+    method = method_of(ctx.get("mode") or mode)  # the key may name a run ("draft_target (LLM API)")
+    llmapi = ctx.get("interface") == "llmapi"
+    # a run without its own baseline (the engine always speculates) borrows one of the same target
+    lenders = [(m, s[name]) for m, s in loaded.items() if name in s and _own_baseline(m, s[name])]
+    lender, lent = lenders[0] if lenders else (None, None)
+    own = _own_baseline(mode, bench)
+    lender_title = method_of(lent.get("context", {}).get("mode") or lender).title if lent else ""
+    rows = summary_rows(bench, baseline_from=None if own else lent, lender=lender_title)
+    if llmapi:
+        # the same method through the BLS has the same draft and target: its cost ratio predicts this run
+        twin = next(
+            (
+                s[name]
+                for m, s in loaded.items()
+                if m == method.name and name in s and _own_baseline(m, s[name])
+            ),
+            None,
+        )
+        c = (twin or {}).get("context", {}).get("cost_ratio")
+        _predict(rows, bench, c)
+        title = (
+            f"{mode}: Triton's LLM-API interface, K={ctx.get('num_draft_tokens')} (speculative_config), "
+            f"predicted with the {method.name} run's c={_fmt(c)}"
+        )
+    elif method.bls_drives_loop:
+        title = f"{mode}: K={ctx.get('num_draft_tokens')}, cost ratio c={_fmt(ctx.get('cost_ratio'))}"
+    else:
+        title = f"{mode}: tree from the tuned spec, c=0 (heads ride on the target pass)"
     if name != "usual":
         title += f"; {name} prompts"
     if rows and rows[0]["baseline"].startswith("vs "):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from specbuild.core.errors import SpecError
 from specbuild.core.methods.base import EngineRole, SpeculationMethod, Tunable, resolve_name
 from specbuild.core.methods.draft_target import DRAFT_TARGET  # registration
+from specbuild.core.methods.eagle3 import EAGLE3  # registration
 from specbuild.core.methods.medusa import MEDUSA  # registration
 from specbuild.core.methods.ngram import NGRAM  # registration
 from specbuild.core.trtllm_facts import SpeculativeDecodingMode
@@ -29,6 +30,7 @@ class Method(str, Enum):
     DRAFT_TARGET = DRAFT_TARGET.name  # registration
     MEDUSA = MEDUSA.name  # registration
     NGRAM = NGRAM.name  # registration
+    EAGLE3 = EAGLE3.name  # registration
 
     def __str__(self) -> str:
         return self.value
@@ -36,7 +38,7 @@ class Method(str, Enum):
 
 METHODS: dict[Method, SpeculationMethod] = {
     Method(m.name): m
-    for m in (DRAFT_TARGET, MEDUSA, NGRAM)  # registration
+    for m in (DRAFT_TARGET, MEDUSA, NGRAM, EAGLE3)  # registration
 }
 SECTIONS: tuple[str, ...] = tuple(
     m.section for m in METHODS.values() if m.section
