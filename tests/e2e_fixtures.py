@@ -134,11 +134,9 @@ def greedy(e2e_engine):
     return run
 
 
-@pytest.fixture(scope="session")
-def e2e_llmapi(tmp_path_factory, tiny_target, tiny_draft):
-    """(build, repository, server) of the draft/target spec on the LLM-API flow: `compile --flow llmapi
-    --engine reference` -> `repo --backend llmapi-local` -> a tritonserver serving the LLM-API interface
-    (started only for the tests that ask, so the other e2e modules do not pay for it)."""
+def _llmapi_server(root: Path, example: str, models: dict[str, Path]):
+    """`compile --flow llmapi --engine reference` of examples/tiny/EXAMPLE -> `repo --backend llmapi-local`
+    -> a tritonserver serving the LLM-API interface; yields (build, repository, server)."""
     import yaml
     from repo_builds import EXAMPLES
 
@@ -147,13 +145,12 @@ def e2e_llmapi(tmp_path_factory, tiny_target, tiny_draft):
     from specbuild.model_repo.generate import generate_repo
     from specbuild.serve.server import ServerOptions, TritonServer, free_port
 
-    root = tmp_path_factory.mktemp("e2e-llmapi")
-    raw = yaml.safe_load((EXAMPLES / "draft-target.yaml").read_text())
+    raw = yaml.safe_load((EXAMPLES / example).read_text())
     raw["build"].update(max_seq_len=MAX_SEQ_LEN, max_input_len=MAX_INPUT_LEN)
     raw["flow"] = "llmapi"
     (root / "spec.yaml").write_text(yaml.safe_dump(raw))
-    shutil.copytree(tiny_target, root / "target")
-    shutil.copytree(tiny_draft, root / "draft")
+    for name, folder in models.items():
+        shutil.copytree(folder, root / name)
     build = compile_spec(load_spec(root / "spec.yaml"), root / "build", engine="reference")
     repo = generate_repo(build, root / "repo", backend="llmapi-local")
     opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
@@ -162,3 +159,18 @@ def e2e_llmapi(tmp_path_factory, tiny_target, tiny_draft):
         yield build, repo, server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def e2e_llmapi(tmp_path_factory, tiny_target, tiny_draft):
+    """(build, repository, server) of the draft/target spec on the LLM-API flow (started only for the
+    tests that ask, so the other e2e modules do not pay for it)."""
+    root = tmp_path_factory.mktemp("e2e-llmapi")
+    yield from _llmapi_server(root, "draft-target.yaml", {"target": tiny_target, "draft": tiny_draft})
+
+
+@pytest.fixture(scope="session")
+def e2e_llmapi_ngram(tmp_path_factory, tiny_target):
+    """(build, repository, server) of the n-gram spec on the LLM-API flow (NGramDecodingConfig)."""
+    root = tmp_path_factory.mktemp("e2e-llmapi-ngram")
+    yield from _llmapi_server(root, "ngram.yaml", {"target": tiny_target})

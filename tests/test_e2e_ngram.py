@@ -123,3 +123,53 @@ def test_the_bls_instances_share_one_pool_file(server, e2e_builds):
     files = [p for p in folder.glob("*.sqlite3") if p.stem.rsplit("-", 1)[-1] in digests]
     assert len(files) == 1, files
     assert files[0].stat().st_size > 0
+
+
+def test_the_llmapi_interface_serves_ngram(e2e_llmapi_ngram, baseline):
+    """flow: llmapi + mode: ngram -> NGramDecodingConfig in model.yaml, served by the local LLM-API model over
+    the reference engine's n-gram drafter: greedy equals the target alone, acceptance comes back."""
+    import yaml
+
+    from specbuild.client.bench import run_bench
+    from specbuild.client.options import BenchConfig
+    from specbuild.client.remote import LLMAPI_INTERFACE, connect, model_info
+    from specbuild.core.methods import Method
+
+    _, repo, server = e2e_llmapi_ngram
+    options = yaml.safe_load((repo / "tensorrt_llm" / "1" / "model.yaml").read_text())
+    assert options["speculative_config"] == {
+        "decoding_type": "NGram",
+        "max_draft_len": 4,
+        "max_matching_ngram_size": 3,
+        "is_keep_all": True,
+        "is_use_oldest": True,
+        "is_public_pool": True,
+    }
+    assert options["disable_overlap_scheduler"] is True  # what the PyTorch executor does for NGram anyway
+    client = connect(server.grpc_url)
+    try:
+        info = model_info(client, None)
+    finally:
+        client.close()
+    assert info.interface == LLMAPI_INTERFACE and info.repo.method is Method.NGRAM
+    assert info.repo.num_draft_tokens == 4 and not info.repo.has_baseline
+    for prompt in PROMPTS:
+        for stream in (False, True):
+            result = _remote(server, prompt, stream=stream)
+            assert (result.text, result.token_ids) == baseline[prompt], (prompt, stream)
+            assert result.speculative and 0 <= result.stats.accepted <= result.stats.drafted
+    again = _remote(server, PROMPTS[0])  # the public pool has seen this continuation: drafted from it
+    assert again.stats.drafted > 0 and again.stats.accepted > 0
+
+    runs, context = run_bench(
+        BenchConfig(
+            url=server.grpc_url, prompts=PROMPTS[:2], concurrency=(1,), temperatures=(0.0,), max_tokens=8
+        )
+    )
+    assert [r.mode for r in runs] == ["speculative"]
+    assert (
+        context["interface"] == "llmapi" and context["mode"] == "ngram" and context["num_draft_tokens"] == 4
+    )
+    m = runs[0].metrics
+    assert m["acceptance_rate"] == m["acceptance_rate"] and m["mean_accepted_tokens_per_pass"] >= 1.0
+    assert m["alpha"] != m["alpha"]  # rounds draft 0..K tokens: no i.i.d. alpha

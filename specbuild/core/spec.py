@@ -549,11 +549,23 @@ def _check_combination(spec: BuildSpec, where: str) -> None:
         cls = release(spec.trtllm_version).classes.get(decoding.config_class) if decoding else None
         if cls is None or "use_rejection_sampling" not in cls.keys:
             name = cls.name if cls else "speculative config"
+            offering = [
+                v
+                for v, rel in LLMAPI_VERSIONS.items()
+                if decoding and "use_rejection_sampling" in rel.classes[decoding.config_class].keys
+            ]
             _fail(
                 where,
                 "speculation.use_logits",
                 f"false for {spec.mode} on TensorRT-LLM {spec.trtllm_version}: its {name} has no "
                 "use_rejection_sampling key (lossless sampling with draft probabilities)",
                 True,
-                'set use_logits: false, or trtllm_version: "1.4.0rc4" (use_rejection_sampling)',
+                "set use_logits: false"
+                + (
+                    ", or "
+                    + " or ".join(f'trtllm_version: "{v}"' for v in offering)
+                    + " (use_rejection_sampling)"
+                    if offering
+                    else f" (no LLM-API release samples {spec.mode} with draft probabilities)"
+                ),
             )
