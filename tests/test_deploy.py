@@ -381,3 +381,12 @@ def test_cli_deploy_writes_a_folder_and_keeps_an_existing_one(tmp_path):
     assert r.exit_code == 0 and r.output.startswith(
         "vllm serve models/llama-3.3-70b-instruct --host 127.0.0.1"
     )
+
+
+def test_every_method_is_mapped_to_vllm_or_refused():
+    from specbuild.core.methods import Method
+    from specbuild.core.vllm_facts import VLLM_METHODS, VLLM_REFUSED, vllm_facts
+
+    for m in Method:
+        assert (m.value in VLLM_METHODS) != (m.value in VLLM_REFUSED), m
+    assert set(VLLM_METHODS.values()) <= set(vllm_facts().speculative_methods)
