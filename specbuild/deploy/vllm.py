@@ -78,10 +78,10 @@ def speculative_config(spec: BuildSpec, *, model_root: str | None = None) -> dic
                 found=f"draft.tp_size: {spec.draft.tp_size}",
                 fix="set draft.tp_size: 1",
             )
-        cfg["model"] = _model(spec, spec.draft.model, model_root)
+        cfg["model"] = pod_model(spec, spec.draft.model, model_root)
         cfg["draft_tensor_parallel_size"] = spec.draft.tp_size
     if spec.eagle3 is not None:  # the EAGLE-3 draft head
-        cfg["model"] = _model(spec, spec.eagle3.model, model_root)
+        cfg["model"] = pod_model(spec, spec.eagle3.model, model_root)
     if spec.ngram is not None:  # prompt lookup within the request (vLLM has no pool shared across requests)
         cfg["prompt_lookup_max"] = spec.ngram.max_matching_ngram_size
         cfg["prompt_lookup_min"] = 1  # TensorRT-LLM's NGram tries every size from the largest down to 1
@@ -102,7 +102,7 @@ def serve_argv(
     argv = [
         "vllm",
         "serve",
-        _model(spec, spec.target.model, model_root),
+        pod_model(spec, spec.target.model, model_root),
         "--host",
         host,
         "--port",
@@ -276,7 +276,7 @@ def vllm_manifests(
     return {"20-vllm.yaml": server, "30-service.yaml": [k8s.service(name, labels, selector, {"http": PORT})]}
 
 
-def _model(spec: BuildSpec, model: str, root: str | None = None) -> str:
+def pod_model(spec: BuildSpec, model: str, root: str | None = None) -> str:
     """A hub id stays as written; a local folder (one that exists beside the spec) is named as the spec
     names it, or, with `root` (a mounted models volume), as `root/<folder name>`."""
     local = (spec.base_dir / model).is_dir() or Path(model).is_absolute()
