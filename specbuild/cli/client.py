@@ -83,6 +83,8 @@ def bench(
     runs, context = run_bench(config, console=out_console)
     files = write_report(runs, context, out)
     out_console.print(table(runs))
+    k = context.get("num_draft_tokens")
+    out_console.print(f"method: {context['mode']}" + (f", K = {k}" if k is not None else ""))
     if is_load_bench(runs, context):
         for line in load_table_lines(load_summary(runs)):
             out_console.print(line, markup=False)

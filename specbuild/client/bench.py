@@ -47,6 +47,7 @@ def _one_request(
     temperature: float,
     k: int | None,
     stats_k: int | None = None,
+    rounds_known: bool = True,
 ) -> RequestRecord:
     """k: the request's num_draft_tokens (None: the engine's own); stats_k: the K the rounds were drafted with
     (an LLM-API repository's speculative_config.max_draft_len), default k."""
@@ -69,7 +70,9 @@ def _one_request(
         drafted=result.stats.drafted,
         accepted=result.stats.accepted,
         accepted_per_step=steps,
-        rounds=tuple(theory.rounds_from_steps(steps, stats_k, config.max_tokens)) if stats_k else (),
+        rounds=tuple(theory.rounds_from_steps(steps, stats_k, config.max_tokens))
+        if stats_k and rounds_known
+        else (),
     )
 
 
@@ -82,12 +85,21 @@ def run_once(
     k: int | None,
     advance: Callable[[], None],
     stats_k: int | None = None,
+    rounds_known: bool = True,
 ) -> RunSummary:
     """All prompts at one concurrency; duration = first send to last answer."""
     lock = threading.Lock()
 
     def task(item: tuple[int, str]) -> RequestRecord:
-        record = _one_request(config, item[1], item[0], temperature=temperature, k=k, stats_k=stats_k)
+        record = _one_request(
+            config,
+            item[1],
+            item[0],
+            temperature=temperature,
+            k=k,
+            stats_k=stats_k,
+            rounds_known=rounds_known,
+        )
         with lock:
             advance()
         return record
@@ -103,6 +115,7 @@ def run_once(
         concurrency=concurrency,
         num_draft_tokens=(k if stats_k is None else stats_k) or 0,
         duration_s=duration,
+        rounds_known=rounds_known,
     )
 
 
@@ -165,6 +178,7 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
                 k=mk,
                 advance=lambda: progress.advance(bar),
                 stats_k=None if repo.bls_drives_loop else (repo.num_draft_tokens or None),
+                rounds_known=repo.speculation is None or repo.speculation.drafts_every_round,
             )
             if mode == SCHEDULE_MODE:  # K per round follows the load: labelled with the largest K
                 run.num_draft_tokens = repo.num_draft_tokens

@@ -74,7 +74,13 @@ def measure_served(
     }
 
 
-def predict_served(curve: dict[str, Any], acceptance: Sequence[float], *, mode: str = "throughput") -> dict:
+def predict_served(
+    curve: dict[str, Any],
+    acceptance: Sequence[float],
+    *,
+    mode: str = "throughput",
+    tokens: dict[int, float] | None = None,
+) -> dict:
     """The prediction and schedule in the shape of tuning/cost_curve.SchedulePrediction.to_dict()."""
     n = curve["max_tokens"]
     table, baseline, chosen = [], {}, {}
@@ -92,7 +98,7 @@ def predict_served(curve: dict[str, Any], acceptance: Sequence[float], *, mode: 
         )
         for k in curve["ks"]:
             p = curve["points"][f"{c}/{k}"]
-            e = tokens_per_pass_chain(acceptance, k)
+            e = tokens[k] if tokens else tokens_per_pass_chain(acceptance, k)
             latency = p["ttft_s"] + max(n / e - 1.0, 0.0) * p["round_s"]
             rates[k] = c * n / latency
             table.append(

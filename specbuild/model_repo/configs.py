@@ -78,6 +78,7 @@ class RepoLayout:
     # Load-aware K (core/schedule.py), as BLS parameters: "1:4,3:2,6:0" / "8:0.3" ("" when off)
     draft_len_schedule: str = ""
     acceptance_guard: str = ""
+    bls_parameters: tuple[tuple[str, str], ...] = ()  # BLS: its drafter's own parameters (the method's)
     accumulate_tokens: bool = True  # BLS: detokenize streamed tokens with their context
     bls_detokenizes: bool = True  # BLS: its own tokenizer (postprocessing's) instead of a call per round
     # BLS: the engines' request limits (engine_limits.RequestLimits); None when no engine was built yet
@@ -246,6 +247,7 @@ def bls_config(layout: RepoLayout):
                 else {}
             ),
             **({"acceptance_guard": layout.acceptance_guard} if layout.acceptance_guard else {}),
+            **dict(layout.bls_parameters),
             **({"max_prompt_tokens": str(layout.max_prompt_tokens)} if layout.max_prompt_tokens else {}),
             **({"max_total_tokens": str(layout.max_total_tokens)} if layout.max_total_tokens else {}),
         },

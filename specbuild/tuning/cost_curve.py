@@ -153,8 +153,10 @@ def predict(
     mode: str = "throughput",
     tree_tokens_per_round: float | None = None,
     max_batch_size: int | None = None,
+    tokens: dict[int, float] | None = None,
 ) -> SchedulePrediction:
-    """Predicted throughput per (b, K) and the schedule (see the module docstring)."""
+    """Predicted throughput per (b, K) and the schedule (see the module docstring). `tokens`: E(K) per K
+    when it is not the chain over `acceptance` (n-gram: the exact greedy replay of each K)."""
     if mode not in ("throughput", "latency"):
         raise TrainingError(
             f"--mode {mode!r}",
@@ -170,20 +172,20 @@ def predict(
         rates = {}
         for k in ks:
             if tree and k > 0:
-                tokens, seconds = tree_tokens_per_round, curve.tree_round_s
-                rate = tokens / seconds  # one request at a time, whatever b
+                e, seconds = tree_tokens_per_round, curve.tree_round_s
+                rate = e / seconds  # one request at a time, whatever b
             elif tree:
-                tokens, seconds, rate = 1.0, curve.plain_step_s[b], baseline[b]
+                e, seconds, rate = 1.0, curve.plain_step_s[b], baseline[b]
             else:
-                tokens = tokens_per_pass_chain(acceptance, k) if k else 1.0
+                e = (tokens[k] if tokens else tokens_per_pass_chain(acceptance, k)) if k else 1.0
                 seconds = curve.round_s(b, k)
-                rate = b * tokens / seconds
+                rate = b * e / seconds
             rates[k] = rate
             table.append(
                 {
                     "batch": b,
                     "k": k,
-                    "tokens_per_round": tokens,
+                    "tokens_per_round": e,
                     "round_ms": seconds * 1e3,
                     "tokens_per_s": rate,
                 }

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -57,29 +57,9 @@ from specbuild.tuning.profile_engine import (
 from specbuild.tuning.profile_medusa import medusa_ranks
 from specbuild.tuning.progress import Reporter
 from specbuild.tuning.spec_edit import set_spec_value, set_spec_values
+from specbuild.tuning.tune_ngram import measure as measure_ngram
 from specbuild.tuning.tune_options import TuneOptions
-
-
-@dataclass(frozen=True)
-class Setting:
-    label: str  # "chosen" | "current"
-    value: Any  # K, or the tree as lists
-    tokens_per_pass: float  # predicted from the profile
-    speedup: float  # predicted
-    size: int  # K, or tree nodes
-
-
-@dataclass(frozen=True)
-class TuneReport:
-    mode: str  # the spec's method (its value)
-    tunes: str  # "draft_len" (K) | "tree" (the Medusa tree): what was chosen
-    chosen: Setting
-    current: Setting
-    details: dict[str, Any] = field(default_factory=dict)
-    written: str | None = None  # "kept comments" | "rewrote the spec (comments lost)" | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+from specbuild.tuning.tune_report import Setting, TuneReport
 
 
 def tune_spec(
@@ -151,6 +131,7 @@ def open_engine(spec, engine_dir: Path | None, rep: Reporter, *, device: str = "
             medusa_choices=spec.medusa_choices().to_lists() if spec.medusa else None,
             tokenizer_dir=target_hf,
             max_draft_len=spec.speculation.max_draft_len,
+            method_options=method_of(spec).options_of(spec),
         )
 
 
@@ -238,7 +219,9 @@ def _measure(report: TuneReport, engine, prompts, options: TuneOptions, rep: Rep
     """Predicted vs measured on held-out prompts: the engine's own greedy loops, tokens per pass."""
 
     rep.log(f"measuring on {len(prompts)} held-out prompts")
-    if report.tunes == Tunable.TREE.name.lower():
+    if report.tunes == Tunable.NGRAM.name.lower():
+        measured = measure_ngram(report, engine, prompts, options)
+    elif report.tunes == Tunable.TREE.name.lower():
         measured = {
             s.label: measure_tree(
                 engine, MedusaChoices.parse(s.value), prompts, max_tokens=options.max_tokens
@@ -277,13 +260,15 @@ def _schedule(
             details["schedule"]["plot"] = str(plot(prediction, options.plot))
         return replace(report, details=details)
     tree = report.tunes == Tunable.TREE.name.lower()
-    max_k = spec.speculation.max_draft_len if tree else min(len(report.details["acceptance_per_position"]), 8)
+    acceptance, tokens = round_tokens(report)
+    max_k = spec.speculation.max_draft_len if tree else min(max(tokens) if tokens else len(acceptance), 8)
     sizes = sorted({c for c in options.concurrency if c <= spec.build.max_batch_size} | {1})
     rep.log(f"measuring the cost curve: batch sizes {sizes}, K 0..{max_k}")
     curve = measure_curve(engine, prompts[0], sizes, max_k)
     prediction = predict(
         curve,
-        [] if tree else report.details["acceptance_per_position"],
+        acceptance,
+        tokens=tokens,
         mode=options.mode,
         tree_tokens_per_round=report.chosen.tokens_per_pass if tree else None,
         max_batch_size=spec.build.max_batch_size,
@@ -294,17 +279,33 @@ def _schedule(
     return replace(report, details=details)
 
 
+def round_tokens(report: TuneReport) -> tuple[list[float], dict[int, float] | None]:
+    """What a round yields per K for the schedule: (acceptance per draft position, None) when E(K) is the
+    chain over it (draft/target), or ([], {K: E(K)}) from the tuner's exact replay (n-gram, at its
+    chosen N); a tree's E is its chosen setting's."""
+    d = report.details
+    if report.tunes == Tunable.NGRAM.name.lower():
+        n = report.chosen.value["ngram.max_matching_ngram_size"]
+        return [], {r["k"]: r["tokens_per_pass"] for r in d["table"] if r["n"] == n}
+    return list(d.get("acceptance_per_position", [])), None
+
+
 def _write(spec_path: Path, report: TuneReport, *, inputs: dict[str, Any]) -> TuneReport:
     tunable = Tunable[report.tunes.upper()]
+    edits = tunable.assignments(report.chosen.value)
     sched = report.details.get("schedule")
+    kept = True
     if sched is not None and sched["schedule"] is not None:
-        k1 = sched["schedule"][1]
-        if tunable is Tunable.TREE:
-            kept = set_spec_value(spec_path, tunable.section, tunable.key, report.chosen.value, inputs=inputs)
-            kept &= set_spec_values(spec_path, "speculation", {"schedule": sched["schedule"]}, inputs=inputs)
-        else:  # K at 1 request in flight is the schedule's first K: max_draft_len follows it
-            values = {"max_draft_len": k1, "schedule": sched["schedule"]}
-            kept = set_spec_values(spec_path, "speculation", values, inputs=inputs)
-        return replace(report, written="kept comments" if kept else "rewrote the spec (comments lost)")
-    kept = set_spec_value(spec_path, tunable.section, tunable.key, report.chosen.value, inputs=inputs)
+        schedule = {int(n): k for n, k in sched["schedule"].items()}
+        together = {key: value for section, key, value in edits if section == "speculation"}
+        if tunable is not Tunable.TREE:  # K at 1 request in flight is the schedule's first K
+            together["max_draft_len"] = schedule[1]
+        together["schedule"] = schedule
+        for section, key, value in edits:
+            if section != "speculation":
+                kept = set_spec_value(spec_path, section, key, value, inputs=inputs) and kept
+        kept = set_spec_values(spec_path, "speculation", together, inputs=inputs) and kept
+    else:
+        for section, key, value in edits:
+            kept = set_spec_value(spec_path, section, key, value, inputs=inputs) and kept
     return replace(report, written="kept comments" if kept else "rewrote the spec (comments lost)")

@@ -11,7 +11,13 @@ from specbuild.core.errors import TrainingError
 from specbuild.core.methods import Tunable, method_of
 
 # option -> (lowest, highest): K and tree sizes share the spec's speculation.max_draft_len range
-RANGES = {"max_tokens": (1, 4096), "topk": (1, 100), "k_max": (1, 256), "budget": (1, 256)}
+RANGES = {
+    "max_tokens": (1, 4096),
+    "topk": (1, 100),
+    "k_max": (1, 256),
+    "budget": (1, 256),
+    "n_max": (1, 64),  # the spec's ngram.max_matching_ngram_size range
+}
 
 
 @dataclass(frozen=True)
@@ -21,6 +27,7 @@ class TuneOptions:
     topk: int = 10  # candidates per head considered when growing a Medusa tree
     k_max: int | None = None  # draft/target: largest K profiled (None: max(8, the spec's K))
     budget: int | None = None  # Medusa: tree nodes (None: the spec's max_draft_len)
+    n_max: int | None = None  # n-gram: largest max_matching_ngram_size profiled (None: max(4, the spec's))
     eval_prompts: Path | None = (
         None  # held-out prompts: measure the chosen and current settings on the engine
     )
@@ -65,4 +72,11 @@ class TuneOptions:
                 expected="--k-max for draft/target",
                 found=f"mode {spec.mode}",
                 fix="drop --budget, or use --k-max",
+            )
+        if spec is not None and self.n_max is not None and method_of(spec).tunes is not Tunable.NGRAM:
+            raise TrainingError(
+                "--n-max is for n-gram specs (it bounds ngram.max_matching_ngram_size)",
+                expected="--k-max for draft/target, --budget for Medusa",
+                found=f"mode {spec.mode}",
+                fix="drop --n-max",
             )

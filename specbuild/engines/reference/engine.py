@@ -63,6 +63,7 @@ class EngineLayout:
     medusa_choices: Any = None  # whatever MedusaChoices.parse accepts, or None
     max_draft_len: int | None = None
     method: Method | None = None  # None: plain decode (and external verification)
+    method_options: dict | None = None  # the build spec's section of its method (e.g. `ngram:`), as a dict
     build_config: dict | None = None  # the target engine's config.json build_config (its request limits)
     schedule: DraftSchedule | None = None  # the build spec's speculation.schedule (core/schedule.py)
     guard: AcceptanceGuard | None = None  # the build spec's speculation.guard
@@ -103,6 +104,7 @@ def locate(path: str | Path) -> EngineLayout:
             medusa_choices=spec.medusa.choices if spec.medusa else None,
             max_draft_len=artifact.roles["target"].max_draft_len,
             method=spec.mode,
+            method_options=method.options_of(spec),
             build_config=_build_config(artifact.loadable_dir("target")),
             schedule=schedule_of(spec),
             guard=guard_of(spec),
@@ -136,7 +138,8 @@ class ReferenceEngine:
     """A loaded target (+ draft) with a tokenizer; see the module docstring for the API.
 
     `method` says how `generate(speculative=True)` speculates (None: plain decode); `max_draft_len`
-    is K for methods that draft per round (the build's; the method's default when not given).
+    is K for methods that draft per round (the build's; the method's default when not given);
+    `method_options` is the spec section of the method (its speculator reads it; None: its defaults).
     """
 
     def __init__(
@@ -151,12 +154,14 @@ class ReferenceEngine:
         build_config: dict | None = None,
         schedule: DraftSchedule | None = None,
         guard: AcceptanceGuard | None = None,
+        method_options: dict | None = None,
     ):
         self.target, self.draft = target, draft
         # Load-aware K: applied when a caller leaves num_draft_tokens out (an explicit K is fixed).
         self.schedule, self.guard = schedule, guard
         self.tokenizer_dir = tokenizer_dir
         self.medusa_choices = medusa_choices
+        self.method_options = dict(method_options) if method_options else None
         self.method = Method(method) if method is not None else None
         self.speculator = None
         if self.method is not None:
@@ -203,6 +208,7 @@ class ReferenceEngine:
             build_config=layout.build_config,
             schedule=layout.schedule,
             guard=layout.guard,
+            method_options=layout.method_options,
         )
 
     # ---- properties ---------------------------------------------------------------------------

@@ -82,7 +82,16 @@ class TritonPythonModel:
         # the repository's method names its BLS drafter ("bls_core:TritonDrafter"; empty: the target
         # speculates)
         drafter = param(config, "bls_drafter")
-        self.drafter_class = getattr(bls_core, drafter.partition(":")[2]) if drafter else None
+        self.drafter_factory = (
+            bls_core.drafter_factory(
+                drafter,
+                lambda key, default: param(config, key, default),
+                model_dir=args.get("model_repository", _HERE),
+                log=pb_utils.Logger.log_warn,
+            )
+            if drafter
+            else None
+        )
         self.target_decoupled = flag(param(config, "tensorrt_llm_decoupled", "false"))
         self.default_k = int(param(config, "default_num_draft_tokens", "0"))
         self.default_use_logits = flag(param(config, "default_use_draft_logits", "false"))
@@ -97,7 +106,8 @@ class TritonPythonModel:
         )
         outputs = {t["name"]: t["data_type"] for t in config["output"]}
         self.logits_dtype = _NUMPY_LOGITS.get(outputs.get("generation_logits", "TYPE_FP32"), "float32")
-        if self.drafter_class is not None:  # torch (draft logits) now, not in the first request
+        if getattr(self.drafter_factory, "draft_logits", self.drafter_factory is not None):
+            # torch (draft logits) now, not in the first request
             import specbuild.engines.reference.sampling  # noqa: F401
         # Load-aware K (core/schedule.py): the schedule applies to requests that leave num_draft_tokens out;
         # the in-flight count is shared by every instance of this model (inflight.py).
@@ -271,14 +281,14 @@ class TritonPythonModel:
                 gone[0] = not responder.send(self._response(outputs))
 
         scheduled = self.schedule is not None and not opts.k_given
-        if opts.num_draft_tokens > 0 and self.drafter_class is not None:
+        if opts.num_draft_tokens > 0 and self.drafter_factory is not None:
             # the loop's stop hook asks after every round: a cancelled request ends within one round
             k_of = (lambda: self.schedule.k_for(self.inflight.total())) if scheduled else None
             tokens, stats, shared = speculate(
                 call,
                 opts,
                 prep,
-                drafter_class=self.drafter_class,
+                drafter_factory=self.drafter_factory,
                 draft_model=self.draft,
                 target_model=self.target,
                 seed_name=self.seed_name,
