@@ -354,3 +354,23 @@ def test_tree_method_batch_decodes_plainly_where_the_schedule_says_zero(models, 
     assert not calls
     engine.generate_batch(PROMPTS[:1], params)  # K(1) = 4: the tree
     assert calls == [len(PROMPTS[0])]
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.parametrize("table", [{1: 4, 2: 2, 4: 0}, {1: 4, 3: 1}])
+def test_ngram_batch_schedule_keeps_greedy_output(models, baseline, table):
+    """The n-gram speculator follows the same schedule in its lockstep batch."""
+    from specbuild.core.methods import Method
+    from specbuild.engines.reference.engine import ReferenceEngine
+
+    schedule = DraftSchedule.parse(table, max_draft_len=4)
+    engine = ReferenceEngine(
+        models[0], method=Method.NGRAM, max_draft_len=4, schedule=schedule, guard=AcceptanceGuard(4, 0.1)
+    )
+    params = [SamplingParams(max_tokens=n) for n in (MAX_TOKENS, 6, 12, MAX_TOKENS)]
+    results = engine.generate_batch(PROMPTS, params)
+    for r, want, p in zip(results, baseline, params, strict=True):
+        assert r.token_ids == want[: p.max_tokens]
+    # n-gram drafts up to K (fewer, or none, without a match): never more than the schedule's K
+    assert all(r.stats.k_per_round[0] <= schedule.k_for(4) for r in results)
+    assert max(results[0].stats.k_per_round) <= 4
