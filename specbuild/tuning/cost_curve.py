@@ -12,8 +12,9 @@ Measured on the reference engine (the engine the local Triton serves), for each 
 A round at (b, K) is predicted to take T(b, K) = K t_draft(b) + t_verify(b, K) + o(b) and to give each
 row E(K) tokens (core/theory.tokens_per_pass_chain over the measured per-position acceptance), so the
 predicted throughput is b E(K) / T(b, K) tokens/s; K=0 is b / (t_verify(b, 0) + o(b)) and the baseline
-b / p(b). Medusa (a fixed tree, requests one after another in-process): the tree's throughput is
-E_tree / T_tree whatever b, against the plain batch's b / p(b); its schedule K is the tree or 0.
+b / p(b). For requests of N tokens (tune's --max-tokens) the prefill of b prompts counts too:
+b N / (t_prefill(b) + (N - 1) / E(K) x T(b, K)). Medusa (a fixed tree, requests one after another
+in-process): the tree's throughput is E_tree / T_tree whatever b, against the plain batch's b / p(b); its schedule K is the tree or 0.
 
 The schedule: for each b the K with the best predicted throughput. In a closed loop (b requests always
 in flight) per-request speed is throughput / b, so both modes rank K alike; they differ on near ties
@@ -54,6 +55,9 @@ class CostCurve:
     loop_s: dict[int, float]  # b -> the speculative loop's own seconds per round
     plain_step_s: dict[int, float]  # b -> seconds per step of the plain batch loop (the baseline)
     tree_round_s: float | None = None  # Medusa: seconds per tree round of one request (whole loop)
+    prefill_s: dict[int, float] = field(
+        default_factory=dict
+    )  # b -> one pass over b prompts (the profiled one)
 
     def round_s(self, b: int, k: int) -> float:
         """Predicted seconds of one round at batch size b and K (draft passes + verify + loop)."""
@@ -101,6 +105,17 @@ def _pass(model, b: int, prompt: list[int], n_new: int):
     return run
 
 
+def _prefill(model, b: int, prompt: list[int]):
+    """A callable running the prefill of b copies of `prompt` in one pass (a fresh cache each time)."""
+
+    def run():
+        batch = SequenceBatch(model, b, capacity=len(prompt) + 2)
+        with torch.inference_mode():
+            batch.feed(list(range(b)), [list(prompt)] * b, [1] * b)
+
+    return run
+
+
 def _loop_round_s(engine, b: int, prompt: list[int], *, k: int | None) -> tuple[float, int]:
     """(seconds per round, rounds) of a real lockstep batch of b copies of `prompt`, from two lengths."""
     out = []
@@ -122,9 +137,10 @@ def _loop_round_s(engine, b: int, prompt: list[int], *, k: int | None) -> tuple[
 
 
 def measure_curve(engine, prompt: list[int], batch_sizes: Sequence[int], max_k: int) -> CostCurve:
-    verify, draft, loop, plain = {}, {}, {}, {}
+    verify, draft, loop, plain, prefill = {}, {}, {}, {}, {}
     tree_round = None
     for b in batch_sizes:
+        prefill[b] = _median_time(_prefill(engine.target, b, prompt), repeats=5)
         verify[b] = [_median_time(_pass(engine.target, b, prompt, k + 1)) for k in range(max_k + 1)]
         draft[b] = _median_time(_pass(engine.draft, b, prompt, 1)) if engine.draft is not None else 0.0
         plain[b], _ = _loop_round_s(engine, b, prompt, k=None)
@@ -143,6 +159,7 @@ def measure_curve(engine, prompt: list[int], batch_sizes: Sequence[int], max_k: 
         loop_s=loop,
         plain_step_s=plain,
         tree_round_s=tree_round,
+        prefill_s=prefill,
     )
 
 
@@ -154,9 +171,20 @@ def predict(
     tree_tokens_per_round: float | None = None,
     max_batch_size: int | None = None,
     tokens: dict[int, float] | None = None,
+    max_tokens: int | None = None,
 ) -> SchedulePrediction:
     """Predicted throughput per (b, K) and the schedule (see the module docstring). `tokens`: E(K) per K
-    when it is not the chain over `acceptance` (n-gram: the exact greedy replay of each K)."""
+    when it is not the chain over `acceptance` (n-gram: the exact greedy replay of each K). `max_tokens`:
+    predict requests of that many tokens, prefill included (the first token comes from it, the other
+    N - 1 from N - 1 / E(K) rounds); None: the steady state."""
+
+    def finite(b: int, e: float, round_s: float) -> float:
+        """Predicted tokens/s of b requests of max_tokens tokens (steady state when max_tokens is None)."""
+        if max_tokens is None or not curve.prefill_s:
+            return b * e / round_s
+        n = max_tokens
+        return b * n / (curve.prefill_s[b] + (n - 1) / e * round_s)
+
     if mode not in ("throughput", "latency"):
         raise TrainingError(
             f"--mode {mode!r}",
@@ -168,18 +196,18 @@ def predict(
     tree = curve.tree_round_s is not None
     ks = [0, curve.max_k] if tree else list(range(curve.max_k + 1))
     for b in curve.batch_sizes:
-        baseline[b] = b / curve.plain_step_s[b]
+        baseline[b] = finite(b, 1.0, curve.plain_step_s[b])
         rates = {}
         for k in ks:
             if tree and k > 0:
                 e, seconds = tree_tokens_per_round, curve.tree_round_s
-                rate = e / seconds  # one request at a time, whatever b
+                rate = finite(1, e, seconds)  # one request at a time, whatever b
             elif tree:
                 e, seconds, rate = 1.0, curve.plain_step_s[b], baseline[b]
             else:
                 e = (tokens[k] if tokens else tokens_per_pass_chain(acceptance, k)) if k else 1.0
                 seconds = curve.round_s(b, k)
-                rate = b * e / seconds
+                rate = finite(b, e, seconds)
             rates[k] = rate
             table.append(
                 {

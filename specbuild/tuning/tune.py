@@ -272,6 +272,7 @@ def _schedule(
         mode=options.mode,
         tree_tokens_per_round=report.chosen.tokens_per_pass if tree else None,
         max_batch_size=spec.build.max_batch_size,
+        max_tokens=options.max_tokens,
     )
     details = {**report.details, "schedule": prediction.to_dict()}
     if options.plot is not None:
