@@ -14,7 +14,8 @@ row E(K) tokens (core/theory.tokens_per_pass_chain over the measured per-positio
 predicted throughput is b E(K) / T(b, K) tokens/s; K=0 is b / (t_verify(b, 0) + o(b)) and the baseline
 b / p(b). For requests of N tokens (tune's --max-tokens) the prefill of b prompts counts too:
 b N / (t_prefill(b) + (N - 1) / E(K) x T(b, K)). Medusa (a fixed tree, requests one after another
-in-process): the tree's throughput is E_tree / T_tree whatever b, against the plain batch's b / p(b); its schedule K is the tree or 0.
+in-process): the tree's throughput is E_tree / T_tree whatever b, against the plain batch's b / p(b);
+its schedule K is the tree or 0.
 
 The schedule: for each b the K with the best predicted throughput. In a closed loop (b requests always
 in flight) per-request speed is throughput / b, so both modes rank K alike; they differ on near ties
