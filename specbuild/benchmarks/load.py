@@ -7,9 +7,12 @@ For draft/target (the demo's trained target and distilled draft):
 2. in-process: the held-out prompts in lockstep batches of c (ReferenceEngine.generate_batch) for the
    baseline, every fixed K and the schedule, interleaved, `--rounds` rounds: measured / predicted per
    (c, K) (median of the per-round ratios);
-3. through the local Triton (compile, repo with the spec's schedule, serve): `bench --concurrency
-   1,2,4,8` with baseline, every fixed K and the schedule interleaved in `--rounds` rounds (load.json,
-   load_T0.png), measured / predicted per (c, K);
+3. through the local Triton: the cost curve measured through a served repository (`tune --schedule
+   --url`'s measurement, client/serve_curve.py: round time and TTFT per (c, K), on the tune prompts)
+   combined with the profiled acceptance into the served prediction and schedule; then a repository
+   with that schedule (`repo --schedule`) and `bench --concurrency 1,2,4,8` with baseline, every fixed K
+   and the schedule interleaved in `--rounds` rounds (load.json, load_T0.png), measured / predicted per
+   (c, K) on the held-out prompts;
 4. `load.md`: the tables, with the machine load (`os.getloadavg`) before and after each part.
 
     python -m specbuild.benchmarks.load [--out build/bench-load] [--prompts 8] [--max-tokens 48] [--rounds 3]
@@ -33,6 +36,7 @@ from specbuild.client.bench import run_bench
 from specbuild.client.load_bench import load_summary, load_table_lines
 from specbuild.client.options import BenchConfig, load_prompts
 from specbuild.client.report import write_report
+from specbuild.client.serve_curve import measure_served, predict_served
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.core.schedule import DraftSchedule
 from specbuild.core.spec import load_spec
@@ -40,7 +44,8 @@ from specbuild.demo.models import DEFAULT_CACHE, build_family
 from specbuild.engines.reference.engine import ReferenceEngine
 from specbuild.model_repo.generate import generate_repo
 from specbuild.serve.server import ServerOptions, TritonServer, free_port
-from specbuild.tuning.tune import tune_spec
+from specbuild.tuning.cost_curve import plot
+from specbuild.tuning.tune import round_tokens, tune_spec
 from specbuild.tuning.tune_options import TuneOptions
 
 DEFAULT_OUT = Path("build/bench-load")
@@ -50,6 +55,10 @@ CONCURRENCY = (1, 2, 4, 8)
 def _load() -> str:
     one, five, _ = os.getloadavg()
     return f"{one:.2f} (1 min), {five:.2f} (5 min)"
+
+
+def _server_options() -> ServerOptions:
+    return ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
 
 
 def write_spec(out: Path, family, *, k: int) -> Path:
@@ -168,9 +177,21 @@ def main(argv: list[str] | None = None) -> None:
         for (c, label), v in local.items()
     }
     if not args.skip_triton:
-        repo = generate_repo(build, out / "repo", backend="python", force=True)
-        opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
-        with TritonServer(repo, opts) as server:
+        acceptance, tokens = round_tokens(report)
+        curve_repo = generate_repo(build, out / "repo-curve", backend="python", force=True, schedule="off")
+        with TritonServer(curve_repo, _server_options()) as server:
+            curve = measure_served(
+                server.grpc_url, tune_texts[:8], ks=ks, concurrency=CONCURRENCY, max_tokens=args.max_tokens
+            )
+        served = predict_served(curve, acceptance, tokens=tokens)
+        plot(served, out / "predicted_served.png")
+        loads["after the served curve"] = _load()
+        result["served_prediction"] = served
+        text = ",".join(f"{n}:{k}" for n, k in served["schedule"].items()) if served["schedule"] else "off"
+        result["served_schedule"] = text
+        console.print(f"served schedule: {text}")
+        repo = generate_repo(build, out / "repo", backend="python", force=True, schedule=text)
+        with TritonServer(repo, _server_options()) as server:
             config = BenchConfig(
                 url=server.grpc_url,
                 prompts=tuple(held),
@@ -186,9 +207,10 @@ def main(argv: list[str] | None = None) -> None:
         write_report(runs, context, out / "triton")
         rows = load_summary(runs)
         result["triton"] = rows
+        served_rates = predicted_rates(served)
         for row in rows:
             for label, m in row["modes"].items():
-                p = predicted.get((row["concurrency"], label))
+                p = served_rates.get((row["concurrency"], label))
                 m["measured_over_predicted"] = m["throughput_median"] / p if p else None
         for line in load_table_lines(rows):
             console.print(line, markup=False)
@@ -201,7 +223,9 @@ def markdown(result: dict) -> str:
     lines = [
         "# Load-aware schedule on the demo family (draft/target)",
         "",
-        f"schedule chosen by `tune --schedule` ({result['prediction']['mode']} mode): `{result['schedule']}`",
+        f"in-process schedule (`tune --schedule`, {result['prediction']['mode']} mode, in the spec): "
+        f"`{result['schedule']}`; served schedule (`tune --schedule --url`, the Triton cost curve): "
+        f"`{result.get('served_schedule')}`",
         "",
         "machine load (os.getloadavg): " + "; ".join(f"{k}: {v}" for k, v in result["loads"].items()),
         "",

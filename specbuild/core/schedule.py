@@ -47,8 +47,11 @@ class DraftSchedule:
     steps: tuple[tuple[int, int], ...]
 
     @classmethod
-    def parse(cls, raw: Any, *, max_draft_len: int) -> DraftSchedule:
-        """From the spec's mapping (YAML int keys, or the digit strings a JSON manifest holds)."""
+    def parse(cls, raw: Any, *, max_draft_len: int, first_is_max: bool = True) -> DraftSchedule:
+        """From the spec's mapping (YAML int keys, or the digit strings a JSON manifest holds).
+
+        first_is_max=False (a repository's `--schedule`, a serving decision on an engine flow build): K at
+        1 may be below max_draft_len (the engines' cap); the spec itself keeps TensorRT-LLM's rule."""
         if isinstance(raw, DraftSchedule):
             raw = raw.to_dict()
         if not isinstance(raw, Mapping) or not raw:
@@ -70,7 +73,7 @@ class DraftSchedule:
             steps[n] = k
         if 1 not in steps:
             raise ScheduleError(f"no threshold 1: add 1: {max_draft_len} (one request in flight)")
-        if steps[1] != max_draft_len:
+        if first_is_max and steps[1] != max_draft_len:
             raise ScheduleError(
                 f"threshold 1 -> K={steps[1]}: one request in flight must use max_draft_len "
                 f"({max_draft_len}), "
@@ -99,14 +102,14 @@ class DraftSchedule:
         return ",".join(f"{n}:{k}" for n, k in self.steps)
 
     @classmethod
-    def from_text(cls, text: str, *, max_draft_len: int) -> DraftSchedule:
+    def from_text(cls, text: str, *, max_draft_len: int, first_is_max: bool = True) -> DraftSchedule:
         pairs = {}
         for part in text.split(","):
             n, sep, k = part.partition(":")
             if not sep:
                 raise ScheduleError(f"schedule {text!r}: expected 'n:K,n:K'")
             pairs[n.strip()] = k.strip()
-        return cls.parse(pairs, max_draft_len=max_draft_len)
+        return cls.parse(pairs, max_draft_len=max_draft_len, first_is_max=first_is_max)
 
     @property
     def max_concurrency(self) -> int | None:

@@ -259,11 +259,11 @@ def _schedule_option(text: str, max_draft_len: int) -> DraftSchedule | None:
     if text.strip().lower() in ("", "off", "none"):
         return None
     try:
-        return DraftSchedule.from_text(text, max_draft_len=max_draft_len)
+        return DraftSchedule.from_text(text, max_draft_len=max_draft_len, first_is_max=False)
     except ScheduleError as exc:
         raise RepoError(
             f"--schedule {text!r} is not a schedule",
-            expected=f"requests in flight -> K, e.g. 1:{max_draft_len},4:0 (1 -> max_draft_len)",
+            expected=f"requests in flight -> K, e.g. 1:{max_draft_len},4:0 (every K <= max_draft_len)",
             found=str(exc),
             fix="fix the schedule, or use off",
         ) from None

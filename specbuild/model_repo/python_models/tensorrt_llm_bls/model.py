@@ -114,7 +114,11 @@ class TritonPythonModel:
         from specbuild.core.schedule import AcceptanceGuard, DraftSchedule
 
         schedule, guard = param(config, "draft_len_schedule"), param(config, "acceptance_guard")
-        self.schedule = DraftSchedule.from_text(schedule, max_draft_len=self.default_k) if schedule else None
+        self.schedule = (
+            DraftSchedule.from_text(schedule, max_draft_len=self.default_k, first_is_max=False)
+            if schedule
+            else None
+        )
         window, _, floor = (guard or "").partition(":")
         self.guard = AcceptanceGuard(int(window), float(floor)) if guard else None
         self.plain_tokens = int(param(config, "plain_round_tokens", "1"))
