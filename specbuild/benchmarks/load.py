@@ -32,7 +32,7 @@ import yaml
 from rich.console import Console
 
 from specbuild.builder.compile import compile_spec
-from specbuild.client.bench import run_bench
+from specbuild.client.bench import run_bench, run_once
 from specbuild.client.load_bench import load_summary, load_table_lines
 from specbuild.client.options import BenchConfig, load_prompts
 from specbuild.client.report import write_report
@@ -40,7 +40,7 @@ from specbuild.client.serve_curve import measure_served, predict_served
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.core.schedule import DraftSchedule
 from specbuild.core.spec import load_spec
-from specbuild.demo.models import DEFAULT_CACHE, build_family
+from specbuild.demo.models import DEFAULT_CACHE, build_family, build_medusa
 from specbuild.engines.reference.engine import ReferenceEngine
 from specbuild.model_repo.generate import generate_repo
 from specbuild.serve.server import ServerOptions, TritonServer, free_port
@@ -61,13 +61,14 @@ def _server_options() -> ServerOptions:
     return ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
 
 
-def write_spec(out: Path, family, *, k: int) -> Path:
+def write_spec(out: Path, family, *, k: int, method: str = "draft_target") -> Path:
     spec = {
         "name": "bench-load",
-        "mode": "draft_target",
+        "mode": method,
         "dtype": "float32",
         "target": {"model": str(family.target)},
-        "draft": {"model": str(family.draft)},
+        **({"draft": {"model": str(family.draft)}} if method == "draft_target" else {}),
+        **({"ngram": {"max_matching_ngram_size": 3}} if method == "ngram" else {}),
         "speculation": {"max_draft_len": k},
         "build": {"max_batch_size": 8, "max_input_len": 256, "max_seq_len": 512},
         # eight BLS instances: up to eight requests in flight reach the engines (and the counter)
@@ -124,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--k", type=int, default=4, help="max_draft_len profiled and the largest fixed K")
     parser.add_argument("--demo-cache", type=Path, default=None)
     parser.add_argument("--skip-triton", action="store_true", help="in-process part only")
+    parser.add_argument("--method", choices=("draft_target", "ngram", "medusa"), default="draft_target")
     args = parser.parse_args(argv)
     console = Console(width=160)
     out = args.out.resolve()
@@ -131,10 +133,13 @@ def main(argv: list[str] | None = None) -> None:
     family = build_family(cache=args.demo_cache or DEFAULT_CACHE, log=console.print)
     texts = list(load_prompts(family.prompts))
     tune_texts, held = texts[: max(2, len(texts) - args.prompts)], texts[-args.prompts :]
+    if args.method == "medusa":
+        run_medusa(args, family, out, tune_texts[:8], held, console)
+        return
     (out / "tune_prompts.txt").write_text("\n".join(tune_texts[:8]) + "\n")
     loads = {"start": _load()}
 
-    spec_path = write_spec(out, family, k=args.k)
+    spec_path = write_spec(out, family, k=args.k, method=args.method)
     options = TuneOptions(
         prompts=out / "tune_prompts.txt",
         max_tokens=args.max_tokens,
@@ -164,7 +169,12 @@ def main(argv: list[str] | None = None) -> None:
     local = in_process(build, prompt_ids, ks, args.rounds, args.max_tokens)
     loads["after in-process"] = _load()
     predicted = predicted_rates(prediction)
-    result = {"schedule": schedule.to_dict() if schedule else None, "prediction": prediction, "loads": loads}
+    result = {
+        "method": args.method,
+        "schedule": schedule.to_dict() if schedule else None,
+        "prediction": prediction,
+        "loads": loads,
+    }
     result["in_process"] = {
         f"{c}/{label}": {
             "tokens_per_s_median": statistics.median(v),
@@ -219,9 +229,118 @@ def main(argv: list[str] | None = None) -> None:
     console.print((out / "load.md").read_text(), markup=False)
 
 
+def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], console) -> None:
+    """Medusa through the local Triton: a Medusa engine cannot run without its tree, so the baseline is the
+    same target served by a draft/target repository (num_draft_tokens 0), the tree a Medusa repository
+    without schedule, and the schedule a Medusa repository whose local engine model decodes a batch
+    plainly where K(n) = 0 (three servers up together; every round runs each of them in turn). The
+    schedule: per concurrency, the tree where its measured throughput on the tune prompts beats the
+    baseline's (the served cost curve of a tree: on or off)."""
+    heads = build_medusa(family, cache=args.demo_cache or DEFAULT_CACHE, log=console.print)
+    loads = {"start": _load()}
+    base_spec = load_spec(write_spec(out / "dt", family, k=args.k))
+    raw = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "examples" / "demo" / "medusa.yaml").read_text()
+    )
+    raw["target"]["model"], raw["medusa"]["heads"] = str(family.target), str(heads)
+    raw["build"]["max_batch_size"] = 8
+    raw.setdefault("serving", {}).update(bls_instance_count=8)
+    (out / "medusa").mkdir(parents=True, exist_ok=True)
+    (out / "medusa" / "spec.yaml").write_text(yaml.safe_dump(raw))
+    medusa_spec = load_spec(out / "medusa" / "spec.yaml")
+    tree_k = medusa_spec.speculation.max_draft_len
+    dt_build = compile_spec(base_spec, out / "dt" / "build", engine="reference", force=True)
+    m_build = compile_spec(medusa_spec, out / "medusa" / "build", engine="reference", force=True)
+    dt_repo = generate_repo(dt_build, out / "dt" / "repo", backend="python", force=True, schedule="off")
+    tree_repo = generate_repo(
+        m_build, out / "medusa" / "repo-tree", backend="python", force=True, schedule="off"
+    )
+
+    def config(url, prompts, rounds=1):
+        return BenchConfig(
+            url=url,
+            prompts=tuple(prompts),
+            max_tokens=args.max_tokens,
+            concurrency=CONCURRENCY,
+            temperatures=(0.0,),
+            timeout_s=600,
+            rounds=rounds,
+        )
+
+    def one(url, prompts, c, mode, k):
+        run = run_once(
+            config(url, prompts), mode=mode, temperature=0.0, concurrency=c, k=k, advance=lambda: None
+        )
+        if mode != "baseline":
+            run.num_draft_tokens = tree_k
+        return run
+
+    with TritonServer(dt_repo, _server_options()) as dt, TritonServer(tree_repo, _server_options()) as tree:
+        measured = {
+            c: {
+                "baseline": one(dt.grpc_url, tune_texts, c, "baseline", 0).metrics["output_token_throughput"],
+                "tree": one(tree.grpc_url, tune_texts, c, "speculative", None).metrics[
+                    "output_token_throughput"
+                ],
+            }
+            for c in CONCURRENCY
+        }
+        chosen = {c: tree_k if m["tree"] > m["baseline"] else 0 for c, m in measured.items()}
+        steps, last = {}, None
+        for c in CONCURRENCY:
+            if chosen[c] != last:
+                steps[1 if c == CONCURRENCY[0] else c] = chosen[c]
+                last = chosen[c]
+        text = ",".join(f"{n}:{k}" for n, k in steps.items()) if chosen[1] else "off"
+        console.print(f"Medusa served schedule: {text} (measured on the tune prompts: {measured})")
+        loads["after the served curve"] = _load()
+        sched_repo = generate_repo(
+            m_build, out / "medusa" / "repo-schedule", backend="python", force=True, schedule=text
+        )
+        runs = []
+        with TritonServer(sched_repo, _server_options()) as sched:
+            for r in range(args.rounds):
+                for c in CONCURRENCY:
+                    for url, mode, k in (
+                        (dt.grpc_url, "baseline", 0),
+                        (tree.grpc_url, "speculative", None),
+                        (sched.grpc_url, "schedule", None),
+                    ):
+                        run = one(url, held, c, mode, k)
+                        run.metrics["round"] = r
+                        runs.append(run)
+        loads["after Triton"] = _load()
+    rows = load_summary(runs)
+    predicted = {(c, "baseline"): m["baseline"] for c, m in measured.items()}
+    predicted.update({(c, f"K={tree_k}"): m["tree"] for c, m in measured.items()})
+    predicted.update({(c, "schedule"): max(m.values()) for c, m in measured.items()})
+    for row in rows:
+        for label, m in row["modes"].items():
+            p = predicted.get((row["concurrency"], label))
+            m["measured_over_predicted"] = m["throughput_median"] / p if p else None
+    write_report(
+        runs, {"mode": "medusa", "draft_len_schedule": text, "rounds": args.rounds}, out / "medusa" / "triton"
+    )
+    result = {
+        "method": "medusa",
+        "schedule": steps if chosen[1] else None,
+        "served_schedule": text,
+        "loads": loads,
+        "prediction": {"mode": "measured on the tune prompts"},
+        "in_process": {},
+        "triton": rows,
+        "served_measurements": measured,
+    }
+    (out / "load_result.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    (out / "load.md").write_text(markdown(result))
+    for line in load_table_lines(rows):
+        console.print(line, markup=False)
+    console.print((out / "load.md").read_text(), markup=False)
+
+
 def markdown(result: dict) -> str:
     lines = [
-        "# Load-aware schedule on the demo family (draft/target)",
+        f"# Load-aware schedule on the demo family ({result.get('method', 'draft_target')})",
         "",
         f"in-process schedule (`tune --schedule`, {result['prediction']['mode']} mode, in the spec): "
         f"`{result['schedule']}`; served schedule (`tune --schedule --url`, the Triton cost curve): "
