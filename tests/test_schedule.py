@@ -374,3 +374,11 @@ def test_ngram_batch_schedule_keeps_greedy_output(models, baseline, table):
     # n-gram drafts up to K (fewer, or none, without a match): never more than the schedule's K
     assert all(r.stats.k_per_round[0] <= schedule.k_for(4) for r in results)
     assert max(results[0].stats.k_per_round) <= 4
+
+
+def test_schedule_steps_put_thresholds_at_midpoints():
+    from specbuild.core.schedule import schedule_steps
+
+    assert schedule_steps([1, 2, 4, 8], {1: 4, 2: 3, 4: 2, 8: 0}) == {1: 4, 2: 3, 3: 2, 6: 0}
+    assert schedule_steps([1, 2, 4, 8], {1: 4, 2: 4, 4: 4, 8: 4}) == {1: 4}
+    assert schedule_steps([1, 8], {1: 2, 8: 0}) == {1: 2, 5: 0}

@@ -25,7 +25,7 @@ from typing import Any
 
 from specbuild.client.bench import run_once
 from specbuild.client.options import BenchConfig
-from specbuild.core.schedule import DraftSchedule
+from specbuild.core.schedule import DraftSchedule, schedule_steps
 from specbuild.core.theory import tokens_per_pass_chain
 
 TIE = 0.03  # as tuning/cost_curve.py: predicted rates within 3% tie
@@ -120,11 +120,7 @@ def predict_served(
         notes.append("no K > 0 beats the baseline at the smallest concurrency: speculation does not pay here")
         schedule = None
     else:
-        steps, last = {}, None
-        for c in sizes:
-            if chosen[c] != last:
-                steps[1 if c == sizes[0] else c] = chosen[c]
-                last = chosen[c]
+        steps = schedule_steps(sizes, chosen)
         schedule = DraftSchedule.parse(steps, max_draft_len=chosen[sizes[0]]).to_dict()
     return {
         "mode": mode,

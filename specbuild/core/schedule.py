@@ -25,7 +25,8 @@ paid off later in the request.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,6 +134,18 @@ class DraftSchedule:
         while tiers and tiers[-1][1] == 0:  # K=0 to the end: the implicit "off" past the largest key
             tiers.pop()
         return dict(tiers)
+
+
+def schedule_steps(sizes: Sequence[int], chosen: dict[int, int]) -> dict[int, int]:
+    """{threshold: K} from the K chosen at each measured size: where K changes between two measured sizes
+    the threshold is their midpoint, rounded up (the requests in flight of a closed loop at concurrency c
+    are often fewer than c: between requests, and while the client reads)."""
+    steps, last = {1: chosen[sizes[0]]}, chosen[sizes[0]]
+    for lower, upper in zip(sizes, sizes[1:], strict=False):
+        if chosen[upper] != last:
+            steps[max(math.ceil((lower + upper) / 2), lower + 1)] = chosen[upper]
+            last = chosen[upper]
+    return steps
 
 
 def _int(value: Any, *, what: str) -> int:

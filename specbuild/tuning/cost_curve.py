@@ -20,13 +20,14 @@ its schedule K is the tree or 0.
 The schedule: for each b the K with the best predicted throughput. In a closed loop (b requests always
 in flight) per-request speed is throughput / b, so both modes rank K alike; they differ on near ties
 (within TIE): `throughput` takes the smaller K (less compute for the same tokens), `latency` the larger
-(faster requests when the load drops between rounds). Batch sizes between the measured ones use the K
-of the nearest measured size below. The schedule's K at 1 becomes max_draft_len (TensorRT-LLM requires
+(faster requests when the load drops between rounds). Where K changes between two measured sizes the
+threshold is their midpoint, rounded up. The schedule's K at 1 becomes max_draft_len (TensorRT-LLM requires
 it); when no K > 0 beats K=0 at b = 1 there is no schedule to write.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Sequence
@@ -38,11 +39,12 @@ import torch
 
 from specbuild.core.errors import TrainingError
 from specbuild.core.sampling_params import SamplingParams
-from specbuild.core.schedule import DraftSchedule
+from specbuild.core.schedule import DraftSchedule, schedule_steps
 from specbuild.core.theory import tokens_per_pass_chain
 from specbuild.engines.reference.runners import SequenceBatch
 from specbuild.tuning.profile_engine import TIMING_REPEATS
 
+SERVED_TORCH_THREADS = "1"  # = the local engine models' DEFAULT_TORCH_THREADS
 TIE = 0.03  # predicted throughputs within 3% count as a tie (the spread of interleaved CPU timings)
 LOOP_TOKENS = (16, 48)  # the two lengths the loop timings difference (prefill cancels)
 
@@ -138,6 +140,18 @@ def _loop_round_s(engine, b: int, prompt: list[int], *, k: int | None) -> tuple[
 
 
 def measure_curve(engine, prompt: list[int], batch_sizes: Sequence[int], max_k: int) -> CostCurve:
+    """Timed with the torch threads of a served engine process (SPECBUILD_TORCH_THREADS, default 1, as
+    the local Triton's engine models): the default of one thread per core oversubscribes a shared CPU and
+    is not what serves."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(int(os.environ.get("SPECBUILD_TORCH_THREADS", SERVED_TORCH_THREADS)))
+    try:
+        return _measure_curve(engine, prompt, batch_sizes, max_k)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _measure_curve(engine, prompt: list[int], batch_sizes: Sequence[int], max_k: int) -> CostCurve:
     verify, draft, loop, plain, prefill = {}, {}, {}, {}, {}
     tree_round = None
     for b in batch_sizes:
@@ -227,15 +241,10 @@ def predict(
         notes.append("no K > 0 beats K=0 at the smallest batch size: speculation does not pay here")
         schedule = None
     else:
-        steps, last = {}, None
-        sizes = sorted(curve.batch_sizes)
-        for b in sizes:
-            if chosen[b] != last:
-                steps[b if b != sizes[0] else 1] = chosen[b]
-                last = chosen[b]
+        steps = schedule_steps(sorted(curve.batch_sizes), chosen)
         if max_batch_size is not None:
             steps = {n: k for n, k in steps.items() if n <= max_batch_size}
-        schedule = DraftSchedule.parse(steps, max_draft_len=chosen[sizes[0]])
+        schedule = DraftSchedule.parse(steps, max_draft_len=chosen[sorted(curve.batch_sizes)[0]])
     return SchedulePrediction(
         mode=mode,
         acceptance=list(acceptance),
