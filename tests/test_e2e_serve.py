@@ -151,13 +151,15 @@ def test_bench_through_triton_writes_the_report(servers, tmp_path):
     from specbuild.client.options import BenchConfig
     from specbuild.client.report import PLOTS, write_report
 
+    server = servers["draft_target"]
     config = BenchConfig(
-        url=servers["draft_target"].grpc_url,
+        url=server.grpc_url,
         prompts=tuple(PROMPTS[:2]),
         concurrency=(1, 2),
         temperatures=(0.0,),
         max_tokens=8,
         num_draft_tokens=K,
+        metrics_url=f"http://{server.options.host}:{server.options.metrics_port}/metrics",
     )
     runs, context = run_bench(config)
     assert [(r.mode, r.concurrency) for r in runs] == [
@@ -175,8 +177,49 @@ def test_bench_through_triton_writes_the_report(servers, tmp_path):
         spec["speedup_measured"] > 0 and spec["speedup_predicted"] > 0 and 0 <= spec["acceptance_rate"] <= 1
     )
     assert spec["mean_accepted_tokens_per_pass"] >= 1
+    for run in runs:
+        assert run.metrics["connections"] <= run.concurrency  # one connection per worker, not per request
+    # the baseline streams token by token: one response per token, the first one well before the end
+    for record in runs[0].records:
+        assert record.target_passes == record.output_tokens == 8 and record.first_chunk_tokens == 1
+        assert record.ttft_s < record.latency_s and record.itl_s > 0
+    # the server's Prometheus counters (trtllm-serve's names) agree with the requests' own counts, exactly
+    for run in runs:
+        check = run.metrics["prometheus_check"]
+        assert check["agree"], check
+        if run.mode == "speculative":
+            assert check["prometheus"]["drafted"] == sum(r.drafted for r in run.records) > 0
+            assert check["prometheus"]["steps"] == sum(len(r.rounds) for r in run.records)
+        else:
+            assert check["prometheus"]["drafted"] == 0
+    # the rounds streamed with their counters are exact: they add up to the server's totals
+    for record in runs[1].records:
+        assert sum(a for a, _ in record.rounds) == record.accepted and sum(d for _, d in record.rounds) == (
+            record.drafted
+        )
+        assert all(d <= K for _, d in record.rounds)
     files = write_report(runs, context, tmp_path)
-    assert {f.name for f in files} == {"bench.json", "bench.csv", *PLOTS}
+    assert {f.name for f in files} == {
+        "bench.json",
+        "bench.csv",
+        "aiperf_metrics.json",
+        "records.jsonl",
+        "speculation_profile.json",
+        *PLOTS,
+    }
+    aiperf = json.loads((tmp_path / "aiperf_metrics.json").read_text())
+    spec_run = aiperf["runs"][1]
+    assert spec_run["time_to_first_token"]["unit"] == "ms" and spec_run["time_to_first_token"]["count"] == 2
+    assert spec_run["spec_decode_overall_draft_acceptance_rate"]["avg"] == pytest.approx(
+        100 * spec["acceptance_rate"]
+    )  # float64 ratios of the same integer counts: default rel 1e-6
+    lines = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert len(lines) == 8 and all(line["spec_decode_acceptance"] is None for line in lines[:2])
+    record = lines[2]["spec_decode_acceptance"]
+    assert sum(record["acceptance_histogram"].values()) == record["num_spec_steps"]
+    profile = json.loads((tmp_path / "speculation_profile.json").read_text())
+    assert profile["num_speculative_tokens"] == K and profile["method"] == "draft_model"
+    assert len(profile["conditional_accept_rates"]) == K
 
 
 def test_bench_without_num_draft_tokens_uses_the_repository_k(servers, builds):

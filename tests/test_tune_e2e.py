@@ -191,6 +191,8 @@ def test_chosen_k_is_at_or_next_to_the_best_measured_k(family):
             "--k-max",
             "6",
             "--write",
+            "--save-profile",
+            str(root / "profile" / "speculation_profile.json"),
             "--json",
         ],
     )
@@ -214,3 +216,30 @@ def test_chosen_k_is_at_or_next_to_the_best_measured_k(family):
     assert abs(report["chosen"]["value"] - measured["best_k"]) <= 1
     assert load_spec(spec_path).speculation.max_draft_len == report["chosen"]["value"]
     assert "# K" in spec_path.read_text()
+
+    # the profile round-trips: tune --profile (no engine, no prompts) chooses the same K
+    profile = root / "profile" / "speculation_profile.json"
+    written = json.loads(profile.read_text())
+    assert written["num_speculative_tokens"] == 6 and written["method"] == "draft_model"
+    assert written["measurement_conditions"]["cost_ratio"] == report["details"]["cost_ratio"]
+    again = CliRunner().invoke(app, ["tune", str(spec_path), "--profile", str(profile), "--json"])
+    assert again.exit_code == 0, again.output
+    back = json.loads(again.stdout)
+    assert back["chosen"]["value"] == report["chosen"]["value"]
+    assert back["details"]["acceptance_per_position"] == pytest.approx(acc, abs=1e-6)  # 6 dp in the file
+    # refused: prompts with a profile, a profile of another method, none of a cost ratio
+    bad = CliRunner().invoke(
+        app, ["tune", str(spec_path), "--profile", str(profile), "--prompts", str(root / "train.txt")]
+    )
+    assert bad.exit_code != 0 and "exclude each other" in bad.output
+    other = root / "profile" / "eagle.json"
+    no_cost = root / "profile" / "no_cost.json"
+    other.write_text(json.dumps({**written, "method": "eagle3"}))
+    no_cost.write_text(json.dumps({**written, "measurement_conditions": {}}))
+    for path, words in ((other, "another method"), (no_cost, "no cost ratio")):
+        r = CliRunner().invoke(app, ["tune", str(spec_path), "--profile", str(path)])
+        assert r.exit_code != 0 and words in r.output, r.output
+    r = CliRunner().invoke(
+        app, ["tune", str(spec_path), "--profile", str(no_cost), "--cost-ratio", "0.5", "--json"]
+    )
+    assert r.exit_code == 0 and json.loads(r.stdout)["details"]["cost_ratio"] == 0.5

@@ -1,17 +1,24 @@
 """`specbuild bench`: the same prompts with speculation off (target alone) and on, per temperature
-and concurrency, through a running tritonserver (streaming requests, as genai-perf measures).
+and concurrency, through a running tritonserver (streaming requests, as genai-perf / AIPerf measure).
 
 The repository says its method and K (client/remote.py `repo_info`). Baseline: when the BLS runs
-the loop (draft/target), the same requests with `num_draft_tokens = 0` (the BLS then calls the target
-alone); without --num-draft-tokens the speculative runs use the repository's K (what `tune --write`
-chose and `repo` recorded). An engine that speculates by itself (Medusa) has no baseline run here
-(measured speedup is left empty; the predicted one is still reported).
+the loop (draft/target), the same requests with `num_draft_tokens = 0` (the BLS then streams the target
+alone, token by token); without --num-draft-tokens the speculative runs use the repository's K (what
+`tune --write` chose and `repo` recorded). An engine that speculates by itself (Medusa) has no baseline
+run here (measured speedup is left empty; the predicted one is still reported).
+
+Connections: each worker thread opens one `Session` (one gRPC channel, the model's description read
+once) and sends its requests over it; nothing reconnects per request.
 
 Cost ratio c (draft pass / target pass): with a draft model, measured through the same server by
 timing the `tensorrt_llm_draft` and `tensorrt_llm` models directly on the first prompt's token ids,
 generating n tokens and 1 token each; c = (t_draft(n) - t_draft(1)) / (t_target(n) - t_target(1)),
 which cancels the prefill and the request overhead. Without one (Medusa heads ride on the target
 pass) c = 0.
+
+Workloads: `single` (every prompt once per run) and `multiturn` (client/multiturn.py: conversations
+whose turns extend the previous context after a shared system prompt; the server's KV-cache figures
+give the prefix reuse of the target and of the draft).
 """
 
 from __future__ import annotations
@@ -19,7 +26,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -27,39 +33,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tritonclient.utils import InferenceServerException
 
 from specbuild.client.metrics import RequestRecord, RunSummary, attach_speedups, summarize_run
+from specbuild.client.multiturn import run_multiturn
 from specbuild.client.options import BenchConfig
-from specbuild.client.remote import connect, generate_remote, model_info
-from specbuild.core import theory
-from specbuild.core.sampling_params import SamplingParams
+from specbuild.client.prometheus import cross_check, scrape
+from specbuild.client.remote import connect, model_info
+from specbuild.client.workers import Workers, send
 from specbuild.model_repo.tensors import DRAFT_MODEL, TARGET_MODEL
 
 COST_TOKENS = 16  # tokens generated per timing call when measuring c
 COST_REPEATS = 3  # best of N per timing (less noise from other work on the host)
-
-
-def _one_request(
-    config: BenchConfig, prompt: str, index: int, *, temperature: float, k: int | None
-) -> RequestRecord:
-    params = SamplingParams(
-        max_tokens=config.max_tokens,
-        temperature=temperature,
-        seed=config.seed + index if temperature > 0 else None,
-    )
-    result = generate_remote(
-        config.url, prompt, params, stream=True, num_draft_tokens=k, timeout_s=config.timeout_s
-    )
-    t = result.timings
-    steps = tuple(result.stats.accepted_per_step)
-    return RequestRecord(
-        ttft_s=t.get("ttft", t["total"]),
-        latency_s=t["total"],
-        output_tokens=len(result.token_ids),
-        target_passes=int(t.get("chunks", 0)),
-        drafted=result.stats.drafted,
-        accepted=result.stats.accepted,
-        accepted_per_step=steps,
-        rounds=tuple(theory.rounds_from_steps(steps, k, config.max_tokens)) if k else (),
-    )
 
 
 def run_once(
@@ -73,18 +55,22 @@ def run_once(
 ) -> RunSummary:
     """All prompts at one concurrency; duration = first send to last answer."""
     lock = threading.Lock()
+    workers = Workers(config.url, concurrency)
 
     def task(item: tuple[int, str]) -> RequestRecord:
-        record = _one_request(config, item[1], item[0], temperature=temperature, k=k)
+        record, _ = send(workers, config, item[1], item[0], temperature=temperature, k=k)
         with lock:
             advance()
         return record
 
-    t0 = time.monotonic()
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        records = list(pool.map(task, enumerate(config.prompts)))
-    duration = time.monotonic() - t0
-    return summarize_run(
+    try:
+        t0 = time.monotonic()
+        records = workers.map(task, enumerate(config.prompts))
+        duration = time.monotonic() - t0
+    finally:
+        connections = workers.opened
+        workers.close()
+    run = summarize_run(
         records,
         mode=mode,
         temperature=temperature,
@@ -92,6 +78,14 @@ def run_once(
         num_draft_tokens=k or 0,
         duration_s=duration,
     )
+    run.records = records
+    run.metrics["connections"] = connections
+    return run
+
+
+def _plan(config: BenchConfig, method, k: int):
+    modes = [("baseline", 0), ("speculative", k)] if method.has_baseline else [("speculative", None)]
+    return [(t, c, m, kk) for t in config.temperatures for c in config.concurrency for m, kk in modes]
 
 
 def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], dict]:
@@ -104,8 +98,11 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
     finally:
         client.close()
     k = config.num_draft_tokens if config.num_draft_tokens is not None else info.repo.num_draft_tokens
-    modes = [("baseline", 0), ("speculative", k)] if method.has_baseline else [("speculative", None)]
-    plan = [(t, c, m, k) for t in config.temperatures for c in config.concurrency for m, k in modes]
+    plan = _plan(config, method, k)
+    if config.workload == "multiturn":
+        per_run = config.conversations * config.turns
+    else:
+        per_run = len(config.prompts)
     runs: list[RunSummary] = []
     with Progress(
         TextColumn("{task.description}"),
@@ -115,23 +112,31 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
         console=console,
         transient=False,
     ) as progress:
-        bar = progress.add_task("bench", total=len(plan) * len(config.prompts))
-        for temperature, concurrency, mode, k in plan:
+        bar = progress.add_task("bench", total=len(plan) * per_run)
+        for temperature, concurrency, mode, kk in plan:
             progress.update(bar, description=f"{mode:11s} T={temperature:g} c={concurrency}")
-            run = run_once(
-                config,
-                mode=mode,
-                temperature=temperature,
-                concurrency=concurrency,
-                k=k,
-                advance=lambda: progress.advance(bar),
-            )
+            before = scrape(config.metrics_url) if config.metrics_url else None
+            common = dict(mode=mode, temperature=temperature, concurrency=concurrency, k=kk)
+            if config.workload == "multiturn":
+                run = run_multiturn(config, **common, advance=lambda: progress.advance(bar))
+            else:
+                run = run_once(config, **common, advance=lambda: progress.advance(bar))
+            if before is not None:
+                delta = scrape(config.metrics_url).minus(before)
+                run.metrics["prometheus_check"] = cross_check(
+                    delta,
+                    drafted=sum(r.drafted for r in run.records),
+                    accepted=sum(r.accepted for r in run.records),
+                    steps=sum(len(r.rounds) for r in run.records) if method.bls_drives_loop else None,
+                )
             runs.append(run)
     attach_speedups(runs, cost_ratio=cost_ratio)
     context = {
         "url": config.url,
         "model": info.name,
         "mode": info.repo.method.value,
+        "method": method.ecosystem_name,
+        "workload": config.workload,
         "cost_ratio": cost_ratio,
         "cost_ratio_method": "draft-only vs target-only timing"
         if method.draft_model
@@ -139,8 +144,34 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
         "prompts": len(config.prompts),
         "max_tokens": config.max_tokens,
         "num_draft_tokens": k if method.bls_drives_loop else None,
+        "metrics_url": config.metrics_url,
     }
     return runs, context
+
+
+def _infer(client, model: str, inputs, decoupled: bool) -> None:
+    """One request to `model`, to its final response (a decoupled model answers only on a stream)."""
+    if not decoupled:
+        client.infer(model, inputs)
+        return
+    done, errors = threading.Event(), []
+
+    def callback(result=None, error=None):
+        if error is not None:
+            errors.append(error)
+            done.set()
+        elif result.get_response().parameters["triton_final_response"].bool_param:
+            done.set()
+
+    client.start_stream(callback=callback)
+    try:
+        client.async_stream_infer(model, inputs, enable_empty_final_response=True)
+        if not done.wait(120.0):
+            raise InferenceServerException(f"no final response from {model} within 120 s")
+    finally:
+        client.stop_stream()
+    if errors:
+        raise errors[0]
 
 
 def _time_generate(client, model: str, ids, n: int) -> float:
@@ -154,10 +185,12 @@ def _time_generate(client, model: str, ids, n: int) -> float:
         tensor("input_lengths", np.array([[len(ids)]], dtype=np.int32)),
         tensor("request_output_len", np.array([[n]], dtype=np.int32)),
     ]
+    config = client.get_model_config(model, as_json=True).get("config", {})
+    decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
     best = float("inf")
     for _ in range(COST_REPEATS):
         t0 = time.perf_counter()
-        client.infer(model, inputs)
+        _infer(client, model, inputs, decoupled)
         best = min(best, time.perf_counter() - t0)
     return best
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from specbuild.client.request import Chunk, build_inputs, parse_response
+from specbuild.client.request import KV, Chunk, build_inputs, parse_response
 from specbuild.core.errors import ClientError, SpecbuildError
 from specbuild.core.generation import GenerationResult, SpecStats
 from specbuild.core.methods import Method, SpeculationMethod, method_of, parse_method
@@ -290,6 +290,36 @@ def _raise_request_error(url: str, model: str, error: str, timeout_s: float) -> 
     )
 
 
+def _steps(chunks: list[Chunk], *, self_speculating: bool) -> list[tuple[int, int]] | None:
+    """(accepted, drafted) of each verification step of a streamed request, or None when unknown.
+
+    Exact when the streamed responses carry the running totals (the BLS's draft/target rounds with
+    return_perf_metrics): each round's deltas. For an engine that speculates by itself (Medusa) the first
+    response is the context phase's token (no step) and every later one a step (its tokens = accepted + 1;
+    the drafts per step follow from the total when it divides evenly, else stay unknown: 0)."""
+    content = [c for c in chunks if c.token_ids]
+    if any("total_draft_tokens" in c.perf for c in content):
+        steps, acc, dr = [], 0, 0
+        for c in content:
+            if "total_draft_tokens" not in c.perf:
+                continue
+            a, d = int(c.perf["total_accepted_draft_tokens"]), int(c.perf["total_draft_tokens"])
+            if d > dr:
+                steps.append((a - acc, d - dr))
+            acc, dr = a, d
+        return steps
+    if self_speculating and len(content) > 1:
+        accepted = [len(c.token_ids) - 1 for c in content[1:]]
+        total = int(
+            next(
+                (c.perf["total_draft_tokens"] for c in reversed(chunks) if "total_draft_tokens" in c.perf), 0
+            )
+        )
+        per = total // len(accepted) if total and total % len(accepted) == 0 else 0
+        return [(a, per) for a in accepted]
+    return None
+
+
 def _result(
     collector: _Collector, *, t0: float, params: SamplingParams, always_speculates: bool
 ) -> GenerationResult:
@@ -302,19 +332,29 @@ def _result(
         drafted=int(perf.get("total_draft_tokens", 0)),
         accepted=int(perf.get("total_accepted_draft_tokens", 0)),
     )
-    steps = [len(c.token_ids) for c in collector.chunks if c.token_ids]
+    sizes = [len(c.token_ids) for c in collector.chunks if c.token_ids]
     speculative = always_speculates or stats.drafted > 0
-    if speculative and len(steps) > 1:  # streaming: one response per engine step
-        stats.accepted_per_step = [max(n - 1, 0) for n in steps]
-        stats.target_passes = len(steps)
+    if speculative and len(sizes) > 1:  # streaming: one response per engine step
+        stats.target_passes = len(sizes)
+        steps = _steps(collector.chunks, self_speculating=always_speculates)
+        if steps is not None:
+            stats.accepted_per_step = [a for a, _ in steps]
+            stats.drafted_per_step = [d for _, d in steps]
+        else:
+            stats.accepted_per_step = [max(n - 1, 0) for n in sizes]
     timings = {"total": time.monotonic() - t0}
-    if collector.times:
-        timings["ttft"] = collector.times[0] - t0
+    times = [t for c, t in zip(collector.chunks, collector.times, strict=True) if c.token_ids or c.text]
+    if times:
+        timings["ttft"] = times[0] - t0
+    if len(times) > 1:  # AIPerf's time_to_second_token: the gap between the first two content chunks
+        timings["ttst"] = times[1] - times[0]
+    if sizes:
+        timings["first_chunk_tokens"] = float(sizes[0])
     if "first_token_time_ns" in perf and "arrival_time_ns" in perf and perf["arrival_time_ns"] > 0:
         timings["server_ttft"] = (perf["first_token_time_ns"] - perf["arrival_time_ns"]) / 1e9
     if "last_token_time_ns" in perf and "arrival_time_ns" in perf and perf["arrival_time_ns"] > 0:
         timings["server_total"] = (perf["last_token_time_ns"] - perf["arrival_time_ns"]) / 1e9
-    timings["chunks"] = float(len(steps))
+    timings["chunks"] = float(len(sizes))
     finish = "length" if len(token_ids) >= params.max_tokens else "stop"
     prompt = next(
         (c.counts["num_input_tokens"] for c in collector.chunks if "num_input_tokens" in c.counts), None
@@ -327,24 +367,48 @@ def _result(
         stats=stats,
         timings=timings,
         prompt_tokens=prompt,
+        kv_cache={name: int(perf[name]) for name in KV if name in perf},
     )
 
 
-def generate_remote(
-    url: str,
-    prompt: str,
-    params: SamplingParams,
-    *,
-    stream: bool = False,
-    num_draft_tokens: int | None = None,
-    model: str | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    on_text: Callable[[str], None] | None = None,
-) -> GenerationResult:
-    """One request through Triton; `on_text` receives streamed text pieces as they arrive."""
-    client = connect(url)
-    try:
-        info = model_info(client, model)
+class Session:
+    """One connection to a running tritonserver and the served model's description, read once.
+
+    `generate` sends one request at a time over the session's channel (a stream per request, so a
+    failed or timed-out request is cancelled without touching the next). `specbuild bench` keeps one
+    session per worker thread: no reconnect and no model-metadata refetch per request.
+    """
+
+    def __init__(self, url: str, model: str | None = None):
+        self.url = normalize_url(url)
+        self.client = connect(self.url)
+        try:
+            self.info = model_info(self.client, model)
+        except BaseException:
+            self.client.close()
+            raise
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def generate(
+        self,
+        prompt: str,
+        params: SamplingParams,
+        *,
+        stream: bool = False,
+        num_draft_tokens: int | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        on_text: Callable[[str], None] | None = None,
+    ) -> GenerationResult:
+        """One request; `on_text` receives streamed text pieces as they arrive."""
+        info = self.info
         if info.max_total_tokens is not None and params.max_tokens >= info.max_total_tokens:
             raise ClientError(
                 f"max_tokens {params.max_tokens} cannot fit the engines' sequence limit",
@@ -364,17 +428,38 @@ def generate_remote(
         t0 = time.monotonic()
         if stream or info.decoupled:
             collector = _run_stream(
-                client, info, inputs, timeout_s=timeout_s, on_text=on_text if stream else None
+                self.client, info, inputs, timeout_s=timeout_s, on_text=on_text if stream else None
             )
         else:
-            collector = _run_unary(client, info, inputs, timeout_s=timeout_s)
+            collector = _run_unary(self.client, info, inputs, timeout_s=timeout_s)
         if collector.error is not None:
-            _raise_request_error(normalize_url(url), info.name, collector.error, timeout_s)
+            _raise_request_error(self.url, info.name, collector.error, timeout_s)
         # an engine that speculates by itself (Medusa) speculates on every request
         always = not info.repo.speculation.bls_drives_loop and info.repo.speculation.target_mode.speculative
         result = _result(collector, t0=t0, params=params, always_speculates=always)
         if on_text and not stream and result.text:
             on_text(result.text)
         return result
-    finally:
-        client.close()
+
+
+def generate_remote(
+    url: str,
+    prompt: str,
+    params: SamplingParams,
+    *,
+    stream: bool = False,
+    num_draft_tokens: int | None = None,
+    model: str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    on_text: Callable[[str], None] | None = None,
+) -> GenerationResult:
+    """One request through Triton on a connection of its own (see `Session` for many requests)."""
+    with Session(url, model) as session:
+        return session.generate(
+            prompt,
+            params,
+            stream=stream,
+            num_draft_tokens=num_draft_tokens,
+            timeout_s=timeout_s,
+            on_text=on_text,
+        )

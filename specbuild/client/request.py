@@ -29,6 +29,12 @@ TOKEN_OUTPUT = "output_ids"
 LENGTH_OUTPUT = "sequence_length"
 FINAL_PARAM = "triton_final_response"  # bool response parameter on every streamed response
 PERF_TIMES = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
+# KV-cache figures (the backend's, and the BLS's draft_ ones: each engine's first call of the request)
+KV = tuple(
+    f"{prefix}kv_cache_{name}"
+    for prefix in ("", "draft_")
+    for name in ("alloc_new_blocks", "reused_blocks", "alloc_total_blocks")
+)
 
 
 def _interface(model: str, declared: set[str]):
@@ -162,7 +168,7 @@ def parse_response(result) -> Chunk:
             n = int(result.as_numpy(LENGTH_OUTPUT).reshape(-1)[0])
             ids = ids[:n]
         chunk.token_ids = [int(t) for t in ids]
-    for name in ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens", *PERF_TIMES):
+    for name in ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens", *PERF_TIMES, *KV):
         if name in names:
             chunk.perf[name] = float(result.as_numpy(name).reshape(-1)[0])
     for name in ("num_input_tokens", "num_output_tokens"):

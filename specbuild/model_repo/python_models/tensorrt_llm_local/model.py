@@ -83,6 +83,7 @@ class TritonPythonModel:
         )
         # draft tokens a self-drafting engine (Medusa's tree) adds per step; 0 when drafts come in the request
         self.engine_draft_len = self.engine.draft_per_step() if self.limits else 0
+        self.metrics = SpecMetrics(self.name)
         self._active: dict[str, list[Job]] = {}  # request id -> its running jobs (for stop requests)
         self._active_lock = threading.Lock()
         self._warm_up()
@@ -194,7 +195,6 @@ class TritonPythonModel:
             req=req,
             responder=responder,
             perf=Perf(arrival_ns=req.arrival_ns),
-            reused_before=self.engine.prefix_cache.reused_tokens,
         )
         if req.request_id:
             with self._active_lock:
@@ -262,8 +262,10 @@ class TritonPythonModel:
         return stop
 
     def _run_one(self, job: Job) -> None:
+        before = self.engine.prefix_cache.reused_tokens  # this request's own prefix reuse: its run only
         try:
             self._run(job)
+            job.reused_tokens = self.engine.prefix_cache.reused_tokens - before
         except Exception as exc:  # noqa: BLE001 - the request's error response
             job.error = exc
         if job.cancelled:
@@ -296,6 +298,7 @@ class TritonPythonModel:
         for job, result in zip(jobs, results, strict=True):
             job.tokens, job.ran = result.token_ids, True
             job.perf.accepted, job.perf.drafted = result.stats.accepted, result.stats.drafted
+            job.steps = result.stats.steps
             if job.cancelled:
                 self._log_end(job)
 
@@ -317,7 +320,8 @@ class TritonPythonModel:
             job.tokens = tokens[:end] if end is not None else tokens
             perf.token()
             perf.drafted = len(req.draft_ids)
-            perf.accepted = max(0, len(job.tokens) - 1)
+            perf.accepted = min(max(0, len(job.tokens) - 1), perf.drafted)
+            job.steps = [(perf.accepted, perf.drafted)]
             return job
         stop = self._stop_hook(job)
         on_tokens = lambda new: self._on_tokens(job, new)  # noqa: E731
@@ -332,6 +336,7 @@ class TritonPythonModel:
             )
         job.tokens = result.token_ids
         perf.accepted, perf.drafted = result.stats.accepted, result.stats.drafted
+        job.steps = result.stats.steps
         return job
 
     def _finish(self, job: Job):
@@ -343,8 +348,12 @@ class TritonPythonModel:
             return self._outputs(job, job.tokens)
         if job.error is not None:
             return self._error(job.error)
-        reused = self.engine.prefix_cache.reused_tokens - job.reused_before
-        perf.reused_blocks = reused // self.tokens_per_block
+        try:  # a completed request's steps (trtllm-serve logs finished ones); never fails the request
+            self.metrics.record(job.steps)
+        except Exception as exc:  # noqa: BLE001 - metrics are best effort
+            pb_utils.Logger.log_warn(f"{self.name}: speculative metrics not updated: {exc}")
+        # a batched decode (several plain requests together) starts fresh sequences: it reuses nothing
+        perf.reused_blocks = job.reused_tokens // self.tokens_per_block
         total = len(req.prompt_ids) + len(job.tokens)
         perf.new_blocks = max(0, -(-total // self.tokens_per_block) - perf.reused_blocks)
         return self._outputs(job, job.tokens)
@@ -359,6 +368,73 @@ class TritonPythonModel:
         if req.perf:
             outputs.update(job.perf.outputs())
         return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in outputs.items()])
+
+
+class SpecMetrics:
+    """trtllm-serve's speculative-decoding series (core/trtllm_facts.py PROMETHEUS_SPEC_DECODE) through
+    Triton's custom-metrics API, labelled with this model's name; created at the first speculative step,
+    so a model that never speculates (the draft) exports none. One verification of BLS drafts is one
+    step (an iteration of the real engine); a Medusa request counts each of its tree steps."""
+
+    def __init__(self, model: str):
+        self.model = model
+        self._families = None
+        self._position: dict[tuple[str, int], object] = {}
+
+    def _setup(self):
+        from specbuild.core.trtllm_facts import PROMETHEUS_SPEC_DECODE as N
+        from specbuild.core.trtllm_facts import PROMETHEUS_SPEC_STEPS
+
+        family = pb_utils.MetricFamily
+        labels = {"model": self.model}
+
+        def make(name, kind, description):
+            return family(name=name, description=description, kind=kind)
+
+        counter, gauge = family.COUNTER, family.GAUGE
+        # every family stays referenced for the model's life: the backend refuses to update a Metric
+        # whose MetricFamily was deleted
+        self._families = {
+            "drafted_per_position": make(N["drafted_per_position"], counter, "Drafted tokens per position"),
+            "accepted_per_position": make(
+                N["accepted_per_position"], counter, "Accepted draft tokens per position"
+            ),
+            "drafted": make(N["num_draft_tokens"], counter, "Draft tokens verified"),
+            "accepted": make(N["num_accepted_tokens"], counter, "Draft tokens accepted"),
+            "length": make(N["acceptance_length"], gauge, "Tokens per step, last iteration"),
+            "steps": make(PROMETHEUS_SPEC_STEPS, counter, "Verification steps (specbuild)"),
+        }
+        self.drafted = self._families["drafted"].Metric(labels=labels)
+        self.accepted = self._families["accepted"].Metric(labels=labels)
+        self.length = self._families["length"].Metric(labels=labels)
+        self.steps = self._families["steps"].Metric(labels=labels)
+
+    def _per_position(self, kind: str, position: int):
+        key = (kind, position)
+        if key not in self._position:
+            from specbuild.core.trtllm_facts import PROMETHEUS_POSITION_LABEL
+
+            labels = {"model": self.model, PROMETHEUS_POSITION_LABEL: str(position)}
+            self._position[key] = self._families[kind].Metric(labels=labels)
+        return self._position[key]
+
+    def record(self, steps: list[tuple[int, int]]) -> None:
+        """steps: (accepted, drafted) of each verification step of one request (drafted > 0)."""
+        steps = [(a, d) for a, d in steps if d > 0]
+        if not steps or not hasattr(pb_utils, "MetricFamily"):
+            return
+        if self._families is None:
+            self._setup()
+        accepted, drafted = sum(a for a, _ in steps), sum(d for _, d in steps)
+        self.drafted.increment(drafted)
+        self.accepted.increment(accepted)
+        self.steps.increment(len(steps))
+        self.length.set(1.0 + accepted / len(steps))
+        for a, d in steps:
+            for i in range(d):
+                self._per_position("drafted_per_position", i).increment(1)
+                if i < a:
+                    self._per_position("accepted_per_position", i).increment(1)
 
 
 def _getter(request):
