@@ -212,10 +212,17 @@ class _Collector:
             self.done.set()
 
 
-def _inputs(info: ModelInfo, prompt, params, *, stream, num_draft_tokens):
+def request_inputs(info: ModelInfo, prompt, params, *, stream, num_draft_tokens, stop_words=()):
+    """The InferInputs of one request to the served model (only the inputs it declares)."""
     out = []
     for name, array, dtype in build_inputs(
-        info.name, prompt, params, stream=stream, num_draft_tokens=num_draft_tokens, declared=set(info.inputs)
+        info.name,
+        prompt,
+        params,
+        stream=stream,
+        num_draft_tokens=num_draft_tokens,
+        declared=set(info.inputs),
+        stop_words=tuple(stop_words),
     ):
         tensor = grpcclient.InferInput(name, list(array.shape), dtype)
         tensor.set_data_from_numpy(array)
@@ -257,7 +264,8 @@ def _run_unary(client, info: ModelInfo, inputs, *, timeout_s: float) -> _Collect
     return collector
 
 
-def _raise_request_error(url: str, model: str, error: str, timeout_s: float) -> None:
+def raise_request_error(url: str, model: str, error: str, timeout_s: float) -> None:
+    """The ClientError that explains a request's first server error."""
     dead = _DEAD_STUB.search(error)
     if dead:
         instance = dead.group("instance")
@@ -290,7 +298,7 @@ def _raise_request_error(url: str, model: str, error: str, timeout_s: float) -> 
     )
 
 
-def _steps(chunks: list[Chunk], *, self_speculating: bool) -> list[tuple[int, int]] | None:
+def request_steps(chunks: list[Chunk], *, self_speculating: bool) -> list[tuple[int, int]] | None:
     """(accepted, drafted) of each verification step of a streamed request, or None when unknown.
 
     Exact when the streamed responses carry the running totals (the BLS's draft/target rounds with
@@ -336,7 +344,7 @@ def _result(
     speculative = always_speculates or stats.drafted > 0
     if speculative and len(sizes) > 1:  # streaming: one response per engine step
         stats.target_passes = len(sizes)
-        steps = _steps(collector.chunks, self_speculating=always_speculates)
+        steps = request_steps(collector.chunks, self_speculating=always_speculates)
         if steps is not None:
             stats.accepted_per_step = [a for a, _ in steps]
             stats.drafted_per_step = [d for _, d in steps]
@@ -424,7 +432,7 @@ class Session:
                 found=f"a {info.repo.speculation.title} repository (the engine drafts itself)",
                 fix="drop --num-draft-tokens (the engine's own settings decide what it drafts)",
             )
-        inputs = _inputs(info, prompt, params, stream=stream, num_draft_tokens=num_draft_tokens)
+        inputs = request_inputs(info, prompt, params, stream=stream, num_draft_tokens=num_draft_tokens)
         t0 = time.monotonic()
         if stream or info.decoupled:
             collector = _run_stream(
@@ -433,7 +441,7 @@ class Session:
         else:
             collector = _run_unary(self.client, info, inputs, timeout_s=timeout_s)
         if collector.error is not None:
-            _raise_request_error(self.url, info.name, collector.error, timeout_s)
+            raise_request_error(self.url, info.name, collector.error, timeout_s)
         # an engine that speculates by itself (Medusa) speculates on every request
         always = not info.repo.speculation.bls_drives_loop and info.repo.speculation.target_mode.speculative
         result = _result(collector, t0=t0, params=params, always_speculates=always)

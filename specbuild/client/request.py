@@ -45,7 +45,13 @@ def _interface(model: str, declared: set[str]):
 
 
 def request_values(
-    prompt: str, params: SamplingParams, *, stream: bool, num_draft_tokens: int | None, seed_name: str
+    prompt: str,
+    params: SamplingParams,
+    *,
+    stream: bool,
+    num_draft_tokens: int | None,
+    seed_name: str,
+    stop_words: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Input name -> python value (one request, batch of one) before dtype/shape are applied."""
     values: dict[str, Any] = {
@@ -69,6 +75,8 @@ def request_values(
         values["end_id"] = params.end_id
     if num_draft_tokens is not None:
         values["num_draft_tokens"] = num_draft_tokens
+    if stop_words:  # the BLS's stop_words: the engines end the request after any of them
+        values["stop_words"] = tuple(stop_words)
     return values
 
 
@@ -80,13 +88,19 @@ def build_inputs(
     stream: bool,
     num_draft_tokens: int | None,
     declared: set[str],
+    stop_words: tuple[str, ...] = (),
 ) -> list[tuple[str, Any, str]]:
     """[(name, array [1, ...], wire dtype)] for the inputs `model` declares; raises on a missing one."""
 
     iface = _interface(model, declared)
     seed_name = "random_seed" if "random_seed" in declared else "seed"
     values = request_values(
-        prompt, params, stream=stream, num_draft_tokens=num_draft_tokens, seed_name=seed_name
+        prompt,
+        params,
+        stream=stream,
+        num_draft_tokens=num_draft_tokens,
+        seed_name=seed_name,
+        stop_words=stop_words,
     )
     if num_draft_tokens is not None and not 0 <= num_draft_tokens <= 2**31 - 1:
         raise ClientError(
@@ -108,8 +122,9 @@ def build_inputs(
             continue  # an optional input this generation of the templates does not have
         tensor = iface.input(name)
         if tensor.data_type == "TYPE_STRING":
+            words = value if isinstance(value, tuple) else (value,)
             try:
-                array = np.array([[value.encode("utf-8")]], dtype=object)  # [1, 1]
+                array = np.array([[w.encode("utf-8") for w in words]], dtype=object)  # [1, 1] or [1, n]
             except UnicodeEncodeError as exc:  # a str from bytes that were not UTF-8 (surrogate escapes)
                 raise ClientError(
                     f"the {name} is not valid UTF-8 text",
