@@ -250,3 +250,35 @@ def test_bench_without_num_draft_tokens_uses_the_repository_k(servers, builds):
     )
     runs, context = run_bench(config)
     assert context["num_draft_tokens"] == recorded and [r.num_draft_tokens for r in runs] == [0, recorded]
+
+
+def test_multiturn_workload_reports_prefix_reuse_of_target_and_draft(servers):
+    """Conversations whose turns extend the previous context: the BLS reports each engine's prompt reuse
+    (kv_cache_reused_blocks of the target, draft_kv_cache_reused_blocks of the draft)."""
+    from specbuild.client.bench import run_bench
+    from specbuild.client.multiturn import compare_reuse, render, user_turns
+    from specbuild.client.options import BenchConfig
+
+    assert user_turns(("a", "b", "c"), 2, 2) == [["a", "b"], ["c", "a"]]
+    assert render("S", [("u1", " a1")], "u2") == "S\nUser: u1\nAssistant: a1\nUser: u2\nAssistant:"
+    config = BenchConfig(
+        url=servers["draft_target"].grpc_url,
+        prompts=tuple(PROMPTS[:4]),
+        concurrency=(1,),
+        temperatures=(0.0,),
+        max_tokens=6,
+        num_draft_tokens=K,
+        workload="multiturn",
+        conversations=2,
+        turns=3,
+    )
+    runs, _ = run_bench(config)
+    base, spec = (r.metrics["prefix_reuse"] for r in runs)
+    assert base["requests"] == spec["requests"] == 6
+    assert base["draft"] is None and spec["draft"] is not None  # the draft runs only with speculation
+    for reuse in (base["target"], spec["target"], spec["draft"]):
+        # later turns start with the whole previous request: their prompts reuse cached blocks
+        assert reuse["reused_blocks_by_turn"]["2"] > 0 and 0 < reuse["reuse_ratio"] < 1
+    (row,) = compare_reuse(runs)
+    assert row["target_reused_blocks_off"] == base["target"]["reused_blocks"]
+    assert row["verdict"].startswith("speculation")

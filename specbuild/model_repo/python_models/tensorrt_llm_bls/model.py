@@ -269,7 +269,7 @@ class TritonPythonModel:
                 first_token_ns=times["first"],
                 last_token_ns=times["last"],
                 kv=shared.first_perf.get("target", {}),
-                draft_kv=shared.first_perf.get("draft", {}),
+                draft_kv=shared.first_perf.get("draft"),  # None: the draft never ran (the baseline)
             )
         else:
             tokens, perf = self._plain(call, opts, prep, on_tokens, responder, ended)
