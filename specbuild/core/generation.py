@@ -92,6 +92,8 @@ class GenerationResult:
     stats: SpecStats = field(default_factory=SpecStats)
     timings: dict[str, float] = field(default_factory=dict)  # seconds: ttft, total, ...
     prompt_tokens: int | None = None  # the prompt's token count (through Triton: num_input_tokens)
+    # prompt tokens whose KV came from the engine's prefix cache (in-process plain decode; None: not known)
+    cached_prompt_tokens: int | None = None
     # through Triton with return_perf_metrics: the backend's kv_cache_* figures (and the BLS's draft_ ones)
     kv_cache: dict[str, int] = field(default_factory=dict)
 

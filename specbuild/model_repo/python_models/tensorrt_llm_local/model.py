@@ -297,6 +297,7 @@ class TritonPythonModel:
             return
         for job, result in zip(jobs, results, strict=True):
             job.tokens, job.ran = result.token_ids, True
+            job.reused_tokens = result.cached_prompt_tokens or 0  # its row's prefix reuse
             job.perf.accepted, job.perf.drafted = result.stats.accepted, result.stats.drafted
             job.steps = result.stats.steps
             if job.cancelled:
@@ -352,7 +353,6 @@ class TritonPythonModel:
             self.metrics.record(job.steps)
         except Exception as exc:  # noqa: BLE001 - metrics are best effort
             pb_utils.Logger.log_warn(f"{self.name}: speculative metrics not updated: {exc}")
-        # a batched decode (several plain requests together) starts fresh sequences: it reuses nothing
         perf.reused_blocks = job.reused_tokens // self.tokens_per_block
         total = len(req.prompt_ids) + len(job.tokens)
         perf.new_blocks = max(0, -(-total // self.tokens_per_block) - perf.reused_blocks)
