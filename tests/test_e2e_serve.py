@@ -164,18 +164,23 @@ def test_bench_through_triton_writes_the_report(servers, tmp_path):
     runs, context = run_bench(config)
     assert [(r.mode, r.concurrency) for r in runs] == [
         ("baseline", 1),
+        ("baseline-unary", 1),
         ("speculative", 1),
         ("baseline", 2),
+        ("baseline-unary", 2),
         ("speculative", 2),
     ]
     assert context["cost_ratio"] is not None and context["cost_ratio"] >= 0
     for run in runs:
         assert run.requests == 2 and run.metrics["output_sequence_length"]["avg"] == 8
         assert 0 < run.metrics["time_to_first_token"]["p50"] <= run.metrics["request_latency"]["p50"]
-    spec = runs[1].metrics
+    spec = runs[2].metrics
     assert (
         spec["speedup_measured"] > 0 and spec["speedup_predicted"] > 0 and 0 <= spec["acceptance_rate"] <= 1
     )
+    assert spec["speedup_measured_vs_unary"] > 0
+    # the one-call baseline answers once: no stream (TTFT is the whole request)
+    assert all(r.target_passes == 1 and r.first_chunk_tokens == r.output_tokens == 8 for r in runs[1].records)
     assert spec["mean_accepted_tokens_per_pass"] >= 1
     for run in runs:
         assert run.metrics["connections"] <= run.concurrency  # one connection per worker, not per request
@@ -193,7 +198,7 @@ def test_bench_through_triton_writes_the_report(servers, tmp_path):
         else:
             assert check["prometheus"]["drafted"] == 0
     # the rounds streamed with their counters are exact: they add up to the server's totals
-    for record in runs[1].records:
+    for record in runs[2].records:
         assert sum(a for a, _ in record.rounds) == record.accepted and sum(d for _, d in record.rounds) == (
             record.drafted
         )
@@ -208,14 +213,14 @@ def test_bench_through_triton_writes_the_report(servers, tmp_path):
         *PLOTS,
     }
     aiperf = json.loads((tmp_path / "aiperf_metrics.json").read_text())
-    spec_run = aiperf["runs"][1]
+    spec_run = aiperf["runs"][2]
     assert spec_run["time_to_first_token"]["unit"] == "ms" and spec_run["time_to_first_token"]["count"] == 2
     assert spec_run["spec_decode_overall_draft_acceptance_rate"]["avg"] == pytest.approx(
         100 * spec["acceptance_rate"]
     )  # float64 ratios of the same integer counts: default rel 1e-6
     lines = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
-    assert len(lines) == 8 and all(line["spec_decode_acceptance"] is None for line in lines[:2])
-    record = lines[2]["spec_decode_acceptance"]
+    assert len(lines) == 12 and all(line["spec_decode_acceptance"] is None for line in lines[:4])
+    record = lines[4]["spec_decode_acceptance"]
     assert sum(record["acceptance_histogram"].values()) == record["num_spec_steps"]
     profile = json.loads((tmp_path / "speculation_profile.json").read_text())
     assert profile["num_speculative_tokens"] == K and profile["method"] == "draft_model"
@@ -247,6 +252,7 @@ def test_bench_without_num_draft_tokens_uses_the_repository_k(servers, builds):
         concurrency=(1,),
         temperatures=(0.0,),
         max_tokens=6,
+        unary_baseline=False,
     )
     runs, context = run_bench(config)
     assert context["num_draft_tokens"] == recorded and [r.num_draft_tokens for r in runs] == [0, recorded]

@@ -61,6 +61,14 @@ def bench(
     turns: Annotated[int, typer.Option("--turns", help="multiturn: user turns per conversation.")] = (
         B.DEFAULT_TURNS
     ),
+    unary_baseline: Annotated[
+        bool,
+        typer.Option(
+            "--unary-baseline/--no-unary-baseline",
+            help="Also run the target alone in one unary call per request (throughput without the "
+            "streamed baseline's per-token BLS -> target call): speedup 'vs 1-call'.",
+        ),
+    ] = True,
 ) -> None:
     """Benchmark speculation off (target alone) vs on, per temperature and concurrency, through Triton.
 
@@ -89,6 +97,7 @@ def bench(
         workload=workload,
         conversations=conversations,
         turns=turns,
+        unary_baseline=unary_baseline,
     )
     out_console = console()
     runs, context = run_bench(config, console=out_console)

@@ -32,7 +32,7 @@ import tritonclient.grpc as grpcclient
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from tritonclient.utils import InferenceServerException
 
-from specbuild.client.metrics import RequestRecord, RunSummary, attach_speedups, summarize_run
+from specbuild.client.metrics import UNARY_BASELINE, RequestRecord, RunSummary, attach_speedups, summarize_run
 from specbuild.client.multiturn import run_multiturn
 from specbuild.client.options import BenchConfig
 from specbuild.client.prometheus import cross_check, scrape
@@ -57,8 +57,10 @@ def run_once(
     lock = threading.Lock()
     workers = Workers(config.url, concurrency)
 
+    stream = mode != UNARY_BASELINE
+
     def task(item: tuple[int, str]) -> RequestRecord:
-        record, _ = send(workers, config, item[1], item[0], temperature=temperature, k=k)
+        record, _ = send(workers, config, item[1], item[0], temperature=temperature, k=k, stream=stream)
         with lock:
             advance()
         return record
@@ -85,6 +87,8 @@ def run_once(
 
 def _plan(config: BenchConfig, method, k: int):
     modes = [("baseline", 0), ("speculative", k)] if method.has_baseline else [("speculative", None)]
+    if method.has_baseline and config.unary_baseline and config.workload == "single":
+        modes.insert(1, (UNARY_BASELINE, 0))
     return [(t, c, m, kk) for t in config.temperatures for c in config.concurrency for m, kk in modes]
 
 

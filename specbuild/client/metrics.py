@@ -22,6 +22,10 @@ from typing import Any
 from specbuild.core import theory
 
 STATS = ("avg", "p50", "p90", "p99")
+# bench's run of the target alone in one unary request each: the BLS calls the target once for all tokens
+# (no per-token call, no stream), the throughput a deployment of the target alone reaches; its TTFT is the
+# whole request. Its throughput is the reference of speedup_measured_vs_unary.
+UNARY_BASELINE = "baseline-unary"
 
 
 @dataclass(frozen=True)
@@ -159,12 +163,19 @@ def summarize_run(
 def attach_speedups(runs: list[RunSummary], *, cost_ratio: float | None) -> None:
     """Measured speedup (throughput vs the baseline at the same T and concurrency) and predicted speedup."""
     base = {(r.temperature, r.concurrency): r for r in runs if r.mode == "baseline"}
+    unary = {(r.temperature, r.concurrency): r for r in runs if r.mode == UNARY_BASELINE}
     for run in runs:
         if run.mode != "speculative":
             continue
         ref = base.get((run.temperature, run.concurrency))
         if ref is not None and ref.metrics["output_token_throughput"] > 0:
             run.metrics["speedup_measured"] = (
+                run.metrics["output_token_throughput"] / ref.metrics["output_token_throughput"]
+            )
+        # against the target alone in one call per request (no per-token BLS -> target call)
+        ref = unary.get((run.temperature, run.concurrency))
+        if ref is not None and ref.metrics["output_token_throughput"] > 0:
+            run.metrics["speedup_measured_vs_unary"] = (
                 run.metrics["output_token_throughput"] / ref.metrics["output_token_throughput"]
             )
         alpha = run.metrics.get("alpha", float("nan"))

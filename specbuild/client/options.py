@@ -41,6 +41,7 @@ class BenchConfig:
     conversations: int = DEFAULT_CONVERSATIONS  # multiturn: conversations per run (prompts cycle as turns)
     turns: int = DEFAULT_TURNS  # multiturn: user turns per conversation
     system_prompt: str = DEFAULT_SYSTEM_PROMPT  # multiturn: the shared prefix
+    unary_baseline: bool = True  # also the target alone in one unary call per request (throughput only)
 
     def __post_init__(self) -> None:
         if self.workload not in WORKLOADS:

@@ -179,6 +179,7 @@ def table(runs: list[RunSummary]):
         "accept",
         "tok/pass",
         "speedup",
+        "vs 1-call",
         "predicted",
     ):
         t.add_column(col, justify="right" if col not in ("mode",) else "left")
@@ -197,6 +198,7 @@ def table(runs: list[RunSummary]):
             _fmt(m.get("acceptance_rate")),
             _fmt(m.get("mean_accepted_tokens_per_pass")),
             _fmt(m.get("speedup_measured")),
+            _fmt(m.get("speedup_measured_vs_unary")),
             _fmt(m.get("speedup_predicted")),
         )
     return t

@@ -80,9 +80,16 @@ def record_of(
 
 
 def send(
-    workers: Workers, config: BenchConfig, prompt: str, index: int, *, temperature: float, k: int | None
+    workers: Workers,
+    config: BenchConfig,
+    prompt: str,
+    index: int,
+    *,
+    temperature: float,
+    k: int | None,
+    stream: bool = True,
 ) -> tuple[RequestRecord, GenerationResult]:
-    """One streamed request over the calling worker's session."""
+    """One request (streamed unless `stream` is false) over the calling worker's session."""
     session, worker = workers.session()
     params = SamplingParams(
         max_tokens=config.max_tokens,
@@ -90,5 +97,5 @@ def send(
         seed=config.seed + index if temperature > 0 else None,
     )
     start_ns = time.time_ns()
-    result = session.generate(prompt, params, stream=True, num_draft_tokens=k, timeout_s=config.timeout_s)
+    result = session.generate(prompt, params, stream=stream, num_draft_tokens=k, timeout_s=config.timeout_s)
     return record_of(result, k=k, max_tokens=config.max_tokens, start_ns=start_ns, worker=worker), result
