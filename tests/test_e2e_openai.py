@@ -28,9 +28,11 @@ def frontends(e2e_servers, tmp_path_factory):
 
     template = tmp_path_factory.mktemp("chat") / "template.jinja"
     template.write_text(TEMPLATE)
+    dt = e2e_servers["draft_target"]
+    metrics = f"http://{dt.options.host}:{dt.options.metrics_port}/metrics"
     started = {
         "plain": start_frontend(
-            e2e_servers["draft_target"].grpc_url, FrontendOptions(port=free_port()), default_name="dt"
+            dt.grpc_url, FrontendOptions(port=free_port(), metrics_url=metrics), default_name="dt"
         ),
         "chat": start_frontend(
             e2e_servers["draft_target"].grpc_url,
@@ -74,6 +76,12 @@ def test_models_and_completion_equal_the_greedy_baseline(frontends, greedy):
     assert spec["mean_acceptance_length"] == pytest.approx(
         1 + spec["num_accepted_draft_tokens"] / spec["num_spec_steps"]
     )  # float64 ratio of small integers: default rel 1e-6
+    with urllib.request.urlopen(frontends["plain"].url.removesuffix("/v1") + "/metrics", timeout=30) as page:
+        metrics = page.read().decode()  # Triton's page, at the frontend's address (AIPerf scrapes <url>/metrics)
+    assert (
+        'trtllm_spec_decode_num_draft_tokens_total{model="tensorrt_llm"}' in metrics
+        and "nv_inference_count" in metrics
+    )
     off = c.completions.create(
         model="dt", prompt=PROMPT, max_tokens=N, temperature=0, extra_body={"num_draft_tokens": 0}
     )

@@ -114,7 +114,11 @@ def serve(
         from specbuild.frontend.run import FrontendOptions, start_frontend
 
         frontend_options = FrontendOptions(
-            host=host, port=openai_port, model_name=served_model_name, chat_template=chat_template
+            host=host,
+            port=openai_port,
+            model_name=served_model_name,
+            chat_template=chat_template,
+            metrics_url=f"http://{'[' + host + ']' if ':' in host else host}:{metrics_port}/metrics",
         )
 
         def on_ready(server):

@@ -14,13 +14,15 @@ drafted nothing. The other PerRequestMetrics fields stay null, as vLLM's without
 
 from __future__ import annotations
 
+import asyncio
 import json
+import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from specbuild.client.remote import request_steps
 from specbuild.core.sampling_params import SamplingParams
@@ -31,6 +33,7 @@ from specbuild.frontend.protocol import GenerationRequest, OpenAIError
 from specbuild.frontend.triton import TritonBridge
 
 MAX_BODY_BYTES = 8 * 2**20  # a request body is read whole: bound it
+MAX_METRICS_BYTES = 16 * 2**20  # Triton's metrics page is tens of KB
 NO_END_ID = -1  # ignore_eos: an end id no token has (the backend's "no end token")
 PER_REQUEST_METRIC_FIELDS = ("time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms")
 
@@ -54,6 +57,14 @@ async def _body(request: Request) -> Any:
         raise OpenAIError(f"the request body is not valid JSON: {exc}") from None
 
 
+def _fetch(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - Triton's own metrics address
+        data = response.read(MAX_METRICS_BYTES + 1)
+    if len(data) > MAX_METRICS_BYTES:
+        raise OSError("the metrics page is larger than 16 MiB")
+    return data.decode("utf-8", errors="replace")
+
+
 def _sse(obj: dict[str, Any]) -> str:
     return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
 
@@ -61,8 +72,11 @@ def _sse(obj: dict[str, Any]) -> str:
 class Frontend:
     """The app's state: the served model, the Triton bridge, the chat template."""
 
-    def __init__(self, bridge: TritonBridge, chat: ChatTemplate, model_id: str):
+    def __init__(
+        self, bridge: TritonBridge, chat: ChatTemplate, model_id: str, metrics_url: str | None = None
+    ):
         self.bridge, self.chat, self.model_id = bridge, chat, model_id
+        self.metrics_url = metrics_url  # Triton's Prometheus page, served again at /metrics
         self.created = P.now()
         self.max_total = bridge.served.info.max_total_tokens
 
@@ -206,6 +220,18 @@ def create_app(frontend: Frontend) -> FastAPI:
     @app.get("/health")
     async def health():
         return {"status": "ok"}
+
+    @app.get("/metrics")
+    async def metrics():
+        """Triton's Prometheus page (its nv_* series and the engines' trtllm_spec_decode_* ones) at the
+        frontend's own address, as vLLM serves /metrics next to /v1: AIPerf scrapes <url>/metrics."""
+        if frontend.metrics_url is None:
+            raise OpenAIError("no metrics endpoint is configured", status=404)
+        try:
+            text = await asyncio.to_thread(_fetch, frontend.metrics_url)
+        except OSError as exc:
+            raise OpenAIError(f"cannot read Triton's metrics: {exc}", status=503) from None
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     @app.get("/v1/models")
     async def models():

@@ -26,6 +26,7 @@ class FrontendOptions:
     chat_template: Path | None = None  # a Jinja chat template file (default: the tokenizer's, if any)
     tokenizer: Path | None = None  # default: the repository's preprocessing tokenizer_dir
     pool_size: int = DEFAULT_POOL
+    metrics_url: str | None = None  # Triton's metrics page, proxied at the frontend's /metrics
 
 
 class RunningFrontend:
@@ -51,7 +52,7 @@ def start_frontend(grpc_url: str, options: FrontendOptions, *, default_name: str
     chat = ChatTemplate(tokenizer, options.chat_template)
     model = options.model_name or default_name
     bridge = TritonBridge(grpc_url, served, pool_size=options.pool_size)
-    app = create_app(Frontend(bridge, chat, model))
+    app = create_app(Frontend(bridge, chat, model, options.metrics_url))
     config = uvicorn.Config(
         app, host=options.host, port=options.port, log_level="warning", access_log=False, lifespan="off"
     )
