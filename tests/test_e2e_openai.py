@@ -77,7 +77,7 @@ def test_models_and_completion_equal_the_greedy_baseline(frontends, greedy):
         1 + spec["num_accepted_draft_tokens"] / spec["num_spec_steps"]
     )  # float64 ratio of small integers: default rel 1e-6
     with urllib.request.urlopen(frontends["plain"].url.removesuffix("/v1") + "/metrics", timeout=30) as page:
-        metrics = page.read().decode()  # Triton's page, at the frontend's address (AIPerf scrapes <url>/metrics)
+        metrics = page.read().decode()  # Triton's page at the frontend's address (AIPerf scrapes it)
     assert (
         'trtllm_spec_decode_num_draft_tokens_total{model="tensorrt_llm"}' in metrics
         and "nv_inference_count" in metrics
@@ -192,3 +192,54 @@ def test_medusa_reports_its_own_steps_and_refuses_num_draft_tokens(frontends, gr
     with pytest.raises(openai.BadRequestError) as err:
         c.completions.create(model="medusa", prompt=PROMPT, max_tokens=4, extra_body={"num_draft_tokens": 2})
     assert err.value.body["param"] == "num_draft_tokens"
+
+
+def test_the_llmapi_interface_behind_the_same_api(e2e_llmapi, greedy):
+    """An LLM-API repository (Triton's LLM-API `tensorrt_llm` model): the frontend detects the interface,
+    counts the prompt with the repository's tokenizer (the model returns no count), turns the cumulative
+    text_output into deltas, and reports the engine's rounds (K = speculative_config.max_draft_len)."""
+    import openai
+
+    from specbuild.client.remote import generate_remote
+    from specbuild.core.sampling_params import SamplingParams
+    from specbuild.frontend.run import FrontendOptions, start_frontend
+    from specbuild.serve.server import free_port
+
+    _, repo, server = e2e_llmapi
+    frontend = start_frontend(
+        server.grpc_url, FrontendOptions(port=free_port(), repo=repo), default_name="llm"
+    )
+    try:
+        c = client(frontend)
+        text, ids, prompt_ids = greedy(PROMPT, N)
+        r = c.completions.create(model="llm", prompt=PROMPT, max_tokens=N, temperature=0)
+        assert r.choices[0].text == text and r.choices[0].finish_reason == "length"
+        assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (len(prompt_ids), N)
+        spec = spec_of(r)
+        direct = generate_remote(server.grpc_url, PROMPT, SamplingParams(max_tokens=N), stream=True)
+        assert spec["num_spec_tokens"] == 4 and len(spec["acceptance_histogram"]) == 5  # the repository's K
+        assert (spec["num_draft_tokens"], spec["num_accepted_draft_tokens"]) == (
+            direct.stats.drafted,
+            direct.stats.accepted,
+        )
+        assert spec["per_step_drafted"] == direct.stats.drafted_per_step
+        assert sum(spec["acceptance_histogram"]) == spec["num_spec_steps"] == len(spec["per_step_accepted"])
+        stream = c.completions.create(
+            model="llm",
+            prompt=PROMPT,
+            max_tokens=N,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"stream_options": {"include_usage": True, "continuous_usage_stats": True}},
+        )
+        chunks = list(stream)
+        content = [ch for ch in chunks if ch.choices]
+        assert content[0].usage.prompt_tokens == len(prompt_ids) and content[-1].usage.completion_tokens == N
+        assert len(content) > 1  # one chunk per engine round
+        assert chunks[-1].choices == [] and spec_of(chunks[-1]) == spec  # greedy: the same rounds
+        with pytest.raises(openai.BadRequestError) as err:  # K is the repository's, not a request option
+            c.completions.create(model="llm", prompt=PROMPT, max_tokens=4, extra_body={"num_draft_tokens": 2})
+        assert err.value.body["param"] == "num_draft_tokens" and "LLM-API" in err.value.body["message"]
+    finally:
+        frontend.stop()

@@ -188,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
         metrics_url = f"http://{opts.host}:{opts.metrics_port}/metrics"
         frontend = start_frontend(
             server.grpc_url,
-            FrontendOptions(port=free_port(), chat_template=template, metrics_url=metrics_url),
+            FrontendOptions(
+                port=free_port(), chat_template=template, metrics_url=metrics_url, repo=args.repo
+            ),
             default_name=args.repo.resolve().parent.name,
         )
         try:

@@ -39,8 +39,11 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from specbuild.builder.eagle3_checks import capture_layers, eagle3_weight_bytes, read_eagle3
 from specbuild.builder.resolve import resolve_model
+from specbuild.core.errors import SpecbuildError
 from specbuild.core.hf_config import DTYPE_BYTES, HFModelConfig
+from specbuild.core.llmapi_facts import LLMAPI_DEFAULT_MAX_NUM_TOKENS, Flow
 from specbuild.core.methods import method_of
 from specbuild.core.trtllm_facts import engine_limits
 from specbuild.core.trtllm_layout import Parallel
@@ -60,6 +63,18 @@ class MedusaShape:
 
     num_heads: int
     num_layers: int  # ResBlocks per head
+
+
+@dataclass(frozen=True)
+class Eagle3Shape:
+    """What the plan needs of an EAGLE-3 draft (builder/eagle3_checks.py reads it)."""
+
+    num_parameters: int
+    weight_bytes_total: int
+    weight_bytes: int  # largest rank
+    kv_bytes_per_token_total: int  # its draft layers' K and V for one token, all ranks
+    kv_bytes_per_token: int  # on the planning GPU
+    kv_heads_per_gpu: int
 
 
 @dataclass(frozen=True)
@@ -103,6 +118,7 @@ class MemoryPlan:
     max_seq_len: int
     max_batch_size: int
     assumptions: tuple[str, ...] = field(default=())
+    llmapi: bool = False  # LLM-API flow: one KV pool, kv_fraction_total + kv_tokens are what is configured
 
     @property
     def fits(self) -> bool:
@@ -252,8 +268,11 @@ def engine_memory(
 
 
 def effective_max_num_tokens(spec: BuildSpec, *, speculative_target: bool) -> int:
-    """The max_num_tokens the built engine records (core/trtllm_facts.py, trtllm-build's rules)."""
+    """The max_num_tokens the built engine records (core/trtllm_facts.py, trtllm-build's rules); on the
+    LLM-API flow the spec's value or BaseLlmArgs' default (8192), with no speculative adjustment."""
     b = spec.build
+    if spec.flow is Flow.LLMAPI:
+        return b.max_num_tokens or LLMAPI_DEFAULT_MAX_NUM_TOKENS
     target = method_of(spec).roles(spec)[0]
     speculative = speculative_target and target.mode.speculative
     k = target.max_draft_len if speculative else 0
@@ -273,9 +292,15 @@ def plan_memory(
     target: HFModelConfig | None = None,
     draft: HFModelConfig | None = None,
     medusa: MedusaShape | None = None,
+    eagle3: Eagle3Shape | None = None,
     runtime_reserve_gib: float = RUNTIME_RESERVE_GIB,
 ) -> MemoryPlan:
-    """Plan GPU 0 of `spec`. Model configs are read from the spec's folders unless given."""
+    """Plan GPU 0 of `spec`. Model configs are read from the spec's folders unless given.
+
+    LLM-API flow: one KV pool for every model (the PyTorch backend's KvCacheCreator sizes one token as the
+    target's plus the draft model's K and V, `_torch/pyexecutor/_util.py` index id 843526953), so the
+    plan's `kv_fraction_total` and `kv_tokens` become kv_cache_config.free_gpu_memory_fraction and
+    max_tokens; an EAGLE-3 draft adds its weights and its layers' KV to the target's GPUs."""
     roles = {r.role: r for r in method_of(spec).roles(spec)}
     if target is None:
         target = HFModelConfig.from_hf(
@@ -287,6 +312,7 @@ def plan_memory(
     if heads is not None and medusa is None:
         medusa = MedusaShape(heads.num_heads, heads.num_layers)
     k, b = spec.speculation.max_draft_len, spec.build
+    llmapi = spec.flow is Flow.LLMAPI
     engines = [
         engine_memory(
             target,
@@ -305,15 +331,64 @@ def plan_memory(
             engine_memory(
                 draft,
                 role="draft",
-                tp=spec.draft.tp_size,
-                pp=spec.draft.pp_size,
+                # LLM API: the draft runs with the target's mapping (one executor, its TP/PP)
+                tp=spec.target.tp_size if llmapi else spec.draft.tp_size,
+                pp=spec.target.pp_size if llmapi else spec.draft.pp_size,
                 dtype=spec.dtype,
                 weight_only=b.weight_only,
                 max_num_tokens=effective_max_num_tokens(spec, speculative_target=False),
                 logits_rows=b.max_batch_size,
             )
         )
+    if spec.eagle3 is not None and spec.flow is Flow.LLMAPI:
+        shape = eagle3 or eagle3_shape(spec, target)
+        if shape is not None:
+            engines.append(_eagle3_memory(spec, shape))
     return _split_kv(spec, engines, runtime_reserve_gib)
+
+
+def eagle3_shape(spec: BuildSpec, target: HFModelConfig) -> Eagle3Shape | None:
+    """The EAGLE-3 draft's shape from its folder (None when it cannot be read: `check` says why)."""
+    try:
+        draft = read_eagle3(resolve_model(spec.eagle3.model, base=spec.base_dir, what="eagle3 model"))
+        n = len(capture_layers(spec.eagle3.layers_to_capture, target.num_hidden_layers))
+    except (SpecbuildError, ValueError):
+        return None
+    return eagle3_shape_of(draft, spec, num_capture_layers=n)
+
+
+def eagle3_shape_of(draft, spec: BuildSpec, *, num_capture_layers: int) -> Eagle3Shape:
+    tp = spec.target.tp_size
+    total, rank = eagle3_weight_bytes(draft, num_capture_layers=num_capture_layers, dtype=spec.dtype, tp=tp)
+    return Eagle3Shape(
+        num_parameters=draft.param_count(num_capture_layers),
+        weight_bytes_total=total,
+        weight_bytes=rank,
+        kv_bytes_per_token_total=draft.kv_bytes_per_token(spec.dtype),
+        kv_bytes_per_token=draft.kv_bytes_per_token(spec.dtype, tp=tp),
+        kv_heads_per_gpu=max(1, math.ceil(draft.num_key_value_heads / tp)),
+    )
+
+
+def _eagle3_memory(spec: BuildSpec, shape: Eagle3Shape) -> EngineMemory:
+    """The EAGLE-3 layers on the target's GPUs: weights and their KV (one-model: the target's KV pool)."""
+    return EngineMemory(
+        role="eagle3",
+        tp_size=spec.target.tp_size,
+        pp_size=1,
+        dtype=spec.dtype,
+        weight_only="none",
+        num_parameters=shape.num_parameters,
+        weight_bytes_total=shape.weight_bytes_total,
+        weight_bytes=shape.weight_bytes,
+        medusa_bytes=0,
+        activation_bytes=0,  # runs inside the target's forward, within its activation estimate
+        max_num_tokens=effective_max_num_tokens(spec, speculative_target=True),
+        kv_heads_per_gpu=shape.kv_heads_per_gpu,
+        kv_duplication=1,
+        kv_bytes_per_token_total=shape.kv_bytes_per_token_total,
+        kv_bytes_per_token=shape.kv_bytes_per_token,
+    )
 
 
 def _split_kv(spec: BuildSpec, engines: list[EngineMemory], reserve_gib: float) -> MemoryPlan:
@@ -362,7 +437,17 @@ def _split_kv(spec: BuildSpec, engines: list[EngineMemory], reserve_gib: float) 
         kv_tokens=tokens,
         max_seq_len=spec.build.max_seq_len,
         max_batch_size=spec.build.max_batch_size,
-        assumptions=assumptions,
+        assumptions=assumptions
+        + (
+            (
+                "LLM API: one KV pool holds every model's K and V per token (KvCacheCreator); the "
+                "draft model "
+                "and EAGLE-3 layers use the target's TP/PP mapping",
+            )
+            if spec.flow is Flow.LLMAPI
+            else ()
+        ),
+        llmapi=spec.flow is Flow.LLMAPI,
     )
 
 

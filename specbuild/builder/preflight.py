@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from specbuild.builder.check_rows import FAIL, PASS, WARN, CheckResult, LoadedModel, short_path
+from specbuild.builder.eagle3_checks import capture_layers, check_eagle3, load_eagle3
 from specbuild.builder.medusa_checks import check_medusa_heads, check_tree
 from specbuild.builder.memory_plan import (
     GIB,
     RUNTIME_RESERVE_GIB,
     MedusaShape,
     MemoryPlan,
+    eagle3_shape_of,
     plan_memory,
     pp_layers,
 )
@@ -25,6 +27,7 @@ from specbuild.builder.resolve import resolve_model
 from specbuild.builder.tokenizer_checks import check_tokenizers
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.hf_config import SUPPORTED_ARCHITECTURES, HFModelConfig
+from specbuild.core.llmapi_facts import LLMAPI_DEFAULT_MAX_NUM_TOKENS, Flow, support
 from specbuild.core.methods import method_of
 from specbuild.core.spec import BuildSpec, ModelSection
 from specbuild.core.trtllm_facts import prompt_limit
@@ -60,7 +63,7 @@ class CheckReport:
 
 
 def run_checks(spec: BuildSpec, *, runtime_reserve_gib: float = RUNTIME_RESERVE_GIB) -> CheckReport:
-    out: list[CheckResult] = []
+    out: list[CheckResult] = [flow_row(spec)]
     target = _load(spec, "target", spec.target, out)
     draft = _load(spec, "draft", spec.draft, out) if spec.draft else None
     for m in (target, draft):
@@ -78,13 +81,25 @@ def run_checks(spec: BuildSpec, *, runtime_reserve_gib: float = RUNTIME_RESERVE_
     if spec.medusa is not None:  # heads converted into the target
         medusa = check_medusa_heads(spec, target, out)
         out.append(check_tree(spec))
+    eagle3 = None
+    if spec.eagle3 is not None:  # an EAGLE-3 draft read by the target's engine (LLM-API flow)
+        head = load_eagle3(spec, out)
+        if head is not None:
+            check_eagle3(spec, target, head, out)
+            if target is not None:
+                try:
+                    n = len(capture_layers(spec.eagle3.layers_to_capture, target.config.num_hidden_layers))
+                    eagle3 = eagle3_shape_of(head, spec, num_capture_layers=n)
+                except ValueError:  # reported by the capture row
+                    pass
     plan = None
-    if target and (draft or not method_of(spec).draft_model):
+    if target and (draft or not method_of(spec).draft_model) and (spec.eagle3 is None or eagle3):
         plan = plan_memory(
             spec,
             target=target.config,
             draft=draft.config if draft else None,
             medusa=medusa,
+            eagle3=eagle3,
             runtime_reserve_gib=runtime_reserve_gib,
         )
         out.append(_check_plan(spec, plan, target, draft, runtime_reserve_gib))
@@ -98,6 +113,23 @@ def run_checks(spec: BuildSpec, *, runtime_reserve_gib: float = RUNTIME_RESERVE_
             )
         )
     return CheckReport(spec, tuple(out), plan)
+
+
+def flow_row(spec: BuildSpec) -> CheckResult:
+    """The method x flow x version combination (core/llmapi_facts.py; the spec loader refuses the rest)."""
+    found = support(spec.mode.value, spec.flow, spec.trtllm_version)
+    if spec.flow is Flow.LLMAPI:
+        what = (
+            f"LLM API (PyTorch backend) on TensorRT-LLM {spec.trtllm_version}: speculative_config "
+            "decoding_type "
+            f"{found.decoding_type}; compile writes the options file and the trtllm-serve command, no engines"
+        )
+    else:
+        what = (
+            f"engine flow on TensorRT-LLM {spec.trtllm_version}: convert, trtllm-build, the C++ tensorrtllm "
+            "Triton backend"
+        )
+    return CheckResult("flow", PASS if found.ok else FAIL, what, found.alternative)
 
 
 # ---- models --------------------------------------------------------------------------------------
@@ -363,6 +395,8 @@ def _check_special_ids(target: LoadedModel, draft: LoadedModel, out: list[CheckR
 def check_prompt_limit(spec: BuildSpec) -> CheckResult:
     """The longest prompt the engines accept (core/trtllm_facts.py: the runtime's rule)."""
     chunked = spec.serving.enable_chunked_context
+    if spec.flow is Flow.LLMAPI:
+        return _llmapi_prompt_limit(spec)
     limits = {}
     for role in method_of(spec).roles(spec):
         bc = effective_build_config(spec, role)
@@ -400,6 +434,31 @@ def check_prompt_limit(spec: BuildSpec) -> CheckResult:
     return CheckResult("prompt limit", PASS, found)
 
 
+def _llmapi_prompt_limit(spec: BuildSpec) -> CheckResult:
+    """LLM API: without chunked prefill a prompt longer than max_num_tokens is refused ("The sum of prompt
+    length ..., query length (0) should not exceed max_num_tokens", TensorRT-LLM's test_max_num_token_check,
+    tests/unittest/llmapi/test_llm.py index id 4226824540); max_tokens is lowered to max_seq_len - prompt."""
+    tokens = spec.build.max_num_tokens or LLMAPI_DEFAULT_MAX_NUM_TOKENS
+    seq = spec.build.max_seq_len
+    if spec.serving.enable_chunked_context:
+        return CheckResult(
+            "prompt limit",
+            PASS,
+            f"longest prompt max_seq_len {seq} - 1 (enable_chunked_prefill: {tokens} tokens per step)",
+        )
+    limit = min(seq - 1, tokens)
+    found = f"longest prompt min(max_seq_len {seq} - 1, max_num_tokens {tokens}) = {limit} tokens (LLM API)"
+    if limit < spec.build.max_input_len:
+        return CheckResult(
+            "prompt limit",
+            WARN,
+            found + f": prompts of {limit + 1}..{spec.build.max_input_len} tokens are refused",
+            f"raise build.max_num_tokens to >= {spec.build.max_input_len}, or set "
+            "serving.enable_chunked_context: true (enable_chunked_prefill)",
+        )
+    return CheckResult("prompt limit", PASS, found)
+
+
 # ---- memory --------------------------------------------------------------------------------------
 
 
@@ -429,9 +488,16 @@ def _check_plan(
     fractions = f"kv_cache_free_gpu_mem_fraction target {t.kv_fraction}" + (
         f", draft {d.kv_fraction}" if d else ""
     )
+    e = plan.engine("eagle3")
+    if spec.flow is Flow.LLMAPI:
+        fractions = (
+            f"kv_cache_config free_gpu_memory_fraction {plan.kv_fraction_total:g}, max_tokens "
+            f"{plan.kv_tokens} (one pool for every model)"
+        )
     found = (
         f"weights {t.weight_bytes / GIB:.2f} GiB/GPU (target)"
         + (f" + {d.weight_bytes / GIB:.2f} GiB (draft)" if d else "")
+        + (f" + {e.weight_bytes / GIB:.2f} GiB (EAGLE-3)" if e else "")
         + f"; KV {plan.kv_tokens:,} tokens per engine = {plan.full_sequences} sequences of "
         f"{plan.max_seq_len}; {fractions}"
     )

@@ -42,7 +42,11 @@ def check(
     (vocabulary, merges, special-token ids) and the vocab size; TP/PP divisibility (heads, KV heads incl.
     duplication when tp > KV heads, layers, hidden/intermediate); Medusa heads and tree; sequence length;
     memory plan (weights, KV cache per token, tokens that fit, kv_cache_free_gpu_mem_fraction and
-    max_tokens_in_paged_kv_cache of each engine).
+    max_tokens_in_paged_kv_cache of each engine). The flow row: the method x flow x version matrix (flow
+    llmapi: the LLM API on the PyTorch backend, one KV pool, kv_cache_config in the plan). EAGLE-3
+    (mode eagle3, flow llmapi): the draft's hidden size, vocabulary (draft_vocab_size, d2t, lm_head) and
+    captured layers against the target, and its weights and KV in the plan; the reference engine does
+    not run EAGLE-3 (it is checked, compiled and laid out for a GPU host only).
 
     Works from config.json alone (weights absent: a warning), on any machine, without a GPU. Exit code 1
     when a check fails, 2 when the spec itself is invalid.
@@ -105,16 +109,39 @@ def compile_cmd(
     spec_path: SpecArg,
     out: Annotated[
         Path,
-        typer.Option("--out", help="Output folder: target/, draft/, plan.json, build.sh, specbuild.json."),
+        typer.Option(
+            "--out",
+            help="Output folder: target/, draft/, plan.json, build.sh, specbuild.json (flow llmapi: "
+            "llmapi_options.yaml, serve.sh, plan.json, specbuild.json).",
+        ),
     ],
+    flow: Annotated[
+        str | None,
+        typer.Option(
+            "--flow",
+            help="engine (convert + trtllm-build, TensorRT-LLM up to 1.2.x) | llmapi (the LLM API on the "
+            "PyTorch backend: the options file for trtllm-serve / Triton's LLM-API model / Dynamo and the "
+            "exact trtllm-serve command, no conversion). Default: the spec's flow.",
+        ),
+    ] = None,
+    trtllm_version: Annotated[
+        str | None,
+        typer.Option(
+            "--trtllm-version",
+            help="Target this TensorRT-LLM release instead of the spec's trtllm_version (flow "
+            "llmapi: 1.2.1 | "
+            "1.4.0rc4).",
+        ),
+    ] = None,
     engine: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--engine",
             help="reference (PyTorch engine folder, runs on CPU) | trtllm (runs trtllm-build; GPU hosts "
-            "only).",
+            "only). Flow llmapi: none (default) | reference (also writes reference engines so the build "
+            "serves on this CPU behind the LLM-API interface; draft/target and n-gram only, not EAGLE-3).",
         ),
-    ] = "reference",
+    ] = None,
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -128,11 +155,15 @@ def compile_cmd(
 
     --engine trtllm runs the exact trtllm-build commands when trtllm-build is installed (GPU hosts only;
     logs in <role>/build.log); otherwise, or with --dry-run, it writes build.sh and plan.json to run on a
-    GPU host. --engine reference writes engine folders for the PyTorch reference engine (CPU)."""
+    GPU host. --engine reference writes engine folders for the PyTorch reference engine (CPU).
+
+    --flow llmapi (or `flow: llmapi` in the spec) writes the LLM-API options (speculative_config spelled for
+    the spec's trtllm_version, kv_cache_config from the memory plan, batch/sequence limits, TP/PP, backend
+    pytorch), serve.sh with the exact trtllm-serve command, and plan.json; the same preflight runs first."""
     from specbuild.builder.compile import compile_spec
     from specbuild.core.spec import load_spec
 
-    spec = load_spec(spec_path)
+    spec = load_spec(spec_path, overrides={"flow": flow, "trtllm_version": trtllm_version})
     with progress_bar() as progress:
         tasks: dict[str, int] = {}
 

@@ -16,7 +16,7 @@ from specbuild.cli.common import NumDraftTokens, command, console, err_console
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.sampling_params import SamplingParams
 
-REMOTE_MODELS = ("ensemble", "tensorrt_llm_bls")
+REMOTE_MODELS = ("ensemble", "tensorrt_llm_bls", "tensorrt_llm")  # the last: an LLM-API repository
 DEFAULT_TIMEOUT_S = 60.0  # --url requests
 
 
@@ -79,8 +79,9 @@ def generate(
         str | None,
         typer.Option(
             "--model",
-            help="--url only: Triton model to call, ensemble | tensorrt_llm_bls (default: the client's "
-            "choice for the repository).",
+            help="--url only: Triton model to call, ensemble | tensorrt_llm_bls | tensorrt_llm (Triton's "
+            "LLM-API model) (default: the BLS, or an LLM-API repository's tensorrt_llm; the interface is "
+            "read from the model's metadata).",
         ),
     ] = None,
     timeout: Annotated[
@@ -106,7 +107,7 @@ def generate(
             f"unknown --model {model!r}",
             expected=" | ".join(REMOTE_MODELS),
             found=model,
-            fix="use --model ensemble or --model tensorrt_llm_bls",
+            fix="use --model ensemble, tensorrt_llm_bls or (an LLM-API repository) tensorrt_llm",
         )
     params = SamplingParams(
         max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed

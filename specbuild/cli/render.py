@@ -95,16 +95,22 @@ def render_plan(plan: MemoryPlan, console: Console) -> None:
         f"{plan.max_batch_size})"
     )
     t, d = plan.engine("target"), plan.engine("draft")
-    if d is not None and t.tp_size * t.pp_size > d.tp_size * d.pp_size:
+    if d is not None and not plan.llmapi and t.tp_size * t.pp_size > d.tp_size * d.pp_size:
         idle = (d.resident_bytes + d.kv_bytes) / GIB
         console.print(
             f"GPUs {d.tp_size * d.pp_size}..{t.tp_size * t.pp_size - 1} hold only the target: {idle:.2f} GiB "
             "(the draft's share on GPU 0) stays unused there"
         )
-    console.print(
-        "set on each Triton model: kv_cache_free_gpu_mem_fraction as above and "
-        f"max_tokens_in_paged_kv_cache {plan.kv_tokens} (together: equal pools in either load order)"
-    )
+    if plan.llmapi:
+        console.print(
+            f"LLM-API options: kv_cache_config: {{free_gpu_memory_fraction: {plan.kv_fraction_total:g}, "
+            f"max_tokens: {plan.kv_tokens}}} (one pool for every model; the smaller limit applies)"
+        )
+    else:
+        console.print(
+            "set on each Triton model: kv_cache_free_gpu_mem_fraction as above and "
+            f"max_tokens_in_paged_kv_cache {plan.kv_tokens} (together: equal pools in either load order)"
+        )
     console.print("assumptions: " + "; ".join(plan.assumptions), style="dim")
 
 

@@ -110,7 +110,11 @@ def build(
             help="tensorrtllm: the C++ TensorRT-LLM backend (NVIDIA tritonserver trtllm-python-py3 "
             "containers, GPU "
             "hosts only); python: Python-backend models running the reference engine on CPU, same tensors. "
-            "Default: tensorrtllm when the build used --engine trtllm, else python.",
+            "Default: tensorrtllm when the build used --engine trtllm, else python. LLM-API builds (compile "
+            "--flow llmapi): llmapi (Triton's LLM-API model, trtllm-python-py3 containers; model.py is "
+            "the container's) | llmapi-local (the same tensors over the reference engine, this CPU; needs "
+            "--engine reference at compile; not EAGLE-3); default llmapi-local when the build has reference "
+            "engines.",
         ),
     ] = None,
     trtllm_version: Annotated[
@@ -166,6 +170,10 @@ def check(
     repo: Annotated[Path, typer.Argument(help="A model repository written by `specbuild repo`.")],
 ) -> None:
     """Parse every config.pbtxt as inference.ModelConfig and check the repository against its engines.
+
+    LLM-API repositories: the tensor interface against upstream's table of the version, model.yaml's
+    triton_config and every other key against the version's recorded keys, the model folders, the
+    method x flow x version matrix and speculative_config's decoding_type.
 
     Checks: engine folders, max_draft_len vs the default num_draft_tokens, Medusa tree vs heads and
     max_draft_len, decoding_mode vs the engine's speculative mode, logits dtypes, tokenizer folders,

@@ -44,13 +44,16 @@ def serve(
         help="GPU hosts: start nothing; print the "
         "TensorRT-LLM Triton container run line and MPI server launch for REPO "
         "(image matched to the spec's TensorRT-LLM version; world size from TP/PP; "
-        "orchestrator mode --multi-model for draft/target).",
+        "orchestrator mode --multi-model for draft/target). LLM-API flow: REPO may be a `compile --flow "
+        "llmapi` build (docker run of the TensorRT-LLM release image + trtllm-serve) or an LLM-API "
+        "repository (Triton container + tritonserver); --nodes N adds the trtllm-llmapi-launch line.",
     ),
     container_tag: str | None = typer.Option(
         None,
         "--container-tag",
         help="With --print-launch: use this "
-        "yy.mm tag instead of the newest one matching the TensorRT-LLM version.",
+        "yy.mm tag instead of the newest one matching the TensorRT-LLM version (LLM-API build: the "
+        "TensorRT-LLM release image tag).",
     ),
     openai_port: int | None = typer.Option(
         None,
@@ -71,6 +74,15 @@ def serve(
             "without one chat requests are refused).",
         ),
     ] = None,
+    nodes: int = typer.Option(
+        1, "--nodes", help="With --print-launch, LLM-API flow: nodes; > 1 adds the trtllm-llmapi-launch line."
+    ),
+    gpus_per_node: int | None = typer.Option(
+        None,
+        "--gpus-per-node",
+        help="With --print-launch --nodes N: GPUs (ranks) per node (default tp*pp/N).",
+    ),
+    launcher: str = typer.Option("srun", "--launcher", help="With --nodes N: srun | mpirun."),
 ) -> None:
     """Serve a model repository with the local tritonserver (bundled in nvidia-pytriton, Python backend, CPU).
 
@@ -82,6 +94,23 @@ def serve(
     import sys
 
     if print_launch:
+        from specbuild.serve.llmapi_launch import format_lines, is_llmapi, llmapi_launch_lines
+
+        if is_llmapi(repo):  # a `compile --flow llmapi` build or an LLM-API repository
+            lines = llmapi_launch_lines(
+                repo,
+                tag=container_tag,
+                host=host,
+                port=http_port,
+                grpc_port=grpc_port,
+                http_port=http_port,
+                metrics_port=metrics_port,
+                nodes=nodes,
+                gpus_per_node=gpus_per_node,
+                launcher=launcher,
+            )
+            typer.echo(format_lines(lines))
+            return
         from specbuild.serve.launch import format_commands, launch_commands
 
         commands = launch_commands(
@@ -119,6 +148,7 @@ def serve(
             model_name=served_model_name,
             chat_template=chat_template,
             metrics_url=f"http://{'[' + host + ']' if ':' in host else host}:{metrics_port}/metrics",
+            repo=Path(repo),
         )
 
         def on_ready(server):

@@ -1,7 +1,8 @@
 """`specbuild bench`: the same prompts with speculation off (target alone) and on, per temperature
 and concurrency, through a running tritonserver (streaming requests, as genai-perf / AIPerf measure).
 
-The repository says its method and K (client/remote.py `repo_info`). Baseline: when the BLS runs
+The repository says its method and K (client/remote.py `repo_info`, or the LLM-API model's parameters
+through that interface: `llmapi_repo_info`). Baseline: when the BLS runs
 the loop (draft/target), the same requests with `num_draft_tokens = 0` (the BLS then streams the target
 alone, token by token); without --num-draft-tokens the speculative runs use the repository's K (what
 `tune --write` chose and `repo` recorded). An engine that speculates by itself (Medusa) has no baseline
@@ -36,8 +37,9 @@ from specbuild.client.metrics import UNARY_BASELINE, RequestRecord, RunSummary, 
 from specbuild.client.multiturn import run_multiturn
 from specbuild.client.options import BenchConfig
 from specbuild.client.prometheus import cross_check, scrape
-from specbuild.client.remote import connect, model_info
+from specbuild.client.remote import LLMAPI_INTERFACE, connect, model_info
 from specbuild.client.workers import Workers, send
+from specbuild.core.errors import ClientError
 from specbuild.model_repo.tensors import DRAFT_MODEL, TARGET_MODEL
 
 COST_TOKENS = 16  # tokens generated per timing call when measuring c
@@ -52,6 +54,7 @@ def run_once(
     concurrency: int,
     k: int | None,
     advance: Callable[[], None],
+    stats_k: int | None = None,
 ) -> RunSummary:
     """All prompts at one concurrency; duration = first send to last answer."""
     lock = threading.Lock()
@@ -60,7 +63,16 @@ def run_once(
     stream = mode != UNARY_BASELINE
 
     def task(item: tuple[int, str]) -> RequestRecord:
-        record, _ = send(workers, config, item[1], item[0], temperature=temperature, k=k, stream=stream)
+        record, _ = send(
+            workers,
+            config,
+            item[1],
+            item[0],
+            temperature=temperature,
+            k=k,
+            stream=stream,
+            stats_k=stats_k,
+        )
         with lock:
             advance()
         return record
@@ -77,7 +89,7 @@ def run_once(
         mode=mode,
         temperature=temperature,
         concurrency=concurrency,
-        num_draft_tokens=k or 0,
+        num_draft_tokens=(k if stats_k is None else stats_k) or 0,
         duration_s=duration,
     )
     run.records = records
@@ -85,9 +97,11 @@ def run_once(
     return run
 
 
-def _plan(config: BenchConfig, method, k: int):
-    modes = [("baseline", 0), ("speculative", k)] if method.has_baseline else [("speculative", None)]
-    if method.has_baseline and config.unary_baseline and config.workload == "single":
+def _plan(config: BenchConfig, repo, k: int):
+    """(T, concurrency, mode, K) of every run. Without a baseline on the same server (the engine speculates
+    by itself: Medusa, every LLM-API repository), K is not a request option: speculative runs only."""
+    modes = [("baseline", 0), ("speculative", k)] if repo.has_baseline else [("speculative", None)]
+    if repo.has_baseline and config.unary_baseline and config.workload == "single":
         modes.insert(1, (UNARY_BASELINE, 0))
     return [(t, c, m, kk) for t in config.temperatures for c in config.concurrency for m, kk in modes]
 
@@ -97,12 +111,36 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
     client = connect(config.url)
     try:
         info = model_info(client, None)
-        method = info.repo.speculation
-        cost_ratio = measure_cost_ratio(client, config.prompts[0]) if method.draft_model else 0.0
+        repo = info.repo
+        if not info.token_ids:
+            raise ClientError(
+                f"the {info.name!r} model answers with text only: bench counts tokens from output_ids",
+                expected="a repository from `specbuild repo` (its LLM-API model adds output_ids)",
+                found=f"{info.interface} interface outputs: {', '.join(sorted(info.outputs))}",
+                fix="bench a specbuild repository, or use trtllm-serve's own benchmark for upstream's model",
+            )
+        if config.num_draft_tokens is not None and not repo.bls_drives_loop:
+            raise ClientError(
+                "--num-draft-tokens is for repositories whose BLS drafts per round",
+                expected="a draft/target repository with the BLS interface",
+                found=f"{repo.title} through the {info.interface} interface (K = the repository's "
+                f"{repo.num_draft_tokens})",
+                fix="drop --num-draft-tokens",
+            )
+        cost_ratio = measure_cost_ratio(client, config.prompts[0]) if repo.draft_model else 0.0
+        if (
+            info.interface == LLMAPI_INTERFACE
+            and repo.speculation is not None
+            and repo.speculation.draft_model
+        ):
+            cost_ratio = None  # one LLM-API model: the draft cannot be timed alone through this interface
     finally:
         client.close()
-    k = config.num_draft_tokens if config.num_draft_tokens is not None else info.repo.num_draft_tokens
-    plan = _plan(config, method, k)
+    k = config.num_draft_tokens if config.num_draft_tokens is not None else repo.num_draft_tokens
+    plan = _plan(config, repo, k)
+    # an engine that drafts by itself (Medusa, every LLM-API repository): its rounds were drafted with the
+    # repository's K (the LLM API's speculative_config.max_draft_len), not a request option
+    stats_k = None if repo.bls_drives_loop else (repo.num_draft_tokens or None)
     if config.workload == "multiturn":
         per_run = config.conversations * config.turns
     else:
@@ -120,7 +158,7 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
         for temperature, concurrency, mode, kk in plan:
             progress.update(bar, description=f"{mode:11s} T={temperature:g} c={concurrency}")
             before = scrape(config.metrics_url) if config.metrics_url else None
-            common = dict(mode=mode, temperature=temperature, concurrency=concurrency, k=kk)
+            common = dict(mode=mode, temperature=temperature, concurrency=concurrency, k=kk, stats_k=stats_k)
             if config.workload == "multiturn":
                 run = run_multiturn(config, **common, advance=lambda: progress.advance(bar))
             else:
@@ -131,23 +169,28 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
                     delta,
                     drafted=sum(r.drafted for r in run.records),
                     accepted=sum(r.accepted for r in run.records),
-                    steps=sum(len(r.rounds) for r in run.records) if method.bls_drives_loop else None,
+                    steps=sum(len(r.rounds) for r in run.records) if repo.bls_drives_loop else None,
                 )
             runs.append(run)
     attach_speedups(runs, cost_ratio=cost_ratio)
     context = {
         "url": config.url,
         "model": info.name,
-        "mode": info.repo.method.value,
-        "method": method.ecosystem_name,
+        "mode": repo.mode,
+        "method": repo.speculation.ecosystem_name if repo.speculation else None,
+        "interface": info.interface,
         "workload": config.workload,
         "cost_ratio": cost_ratio,
         "cost_ratio_method": "draft-only vs target-only timing"
-        if method.draft_model
-        else f"{method.title}: no draft model, c = 0",
+        if repo.draft_model
+        else (
+            "LLM-API interface: one model, the draft cannot be timed alone (c unknown)"
+            if cost_ratio is None
+            else f"{repo.title}: no draft model, c = 0"
+        ),
         "prompts": len(config.prompts),
         "max_tokens": config.max_tokens,
-        "num_draft_tokens": k if method.bls_drives_loop else None,
+        "num_draft_tokens": k if repo.bls_drives_loop else (repo.num_draft_tokens or None),
         "metrics_url": config.metrics_url,
     }
     return runs, context

@@ -74,8 +74,10 @@ def run_multiturn(
     concurrency: int,
     k: int | None,
     advance: Callable[[], None],
+    stats_k: int | None = None,
 ) -> RunSummary:
-    """Every conversation once, `concurrency` at a time; duration = first send to last answer."""
+    """Every conversation once, `concurrency` at a time; duration = first send to last answer. k, stats_k:
+    as workers.send."""
     lock = threading.Lock()
     workers = Workers(config.url, concurrency)
     conversations = user_turns(config.prompts, config.conversations, config.turns)
@@ -87,7 +89,13 @@ def run_multiturn(
         for t, user in enumerate(users):
             prompt = render(config.system_prompt, history, user)
             record, result = send(
-                workers, config, prompt, index * config.turns + t, temperature=temperature, k=k
+                workers,
+                config,
+                prompt,
+                index * config.turns + t,
+                temperature=temperature,
+                k=k,
+                stats_k=stats_k,
             )
             history.append((user, result.text))
             out.append((t, record))
@@ -108,7 +116,7 @@ def run_multiturn(
         mode=mode,
         temperature=temperature,
         concurrency=concurrency,
-        num_draft_tokens=k or 0,
+        num_draft_tokens=(k if stats_k is None else stats_k) or 0,
         duration_s=duration,
     )
     run.records = records

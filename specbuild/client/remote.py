@@ -29,27 +29,85 @@ from dataclasses import dataclass
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from specbuild.client.request import KV, Chunk, build_inputs, parse_response
+from specbuild.client.request import KV, Chunk, build_inputs, build_llmapi_inputs, parse_response
 from specbuild.core.errors import ClientError, SpecbuildError
 from specbuild.core.generation import GenerationResult, SpecStats
 from specbuild.core.methods import Method, SpeculationMethod, method_of, parse_method
 from specbuild.core.sampling_params import SamplingParams
-from specbuild.model_repo.tensors import BLS, ENSEMBLE
+from specbuild.core.theory import rounds_from_steps
+from specbuild.core.trtllm_facts import SpeculativeDecodingMode
+from specbuild.model_repo.tensors import BLS, ENSEMBLE, LLMAPI_MODEL, is_llmapi_interface
 
 DEFAULT_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 5.0
 
 
+BLS_INTERFACE, LLMAPI_INTERFACE = "bls", "llmapi"
+
+
 @dataclass(frozen=True)
 class RepoInfo:
-    """What the served repository says about itself (the BLS's parameters)."""
+    """What the served repository says about itself (the BLS's parameters, or the LLM-API model's)."""
 
-    method: Method
+    method: Method | None  # None: an LLM-API repository that does not say (not written by specbuild)
     num_draft_tokens: int  # the BLS's default_num_draft_tokens: the repository's K (0: not per round)
+    interface: str = BLS_INTERFACE  # bls (ensemble / BLS text interface) | llmapi (Triton's LLM-API model)
+    trtllm_version: str | None = None
 
     @property
-    def speculation(self) -> SpeculationMethod:
-        return method_of(self.method)
+    def speculation(self) -> SpeculationMethod | None:
+        return method_of(self.method) if self.method is not None else None
+
+    @property
+    def bls_drives_loop(self) -> bool:
+        """Requests choose K (num_draft_tokens; 0 = the target alone): the BLS runs the rounds."""
+        return (
+            self.interface == BLS_INTERFACE
+            and self.speculation is not None
+            and self.speculation.bls_drives_loop
+        )
+
+    @property
+    def has_baseline(self) -> bool:
+        """The same server can run the target alone. The LLM API speculates on every request."""
+        return self.bls_drives_loop
+
+    @property
+    def draft_model(self) -> bool:
+        """A separate draft model to time for the cost ratio (BLS repositories only: the LLM-API model is
+        one model)."""
+        return (
+            self.interface == BLS_INTERFACE and self.speculation is not None and self.speculation.draft_model
+        )
+
+    @property
+    def always_speculates(self) -> bool:
+        if self.interface == LLMAPI_INTERFACE:
+            return self.method is not None
+        return (
+            not self.bls_drives_loop
+            and self.speculation is not None
+            and self.speculation.target_mode.speculative
+        )
+
+    @property
+    def context_chunk_first(self) -> bool:
+        """A stream of an engine that speculates by itself starts with the context phase's token (no step)
+        when the target drafts inside its own pass (Medusa heads, EAGLE); an engine-side draft/target
+        loop (the LLM API's) drafts from the first round: every response is a round."""
+        method = self.speculation
+        return method is None or method.target_mode not in (
+            SpeculativeDecodingMode.NONE,
+            SpeculativeDecodingMode.DRAFT_TOKENS_EXTERNAL,
+        )
+
+    @property
+    def title(self) -> str:
+        return self.speculation.title if self.speculation else "unknown method"
+
+    @property
+    def mode(self) -> str:
+        return self.method.value if self.method is not None else "unknown"
 
 
 @dataclass(frozen=True)
@@ -59,6 +117,16 @@ class ModelInfo:
     decoupled: bool
     repo: RepoInfo
     max_total_tokens: int | None = None  # the BLS's limit on prompt + max_tokens (its parameters)
+    outputs: frozenset[str] = frozenset()
+
+    @property
+    def interface(self) -> str:
+        return self.repo.interface
+
+    @property
+    def token_ids(self) -> bool:
+        """Responses carry token ids (every specbuild repository; upstream's LLM-API model returns text)."""
+        return self.interface == BLS_INTERFACE or "output_ids" in self.outputs
 
 
 # A Python-backend model whose stub process died: "Stub process 'tensorrt_llm_draft_0_0' is not healthy."
@@ -135,8 +203,28 @@ def repo_info(client) -> RepoInfo:
     return RepoInfo(method, int(k) if k.isdigit() else 0)
 
 
+def llmapi_repo_info(config: dict) -> RepoInfo:
+    """An LLM-API repository's method and K from its model's parameters (specbuild writes them; upstream's
+    model.py ignores them); an upstream repository says nothing: method None."""
+    params = config.get("parameters", {})
+
+    def param(key: str) -> str:
+        return str((params.get(key) or {}).get("string_value", ""))
+
+    try:
+        method = parse_method(param("speculation_method")) if param("speculation_method") else None
+    except SpecbuildError:
+        method = None
+    k = param("default_num_draft_tokens")
+    return RepoInfo(
+        method, int(k) if k.isdigit() else 0, LLMAPI_INTERFACE, trtllm_version=param("trtllm_version") or None
+    )
+
+
 def model_info(client, model: str | None) -> ModelInfo:
-    """Resolve the model (None: the BLS) and read its inputs; a model that is not READY is a ClientError."""
+    """Resolve the model (None: the BLS, else an LLM-API repository's tensorrt_llm) and read its inputs; the
+    interface is detected from the model's metadata (text_input + sampling_param_*: Triton's LLM-API
+    model); a model that is not READY is a ClientError."""
     index = client.get_model_repository_index(as_json=True).get("models", [])
     ready = {m["name"] for m in index if m.get("state") == "READY"}
     down = tuple(
@@ -144,7 +232,7 @@ def model_info(client, model: str | None) -> ModelInfo:
         for m in index
         if m.get("state") != "READY"
     )
-    name = model or BLS
+    name = model or (LLMAPI_MODEL if BLS not in ready and LLMAPI_MODEL in ready else BLS)
     if down:  # a model that failed to load or was unloaded: say which, before any request fails on it
         raise ClientError(
             f"model {name!r} is down on the server"
@@ -154,7 +242,6 @@ def model_info(client, model: str | None) -> ModelInfo:
             found="; ".join(down),
             fix="read the server log for why, then restart `specbuild serve`",
         )
-    repo = repo_info(client)
     if name not in ready:
         raise ClientError(
             f"model {name!r} is not served here",
@@ -171,19 +258,42 @@ def model_info(client, model: str | None) -> ModelInfo:
         ) from None
     decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
     total = (config.get("parameters", {}).get("max_total_tokens") or {}).get("string_value", "")
+    inputs = frozenset(i["name"] for i in meta.get("inputs", []))
+    if name == LLMAPI_MODEL and not is_llmapi_interface(inputs):
+        raise ClientError(
+            f"model {name!r} here is the TensorRT-LLM engine model (token ids in and out), not Triton's "
+            "LLM-API model",
+            expected="text_input + sampling_param_* inputs (an LLM-API repository)",
+            found=", ".join(sorted(inputs)[:6]) + ", ...",
+            fix=f"call --model {BLS} (or {ENSEMBLE}) on an engine-flow repository",
+        )
+    repo = llmapi_repo_info(config) if is_llmapi_interface(inputs) else repo_info(client)
     return ModelInfo(
         name,
-        frozenset(i["name"] for i in meta.get("inputs", [])),
+        inputs,
         decoupled,
         repo,
         max_total_tokens=int(total) if total.isdigit() else None,
+        outputs=frozenset(o["name"] for o in meta.get("outputs", [])),
     )
+
+
+def text_delta(previous: str, whole: str) -> str:
+    """The new text of a cumulative text_output (the LLM-API interface sends the whole text so far): what
+    `whole` adds after its common prefix with `previous` (best effort while streaming: a decode that
+    rewrites earlier characters is not sent again)."""
+    shared = 0
+    while shared < min(len(whole), len(previous)) and whole[shared] == previous[shared]:
+        shared += 1
+    return whole[shared:]
 
 
 class _Collector:
     """Gathers a request's responses; the stream callback feeds it (keyword args result=, error=)."""
 
-    def __init__(self, on_text: Callable[[str], None] | None) -> None:
+    def __init__(self, on_text: Callable[[str], None] | None, *, cumulative: bool = False) -> None:
+        self.cumulative = cumulative  # text_output holds the whole text so far (the LLM-API interface)
+        self.last_text = ""
         self.chunks: list[Chunk] = []
         self.times: list[float] = []  # monotonic arrival of each response with tokens or text
         self.done = threading.Event()
@@ -203,6 +313,8 @@ class _Collector:
                 self.error = f"unreadable response: {type(exc).__name__}: {exc}"
             self.done.set()
             return
+        if self.cumulative and chunk.text:
+            chunk.text, self.last_text = text_delta(self.last_text, chunk.text), chunk.text
         if chunk.text or chunk.token_ids or chunk.perf or chunk.counts:
             self.chunks.append(chunk)
             self.times.append(time.monotonic())
@@ -215,15 +327,26 @@ class _Collector:
 def request_inputs(info: ModelInfo, prompt, params, *, stream, num_draft_tokens, stop_words=()):
     """The InferInputs of one request to the served model (only the inputs it declares)."""
     out = []
-    for name, array, dtype in build_inputs(
-        info.name,
-        prompt,
-        params,
-        stream=stream,
-        num_draft_tokens=num_draft_tokens,
-        declared=set(info.inputs),
-        stop_words=tuple(stop_words),
-    ):
+    if info.interface == LLMAPI_INTERFACE:
+        built = build_llmapi_inputs(
+            prompt,
+            params,
+            stream=stream,
+            declared=set(info.inputs),
+            trtllm_version=info.repo.trtllm_version,
+            stop_words=tuple(stop_words),
+        )
+    else:
+        built = build_inputs(
+            info.name,
+            prompt,
+            params,
+            stream=stream,
+            num_draft_tokens=num_draft_tokens,
+            declared=set(info.inputs),
+            stop_words=tuple(stop_words),
+        )
+    for name, array, dtype in built:
         tensor = grpcclient.InferInput(name, list(array.shape), dtype)
         tensor.set_data_from_numpy(array)
         out.append(tensor)
@@ -231,7 +354,7 @@ def request_inputs(info: ModelInfo, prompt, params, *, stream, num_draft_tokens,
 
 
 def _run_stream(client, info: ModelInfo, inputs, *, timeout_s: float, on_text) -> _Collector:
-    collector = _Collector(on_text)
+    collector = _Collector(on_text, cumulative=info.interface == LLMAPI_INTERFACE)
     client.start_stream(callback=collector.callback)
     try:
         try:
@@ -298,13 +421,25 @@ def raise_request_error(url: str, model: str, error: str, timeout_s: float) -> N
     )
 
 
-def request_steps(chunks: list[Chunk], *, self_speculating: bool) -> list[tuple[int, int]] | None:
+def request_steps(
+    chunks: list[Chunk],
+    *,
+    self_speculating: bool,
+    context_first: bool = True,
+    k: int | None = None,
+    max_tokens: int | None = None,
+) -> list[tuple[int, int]] | None:
     """(accepted, drafted) of each verification step of a streamed request, or None when unknown.
 
     Exact when the streamed responses carry the running totals (the BLS's draft/target rounds with
-    return_perf_metrics): each round's deltas. For an engine that speculates by itself (Medusa) the first
-    response is the context phase's token (no step) and every later one a step (its tokens = accepted + 1;
-    the drafts per step follow from the total when it divides evenly, else stay unknown: 0)."""
+    return_perf_metrics): each round's deltas. For an engine that speculates by itself:
+    * context_first (Medusa, EAGLE): the first response is the context phase's token (no step) and every
+      later one a step (its tokens = accepted + 1; the drafts per step follow from the total when it
+      divides evenly, else stay unknown: 0);
+    * else (the LLM API's draft/target loop: every response one round of accepted + 1 tokens): each
+      round drafted min(k, tokens still allowed - 1) (core/theory.rounds_from_steps), kept only when
+      the rounds add up to the final response's totals (a round cut by a stop word, or an output length
+      the server lowered, would not: None)."""
     content = [c for c in chunks if c.token_ids]
     if any("total_draft_tokens" in c.perf for c in content):
         steps, acc, dr = [], 0, 0
@@ -316,22 +451,29 @@ def request_steps(chunks: list[Chunk], *, self_speculating: bool) -> list[tuple[
                 steps.append((a - acc, d - dr))
             acc, dr = a, d
         return steps
-    if self_speculating and len(content) > 1:
-        accepted = [len(c.token_ids) - 1 for c in content[1:]]
-        total = int(
-            next(
-                (c.perf["total_draft_tokens"] for c in reversed(chunks) if "total_draft_tokens" in c.perf), 0
-            )
-        )
-        per = total // len(accepted) if total and total % len(accepted) == 0 else 0
-        return [(a, per) for a in accepted]
+    if not self_speculating:
+        return None
+    totals = next((c.perf for c in reversed(chunks) if "total_draft_tokens" in c.perf), {})
+    total = int(totals.get("total_draft_tokens", 0))
+    if not context_first:
+        if not k or not max_tokens or not content:
+            return None
+        sizes = [len(c.token_ids) - 1 for c in content]
+        rounds = [r for r in rounds_from_steps(sizes, k, max_tokens) if r[1]]  # a round of 0 drafts: no step
+        accepted = int(totals.get("total_accepted_draft_tokens", -1))
+        if sum(d for _, d in rounds) != total or sum(a for a, _ in rounds) != accepted:
+            return None
+        return rounds
+    if len(content) > 1:
+        accepted_steps = [len(c.token_ids) - 1 for c in content[1:]]
+        per = total // len(accepted_steps) if total and total % len(accepted_steps) == 0 else 0
+        return [(a, per) for a in accepted_steps]
     return None
 
 
-def _result(
-    collector: _Collector, *, t0: float, params: SamplingParams, always_speculates: bool
-) -> GenerationResult:
-    text = "".join(c.text for c in collector.chunks)
+def _result(collector: _Collector, *, t0: float, params: SamplingParams, repo: RepoInfo) -> GenerationResult:
+    always_speculates = repo.always_speculates
+    text = collector.last_text if collector.cumulative else "".join(c.text for c in collector.chunks)
     token_ids = [t for c in collector.chunks for t in c.token_ids]
     perf: dict[str, float] = {}
     for c in collector.chunks:
@@ -344,7 +486,13 @@ def _result(
     speculative = always_speculates or stats.drafted > 0
     if speculative and len(sizes) > 1:  # streaming: one response per engine step
         stats.target_passes = len(sizes)
-        steps = request_steps(collector.chunks, self_speculating=always_speculates)
+        steps = request_steps(
+            collector.chunks,
+            self_speculating=always_speculates,
+            context_first=repo.context_chunk_first,
+            k=repo.num_draft_tokens,
+            max_tokens=params.max_tokens,
+        )
         if steps is not None:
             stats.accepted_per_step = [a for a, _ in steps]
             stats.drafted_per_step = [d for _, d in steps]
@@ -363,7 +511,8 @@ def _result(
     if "last_token_time_ns" in perf and "arrival_time_ns" in perf and perf["arrival_time_ns"] > 0:
         timings["server_total"] = (perf["last_token_time_ns"] - perf["arrival_time_ns"]) / 1e9
     timings["chunks"] = float(len(sizes))
-    finish = "length" if len(token_ids) >= params.max_tokens else "stop"
+    reported = next((c.finish_reason for c in reversed(collector.chunks) if c.finish_reason), None)
+    finish = reported or ("length" if len(token_ids) >= params.max_tokens else "stop")
     prompt = next(
         (c.counts["num_input_tokens"] for c in collector.chunks if "num_input_tokens" in c.counts), None
     )
@@ -425,11 +574,13 @@ class Session:
                 found=f"max_tokens {params.max_tokens}",
                 fix=f"pass --max-tokens {info.max_total_tokens - 1} or less",
             )
-        if num_draft_tokens is not None and not info.repo.speculation.bls_drives_loop:
+        if num_draft_tokens is not None and not info.repo.bls_drives_loop:
             raise ClientError(
                 "--num-draft-tokens is for methods whose BLS drafts per round (draft/target)",
-                expected="a draft/target repository",
-                found=f"a {info.repo.speculation.title} repository (the engine drafts itself)",
+                expected="a draft/target repository with the BLS interface",
+                found=f"a {info.repo.title} repository ({info.interface} interface: the engine drafts "
+                "itself, "
+                "K is its speculative_config.max_draft_len)",
                 fix="drop --num-draft-tokens (the engine's own settings decide what it drafts)",
             )
         inputs = request_inputs(info, prompt, params, stream=stream, num_draft_tokens=num_draft_tokens)
@@ -443,8 +594,7 @@ class Session:
         if collector.error is not None:
             raise_request_error(self.url, info.name, collector.error, timeout_s)
         # an engine that speculates by itself (Medusa) speculates on every request
-        always = not info.repo.speculation.bls_drives_loop and info.repo.speculation.target_mode.speculative
-        result = _result(collector, t0=t0, params=params, always_speculates=always)
+        result = _result(collector, t0=t0, params=params, repo=info.repo)
         if on_text and not stream and result.text:
             on_text(result.text)
         return result

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from rich.table import Table
 
 from specbuild.client.aiperf_export import AIPERF_VERSION, record_lines, run_export
 from specbuild.client.metrics import RunSummary
+from specbuild.core.safe_io import InputFileError, read_json, shorten
 from specbuild.core.speculation_profile import FILE_NAME as PROFILE_FILE
 from specbuild.core.speculation_profile import build_profile
 from specbuild.core.speculation_profile import write_profile as save_profile
@@ -268,3 +270,71 @@ def write_report(runs: list[RunSummary], context: dict[str, Any], out: Path) -> 
     files += write_aiperf(runs, context, out)
     files += write_profile(runs, context, out)
     return [*files, *write_plots(runs, out)]
+    return [out / "bench.json", out / "bench.csv", *write_plots(runs, out)]
+
+
+# ---- reading bench.json back (specbuild plan) ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    """One run of a bench.json, as `specbuild plan` uses it."""
+
+    mode: str  # baseline | speculative
+    temperature: float
+    concurrency: int
+    tokens_per_s: float  # output_token_throughput
+    ttft_p99_ms: float | None
+    itl_p99_ms: float | None  # None when the run was not streamed (one response per request)
+    latency_p99_ms: float | None
+    streamed: bool
+    metrics: dict[str, Any]
+
+
+def read_bench_json(path: Path) -> tuple[dict[str, Any], list[BenchRow]]:
+    """(context, runs) of a report written by `write_json`; a malformed file is an InputFileError."""
+    data = read_json(path, kind="manifest", what="bench report")
+    runs = data.get("runs")
+    if not isinstance(runs, list) or not isinstance(data.get("context"), dict):
+        raise InputFileError(
+            f"bench report {path} has no runs",
+            expected='{"context": {...}, "runs": [...]} as `specbuild bench --out` writes it',
+            found=shorten(sorted(data)),
+            fix="point at the bench.json of a `specbuild bench` run",
+        )
+    rows = []
+    for i, run in enumerate(runs):
+        try:
+            m = run["metrics"]
+            ttft, latency = m["time_to_first_token"], m["request_latency"]
+            # A run whose first token arrives with the last (TTFT ~ whole request) was not streamed:
+            # its inter-token latency is not a per-token time. 0.9: streamed runs of >= 2 tokens have
+            # TTFT well below the request latency; one-response runs have them equal up to clock noise.
+            osl = (m.get("output_sequence_length") or {}).get("avg") or 0
+            streamed = osl <= 1 or (ttft["avg"] or 0) < 0.9 * (latency["avg"] or 0)
+            rows.append(
+                BenchRow(
+                    mode=str(run["mode"]),
+                    temperature=float(run["temperature"]),
+                    concurrency=int(run["concurrency"]),
+                    tokens_per_s=float(m["output_token_throughput"]),
+                    ttft_p99_ms=_num(ttft.get("p99")),
+                    itl_p99_ms=_num(m["inter_token_latency"].get("p99")) if streamed else None,
+                    latency_p99_ms=_num(latency.get("p99")),
+                    streamed=streamed,
+                    metrics=m,
+                )
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InputFileError(
+                f"bench report {path}: run {i} is incomplete",
+                expected="mode, temperature, concurrency and metrics with output_token_throughput, "
+                "time_to_first_token, inter_token_latency and request_latency",
+                found=f"{type(exc).__name__}: {shorten(str(exc))}",
+                fix="regenerate it with `specbuild bench --out DIR`",
+            ) from None
+    return data["context"], rows
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None

@@ -154,6 +154,76 @@ def _check_range(name: str, value, dtype: str) -> None:
         )
 
 
+def build_llmapi_inputs(
+    prompt: str,
+    params: SamplingParams,
+    *,
+    stream: bool,
+    declared: set[str],
+    trtllm_version: str | None = None,
+    stop_words: tuple[str, ...] = (),
+) -> list[tuple[str, Any, str]]:
+    """[(name, array, wire dtype)] for Triton's LLM-API model (tensors.llmapi_interface: no batch dimension,
+    every scalar a [1] tensor). The prompt is excluded from text_output, perf metrics and the finish reason
+    are asked for; the end token is the model's (this interface has no end_id input); stop_words go in
+    sampling_param_stop (SamplingParams.stop: the text ends before the first one)."""
+    if params.end_id is not None:
+        raise ClientError(
+            "the LLM-API interface has no end_id input",
+            expected="the model's own end token",
+            found=f"end_id {params.end_id}",
+            fix="leave end_id unset for an LLM-API server",
+        )
+    iface = tensors.llmapi_interface(trtllm_version, local=True)
+    values: dict[str, Any] = {
+        "text_input": prompt,
+        "streaming": stream,
+        "sampling_param_max_tokens": params.max_tokens,
+        "sampling_param_temperature": params.temperature,
+        "sampling_param_exclude_input_from_output": True,
+        "sampling_param_return_perf_metrics": True,
+        "return_finish_reason": True,
+    }
+    if not params.greedy:
+        if params.top_k:
+            values["sampling_param_top_k"] = params.top_k
+        values["sampling_param_top_p"] = params.top_p
+    if params.seed is not None:
+        values["sampling_param_seed"] = params.seed
+    out = []
+    for name, value in values.items():
+        if name not in declared:
+            continue
+        tensor = iface.input(name)
+        if tensor.data_type == "TYPE_STRING":
+            try:
+                array = np.array([value.encode("utf-8")], dtype=object)  # [1]
+            except UnicodeEncodeError as exc:
+                raise ClientError(
+                    "the text_input is not valid UTF-8 text",
+                    expected="UTF-8 text",
+                    found=f"an undecodable byte at position {exc.start}",
+                    fix="re-encode the prompt as UTF-8",
+                ) from None
+        else:
+            _check_range(name, value, tensor.numpy_dtype)
+            array = np.array([value], dtype=tensor.numpy_dtype)  # [1]
+        out.append((name, array, tensor.wire_dtype))
+    if stop_words and "sampling_param_stop" in declared:
+        tensor = iface.input("sampling_param_stop")
+        try:
+            array = np.array([w.encode("utf-8") for w in stop_words], dtype=object)  # [n]
+        except UnicodeEncodeError as exc:
+            raise ClientError(
+                "a stop word is not valid UTF-8 text",
+                expected="UTF-8 text",
+                found=f"an undecodable character at position {exc.start}",
+                fix="re-encode the stop words as UTF-8",
+            ) from None
+        out.append(("sampling_param_stop", array, tensor.wire_dtype))
+    return out
+
+
 @dataclass
 class Chunk:
     """What one response carries (streaming: one engine step; unary: the whole continuation)."""
@@ -163,6 +233,7 @@ class Chunk:
     final: bool = True
     perf: dict[str, float] = field(default_factory=dict)  # return_perf_metrics outputs present
     counts: dict[str, int] = field(default_factory=dict)  # num_input_tokens / num_output_tokens when present
+    finish_reason: str | None = None  # the LLM-API interface's finish_reason output, when present
 
 
 def parse_response(result) -> Chunk:
@@ -185,8 +256,13 @@ def parse_response(result) -> Chunk:
         chunk.token_ids = [int(t) for t in ids]
     for name in ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens", *PERF_TIMES, *KV):
         if name in names:
+            # numbers, or (real LLM-API servers build them with text_output's dtype) their text
             chunk.perf[name] = float(result.as_numpy(name).reshape(-1)[0])
     for name in ("num_input_tokens", "num_output_tokens"):
         if name in names:
             chunk.counts[name] = int(result.as_numpy(name).reshape(-1)[0])
+    if "finish_reason" in names:
+        reason = result.as_numpy("finish_reason").reshape(-1)
+        if len(reason):
+            chunk.finish_reason = reason[0].decode() if isinstance(reason[0], bytes) else str(reason[0])
     return chunk

@@ -52,6 +52,7 @@ class Workers:
 def record_of(
     result: GenerationResult, *, k: int | None, max_tokens: int, start_ns: int, worker: int
 ) -> RequestRecord:
+    """k: the K the request's rounds were drafted with (None: it did not speculate, or K is unknown)."""
     t = result.timings
     stats = result.stats
     if stats.steps:  # exact (accepted, drafted) per round from the server's running totals
@@ -88,8 +89,11 @@ def send(
     temperature: float,
     k: int | None,
     stream: bool = True,
+    stats_k: int | None = None,
 ) -> tuple[RequestRecord, GenerationResult]:
-    """One request (streamed unless `stream` is false) over the calling worker's session."""
+    """One request (streamed unless `stream` is false) over the calling worker's session. k: the request's
+    num_draft_tokens (None: the engine's own); stats_k: the K its rounds were drafted with when the engine
+    drafts by itself (an LLM-API repository's speculative_config.max_draft_len), default k."""
     session, worker = workers.session()
     params = SamplingParams(
         max_tokens=config.max_tokens,
@@ -98,4 +102,6 @@ def send(
     )
     start_ns = time.time_ns()
     result = session.generate(prompt, params, stream=stream, num_draft_tokens=k, timeout_s=config.timeout_s)
-    return record_of(result, k=k, max_tokens=config.max_tokens, start_ns=start_ns, worker=worker), result
+    rounds_k = k if stats_k is None else stats_k
+    record = record_of(result, k=rounds_k, max_tokens=config.max_tokens, start_ns=start_ns, worker=worker)
+    return record, result

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specbuild.core.errors import SpecbuildError
+from specbuild.core.llmapi_facts import Flow
 from specbuild.core.manifest import MANIFEST, read_manifest
 from specbuild.core.methods import Method, SpeculationMethod, method_of, parse_method
 from specbuild.core.spec import BuildSpec, spec_from_dict
@@ -87,10 +88,16 @@ class BuildManifest:
     engine_built: bool
     tokenizer_dir: Path
     roles: dict[str, RoleRecord]
+    # LLM-API flow builds (compile --flow llmapi): options_file, models (section -> HF folder), trtllm_serve
+    llmapi: dict[str, Any] | None = None
 
     @property
     def method(self) -> SpeculationMethod:
         return method_of(self.spec)
+
+    @property
+    def flow(self) -> Flow:
+        return self.spec.flow
 
     def engine_dir(self, role: str) -> Path:
         """The role's engine folder (build.sh writes <role>/engine when it was only planned)."""
@@ -120,6 +127,7 @@ def read_build_manifest(folder: str | Path, raw: dict[str, Any] | None = None) -
             engine_built=bool(raw.get("engine_built")),
             tokenizer_dir=Path(raw["tokenizer_dir"]),
             roles=roles,
+            llmapi=dict(raw["llmapi"]) if isinstance(raw.get("llmapi"), dict) else None,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise _bad(folder, exc) from None

@@ -86,3 +86,11 @@ class ClientError(SpecbuildError):
 
 class TrainingError(SpecbuildError):
     """Medusa training or tuning cannot proceed."""
+
+
+class PlanError(SpecbuildError):
+    """Capacity planning inputs that are missing, inconsistent or impossible."""
+
+
+class DeployError(SpecbuildError):
+    """A deployment the chosen engine or layout cannot run (manifests are not written)."""

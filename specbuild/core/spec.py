@@ -20,6 +20,7 @@ import yaml
 
 from specbuild.core.errors import SpecError
 from specbuild.core.hf_config import FLOAT_DTYPES
+from specbuild.core.llmapi_facts import DECODINGS, LLMAPI_VERSIONS, Flow, parse_flow, release, support
 from specbuild.core.medusa_choices import DEFAULT_TREE, MedusaChoices
 from specbuild.core.methods import SECTIONS, Method, method_of, parse_method
 from specbuild.core.safe_io import InputFileError, atomic_write_text, read_text, shorten
@@ -28,7 +29,7 @@ from specbuild.core.trtllm_facts import DEFAULT_TRTLLM_VERSION, known_versions
 DTYPES = FLOAT_DTYPES
 QUANT = ("none", "int8", "int4")  # weight-only; trtllm-build quantizes float weights (trtllm.md 2.2)
 # The key of each section that names a model folder or hub id (relative paths: from the spec's folder).
-PATH_KEYS = {"target": "model", "draft": "model", "medusa": "heads"}
+PATH_KEYS = {"target": "model", "draft": "model", "medusa": "heads", "eagle3": "model"}
 MAX_STRING = 4096  # characters of any string value (paths, names)
 INT32_MAX = 2**31 - 1  # TensorRT shapes and the backend's request fields are int32
 MAX_BATCH_SIZE = 65536  # far above any served batch; TensorRT-LLM sizes per-slot buffers by it
@@ -52,6 +53,16 @@ class MedusaSection:
     num_heads: int = 4
     num_layers: int = 1  # ResBlocks per head
     choices: Any = DEFAULT_TREE  # a named tree or a list of paths; see MedusaChoices
+
+
+@dataclass(frozen=True)
+class Eagle3Section:
+    """An EAGLE-3 draft checkpoint (LLM-API flow only): one or a few decoder layers that read the target's
+    hidden states of `layers_to_capture` (None: TensorRT-LLM's default (1, L//2 - 1, L - 4) of an L-layer
+    target), with its own lm_head over `draft_vocab_size` tokens and a `d2t` map to the target's ids."""
+
+    model: str  # folder with config.json (+ safetensors) of the EAGLE-3 draft
+    layers_to_capture: Any = None  # target layer indices whose hidden states feed the draft (a list)
 
 
 @dataclass(frozen=True)
@@ -92,9 +103,13 @@ class BuildSpec:
     mode: Method  # the speculation method (core/methods)
     target: ModelSection
     trtllm_version: str = DEFAULT_TRTLLM_VERSION
+    # engine: convert + trtllm-build + the C++ backend (up to 1.2.x); llmapi: the LLM API on the PyTorch
+    # backend (trtllm-serve, Triton's LLM-API model). core/llmapi_facts.py has the method x flow matrix.
+    flow: Flow = Flow.ENGINE
     dtype: str = "bfloat16"
     draft: ModelSection | None = None
     medusa: MedusaSection | None = None
+    eagle3: Eagle3Section | None = None
     speculation: SpeculationSection = field(default_factory=SpeculationSection)
     build: BuildSection = field(default_factory=BuildSection)
     serving: ServingSection = field(default_factory=ServingSection)
@@ -118,14 +133,20 @@ class BuildSpec:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["mode"] = self.mode.value
+        d["flow"] = self.flow.value
         d["source"] = str(self.source) if self.source else None
         if self.medusa is not None:
             d["medusa"]["choices"] = self.medusa_choices().to_lists()
         return d
 
 
-def load_spec(path: str | Path, *, validate_tree: bool = True) -> BuildSpec:
+def load_spec(
+    path: str | Path, *, validate_tree: bool = True, overrides: dict[str, Any] | None = None
+) -> BuildSpec:
     """Read and validate a YAML build spec.
+
+    `overrides` replace top-level keys before validation (`compile --flow / --trtllm-version`), so the
+    method x flow x version matrix judges the combination that will be built.
 
     `validate_tree=False` still parses `medusa.choices` but leaves its consistency (prefix closure,
     depth, size) to the caller: `specbuild check` reports it as a row of its table.
@@ -146,9 +167,10 @@ def load_spec(path: str | Path, *, validate_tree: bool = True) -> BuildSpec:
             found="no such file",
             fix="check the path; examples/ has specs to start from",
         )
-    return spec_from_dict(
-        parse_spec_yaml(read_spec_text(path), where=str(path)), source=path, validate_tree=validate_tree
-    )
+    raw = parse_spec_yaml(read_spec_text(path), where=str(path))
+    if overrides and isinstance(raw, dict):
+        raw = {**raw, **{k: v for k, v in overrides.items() if v is not None}}
+    return spec_from_dict(raw, source=path, validate_tree=validate_tree)
 
 
 def read_spec_text(path: Path) -> str:
@@ -295,6 +317,18 @@ def _coerce(tp: Any, value: Any, where: str, keypath: str) -> Any:
         return value
     if tp is Method:
         return parse_method(value, where=where)
+    if tp is Flow:
+        try:
+            return parse_flow(value)
+        except ValueError as exc:
+            raise SpecError(
+                f"{where}: impossible value for flow",
+                expected=" | ".join(f.value for f in Flow),
+                found=shorten(value, quote=True),
+                fix=str(exc).split("; ", 1)[-1]
+                if "did you mean" in str(exc)
+                else "use flow: engine or llmapi",
+            ) from None
     ok = (
         (tp is bool and isinstance(value, bool))
         or (tp is int and isinstance(value, int) and not isinstance(value, bool))
@@ -361,7 +395,7 @@ def _check_sections(spec: BuildSpec, where: str) -> None:
 def _check_values(spec: BuildSpec, where: str, *, validate_tree: bool = True) -> None:
     if spec.dtype not in DTYPES:
         _fail(where, "dtype", " | ".join(DTYPES), spec.dtype, "use bfloat16 (or float16 on pre-Ampere GPUs)")
-    _check_version(spec.trtllm_version, where)
+    _check_combination(spec, where)
     _check_ranges(spec, where)
     method_of(spec).validate(spec, where, validate_tree=validate_tree)
     b = spec.build
@@ -446,18 +480,52 @@ def _check_ranges(spec: BuildSpec, where: str) -> None:
             )
 
 
-def _check_version(version: str, where: str) -> None:
-    """trtllm_version must be a released TensorRT-LLM with a known serving container (at load, not
-    at serve)."""
-    known = known_versions()
-    if version in known:
+def _check_combination(spec: BuildSpec, where: str) -> None:
+    """The method x flow x version matrix (core/llmapi_facts.py): refuse what the version cannot serve,
+    with the reason and the nearest supported alternative; then what the LLM-API flow has no key for."""
+    version = spec.trtllm_version
+    if version not in known_versions() and version not in LLMAPI_VERSIONS:  # a typo, not a combination
+        engine = spec.flow is Flow.ENGINE
+        known = known_versions() if engine else tuple(LLMAPI_VERSIONS)
+        close = difflib.get_close_matches(str(version), known, n=1)
+        _fail(
+            where,
+            "trtllm_version",
+            f"a released TensorRT-LLM version the {spec.flow} flow is generated for: " + ", ".join(known),
+            version,
+            (f"did you mean {close[0]!r}? " if close else "")
+            + f'quote it: trtllm_version: "{DEFAULT_TRTLLM_VERSION if engine else known[0]}"',
+        )
+    found = support(spec.mode.value, spec.flow, spec.trtllm_version)
+    if not found.ok:
+        raise SpecError(
+            f"{where}: mode {spec.mode} on flow {spec.flow} is not available for TensorRT-LLM "
+            f"{spec.trtllm_version}",
+            expected=found.reason,
+            found=f"mode: {spec.mode}, flow: {spec.flow}, trtllm_version: {spec.trtllm_version!r}",
+            fix=f"use {found.alternative}",
+        )
+    if spec.flow is not Flow.LLMAPI:
         return
-    close = difflib.get_close_matches(str(version), known, n=1)
-    _fail(
-        where,
-        "trtllm_version",
-        "a released TensorRT-LLM version: " + ", ".join(known),
-        version,
-        (f"did you mean {close[0]!r}? " if close else "")
-        + f'quote it: trtllm_version: "{DEFAULT_TRTLLM_VERSION}"',
-    )
+    if spec.build.weight_only != "none":
+        _fail(
+            where,
+            "build.weight_only",
+            "none on flow llmapi (weight-only int8/int4 is a trtllm-build option; the LLM API loads "
+            "checkpoints quantized beforehand, e.g. by ModelOpt)",
+            spec.build.weight_only,
+            "set build.weight_only: none and point target.model at a quantized checkpoint",
+        )
+    if spec.speculation.use_logits:
+        decoding = DECODINGS.get(spec.mode.value)
+        cls = release(spec.trtllm_version).classes.get(decoding.config_class) if decoding else None
+        if cls is None or "use_rejection_sampling" not in cls.keys:
+            name = cls.name if cls else "speculative config"
+            _fail(
+                where,
+                "speculation.use_logits",
+                f"false for {spec.mode} on TensorRT-LLM {spec.trtllm_version}: its {name} has no "
+                "use_rejection_sampling key (lossless sampling with draft probabilities)",
+                True,
+                'set use_logits: false, or trtllm_version: "1.4.0rc4" (use_rejection_sampling)',
+            )

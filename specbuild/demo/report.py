@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specbuild.client.metrics import UNARY_BASELINE
+from specbuild.core import theory
 from specbuild.core.methods import method_of
 
 COLUMNS = (
@@ -93,6 +94,18 @@ def summary_rows(
     return rows
 
 
+def _predict(rows: list[dict[str, Any]], bench: dict[str, Any], cost_ratio: float | None) -> None:
+    """Fill the predicted speedup of rows whose bench could not time its draft (the LLM-API interface)."""
+    if cost_ratio is None:
+        return
+    k = bench.get("context", {}).get("num_draft_tokens") or 0
+    alphas = {(r["temperature"], r["concurrency"]): r["metrics"].get("alpha") for r in bench["runs"]}
+    for row in rows:
+        alpha = alphas.get((row["T"], row["conc"]))
+        if row["predicted"] is None and alpha is not None and alpha == alpha and k:
+            row["predicted"] = theory.predicted_speedup(alpha, k, cost_ratio)
+
+
 def _fmt(value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -126,17 +139,29 @@ def print_summary(
         "total_s": round(total_s, 1),
     }
     md = []
-    for mode, bench in loaded.items():
-        method = method_of(mode)
-        # a method without its own baseline (the engine always speculates) borrows one of the same target
-        lender = next((b for m, b in loaded.items() if method_of(m).has_baseline), None)
-        rows = summary_rows(bench, baseline_from=None if method.has_baseline else lender)
+
+    def own_baseline(key: str, bench: dict[str, Any]) -> bool:
         ctx = bench.get("context", {})
-        title = (
-            (f"{mode}: K={ctx.get('num_draft_tokens')}, cost ratio c={_fmt(ctx.get('cost_ratio'))}")
-            if method.bls_drives_loop
-            else f"{mode}: tree from the tuned spec, c=0 (heads ride on the target pass)"
-        )
+        return ctx.get("interface", "bls") == "bls" and method_of(ctx.get("mode") or key).has_baseline
+
+    for mode, bench in loaded.items():
+        ctx = bench.get("context", {})
+        method = method_of(ctx.get("mode") or mode)
+        llmapi = ctx.get("interface") == "llmapi"
+        # a run without its own baseline (the engine always speculates) borrows one of the same target
+        lender = next((b for k, b in loaded.items() if own_baseline(k, b)), None)
+        rows = summary_rows(bench, baseline_from=None if own_baseline(mode, bench) else lender)
+        if llmapi and lender is not None:  # same draft and target: the d/t run's cost ratio predicts it
+            _predict(rows, bench, lender.get("context", {}).get("cost_ratio"))
+        if llmapi:
+            title = (
+                f"{mode}: Triton's LLM-API interface, K={ctx.get('num_draft_tokens')} (speculative_config), "
+                f"predicted with the d/t run's c={_fmt((lender or {}).get('context', {}).get('cost_ratio'))}"
+            )
+        elif method.bls_drives_loop:
+            title = f"{mode}: K={ctx.get('num_draft_tokens')}, cost ratio c={_fmt(ctx.get('cost_ratio'))}"
+        else:
+            title = f"{mode}: tree from the tuned spec, c=0 (heads ride on the target pass)"
         if rows and rows[0]["baseline"] == "vs d/t baseline":
             title += "; measured vs the draft/target run's target-alone baseline"
         table = Table(title=title)

@@ -11,6 +11,9 @@ Stages (each prints the real `specbuild ...` command it runs, in a subprocess of
              host would run (`--engine trtllm --dry-run`, its build.sh printed);
 4. serve   - `specbuild repo --backend python`, `specbuild serve` (local tritonserver),
              `specbuild generate --url --stream`, `specbuild bench` at concurrency 1 and 4;
+   llmapi  - the draft/target spec again on the LLM-API flow (`compile --flow llmapi --engine reference`,
+             `repo --backend llmapi-local`, `repo check`), served through Triton's LLM-API tensor
+             interface: `generate --url --stream` and `bench` at concurrency 1;
 5. summary - one table per mode (acceptance, tokens per pass, predicted vs measured speedup, TTFT,
              inter-token latency), build/demo/summary.{json,md}; the server is always stopped.
 
@@ -29,7 +32,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -53,7 +56,10 @@ from specbuild.demo.report import print_summary
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "examples" / "demo"
-MODES = tuple(m.value for m in Method)  # examples/demo/<mode>.yaml each
+MODES = tuple(
+    m.value for m in Method if (EXAMPLES / f"{m.value}.yaml").is_file()
+)  # examples/demo/<mode>.yaml
+LLMAPI_RUN = "draft_target (LLM API)"  # the draft/target spec on the LLM-API flow, served locally
 SERVER_READY_TIMEOUT_S = 300.0
 
 
@@ -68,6 +74,7 @@ class DemoOptions:
     tune_prompts: int = 8  # the first held-out prompts profile acceptance; bench uses the next ones
     tune_max_tokens: int = 48
     modes: tuple[str, ...] = MODES
+    llmapi: bool = True  # also serve the draft/target spec through the LLM-API interface (bench at c=1)
     settings: DemoSettings = DemoSettings()  # MICRO with --micro: a quick pipeline check, untrained models
 
 
@@ -350,6 +357,36 @@ def run_mode(mode: str, spec: Path, family, opts: DemoOptions, ledger: Ledger) -
         return stage_bench(url, prompts, out / "bench", opts)  # K: the repository's (what tune chose)
 
 
+def run_llmapi(spec: Path, family, opts: DemoOptions, ledger: Ledger) -> Path:
+    """The same draft/target spec on the LLM-API flow: the options a GPU host would serve with trtllm-serve,
+    plus reference engines, laid out as Triton's LLM-API model (`--backend llmapi-local`) and served here;
+    generate and bench at concurrency 1 go through the LLM-API tensor interface."""
+    out = (Path(opts.out) / "draft_target-llmapi").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    with ledger.stage(f"{LLMAPI_RUN}: compile, repository"):
+        build, repo = out / "build", out / "repo"
+        run_cli(
+            "compile", str(spec), "--flow", "llmapi", "--engine", "reference", "--out", str(build), "--force"
+        )
+        options = build / "llmapi_options.yaml"
+        print(f"--- {_relative(str(options))} (trtllm-serve --config / Triton model.yaml keys) ---")
+        print(options.read_text().rstrip())
+        print(f"--- {_relative(str(build / 'serve.sh'))} runs on a GPU host: ---")
+        print(json.loads((build / "plan.json").read_text())["trtllm_serve"]["command"])
+        run_cli("repo", str(build), "--out", str(repo), "--backend", "llmapi-local", "--force")
+        run_cli("repo", "check", str(repo))
+    prompts = prompts_subset(
+        family.prompts, out / "bench_prompts.jsonl", opts.bench_prompts, skip=opts.tune_prompts
+    )
+    first = json.loads(prompts.read_text().splitlines()[0])["prompt"]
+    with (
+        ledger.stage(f"{LLMAPI_RUN}: serve, generate, bench"),
+        serving(repo, out / "tritonserver.log") as url,
+    ):
+        stage_generate(url, first, opts.max_tokens)
+        return stage_bench(url, prompts, out / "bench", replace(opts, concurrency="1"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specbuild.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -371,6 +408,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--micro", action="store_true", help="tiny untrained models: checks the pipeline in a minute"
     )
+    parser.add_argument(
+        "--no-llmapi",
+        action="store_true",
+        help="skip the draft/target run through the LLM-API interface (compile --flow llmapi)",
+    )
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # our lines and the commands' output stay in order in a log
     opts = DemoOptions(
@@ -380,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         temperatures=args.temperature,
         max_tokens=args.max_tokens,
         modes=MODES if args.mode == "both" else (args.mode,),
+        llmapi=not args.no_llmapi,
         settings=MICRO if args.micro else DemoSettings(),
     )
 
@@ -406,6 +449,12 @@ def main(argv: list[str] | None = None) -> int:
                     benches[mode] = bench
             except SpecbuildError as exc:
                 ledger.failures.append(f"{mode}: {exc.what}")
+                print(exc.message(), file=sys.stderr)
+        if opts.llmapi and Method.DRAFT_TARGET.value in modes:
+            try:
+                benches[LLMAPI_RUN] = run_llmapi(specs[Method.DRAFT_TARGET.value], family, opts, ledger)
+            except SpecbuildError as exc:
+                ledger.failures.append(f"{LLMAPI_RUN}: {exc.what}")
                 print(exc.message(), file=sys.stderr)
     except SpecbuildError as exc:
         ledger.failures.append(exc.what)

@@ -1,10 +1,12 @@
 """The OpenAI-compatible HTTP app (FastAPI): /v1/models, /v1/completions, /v1/chat/completions, /health.
 
-Every request goes to the served repository's `tensorrt_llm_bls` (streamed from Triton even when the
-HTTP answer is not, so that each verification round is seen). Responses follow vLLM 0.33.0's shapes:
-`usage` with the server's token counts (prompt: the BLS's num_input_tokens; completion: the tokens it
-generated); streams are SSE `data: {json}` chunks ending with `data: [DONE]`; with
-`stream_options.include_usage` a last chunk with `choices: []` carries `usage` and `metrics`, and with
+Every request goes to the served repository's `tensorrt_llm_bls`, or to the LLM-API `tensorrt_llm` model
+of an LLM-API repository (streamed from Triton even when the HTTP answer is not, so that each
+verification round is seen). Responses follow vLLM 0.33.0's shapes: `usage` with the server's token
+counts (prompt: the BLS's num_input_tokens, or through the LLM-API interface, which returns none, the
+prompt as the repository's tokenizer encodes it; completion: the tokens the engines generated);
+streams are SSE `data: {json}` chunks ending with `data: [DONE]`; with `stream_options.include_usage`
+a last chunk with `choices: []` carries `usage` and `metrics`, and with
 `continuous_usage_stats` too every content chunk carries the cumulative `usage` (vLLM's extension, what
 AIPerf's --per-chunk-usage reads). `metrics.speculative_decoding` at the root of a response (or of the
 final usage chunk) is vLLM's per-request spec-decode object (`--per-request-spec-decode-metrics
@@ -82,13 +84,27 @@ class Frontend:
 
     # ---- request -> Triton ----------------------------------------------------------------------
     def _k(self, req: GenerationRequest) -> int | None:
-        if req.num_draft_tokens is not None and self.bridge.served.loop_k is None:
+        served = self.bridge.served
+        if req.num_draft_tokens is not None and served.loop_k is None:
+            how = (
+                "through the LLM-API interface, whose engine drafts its speculative_config.max_draft_len"
+                if served.llmapi
+                else "whose engine drafts itself"
+            )
             raise OpenAIError(
                 "'num_draft_tokens' is for draft/target repositories (the BLS drafts per round); this "
-                f"one serves {self.bridge.served.info.repo.speculation.title}, whose engine drafts itself",
+                f"one serves {served.info.repo.title} {how}",
                 param="num_draft_tokens",
             )
         return req.num_draft_tokens
+
+    def _prompt_tokens(self, prompt: str) -> int:
+        """Before the server's count arrives (the BLS's num_input_tokens replaces it): 0; the LLM-API
+        interface returns none, so there the prompt as that model tokenizes it (the repository's
+        tokenizer, special tokens added, as the local LLM-API model and the LLM API encode)."""
+        if not self.bridge.served.llmapi or self.chat.tokenizer is None:
+            return 0
+        return len(self.chat.tokenizer(prompt)["input_ids"])
 
     def _params(self, req: GenerationRequest) -> SamplingParams:
         return SamplingParams(
@@ -121,8 +137,18 @@ class Frontend:
         )
         return self._fit(req, explicit)
 
-    def _spec(self, chunks, k: int | None) -> dict[str, Any]:
-        steps = request_steps(chunks, self_speculating=self.bridge.served.self_speculating) or []
+    def _spec(self, chunks, k: int | None, max_tokens: int) -> dict[str, Any]:
+        served = self.bridge.served
+        steps = (
+            request_steps(
+                chunks,
+                self_speculating=served.self_speculating,
+                context_first=served.info.repo.context_chunk_first,
+                k=served.fixed_k,
+                max_tokens=max_tokens,
+            )
+            or []
+        )
         spec = vllm_spec_metrics(steps, k)
         metrics: dict[str, Any] = dict.fromkeys(PER_REQUEST_METRIC_FIELDS)
         metrics["tokens_per_second"] = None
@@ -130,13 +156,15 @@ class Frontend:
         return metrics
 
     def _num_spec_tokens(self, k: int | None) -> int | None:
-        return k if k is not None else self.bridge.served.loop_k
+        served = self.bridge.served
+        return k if k is not None else (served.loop_k if served.loop_k is not None else served.fixed_k)
 
     # ---- answers --------------------------------------------------------------------------------
     async def complete(self, req: GenerationRequest) -> dict[str, Any]:
         k = self._k(req)
         stopper = P.StopText(req.stop)
-        chunks, text, tokens, prompt_tokens, stopped = [], [], 0, 0, False
+        chunks, text, tokens, stopped = [], [], 0, False
+        prompt_tokens = self._prompt_tokens(req.prompt)
         stream = self.bridge.stream(req.prompt, self._params(req), num_draft_tokens=k, stop_words=req.stop)
         async with aclosing(stream):  # leaving early (a stop string) cancels the request on the server
             async for c in stream:
@@ -157,7 +185,7 @@ class Frontend:
             text=body,
             finish=finish,
             usage_=P.usage(prompt_tokens, tokens),
-            metrics=self._spec(chunks, self._num_spec_tokens(k)),
+            metrics=self._spec(chunks, self._num_spec_tokens(k), req.max_tokens),
         )
 
     async def stream(self, req: GenerationRequest) -> AsyncIterator[str]:
@@ -166,7 +194,8 @@ class Frontend:
         k = self._k(req)
         rid, created = P.new_id(req.kind), P.now()
         stopper = P.StopText(req.stop)
-        chunks, tokens, prompt_tokens, stopped = [], 0, 0, False
+        chunks, tokens, stopped = [], 0, False
+        prompt_tokens = self._prompt_tokens(req.prompt)
 
         def usage():
             return P.usage(prompt_tokens, tokens) if req.continuous_usage else None
@@ -202,7 +231,7 @@ class Frontend:
                     created,
                     empty=True,
                     usage_=P.usage(prompt_tokens, tokens),
-                    metrics=self._spec(chunks, self._num_spec_tokens(k)),
+                    metrics=self._spec(chunks, self._num_spec_tokens(k), req.max_tokens),
                 )
             )
         yield "data: [DONE]\n\n"

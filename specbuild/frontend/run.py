@@ -10,7 +10,8 @@ from pathlib import Path
 
 import uvicorn
 
-from specbuild.core.errors import ServerError
+from specbuild.core.artifacts import read_repo_manifest
+from specbuild.core.errors import ServerError, SpecbuildError
 from specbuild.frontend.app import Frontend, create_app
 from specbuild.frontend.chat import ChatTemplate
 from specbuild.frontend.triton import DEFAULT_POOL, TritonBridge, describe
@@ -24,9 +25,11 @@ class FrontendOptions:
     port: int = 9000
     model_name: str | None = None  # the served model id (default: the repository folder's name)
     chat_template: Path | None = None  # a Jinja chat template file (default: the tokenizer's, if any)
-    tokenizer: Path | None = None  # default: the repository's preprocessing tokenizer_dir
+    tokenizer: Path | None = None  # default: the repository's preprocessing tokenizer_dir (else `repo`'s)
     pool_size: int = DEFAULT_POOL
     metrics_url: str | None = None  # Triton's metrics page, proxied at the frontend's /metrics
+    # the served repository: its manifest names the tokenizer when no preprocessing model does (LLM-API)
+    repo: Path | None = None
 
 
 class RunningFrontend:
@@ -45,10 +48,27 @@ class RunningFrontend:
         self._bridge.close()
 
 
+def _manifest_tokenizer(repo: Path | None) -> str | None:
+    if repo is None:
+        return None
+    try:
+        folder = read_repo_manifest(repo).tokenizer_dir_host
+    except SpecbuildError:
+        return None
+    return str(folder) if folder is not None and folder.is_dir() else None
+
+
 def start_frontend(grpc_url: str, options: FrontendOptions, *, default_name: str) -> RunningFrontend:
     """Read the served repository's description from Triton, then serve HTTP until stop()."""
     served = describe(grpc_url)
-    tokenizer = options.tokenizer or served.tokenizer_dir
+    tokenizer = options.tokenizer or served.tokenizer_dir or _manifest_tokenizer(options.repo)
+    if served.llmapi and tokenizer is None:
+        raise ServerError(
+            "the OpenAI frontend needs the tokenizer of an LLM-API repository",
+            expected="the repository folder (its specbuild.json names the tokenizer) or a tokenizer folder",
+            found="the LLM-API model returns no prompt token count and no preprocessing model names one",
+            fix="serve a repository written by `specbuild repo --backend llmapi-local`",
+        )
     chat = ChatTemplate(tokenizer, options.chat_template)
     model = options.model_name or default_name
     bridge = TritonBridge(grpc_url, served, pool_size=options.pool_size)

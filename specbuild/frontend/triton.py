@@ -1,5 +1,7 @@
-"""The frontend's side of Triton: streamed requests to the served `tensorrt_llm_bls` over gRPC, from
-asyncio.
+"""The frontend's side of Triton: streamed requests to the served repository over gRPC, from asyncio:
+its `tensorrt_llm_bls` (engine-flow repositories), or the LLM-API `tensorrt_llm` model (LLM-API
+repositories: client/remote.py `model_info` detects the interface from the model's metadata, the
+request tensors are that interface's, its cumulative text_output is turned into deltas).
 
 tritonclient's gRPC stream is callback-based (one stream per InferenceServerClient), so the bridge keeps
 a pool of clients (one gRPC channel each, opened on demand up to `pool_size`, reused across requests) and
@@ -21,12 +23,14 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from specbuild.client.remote import (
+    LLMAPI_INTERFACE,
     ModelInfo,
     connect,
     model_info,
     normalize_url,
     raise_request_error,
     request_inputs,
+    text_delta,
 )
 from specbuild.client.request import Chunk, parse_response
 from specbuild.core.errors import ClientError
@@ -45,14 +49,26 @@ class ServedModel:
     tokenizer_dir: str | None  # preprocessing's tokenizer_dir parameter (a local folder for local repos)
 
     @property
+    def llmapi(self) -> bool:
+        return self.info.interface == LLMAPI_INTERFACE
+
+    @property
     def loop_k(self) -> int | None:
         """K of a request without num_draft_tokens when the BLS drafts per round, else None."""
-        return self.info.repo.num_draft_tokens if self.info.repo.speculation.bls_drives_loop else None
+        return self.info.repo.num_draft_tokens if self.info.repo.bls_drives_loop else None
+
+    @property
+    def fixed_k(self) -> int | None:
+        """The K every round drafts when the engine runs a draft/target loop by itself (the LLM API's
+        speculative_config.max_draft_len); None otherwise (Medusa trees: the drafts per step vary)."""
+        repo = self.info.repo
+        if self.llmapi and not repo.context_chunk_first and repo.num_draft_tokens > 0:
+            return repo.num_draft_tokens
+        return None
 
     @property
     def self_speculating(self) -> bool:
-        method = self.info.repo.speculation
-        return not method.bls_drives_loop and method.target_mode.speculative
+        return self.info.repo.always_speculates
 
 
 def describe(url: str) -> ServedModel:
@@ -124,6 +140,8 @@ class TritonBridge:
         def callback(result=None, error=None):  # tritonclient's thread
             loop.call_soon_threadsafe(queue.put_nowait, (result, error))
 
+        cumulative = self.served.llmapi  # text_output holds the whole text so far
+        previous = ""
         client = await self._acquire()
         finished, healthy = False, True
         try:
@@ -141,6 +159,8 @@ class TritonBridge:
                 if error is not None:
                     raise _openai_error(self.url, info.name, error, timeout_s)
                 chunk = parse_response(result)
+                if cumulative and chunk.text:
+                    chunk.text, previous = text_delta(previous, chunk.text), chunk.text
                 finished = chunk.final
                 yield chunk
         finally:

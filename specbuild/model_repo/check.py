@@ -23,7 +23,7 @@ from specbuild.core.manifest import MANIFEST
 from specbuild.core.medusa_choices import MedusaChoices
 from specbuild.core.safe_io import read_bytes, read_json, read_text, shorten
 from specbuild.core.trtllm_facts import SpeculativeDecodingMode
-from specbuild.model_repo import check_triton
+from specbuild.model_repo import check_llmapi, check_triton
 from specbuild.model_repo.configs import REQUIRED_ENGINE_PARAMETERS, parse_text
 from specbuild.model_repo.tensors import LOGITS_DTYPE_OF
 
@@ -96,6 +96,9 @@ def check_repo(root: str | Path) -> list[Finding]:
         return [Finding(str(root), "-", "no such folder", "pass the folder `specbuild repo` wrote")]
 
     check_triton.check_folders(repo)
+    if check_llmapi.is_llmapi_repo(repo):  # Triton's LLM-API model: one Python model and its model.yaml
+        check_llmapi.check_llmapi(repo)
+        return repo.findings
     _parse_all(repo)
     check_triton.check_batching(repo)
     engines = _check_engines(repo)

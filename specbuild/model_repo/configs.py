@@ -251,3 +251,45 @@ def to_text(config) -> str:
 def parse_text(text: str):
     """Parse config.pbtxt text into a ModelConfig (raises google.protobuf.text_format.ParseError)."""
     return text_format.Parse(text, _pb().ModelConfig())
+
+
+# ---- Triton's LLM-API model ------------------------------------------------------------------------
+
+LLMAPI_BACKENDS = ("llmapi", "llmapi-local")  # upstream model.py in the container | the local reference model
+# Where the NGC tritonserver <yy.mm>-trtllm-python-py3 images keep the LLM-API model template (TensorRT-LLM
+# docs' EAGLE-3 Triton guide: `cp -R /app/all_models/llmapi/ ...`): the production launch takes its
+# 1/model.py and helpers.py from there, matched to the container's TensorRT-LLM.
+CONTAINER_LLMAPI_MODEL = "/app/all_models/llmapi/tensorrt_llm/1"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LlmApiLayout:
+    """Everything the LLM-API repository's config depends on."""
+
+    mode: Method
+    trtllm_version: str
+    local: bool  # the local reference model (specbuild additions, reference_engine parameter)
+    default_num_draft_tokens: int  # speculative_config.max_draft_len (what the client reports as K)
+    reference_engine: str | None = None  # local: the build folder the reference engine loads
+    instance_count: int = 1  # upstream: 1 (the LLM batches in flight itself)
+
+
+def llmapi_config(layout: LlmApiLayout):
+    """tensorrt_llm of an LLM-API repository: Python backend, the upstream tensor table of the version.
+
+    As upstream, no max_batch_size and no model_transaction_policy: model.py's auto_complete_config
+    sets them from model.yaml's triton_config. specbuild's parameters (ignored by upstream model.py, which
+    reads only gpu_device_ids) say the method and K to clients, and where the local model's engines are."""
+    pb = _pb()
+    config = pb.ModelConfig(name=T.LLMAPI_MODEL, backend="python")
+    config.instance_group.add(count=layout.instance_count, kind=pb.ModelInstanceGroup.KIND_CPU)
+    _add_tensors(config, T.llmapi_interface(layout.trtllm_version, local=layout.local))
+    params = {
+        "speculation_method": layout.mode.value,
+        "default_num_draft_tokens": str(layout.default_num_draft_tokens),
+        "trtllm_version": layout.trtllm_version,
+    }
+    if layout.local and layout.reference_engine:
+        params["reference_engine"] = layout.reference_engine
+    _set_params(config, params)
+    return config

@@ -23,10 +23,19 @@ from specbuild.core.artifacts import REPO_KIND, BuildManifest, read_build_manife
 from specbuild.core.engine_limits import EngineLimits, RequestLimits
 from specbuild.core.errors import RepoError
 from specbuild.core.hf_config import HFModelConfig
+from specbuild.core.llmapi_facts import Flow
 from specbuild.core.manifest import atomic_output_dir, write_manifest
 from specbuild.core.safe_io import read_json
 from specbuild.core.trtllm_facts import known_versions, parse_version
-from specbuild.model_repo.configs import BACKENDS, EngineModel, RepoLayout, all_configs, to_text
+from specbuild.model_repo.configs import (
+    BACKENDS,
+    LLMAPI_BACKENDS,
+    EngineModel,
+    RepoLayout,
+    all_configs,
+    to_text,
+)
+from specbuild.model_repo.llmapi_repo import generate_llmapi_repo
 from specbuild.model_repo.tensors import (
     DEFAULT_LOGITS_DTYPE,
     DRAFT_MODEL,
@@ -258,6 +267,23 @@ def generate_repo(
 ) -> Path:
     """Write the Triton model repository for BUILD_DIR into OUT. backend None: tensorrtllm when the
     build used TensorRT-LLM, python (the reference engine) otherwise."""
+    manifest = read_build_manifest(build_dir)
+    if manifest.flow is Flow.LLMAPI:
+        return generate_llmapi_repo(
+            manifest,
+            Path(out),
+            backend=backend or ("llmapi-local" if manifest.engine_built else "llmapi"),
+            trtllm_version=trtllm_version,
+            force=force,
+        )
+    if backend in LLMAPI_BACKENDS:
+        raise RepoError(
+            f"{manifest.folder} is an engine-flow build; --backend {backend} serves LLM-API builds",
+            expected="a build from `specbuild compile --flow llmapi`",
+            found="flow: engine",
+            fix="re-run compile with --flow llmapi (add --engine reference to serve it here), or pass "
+            "--backend tensorrtllm / python",
+        )
     build = read_build(build_dir)
     backend = backend or ("tensorrtllm" if build.engine_kind == "trtllm" else "python")
     layout = plan_layout(

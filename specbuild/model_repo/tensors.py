@@ -455,6 +455,86 @@ def bls_interface(names: Names, *, logits_dtype: str = DEFAULT_LOGITS_DTYPE) -> 
     return Interface(tuple(inputs), outputs)
 
 
+# ---- Triton's LLM-API model (triton_backend/all_models/llmapi/tensorrt_llm) ------------------------
+
+LLMAPI_MODEL = "tensorrt_llm"  # the LLM-API repository's one model
+LLMAPI_OPTIONS = "model.yaml"  # in its version folder: the LLM() kwargs plus triton_config
+# specbuild additions of the local LLM-API model (not upstream): the token ids of each response (streamed:
+# that step's new tokens), so a client can count tokens and tokens per step; upstream returns text only.
+LLMAPI_EXTRA_OUTPUTS = (_t("output_ids", "INT32", (-1,)),)
+# The generation of the upstream table per TensorRT-LLM version (tests/data/triton_llmapi_contract.json):
+# "2025" = @c8c6df08 (text, sampling, perf outputs), "2026" = @0a710573 (+ image_url, lora_*).
+LLMAPI_TABLES = {"1.2.1": "2025", "1.4.0rc4": "2026"}
+
+
+def llmapi_interface(trtllm_version: str | None = None, *, local: bool = False) -> Interface:
+    """The LLM-API model's tensors (dims without a batch dimension: its max_batch_size is 0). `local`: with
+    the specbuild additions the local model fills (LLMAPI_EXTRA_OUTPUTS)."""
+    table = LLMAPI_TABLES.get(str(trtllm_version or "1.2.1"), "2026")
+    sampling = [
+        ("best_of", "INT32"),
+        ("temperature", "FP32"),
+        ("top_k", "INT32"),
+        ("top_p", "FP32"),
+        ("frequency_penalty", "FP32"),
+        ("presence_penalty", "FP32"),
+        ("max_tokens", "INT32"),
+    ]
+    inputs = [
+        _t("text_input", "STRING", (-1,)),
+        *([_t("image_url", "STRING", (-1,), "opt")] if table == "2026" else []),
+        _t("streaming", "BOOL", (1,), "opt"),
+        *(_t(f"sampling_param_{n}", d, (1,), "opt") for n, d in sampling),
+        _t("sampling_param_stop", "STRING", (-1,), "opt"),
+        _t("sampling_param_seed", "UINT64", (1,), "opt"),
+        _t("sampling_param_exclude_input_from_output", "BOOL", (1,), "opt"),
+        _t("sampling_param_return_perf_metrics", "BOOL", (1,), "opt"),
+        _t("return_finish_reason", "BOOL", (1,), "opt"),
+        _t("return_stop_reason", "BOOL", (1,), "opt"),
+        _t("return_cumulative_logprob", "BOOL", (1,), "opt"),
+        _t("stop", "BOOL", (1,), "opt"),
+    ]
+    if table == "2026":
+        inputs += [
+            _t("lora_id", "UINT64", (1,), "opt"),
+            _t("lora_name", "STRING", (1,), "opt"),
+            _t("lora_path", "STRING", (1,), "opt"),
+            _t("lora_ckpt_source", "STRING", (1,), "opt"),
+        ]
+    outputs = [
+        _t("text_output", "STRING", (-1,)),
+        _t("finish_reason", "STRING", (-1,)),
+        _t("stop_reason", "STRING", (-1,)),
+        _t("cumulative_logprob", "FP32", (-1,)),
+        *LLMAPI_PERF_OUTPUTS,
+        *(LLMAPI_EXTRA_OUTPUTS if local else ()),
+    ]
+    return Interface(tuple(inputs), tuple(outputs))
+
+
+# Filled when the request sets sampling_param_return_perf_metrics (and the LLM return_perf_metrics).
+LLMAPI_PERF_OUTPUTS = (
+    _t("kv_cache_reused_block", "INT32", (-1,)),
+    _t("kv_cache_missed_block", "INT32", (-1,)),
+    _t("kv_cache_alloc_new_blocks", "INT32", (-1,)),
+    _t("kv_cache_alloc_total_blocks", "INT32", (-1,)),
+    _t("kv_cache_hit_rate", "FP32", (-1,)),
+    _t("arrival_time_ns", "INT64", (1,)),
+    _t("first_scheduled_time_ns", "INT64", (1,)),
+    _t("first_token_time_ns", "INT64", (1,)),
+    _t("last_token_time_ns", "INT64", (1,)),
+    _t("acceptance_rate", "FP32", (1,)),
+    _t("total_accepted_draft_tokens", "INT32", (1,)),
+    _t("total_draft_tokens", "INT32", (1,)),
+)
+
+
+def is_llmapi_interface(input_names) -> bool:
+    """Whether a model's inputs are the LLM-API model's (text_input + sampling_param_*), not the BLS's."""
+    names = set(input_names)
+    return "text_input" in names and "sampling_param_max_tokens" in names
+
+
 # ---- the ensemble's three steps: (model, input_map model<-ensemble, output_map model->ensemble) ------
 
 

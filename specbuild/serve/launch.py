@@ -159,9 +159,29 @@ def mpirun_argv(
     metrics_port: int = 8002,
     log_file: str | None = None,
     trtllm_models: tuple[str, ...] = ("tensorrt_llm",),
+    hosts: tuple[str, ...] = (),
+    rsh_agent: str | None = None,
 ) -> list[str]:
-    """The MPI launch of tritonserver inside the container (launch_triton_server.py's command)."""
+    """The MPI launch of tritonserver inside the container (launch_triton_server.py's command).
+
+    `hosts` ("name:slots", one per node) and `rsh_agent` spread leader mode over several nodes, as
+    the LeaderWorkerSet TensorRT-LLM example (kubernetes-sigs/lws v0.10.0 docs/examples/tensorrt-llm)
+    does: `--host` lists the group's pods and OpenMPI's `plm_rsh_agent` starts the remote ranks.
+    Orchestrator mode spawns its workers on the local node only (tensorrtllm_backend README), so it
+    takes no hosts.
+    """
+    if hosts and layout.multi_model:
+        raise ServerError(
+            "orchestrator mode (--multi-model) runs on one node",
+            expected="leader mode (one TensorRT-LLM model) to span nodes",
+            found=f"{layout.mode} with hosts {', '.join(hosts)}",
+            fix="serve draft/target on one node, or use the LLM-API flow / vLLM for several nodes",
+        )
     argv = ["mpirun", "--allow-run-as-root"]
+    if rsh_agent:
+        argv += ["-mca", "plm_rsh_agent", rsh_agent]
+    if hosts:
+        argv += ["-np", str(layout.world_size), "--host", ",".join(hosts)]
     for rank in range(layout.world_size):
         if rank:
             argv.append(":")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from specbuild.core.errors import SpecError
 from specbuild.core.methods.base import EngineRole, SpeculationMethod, Tunable, resolve_name
 from specbuild.core.methods.draft_target import DRAFT_TARGET  # registration
+from specbuild.core.methods.eagle3 import EAGLE3  # registration
 from specbuild.core.methods.medusa import MEDUSA  # registration
 from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 
@@ -27,12 +28,15 @@ class Method(str, Enum):
 
     DRAFT_TARGET = DRAFT_TARGET.name  # registration
     MEDUSA = MEDUSA.name  # registration
+    EAGLE3 = EAGLE3.name  # registration
 
     def __str__(self) -> str:
         return self.value
 
 
-METHODS: dict[Method, SpeculationMethod] = {Method(m.name): m for m in (DRAFT_TARGET, MEDUSA)}  # registration
+METHODS: dict[Method, SpeculationMethod] = {
+    Method(m.name): m for m in (DRAFT_TARGET, MEDUSA, EAGLE3)
+}  # registration
 SECTIONS: tuple[str, ...] = tuple(
     m.section for m in METHODS.values() if m.section
 )  # method-owned spec sections

@@ -38,6 +38,7 @@ from specbuild.core.engine_limits import EngineLimits, LimitError
 from specbuild.core.errors import EngineError
 from specbuild.core.generation import GenerationResult, SpecStats
 from specbuild.core.hf_config import HFModelConfig
+from specbuild.core.llmapi_facts import Flow
 from specbuild.core.methods import Method, engine_speculator, method_of, resolve_name
 from specbuild.core.safe_io import InputFileError, read_json
 from specbuild.core.sampling_params import SamplingParams
@@ -83,6 +84,13 @@ def locate(path: str | Path) -> EngineLayout:
             fix="check the --engine path",
         )
     artifact = read_artifact(folder)
+    if isinstance(artifact, BuildManifest) and artifact.flow is Flow.LLMAPI and not artifact.engine_built:
+        raise EngineError(
+            f"{folder} is an LLM-API build without reference engines",
+            expected="a build with engine folders (the LLM API itself reads the HF folders on a GPU host)",
+            found=f"engine: {artifact.engine_kind}",
+            fix="re-run `specbuild compile --flow llmapi --engine reference` to run it here",
+        )
     if isinstance(artifact, BuildManifest):
         method, spec = artifact.method, artifact.spec
         return EngineLayout(

@@ -1,0 +1,58 @@
+"""EAGLE-3 (Li et al. 2025): one (or a few) draft decoder layers read the target's hidden states of
+three layers (low, middle, high), fused by `fc`, and draft K tokens autoregressively over their own
+(possibly reduced, `draft_vocab_size`) vocabulary, mapped to target ids by `d2t`. LLM-API flow only:
+`speculative_config: {decoding_type: Eagle3, speculative_model: <draft>, max_draft_len: K}` on the
+PyTorch backend (one-model: the draft layers run inside the target's forward and share its KV cache
+manager). There is no engine path (TrtLlmArgs refuses Eagle3) and the reference engine does not run
+EAGLE-3: specbuild checks the checkpoint against the target, plans its memory and writes the options
+and the Triton LLM-API repository for a GPU host (builder/eagle3_checks.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from specbuild.core.methods.base import SpeculationMethod, Tunable, require
+from specbuild.core.trtllm_facts import SpeculativeDecodingMode
+
+if TYPE_CHECKING:
+    from specbuild.core.spec import BuildSpec
+
+DEFAULT_K = 3  # draft tokens per step when the spec leaves speculation.max_draft_len out
+MAX_LAYER_INDEX = 4096  # a capture index beyond any model's depth is a typo
+
+
+class Eagle3(SpeculationMethod):
+    def validate(self, spec: BuildSpec, where: str, *, validate_tree: bool = True) -> None:
+        layers = spec.eagle3.layers_to_capture
+        if layers is None:
+            return
+        require(
+            isinstance(layers, list)
+            and 0 < len(layers) <= 64
+            and all(isinstance(i, int) and not isinstance(i, bool) for i in layers)
+            and all(-1 <= i < MAX_LAYER_INDEX for i in layers)
+            and len(set(layers)) == len(layers),
+            where,
+            "eagle3.layers_to_capture",
+            "a list of distinct target layer indices (0-based; -1 = the last layer), or leave it out for "
+            "TensorRT-LLM's default (1, L//2 - 1, L - 4)",
+            layers,
+            "write layers_to_capture: [1, 39, 76] (as the draft was trained), or remove the key",
+        )
+
+
+EAGLE3 = Eagle3(
+    name="eagle3",
+    title="EAGLE-3",
+    section="eagle3",
+    section_example="eagle3: {model: <EAGLE-3 draft folder>}",
+    # EAGLE is the closest engine-flow mode (EAGLE-1/2); the matrix refuses EAGLE-3 on the engine flow,
+    # so no engine is ever built with it.
+    target_mode=SpeculativeDecodingMode.EAGLE,
+    draft_model=False,
+    bls_drafter=None,
+    reference_decoder=None,  # not runnable in the reference engine (docs/llmapi.md)
+    tunes=Tunable.DRAFT_LEN,
+    tuner="specbuild.tuning.tune:tune_draft_len",
+    default_k=DEFAULT_K,
+)

