@@ -41,6 +41,7 @@ from specbuild.tuning.data import read_texts
 from specbuild.tuning.predict import (
     accepted_lengths,
     choose_k,
+    choose_k_from_profile,
     conditional_depth_probs,
     grow_tree_from_ranks,
     k_table,
@@ -159,7 +160,7 @@ def tune_from_profile(spec, profile: SpeculationProfile, options: TuneOptions) -
     k_max = min(options.k_max or profile.num_speculative_tokens, profile.num_speculative_tokens)
     k_max = min(k_max, profile.max_supported_k)
     acceptance = profile.acceptance
-    best = choose_k(acceptance, c, k_max)
+    best = choose_k_from_profile(profile, c, options.k_max)
     current_k = spec.speculation.max_draft_len
     e_cur = tokens_per_pass_chain(acceptance, current_k)
     return TuneReport(
