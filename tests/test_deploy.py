@@ -330,3 +330,40 @@ def test_cli_deploy_writes_a_folder_and_keeps_an_existing_one(tmp_path):
     assert r.exit_code == 0 and r.output.startswith(
         "vllm serve models/llama-3.3-70b-instruct --host 127.0.0.1"
     )
+
+
+def test_cli_dynamo_builds_the_options_compile_writes(tmp_path):
+    """Without --options, Dynamo's engine YAML is `compile --flow llmapi`'s options file, key for key, with
+    the model folders on the mounted volume; an engine-only method is refused with the matrix's reason."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from specbuild.cli import app
+
+    r = CliRunner().invoke(app, ["compile", str(SEED), "--flow", "llmapi", "--out", str(tmp_path / "b")])
+    assert r.exit_code == 0, r.output
+    compiled = yaml.safe_load((tmp_path / "b" / "llmapi_options.yaml").read_text())
+    args = [
+        "deploy",
+        str(SEED),
+        "--engine",
+        "dynamo",
+        "--models-claim",
+        "models",
+        "--out",
+        str(tmp_path / "k"),
+    ]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    cm, dgd = list(yaml.safe_load_all((tmp_path / "k" / "20-dynamo.yaml").read_text()))
+    assert validate_all({"20-dynamo.yaml": [cm, dgd]}) == {"ConfigMap": 1, "DynamoGraphDeployment": 1}
+    engine = yaml.safe_load(cm["data"]["engine.yaml"])
+    draft = engine["speculative_config"].pop("speculative_model")
+    assert draft == "/models/llama-3.2-1b-instruct"
+    compiled["speculative_config"].pop("speculative_model")
+    assert engine == compiled
+    worker = dgd["spec"]["services"]["TRTLLMWorker"]["extraPodSpec"]["mainContainer"]["args"]
+    assert worker[worker.index("--model-path") + 1] == "/models/llama-3.3-70b-instruct"
+    r = CliRunner().invoke(app, ["deploy", str(MEDUSA), "--engine", "dynamo", "--out", str(tmp_path / "m")])
+    assert r.exit_code != 0 and "Medusa runs on the TensorRT engine backend only" in r.output
+    assert not (tmp_path / "m").exists()

@@ -51,7 +51,9 @@ def deploy(
     ] = None,
     options: Annotated[
         Path | None,
-        typer.Option("--options", help="dynamo: the LLM-API options YAML (speculative_config, ...)."),
+        typer.Option(
+            "--options", help="dynamo: an LLM-API options YAML to use instead of the one built from the spec."
+        ),
     ] = None,
     models_claim: Annotated[
         str | None,
@@ -130,26 +132,27 @@ def deploy(
         from specbuild.core.safe_io import read_text
         from specbuild.core.spec import parse_spec_yaml
         from specbuild.deploy.dynamo import dynamo_graph
+        from specbuild.deploy.llmapi_options import MODEL_ROOT, spec_options
+        from specbuild.deploy.vllm import pod_model
 
-        if options is None:
-            raise DeployError(
-                "no LLM-API options",
-                expected="--options FILE.yaml (the LLM-API options with speculative_config)",
-                found="none",
-                fix="pass the options YAML of the spec's LLM-API build",
+        root = MODEL_ROOT if models_claim else None
+        if options is None:  # the options `compile --flow llmapi` would write, with the pod's model paths
+            opts = spec_options(load_spec(spec, overrides={"flow": "llmapi"}), model_root=root)
+        else:
+            opts = parse_spec_yaml(
+                read_text(options, kind="spec", what="LLM-API options"), where=str(options)
             )
-        opts = parse_spec_yaml(read_text(options, kind="spec", what="LLM-API options"), where=str(options))
-        if not isinstance(opts, dict):
-            raise DeployError(
-                f"{options}: not a mapping",
-                expected="LLM-API options (a YAML mapping)",
-                found=type(opts).__name__,
-                fix="point at the options YAML",
-            )
+            if not isinstance(opts, dict):
+                raise DeployError(
+                    f"{options}: not a mapping",
+                    expected="LLM-API options (a YAML mapping)",
+                    found=type(opts).__name__,
+                    fix="point at the options YAML",
+                )
         files = dynamo_graph(
             opts,
             name=name or s.name,
-            model_path=s.target.model,
+            model_path=pod_model(s, s.target.model, root),
             image=image,
             tp=s.target.tp_size,
             pp=s.target.pp_size,

@@ -515,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
                     run_cli("check", str(spec))
         with ledger.stage("3. convert at TP 1 and TP 3; exactness against transformers"):
             exact = stage_convert_and_exactness(real, prompt_files, opts)
-        if "medusa" in methods:
+        if Method.MEDUSA.value in methods:
             with ledger.stage("4. training data and Medusa heads (once; cached)"):
                 data = stage_distill(real, sets, opts)
                 heads = stage_medusa(real, data, opts)

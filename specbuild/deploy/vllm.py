@@ -76,11 +76,11 @@ def speculative_config(spec: BuildSpec, *, model_root: str | None = None) -> dic
                 found=f"draft.tp_size: {spec.draft.tp_size}",
                 fix="set draft.tp_size: 1",
             )
-        cfg["model"] = _model(spec, spec.draft.model, model_root)
+        cfg["model"] = pod_model(spec, spec.draft.model, model_root)
         cfg["draft_tensor_parallel_size"] = spec.draft.tp_size
     eagle3 = getattr(spec, "eagle3", None)  # the EAGLE-3 method's section (issue 14): the draft head
     if eagle3 is not None:
-        cfg["model"] = _model(spec, eagle3.model, model_root)
+        cfg["model"] = pod_model(spec, eagle3.model, model_root)
     ngram = getattr(spec, "ngram", None)  # the n-gram method's section (issue 15), when the spec has one
     if ngram is not None:
         cfg["prompt_lookup_max"] = ngram.max_matching_ngram_size
@@ -102,7 +102,7 @@ def serve_argv(
     argv = [
         "vllm",
         "serve",
-        _model(spec, spec.target.model, model_root),
+        pod_model(spec, spec.target.model, model_root),
         "--host",
         host,
         "--port",
@@ -271,7 +271,7 @@ def vllm_manifests(
     return {"20-vllm.yaml": server, "30-service.yaml": [k8s.service(name, labels, selector, {"http": PORT})]}
 
 
-def _model(spec: BuildSpec, model: str, root: str | None = None) -> str:
+def pod_model(spec: BuildSpec, model: str, root: str | None = None) -> str:
     """A hub id stays as written; a local folder (one that exists beside the spec) is named as the spec
     names it, or, with `root` (a mounted models volume), as `root/<folder name>`."""
     local = (spec.base_dir / model).is_dir() or Path(model).is_absolute()

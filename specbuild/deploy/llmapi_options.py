@@ -1,0 +1,33 @@
+"""The LLM-API options for a spec as a pod sees them: what `compile --flow llmapi` writes
+(builder/llmapi.py `llmapi_options`, the spec's memory plan), with the model folders named as in the
+pod (`--models-claim`: /models/<folder>, else as the spec names them). Dynamo's worker reads this YAML
+through `--extra-engine-args`, so `deploy --engine dynamo` needs no options file of its own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specbuild.builder.llmapi import llmapi_options
+from specbuild.builder.memory_plan import plan_memory
+from specbuild.core.errors import DeployError
+from specbuild.core.llmapi_facts import DECODINGS, Flow
+from specbuild.core.spec import BuildSpec
+from specbuild.deploy.vllm import pod_model
+
+MODEL_ROOT = "/models"  # where `--models-claim` mounts the model folders (deploy/dynamo.py, vllm.py)
+
+
+def spec_options(spec: BuildSpec, *, model_root: str | None = None) -> dict[str, Any]:
+    """{key: value}, validated for the spec's TensorRT-LLM version (llmapi_options refuses unknown keys)."""
+    if spec.flow is not Flow.LLMAPI:  # the memory plan (one KV pool) and max_num_tokens differ by flow
+        raise DeployError(
+            "the spec is not loaded for the LLM-API flow",
+            expected="flow: llmapi (load_spec(..., overrides={'flow': 'llmapi'}))",
+            found=f"flow: {spec.flow}",
+            fix="set `flow: llmapi` in the spec",
+        )
+    models = {"target": pod_model(spec, spec.target.model, model_root)}
+    section = DECODINGS[spec.mode.value].model_section
+    if section is not None:
+        models[section] = pod_model(spec, getattr(spec, section).model, model_root)
+    return llmapi_options(spec, plan_memory(spec), models=models)
