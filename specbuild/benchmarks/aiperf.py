@@ -9,12 +9,20 @@ What runs, per round (rounds interleave the tools, so load changes hit both alik
 * `aiperf profile --endpoint-type {completions,chat} --streaming --concurrency {1,4}` with speculation on
   (the repository's K) and off (`num_draft_tokens: 0` through --extra-inputs), temperature 0, the bench
   prompts as a `single_turn` dataset (output_length = --max-tokens, sampled in order),
-  `--use-server-token-count --per-chunk-usage` (token counts from the server's usage, the first chunk's
-  real token count in ITL), `--tokenizer` the repository's local tokenizer folder (HF_HUB_OFFLINE must NOT
-  be set: AIPerf 0.13.0 then mistakes a local folder for a hub id), AIPerf scraping the frontend's
+  `--use-server-token-count` (token counts from the server's usage) and, for chat (AIPerf 0.13.0 allows
+  it there only), `--per-chunk-usage` (the first chunk's real token count in ITL), `--tokenizer` the
+  repository's local tokenizer folder (HF_HUB_OFFLINE must NOT be set: AIPerf 0.13.0 then mistakes a
+  local folder for a hub id), AIPerf scraping the frontend's
   /metrics (Triton's page, with the engines' trtllm_spec_decode_* series);
+* `aiperf profile --endpoint-type template` against Triton's own HTTP generate extension
+  (`/v2/models/tensorrt_llm_bls/generate_stream`, no frontend), with a payload template file
+  (`text_input`, `max_tokens`, `stream`, `num_draft_tokens`, `temperature`: the BLS's inputs) and
+  `response_field: text_output` — the recipe that works on any Triton server, GPU hosts included; token
+  counts are AIPerf's own (its tokenizer on the text: Triton's generate answer has no usage);
 * `specbuild bench` at the same concurrency on the same prompts (baseline and speculative), its records
   summarised under AIPerf's names (client/aiperf_export.py: the same definitions).
+
+A flow that fails is reported in the table (its log under build/aiperf/runs/) and the others go on.
 
 The table gives each figure's mean over the rounds and its range (min-max); the machine's load average
 is printed with it. Figures from a loaded machine are for comparing the tools, not for quoting.
@@ -45,6 +53,13 @@ DEFAULT_REPO = REPO_ROOT / "build" / "demo" / "draft_target" / "repo"
 DEFAULT_PROMPTS = REPO_ROOT / "build" / "demo" / "draft_target" / "bench_prompts.jsonl"
 DEFAULT_OUT = REPO_ROOT / "build" / "aiperf"
 PASS_THROUGH_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+TEMPLATE = "template"
+# AIPerf's template endpoint -> the BLS through Triton's generate_stream (JSON keys = the BLS's input names);
+# a file: AIPerf splits an inline k:v template on its commas
+PAYLOAD_TEMPLATE = (
+    '{{"text_input": {{{{ text|tojson }}}}, "max_tokens": {{{{ max_tokens }}}}, "stream": true, '
+    '"temperature": 0.0, "num_draft_tokens": {k}}}'
+)
 AIPERF_TIMEOUT_S = 900
 # (table column, AIPerf tag, how to show it)
 COLUMNS = (
@@ -70,8 +85,17 @@ def aiperf_command(
     tokenizer: str,
     speculative: bool,
     artifacts: Path,
+    payload_template: Path | None = None,
 ) -> list[str]:
-    extra = {"temperature": 0} if speculative else {"temperature": 0, "num_draft_tokens": 0}
+    if endpoint == TEMPLATE:  # Triton's generate extension: the template carries every request field
+        extra: dict = {"payload_template": str(payload_template), "response_field": "text_output"}
+        counting: list[str] = []  # no usage in Triton's answer: AIPerf counts with the tokenizer
+    else:
+        extra = {"temperature": 0} if speculative else {"temperature": 0, "num_draft_tokens": 0}
+        # token counts from the server's usage; per-chunk usage gives ITL the first chunk's real size
+        # (AIPerf 0.13.0 injects continuous_usage_stats on the chat endpoint only: it refuses the flag
+        # for completions, whose ITL then divides by OSL - 1)
+        counting = ["--use-server-token-count"] + (["--per-chunk-usage"] if endpoint == "chat" else [])
     return [
         aiperf,
         "profile",
@@ -94,12 +118,18 @@ def aiperf_command(
         "sequential",
         "--tokenizer",
         tokenizer,
-        "--use-server-token-count",
-        "--per-chunk-usage",
+        *counting,
         "--extra-inputs",
         json.dumps(extra),  # the JSON form: a k:v list is split on commas
         "--random-seed",
         "0",
+        # one worker process and one record processor (they are async: concurrency 4 still overlaps):
+        # AIPerf's defaults spawn several, which on a 2-core host starve its own event loop (SSE chunks
+        # read late get one timestamp: TTFT inflated, ITL deflated)
+        "--workers-max",
+        "1",
+        "--record-processors",
+        "1",
         "--ui-type",
         "none",
         "--artifact-dir",
@@ -161,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--prompt-count", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--endpoints", default="completions,chat")
+    ap.add_argument("--endpoints", default="completions,chat,template")
     args = ap.parse_args(argv)
     if not Path(args.aiperf).exists():
         print(f"no aiperf at {args.aiperf}: run `make aiperf` (it installs AIPerf 0.13.0 in .venv-aiperf)")
@@ -183,8 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[tuple[str, int, str], list[dict]] = {}
     loads = [os.getloadavg()[0]]
     started = time.monotonic()
-    with TritonServer(args.repo, opts) as server:
-        server.start()
+    failed: dict[tuple[str, int, str], str] = {}
+    with TritonServer(args.repo, opts) as server:  # started (every model READY) on entry
         metrics_url = f"http://{opts.host}:{opts.metrics_port}/metrics"
         frontend = start_frontend(
             server.grpc_url,
@@ -196,28 +226,44 @@ def main(argv: list[str] | None = None) -> int:
         try:
             tokenizer = describe(server.grpc_url).tokenizer_dir
             base_url = frontend.url.removesuffix("/v1")
+            http = f"http://{opts.host}:{opts.http_port}"
+            k = describe(server.grpc_url).loop_k or 0
             for round_ in range(args.rounds):
                 for c in concurrencies:
                     for endpoint in endpoints:
                         for spec in (False, True):
                             label = f"{endpoint}-c{c}-{'on' if spec else 'off'}-r{round_}"
                             print(f"[{time.monotonic() - started:6.0f} s] aiperf {label}", flush=True)
+                            key = (f"AIPerf {endpoint}", c, "on" if spec else "off")
+                            artifacts = args.out / "runs" / label
+                            payload = None
+                            url = base_url
+                            if endpoint == TEMPLATE:
+                                payload = args.out / f"triton_generate_k{k if spec else 0}.json"
+                                payload.write_text(PAYLOAD_TEMPLATE.format(k=k if spec else 0) + "\n")
+                                url = f"{http}/v2/models/tensorrt_llm_bls/generate_stream"
                             command = aiperf_command(
                                 args.aiperf,
-                                url=base_url,
-                                model=frontend.model,
+                                url=url,
+                                model=frontend.model if endpoint != TEMPLATE else "tensorrt_llm_bls",
                                 endpoint=endpoint,
                                 concurrency=c,
                                 dataset=dataset,
                                 requests=len(prompts),
                                 tokenizer=tokenizer,
                                 speculative=spec,
-                                artifacts=args.out / "runs" / label,
+                                artifacts=artifacts,
+                                payload_template=payload,
                             )
-                            export = run_aiperf(command, args.out / "runs" / label)
-                            results.setdefault((f"AIPerf {endpoint}", c, "on" if spec else "off"), []).append(
-                                export
-                            )
+                            try:
+                                export = run_aiperf(command, artifacts)
+                            except SpecbuildError as exc:
+                                print(
+                                    f"  failed: {exc.what} (log: {artifacts / 'aiperf.stdout'})", flush=True
+                                )
+                                failed[key] = str(artifacts / "aiperf.stdout")
+                                continue
+                            results.setdefault(key, []).append(export)
                             loads.append(os.getloadavg()[0])
                     print(
                         f"[{time.monotonic() - started:6.0f} s] specbuild bench c={c} round {round_}",
@@ -242,6 +288,10 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             frontend.stop()
     text = table(results)
+    if failed:
+        text += "\n\nfailed flows: " + "; ".join(
+            f"{t} c={c} {sp}: {log}" for (t, c, sp), log in failed.items()
+        )
     load = f"load average (1 min) during the runs: {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs"
     summary = {
         "table": text,
@@ -250,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         "prompts": len(prompts),
         "max_tokens": args.max_tokens,
         "results": {f"{t}|{c}|{s}": v for (t, c, s), v in results.items()},
+        "failed": {f"{t}|{c}|{s}": v for (t, c, s), v in failed.items()},
     }
     (args.out / "table.json").write_text(json.dumps(summary, indent=2) + "\n")
     (args.out / "table.md").write_text(text + "\n\n" + load + "\n")
