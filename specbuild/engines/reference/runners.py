@@ -262,6 +262,7 @@ def generate_cached(
     return out, logits_rows, seq.forward_passes - start
 
 
+@torch.inference_mode()  # the prefix cache's sequences hold inference tensors (grown inside forward passes)
 def generate_batch(
     model: LlamaModel,
     prompts: list[list[int]],
