@@ -1,5 +1,5 @@
 """Session fixtures of the end-to-end tests (a pytest plugin, see conftest.py): tiny models -> reference
-engines -> Python-backend repositories (draft/target and Medusa) -> one real tritonserver each, shared
+engines -> Python-backend repositories (draft/target, Medusa, n-gram) -> one real tritonserver each, shared
 by every e2e module (starting them is the slow part; both load at the same time).
 
 The builds allow long requests (max_seq_len 512) so that cancellation and limits can be watched on
@@ -32,7 +32,7 @@ def _compile(workdir: Path, mode: str, *, target: Path, draft: Path | None, bls_
     from specbuild.core.spec import load_spec
 
     workdir.mkdir(parents=True)
-    name = "draft-target.yaml" if mode == "draft_target" else "medusa.yaml"
+    name = f"{mode.replace('_', '-')}.yaml"  # examples/tiny/
     raw = yaml.safe_load((EXAMPLES / name).read_text())
     raw.setdefault("serving", {})["bls_instance_count"] = bls_instances
     raw["build"].update(max_seq_len=MAX_SEQ_LEN, max_input_len=MAX_INPUT_LEN)
@@ -40,7 +40,7 @@ def _compile(workdir: Path, mode: str, *, target: Path, draft: Path | None, bls_
     shutil.copytree(target, workdir / "target")
     if draft is not None:
         shutil.copytree(draft, workdir / "draft")
-    else:
+    if mode == "medusa":
         cfg = json.loads((target / "config.json").read_text())
         make_heads(workdir / "medusa_heads", hidden=cfg["hidden_size"], vocab=cfg["vocab_size"], heads=3)
     return compile_spec(load_spec(workdir / name), workdir / "build", engine="reference")
@@ -48,12 +48,12 @@ def _compile(workdir: Path, mode: str, *, target: Path, draft: Path | None, bls_
 
 @pytest.fixture(scope="session")
 def e2e_builds(tmp_path_factory, tiny_target, tiny_draft):
-    """mode -> (build folder, repository) for draft_target and medusa."""
+    """mode -> (build folder, repository) for draft_target, medusa and ngram."""
     from specbuild.model_repo.generate import generate_repo
 
     root = tmp_path_factory.mktemp("e2e")
     out = {}
-    for mode, draft, bls in (("draft_target", tiny_draft, 4), ("medusa", None, 2)):
+    for mode, draft, bls in (("draft_target", tiny_draft, 4), ("medusa", None, 2), ("ngram", None, 2)):
         build = _compile(root / mode, mode, target=tiny_target, draft=draft, bls_instances=bls)
         out[mode] = (build, generate_repo(build, root / mode / "repo", backend="python"))
     return out
@@ -73,7 +73,7 @@ class ServerPool:
         return TritonServer(self.builds[mode][1], opts).launch()
 
     def start_all(self) -> None:
-        for mode in self.builds:  # launch both, then wait: their model loading overlaps
+        for mode in self.builds:  # launch all, then wait: their model loading overlaps
             self.servers[mode] = self._new(mode)
         for server in self.servers.values():
             server.wait_ready()
@@ -134,11 +134,9 @@ def greedy(e2e_engine):
     return run
 
 
-@pytest.fixture(scope="session")
-def e2e_llmapi(tmp_path_factory, tiny_target, tiny_draft):
-    """(build, repository, server) of the draft/target spec on the LLM-API flow: `compile --flow llmapi
-    --engine reference` -> `repo --backend llmapi-local` -> a tritonserver serving the LLM-API interface
-    (started only for the tests that ask, so the other e2e modules do not pay for it)."""
+def _llmapi_server(root: Path, example: str, models: dict[str, Path]):
+    """`compile --flow llmapi --engine reference` of examples/tiny/EXAMPLE -> `repo --backend llmapi-local`
+    -> a tritonserver serving the LLM-API interface; yields (build, repository, server)."""
     import yaml
     from repo_builds import EXAMPLES
 
@@ -147,13 +145,12 @@ def e2e_llmapi(tmp_path_factory, tiny_target, tiny_draft):
     from specbuild.model_repo.generate import generate_repo
     from specbuild.serve.server import ServerOptions, TritonServer, free_port
 
-    root = tmp_path_factory.mktemp("e2e-llmapi")
-    raw = yaml.safe_load((EXAMPLES / "draft-target.yaml").read_text())
+    raw = yaml.safe_load((EXAMPLES / example).read_text())
     raw["build"].update(max_seq_len=MAX_SEQ_LEN, max_input_len=MAX_INPUT_LEN)
     raw["flow"] = "llmapi"
     (root / "spec.yaml").write_text(yaml.safe_dump(raw))
-    shutil.copytree(tiny_target, root / "target")
-    shutil.copytree(tiny_draft, root / "draft")
+    for name, folder in models.items():
+        shutil.copytree(folder, root / name)
     build = compile_spec(load_spec(root / "spec.yaml"), root / "build", engine="reference")
     repo = generate_repo(build, root / "repo", backend="llmapi-local")
     opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
@@ -162,3 +159,18 @@ def e2e_llmapi(tmp_path_factory, tiny_target, tiny_draft):
         yield build, repo, server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def e2e_llmapi(tmp_path_factory, tiny_target, tiny_draft):
+    """(build, repository, server) of the draft/target spec on the LLM-API flow (started only for the
+    tests that ask, so the other e2e modules do not pay for it)."""
+    root = tmp_path_factory.mktemp("e2e-llmapi")
+    yield from _llmapi_server(root, "draft-target.yaml", {"target": tiny_target, "draft": tiny_draft})
+
+
+@pytest.fixture(scope="session")
+def e2e_llmapi_ngram(tmp_path_factory, tiny_target):
+    """(build, repository, server) of the n-gram spec on the LLM-API flow (NGramDecodingConfig)."""
+    root = tmp_path_factory.mktemp("e2e-llmapi-ngram")
+    yield from _llmapi_server(root, "ngram.yaml", {"target": tiny_target})

@@ -103,8 +103,6 @@ class FakeServer:
     """Loads every model of a repository folder; `infer(model, inputs)` returns its responses."""
 
     def __init__(self, repo: Path):
-        from google.protobuf.json_format import MessageToDict
-
         from specbuild.model_repo.configs import parse_text
 
         self.repo = Path(repo)
@@ -116,17 +114,20 @@ class FakeServer:
         for name, cfg in self.configs.items():
             if cfg.platform == "ensemble":
                 continue
-            as_dict = MessageToDict(cfg, preserving_proto_field_name=True)
             model = self._load(name)
-            model.initialize(
-                {
-                    "model_config": json.dumps(as_dict),
-                    "model_name": name,
-                    "model_repository": str(self.repo / name),
-                    "model_version": "1",
-                }
-            )
+            model.initialize(self.init_args(name))
             self.models[name] = model
+
+    def init_args(self, name: str) -> dict:
+        """What Triton passes to a model instance's initialize()."""
+        from google.protobuf.json_format import MessageToDict
+
+        return {
+            "model_config": json.dumps(MessageToDict(self.configs[name], preserving_proto_field_name=True)),
+            "model_name": name,
+            "model_repository": str(self.repo / name),
+            "model_version": "1",
+        }
 
     def _install_module(self) -> None:
         server = self

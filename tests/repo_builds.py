@@ -35,7 +35,7 @@ def compile_tiny(
     from specbuild.core.spec import load_spec
 
     workdir.mkdir(parents=True, exist_ok=True)
-    spec_name = "draft-target.yaml" if mode == "draft_target" else "medusa.yaml"
+    spec_name = f"{mode.replace('_', '-')}.yaml"  # examples/tiny/draft-target.yaml, medusa.yaml, ngram.yaml
     shutil.copy(EXAMPLES / spec_name, workdir / spec_name)
     shutil.copytree(target, workdir / "target")
     if draft is not None:

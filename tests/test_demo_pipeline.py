@@ -53,7 +53,7 @@ def test_summary_rows_take_the_bench_baseline_or_borrow_the_draft_target_one():
     }
     rows = demo_report.summary_rows(medusa, baseline_from=dt)
     assert (
-        rows[0]["measured"] == pytest.approx(1.5) and rows[0]["baseline"] == "vs d/t baseline"
+        rows[0]["measured"] == pytest.approx(1.5) and rows[0]["baseline"] == "vs draft/target baseline"
     )  # float64 arithmetic of a few terms (~1e-16): approx's default rel 1e-6 is a sound bound
     assert rows[1]["measured"] is None and rows[1]["baseline"] == "none"  # no baseline at concurrency 2
     table = demo_report.markdown("medusa", rows)

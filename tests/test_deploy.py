@@ -310,6 +310,57 @@ def test_vllm_refuses_medusa_with_the_last_version():
     assert "medusa" not in vllm_facts().speculative_methods
 
 
+def _seed_as(tmp_path: Path, mode: str, **sections) -> Path:
+    """The seed's target with another method (its draft section replaced by `sections`)."""
+    import yaml
+
+    raw = yaml.safe_load(SEED.read_text())
+    del raw["draft"]
+    raw.update(mode=mode, **sections)
+    raw["target"]["model"] = str(SEED.parent / raw["target"]["model"])
+    if mode == "eagle3":
+        raw.update(flow="llmapi")
+    path = tmp_path / f"{mode}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_vllm_maps_ngram_to_prompt_lookup(tmp_path):
+    """mode ngram -> vLLM's ngram: K, the longest n-gram down to 1, no model; the pool flags unmapped."""
+    from specbuild.core.vllm_facts import vllm_facts
+    from specbuild.deploy.vllm import gpu_memory_utilization, serve_argv, unmapped, vllm_manifests
+
+    spec = _spec(_seed_as(tmp_path, "ngram", ngram={"max_matching_ngram_size": 3, "is_public_pool": False}))
+    argv = serve_argv(spec)
+    cfg = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert cfg == {
+        "method": "ngram",
+        "num_speculative_tokens": 5,
+        "prompt_lookup_max": 3,
+        "prompt_lookup_min": 1,
+    }
+    facts = vllm_facts()
+    assert set(cfg) <= facts.speculative_config_keys and cfg["method"] in facts.speculative_methods
+    assert any(u.startswith("ngram.is_keep_all / is_use_oldest / is_public_pool") for u in unmapped(spec))
+    # no draft weights: the memory plan leaves the engines the same share as the d/t seed or more
+    assert gpu_memory_utilization(spec) >= gpu_memory_utilization(_spec(SEED)) - 0.01
+    validate_all(vllm_manifests(spec, name=spec.name))
+
+
+def test_vllm_maps_eagle3_to_its_draft_head(tmp_path):
+    from specbuild.core.vllm_facts import vllm_facts
+    from specbuild.deploy.vllm import check_argv, speculative_config, unmapped
+
+    spec = _spec(_seed_as(tmp_path, "eagle3", eagle3={"model": "heads/e3", "layers_to_capture": [1, 39, 76]}))
+    cfg = speculative_config(spec)
+    assert cfg == {"method": "eagle3", "num_speculative_tokens": 5, "model": "heads/e3"}
+    assert set(cfg) <= vllm_facts().speculative_config_keys
+    check_argv(["vllm", "serve", "m", "--speculative-config", json.dumps(cfg)])
+    assert any(u.startswith("eagle3.layers_to_capture") for u in unmapped(spec))
+    (tmp_path / "heads" / "e3").mkdir(parents=True)  # a local folder: named on the models volume
+    assert speculative_config(spec, model_root="/models")["model"] == "/models/e3"
+
+
 def test_cli_deploy_writes_a_folder_and_keeps_an_existing_one(tmp_path):
     from typer.testing import CliRunner
 
@@ -330,6 +381,15 @@ def test_cli_deploy_writes_a_folder_and_keeps_an_existing_one(tmp_path):
     assert r.exit_code == 0 and r.output.startswith(
         "vllm serve models/llama-3.3-70b-instruct --host 127.0.0.1"
     )
+
+
+def test_every_method_is_mapped_to_vllm_or_refused():
+    from specbuild.core.methods import Method
+    from specbuild.core.vllm_facts import VLLM_METHODS, VLLM_REFUSED, vllm_facts
+
+    for m in Method:
+        assert (m.value in VLLM_METHODS) != (m.value in VLLM_REFUSED), m
+    assert set(VLLM_METHODS.values()) <= set(vllm_facts().speculative_methods)
 
 
 def test_cli_dynamo_builds_the_options_compile_writes(tmp_path):
@@ -367,3 +427,27 @@ def test_cli_dynamo_builds_the_options_compile_writes(tmp_path):
     r = CliRunner().invoke(app, ["deploy", str(MEDUSA), "--engine", "dynamo", "--out", str(tmp_path / "m")])
     assert r.exit_code != 0 and "Medusa runs on the TensorRT engine backend only" in r.output
     assert not (tmp_path / "m").exists()
+
+
+def test_dynamo_engine_options_for_ngram(tmp_path):
+    """An n-gram spec on the LLM-API flow: Dynamo's engine YAML carries NGramDecodingConfig, no draft."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from specbuild.cli import app
+
+    spec = _seed_as(tmp_path, "ngram", flow="llmapi", ngram={"max_matching_ngram_size": 3})
+    r = CliRunner().invoke(app, ["deploy", str(spec), "--engine", "dynamo", "--out", str(tmp_path / "k")])
+    assert r.exit_code == 0, r.output
+    cm, dgd = list(yaml.safe_load_all((tmp_path / "k" / "20-dynamo.yaml").read_text()))
+    assert validate_all({"20-dynamo.yaml": [cm, dgd]}) == {"ConfigMap": 1, "DynamoGraphDeployment": 1}
+    engine = yaml.safe_load(cm["data"]["engine.yaml"])
+    assert engine["speculative_config"] == {
+        "decoding_type": "NGram",
+        "max_draft_len": 5,
+        "max_matching_ngram_size": 3,
+        "is_keep_all": True,
+        "is_use_oldest": True,
+        "is_public_pool": True,
+    }
+    assert engine["disable_overlap_scheduler"] is True

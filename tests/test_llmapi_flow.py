@@ -176,6 +176,78 @@ def test_ngram_section_keys_are_upstream_keys(version):
     assert any("prompt_lookup_num_tokens" in p for p in problems) and any("0 <= 0" in p for p in problems)
 
 
+def _ngram_seed(tmp_path: Path, **ngram) -> Path:
+    """The seed's target alone with n-gram drafts (no draft section)."""
+    raw = yaml.safe_load(EXAMPLE.read_text())
+    del raw["draft"]
+    raw.update(mode="ngram", speculation={"max_draft_len": 4})
+    raw["target"]["model"] = str(EXAMPLE.parent / raw["target"]["model"])
+    if ngram:
+        raw["ngram"] = ngram
+    path = tmp_path / "ngram.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_compile_flow_llmapi_ngram_writes_ngram_decoding_config(version, tmp_path):
+    """flow llmapi + mode ngram: NGramDecodingConfig with K and the section's four fields under upstream's
+    names, no speculative_model, the overlap scheduler off (as the executor does for NGram); every key one
+    the version declares."""
+    spec = _ngram_seed(tmp_path, max_matching_ngram_size=3, is_keep_all=False, is_public_pool=False)
+    out = tmp_path / "build"
+    result = CliRunner().invoke(
+        app, ["compile", str(spec), "--flow", "llmapi", "--trtllm-version", version, "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    options = yaml.safe_load((out / "llmapi_options.yaml").read_text())
+    for cls, key in _walk(options, version):
+        assert key in FIELDS[version][cls], (version, cls, key)
+    assert check_options(options, version) == []
+    assert options["speculative_config"] == {
+        "decoding_type": "NGram",
+        "max_draft_len": 4,
+        "max_matching_ngram_size": 3,
+        "is_keep_all": False,
+        "is_use_oldest": True,
+        "is_public_pool": False,
+    }
+    assert options["disable_overlap_scheduler"] is True
+    plan_json = json.loads((out / "plan.json").read_text())
+    assert "--config" in plan_json["trtllm_serve"]["argv"]
+    # one model: the whole KV pool is the target's (more tokens than the d/t seed, whose 1B draft shares it)
+    from specbuild.builder.memory_plan import plan_memory
+
+    ng = plan_memory(load_spec(spec, overrides={"flow": "llmapi", "trtllm_version": version}))
+    dt = plan_memory(load_spec(EXAMPLE, overrides={"flow": "llmapi", "trtllm_version": version}))
+    assert ng.engine("draft") is None and ng.kv_tokens > dt.kv_tokens
+    assert options["kv_cache_config"]["max_tokens"] == ng.kv_tokens
+
+
+def test_llmapi_ngram_without_a_section_writes_upstreams_defaults(tmp_path):
+    from specbuild.builder.llmapi import speculative_config
+
+    spec = load_spec(_ngram_seed(tmp_path), overrides={"flow": "llmapi"})
+    cfg = speculative_config(spec, {})
+    defaults = {
+        "max_matching_ngram_size": 2,
+        "is_keep_all": True,
+        "is_use_oldest": True,
+        "is_public_pool": True,
+    }
+    assert cfg == {"decoding_type": "NGram", "max_draft_len": 4, **defaults}  # NGramDecodingConfig's own
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_llmapi_ngram_refuses_use_logits_on_every_version(version, tmp_path):
+    """NGram has no draft distribution: 1.4 refuses use_rejection_sampling for it, 1.2 has no such key."""
+    raw = yaml.safe_load(_ngram_seed(tmp_path).read_text())
+    raw.update(flow="llmapi", trtllm_version=version, speculation={"max_draft_len": 4, "use_logits": True})
+    with pytest.raises(SpecError) as exc:
+        spec_from_dict(raw)
+    assert "use_logits" in exc.value.message() and "1.4.0rc4" not in exc.value.fix
+
+
 def test_check_options_refuses_other_versions_spellings():
     assert check_options({"speculative_config": {"decoding_type": "DraftTarget"}}, "1.2.1")
     assert check_options({"speculative_config": {"decoding_type": "Medusa", "max_draft_len": 3}}, "1.4.0rc4")

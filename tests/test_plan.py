@@ -207,3 +207,82 @@ def test_cli_writes_table_json_and_png(tmp_path):
     assert (out / "plan.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bad = CliRunner().invoke(app, ["plan", str(SEED), "--tokens-per-day", "lots"])
     assert bad.exit_code != 0 and "not a number" in bad.output
+
+
+# ---- n-gram: no draft model, no draft passes ------------------------------------------------------
+
+
+def _ngram_seed(tmp_path: Path) -> Path:
+    """The seed's target alone, drafting n-grams at the seed's K."""
+    import yaml
+
+    raw = yaml.safe_load(SEED.read_text())
+    raw.update(mode="ngram", ngram={"max_matching_ngram_size": 2})
+    del raw["draft"]
+    raw["target"]["model"] = str(SEED.parent / raw["target"]["model"])
+    path = tmp_path / "ngram.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_ngram_plan_has_no_draft_memory_and_no_draft_passes(tmp_path):
+    from specbuild.builder.memory_plan import plan_memory
+    from specbuild.core.spec import load_spec
+
+    ngram = _ngram_seed(tmp_path)
+    dt_memory, ng_memory = plan_memory(load_spec(SEED)), plan_memory(load_spec(ngram))
+    assert ng_memory.engine("draft") is None and dt_memory.engine("draft") is not None
+    assert ng_memory.kv_tokens > dt_memory.kv_tokens  # the draft's weights and KV are free for the target
+    t = C.make_traffic(input_len=512, output_len=256, tokens_per_day=100e6)
+    dt, ng = (_plan(p, traffic=t, gpu="h200", alpha=0.6) for p in (SEED, ngram))
+    assert ng.k == dt.k == 5 and ng.curves[1].gpus_per_replica == 4  # TP 4, nothing beside it
+    # the same E (alpha 0.6, K 5): the n-gram round is one verify pass, the d/t round adds K draft steps
+    assert ng.curves[1].points[0].itl_p99_ms < dt.curves[1].points[0].itl_p99_ms
+    assert ng.curves[0].points[0] == dt.curves[0].points[0]  # the same target alone at concurrency 1
+    assert ng.break_even.alpha is None and dt.break_even.alpha is not None  # c = 0: no break-even alpha
+    assert any("rough stand-in" in n for n in ng.notes) and not any("rough stand-in" in n for n in dt.notes)
+
+
+def _ngram_tune_report(path: Path) -> Path:
+    def setting(label, k, n, e, s):
+        value = {"speculation.max_draft_len": k, "ngram.max_matching_ngram_size": n}
+        return {"label": label, "value": value, "tokens_per_pass": e, "speedup": s, "size": k}
+
+    report = {
+        "mode": "ngram",
+        "tunes": "ngram",
+        "chosen": setting("chosen", 4, 2, 2.0, 1.6),
+        "current": setting("current", 5, 3, 1.5, 1.2),
+        "details": {
+            "chosen_profile": {"acceptance_per_position": [0.5, 0.4, 0.3, 0.2]},
+            "current_profile": {"acceptance_per_position": [0.4, 0.3, 0.2, 0.1, 0.1]},
+        },
+    }
+    path.write_text(json.dumps(report))
+    return path
+
+
+def test_ngram_profile_is_the_setting_the_spec_has(tmp_path):
+    """`tune --json` of an n-gram spec: E and the mean verify cost (E / speedup) of chosen or current."""
+    from specbuild.core.spec import load_spec
+    from specbuild.planning.plan import _tuned_value
+    from specbuild.planning.profile import read_profile
+
+    report = _ngram_tune_report(tmp_path / "tune.json")
+    demo = ROOT / "examples" / "demo" / "ngram.yaml"  # K 4, N 2: the report's chosen setting
+    chosen = read_profile(report, setting_value=_tuned_value(load_spec(demo)))
+    assert chosen.tokens_per_pass(4) == 2.0 and chosen.speedup(4) == pytest.approx(1.6)
+    assert "chosen" in chosen.source and chosen.alpha == pytest.approx(0.35)
+    current = read_profile(report, setting_value={"speculation.max_draft_len": 5})
+    assert current.tokens_per_pass(5) == 1.5 and current.speedup(5) == pytest.approx(1.2)
+
+    bench = json.loads(DEMO_BENCH.read_text())
+    bench["runs"] = [r for r in bench["runs"] if r["mode"] == "baseline"]
+    only_base = tmp_path / "bench.json"
+    only_base.write_text(json.dumps(bench))
+    t = C.make_traffic(input_len=32, output_len=64, tokens_per_day=10e6)
+    plan = _plan(demo, traffic=t, bench=only_base, profile=report, price_per_gpu_hour=1.0)
+    assert plan.labels["speculative"] == "profile"
+    assert plan.sizings["speculative"].tokens_per_s_per_replica == pytest.approx(
+        plan.sizings["baseline"].tokens_per_s_per_replica * 1.6
+    )

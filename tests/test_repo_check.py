@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from repo_builds import cached_build
@@ -22,6 +23,7 @@ def builds(tmp_path_factory, tiny_target, tiny_draft):
             tmp_path_factory, "dt", "draft_target", target=tiny_target, draft=tiny_draft
         ),
         "medusa": cached_build(tmp_path_factory, "medusa", "medusa", target=tiny_target),
+        "ngram": cached_build(tmp_path_factory, "ngram", "ngram", target=tiny_target),
     }
 
 
@@ -60,9 +62,66 @@ def only(findings, file, field):
     return hits[0]
 
 
-@pytest.mark.parametrize("mode", ["draft_target", "medusa"])
+@pytest.mark.parametrize("mode", ["draft_target", "medusa", "ngram"])
 def test_clean_repositories_pass(clean, mode):
     assert check_repo(clean[mode]) == []
+
+
+def test_production_ngram_repository_validates(builds, tmp_path):
+    """The C++ tensorrt_llm model and a BLS that drafts itself: no tensorrt_llm_draft model, the target built
+    with draft_tokens_external. With engine files where trtllm-build puts them, `repo check` passes."""
+    from specbuild.cli import app
+
+    build = shutil.copytree(builds["ngram"], tmp_path / "build")
+    (build / "target" / "engine" / "rank0.engine").write_bytes(b"stand-in for trtllm-build's output")
+    repo = generate_repo(build, tmp_path / "prod", backend="tensorrtllm")
+    assert not (repo / "tensorrt_llm_draft").exists()
+    local = generate_repo(build, tmp_path / "local", backend="python")
+    for name in ("model.py", "bls_core.py", "ngram_store.py"):  # the BLS test_repo_models.py runs
+        bls = Path("tensorrt_llm_bls") / "1" / name
+        assert (repo / bls).read_bytes() == (local / bls).read_bytes()
+    for key in (
+        "bls_drafter",
+        "speculation_method",
+        "ngram_max_matching_ngram_size",
+        "tensorrt_llm_draft_model_name",
+    ):
+        assert (
+            parse_text((repo / "tensorrt_llm_bls" / "config.pbtxt").read_text()).parameters[key]
+            == parse_text((local / "tensorrt_llm_bls" / "config.pbtxt").read_text()).parameters[key]
+        )
+    assert 'backend: "tensorrtllm"' in (repo / "tensorrt_llm" / "config.pbtxt").read_text()
+    result = CliRunner().invoke(app, ["repo", "check", str(repo)])
+    assert result.exit_code == 0, result.output
+    edit(repo, "tensorrt_llm_bls", set_param("bls_drafter", "bls_core:TritonDrafter"))
+    assert (
+        "drafts with bls_core:NGramDrafter"
+        in only(check_repo(repo), "tensorrt_llm_bls/config.pbtxt", "parameters.bls_drafter").problem
+    )
+    edit(repo, "tensorrt_llm_bls", set_param("tensorrt_llm_draft_model_name", "tensorrt_llm_draft"))
+    only(check_repo(repo), "tensorrt_llm_bls/config.pbtxt", "parameters.tensorrt_llm_draft_model_name")
+    (repo / "tensorrt_llm_bls" / "1" / "vendor" / "specbuild" / "engines" / "reference" / "ngram.py").unlink()
+    assert "engines/reference/ngram.py" in only(check_repo(repo), "tensorrt_llm_bls/1/vendor", "-").problem
+
+
+@pytest.mark.parametrize("repo", ["ngram"], indirect=True)
+def test_ngram_target_must_verify_external_drafts(repo):
+    import json as _json
+
+    engine = repo.parent / "engine-copy"
+    served = parse_text((repo / "tensorrt_llm" / "config.pbtxt").read_text()).parameters["gpt_model_path"]
+    shutil.copytree(served.string_value, engine)
+    cfg = _json.loads((engine / "config.json").read_text())
+    cfg["build_config"]["speculative_decoding_mode"] = 1  # NONE: a plain engine cannot take draft tokens
+    (engine / "config.json").write_text(_json.dumps(cfg))
+    edit(repo, "tensorrt_llm", set_param("gpt_model_path", str(engine)))
+    finding = only(check_repo(repo), "tensorrt_llm/config.pbtxt", "parameters.gpt_model_path")
+    assert "BLS drafts with bls_core:NGramDrafter" in finding.problem
+
+
+def test_unknown_speculation_method(repo):
+    edit(repo, "tensorrt_llm_bls", set_param("speculation_method", "ngarm"))
+    only(check_repo(repo), "tensorrt_llm_bls/config.pbtxt", "parameters.speculation_method")
 
 
 def test_production_repo_flags_reference_engines(builds, tmp_path):

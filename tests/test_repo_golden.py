@@ -25,10 +25,11 @@ def builds(tmp_path_factory, tiny_target, tiny_draft):
             tmp_path_factory, "dt", "draft_target", target=tiny_target, draft=tiny_draft
         ),
         "medusa": cached_build(tmp_path_factory, "medusa", "medusa", target=tiny_target),
+        "ngram": cached_build(tmp_path_factory, "ngram", "ngram", target=tiny_target),
     }
 
 
-@pytest.mark.parametrize("mode", ["draft_target", "medusa"])
+@pytest.mark.parametrize("mode", ["draft_target", "medusa", "ngram"])
 @pytest.mark.parametrize("backend", ["tensorrtllm", "python"])
 def test_repository_matches_golden(builds, tmp_path, mode, backend):
     build = builds[mode]
@@ -61,13 +62,14 @@ def test_engine_root_rewrites_engine_paths(builds, tmp_path):
     assert str(builds["draft_target"]) not in target
 
 
-def test_production_bls_vendors_a_self_contained_loop(builds, tmp_path):
+@pytest.mark.parametrize("mode", ["draft_target", "ngram"])
+def test_production_bls_vendors_a_self_contained_loop(builds, tmp_path, mode):
     """In the NVIDIA container specbuild is not installed: the BLS must find every module in vendor/."""
     import ast
     import subprocess
     import sys
 
-    repo = generate_repo(builds["draft_target"], tmp_path / "repo", backend="tensorrtllm")
+    repo = generate_repo(builds[mode], tmp_path / "repo", backend="tensorrtllm")
     bls = repo / "tensorrt_llm_bls" / "1"
     vendor = bls / "vendor"
     # Statically: every specbuild module any BLS file imports (even lazily, inside functions) is vendored.
@@ -92,6 +94,8 @@ sys.path[:0] = [{str(vendor)!r}, {str(bls)!r}]
 import bls_core, trtllm_semantics, specbuild.engines.reference.speculative
 assert trtllm_semantics.sampling_params(max_tokens=4, temperature=None, top_k=None, top_p=None, seed=None,
 end_id=2).greedy
+factory = bls_core.NGramDrafter.configure(lambda key, default: default, model_dir={str(tmp_path)!r})
+assert type(factory.public).__name__ == "SharedPatternStore"  # the n-gram pool, with its sqlite store
 print([m.__file__ for n, m in sys.modules.items() if n.startswith("specbuild") and not
 m.__file__.startswith({str(vendor)!r})])
 """

@@ -30,6 +30,7 @@ def servers(tmp_path_factory, tiny_target, tiny_draft):
         "dt": cached_build(tmp_path_factory, "dt", "draft_target", target=tiny_target, draft=tiny_draft),
         "same": cached_build(tmp_path_factory, "same", "draft_target", target=tiny_target, draft=same_draft),
         "medusa": cached_build(tmp_path_factory, "medusa", "medusa", target=tiny_target),
+        "ngram": cached_build(tmp_path_factory, "ngram", "ngram", target=tiny_target),
     }
     import torch
 
@@ -132,6 +133,45 @@ def test_medusa_streams_through_the_ensemble(servers):
     assert stream["responses"] > 1 and stream["perf"]["total_draft_tokens"] > 0
     via_bls = bls(s, stream=True)  # BLS without a draft model: the Medusa engine alone, streamed
     assert via_bls["tokens"] == expected and via_bls["responses"] > 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_ngram_bls_drafts_from_its_pool_and_verifies_with_draft_input_ids_only(servers, stream):
+    s = servers["ngram"]
+    assert "tensorrt_llm_draft" not in s.models  # no draft model in an n-gram repository
+    want = greedy_baseline(s)
+    runs = []
+    for k in (1, 4):
+        for _ in range(2):  # the second time, the public pool holds the first run's continuation
+            s.calls.clear()
+            out = bls(s, num_draft_tokens=k, stream=stream, return_perf_metrics=True)
+            assert out["tokens"] == want
+            engine_calls = [inputs for model, inputs in s.calls if model == "tensorrt_llm"]
+            called = {model for model, _ in s.calls}
+            assert called <= {"tensorrt_llm_bls", "preprocessing", "postprocessing", "tensorrt_llm"}
+            for inputs in engine_calls:
+                assert "draft_logits" not in inputs  # token equality: n-gram drafts have no distribution
+                drafts = inputs.get("draft_input_ids")
+                k_sent = 0 if drafts is None else drafts.shape[1]
+                assert 0 <= k_sent <= k and inputs["request_output_len"].item() == k_sent + 1
+            runs.append(out["perf"])
+    assert all(p["total_accepted_draft_tokens"] <= p["total_draft_tokens"] for p in runs)
+    assert runs[1]["total_accepted_draft_tokens"] > 0 and runs[3]["total_accepted_draft_tokens"] > 0
+    assert runs[3]["acceptance_rate"] == pytest.approx(
+        runs[3]["total_accepted_draft_tokens"] / runs[3]["total_draft_tokens"]
+    )  # float32 output of a ratio of small ints: approx's rel 1e-6 is above float32's 6e-8
+
+
+def test_ngram_bls_pool_is_shared_by_instances_of_one_server(servers):
+    """Two instances (two BLS processes in Triton) of the model share the server's public pool."""
+    s = servers["ngram"]
+    first = s.models["tensorrt_llm_bls"]
+    factory = first.drafter_factory
+    assert factory.config.is_public_pool and factory.config.max_matching_ngram_size == 3  # the spec's
+    assert type(factory.public).__name__ == "SharedPatternStore"
+    again = type(first)()
+    again.initialize(s.init_args("tensorrt_llm_bls"))
+    assert again.drafter_factory.public.path == factory.public.path
 
 
 def engine_request(ids, n, *, exclude_input_in_output=True, **extra):

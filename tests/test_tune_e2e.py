@@ -264,3 +264,36 @@ def test_chosen_k_is_at_or_next_to_the_best_measured_k(family):
     for path, words in ((other, "another method"), (no_cost, "no cost ratio")):
         with pytest.raises(PlanError, match=words):
             make_plan(spec, PlanRequest(traffic, stated=(100.0, None), profile=path, price_per_gpu_hour=1.0))
+
+
+def test_ngram_tune_replays_exactly_and_writes_k_and_n(family):
+    """The replay's tokens per pass is what the engine's own loop measures on the same prompts (exact:
+    lossless greedy verification, the same drafter), and --write sets both keys, keeping comments."""
+    from typer.testing import CliRunner
+
+    from specbuild.cli import app
+    from specbuild.core.spec import load_spec
+
+    root = family["root"]
+    spec_path = root / "ngram.yaml"
+    spec_path.write_text(
+        "name: tiny-ngram\nmode: ngram\ndtype: float32\ntarget: {model: target}\n"
+        "speculation:\n  max_draft_len: 2  # K\nngram:\n  max_matching_ngram_size: 1  # N\n"
+    )
+    prompts = str(root / "train.txt")
+    args = ["tune", str(spec_path), "--prompts", prompts, "--eval-prompts", prompts, "--max-tokens", "24"]
+    r = CliRunner().invoke(app, [*args, "--k-max", "5", "--n-max", "3", "--write", "--json"])
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    measured = report["details"]["measured"]
+    for s in ("chosen", "current"):
+        assert measured[s]["tokens_per_pass"] == pytest.approx(report[s]["tokens_per_pass"], abs=1e-12)
+    assert report["chosen"]["tokens_per_pass"] > 1.5  # the memorised corpus repeats: drafts are accepted
+    assert len(report["details"]["table"]) == 5 * 3
+    best = max(report["details"]["table"], key=lambda row: row["speedup"])
+    assert report["chosen"]["speedup"] == best["speedup"]
+    text = spec_path.read_text()
+    assert "# K" in text and "# N" in text and report["written"] == "kept comments"
+    spec = load_spec(spec_path)
+    assert spec.speculation.max_draft_len == report["chosen"]["value"]["speculation.max_draft_len"]
+    assert spec.ngram.max_matching_ngram_size == report["chosen"]["value"]["ngram.max_matching_ngram_size"]

@@ -151,3 +151,27 @@ def test_grow_tree_from_ranks_keeps_head_correlation():
     # never larger than the budget, always prefix-closed
     big = grow_tree_from_ranks(ranks, topk=3, budget=10, num_heads=2)
     assert big.size <= 10 and big.problems(num_heads=2) == []
+
+
+def test_ngram_verify_costs_are_made_non_decreasing():
+    from specbuild.tuning.tune_ngram import non_decreasing
+
+    assert non_decreasing([1.0, 1.2, 1.5, 1.4, 2.0]) == pytest.approx([1.0, 1.2, 1.45, 1.45, 2.0])
+    assert non_decreasing([1.0, 3.0, 1.0, 1.0]) == pytest.approx([1.0, 5 / 3, 5 / 3, 5 / 3])
+    assert non_decreasing([1.0, 2.0]) == [1.0, 2.0]
+
+
+def test_n_max_is_for_ngram_specs(tmp_path):
+    from specbuild.core.errors import TrainingError
+    from specbuild.core.spec import spec_from_dict
+    from specbuild.tuning.tune_options import TuneOptions
+
+    dt = spec_from_dict(
+        {"name": "t", "mode": "draft_target", "target": {"model": "t"}, "draft": {"model": "d"}}
+    )
+    with pytest.raises(TrainingError, match="--n-max is for n-gram specs"):
+        TuneOptions(prompts=tmp_path / "p.txt", n_max=3).validate(dt)
+    ngram = spec_from_dict({"name": "t", "mode": "ngram", "target": {"model": "t"}})
+    TuneOptions(prompts=tmp_path / "p.txt", n_max=3).validate(ngram)
+    with pytest.raises(TrainingError, match="out of range"):
+        TuneOptions(prompts=tmp_path / "p.txt", n_max=0).validate(ngram)

@@ -76,8 +76,10 @@ def llmapi_options(
         return_perf_metrics=True,  # acceptance in the Triton perf outputs and per-request metrics
         enable_iter_perf_stats=True,  # trtllm-serve /metrics: trtllm_spec_decode_* per iteration
     )
-    if DECODINGS[spec.mode.value].two_model:
-        out["disable_overlap_scheduler"] = True  # as the Draft_Target examples of both lines set it
+    decoding = DECODINGS[spec.mode.value]
+    if decoding.two_model or not decoding.overlap_scheduler:
+        # as the Draft_Target examples of both lines set it; NGram: what the executor does anyway
+        out["disable_overlap_scheduler"] = True
     out["speculative_config"] = speculative_config(spec, models)
     require_valid(out, spec.trtllm_version)
     return out

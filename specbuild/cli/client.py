@@ -123,6 +123,8 @@ def bench(
                 f"{b['drafted']}, accepted {p['accepted']:g} / {b['accepted']} (server / requests): "
                 + ("agree" if check["agree"] else "[red]DISAGREE[/]")
             )
+    k = context.get("num_draft_tokens")
+    out_console.print(f"method: {context['mode']}" + (f", K = {k}" if k is not None else ""))
     c = context["cost_ratio"]
     out_console.print(
         f"cost ratio c = {c:.3f} ({context['cost_ratio_method']})"

@@ -149,7 +149,7 @@ def format_accuracy_table(metrics: dict) -> str:
 
 @command("tune")
 def tune_cmd(
-    spec: Annotated[Path, typer.Argument(help="Build spec (YAML), mode draft_target or medusa.")],
+    spec: Annotated[Path, typer.Argument(help="Build spec (YAML), mode draft_target, medusa or ngram.")],
     prompts: Annotated[
         Path | None,
         typer.Option(
@@ -162,9 +162,9 @@ def tune_cmd(
         bool,
         typer.Option(
             "--write",
-            help="Update the spec: speculation.max_draft_len (draft/target) or medusa.choices (Medusa). A "
-            "narrow in-place edit that keeps comments; falls back to a full rewrite (comments lost) for "
-            "unusual layouts, and says so.",
+            help="Update the spec: speculation.max_draft_len (draft/target; n-gram with "
+            "ngram.max_matching_ngram_size) or medusa.choices (Medusa). A narrow in-place edit that "
+            "keeps comments; falls back to a full rewrite (comments lost) for unusual layouts, and says so.",
         ),
     ] = default(TuneOptions, "write"),
     max_tokens: Annotated[
@@ -176,7 +176,8 @@ def tune_cmd(
     k_max: Annotated[
         int | None,
         typer.Option(
-            "--k-max", help="draft/target: largest K profiled (default: max(8, the spec's max_draft_len))."
+            "--k-max",
+            help="draft/target, n-gram: largest K profiled (default: max(8, the spec's max_draft_len)).",
         ),
     ] = default(TuneOptions, "k_max"),
     budget: Annotated[
@@ -186,6 +187,13 @@ def tune_cmd(
             help="Medusa: tree nodes (default and upper bound: the spec's speculation.max_draft_len).",
         ),
     ] = default(TuneOptions, "budget"),
+    n_max: Annotated[
+        int | None,
+        typer.Option(
+            "--n-max",
+            help="n-gram: largest max_matching_ngram_size profiled (default: max(4, the spec's)).",
+        ),
+    ] = default(TuneOptions, "n_max"),
     eval_prompts: Annotated[
         Path | None,
         typer.Option(
@@ -228,13 +236,16 @@ def tune_cmd(
     ] = None,
     as_json: AsJson = False,
 ) -> None:
-    """Profile acceptance offline on the reference engine and pick K (draft/target) or grow the Medusa tree.
+    """Profile acceptance offline on the reference engine and pick K (draft/target), grow the Medusa tree,
+    or pick K and the n-gram size (n-gram).
 
     draft/target: measures the greedy acceptance of each draft position and the draft/target pass-time
     ratio c, then picks the K that maximises the predicted speedup E(K)/(K*c+1). Medusa: measures each
     head's top-k accuracy (conditional on the path so far) and grows the tree with the largest expected
     accepted length within max_draft_len nodes (greedy by path probability). Prints predicted tokens per
-    pass and speedup for the chosen and the current settings. Runs on the CPU (timings are CPU timings: c
+    pass and speedup for the chosen and the current settings. n-gram: replays every (K, N) exactly on the
+    target's greedy continuations and times verify passes of K + 1 tokens; picks the best predicted
+    speedup. Runs on the CPU (timings are CPU timings: c
     and tree costs on a GPU differ).
     """
     import json
@@ -248,6 +259,7 @@ def tune_cmd(
         topk=topk,
         k_max=k_max,
         budget=budget,
+        n_max=n_max,
         eval_prompts=eval_prompts,
         engine=engine,
         write=write,
@@ -263,10 +275,48 @@ def tune_cmd(
     console().print(format_tune_report(report), markup=False)
 
 
+def format_ngram_report(report) -> str:
+    d = report.details
+    lines = [
+        f"n-gram flags: {d['flags']}; {d['profiled_tokens']} greedy tokens replayed",
+        "verify pass cost / plain pass (this host), j drafts: "
+        + ", ".join(f"{j}:{c:.2f}" for j, c in enumerate(d["verify_cost"])),
+        "  K   N   tokens/pass  hit rate  predicted speedup",
+    ]
+    lines += [
+        f"  {r['k']:<3} {r['n']:<3} {r['tokens_per_pass']:<12.3f} {r['hit_rate']:<9.2f} {r['speedup']:.3f}"
+        for r in d["table"]
+    ]
+    for s, prof in ((report.chosen, d["chosen_profile"]), (report.current, d["current_profile"])):
+        k, n = s.value["speculation.max_draft_len"], s.value["ngram.max_matching_ngram_size"]
+        acc = ", ".join(f"{a:.3f}" for a in prof["acceptance_per_position"])
+        lines.append(
+            f"{s.label:<8} K={k} N={n}: predicted {s.tokens_per_pass:.3f} tokens/pass, speedup "
+            f"{s.speedup:.3f}; hit rate {prof['hit_rate']:.2f}, acceptance {prof['acceptance_rate']:.3f}, "
+            f"per position: {acc}"
+        )
+    m = d.get("measured")
+    if m:
+        lines.append("measured on held-out prompts (reference engine, greedy):")
+        lines += [
+            f"  {label:<8} K={r['k']} N={r['n']}: {r['tokens_per_pass']:.3f} tokens/pass, "
+            f"{r['seconds']:.2f} s"
+            for label, r in m.items()
+        ]
+    if report.written:
+        lines.append(f"spec updated ({report.written})")
+    return "\n".join(lines)
+
+
 def format_tune_report(report) -> str:
+    from specbuild.core.methods import Tunable
+
+    tunes = Tunable[report.tunes.upper()]  # TuneReport.tunes: the Tunable's name, lower case
+    if tunes is Tunable.NGRAM:
+        return format_ngram_report(report)
     d = report.details
     lines = []
-    tree = report.tunes == "tree"  # else K (TuneReport.tunes)
+    tree = tunes is Tunable.TREE  # else K
     if not tree:
         acc = ", ".join(f"{a:.3f}" for a in d["acceptance_per_position"])
         timing = (

@@ -38,7 +38,7 @@ from specbuild.client.multiturn import run_multiturn
 from specbuild.client.options import BenchConfig
 from specbuild.client.prometheus import cross_check, scrape
 from specbuild.client.remote import LLMAPI_INTERFACE, connect, model_info
-from specbuild.client.workers import Workers, send
+from specbuild.client.workers import Workers, rounds_exact, send
 from specbuild.core.errors import ClientError
 from specbuild.model_repo.tensors import DRAFT_MODEL, TARGET_MODEL
 
@@ -55,6 +55,7 @@ def run_once(
     k: int | None,
     advance: Callable[[], None],
     stats_k: int | None = None,
+    rounds_known: bool = True,
 ) -> RunSummary:
     """All prompts at one concurrency; duration = first send to last answer."""
     lock = threading.Lock()
@@ -72,6 +73,7 @@ def run_once(
             k=k,
             stream=stream,
             stats_k=stats_k,
+            rounds_known=rounds_known,
         )
         with lock:
             advance()
@@ -91,6 +93,7 @@ def run_once(
         concurrency=concurrency,
         num_draft_tokens=(k if stats_k is None else stats_k) or 0,
         duration_s=duration,
+        rounds_known=rounds_exact(records, rounds_known),
     )
     run.records = records
     run.metrics["connections"] = connections
@@ -141,6 +144,9 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
     # an engine that drafts by itself (Medusa, every LLM-API repository): its rounds were drafted with the
     # repository's K (the LLM API's speculative_config.max_draft_len), not a request option
     stats_k = None if repo.bls_drives_loop else (repo.num_draft_tokens or None)
+    # every round drafts min(K, tokens left - 1), so a client can rebuild the rounds; n-gram: 0..K (only
+    # the rounds the BLS streams with its running counters are then known)
+    rounds_known = repo.speculation is None or repo.speculation.drafts_every_round
     if config.workload == "multiturn":
         per_run = config.conversations * config.turns
     else:
@@ -158,7 +164,14 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
         for temperature, concurrency, mode, kk in plan:
             progress.update(bar, description=f"{mode:11s} T={temperature:g} c={concurrency}")
             before = scrape(config.metrics_url) if config.metrics_url else None
-            common = dict(mode=mode, temperature=temperature, concurrency=concurrency, k=kk, stats_k=stats_k)
+            common = dict(
+                mode=mode,
+                temperature=temperature,
+                concurrency=concurrency,
+                k=kk,
+                stats_k=stats_k,
+                rounds_known=rounds_known,
+            )
             if config.workload == "multiturn":
                 run = run_multiturn(config, **common, advance=lambda: progress.advance(bar))
             else:

@@ -134,7 +134,10 @@ def summarize_run(
     concurrency: int,
     num_draft_tokens: int,
     duration_s: float,
+    rounds_known: bool = True,
 ) -> RunSummary:
+    """rounds_known False (n-gram: a round drafts 0..K tokens, not what the client can rebuild): no alpha
+    and so no predicted speedup; acceptance_rate (the server's counts) and tokens per pass stay exact."""
     tokens = sum(r.output_tokens for r in records)
     metrics: dict[str, Any] = {
         "time_to_first_token": summarize([r.ttft_s for r in records], 1000.0),
@@ -154,7 +157,8 @@ def summarize_run(
         num_draft_tokens = num_draft_tokens or max(steps, default=0)
         rounds = [r for rec in records for r in rec.rounds] or [(s, num_draft_tokens) for s in steps]
         metrics["acceptance_rate"] = accepted / drafted if drafted else float("nan")
-        metrics["alpha"] = theory.alpha(*theory.positions_from_rounds(rounds)) if rounds else float("nan")
+        known = rounds and rounds_known
+        metrics["alpha"] = theory.alpha(*theory.positions_from_rounds(rounds)) if known else float("nan")
         metrics["mean_accepted_tokens_per_pass"] = tokens / passes if passes else float("nan")
         metrics["accepted_length_per_position"] = accepted_length_per_position(steps, num_draft_tokens)
     return RunSummary(mode, temperature, concurrency, num_draft_tokens, len(records), duration_s, metrics)

@@ -23,7 +23,7 @@ from typing import Any
 
 from specbuild.client.metrics import RequestRecord, RunSummary, summarize_run
 from specbuild.client.options import BenchConfig
-from specbuild.client.workers import Workers, send
+from specbuild.client.workers import Workers, rounds_exact, send
 
 TURN = "\nUser: {user}\nAssistant:"
 
@@ -75,6 +75,7 @@ def run_multiturn(
     k: int | None,
     advance: Callable[[], None],
     stats_k: int | None = None,
+    rounds_known: bool = True,
 ) -> RunSummary:
     """Every conversation once, `concurrency` at a time; duration = first send to last answer. k, stats_k:
     as workers.send."""
@@ -96,6 +97,7 @@ def run_multiturn(
                 temperature=temperature,
                 k=k,
                 stats_k=stats_k,
+                rounds_known=rounds_known,
             )
             history.append((user, result.text))
             out.append((t, record))
@@ -118,6 +120,7 @@ def run_multiturn(
         concurrency=concurrency,
         num_draft_tokens=(k if stats_k is None else stats_k) or 0,
         duration_s=duration,
+        rounds_known=rounds_exact(records, rounds_known),
     )
     run.records = records
     run.metrics["connections"] = connections

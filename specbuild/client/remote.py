@@ -91,6 +91,12 @@ class RepoInfo:
         )
 
     @property
+    def drafts_every_round(self) -> bool:
+        """Each round drafts min(K, tokens left - 1), so the rounds follow from the responses' sizes;
+        False for n-gram (0..K per round: what the pool holds)."""
+        return self.speculation is None or self.speculation.drafts_every_round
+
+    @property
     def context_chunk_first(self) -> bool:
         """A stream of an engine that speculates by itself starts with the context phase's token (no step)
         when the target drafts inside its own pass (Medusa heads, EAGLE); an engine-side draft/target
@@ -490,7 +496,7 @@ def _result(collector: _Collector, *, t0: float, params: SamplingParams, repo: R
             collector.chunks,
             self_speculating=always_speculates,
             context_first=repo.context_chunk_first,
-            k=repo.num_draft_tokens,
+            k=repo.num_draft_tokens if repo.drafts_every_round else None,
             max_tokens=params.max_tokens,
         )
         if steps is not None:

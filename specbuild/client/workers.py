@@ -50,14 +50,21 @@ class Workers:
 
 
 def record_of(
-    result: GenerationResult, *, k: int | None, max_tokens: int, start_ns: int, worker: int
+    result: GenerationResult,
+    *,
+    k: int | None,
+    max_tokens: int,
+    start_ns: int,
+    worker: int,
+    rounds_known: bool = True,
 ) -> RequestRecord:
-    """k: the K the request's rounds were drafted with (None: it did not speculate, or K is unknown)."""
+    """k: the K the request's rounds were drafted with (None: it did not speculate, or K is unknown);
+    rounds_known False: a round drafts 0..K (n-gram), so the rounds are not rebuilt from K."""
     t = result.timings
     stats = result.stats
     if stats.steps:  # exact (accepted, drafted) per round from the server's running totals
         rounds = tuple(stats.steps)
-    elif k:
+    elif k and rounds_known:
         rounds = tuple(theory.rounds_from_steps(stats.accepted_per_step, k, max_tokens))
     else:
         rounds = ()
@@ -90,6 +97,7 @@ def send(
     k: int | None,
     stream: bool = True,
     stats_k: int | None = None,
+    rounds_known: bool = True,
 ) -> tuple[RequestRecord, GenerationResult]:
     """One request (streamed unless `stream` is false) over the calling worker's session. k: the request's
     num_draft_tokens (None: the engine's own); stats_k: the K its rounds were drafted with when the engine
@@ -103,5 +111,18 @@ def send(
     start_ns = time.time_ns()
     result = session.generate(prompt, params, stream=stream, num_draft_tokens=k, timeout_s=config.timeout_s)
     rounds_k = k if stats_k is None else stats_k
-    record = record_of(result, k=rounds_k, max_tokens=config.max_tokens, start_ns=start_ns, worker=worker)
+    record = record_of(
+        result,
+        k=rounds_k,
+        max_tokens=config.max_tokens,
+        start_ns=start_ns,
+        worker=worker,
+        rounds_known=rounds_known,
+    )
     return record, result
+
+
+def rounds_exact(records: list[RequestRecord], rounds_known: bool) -> bool:
+    """Whether a run's rounds are what the requests drafted: rebuilt from K (rounds_known), or streamed
+    exactly by the server for every request that drafted (the BLS's running counters)."""
+    return rounds_known or all(r.rounds for r in records if r.drafted)

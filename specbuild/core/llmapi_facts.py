@@ -273,22 +273,24 @@ class Decoding:
     section_keys: dict[str, str] = field(default_factory=dict)
     model_section: str | None = None  # the spec section whose folder becomes speculative_model
     two_model: bool = False  # a separate draft model (disable_overlap_scheduler, its own weights)
+    # False: the PyTorch executor turns the overlap scheduler off for this mode by itself
+    # (SpeculativeDecodingMode.support_overlap_scheduler), so the options say disable_overlap_scheduler
+    overlap_scheduler: bool = True
 
 
 DECODINGS: dict[str, Decoding] = {
     "draft_target": Decoding("DraftTargetDecodingConfig", model_section="draft", two_model=True),
+    # K is speculation.max_draft_len; the spec's ngram: section is NGramDecodingConfig's four fields, whose
+    # names and defaults are the same in both lines read (core/methods/ngram.py). NGram is not among the
+    # modes of SpeculativeDecodingMode.support_overlap_scheduler in any _torch/speculative/interface.py read
+    # (index ids 2550156383, 735060080, 10039271475, 55097849426, 57352998664, oldest to newest style): the
+    # executor turns the overlap scheduler off for it, so the options say so.
     "ngram": Decoding(
         "NGramDecodingConfig",
         section_keys={
-            k: k
-            for k in (
-                "max_draft_len",
-                "max_matching_ngram_size",
-                "is_keep_all",
-                "is_use_oldest",
-                "is_public_pool",
-            )
+            k: k for k in ("max_matching_ngram_size", "is_keep_all", "is_use_oldest", "is_public_pool")
         },
+        overlap_scheduler=False,
     ),
     "eagle3": Decoding(
         "Eagle3DecodingConfig",

@@ -23,6 +23,7 @@ from specbuild.core.hf_config import FLOAT_DTYPES
 from specbuild.core.llmapi_facts import DECODINGS, LLMAPI_VERSIONS, Flow, parse_flow, release, support
 from specbuild.core.medusa_choices import DEFAULT_TREE, MedusaChoices
 from specbuild.core.methods import SECTIONS, Method, method_of, parse_method
+from specbuild.core.methods import ngram as _ngram
 from specbuild.core.safe_io import InputFileError, atomic_write_text, read_text, shorten
 from specbuild.core.trtllm_facts import DEFAULT_TRTLLM_VERSION, known_versions
 
@@ -56,6 +57,16 @@ class MedusaSection:
 
 
 @dataclass(frozen=True)
+class NGramSection:
+    """TensorRT-LLM's NGramDecodingConfig fields (core/methods/ngram.py); K is speculation.max_draft_len."""
+
+    max_matching_ngram_size: int = _ngram.DEFAULT_MAX_MATCHING_NGRAM_SIZE  # longest suffix looked up
+    is_keep_all: bool = _ngram.DEFAULT_IS_KEEP_ALL  # keep every continuation of a pattern (False: one)
+    is_use_oldest: bool = _ngram.DEFAULT_IS_USE_OLDEST  # draft the oldest continuation (False: newest)
+    is_public_pool: bool = _ngram.DEFAULT_IS_PUBLIC_POOL  # one pool for all requests (False: per request)
+
+
+@dataclass(frozen=True)
 class Eagle3Section:
     """An EAGLE-3 draft checkpoint (LLM-API flow only): one or a few decoder layers that read the target's
     hidden states of `layers_to_capture` (None: TensorRT-LLM's default (1, L//2 - 1, L - 4) of an L-layer
@@ -67,8 +78,9 @@ class Eagle3Section:
 
 @dataclass(frozen=True)
 class SpeculationSection:
-    # K for draft/target, the tree size bound for Medusa. Left out: the method's default (draft/target 5,
-    # Medusa the tree's size), filled in by the loader so every later stage reads a number.
+    # K for draft/target and n-gram, the tree size bound for Medusa. Left out: the method's default
+    # (draft/target 5, Medusa the tree's size, n-gram 5 or 3 by max_batch_size), filled in by the loader so
+    # every later stage reads a number.
     max_draft_len: int | None = None
     use_logits: bool = (
         False  # draft/target: lossless rejection sampling on draft logits (needs generation logits)
@@ -109,6 +121,7 @@ class BuildSpec:
     dtype: str = "bfloat16"
     draft: ModelSection | None = None
     medusa: MedusaSection | None = None
+    ngram: NGramSection | None = None
     eagle3: Eagle3Section | None = None
     speculation: SpeculationSection = field(default_factory=SpeculationSection)
     build: BuildSection = field(default_factory=BuildSection)
@@ -242,6 +255,7 @@ def spec_from_dict(raw: Any, *, source: Path | None = None, validate_tree: bool 
         )
     values = _build(BuildSpec, raw, where, "", skip={"source"})
     spec = BuildSpec(**values, source=source.resolve() if source else None)
+    spec = _fill_optional_section(spec)
     _check_sections(spec, where)
     if spec.speculation.max_draft_len is None:  # the method's default, so every stage reads a number
         k = method_of(spec).default_max_draft_len(spec)
@@ -369,6 +383,16 @@ def _fail(where: str, key: str, expected: str, found: Any, fix: str) -> None:
     )
 
 
+def _fill_optional_section(spec: BuildSpec) -> BuildSpec:
+    """A method whose section may be left out gets it with its defaults, so later stages read one."""
+    method = method_of(spec)
+    if method.section is None or method.section_required or getattr(spec, method.section) is not None:
+        return spec
+    hint = typing.get_type_hints(BuildSpec)[method.section]
+    section_type = next(a for a in typing.get_args(hint) if a is not type(None))
+    return dataclasses.replace(spec, **{method.section: section_type()})
+
+
 def _check_sections(spec: BuildSpec, where: str) -> None:
     """The method's own section must be there; another method's section must not."""
     method = method_of(spec)
@@ -455,7 +479,11 @@ _RANGES: dict[tuple[str, str], tuple[int, int, str]] = {
     ("draft", "pp_size"): (1, 512, "1"),
     ("medusa", "num_heads"): (1, 64, "4"),
     ("medusa", "num_layers"): (1, 64, "1"),
-    ("speculation", "max_draft_len"): (1, 256, "4-8 for draft/target, the tree size for Medusa"),
+    ("speculation", "max_draft_len"): (
+        1,
+        256,
+        "4-8 for draft/target, 3-5 for n-gram, the tree size for Medusa",
+    ),
     ("build", "max_batch_size"): (1, MAX_BATCH_SIZE, "8"),
     ("build", "max_input_len"): (1, INT32_MAX, "1024"),
     ("build", "max_seq_len"): (2, INT32_MAX, "2048"),
@@ -521,11 +549,23 @@ def _check_combination(spec: BuildSpec, where: str) -> None:
         cls = release(spec.trtllm_version).classes.get(decoding.config_class) if decoding else None
         if cls is None or "use_rejection_sampling" not in cls.keys:
             name = cls.name if cls else "speculative config"
+            offering = [
+                v
+                for v, rel in LLMAPI_VERSIONS.items()
+                if decoding and "use_rejection_sampling" in rel.classes[decoding.config_class].keys
+            ]
             _fail(
                 where,
                 "speculation.use_logits",
                 f"false for {spec.mode} on TensorRT-LLM {spec.trtllm_version}: its {name} has no "
                 "use_rejection_sampling key (lossless sampling with draft probabilities)",
                 True,
-                'set use_logits: false, or trtllm_version: "1.4.0rc4" (use_rejection_sampling)',
+                "set use_logits: false"
+                + (
+                    ", or "
+                    + " or ".join(f'trtllm_version: "{v}"' for v in offering)
+                    + " (use_rejection_sampling)"
+                    if offering
+                    else f" (no LLM-API release samples {spec.mode} with draft probabilities)"
+                ),
             )

@@ -44,8 +44,8 @@ def vllm_facts(version: str = VLLM_VERSION) -> VllmFacts:
     )
 
 
-# The spec's method (its `mode:` value) -> vLLM's `method` in --speculative-config. Methods the llmapi and
-# ngram issues add register here as they land (eagle3 -> "eagle3", ngram -> "ngram").
+# The spec's method (its `mode:` value) -> vLLM's `method` in --speculative-config (each tested in
+# tests/test_deploy.py against the release's SpeculativeMethod and key list).
 VLLM_METHODS: dict[str, str] = {"draft_target": "draft_model", "ngram": "ngram", "eagle3": "eagle3"}
 # Methods vLLM cannot run, with the reason (checked against the release's SpeculativeMethod).
 VLLM_REFUSED: dict[str, str] = {

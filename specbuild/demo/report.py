@@ -6,7 +6,11 @@ output tokens/s over the target alone), TTFT and inter-token latency of both run
 
 A Medusa engine always speculates, so its bench has no baseline of its own; its measured speedup is
 taken against the draft/target run's baseline at the same temperature and concurrency, which serves
-the same target model with the same prompts and lengths (marked "vs d/t baseline").
+the same target model with the same prompts and lengths (marked "vs draft/target baseline").
+
+Each mode may be benched on several prompt sets ("usual": the demo family's held-out prompts;
+"repetition": prompts whose continuation repeats their own text); each set gets its rows, and one
+comparison table puts every mode side by side per prompt set.
 """
 
 from __future__ import annotations
@@ -45,10 +49,14 @@ def load_bench(path: Path) -> dict[str, Any]:
     return json.loads(Path(path).read_text())
 
 
+COMPARISON = ("prompts", "mode", "T", "conc", "accept", "tok/pass", "measured", "tok/s", "base tok/s")
+
+
 def summary_rows(
-    bench: dict[str, Any], *, baseline_from: dict[str, Any] | None = None
+    bench: dict[str, Any], *, baseline_from: dict[str, Any] | None = None, lender: str = "draft/target"
 ) -> list[dict[str, Any]]:
-    """One row per speculative run; `baseline_from` supplies baselines the bench itself lacks (Medusa)."""
+    """One row per speculative run; `baseline_from` (the bench of the method titled `lender`) supplies
+    baselines the bench itself lacks (Medusa)."""
     base_runs = [r for r in bench["runs"] if r["mode"] == "baseline"]
     borrowed = False
     source = bench
@@ -88,7 +96,7 @@ def summary_rows(
                 "base tok/s": b["output_token_throughput"] if b else None,
                 "1-call base tok/s": u["output_token_throughput"] if u else None,
                 "vs 1-call": vs_unary,
-                "baseline": "vs d/t baseline" if borrowed and b else ("own baseline" if b else "none"),
+                "baseline": f"vs {lender} baseline" if borrowed and b else ("own baseline" if b else "none"),
             }
         )
     return rows
@@ -114,68 +122,55 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def markdown(title: str, rows: list[dict[str, Any]]) -> str:
-    lines = [f"**{title}**", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_fmt(row[c]) for c in COLUMNS) + " |" for row in rows]
+def markdown(title: str, rows: list[dict[str, Any]], columns: tuple[str, ...] = COLUMNS) -> str:
+    lines = [f"**{title}**", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_fmt(row[c]) for c in columns) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 
+def _by_set(benches: dict[str, Any]) -> dict[str, dict[str, Path]]:
+    """mode -> {prompt set: bench.json}; a plain path is the "usual" set."""
+    return {mode: v if isinstance(v, dict) else {"usual": v} for mode, v in benches.items()}
+
+
 def print_summary(
-    benches: dict[str, Path],
+    benches: dict[str, Path] | dict[str, dict[str, Path]],
     *,
     family_metrics: dict | None,
     out: Path,
     timings: dict[str, float],
     total_s: float,
 ) -> dict[str, Any]:
-    """Print the tables and write OUT/summary.json and OUT/summary.md; returns the summary."""
+    """Print the tables and write OUT/summary.json and OUT/summary.md; returns the summary.
+
+    `benches`: mode -> bench.json, or mode -> {prompt set: bench.json}."""
 
     # A log file (not a terminal) gets the full table instead of rich's 80-column default.
     console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-    loaded = {mode: load_bench(path) for mode, path in benches.items() if Path(path).is_file()}
+    paths = _by_set(benches)
+    loaded = {
+        mode: {name: load_bench(p) for name, p in sets.items() if Path(p).is_file()}
+        for mode, sets in paths.items()
+    }
+    loaded = {mode: sets for mode, sets in loaded.items() if sets}
     summary: dict[str, Any] = {
         "modes": {},
+        "comparison": [],
         "timings_s": {k: round(v, 1) for k, v in timings.items()},
         "total_s": round(total_s, 1),
     }
     md = []
-
-    def own_baseline(key: str, bench: dict[str, Any]) -> bool:
-        ctx = bench.get("context", {})
-        return ctx.get("interface", "bls") == "bls" and method_of(ctx.get("mode") or key).has_baseline
-
-    for mode, bench in loaded.items():
-        ctx = bench.get("context", {})
-        method = method_of(ctx.get("mode") or mode)
-        llmapi = ctx.get("interface") == "llmapi"
-        # a run without its own baseline (the engine always speculates) borrows one of the same target
-        lender = next((b for k, b in loaded.items() if own_baseline(k, b)), None)
-        rows = summary_rows(bench, baseline_from=None if own_baseline(mode, bench) else lender)
-        if llmapi and lender is not None:  # same draft and target: the d/t run's cost ratio predicts it
-            _predict(rows, bench, lender.get("context", {}).get("cost_ratio"))
-        if llmapi:
-            title = (
-                f"{mode}: Triton's LLM-API interface, K={ctx.get('num_draft_tokens')} (speculative_config), "
-                f"predicted with the d/t run's c={_fmt((lender or {}).get('context', {}).get('cost_ratio'))}"
-            )
-        elif method.bls_drives_loop:
-            title = f"{mode}: K={ctx.get('num_draft_tokens')}, cost ratio c={_fmt(ctx.get('cost_ratio'))}"
-        else:
-            title = f"{mode}: tree from the tuned spec, c=0 (heads ride on the target pass)"
-        if rows and rows[0]["baseline"] == "vs d/t baseline":
-            title += "; measured vs the draft/target run's target-alone baseline"
-        table = Table(title=title)
-        for col in COLUMNS:
+    for mode, sets in loaded.items():
+        for name, bench in sets.items():
+            md.append(_mode_table(console, summary, mode, name, bench, loaded, paths))
+    if summary["comparison"]:
+        table = Table(title="every method side by side (measured speedup: over the target alone)")
+        for col in COMPARISON:
             table.add_column(col, justify="right")
-        for row in rows:
-            table.add_row(*(_fmt(row[c]) for c in COLUMNS))
+        for row in summary["comparison"]:
+            table.add_row(*(_fmt(row[c]) for c in COMPARISON))
         console.print(table)
-        summary["modes"][mode] = {
-            "context": ctx,
-            "rows": rows,
-            "plots": sorted(str(p) for p in Path(benches[mode]).parent.glob("*.png")),
-        }
-        md.append(markdown(title, rows))
+        md.append(markdown("every method side by side", summary["comparison"], COMPARISON))
     if family_metrics:
         acc = family_metrics.get("held_out_greedy_acceptance", {})
         summary["demo_family"] = family_metrics
@@ -187,9 +182,73 @@ def print_summary(
     for mode in loaded:
         for plot in summary["modes"][mode]["plots"]:
             console.print(f"plot: {plot}")
+    for mode, sets in loaded.items():
+        for name in sets:
+            if name != "usual":
+                for plot in summary["modes"][mode]["sets"][name]["plots"]:
+                    console.print(f"plot ({name} prompts): {plot}")
     console.print("stage times: " + ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()))
     console.print(f"total: {total_s:.0f}s")
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     (out / "summary.md").write_text("\n".join(md))
     return summary
+
+
+def _own_baseline(key: str, bench: dict[str, Any]) -> bool:
+    """The run has a target-alone baseline of its own (a BLS that drives the rounds)."""
+    ctx = bench.get("context", {})
+    return ctx.get("interface", "bls") == "bls" and method_of(ctx.get("mode") or key).has_baseline
+
+
+def _mode_table(console, summary, mode, name, bench, loaded, paths) -> str:
+    """Print one mode's table for one prompt set, record it in `summary`; returns its markdown."""
+    ctx = bench.get("context", {})
+    method = method_of(ctx.get("mode") or mode)  # the key may name a run ("draft_target (LLM API)")
+    llmapi = ctx.get("interface") == "llmapi"
+    # a run without its own baseline (the engine always speculates) borrows one of the same target
+    lenders = [(m, s[name]) for m, s in loaded.items() if name in s and _own_baseline(m, s[name])]
+    lender, lent = lenders[0] if lenders else (None, None)
+    own = _own_baseline(mode, bench)
+    lender_title = method_of(lent.get("context", {}).get("mode") or lender).title if lent else ""
+    rows = summary_rows(bench, baseline_from=None if own else lent, lender=lender_title)
+    if llmapi:
+        # the same method through the BLS has the same draft and target: its cost ratio predicts this run
+        twin = next(
+            (
+                s[name]
+                for m, s in loaded.items()
+                if m == method.name and name in s and _own_baseline(m, s[name])
+            ),
+            None,
+        )
+        c = (twin or {}).get("context", {}).get("cost_ratio")
+        _predict(rows, bench, c)
+        title = (
+            f"{mode}: Triton's LLM-API interface, K={ctx.get('num_draft_tokens')} (speculative_config), "
+            f"predicted with the {method.name} run's c={_fmt(c)}"
+        )
+    elif method.bls_drives_loop:
+        title = f"{mode}: K={ctx.get('num_draft_tokens')}, cost ratio c={_fmt(ctx.get('cost_ratio'))}"
+    else:
+        title = f"{mode}: tree from the tuned spec, c=0 (heads ride on the target pass)"
+    if name != "usual":
+        title += f"; {name} prompts"
+    if rows and rows[0]["baseline"].startswith("vs "):
+        title += f"; measured vs the {lender} run's target-alone baseline"
+    table = Table(title=title)
+    for col in COLUMNS:
+        table.add_column(col, justify="right")
+    for row in rows:
+        table.add_row(*(_fmt(row[c]) for c in COLUMNS))
+    console.print(table)
+    entry = {
+        "context": ctx,
+        "rows": rows,
+        "plots": sorted(str(p) for p in Path(paths[mode][name]).parent.glob("*.png")),
+    }
+    if name == "usual":
+        summary["modes"].setdefault(mode, {}).update(entry)
+    summary["modes"].setdefault(mode, {}).setdefault("sets", {})[name] = entry
+    summary["comparison"] += [{"prompts": name, "mode": mode, **row} for row in rows]
+    return markdown(title, rows)

@@ -6,16 +6,21 @@ Stages (each prints the real `specbuild ...` command it runs, in a subprocess of
 1. models  - the trained demo family (target, draft, Medusa heads) from `specbuild.demo.models`,
              cached under .cache/demo/ (a second run reuses it);
 2. specs   - examples/demo/*.yaml copied to build/demo/specs/ (model paths made absolute), then
-             `specbuild check` and `specbuild tune --write` on each copy;
+             `specbuild check` and `specbuild tune --write` on each copy (tune prompts: the first
+             held-out family prompts and specbuild/data/demo_repetition_tune.jsonl, never a bench one);
 3. compile - `specbuild compile --engine reference` for both modes, and the TensorRT-LLM plan a GPU
              host would run (`--engine trtllm --dry-run`, its build.sh printed);
 4. serve   - `specbuild repo --backend python`, `specbuild serve` (local tritonserver),
-             `specbuild generate --url --stream`, `specbuild bench` at concurrency 1 and 4;
+             `specbuild generate --url --stream`, `specbuild bench` at concurrency 1 and 4 on two
+             prompt sets: "usual" (the next held-out family prompts) and "repetition"
+             (specbuild/data/demo_repetition_bench.jsonl: code whose continuation repeats earlier
+             code, where n-gram drafting is meant to shine);
    llmapi  - the draft/target spec again on the LLM-API flow (`compile --flow llmapi --engine reference`,
              `repo --backend llmapi-local`, `repo check`), served through Triton's LLM-API tensor
-             interface: `generate --url --stream` and `bench` at concurrency 1;
-5. summary - one table per mode (acceptance, tokens per pass, predicted vs measured speedup, TTFT,
-             inter-token latency), build/demo/summary.{json,md}; the server is always stopped.
+             interface: `generate --url --stream` and `bench` at concurrency 1 (usual prompts);
+5. summary - one table per mode and prompt set (acceptance, tokens per pass, predicted vs measured
+             speedup, TTFT, inter-token latency), every method side by side per prompt set,
+             build/demo/summary.{json,md}; the server is always stopped.
 
 Everything is written under build/demo/ (override with --out).
 """
@@ -55,6 +60,11 @@ from specbuild.demo.models import (
 from specbuild.demo.report import print_summary
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).resolve().parents[1] / "data"
+# Held-out prompts whose continuation naturally repeats their own text (written for specbuild: "complete
+# this function" after similar functions, "the same function, edited"); tune and bench sets differ.
+REPETITION_TUNE = DATA / "demo_repetition_tune.jsonl"
+REPETITION_BENCH = DATA / "demo_repetition_bench.jsonl"
 EXAMPLES = REPO_ROOT / "examples" / "demo"
 MODES = tuple(
     m.value for m in Method if (EXAMPLES / f"{m.value}.yaml").is_file()
@@ -340,8 +350,18 @@ def prompts_subset(family_prompts: Path, dest: Path, n: int, *, skip: int = 0) -
     return dest
 
 
-def run_mode(mode: str, spec: Path, family, opts: DemoOptions, ledger: Ledger) -> Path | None:
-    """Compile, lay out, serve, generate and bench one mode; returns its bench.json (None if skipped)."""
+def tune_prompts_file(family_prompts: Path, dest: Path, n: int) -> Path:
+    """The first n held-out family prompts, then the repetition tune prompts (none is a bench prompt)."""
+    usual = prompts_subset(family_prompts, dest, n)
+    lines = usual.read_text().splitlines() + [
+        line for line in REPETITION_TUNE.read_text().splitlines() if line.strip()
+    ]
+    dest.write_text("\n".join(lines) + "\n")
+    return dest
+
+
+def run_mode(mode: str, spec: Path, family, opts: DemoOptions, ledger: Ledger) -> dict[str, Path]:
+    """Compile, lay out, serve, generate and bench one mode; returns {prompt set: bench.json}."""
     out = (Path(opts.out) / mode).resolve()
     out.mkdir(parents=True, exist_ok=True)
     with ledger.stage(f"{mode}: compile"):
@@ -354,7 +374,11 @@ def run_mode(mode: str, spec: Path, family, opts: DemoOptions, ledger: Ledger) -
     first = json.loads(prompts.read_text().splitlines()[0])["prompt"]
     with ledger.stage(f"{mode}: serve, generate, bench"), serving(repo, out / "tritonserver.log") as url:
         stage_generate(url, first, opts.max_tokens)
-        return stage_bench(url, prompts, out / "bench", opts)  # K: the repository's (what tune chose)
+        # K: the repository's (what tune chose)
+        return {
+            "usual": stage_bench(url, prompts, out / "bench", opts),
+            "repetition": stage_bench(url, REPETITION_BENCH, out / "bench-repetition", opts),
+        }
 
 
 def run_llmapi(spec: Path, family, opts: DemoOptions, ledger: Ledger) -> Path:
@@ -404,7 +428,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-tokens", type=int, default=DemoOptions.max_tokens, help="tokens per request (default 64)"
     )
-    parser.add_argument("--mode", choices=[*MODES, "both"], default="both", help="which deployment to run")
+    parser.add_argument(
+        "--mode", choices=[*MODES, "all", "both"], default="all", help="which deployment to run (default all)"
+    )
     parser.add_argument(
         "--micro", action="store_true", help="tiny untrained models: checks the pipeline in a minute"
     )
@@ -421,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         concurrency=args.concurrency,
         temperatures=args.temperature,
         max_tokens=args.max_tokens,
-        modes=MODES if args.mode == "both" else (args.mode,),
+        modes=MODES if args.mode in ("all", "both") else (args.mode,),
         llmapi=not args.no_llmapi,
         settings=MICRO if args.micro else DemoSettings(),
     )
@@ -429,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(cpu_count())
 
     ledger = Ledger()
-    benches: dict[str, Path] = {}
+    benches: dict[str, dict[str, Path]] = {}
     family = None
     try:
         with ledger.stage("1. demo models (trained once, then cached)"):
@@ -437,22 +463,22 @@ def main(argv: list[str] | None = None) -> int:
         modes = tuple(m for m in opts.modes if m != Method.MEDUSA or heads is not None)
         with ledger.stage("2. check and tune the demo specs"):
             specs = stage_specs(opts, modes)
-            tune_prompts = prompts_subset(
+            tune_prompts = tune_prompts_file(
                 family.prompts, Path(opts.out) / "tune_prompts.jsonl", opts.tune_prompts
             )
             for mode in modes:
                 stage_check_and_tune(specs[mode], tune_prompts, opts.tune_max_tokens)
         for mode in modes:
             try:
-                bench = run_mode(mode, specs[mode], family, opts, ledger)
-                if bench is not None:
-                    benches[mode] = bench
+                benches[mode] = run_mode(mode, specs[mode], family, opts, ledger)
             except SpecbuildError as exc:
                 ledger.failures.append(f"{mode}: {exc.what}")
                 print(exc.message(), file=sys.stderr)
         if opts.llmapi and Method.DRAFT_TARGET.value in modes:
             try:
-                benches[LLMAPI_RUN] = run_llmapi(specs[Method.DRAFT_TARGET.value], family, opts, ledger)
+                benches[LLMAPI_RUN] = {
+                    "usual": run_llmapi(specs[Method.DRAFT_TARGET.value], family, opts, ledger)
+                }
             except SpecbuildError as exc:
                 ledger.failures.append(f"{LLMAPI_RUN}: {exc.what}")
                 print(exc.message(), file=sys.stderr)

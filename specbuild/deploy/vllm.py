@@ -9,7 +9,9 @@ Spec -> vLLM:
 * dtype -> --dtype; build.max_seq_len -> --max-model-len; build.max_batch_size -> --max-num-seqs;
   build.max_num_tokens -> --max-num-batched-tokens;
 * speculation: {"method": <vLLM method>, "model": draft.model, "num_speculative_tokens": K,
-  "draft_tensor_parallel_size": draft.tp_size} (draft/target);
+  "draft_tensor_parallel_size": draft.tp_size} (draft/target); {"method": "eagle3", "model":
+  eagle3.model, ...} (EAGLE-3); {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max":
+  ngram.max_matching_ngram_size, "prompt_lookup_min": 1} (n-gram);
 * --gpu-memory-utilization from the memory plan: the share of GPU memory the plan gives the engines
   (weights, activations, the KV budget and the runtime reserve), i.e. 1 - what the plan leaves unused;
 * --host 127.0.0.1 unless asked (vLLM binds every interface by default); in a pod, 0.0.0.0 (the Service
@@ -78,12 +80,10 @@ def speculative_config(spec: BuildSpec, *, model_root: str | None = None) -> dic
             )
         cfg["model"] = pod_model(spec, spec.draft.model, model_root)
         cfg["draft_tensor_parallel_size"] = spec.draft.tp_size
-    eagle3 = getattr(spec, "eagle3", None)  # the EAGLE-3 method's section (issue 14): the draft head
-    if eagle3 is not None:
-        cfg["model"] = pod_model(spec, eagle3.model, model_root)
-    ngram = getattr(spec, "ngram", None)  # the n-gram method's section (issue 15), when the spec has one
-    if ngram is not None:
-        cfg["prompt_lookup_max"] = ngram.max_matching_ngram_size
+    if spec.eagle3 is not None:  # the EAGLE-3 draft head
+        cfg["model"] = pod_model(spec, spec.eagle3.model, model_root)
+    if spec.ngram is not None:  # prompt lookup within the request (vLLM has no pool shared across requests)
+        cfg["prompt_lookup_max"] = spec.ngram.max_matching_ngram_size
         cfg["prompt_lookup_min"] = 1  # TensorRT-LLM's NGram tries every size from the largest down to 1
     return cfg
 
@@ -157,10 +157,15 @@ def unmapped(spec: BuildSpec) -> list[str]:
     ]
     if spec.build.weight_only != "none":
         out.append(f"build.weight_only {spec.build.weight_only} (vLLM needs a pre-quantized checkpoint)")
-    ngram = getattr(spec, "ngram", None)
-    if ngram is not None:
+    if spec.ngram is not None:
         out.append(
-            "ngram.is_keep_all / is_use_oldest / is_public_pool (vLLM's n-gram proposer has no pool options)"
+            "ngram.is_keep_all / is_use_oldest / is_public_pool (vLLM's n-gram proposer looks up the "
+            "request's own tokens and has no pool options)"
+        )
+    if spec.eagle3 is not None and spec.eagle3.layers_to_capture is not None:
+        out.append(
+            "eagle3.layers_to_capture (no --speculative-config key: vLLM reads "
+            "eagle_aux_hidden_state_layer_ids from the draft's config.json, in its own layer numbering)"
         )
     if spec.speculation.use_logits:
         out.append("speculation.use_logits (vLLM verifies against the draft's probabilities itself)")

@@ -62,7 +62,12 @@ class ServedModel:
         """The K every round drafts when the engine runs a draft/target loop by itself (the LLM API's
         speculative_config.max_draft_len); None otherwise (Medusa trees: the drafts per step vary)."""
         repo = self.info.repo
-        if self.llmapi and not repo.context_chunk_first and repo.num_draft_tokens > 0:
+        if (
+            self.llmapi
+            and not repo.context_chunk_first
+            and repo.drafts_every_round
+            and repo.num_draft_tokens > 0
+        ):
             return repo.num_draft_tokens
         return None
 

@@ -18,13 +18,15 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from specbuild.core.artifacts import RepoManifest, read_repo_manifest
-from specbuild.core.errors import SpecbuildError
+from specbuild.core.errors import SpecbuildError, SpecError
 from specbuild.core.manifest import MANIFEST
 from specbuild.core.medusa_choices import MedusaChoices
+from specbuild.core.methods import Method, method_of
 from specbuild.core.safe_io import read_bytes, read_json, read_text, shorten
 from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 from specbuild.model_repo import check_llmapi, check_triton
 from specbuild.model_repo.configs import REQUIRED_ENGINE_PARAMETERS, parse_text
+from specbuild.model_repo.generate import VENDORED_MODULES
 from specbuild.model_repo.tensors import LOGITS_DTYPE_OF
 
 ENGINE_MODELS = ("tensorrt_llm", "tensorrt_llm_draft")
@@ -231,20 +233,22 @@ def _check_speculation(repo: _Repo, engines: dict[str, dict]) -> None:
         _check_medusa_tree(repo, target, max_draft_len)
     k = repo.param("tensorrt_llm_bls", "default_num_draft_tokens")
     draft_name = repo.param("tensorrt_llm_bls", "tensorrt_llm_draft_model_name")
-    if draft_name:
-        if draft_name not in repo.configs:
-            repo.fail(
-                "tensorrt_llm_bls/config.pbtxt",
-                "parameters.tensorrt_llm_draft_model_name",
-                f"names {draft_name!r}, which is not in the repository",
-                "set it to tensorrt_llm_draft or regenerate",
-            )
+    drafter = repo.param("tensorrt_llm_bls", "bls_drafter")
+    _check_method(repo, draft_name, drafter)
+    if draft_name and draft_name not in repo.configs:
+        repo.fail(
+            "tensorrt_llm_bls/config.pbtxt",
+            "parameters.tensorrt_llm_draft_model_name",
+            f"names {draft_name!r}, which is not in the repository",
+            "set it to tensorrt_llm_draft or regenerate",
+        )
+    if draft_name or drafter:  # the BLS drafts (a draft model or its own drafter) and the target verifies
         if mode is not SpeculativeDecodingMode.DRAFT_TOKENS_EXTERNAL:
             repo.fail(
                 "tensorrt_llm/config.pbtxt",
                 "parameters.gpt_model_path",
                 f"the target engine's speculative_decoding_mode is {shown}, but the BLS drafts with "
-                f"{draft_name}",
+                f"{draft_name or drafter}",
                 "rebuild the target with --speculative_decoding_mode draft_tokens_external --max_draft_len K",
             )
         if k is not None and k.isdigit() and int(k) > max_draft_len:
@@ -255,6 +259,39 @@ def _check_speculation(repo: _Repo, engines: dict[str, dict]) -> None:
                 f"set default_num_draft_tokens <= {max_draft_len}, or rebuild the target with a larger "
                 "--max_draft_len",
             )
+
+
+def _check_method(repo: _Repo, draft_name: str | None, drafter: str | None) -> None:
+    """The BLS's speculation_method, its drafter and its draft model agree (what `repo` writes)."""
+    name = repo.param("tensorrt_llm_bls", "speculation_method")
+    if name is None:
+        return
+    rel = "tensorrt_llm_bls/config.pbtxt"
+    try:
+        method = method_of(name)
+    except SpecError:
+        repo.fail(
+            rel,
+            "parameters.speculation_method",
+            f"{shorten(name)!r} is not a speculation method",
+            "use one of " + ", ".join(m.value for m in Method),
+        )
+        return
+    if (drafter or None) != method.bls_drafter:
+        repo.fail(
+            rel,
+            "parameters.bls_drafter",
+            f"{drafter!r}, but mode {method.name} drafts with {method.bls_drafter or 'the engine itself'}",
+            f'set bls_drafter to "{method.bls_drafter or ""}" or regenerate the repository',
+        )
+    if bool(draft_name) != method.draft_model:
+        repo.fail(
+            rel,
+            "parameters.tensorrt_llm_draft_model_name",
+            f"{draft_name!r}, but mode {method.name} "
+            + ("needs a draft model" if method.draft_model else "has no draft model"),
+            "regenerate the repository with `specbuild repo --force`",
+        )
 
 
 def _check_medusa_tree(repo: _Repo, target: dict, max_draft_len: int) -> None:
@@ -509,20 +546,13 @@ def _check_python_sources(repo: _Repo) -> None:
     production = any(
         repo.configs.get(m) is not None and repo.configs[m].backend == "tensorrtllm" for m in ENGINE_MODELS
     )
-    loop = (
-        repo.root
-        / "tensorrt_llm_bls"
-        / "1"
-        / "vendor"
-        / "specbuild"
-        / "engines"
-        / "reference"
-        / "speculative.py"
-    )
-    if production and "tensorrt_llm_bls" in repo.configs and not loop.is_file():
+    vendor = repo.root / "tensorrt_llm_bls" / "1" / "vendor" / "specbuild"
+    missing = [rel for rel in VENDORED_MODULES if not (vendor / rel).is_file()]
+    if production and "tensorrt_llm_bls" in repo.configs and missing:
         repo.fail(
             "tensorrt_llm_bls/1/vendor",
             "-",
-            "missing: the container has no specbuild, the BLS cannot import its loop",
+            f"missing specbuild/{', specbuild/'.join(missing)}: the container has no specbuild, the BLS "
+            "cannot import its loop",
             "regenerate the repository with `specbuild repo --backend tensorrtllm --force`",
         )

@@ -71,6 +71,7 @@ class RepoLayout:
     bls_drafter: str | None = None  # BLS: "module:Class" it drafts with (None: the target speculates itself)
     default_num_draft_tokens: int = 0  # BLS: used when a request omits num_draft_tokens
     default_use_draft_logits: bool = False  # BLS: used when a request omits use_draft_logits
+    bls_parameters: tuple[tuple[str, str], ...] = ()  # BLS: its drafter's own parameters (the method's)
     accumulate_tokens: bool = True  # BLS: detokenize streamed tokens with their context
     # BLS: the engines' request limits (engine_limits.RequestLimits); None when no engine was built yet
     max_prompt_tokens: int | None = None  # prompt tokens every engine of a request accepts
@@ -223,6 +224,7 @@ def bls_config(layout: RepoLayout):
             "bls_drafter": layout.bls_drafter or "",
             "default_num_draft_tokens": str(layout.default_num_draft_tokens),
             "default_use_draft_logits": _bool(layout.default_use_draft_logits),
+            **dict(layout.bls_parameters),
             **({"max_prompt_tokens": str(layout.max_prompt_tokens)} if layout.max_prompt_tokens else {}),
             **({"max_total_tokens": str(layout.max_total_tokens)} if layout.max_total_tokens else {}),
         },

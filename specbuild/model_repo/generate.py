@@ -54,6 +54,7 @@ VENDORED_MODULES = (
     "core/generation.py",
     "core/engine_limits.py",
     "engines/reference/speculative.py",
+    "engines/reference/ngram.py",
     "engines/reference/sampling.py",
 )
 
@@ -223,6 +224,7 @@ def plan_layout(
         max_queue_delay_microseconds=spec.serving.max_queue_delay_microseconds,
         bls_instance_count=spec.serving.bls_instance_count,
         bls_drafter=method.bls_drafter,
+        bls_parameters=tuple(method.bls_parameters(spec).items()),
         default_num_draft_tokens=spec.speculation.max_draft_len if loop else 0,
         default_use_draft_logits=roles["target"].gather_generation_logits and loop,
         **_bls_limits(build),

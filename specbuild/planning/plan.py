@@ -102,7 +102,7 @@ def make_plan(spec: BuildSpec, req: PlanRequest) -> CapacityPlan:
     k = int(spec.speculation.max_draft_len or 0)
     method = method_of(spec)
     profile = (
-        read_profile(req.profile, tree_value=_tree(spec), method=method.ecosystem_name)
+        read_profile(req.profile, setting_value=_tuned_value(spec), method=method.ecosystem_name)
         if req.profile
         else None
     )
@@ -233,8 +233,14 @@ def _gpu(spec: BuildSpec, req: PlanRequest) -> R.Gpu:
     return found
 
 
-def _tree(spec: BuildSpec) -> Any:
-    return spec.medusa_choices().to_lists() if spec.medusa is not None else None
+def _tuned_value(spec: BuildSpec) -> Any:
+    """What the spec has of what `tune` chooses, as a tune report's setting value spells it."""
+    tunes = method_of(spec).tunes
+    if tunes is Tunable.TREE:
+        return spec.medusa_choices().to_lists()
+    if len(tunes.keys) > 1:
+        return {f"{section}.{key}": getattr(getattr(spec, section), key) for section, key in tunes.keys}
+    return None
 
 
 def _points(rows: list[BenchRow]) -> tuple[C.Point, ...]:
@@ -437,6 +443,11 @@ def _predicted(
         notes.append(
             f"speculation predicted with an assumed acceptance alpha {alpha:g}: measure it (`tune`, `bench`)"
         )
+        if not method.drafts_every_round:
+            notes.append(
+                f"{method.title} rounds draft 0..K tokens (none without a match): an i.i.d. alpha over K "
+                "drafts is a rough stand-in; `tune --json` measures E (pass it as --profile)"
+            )
     verify = (spec.medusa_choices().size + 1) if tree else k + 1
     spec_points = R.speculative_points(
         target,

@@ -2,12 +2,16 @@
 
 A profile says how many tokens one target pass yields (E) and what the speculation costs per pass
 relative to the target alone; the speedup is E / (K c + 1) for a drafter run K times per round
-(core/theory.py), or E / (tree pass cost) for a tree verified in one pass (Medusa).
+(core/theory.py), or E / (pass cost) for a method with no draft passes, whose drafts one target pass
+verifies (a Medusa tree; n-gram drafts, looked up for free).
 
 Read here:
 * the JSON `specbuild tune SPEC --json` prints (TuneReport.to_dict()):
   * draft length (`tunes: draft_len`): details.acceptance_per_position, details.cost_ratio;
   * tree (`tunes: tree`): chosen/current tokens_per_pass and details.tree_pass_cost;
+  * n-gram (`tunes: ngram`): chosen/current tokens_per_pass and speedup of the exact replay (their
+    ratio is the mean verify-pass cost, timed on the tuning host), and the setting's
+    details.<label>_profile.acceptance_per_position;
 * a ModelOpt-style `speculation_profile.json` (core/speculation_profile.py: `bench` and `tune
   --save-profile` write it, ModelOpt's specdec_bench too): its conditional acceptance per position and
   measurement_conditions.cost_ratio (specbuild's key; ModelOpt's profiles measure no cost). Its best K
@@ -23,6 +27,7 @@ from typing import Any
 
 from specbuild.core import theory
 from specbuild.core.errors import PlanError
+from specbuild.core.methods import Tunable
 from specbuild.core.safe_io import read_json, shorten
 from specbuild.core.speculation_profile import read_speculation_profile
 from specbuild.tuning.predict import choose_k_from_profile
@@ -33,21 +38,22 @@ class Profile:
     source: str  # the file, in words
     acceptance: tuple[float, ...] = ()  # per draft position, conditional on the earlier ones
     cost_ratio: float | None = None  # draft pass / target pass (per-round drafters)
-    tree_tokens_per_pass: float | None = None  # a tree's E (Medusa)
-    tree_pass_cost: float | None = None  # tree pass time / plain pass time
+    # no draft passes (Medusa's tree, n-gram lookup): E at the profiled setting and its pass cost
+    one_pass_tokens_per_pass: float | None = None
+    one_pass_cost: float | None = None  # verify pass time / plain pass time
     # a speculation_profile.json: the K it was measured at, and the K it supports best (tune --profile's)
     measured_k: int | None = None
     best_k: int | None = None
 
     def tokens_per_pass(self, k: int) -> float:
-        if self.tree_tokens_per_pass is not None:
-            return self.tree_tokens_per_pass
+        if self.one_pass_tokens_per_pass is not None:
+            return self.one_pass_tokens_per_pass
         return theory.tokens_per_pass_chain(self.acceptance, k)
 
     def speedup(self, k: int) -> float | None:
         """Over the target alone at low load; None without a cost."""
-        if self.tree_tokens_per_pass is not None:
-            return self.tree_tokens_per_pass / self.tree_pass_cost if self.tree_pass_cost else None
+        if self.one_pass_tokens_per_pass is not None:
+            return self.one_pass_tokens_per_pass / self.one_pass_cost if self.one_pass_cost else None
         if self.cost_ratio is None:
             return None
         return theory.speedup(self.tokens_per_pass(k), k, self.cost_ratio)
@@ -60,10 +66,12 @@ class Profile:
         return sum(self.acceptance) / len(self.acceptance)
 
 
-def read_profile(path: Path, *, tree_value: Any = None, method: str | None = None) -> Profile:
-    """A Profile from a `tune --json` report or a speculation_profile.json. `tree_value`: the spec's tree
-    (as lists), to pick which of the report's two trees (chosen / current) the spec now has; `method`: the
-    spec's method as the ecosystem names it (a speculation_profile.json of another method is refused)."""
+def read_profile(path: Path, *, setting_value: Any = None, method: str | None = None) -> Profile:
+    """A Profile from a `tune --json` report or a speculation_profile.json. `setting_value`: what the spec
+    now has of what the report tuned (the tree as lists; n-gram: {"speculation.max_draft_len": K,
+    "ngram.max_matching_ngram_size": N}), to pick which of the report's two settings (chosen / current) it
+    describes; `method`: the spec's method as the ecosystem names it (a speculation_profile.json of another
+    method is refused)."""
     data = read_json(path, kind="config", what="speculation profile")
     if "schema_version" in data:
         return _from_speculation_profile(path, method)
@@ -76,9 +84,11 @@ def read_profile(path: Path, *, tree_value: Any = None, method: str | None = Non
             found=shorten(sorted(data)),
             fix="run `specbuild tune SPEC --prompts FILE --json > profile.json`",
         )
-    if data.get("tunes") == "tree":
+    if data.get("tunes") == Tunable.NGRAM.name.lower():
+        return _ngram_profile(data, details, setting_value, path, where)
+    if data.get("tunes") == Tunable.TREE.name.lower():
         chosen, current = data.get("chosen") or {}, data.get("current") or {}
-        setting = chosen if tree_value is not None and chosen.get("value") == tree_value else current
+        setting = chosen if setting_value is not None and chosen.get("value") == setting_value else current
         label = "chosen" if setting is chosen else "current"
         cost = (details.get("tree_pass_cost") or {}).get(label)
         e = setting.get("tokens_per_pass")
@@ -91,8 +101,8 @@ def read_profile(path: Path, *, tree_value: Any = None, method: str | None = Non
             )
         return Profile(
             source=f"{path} ({label} tree)",
-            tree_tokens_per_pass=float(e),
-            tree_pass_cost=float(cost) if _positive(cost) else None,
+            one_pass_tokens_per_pass=float(e),
+            one_pass_cost=float(cost) if _positive(cost) else None,
         )
     acceptance = details.get("acceptance_per_position")
     if (
@@ -130,6 +140,28 @@ def _from_speculation_profile(path: Path, method: str | None) -> Profile:
         cost_ratio=sp.cost_ratio if sp.cost_ratio and sp.cost_ratio > 0 else None,
         measured_k=sp.num_speculative_tokens,
         best_k=best,
+    )
+
+
+def _ngram_profile(data: dict, details: dict, setting_value: Any, path: Path, where: str) -> Profile:
+    """n-gram: the replay's E of the setting the spec has, and its mean verify-pass cost (E / speedup)."""
+    chosen, current = data.get("chosen") or {}, data.get("current") or {}
+    setting = chosen if setting_value is not None and chosen.get("value") == setting_value else current
+    label = "chosen" if setting is chosen else "current"
+    e, s = setting.get("tokens_per_pass"), setting.get("speedup")
+    if not (_positive(e) and _positive(s)):
+        raise PlanError(
+            f"{where}: no tokens per pass and speedup for the {label} (K, N)",
+            expected="numbers > 0",
+            found=shorten({"tokens_per_pass": e, "speedup": s}),
+            fix="regenerate it with `specbuild tune --json`",
+        )
+    acceptance = (details.get(f"{label}_profile") or {}).get("acceptance_per_position") or []
+    return Profile(
+        source=f"{path} ({label} K and N; verify costs timed on the tuning host)",
+        acceptance=tuple(float(a) for a in acceptance if isinstance(a, (int, float))),
+        one_pass_tokens_per_pass=float(e),
+        one_pass_cost=float(e) / float(s),
     )
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -59,29 +59,9 @@ from specbuild.tuning.profile_engine import (
 from specbuild.tuning.profile_medusa import medusa_ranks
 from specbuild.tuning.progress import Reporter
 from specbuild.tuning.spec_edit import set_spec_value
+from specbuild.tuning.tune_ngram import measure as measure_ngram
 from specbuild.tuning.tune_options import TuneOptions
-
-
-@dataclass(frozen=True)
-class Setting:
-    label: str  # "chosen" | "current"
-    value: Any  # K, or the tree as lists
-    tokens_per_pass: float  # predicted from the profile
-    speedup: float  # predicted
-    size: int  # K, or tree nodes
-
-
-@dataclass(frozen=True)
-class TuneReport:
-    mode: str  # the spec's method (its value)
-    tunes: str  # "draft_len" (K) | "tree" (the Medusa tree): what was chosen
-    chosen: Setting
-    current: Setting
-    details: dict[str, Any] = field(default_factory=dict)
-    written: str | None = None  # "kept comments" | "rewrote the spec (comments lost)" | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+from specbuild.tuning.tune_report import Setting, TuneReport
 
 
 def tune_spec(spec_path: Path, options: TuneOptions, *, reporter: Reporter | None = None) -> TuneReport:
@@ -216,6 +196,7 @@ def open_engine(spec, engine_dir: Path | None, rep: Reporter, *, device: str = "
             medusa_choices=spec.medusa_choices().to_lists() if spec.medusa else None,
             tokenizer_dir=target_hf,
             max_draft_len=spec.speculation.max_draft_len,
+            method_options=method_of(spec).options_of(spec),
         )
 
 
@@ -322,7 +303,9 @@ def _measure(report: TuneReport, engine, prompts, options: TuneOptions, rep: Rep
     """Predicted vs measured on held-out prompts: the engine's own greedy loops, tokens per pass."""
 
     rep.log(f"measuring on {len(prompts)} held-out prompts")
-    if report.tunes == Tunable.TREE.name.lower():
+    if report.tunes == Tunable.NGRAM.name.lower():
+        measured = measure_ngram(report, engine, prompts, options)
+    elif report.tunes == Tunable.TREE.name.lower():
         measured = {
             s.label: measure_tree(
                 engine, MedusaChoices.parse(s.value), prompts, max_tokens=options.max_tokens
@@ -351,5 +334,7 @@ def _measure(report: TuneReport, engine, prompts, options: TuneOptions, rep: Rep
 
 def _write(spec_path: Path, report: TuneReport, *, inputs: dict[str, Any]) -> TuneReport:
     tunable = Tunable[report.tunes.upper()]
-    kept = set_spec_value(spec_path, tunable.section, tunable.key, report.chosen.value, inputs=inputs)
+    kept = True
+    for section, key, value in tunable.assignments(report.chosen.value):
+        kept = set_spec_value(spec_path, section, key, value, inputs=inputs) and kept
     return replace(report, written="kept comments" if kept else "rewrote the spec (comments lost)")

@@ -11,7 +11,13 @@ from specbuild.core.errors import TrainingError
 from specbuild.core.methods import Tunable, method_of
 
 # option -> (lowest, highest): K and tree sizes share the spec's speculation.max_draft_len range
-RANGES = {"max_tokens": (1, 4096), "topk": (1, 100), "k_max": (1, 256), "budget": (1, 256)}
+RANGES = {
+    "max_tokens": (1, 4096),
+    "topk": (1, 100),
+    "k_max": (1, 256),
+    "budget": (1, 256),
+    "n_max": (1, 64),  # the spec's ngram.max_matching_ngram_size range
+}
 
 
 @dataclass(frozen=True)
@@ -21,6 +27,7 @@ class TuneOptions:
     topk: int = 10  # candidates per head considered when growing a Medusa tree
     k_max: int | None = None  # draft/target: largest K profiled (None: max(8, the spec's K))
     budget: int | None = None  # Medusa: tree nodes (None: the spec's max_draft_len)
+    n_max: int | None = None  # n-gram: largest max_matching_ngram_size profiled (None: max(4, the spec's))
     eval_prompts: Path | None = (
         None  # held-out prompts: measure the chosen and current settings on the engine
     )
@@ -53,6 +60,13 @@ class TuneOptions:
                 found=f"mode {spec.mode}",
                 fix="drop --budget, or use --k-max",
             )
+        if spec is not None and self.n_max is not None and method_of(spec).tunes is not Tunable.NGRAM:
+            raise TrainingError(
+                "--n-max is for n-gram specs (it bounds ngram.max_matching_ngram_size)",
+                expected="--k-max for draft/target, --budget for Medusa",
+                found=f"mode {spec.mode}",
+                fix="drop --n-max",
+            )
 
     def _check_profile(self, spec: Any) -> None:
         if self.profile is None:
@@ -80,8 +94,9 @@ class TuneOptions:
             )
         if spec is not None and method_of(spec).tunes is not Tunable.DRAFT_LEN:
             raise TrainingError(
-                "--profile chooses K (draft tokens per round); this spec's method tunes a tree",
+                "--profile chooses K (draft tokens per round); this spec's method tunes something else",
                 expected="a method whose K is tuned (draft/target)",
-                found=f"mode {spec.mode}",
-                fix="profile the tree here with --prompts (a tree needs each head's candidate ranks)",
+                found=f"mode {spec.mode} (tunes {method_of(spec).tunes.name.lower()})",
+                fix="profile here with --prompts (a Medusa tree needs each head's candidate ranks, n-gram "
+                "its match sizes)",
             )

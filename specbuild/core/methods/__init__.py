@@ -15,6 +15,7 @@ from specbuild.core.methods.base import EngineRole, SpeculationMethod, Tunable, 
 from specbuild.core.methods.draft_target import DRAFT_TARGET  # registration
 from specbuild.core.methods.eagle3 import EAGLE3  # registration
 from specbuild.core.methods.medusa import MEDUSA  # registration
+from specbuild.core.methods.ngram import NGRAM  # registration
 from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ class Method(str, Enum):
 
     DRAFT_TARGET = DRAFT_TARGET.name  # registration
     MEDUSA = MEDUSA.name  # registration
+    NGRAM = NGRAM.name  # registration
     EAGLE3 = EAGLE3.name  # registration
 
     def __str__(self) -> str:
@@ -35,8 +37,9 @@ class Method(str, Enum):
 
 
 METHODS: dict[Method, SpeculationMethod] = {
-    Method(m.name): m for m in (DRAFT_TARGET, MEDUSA, EAGLE3)
-}  # registration
+    Method(m.name): m
+    for m in (DRAFT_TARGET, MEDUSA, NGRAM, EAGLE3)  # registration
+}
 SECTIONS: tuple[str, ...] = tuple(
     m.section for m in METHODS.values() if m.section
 )  # method-owned spec sections

@@ -11,6 +11,7 @@ Drafter code lives in the stages (engines/reference, the BLS model); a method on
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass
 from enum import Enum
@@ -24,18 +25,22 @@ if TYPE_CHECKING:
 
 
 class Tunable(Enum):
-    """What `specbuild tune` chooses, as the spec key `tune --write` edits."""
+    """What `specbuild tune` chooses, as the spec keys (section, key) `tune --write` edits."""
 
-    DRAFT_LEN = ("speculation", "max_draft_len")  # K, draft tokens per round
-    TREE = ("medusa", "choices")  # the token tree
-
-    @property
-    def section(self) -> str:
-        return self.value[0]
+    DRAFT_LEN = (("speculation", "max_draft_len"),)  # K, draft tokens per round
+    TREE = (("medusa", "choices"),)  # the token tree
+    NGRAM = (("speculation", "max_draft_len"), ("ngram", "max_matching_ngram_size"))  # K and N
 
     @property
-    def key(self) -> str:
-        return self.value[1]
+    def keys(self) -> tuple[tuple[str, str], ...]:
+        return self.value
+
+    def assignments(self, chosen: Any) -> list[tuple[str, str, Any]]:
+        """(section, key, value) edits for a tuner's chosen value: the value itself for one key, else a
+        mapping "section.key" -> value."""
+        if len(self.keys) == 1:
+            return [(*self.keys[0], chosen)]
+        return [(section, key, chosen[f"{section}.{key}"]) for section, key in self.keys]
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,10 @@ class SpeculationMethod:
     def ecosystem_name(self) -> str:
         return self.profile_name or self.name
 
+    section_required: bool = True  # False: a spec may leave the section out (the loader fills its defaults)
+    # every round drafts min(K, tokens left - 1) (a client can rebuild the rounds); False: 0..K (n-gram)
+    drafts_every_round: bool = True
+
     # ---- spec ---------------------------------------------------------------------------------
     def default_max_draft_len(self, spec: BuildSpec) -> int:
         """speculation.max_draft_len when the spec leaves it out."""
@@ -79,6 +88,15 @@ class SpeculationMethod:
 
     def validate(self, spec: BuildSpec, where: str, *, validate_tree: bool = True) -> None:
         """Method-specific value checks (sections are checked by the spec loader); raise SpecError."""
+
+    def options_of(self, spec: BuildSpec) -> dict[str, Any] | None:
+        """The spec's section of this method as a plain dict (what its drafters are configured with)."""
+        section = getattr(spec, self.section) if self.section else None
+        return dataclasses.asdict(section) if section is not None else None
+
+    def bls_parameters(self, spec: BuildSpec) -> dict[str, str]:
+        """Extra string parameters of the BLS model its drafter reads (`bls_drafter`'s `configure`)."""
+        return {}
 
     # ---- engines ------------------------------------------------------------------------------
     def roles(self, spec: BuildSpec) -> tuple[EngineRole, ...]:

@@ -62,6 +62,7 @@ class EngineLayout:
     medusa_choices: Any = None  # whatever MedusaChoices.parse accepts, or None
     max_draft_len: int | None = None
     method: Method | None = None  # None: plain decode (and external verification)
+    method_options: dict | None = None  # the build spec's section of its method (e.g. `ngram:`), as a dict
     build_config: dict | None = None  # the target engine's config.json build_config (its request limits)
 
 
@@ -100,6 +101,7 @@ def locate(path: str | Path) -> EngineLayout:
             medusa_choices=spec.medusa.choices if spec.medusa else None,
             max_draft_len=artifact.roles["target"].max_draft_len,
             method=spec.mode,
+            method_options=method.options_of(spec),
             build_config=_build_config(artifact.loadable_dir("target")),
         )
     raw = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
@@ -131,7 +133,8 @@ class ReferenceEngine:
     """A loaded target (+ draft) with a tokenizer; see the module docstring for the API.
 
     `method` says how `generate(speculative=True)` speculates (None: plain decode); `max_draft_len`
-    is K for methods that draft per round (the build's; the method's default when not given).
+    is K for methods that draft per round (the build's; the method's default when not given);
+    `method_options` is the spec section of the method (its speculator reads it; None: its defaults).
     """
 
     def __init__(
@@ -144,10 +147,12 @@ class ReferenceEngine:
         tokenizer_dir: Path | None = None,
         max_draft_len: int | None = None,
         build_config: dict | None = None,
+        method_options: dict | None = None,
     ):
         self.target, self.draft = target, draft
         self.tokenizer_dir = tokenizer_dir
         self.medusa_choices = medusa_choices
+        self.method_options = dict(method_options) if method_options else None
         self.method = Method(method) if method is not None else None
         self.speculator = None
         if self.method is not None:
@@ -192,6 +197,7 @@ class ReferenceEngine:
             tokenizer_dir=layout.tokenizer_dir,
             max_draft_len=layout.max_draft_len,
             build_config=layout.build_config,
+            method_options=layout.method_options,
         )
 
     # ---- properties ---------------------------------------------------------------------------

@@ -188,6 +188,8 @@ class SequenceBatch:
 class BatchModelDrafter:
     """BatchDrafter over a draft LlamaModel: draft position i of every row in one batched pass."""
 
+    passes_per_draft_token = 1
+
     def __init__(self, model: LlamaModel, rows: int, generators: list[torch.Generator | None]):
         self.batch = SequenceBatch(model, rows)
         self.generators = generators

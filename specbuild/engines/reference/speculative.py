@@ -9,10 +9,11 @@ torch-light so the BLS can implement it with Triton tensors:
 * `draft_probs` is a float tensor [k, V] (torch) or None (token-equality verification);
 * counters are plain ints (`forward_passes`), read by the loop before and after each call.
 
-Each round: the drafter proposes k = min(num_draft_tokens, tokens still allowed - 1) tokens; the
-verifier scores them in one target pass and returns the accepted drafts plus one token of its own
-(`sampling.accept_draft`). The loop appends them, stops at the end id, a stop token or max_tokens
-(never emits past max_tokens), and records SpecStats. Each call gets the whole sequence so far;
+Each round: the drafter proposes up to k = min(num_draft_tokens, tokens still allowed - 1) tokens (a
+drafter may offer fewer, even none: the n-gram drafter without a match; the round is then a plain
+decode step); the verifier scores them in one target pass and returns the accepted drafts plus one
+token of its own (`sampling.accept_draft`). The loop appends them, stops at the end id, a stop token
+or max_tokens (never emits past max_tokens), and records SpecStats. Each call gets the whole sequence so far;
 implementations keep their KV caches and roll them back to the longest prefix they share with it.
 
 `speculative_generate_batch` runs the same rounds (`SpecRequest`) for several in-process requests in
@@ -46,7 +47,7 @@ class Drafter(Protocol):
     forward_passes: int  # draft-model forward passes so far (the loop reports the difference)
 
     def propose(self, ids: list[int], k: int, params: SamplingParams) -> tuple[list[int], object | None]:
-        """Return (k draft tokens, draft_probs [k, V] or None)."""
+        """Return (at most k draft tokens, draft_probs [len(drafts), V] or None)."""
         ...
 
 
@@ -65,6 +66,8 @@ class Verifier(Protocol):
 
 class BatchDrafter(Protocol):
     """In-process batched drafting: rows are request indices (stable across rounds)."""
+
+    passes_per_draft_token: int  # draft-model passes a row takes part in per draft token (n-gram: 0)
 
     def propose_batch(
         self, rows: list[int], ids: list[list[int]], ks: list[int], params: list[SamplingParams]
@@ -228,7 +231,8 @@ def speculative_generate_batch(
             [reqs[i].params for i in active],
         )
         for i, k, d, a in zip(active, ks, drafts, accepted, strict=True):
-            reqs[i].stats.draft_passes += max(k, 0)  # k batched passes in which this row took part
+            # k batched passes in which this row took part (none for a drafter without a model)
+            reqs[i].stats.draft_passes += max(k, 0) * drafter.passes_per_draft_token
             reqs[i].stats.target_passes += 1
             reqs[i].take(d, a)
     return [(r.out, r.stats) for r in reqs]

@@ -7,10 +7,11 @@ it is unit-tested against a fake executor.
 The speculative loop itself is NOT here: `specbuild.engines.reference.speculative.speculative_generate`
 is the one loop; `TritonDrafter` / `TritonVerifier` implement its two protocols (Drafter.propose,
 Verifier.verify)
-with calls to the `tensorrt_llm_draft` and `tensorrt_llm` models, as the real backend's BLS does. A
-method names its BLS drafter in core/methods (`bls_drafter`); the repository passes that name on in
-the BLS's `bls_drafter` parameter and model.py resolves it here. Request helpers shared with the other
-models: common/words.py.
+with calls to the `tensorrt_llm_draft` and `tensorrt_llm` models, as the real backend's BLS does;
+`NGramDrafter` drafts from an n-gram pool instead (no draft model). A method names its BLS drafter in
+core/methods (`bls_drafter`) and its parameters (`bls_parameters`); the repository passes them on in
+the BLS's parameters and model.py resolves the drafter here (`drafter_factory`). Request helpers
+shared with the other models: common/words.py.
 
 Shape legend: L tokens so far (prompt + accepted), k draft tokens this round, V vocab.
 """
@@ -18,15 +19,18 @@ Shape legend: L tokens so far (prompt + accepted), k draft tokens this round, V 
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from ngram_store import SharedPatternStore, remove_stale, server_pool_path
 from trtllm_semantics import sampling_params
-from words import first_stop, stop_at_words, word_lists
+from words import first_stop, flag, stop_at_words, word_lists
 from words import scalar as read
 
+from specbuild.engines.reference.ngram import NGramConfig, NGramRequest, PatternPool
 from specbuild.engines.reference.speculative import speculative_generate
 
 Call = Callable[[str, dict[str, np.ndarray], list[str]], dict[str, np.ndarray]]
@@ -324,6 +328,62 @@ class TritonDrafter:
         return tokens, probs_from_logits(torch.from_numpy(logits.copy()), params)  # [k, V]
 
 
+class NGramDrafter:
+    """Drafter of the shared loop for mode ngram: the request's n-gram state (engines/reference/ngram.py),
+    no model and no engine call. Its pool: the server's shared one (ngram_store.py) with
+    is_public_pool, else the request's own, gone with it.
+
+    `configure` reads the repository's ngram_* BLS parameters once per model instance and returns the
+    factory the BLS calls per request."""
+
+    forward_passes = 0
+
+    def __init__(self, shared: _Shared, config: NGramConfig, public):
+        self.request = NGramRequest(config, shared.opts.num_draft_tokens, public)
+
+    def propose(self, ids, k, params):
+        return self.request.propose(list(ids), k), None
+
+    @classmethod
+    def configure(cls, parameter: Callable[[str, str], str], *, model_dir: str, log=print):
+        config = NGramConfig(
+            max_matching_ngram_size=int(parameter("ngram_max_matching_ngram_size", "2")),
+            is_keep_all=flag(parameter("ngram_is_keep_all", "true")),
+            is_use_oldest=flag(parameter("ngram_is_use_oldest", "true")),
+            is_public_pool=flag(parameter("ngram_is_public_pool", "true")),
+        )
+        public = None
+        if config.is_public_pool:
+            public = open_public_pool(model_dir, log=log)
+            public = PatternPool() if public is None else public
+
+        def factory(shared: _Shared, draft_model: str | None) -> NGramDrafter:
+            return cls(shared, config, public)
+
+        factory.config, factory.public = config, public
+        factory.draft_logits = False  # no draft distribution: torch is never needed
+        return factory
+
+
+def open_public_pool(model_dir: str, *, log=print):
+    """The pool shared by this server's BLS instances, or None (then each instance keeps its own)."""
+    path = server_pool_path(model_dir)
+    try:
+        remove_stale(path.parent)
+        return SharedPatternStore(path)
+    except (OSError, sqlite3.Error) as exc:
+        log(f"tensorrt_llm_bls: n-gram pool {path} unusable ({exc}); this instance keeps its own pool")
+        return None
+
+
+def drafter_factory(name: str, parameter: Callable[[str, str], str], *, model_dir: str, log=print):
+    """The repository's drafter ("bls_core:Class", its `bls_drafter` parameter) as a factory
+    (shared, draft_model) -> Drafter: the class itself, or what its `configure` returns."""
+    drafter = globals()[name.partition(":")[2]]
+    configure = getattr(drafter, "configure", None)
+    return configure(parameter, model_dir=model_dir, log=log) if configure else drafter
+
+
 class TritonVerifier:
     """Verifier of the shared loop: the target model scores draft_input_ids (+ draft_logits) in one call
     and returns the accepted drafts plus its own next token."""
@@ -433,7 +493,7 @@ def speculate(
     opts: BlsOptions,
     prep: Prepared,
     *,
-    drafter_class,
+    drafter_factory,
     target_model: str,
     draft_model: str | None,
     seed_name: str,
@@ -446,7 +506,7 @@ def speculate(
     `on_tokens(tokens, shared)` gets each round's emitted tokens and the request's shared state (its
     running totals: running_totals()).
 
-    `drafter_class` is the repository's drafter (its `bls_drafter` parameter, e.g. TritonDrafter).
+    `drafter_factory` makes the repository's drafter (its `bls_drafter` parameter: `drafter_factory()`).
     Stop words: single-token ones are stop ids of the loop; longer ones end it through its stop hook
     right after their last token (the engines also stop at them inside one call). `stop` is the
     caller's own hook (cancellation), asked after every round too.
@@ -455,7 +515,7 @@ def speculate(
     params = opts.sampling_params(prep.end_id)
     params = dataclasses.replace(params, stop_token_ids=tuple(w[0] for w in words if len(w) == 1))
     shared = _Shared(call, opts, prep, seed_name=seed_name, logits_dtype=logits_dtype)
-    drafter, verifier = drafter_class(shared, draft_model), TritonVerifier(shared, target_model)
+    drafter, verifier = drafter_factory(shared, draft_model), TritonVerifier(shared, target_model)
     tokens, stats = speculative_generate(
         drafter,
         verifier,

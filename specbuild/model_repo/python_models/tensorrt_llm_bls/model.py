@@ -85,7 +85,16 @@ class TritonPythonModel:
         # the repository's method names its BLS drafter ("bls_core:TritonDrafter"; empty: the target
         # speculates)
         drafter = param(config, "bls_drafter")
-        self.drafter_class = getattr(bls_core, drafter.partition(":")[2]) if drafter else None
+        self.drafter_factory = (
+            bls_core.drafter_factory(
+                drafter,
+                lambda key, default: param(config, key, default),
+                model_dir=args.get("model_repository", _HERE),
+                log=pb_utils.Logger.log_warn,
+            )
+            if drafter
+            else None
+        )
         self.target_decoupled = flag(param(config, "tensorrt_llm_decoupled", "false"))
         self.default_k = int(param(config, "default_num_draft_tokens", "0"))
         self.default_use_logits = flag(param(config, "default_use_draft_logits", "false"))
@@ -100,7 +109,8 @@ class TritonPythonModel:
         )
         outputs = {t["name"]: t["data_type"] for t in config["output"]}
         self.logits_dtype = _NUMPY_LOGITS.get(outputs.get("generation_logits", "TYPE_FP32"), "float32")
-        if self.drafter_class is not None:  # torch (draft logits) now, not in the first request
+        if getattr(self.drafter_factory, "draft_logits", self.drafter_factory is not None):
+            # torch (draft logits) now, not in the first request
             import specbuild.engines.reference.sampling  # noqa: F401
 
     # ---- Triton plumbing ------------------------------------------------------------------------
@@ -248,13 +258,13 @@ class TritonPythonModel:
         # per token through its prefix cache, each token sent as it comes (a real baseline stream; every
         # token pays one BLS -> target call, docs/serving.md measures that overhead).
         stream_baseline = opts.stream and opts.num_draft_tokens == 0 and not self.target_decoupled
-        if self.drafter_class is not None and (opts.num_draft_tokens > 0 or stream_baseline):
+        if self.drafter_factory is not None and (opts.num_draft_tokens > 0 or stream_baseline):
             # the loop's stop hook asks after every round: a cancelled request ends within one round
             tokens, stats, shared = speculate(
                 call,
                 opts,
                 prep,
-                drafter_class=self.drafter_class,
+                drafter_factory=self.drafter_factory,
                 draft_model=self.draft,
                 target_model=self.target,
                 seed_name=self.seed_name,
