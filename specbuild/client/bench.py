@@ -38,7 +38,7 @@ from specbuild.client.multiturn import run_multiturn
 from specbuild.client.options import BenchConfig
 from specbuild.client.prometheus import cross_check, scrape
 from specbuild.client.remote import LLMAPI_INTERFACE, connect, model_info
-from specbuild.client.workers import Workers, rounds_exact, send
+from specbuild.client.workers import Workers, send
 from specbuild.core.errors import ClientError
 from specbuild.model_repo.tensors import DRAFT_MODEL, TARGET_MODEL
 
@@ -93,7 +93,7 @@ def run_once(
         concurrency=concurrency,
         num_draft_tokens=(k if stats_k is None else stats_k) or 0,
         duration_s=duration,
-        rounds_known=rounds_exact(records, rounds_known),
+        rounds_known=rounds_known,
     )
     run.records = records
     run.metrics["connections"] = connections
@@ -144,8 +144,8 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
     # an engine that drafts by itself (Medusa, every LLM-API repository): its rounds were drafted with the
     # repository's K (the LLM API's speculative_config.max_draft_len), not a request option
     stats_k = None if repo.bls_drives_loop else (repo.num_draft_tokens or None)
-    # every round drafts min(K, tokens left - 1), so a client can rebuild the rounds; n-gram: 0..K (only
-    # the rounds the BLS streams with its running counters are then known)
+    # every round drafts min(K, tokens left - 1), so a client can rebuild the rounds and alpha predicts the
+    # speedup; n-gram: 0..K (records keep the rounds the BLS streams exactly; no i.i.d. prediction)
     rounds_known = repo.speculation is None or repo.speculation.drafts_every_round
     if config.workload == "multiturn":
         per_run = config.conversations * config.turns

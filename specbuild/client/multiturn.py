@@ -23,7 +23,7 @@ from typing import Any
 
 from specbuild.client.metrics import RequestRecord, RunSummary, summarize_run
 from specbuild.client.options import BenchConfig
-from specbuild.client.workers import Workers, rounds_exact, send
+from specbuild.client.workers import Workers, send
 
 TURN = "\nUser: {user}\nAssistant:"
 
@@ -120,7 +120,7 @@ def run_multiturn(
         concurrency=concurrency,
         num_draft_tokens=(k if stats_k is None else stats_k) or 0,
         duration_s=duration,
-        rounds_known=rounds_exact(records, rounds_known),
+        rounds_known=rounds_known,
     )
     run.records = records
     run.metrics["connections"] = connections

@@ -120,9 +120,3 @@ def send(
         rounds_known=rounds_known,
     )
     return record, result
-
-
-def rounds_exact(records: list[RequestRecord], rounds_known: bool) -> bool:
-    """Whether a run's rounds are what the requests drafted: rebuilt from K (rounds_known), or streamed
-    exactly by the server for every request that drafted (the BLS's running counters)."""
-    return rounds_known or all(r.rounds for r in records if r.drafted)

@@ -1,5 +1,7 @@
-"""trtllm-serve's speculative-decoding Prometheus series from a local Python-backend engine model (the
-engine-flow `tensorrt_llm` stand-in and the LLM-API one), through Triton's custom-metrics API."""
+"""trtllm-serve's speculative-decoding Prometheus series from a local Python-backend engine model, through
+Triton's custom-metrics API: the engine-flow `tensorrt_llm` stand-in (this folder) and the LLM-API one
+(`repo --backend llmapi-local` copies this file next to it). Not in common/: the BLS vendors every
+common module and must not depend on specbuild; these models run where specbuild is installed."""
 
 from __future__ import annotations
 
