@@ -37,6 +37,7 @@ from specbuild.client.load_bench import load_summary, load_table_lines
 from specbuild.client.options import BenchConfig, load_prompts
 from specbuild.client.report import write_report
 from specbuild.client.serve_curve import measure_served, predict_served
+from specbuild.core.methods import Method, Tunable, method_of
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.core.schedule import DraftSchedule
 from specbuild.core.spec import load_spec
@@ -61,14 +62,15 @@ def _server_options() -> ServerOptions:
     return ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
 
 
-def write_spec(out: Path, family, *, k: int, method: str = "draft_target") -> Path:
+def write_spec(out: Path, family, *, k: int, method: str = Method.DRAFT_TARGET.value) -> Path:
+    kind = method_of(Method(method))
     spec = {
         "name": "bench-load",
         "mode": method,
         "dtype": "float32",
         "target": {"model": str(family.target)},
-        **({"draft": {"model": str(family.draft)}} if method == "draft_target" else {}),
-        **({"ngram": {"max_matching_ngram_size": 3}} if method == "ngram" else {}),
+        **({"draft": {"model": str(family.draft)}} if kind.draft_model else {}),
+        **({kind.section: {"max_matching_ngram_size": 3}} if kind.tunes is Tunable.NGRAM else {}),
         "speculation": {"max_draft_len": k},
         "build": {"max_batch_size": 8, "max_input_len": 256, "max_seq_len": 512},
         # eight BLS instances: up to eight requests in flight reach the engines (and the counter)
@@ -133,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
     family = build_family(cache=args.demo_cache or DEFAULT_CACHE, log=console.print)
     texts = list(load_prompts(family.prompts))
     tune_texts, held = texts[: max(2, len(texts) - args.prompts)], texts[-args.prompts :]
-    if args.method == "medusa":
+    if method_of(Method(args.method)).tunes is Tunable.TREE:
         run_medusa(args, family, out, tune_texts[:8], held, console)
         return
     (out / "tune_prompts.txt").write_text("\n".join(tune_texts[:8]) + "\n")

@@ -322,9 +322,6 @@ POSTPROCESSING_EXTRA_OUTPUTS = (
 # tensorrt_llm's output_ids / sequence_length reach postprocessing through the internal _TOKENS_BATCH /
 # _SEQUENCE_LENGTH tensors, as upstream, so a client that asks for text_output alone gets it.
 EXTRA_TEXT_OUTPUTS = ("output_ids", "sequence_length")
-# specbuild addition of the BLS (with return_perf_metrics): true when the acceptance guard stopped drafting
-# for the request (core/schedule.py AcceptanceGuard)
-BLS_EXTRA_OUTPUTS = ("speculation_stopped",)
 
 
 def _text_outputs(lg: str) -> list[Tensor]:
@@ -389,6 +386,19 @@ def ensemble_interface(names: Names, *, logits_dtype: str = DEFAULT_LOGITS_DTYPE
     return Interface(tuple(inputs), tuple(_text_outputs(logits_dtype.removeprefix("TYPE_"))))
 
 
+# specbuild additions to the BLS (not in the upstream templates): with return_perf_metrics, the draft
+# engine's KV-cache figures of its first call of the request (how much of the prompt the draft reused),
+# next to the target's in kv_cache_* (the BLS reports each engine's first call: the prompt's prefix reuse).
+BLS_EXTRA_OUTPUTS = (
+    _t("draft_kv_cache_alloc_new_blocks", "INT32", (1,)),
+    _t("draft_kv_cache_reused_blocks", "INT32", (1,)),
+    _t("draft_kv_cache_alloc_total_blocks", "INT32", (1,)),
+    # with return_perf_metrics: true when the acceptance guard stopped drafting for the request
+    # (core/schedule.py AcceptanceGuard)
+    _t("speculation_stopped", "BOOL", (1,)),
+)
+
+
 def bls_interface(names: Names, *, logits_dtype: str = DEFAULT_LOGITS_DTYPE) -> Interface:
     inputs = [
         _t("text_input", "STRING", (1,)),
@@ -444,8 +454,8 @@ def bls_interface(names: Names, *, logits_dtype: str = DEFAULT_LOGITS_DTYPE) -> 
         _t("guided_decoding_guide_type", "STRING", (1,), "opt"),
         _t("guided_decoding_guide", "STRING", (1,), "opt"),
     ]
-    outputs = [*_text_outputs(logits_dtype.removeprefix("TYPE_")), _t("speculation_stopped", "BOOL", (1,))]
-    return Interface(tuple(inputs), tuple(outputs))
+    outputs = (*_text_outputs(logits_dtype.removeprefix("TYPE_")), *BLS_EXTRA_OUTPUTS)
+    return Interface(tuple(inputs), outputs)
 
 
 # ---- Triton's LLM-API model (triton_backend/all_models/llmapi/tensorrt_llm) ------------------------
