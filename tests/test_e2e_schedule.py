@@ -96,12 +96,19 @@ def test_bench_runs_baseline_fixed_k_and_the_schedule_interleaved(scheduled_serv
     load = json.loads((out / "load.json").read_text())
     assert load["context"]["draft_len_schedule"] == "1:4,2:0" and load["context"]["rounds"] == 2
     for point in load["points"]:
-        assert set(point["modes"]) == {"baseline", "K=2", "K=4", "schedule"}
+        assert set(point["modes"]) == {"baseline", "baseline-unary", "K=2", "K=4", "schedule"}
         assert all(m["rounds"] == 2 for m in point["modes"].values())
         assert point["schedule_over_baseline"]["rounds"] == 2 and point["best_fixed"] in ("K=2", "K=4")
     runs = json.loads((out / "bench.json").read_text())["runs"]
     order = [(r["concurrency"], r["mode"], r["num_draft_tokens"]) for r in runs]
-    assert order[:4] == [(1, "baseline", 0), (1, "speculative", 2), (1, "speculative", 4), (1, "schedule", 4)]
+    assert order[:5] == [
+        (1, "baseline", 0),
+        (1, "baseline-unary", 0),
+        (1, "speculative", 2),
+        (1, "speculative", 4),
+        (1, "schedule", 4),
+    ]
+    assert all(p["schedule_over_baseline_unary"]["rounds"] == 2 for p in load["points"])
     assert (out / "load_T0.png").stat().st_size > 1000
     assert "schedule / baseline" in r.output
 

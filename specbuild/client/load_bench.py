@@ -19,6 +19,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from specbuild.client.metrics import UNARY_BASELINE  # bench's one-call target-alone run
+
 BASELINE_MODE, FIXED_MODE, SCHEDULE_MODE = "baseline", "speculative", "schedule"
 
 
@@ -61,6 +63,8 @@ def load_summary(runs) -> list[dict[str, Any]]:
             if BASELINE_MODE in modes:
                 base = _per_round(modes[BASELINE_MODE])
                 row["schedule_over_baseline"] = _median_ratio(sched, base)
+            if UNARY_BASELINE in modes:  # the target alone in one call per request (no per-token round trip)
+                row["schedule_over_baseline_unary"] = _median_ratio(sched, _per_round(modes[UNARY_BASELINE]))
             fixed = [label for label in modes if label.startswith("K=")]
             if fixed:
                 best = max(fixed, key=lambda label: row["modes"][label]["throughput_median"])
