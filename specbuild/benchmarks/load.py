@@ -116,6 +116,13 @@ def predicted_rates(prediction: dict) -> dict[tuple[int, str], float]:
     return rates
 
 
+def rewrite_markdown(out: Path) -> Path:
+    """load.md again from load_result.json (after a change to the table layout)."""
+    path = out / "load.md"
+    path.write_text(markdown(json.loads((out / "load_result.json").read_text())))
+    return path
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m specbuild.benchmarks.load", description=__doc__.split("\n\n")[0]
@@ -372,8 +379,12 @@ def markdown(result: dict) -> str:
             "",
         ]
         labels = list(dict.fromkeys(label for row in result["triton"] for label in row["modes"]))
-        lines.append("| c | " + " | ".join(labels) + " | schedule / baseline | schedule / best fixed K |")
-        lines.append("|---" * (len(labels) + 3) + "|")
+        lines.append(
+            "| c | "
+            + " | ".join(labels)
+            + " | schedule / baseline | schedule / one-call baseline | schedule / best fixed K |"
+        )
+        lines.append("|---" * (len(labels) + 4) + "|")
         for row in result["triton"]:
             cells = []
             for label in labels:
@@ -383,7 +394,9 @@ def markdown(result: dict) -> str:
                 )
                 cells.append(f"{m['throughput_median']:.1f}{ratio}" if m else "")
             sb, sf = row.get("schedule_over_baseline"), row.get("schedule_over_best_fixed")
+            su = row.get("schedule_over_baseline_unary")
             cells.append(f"{sb['median']:.3f} ({sb['min']:.2f}-{sb['max']:.2f})" if sb else "")
+            cells.append(f"{su['median']:.3f} ({su['min']:.2f}-{su['max']:.2f})" if su else "")
             cells.append(f"{sf['median']:.3f} vs {row.get('best_fixed')}" if sf else "")
             lines.append(f"| {row['concurrency']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -10,7 +10,7 @@ streamed, num_draft_tokens = K) measures
   responses per request (one per round), medians over the run's requests;
 * the time to the first token (preprocessing, prefill and the first round);
 
-and one run with num_draft_tokens = 0 measures the baseline's throughput (the target alone: nothing in
+and one unary run with num_draft_tokens = 0 (one call per request) measures the baseline's throughput (the target alone: nothing in
 it depends on acceptance). The prediction for requests of N tokens combines that cost with the
 acceptance per draft position profiled by `tune` (E(K) tokens per round): latency = ttft + (N / E(K) - 1)
 x round, throughput = c N / latency. The schedule takes, per c, the K (0: the baseline's rate) with the
@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from specbuild.client.bench import run_once
+from specbuild.client.metrics import UNARY_BASELINE
 from specbuild.client.options import BenchConfig
 from specbuild.core.schedule import DraftSchedule, schedule_steps
 from specbuild.core.theory import tokens_per_pass_chain
@@ -47,7 +48,9 @@ def measure_served(
         for k in (0, *ks):  # interleaved: every K of one concurrency back to back
             run = run_once(
                 config,
-                mode="baseline" if k == 0 else "speculative",
+                # the target alone in one call per request (a streamed baseline pays one BLS -> target call
+                # per token, which the schedule's plain rounds do not)
+                mode=UNARY_BASELINE if k == 0 else "speculative",
                 temperature=0.0,
                 concurrency=c,
                 k=k,
