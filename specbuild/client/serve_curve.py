@@ -10,11 +10,12 @@ streamed, num_draft_tokens = K) measures
   responses per request (one per round), medians over the run's requests;
 * the time to the first token (preprocessing, prefill and the first round);
 
-and one unary run with num_draft_tokens = 0 (one call per request) measures the baseline's throughput
-(the target alone: nothing in it depends on acceptance). The prediction for requests of N tokens
-combines that cost with the acceptance per draft position profiled by `tune` (E(K) tokens per
-round): latency = ttft + (N / E(K) - 1) x round, throughput = c N / latency. The schedule takes, per c, the K (0: the baseline's rate) with the
-best predicted throughput, as tuning/cost_curve.choose does.
+and one unary run with num_draft_tokens = 0 (one call per request) measures the baseline's
+throughput (the target alone: nothing in it depends on acceptance). The prediction for requests of N
+tokens combines that cost with the acceptance per draft position profiled by `tune` (E(K) tokens per
+round): latency = ttft + (N / E(K) - 1) x round, throughput = c N / latency. The schedule takes, per c,
+the K (0: the baseline's rate) with the best predicted throughput, thresholds at the midpoints
+(core/schedule.schedule_steps).
 """
 
 from __future__ import annotations
