@@ -117,7 +117,13 @@ def predict_served(
             )
         best = max(rates.values())
         near = [k for k, r in rates.items() if r >= best * (1 - TIE)]
+        if c == min(curve["concurrency"]) and any(
+            k > 0 for k in near
+        ):  # one request in flight: a tie speculates
+            near = [max(near)]  # with the larger K: no other request pays for it
         chosen[c] = min(near) if mode == "throughput" else max(near)
+        if chosen:  # more load never drafts more (and K at 1 stays the largest: max_draft_len)
+            chosen[c] = min(chosen[c], min(chosen.values()))
     sizes = sorted(curve["concurrency"])
     notes = []
     if chosen[sizes[0]] == 0:

@@ -235,7 +235,13 @@ def predict(
             )
         best = max(rates.values())
         near = [k for k, r in rates.items() if r >= best * (1 - TIE)]
+        if b == min(curve.batch_sizes) and any(
+            k > 0 for k in near
+        ):  # one request in flight: a tie speculates
+            near = [max(near)]  # with the larger K: no other request pays for it
         chosen[b] = min(near) if mode == "throughput" else max(near)
+        if chosen:  # more load never drafts more (and K at 1 stays the largest: max_draft_len)
+            chosen[b] = min(chosen[b], min(chosen.values()))
     notes = []
     if chosen[curve.batch_sizes[0]] == 0:
         notes.append("no K > 0 beats K=0 at the smallest batch size: speculation does not pay here")
