@@ -34,6 +34,7 @@ from rich.console import Console
 from specbuild.builder.compile import compile_spec
 from specbuild.client.bench import run_bench, run_once
 from specbuild.client.load_bench import load_summary, load_table_lines
+from specbuild.client.metrics import UNARY_BASELINE
 from specbuild.client.options import BenchConfig, load_prompts
 from specbuild.client.report import write_report
 from specbuild.client.serve_curve import measure_served, predict_served
@@ -105,12 +106,13 @@ def in_process(build: Path, prompts: list[list[int]], ks: list[int], rounds: int
     return out
 
 
-def predicted_rates(prediction: dict) -> dict[tuple[int, str], float]:
+def predicted_rates(prediction: dict, *, baseline_label: str = "baseline") -> dict[tuple[int, str], float]:
+    """(c, label) -> predicted tokens/s; the served prediction's baseline is the one-call (unary) run."""
     rates = {}
     for row in prediction["table"]:
         rates[row["batch"], f"K={row['k']}" if row["k"] else "K=0"] = row["tokens_per_s"]
     for b, rate in prediction["baseline"].items():
-        rates[int(b), "baseline"] = rate
+        rates[int(b), baseline_label] = rate
     for b, k in prediction["chosen"].items():
         rates[int(b), "schedule"] = rates[int(b), f"K={k}" if k else "K=0"]
     return rates
@@ -226,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
         write_report(runs, context, out / "triton")
         rows = load_summary(runs)
         result["triton"] = rows
-        served_rates = predicted_rates(served)
+        served_rates = predicted_rates(served, baseline_label=UNARY_BASELINE)
         for row in rows:
             for label, m in row["modes"].items():
                 p = served_rates.get((row["concurrency"], label))
