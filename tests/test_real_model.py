@@ -207,14 +207,15 @@ def test_the_streamed_answer_and_its_stats_go_into_the_summary():
 
     prompt = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQuote:\n```x```<|im_end|>\n"
     prompt += "<|im_start|>assistant\n"
-    out = "Here:\n```python\nx = 1\n```\n24 tokens, finish=length, speculative=True, accepted 3/8 drafts\n"
-    rec = answer_record(prompt, out)
+    out = "Here:\n```python\nx = 1\n```\n"
+    err = "a warning\n24 tokens, finish=length, speculative=True, accepted 3/8 drafts\n"
+    rec = answer_record(prompt, out, err)
     assert rec == {
         "question": "Quote:\n```x```",
         "answer": "Here:\n```python\nx = 1\n```",
         "stats": "24 tokens, finish=length, speculative=True, accepted 3/8 drafts",
     }
-    assert answer_record(prompt, "only text")["answer"] == "only text"  # no stats line: all of it is text
+    assert answer_record(prompt, "only text", "")["stats"] == ""  # no stats line: none shown
     summary = {
         "exactness_lines": ["TP 1: 'q': max |Δlogit| 0 -> ok"],
         "answers": {"ngram": rec},

@@ -350,7 +350,8 @@ def run_method(
             "--stream",
             capture=True,  # the answer goes into the summary too (printed once the stream ends)
         )
-        answers[mode] = answer_record(prompt, done.stdout)
+        print(done.stderr, end="")  # its stats line (stderr)
+        answers[mode] = answer_record(prompt, done.stdout, done.stderr)
         for name in PROMPT_SETS:
             bench = out / f"bench-{name}"
             run_cli(
@@ -380,12 +381,15 @@ def _user(prompt: str) -> str:
     return "  > " + _user_text(prompt).replace("\n", "\n  > ")
 
 
-def answer_record(prompt: str, stdout: str) -> dict:
-    """`generate --stream`'s output as {question, answer, stats}: the streamed text, then one stats line."""
-    text, _, stats = stdout.rstrip("\n").rpartition("\n")
-    if not text and " tokens, finish=" not in stats:  # no stats line: everything is the answer
-        text, stats = stats, ""
-    return {"question": _user_text(prompt), "answer": text, "stats": stats}
+def answer_record(prompt: str, stdout: str, stderr: str) -> dict:
+    """`generate --stream`'s output as {question, answer, stats}: the streamed text (stdout) and its stats
+    line, the last line on stderr."""
+    lines = [line for line in stderr.splitlines() if " tokens, finish=" in line]
+    return {
+        "question": _user_text(prompt),
+        "answer": stdout.rstrip("\n"),
+        "stats": lines[-1] if lines else "",
+    }
 
 
 # ---------------------------------------------------------------- summary
