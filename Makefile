@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-isa demo demo-real lint clean bench-convert bench-reference bench-serve
+.PHONY: setup test test-isa demo demo-real lint clean bench-convert bench-reference bench-serve aiperf
 
 setup: $(STAMP)
 
@@ -52,9 +52,27 @@ bench-reference: setup
 bench-serve: setup
 	$(BIN)/python -m specbuild.benchmarks.serve
 
+# AIPerf 0.13.0 in its own environment (Python >= 3.11; heavy: pandas, datasets, scipy, ...), then its
+# completions and chat flows against `specbuild serve --openai-port` on the demo's draft/target
+# repository (run `make demo` first), next to `specbuild bench` on the same prompts: build/aiperf/.
+# Not part of `make test`.
+AIPERF_PY ?= python3.11
+AIPERF_VENV := .venv-aiperf
+AIPERF_STAMP := $(AIPERF_VENV)/.installed-aiperf-0.13.0
+
+$(AIPERF_STAMP):
+	$(AIPERF_PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "AIPerf needs Python >= 3.11: pass AIPERF_PY=python3.11")'
+	test -x $(AIPERF_VENV)/bin/python || $(AIPERF_PY) -m venv $(AIPERF_VENV)
+	$(AIPERF_VENV)/bin/python -m pip install -q --upgrade pip
+	$(AIPERF_VENV)/bin/python -m pip install -q --only-binary=:all: aiperf==0.13.0
+	touch $@
+
+aiperf: setup $(AIPERF_STAMP)
+	$(BIN)/python -m specbuild.benchmarks.aiperf --aiperf $(AIPERF_VENV)/bin/aiperf
+
 clean:
 	rm -rf build .pytest_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV) .cache
+	rm -rf $(VENV) $(AIPERF_VENV) .cache

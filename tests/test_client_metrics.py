@@ -120,7 +120,14 @@ def test_medusa_positions_come_from_the_deepest_path():
 def test_reports_are_written(tmp_path):
     runs = _runs()
     files = write_report(runs, {"url": "x:1", "cost_ratio": 0.1}, tmp_path)
-    assert [f.name for f in files] == ["bench.json", "bench.csv", *PLOTS]
+    # no per-request records in these runs: the AIPerf files are written, no speculation profile
+    assert [f.name for f in files] == [
+        "bench.json",
+        "bench.csv",
+        "aiperf_metrics.json",
+        "records.jsonl",
+        *PLOTS,
+    ]
     data = json.loads((tmp_path / "bench.json").read_text())
     assert data["context"]["cost_ratio"] == 0.1
     spec = data["runs"][1]

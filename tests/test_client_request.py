@@ -163,12 +163,12 @@ def test_the_first_server_error_is_kept():
 
 
 def test_a_dead_model_process_is_named():
-    from specbuild.client.remote import _raise_request_error
+    from specbuild.client.remote import raise_request_error
 
     message = (
         "tensorrt_llm_bls: tensorrt_llm_draft: Failed to process the request(s) for model "
         "'tensorrt_llm_draft_0_0', message: Stub process 'tensorrt_llm_draft_0_0' is not healthy."
     )
     with pytest.raises(ClientError, match="model 'tensorrt_llm_draft' is down") as err:
-        _raise_request_error("127.0.0.1:8001", BLS, message, 60)
+        raise_request_error("127.0.0.1:8001", BLS, message, 60)
     assert "restart `specbuild serve`" in err.value.fix

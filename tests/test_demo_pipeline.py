@@ -118,3 +118,22 @@ def test_commands_are_echoed_as_a_user_types_them(tmp_path, monkeypatch):
 def test_free_ports_are_distinct_loopback_ports():
     ports = {demo.free_port() for _ in range(3)}
     assert all(1024 < p < 65536 for p in ports)
+
+
+def test_summary_rows_compare_with_the_one_call_baseline_when_bench_ran_it():
+    dt = {
+        "runs": [
+            _run("baseline", 1, tps=40.0),
+            _run("baseline-unary", 1, tps=64.0),
+            _run("speculative", 1, tps=96.0, speedup_measured=2.4),
+            _run("baseline", 2, tps=50.0),
+            _run("speculative", 2, tps=60.0),
+        ]
+    }
+    rows = demo_report.summary_rows(dt)
+    assert rows[0]["1-call base tok/s"] == 64.0 and rows[0]["vs 1-call"] == pytest.approx(1.5)
+    # float64 ratio of two small numbers: approx's default rel 1e-6
+    assert rows[1]["1-call base tok/s"] is None and rows[1]["vs 1-call"] is None  # no one-call run at c=2
+    medusa = {"runs": [_run("speculative", 1, tps=32.0)]}
+    borrowed = demo_report.summary_rows(medusa, baseline_from=dt)  # the lender's one-call run too
+    assert borrowed[0]["vs 1-call"] == pytest.approx(0.5)

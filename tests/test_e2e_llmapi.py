@@ -5,6 +5,7 @@ outputs report acceptance; `bench` and `repo check` work on it; a stop request c
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -39,8 +40,11 @@ def test_greedy_text_equals_engine_flow_and_target_alone(e2e_llmapi, e2e_servers
         # acceptance comes back in the perf outputs: K=4 drafts per step, none beyond the output
         s = llmapi.stats
         assert llmapi.speculative and s.drafted > 0 and 0 <= s.accepted <= s.drafted
-        # each streamed response is one engine step: its tokens are the accepted drafts + 1
-        assert sum(streamed.stats.accepted_per_step) + len(streamed.stats.accepted_per_step) == len(ids)
+        # each streamed response is one engine round: its tokens are the accepted drafts + 1; the rounds
+        # (drafted min(K, room - 1); a last one that could draft nothing is no step) add up to the totals
+        st = streamed.stats
+        assert sum(st.accepted_per_step) + st.target_passes == len(ids)
+        assert sum(st.accepted_per_step) == st.accepted and sum(st.drafted_per_step) == st.drafted > 0
 
 
 def test_interface_detected_from_metadata(e2e_llmapi):
@@ -61,10 +65,16 @@ def test_interface_detected_from_metadata(e2e_llmapi):
 def test_bench_runs_unchanged(e2e_llmapi, tmp_path):
     from specbuild.client.bench import run_bench
     from specbuild.client.options import BenchConfig
+    from specbuild.client.report import write_report
 
     _, _, server = e2e_llmapi
     config = BenchConfig(
-        url=server.grpc_url, prompts=PROMPTS[:2], concurrency=(1, 2), temperatures=(0.0,), max_tokens=8
+        url=server.grpc_url,
+        prompts=PROMPTS[:2],
+        concurrency=(1, 2),
+        temperatures=(0.0,),
+        max_tokens=8,
+        metrics_url=f"http://{server.options.host}:{server.options.metrics_port}/metrics",
     )
     runs, context = run_bench(config)
     assert [r.mode for r in runs] == ["speculative", "speculative"]
@@ -74,6 +84,21 @@ def test_bench_runs_unchanged(e2e_llmapi, tmp_path):
         assert m["output_sequence_length"]["avg"] == 8
         assert m["acceptance_rate"] == m["acceptance_rate"]  # measured (not NaN)
         assert m["mean_accepted_tokens_per_pass"] >= 1.0
+        assert m["connections"] <= run.concurrency
+        # the LLM-API model exports trtllm-serve's spec-decode series too: they agree with the requests
+        check = m["prometheus_check"]
+        assert check["agree"] and check["prometheus"]["drafted"] == sum(r.drafted for r in run.records) > 0
+        # the rounds (one per streamed response, drafted min(K, room - 1)) add up to the server's totals
+        for r in run.records:
+            assert sum(d for _, d in r.rounds) == r.drafted and sum(a for a, _ in r.rounds) == r.accepted
+    # the records others read, through this interface too
+    write_report(runs, context, tmp_path)
+    lines = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    record = lines[0]["spec_decode_acceptance"]
+    assert record["num_spec_tokens"] == 4 and record["num_draft_tokens"] == runs[0].records[0].drafted
+    assert sum(record["acceptance_histogram"].values()) == record["num_spec_steps"]
+    profile = json.loads((tmp_path / "speculation_profile.json").read_text())
+    assert profile["num_speculative_tokens"] == 4 and profile["method"] == "draft_model"
 
 
 def test_repo_check_accepts_it(e2e_llmapi):

@@ -101,8 +101,8 @@ def test_generate_cli_and_bench_show_the_method(server, baseline, tmp_path):
     report = json.loads((tmp_path / "bench" / "bench.json").read_text())
     assert report["context"]["mode"] == "ngram" and report["context"]["cost_ratio"] == 0.0
     runs = report["runs"]
-    assert [r["mode"] for r in runs] == ["baseline", "speculative"]
-    spec = runs[1]["metrics"]
+    assert [r["mode"] for r in runs] == ["baseline", "baseline-unary", "speculative"]
+    spec = runs[2]["metrics"]
     assert spec["speedup_measured"] > 0 and spec["mean_accepted_tokens_per_pass"] >= 1
     assert "speedup_predicted" not in spec  # rounds draft 0..K: no i.i.d. prediction
 

@@ -151,32 +151,80 @@ def test_bench_through_triton_writes_the_report(servers, tmp_path):
     from specbuild.client.options import BenchConfig
     from specbuild.client.report import PLOTS, write_report
 
+    server = servers["draft_target"]
     config = BenchConfig(
-        url=servers["draft_target"].grpc_url,
+        url=server.grpc_url,
         prompts=tuple(PROMPTS[:2]),
         concurrency=(1, 2),
         temperatures=(0.0,),
         max_tokens=8,
         num_draft_tokens=K,
+        metrics_url=f"http://{server.options.host}:{server.options.metrics_port}/metrics",
     )
     runs, context = run_bench(config)
     assert [(r.mode, r.concurrency) for r in runs] == [
         ("baseline", 1),
+        ("baseline-unary", 1),
         ("speculative", 1),
         ("baseline", 2),
+        ("baseline-unary", 2),
         ("speculative", 2),
     ]
     assert context["cost_ratio"] is not None and context["cost_ratio"] >= 0
     for run in runs:
         assert run.requests == 2 and run.metrics["output_sequence_length"]["avg"] == 8
         assert 0 < run.metrics["time_to_first_token"]["p50"] <= run.metrics["request_latency"]["p50"]
-    spec = runs[1].metrics
+    spec = runs[2].metrics
     assert (
         spec["speedup_measured"] > 0 and spec["speedup_predicted"] > 0 and 0 <= spec["acceptance_rate"] <= 1
     )
+    assert spec["speedup_measured_vs_unary"] > 0
+    # the one-call baseline answers once: no stream (TTFT is the whole request)
+    assert all(r.target_passes == 1 and r.first_chunk_tokens == r.output_tokens == 8 for r in runs[1].records)
     assert spec["mean_accepted_tokens_per_pass"] >= 1
+    for run in runs:
+        assert run.metrics["connections"] <= run.concurrency  # one connection per worker, not per request
+    # the baseline streams token by token: one response per token, the first one well before the end
+    for record in runs[0].records:
+        assert record.target_passes == record.output_tokens == 8 and record.first_chunk_tokens == 1
+        assert record.ttft_s < record.latency_s and record.itl_s > 0
+    # the server's Prometheus counters (trtllm-serve's names) agree with the requests' own counts, exactly
+    for run in runs:
+        check = run.metrics["prometheus_check"]
+        assert check["agree"], check
+        if run.mode == "speculative":
+            assert check["prometheus"]["drafted"] == sum(r.drafted for r in run.records) > 0
+            assert check["prometheus"]["steps"] == sum(len(r.rounds) for r in run.records)
+        else:
+            assert check["prometheus"]["drafted"] == 0
+    # the rounds streamed with their counters are exact: they add up to the server's totals
+    for record in runs[2].records:
+        assert sum(a for a, _ in record.rounds) == record.accepted and sum(d for _, d in record.rounds) == (
+            record.drafted
+        )
+        assert all(d <= K for _, d in record.rounds)
     files = write_report(runs, context, tmp_path)
-    assert {f.name for f in files} == {"bench.json", "bench.csv", *PLOTS}
+    assert {f.name for f in files} == {
+        "bench.json",
+        "bench.csv",
+        "aiperf_metrics.json",
+        "records.jsonl",
+        "speculation_profile.json",
+        *PLOTS,
+    }
+    aiperf = json.loads((tmp_path / "aiperf_metrics.json").read_text())
+    spec_run = aiperf["runs"][2]
+    assert spec_run["time_to_first_token"]["unit"] == "ms" and spec_run["time_to_first_token"]["count"] == 2
+    assert spec_run["spec_decode_overall_draft_acceptance_rate"]["avg"] == pytest.approx(
+        100 * spec["acceptance_rate"]
+    )  # float64 ratios of the same integer counts: default rel 1e-6
+    lines = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert len(lines) == 12 and all(line["spec_decode_acceptance"] is None for line in lines[:4])
+    record = lines[4]["spec_decode_acceptance"]
+    assert sum(record["acceptance_histogram"].values()) == record["num_spec_steps"]
+    profile = json.loads((tmp_path / "speculation_profile.json").read_text())
+    assert profile["num_speculative_tokens"] == K and profile["method"] == "draft_model"
+    assert len(profile["conditional_accept_rates"]) == K
 
 
 def test_bench_without_num_draft_tokens_uses_the_repository_k(servers, builds):
@@ -204,6 +252,39 @@ def test_bench_without_num_draft_tokens_uses_the_repository_k(servers, builds):
         concurrency=(1,),
         temperatures=(0.0,),
         max_tokens=6,
+        unary_baseline=False,
     )
     runs, context = run_bench(config)
     assert context["num_draft_tokens"] == recorded and [r.num_draft_tokens for r in runs] == [0, recorded]
+
+
+def test_multiturn_workload_reports_prefix_reuse_of_target_and_draft(servers):
+    """Conversations whose turns extend the previous context: the BLS reports each engine's prompt reuse
+    (kv_cache_reused_blocks of the target, draft_kv_cache_reused_blocks of the draft)."""
+    from specbuild.client.bench import run_bench
+    from specbuild.client.multiturn import compare_reuse, render, user_turns
+    from specbuild.client.options import BenchConfig
+
+    assert user_turns(("a", "b", "c"), 2, 2) == [["a", "b"], ["c", "a"]]
+    assert render("S", [("u1", " a1")], "u2") == "S\nUser: u1\nAssistant: a1\nUser: u2\nAssistant:"
+    config = BenchConfig(
+        url=servers["draft_target"].grpc_url,
+        prompts=tuple(PROMPTS[:4]),
+        concurrency=(1,),
+        temperatures=(0.0,),
+        max_tokens=6,
+        num_draft_tokens=K,
+        workload="multiturn",
+        conversations=2,
+        turns=3,
+    )
+    runs, _ = run_bench(config)
+    base, spec = (r.metrics["prefix_reuse"] for r in runs)
+    assert base["requests"] == spec["requests"] == 6
+    assert base["draft"] is None and spec["draft"] is not None  # the draft runs only with speculation
+    for reuse in (base["target"], spec["target"], spec["draft"]):
+        # later turns start with the whole previous request: their prompts reuse cached blocks
+        assert reuse["reused_blocks_by_turn"]["2"] > 0 and 0 < reuse["reuse_ratio"] < 1
+    (row,) = compare_reuse(runs)
+    assert row["target_reused_blocks_off"] == base["target"]["reused_blocks"]
+    assert row["verdict"].startswith("speculation")

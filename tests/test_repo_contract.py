@@ -70,6 +70,8 @@ def generated_rows(config, *, inputs: bool) -> list[tuple]:
         if config.name == "postprocessing"
         else set()
         if config.name == "tensorrt_llm"
+        else set(T.EXTRA_TEXT_OUTPUTS) | {t.name for t in T.BLS_EXTRA_OUTPUTS}
+        if config.name == "tensorrt_llm_bls"
         else set(T.EXTRA_TEXT_OUTPUTS)
     )
     return [

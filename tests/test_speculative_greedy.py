@@ -105,6 +105,40 @@ def test_unrelated_draft_and_batched_speculation(models, baseline):
         assert all(r.stats.accepted == sum(r.stats.accepted_per_step) for r in near)
 
 
+def test_batched_plain_decode_reuses_the_prefix_cache(models, baseline):
+    """A second batch whose prompts extend the first batch's requests takes their KV from the prefix
+    cache (each row its own sequence) and still decodes exactly the greedy continuation."""
+    engine = _engine(models, "far")
+    params = SamplingParams(max_tokens=MAX_TOKENS)
+    first = engine.generate_batch(PROMPTS, params, speculative=False)
+    assert [r.token_ids for r in first] == baseline and all(r.cached_prompt_tokens == 0 for r in first)
+    longer = [p + out[:4] for p, out in zip(PROMPTS, baseline, strict=True)]
+    second = engine.generate_batch(longer, params, speculative=False)
+    alone = _engine(models, "far")
+    assert [r.token_ids for r in second] == [
+        alone.generate(p, params, speculative=False).token_ids for p in longer
+    ]
+    # each row reused its whole earlier prompt and the fed continuation (the last prompt token is recomputed)
+    assert [r.cached_prompt_tokens for r in second] == [len(p) - 1 for p in longer]
+
+
+def test_batched_plain_decode_extends_a_sequence_grown_by_a_single_request(models):
+    """A single request longer than a cached sequence's first capacity (256) grows it inside a forward
+    pass (inference tensors); a batch that extends that request reads and writes it back (the server's
+    multi-turn traffic at concurrency > 1)."""
+    engine = _engine(models, "far")
+    params = SamplingParams(max_tokens=8)
+    long = [(7 * i) % 199 + 1 for i in range(260)]
+    first = engine.generate(long, params, speculative=False)
+    longer = [long + first.token_ids[:4], PROMPTS[1]]
+    batch = engine.generate_batch(longer, params, speculative=False)
+    alone = _engine(models, "far")
+    assert [r.token_ids for r in batch] == [
+        alone.generate(p, params, speculative=False).token_ids for p in longer
+    ]
+    assert batch[0].cached_prompt_tokens == len(longer[0]) - 1
+
+
 def test_batched_sampling_equals_unbatched_with_the_same_seeds(models):
     engine = _engine(models, "near")
     params = [SamplingParams(max_tokens=MAX_TOKENS, temperature=0.7, seed=s) for s in (1, 2, 3)]

@@ -191,6 +191,8 @@ def test_chosen_k_is_at_or_next_to_the_best_measured_k(family):
             "--k-max",
             "6",
             "--write",
+            "--save-profile",
+            str(root / "profile" / "speculation_profile.json"),
             "--json",
         ],
     )
@@ -214,6 +216,54 @@ def test_chosen_k_is_at_or_next_to_the_best_measured_k(family):
     assert abs(report["chosen"]["value"] - measured["best_k"]) <= 1
     assert load_spec(spec_path).speculation.max_draft_len == report["chosen"]["value"]
     assert "# K" in spec_path.read_text()
+
+    # the profile round-trips: tune --profile (no engine, no prompts) chooses the same K
+    profile = root / "profile" / "speculation_profile.json"
+    written = json.loads(profile.read_text())
+    assert written["num_speculative_tokens"] == 6 and written["method"] == "draft_model"
+    assert written["measurement_conditions"]["cost_ratio"] == report["details"]["cost_ratio"]
+    again = CliRunner().invoke(app, ["tune", str(spec_path), "--profile", str(profile), "--json"])
+    assert again.exit_code == 0, again.output
+    back = json.loads(again.stdout)
+    assert back["chosen"]["value"] == report["chosen"]["value"]
+    assert back["details"]["acceptance_per_position"] == pytest.approx(acc, abs=1e-6)  # 6 dp in the file
+    # refused: prompts with a profile, a profile of another method, none of a cost ratio
+    bad = CliRunner().invoke(
+        app, ["tune", str(spec_path), "--profile", str(profile), "--prompts", str(root / "train.txt")]
+    )
+    assert bad.exit_code != 0 and "exclude each other" in bad.output
+    other = root / "profile" / "eagle.json"
+    no_cost = root / "profile" / "no_cost.json"
+    other.write_text(json.dumps({**written, "method": "eagle3"}))
+    no_cost.write_text(json.dumps({**written, "measurement_conditions": {}}))
+    for path, words in ((other, "another method"), (no_cost, "no cost ratio")):
+        r = CliRunner().invoke(app, ["tune", str(spec_path), "--profile", str(path)])
+        assert r.exit_code != 0 and words in r.output, r.output
+    r = CliRunner().invoke(
+        app, ["tune", str(spec_path), "--profile", str(no_cost), "--cost-ratio", "0.5", "--json"]
+    )
+    assert r.exit_code == 0 and json.loads(r.stdout)["details"]["cost_ratio"] == 0.5
+    # ... and into `plan`: the same best K (the spec's, which tune --write set), the speedup at it
+    from specbuild.core import capacity as C
+    from specbuild.core import theory
+    from specbuild.core.errors import PlanError
+    from specbuild.planning.plan import PlanRequest, make_plan
+
+    spec = load_spec(spec_path)
+    traffic = C.make_traffic(input_len=32, output_len=64, tokens_per_day=10e6)
+    req = PlanRequest(traffic, stated=(100.0, None), profile=profile, price_per_gpu_hour=1.0)
+    plan = make_plan(spec, req)
+    k = report["chosen"]["value"]
+    assert plan.profile_best_k == k == plan.k
+    assert any(f"best K is {k}" in n for n in plan.notes)
+    c = report["details"]["cost_ratio"]
+    s = theory.speedup(theory.tokens_per_pass_chain(back["details"]["acceptance_per_position"], k), k, c)
+    assert plan.labels["speculative"] == "profile"
+    assert plan.sizings["speculative"].tokens_per_s_per_replica == pytest.approx(100.0 * s, rel=1e-9)
+    # float64 products of the same few factors (~1e-15): 1e-9 is loose and still catches another K
+    for path, words in ((other, "another method"), (no_cost, "no cost ratio")):
+        with pytest.raises(PlanError, match=words):
+            make_plan(spec, PlanRequest(traffic, stated=(100.0, None), profile=path, price_per_gpu_hour=1.0))
 
 
 def test_ngram_tune_replays_exactly_and_writes_k_and_n(family):

@@ -39,6 +39,36 @@ def bench(
         Path, typer.Option("--out", help="Folder for bench.json, bench.csv and PNG plots.")
     ] = B.DEFAULT_OUT,
     timeout: Timeout = B.DEFAULT_TIMEOUT_S,
+    metrics_url: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics-url",
+            help="The server's Prometheus endpoint (http://HOST:8002/metrics): read its speculative "
+            "counters around each run and cross-check them with the requests' own counts.",
+        ),
+    ] = None,
+    workload: Annotated[
+        str,
+        typer.Option(
+            "--workload",
+            help="single: every prompt once per run; multiturn: conversations whose turns extend the "
+            "previous context after a shared system prompt, with the prefix reuse of target and draft.",
+        ),
+    ] = "single",
+    conversations: Annotated[
+        int, typer.Option("--conversations", help="multiturn: conversations per run.")
+    ] = B.DEFAULT_CONVERSATIONS,
+    turns: Annotated[int, typer.Option("--turns", help="multiturn: user turns per conversation.")] = (
+        B.DEFAULT_TURNS
+    ),
+    unary_baseline: Annotated[
+        bool,
+        typer.Option(
+            "--unary-baseline/--no-unary-baseline",
+            help="Also run the target alone in one unary call per request (throughput without the "
+            "streamed baseline's per-token BLS -> target call): speedup 'vs 1-call'.",
+        ),
+    ] = True,
 ) -> None:
     """Benchmark speculation off (target alone) vs on, per temperature and concurrency, through Triton.
 
@@ -46,6 +76,10 @@ def bench(
     output_token_throughput, request_throughput) and, for speculative runs, acceptance rate, mean accepted
     tokens per target pass, measured speedup and the speedup predicted from acceptance and the measured
     draft/target cost ratio. Medusa repositories have no speculation-off run (the engine always speculates).
+
+    Also writes, in --out: aiperf_metrics.json (every run under AIPerf 0.13.0's metric tags and units),
+    records.jsonl (one AIPerf-shaped record per request, with its spec-decode acceptance record) and
+    speculation_profile.json (ModelOpt's schema 1.0, from the greedy speculative runs).
     """
     from specbuild.client.bench import run_bench
     from specbuild.client.options import BenchConfig, default_prompts_file, load_prompts
@@ -59,11 +93,36 @@ def bench(
         max_tokens=max_tokens,
         num_draft_tokens=num_draft_tokens,
         timeout_s=timeout,
+        metrics_url=metrics_url,
+        workload=workload,
+        conversations=conversations,
+        turns=turns,
+        unary_baseline=unary_baseline,
     )
     out_console = console()
     runs, context = run_bench(config, console=out_console)
+    if workload == "multiturn":
+        from specbuild.client.multiturn import compare_reuse
+
+        context["prefix_reuse"] = compare_reuse(runs)
     files = write_report(runs, context, out)
     out_console.print(table(runs))
+    for row in context.get("prefix_reuse", []):
+        draft = row["draft_reused_blocks_on"]
+        out_console.print(
+            f"prefix reuse T={row['temperature']:g} c={row['concurrency']}: target reused blocks "
+            f"{row['target_reused_blocks_off']} (speculation off) vs {row['target_reused_blocks_on']} (on); "
+            f"draft {draft if draft is not None else '-'} (on): {row['verdict']}"
+        )
+    for run in runs:
+        check = run.metrics.get("prometheus_check")
+        if check is not None:
+            p, b = check["prometheus"], check["bench"]
+            out_console.print(
+                f"/metrics {run.mode} T={run.temperature:g} c={run.concurrency}: drafted {p['drafted']:g} / "
+                f"{b['drafted']}, accepted {p['accepted']:g} / {b['accepted']} (server / requests): "
+                + ("agree" if check["agree"] else "[red]DISAGREE[/]")
+            )
     k = context.get("num_draft_tokens")
     out_console.print(f"method: {context['mode']}" + (f", K = {k}" if k is not None else ""))
     c = context["cost_ratio"]

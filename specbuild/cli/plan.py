@@ -106,7 +106,12 @@ def plan(
     ] = None,
     profile: Annotated[
         Path | None,
-        typer.Option("--profile", help="Speculation profile: the JSON of `specbuild tune SPEC --json`."),
+        typer.Option(
+            "--profile",
+            help="Speculation profile: the JSON of `specbuild tune SPEC --json`, or a "
+            "speculation_profile.json "
+            "(`bench`, `tune --save-profile`, ModelOpt's specdec_bench).",
+        ),
     ] = None,
     stated: Annotated[
         str | None, typer.Option("--stated", help="Stated tok/s per GPU: BASE,SPEC (e.g. 45,105).")

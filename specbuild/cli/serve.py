@@ -55,6 +55,25 @@ def serve(
         "yy.mm tag instead of the newest one matching the TensorRT-LLM version (LLM-API build: the "
         "TensorRT-LLM release image tag).",
     ),
+    openai_port: int | None = typer.Option(
+        None,
+        "--openai-port",
+        help="Also serve the OpenAI-compatible API (/v1/models, /v1/completions, /v1/chat/completions, "
+        "SSE streaming, usage, per-request speculative metrics) on this port, on --host.",
+    ),
+    served_model_name: str | None = typer.Option(
+        None,
+        "--served-model-name",
+        help="The model id the OpenAI API answers to (default: REPO's folder name).",
+    ),
+    chat_template: Annotated[
+        Path | None,
+        typer.Option(
+            "--chat-template",
+            help="A Hugging Face Jinja chat template for /v1/chat/completions (default: the tokenizer's; "
+            "without one chat requests are refused).",
+        ),
+    ] = None,
     nodes: int = typer.Option(
         1, "--nodes", help="With --print-launch, LLM-API flow: nodes; > 1 adds the trtllm-llmapi-launch line."
     ),
@@ -119,7 +138,29 @@ def serve(
         err_console().print(
             f"[yellow]warning:[/] binding to {host}: anyone who can reach it can use the server"
         )
-    code = run_server(repo, options, console=console(), log_stream=None if log_file else sys.stderr)
+    on_ready = None
+    if openai_port is not None:
+        from specbuild.frontend.run import FrontendOptions, start_frontend
+
+        frontend_options = FrontendOptions(
+            host=host,
+            port=openai_port,
+            model_name=served_model_name,
+            chat_template=chat_template,
+            metrics_url=f"http://{'[' + host + ']' if ':' in host else host}:{metrics_port}/metrics",
+            repo=Path(repo),
+        )
+
+        def on_ready(server):
+            frontend = start_frontend(
+                server.grpc_url, frontend_options, default_name=Path(repo).resolve().name
+            )
+            console().print(f"  OpenAI  {frontend.url} (model {frontend.model!r})")
+            return frontend.stop
+
+    code = run_server(
+        repo, options, console=console(), log_stream=None if log_file else sys.stderr, on_ready=on_ready
+    )
     raise typer.Exit(code)
 
 

@@ -151,13 +151,13 @@ def format_accuracy_table(metrics: dict) -> str:
 def tune_cmd(
     spec: Annotated[Path, typer.Argument(help="Build spec (YAML), mode draft_target, medusa or ngram.")],
     prompts: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             "--prompts",
             help='Prompts to profile on: .txt (one per non-empty line) or .jsonl ("text" or "prompt"). Use '
-            "prompts like the traffic you will serve.",
+            "prompts like the traffic you will serve. Not with --profile.",
         ),
-    ],
+    ] = None,
     write: Annotated[
         bool,
         typer.Option(
@@ -209,6 +209,31 @@ def tune_cmd(
             help="Run this `specbuild compile` output instead of converting the spec's checkpoints.",
         ),
     ] = default(TuneOptions, "engine"),  # noqa: B008
+    profile: Annotated[
+        Path | None,
+        typer.Option(
+            "--profile",
+            help="A speculation_profile.json measured elsewhere (ModelOpt schema 1.0, e.g. from `specbuild "
+            "bench` or `tune --save-profile` on a GPU host): choose K from its acceptance instead of "
+            "profiling here (draft/target).",
+        ),
+    ] = None,
+    cost_ratio: Annotated[
+        float | None,
+        typer.Option(
+            "--cost-ratio",
+            help="With --profile: draft pass / target pass time on the serving hardware (default: the "
+            "profile's measurement_conditions.cost_ratio).",
+        ),
+    ] = None,
+    save_profile: Annotated[
+        Path | None,
+        typer.Option(
+            "--save-profile",
+            help="Write this measurement as a ModelOpt-style speculation_profile.json (conditional and "
+            "marginal acceptance per position, mean acceptance length, cost ratio).",
+        ),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """Profile acceptance offline on the reference engine and pick K (draft/target), grow the Medusa tree,
@@ -238,6 +263,9 @@ def tune_cmd(
         eval_prompts=eval_prompts,
         engine=engine,
         write=write,
+        profile=profile,
+        cost_ratio=cost_ratio,
+        save_profile=save_profile,
     )
     with RichReporter() as reporter:
         report = tune_spec(spec, options, reporter=reporter)
@@ -291,10 +319,15 @@ def format_tune_report(report) -> str:
     tree = tunes is Tunable.TREE  # else K
     if not tree:
         acc = ", ".join(f"{a:.3f}" for a in d["acceptance_per_position"])
+        timing = (
+            f"({d['draft_pass_ms']:.2f} ms / {d['target_pass_ms']:.2f} ms)"
+            if "draft_pass_ms" in d
+            else f"(from {d.get('cost_ratio_source', 'the profile')})"
+        )
         lines += [
-            f"acceptance per draft position (greedy, conditional): {acc}",
-            f"cost ratio c = draft pass / target pass = {d['cost_ratio']:.3f} ({d['draft_pass_ms']:.2f} ms / "
-            f"{d['target_pass_ms']:.2f} ms)",
+            f"acceptance per draft position (greedy, conditional): {acc}"
+            + (f"  [from the profile {d['profile']}]" if "profile" in d else ""),
+            f"cost ratio c = draft pass / target pass = {d['cost_ratio']:.3f} {timing}",
             "  K   tokens/pass  predicted speedup",
         ]
         lines += [f"  {r['k']:<3} {r['tokens_per_pass']:<12.3f} {r['speedup']:.3f}" for r in d["table"]]
@@ -340,6 +373,8 @@ def format_tune_report(report) -> str:
             for r in m["sweep"]
         ]
         lines.append(f"best measured K: {m['best_k']}")
+    if d.get("profile_written"):
+        lines.append(f"wrote the speculation profile {d['profile_written']}")
     if report.written:
         lines.append(f"spec updated ({report.written})")
     return "\n".join(lines)

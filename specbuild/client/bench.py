@@ -1,17 +1,25 @@
 """`specbuild bench`: the same prompts with speculation off (target alone) and on, per temperature
-and concurrency, through a running tritonserver (streaming requests, as genai-perf measures).
+and concurrency, through a running tritonserver (streaming requests, as genai-perf / AIPerf measure).
 
-The repository says its method and K (client/remote.py `repo_info`). Baseline: when the BLS runs
-the loop (draft/target), the same requests with `num_draft_tokens = 0` (the BLS then calls the target
-alone); without --num-draft-tokens the speculative runs use the repository's K (what `tune --write`
-chose and `repo` recorded). An engine that speculates by itself (Medusa) has no baseline run here
-(measured speedup is left empty; the predicted one is still reported).
+The repository says its method and K (client/remote.py `repo_info`, or the LLM-API model's parameters
+through that interface: `llmapi_repo_info`). Baseline: when the BLS runs
+the loop (draft/target), the same requests with `num_draft_tokens = 0` (the BLS then streams the target
+alone, token by token); without --num-draft-tokens the speculative runs use the repository's K (what
+`tune --write` chose and `repo` recorded). An engine that speculates by itself (Medusa) has no baseline
+run here (measured speedup is left empty; the predicted one is still reported).
+
+Connections: each worker thread opens one `Session` (one gRPC channel, the model's description read
+once) and sends its requests over it; nothing reconnects per request.
 
 Cost ratio c (draft pass / target pass): with a draft model, measured through the same server by
 timing the `tensorrt_llm_draft` and `tensorrt_llm` models directly on the first prompt's token ids,
 generating n tokens and 1 token each; c = (t_draft(n) - t_draft(1)) / (t_target(n) - t_target(1)),
 which cancels the prefill and the request overhead. Without one (Medusa heads ride on the target
 pass) c = 0.
+
+Workloads: `single` (every prompt once per run) and `multiturn` (client/multiturn.py: conversations
+whose turns extend the previous context after a shared system prompt; the server's KV-cache figures
+give the prefix reuse of the target and of the draft).
 """
 
 from __future__ import annotations
@@ -19,60 +27,23 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from tritonclient.utils import InferenceServerException
 
-from specbuild.client.metrics import RequestRecord, RunSummary, attach_speedups, summarize_run
+from specbuild.client.metrics import UNARY_BASELINE, RequestRecord, RunSummary, attach_speedups, summarize_run
+from specbuild.client.multiturn import run_multiturn
 from specbuild.client.options import BenchConfig
-from specbuild.client.remote import LLMAPI_INTERFACE, connect, generate_remote, model_info
-from specbuild.core import theory
+from specbuild.client.prometheus import cross_check, scrape
+from specbuild.client.remote import LLMAPI_INTERFACE, connect, model_info
+from specbuild.client.workers import Workers, send
 from specbuild.core.errors import ClientError
-from specbuild.core.sampling_params import SamplingParams
 from specbuild.model_repo.tensors import DRAFT_MODEL, TARGET_MODEL
 
 COST_TOKENS = 16  # tokens generated per timing call when measuring c
 COST_REPEATS = 3  # best of N per timing (less noise from other work on the host)
-
-
-def _one_request(
-    config: BenchConfig,
-    prompt: str,
-    index: int,
-    *,
-    temperature: float,
-    k: int | None,
-    stats_k: int | None = None,
-    rounds_known: bool = True,
-) -> RequestRecord:
-    """k: the request's num_draft_tokens (None: the engine's own); stats_k: the K the rounds were drafted with
-    (an LLM-API repository's speculative_config.max_draft_len), default k."""
-    stats_k = k if stats_k is None else stats_k
-    params = SamplingParams(
-        max_tokens=config.max_tokens,
-        temperature=temperature,
-        seed=config.seed + index if temperature > 0 else None,
-    )
-    result = generate_remote(
-        config.url, prompt, params, stream=True, num_draft_tokens=k, timeout_s=config.timeout_s
-    )
-    t = result.timings
-    steps = tuple(result.stats.accepted_per_step)
-    return RequestRecord(
-        ttft_s=t.get("ttft", t["total"]),
-        latency_s=t["total"],
-        output_tokens=len(result.token_ids),
-        target_passes=int(t.get("chunks", 0)),
-        drafted=result.stats.drafted,
-        accepted=result.stats.accepted,
-        accepted_per_step=steps,
-        rounds=tuple(theory.rounds_from_steps(steps, stats_k, config.max_tokens))
-        if stats_k and rounds_known
-        else (),
-    )
 
 
 def run_once(
@@ -88,14 +59,19 @@ def run_once(
 ) -> RunSummary:
     """All prompts at one concurrency; duration = first send to last answer."""
     lock = threading.Lock()
+    workers = Workers(config.url, concurrency)
+
+    stream = mode != UNARY_BASELINE
 
     def task(item: tuple[int, str]) -> RequestRecord:
-        record = _one_request(
+        record, _ = send(
+            workers,
             config,
             item[1],
             item[0],
             temperature=temperature,
             k=k,
+            stream=stream,
             stats_k=stats_k,
             rounds_known=rounds_known,
         )
@@ -103,11 +79,14 @@ def run_once(
             advance()
         return record
 
-    t0 = time.monotonic()
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        records = list(pool.map(task, enumerate(config.prompts)))
-    duration = time.monotonic() - t0
-    return summarize_run(
+    try:
+        t0 = time.monotonic()
+        records = workers.map(task, enumerate(config.prompts))
+        duration = time.monotonic() - t0
+    finally:
+        connections = workers.opened
+        workers.close()
+    run = summarize_run(
         records,
         mode=mode,
         temperature=temperature,
@@ -116,6 +95,18 @@ def run_once(
         duration_s=duration,
         rounds_known=rounds_known,
     )
+    run.records = records
+    run.metrics["connections"] = connections
+    return run
+
+
+def _plan(config: BenchConfig, repo, k: int):
+    """(T, concurrency, mode, K) of every run. Without a baseline on the same server (the engine speculates
+    by itself: Medusa, every LLM-API repository), K is not a request option: speculative runs only."""
+    modes = [("baseline", 0), ("speculative", k)] if repo.has_baseline else [("speculative", None)]
+    if repo.has_baseline and config.unary_baseline and config.workload == "single":
+        modes.insert(1, (UNARY_BASELINE, 0))
+    return [(t, c, m, kk) for t in config.temperatures for c in config.concurrency for m, kk in modes]
 
 
 def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], dict]:
@@ -149,11 +140,17 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
     finally:
         client.close()
     k = config.num_draft_tokens if config.num_draft_tokens is not None else repo.num_draft_tokens
-    if repo.has_baseline:
-        modes = [("baseline", 0), ("speculative", k)]
-    else:  # the engine speculates by itself (Medusa, every LLM-API repository): K is not a request option
-        modes = [("speculative", None)]
-    plan = [(t, c, m, k) for t in config.temperatures for c in config.concurrency for m, k in modes]
+    plan = _plan(config, repo, k)
+    # an engine that drafts by itself (Medusa, every LLM-API repository): its rounds were drafted with the
+    # repository's K (the LLM API's speculative_config.max_draft_len), not a request option
+    stats_k = None if repo.bls_drives_loop else (repo.num_draft_tokens or None)
+    # every round drafts min(K, tokens left - 1), so a client can rebuild the rounds and alpha predicts the
+    # speedup; n-gram: 0..K (records keep the rounds the BLS streams exactly; no i.i.d. prediction)
+    rounds_known = repo.speculation is None or repo.speculation.drafts_every_round
+    if config.workload == "multiturn":
+        per_run = config.conversations * config.turns
+    else:
+        per_run = len(config.prompts)
     runs: list[RunSummary] = []
     with Progress(
         TextColumn("{task.description}"),
@@ -163,26 +160,39 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
         console=console,
         transient=False,
     ) as progress:
-        bar = progress.add_task("bench", total=len(plan) * len(config.prompts))
-        for temperature, concurrency, mode, k in plan:
+        bar = progress.add_task("bench", total=len(plan) * per_run)
+        for temperature, concurrency, mode, kk in plan:
             progress.update(bar, description=f"{mode:11s} T={temperature:g} c={concurrency}")
-            run = run_once(
-                config,
+            before = scrape(config.metrics_url) if config.metrics_url else None
+            common = dict(
                 mode=mode,
                 temperature=temperature,
                 concurrency=concurrency,
-                k=k,
-                advance=lambda: progress.advance(bar),
-                stats_k=None if repo.bls_drives_loop else (repo.num_draft_tokens or None),
-                rounds_known=repo.speculation is None or repo.speculation.drafts_every_round,
+                k=kk,
+                stats_k=stats_k,
+                rounds_known=rounds_known,
             )
+            if config.workload == "multiturn":
+                run = run_multiturn(config, **common, advance=lambda: progress.advance(bar))
+            else:
+                run = run_once(config, **common, advance=lambda: progress.advance(bar))
+            if before is not None:
+                delta = scrape(config.metrics_url).minus(before)
+                run.metrics["prometheus_check"] = cross_check(
+                    delta,
+                    drafted=sum(r.drafted for r in run.records),
+                    accepted=sum(r.accepted for r in run.records),
+                    steps=sum(len(r.rounds) for r in run.records) if repo.bls_drives_loop else None,
+                )
             runs.append(run)
     attach_speedups(runs, cost_ratio=cost_ratio)
     context = {
         "url": config.url,
         "model": info.name,
         "mode": repo.mode,
+        "method": repo.speculation.ecosystem_name if repo.speculation else None,
         "interface": info.interface,
+        "workload": config.workload,
         "cost_ratio": cost_ratio,
         "cost_ratio_method": "draft-only vs target-only timing"
         if repo.draft_model
@@ -194,8 +204,34 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
         "prompts": len(config.prompts),
         "max_tokens": config.max_tokens,
         "num_draft_tokens": k if repo.bls_drives_loop else (repo.num_draft_tokens or None),
+        "metrics_url": config.metrics_url,
     }
     return runs, context
+
+
+def _infer(client, model: str, inputs, decoupled: bool) -> None:
+    """One request to `model`, to its final response (a decoupled model answers only on a stream)."""
+    if not decoupled:
+        client.infer(model, inputs)
+        return
+    done, errors = threading.Event(), []
+
+    def callback(result=None, error=None):
+        if error is not None:
+            errors.append(error)
+            done.set()
+        elif result.get_response().parameters["triton_final_response"].bool_param:
+            done.set()
+
+    client.start_stream(callback=callback)
+    try:
+        client.async_stream_infer(model, inputs, enable_empty_final_response=True)
+        if not done.wait(120.0):
+            raise InferenceServerException(f"no final response from {model} within 120 s")
+    finally:
+        client.stop_stream()
+    if errors:
+        raise errors[0]
 
 
 def _time_generate(client, model: str, ids, n: int) -> float:
@@ -209,10 +245,12 @@ def _time_generate(client, model: str, ids, n: int) -> float:
         tensor("input_lengths", np.array([[len(ids)]], dtype=np.int32)),
         tensor("request_output_len", np.array([[n]], dtype=np.int32)),
     ]
+    config = client.get_model_config(model, as_json=True).get("config", {})
+    decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
     best = float("inf")
     for _ in range(COST_REPEATS):
         t0 = time.perf_counter()
-        client.infer(model, inputs)
+        _infer(client, model, inputs, decoupled)
         best = min(best, time.perf_counter() - t0)
     return best
 

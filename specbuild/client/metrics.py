@@ -22,6 +22,10 @@ from typing import Any
 from specbuild.core import theory
 
 STATS = ("avg", "p50", "p90", "p99")
+# bench's run of the target alone in one unary request each: the BLS calls the target once for all tokens
+# (no per-token call, no stream), the throughput a deployment of the target alone reaches; its TTFT is the
+# whole request. Its throughput is the reference of speedup_measured_vs_unary.
+UNARY_BASELINE = "baseline-unary"
 
 
 @dataclass(frozen=True)
@@ -36,12 +40,27 @@ class RequestRecord:
     accepted: int = 0
     accepted_per_step: tuple[int, ...] = ()
     rounds: tuple[tuple[int, int], ...] = ()  # (accepted, drafted) per round when K per round is known
+    # what the AIPerf-named records need (client/aiperf_export.py)
+    ttst_s: float | None = None  # second content response - first
+    first_chunk_tokens: int = 1  # tokens of the first content response (a speculative round: several)
+    prompt_tokens: int | None = None  # the server's count (num_input_tokens)
+    start_ns: int = 0  # wall clock (time.time_ns) at send, and at the last response
+    end_ns: int = 0
+    worker: int = 0  # the bench worker (one connection each) that sent it
+    kv_cache: dict[str, int] = field(default_factory=dict)  # the server's kv_cache_* / draft_kv_cache_*
 
     @property
     def itl_s(self) -> float | None:
         if self.output_tokens < 2:
             return None
         return (self.latency_s - self.ttft_s) / (self.output_tokens - 1)
+
+    @property
+    def itl_aiperf_s(self) -> float | None:
+        """AIPerf 0.13.0's inter_token_latency with per-chunk usage: (latency - TTFT) / (output tokens -
+        tokens of the first chunk); None when nothing follows the first chunk."""
+        rest = self.output_tokens - self.first_chunk_tokens
+        return (self.latency_s - self.ttft_s) / rest if rest > 0 else None
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -86,6 +105,7 @@ class RunSummary:
     requests: int
     duration_s: float
     metrics: dict[str, Any] = field(default_factory=dict)
+    records: list[RequestRecord] = field(default_factory=list, repr=False)  # per request (the exports)
 
     def row(self) -> dict[str, Any]:
         """Flat record for CSV: name_stat columns."""
@@ -99,7 +119,8 @@ class RunSummary:
         }
         for key, value in self.metrics.items():
             if isinstance(value, dict):
-                flat.update({f"{key}_{s}": v for s, v in value.items()})
+                if all(not isinstance(v, dict | list) for v in value.values()):  # statistics: name_stat
+                    flat.update({f"{key}_{s}": v for s, v in value.items()})
             elif not isinstance(value, list):
                 flat[key] = value
         return flat
@@ -146,12 +167,19 @@ def summarize_run(
 def attach_speedups(runs: list[RunSummary], *, cost_ratio: float | None) -> None:
     """Measured speedup (throughput vs the baseline at the same T and concurrency) and predicted speedup."""
     base = {(r.temperature, r.concurrency): r for r in runs if r.mode == "baseline"}
+    unary = {(r.temperature, r.concurrency): r for r in runs if r.mode == UNARY_BASELINE}
     for run in runs:
         if run.mode != "speculative":
             continue
         ref = base.get((run.temperature, run.concurrency))
         if ref is not None and ref.metrics["output_token_throughput"] > 0:
             run.metrics["speedup_measured"] = (
+                run.metrics["output_token_throughput"] / ref.metrics["output_token_throughput"]
+            )
+        # against the target alone in one call per request (no per-token BLS -> target call)
+        ref = unary.get((run.temperature, run.concurrency))
+        if ref is not None and ref.metrics["output_token_throughput"] > 0:
+            run.metrics["speedup_measured_vs_unary"] = (
                 run.metrics["output_token_throughput"] / ref.metrics["output_token_throughput"]
             )
         alpha = run.metrics.get("alpha", float("nan"))

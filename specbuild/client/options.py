@@ -15,6 +15,15 @@ DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_OUT = Path("build/bench")
 MAX_CONCURRENCY = 256  # threads, each with its own gRPC stream
 MAX_PROMPT_FILE_BYTES = 64 * 2**20  # a prompt file is read whole: bound it
+WORKLOADS = ("single", "multiturn")
+DEFAULT_CONVERSATIONS = 4
+DEFAULT_TURNS = 3
+MAX_TURNS = 64
+# the shared system prompt of the multi-turn workload: every conversation starts with it (a shared prefix)
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a careful assistant for Python programmers. Answer with short, correct code and plain words. "
+    "Keep the context of the conversation in mind."
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,8 +36,29 @@ class BenchConfig:
     num_draft_tokens: int | None = None  # None: the repository's K (its BLS default_num_draft_tokens)
     seed: int = 0  # T > 0 requests use seed + prompt index: runs are repeatable
     timeout_s: float = DEFAULT_TIMEOUT_S
+    metrics_url: str | None = None  # the server's Prometheus endpoint: cross-check the speculative counters
+    workload: str = "single"  # single | multiturn
+    conversations: int = DEFAULT_CONVERSATIONS  # multiturn: conversations per run (prompts cycle as turns)
+    turns: int = DEFAULT_TURNS  # multiturn: user turns per conversation
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT  # multiturn: the shared prefix
+    unary_baseline: bool = True  # also the target alone in one unary call per request (throughput only)
 
     def __post_init__(self) -> None:
+        if self.workload not in WORKLOADS:
+            raise ClientError(
+                f"unknown --workload {self.workload!r}",
+                expected=" | ".join(WORKLOADS),
+                found=self.workload,
+                fix="pass --workload single or --workload multiturn",
+            )
+        for name, value, high in (
+            ("conversations", self.conversations, 1024),
+            ("turns", self.turns, MAX_TURNS),
+        ):
+            if not 1 <= value <= high:
+                raise ClientError(
+                    f"--{name} must be from 1 to {high}, got {value}", fix=f"pass --{name} {DEFAULT_TURNS}"
+                )
         bad = [c for c in self.concurrency if not 1 <= c <= MAX_CONCURRENCY]
         if bad or not self.concurrency:
             raise ClientError(

@@ -29,11 +29,13 @@ from dataclasses import dataclass
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from specbuild.client.request import Chunk, build_inputs, build_llmapi_inputs, parse_response
+from specbuild.client.request import KV, Chunk, build_inputs, build_llmapi_inputs, parse_response
 from specbuild.core.errors import ClientError, SpecbuildError
 from specbuild.core.generation import GenerationResult, SpecStats
 from specbuild.core.methods import Method, SpeculationMethod, method_of, parse_method
 from specbuild.core.sampling_params import SamplingParams
+from specbuild.core.theory import rounds_from_steps
+from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 from specbuild.model_repo.tensors import BLS, ENSEMBLE, LLMAPI_MODEL, is_llmapi_interface
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -86,6 +88,23 @@ class RepoInfo:
             not self.bls_drives_loop
             and self.speculation is not None
             and self.speculation.target_mode.speculative
+        )
+
+    @property
+    def drafts_every_round(self) -> bool:
+        """Each round drafts min(K, tokens left - 1), so the rounds follow from the responses' sizes;
+        False for n-gram (0..K per round: what the pool holds)."""
+        return self.speculation is None or self.speculation.drafts_every_round
+
+    @property
+    def context_chunk_first(self) -> bool:
+        """A stream of an engine that speculates by itself starts with the context phase's token (no step)
+        when the target drafts inside its own pass (Medusa heads, EAGLE); an engine-side draft/target
+        loop (the LLM API's) drafts from the first round: every response is a round."""
+        method = self.speculation
+        return method is None or method.target_mode not in (
+            SpeculativeDecodingMode.NONE,
+            SpeculativeDecodingMode.DRAFT_TOKENS_EXTERNAL,
         )
 
     @property
@@ -265,6 +284,16 @@ def model_info(client, model: str | None) -> ModelInfo:
     )
 
 
+def text_delta(previous: str, whole: str) -> str:
+    """The new text of a cumulative text_output (the LLM-API interface sends the whole text so far): what
+    `whole` adds after its common prefix with `previous` (best effort while streaming: a decode that
+    rewrites earlier characters is not sent again)."""
+    shared = 0
+    while shared < min(len(whole), len(previous)) and whole[shared] == previous[shared]:
+        shared += 1
+    return whole[shared:]
+
+
 class _Collector:
     """Gathers a request's responses; the stream callback feeds it (keyword args result=, error=)."""
 
@@ -291,10 +320,7 @@ class _Collector:
             self.done.set()
             return
         if self.cumulative and chunk.text:
-            whole, shared = chunk.text, 0
-            while shared < min(len(whole), len(self.last_text)) and whole[shared] == self.last_text[shared]:
-                shared += 1
-            chunk.text, self.last_text = whole[shared:], whole  # the new text (best effort while streaming)
+            chunk.text, self.last_text = text_delta(self.last_text, chunk.text), chunk.text
         if chunk.text or chunk.token_ids or chunk.perf or chunk.counts:
             self.chunks.append(chunk)
             self.times.append(time.monotonic())
@@ -304,11 +330,17 @@ class _Collector:
             self.done.set()
 
 
-def _inputs(info: ModelInfo, prompt, params, *, stream, num_draft_tokens):
+def request_inputs(info: ModelInfo, prompt, params, *, stream, num_draft_tokens, stop_words=()):
+    """The InferInputs of one request to the served model (only the inputs it declares)."""
     out = []
     if info.interface == LLMAPI_INTERFACE:
         built = build_llmapi_inputs(
-            prompt, params, stream=stream, declared=set(info.inputs), trtllm_version=info.repo.trtllm_version
+            prompt,
+            params,
+            stream=stream,
+            declared=set(info.inputs),
+            trtllm_version=info.repo.trtllm_version,
+            stop_words=tuple(stop_words),
         )
     else:
         built = build_inputs(
@@ -318,6 +350,7 @@ def _inputs(info: ModelInfo, prompt, params, *, stream, num_draft_tokens):
             stream=stream,
             num_draft_tokens=num_draft_tokens,
             declared=set(info.inputs),
+            stop_words=tuple(stop_words),
         )
     for name, array, dtype in built:
         tensor = grpcclient.InferInput(name, list(array.shape), dtype)
@@ -360,7 +393,8 @@ def _run_unary(client, info: ModelInfo, inputs, *, timeout_s: float) -> _Collect
     return collector
 
 
-def _raise_request_error(url: str, model: str, error: str, timeout_s: float) -> None:
+def raise_request_error(url: str, model: str, error: str, timeout_s: float) -> None:
+    """The ClientError that explains a request's first server error."""
     dead = _DEAD_STUB.search(error)
     if dead:
         instance = dead.group("instance")
@@ -393,9 +427,58 @@ def _raise_request_error(url: str, model: str, error: str, timeout_s: float) -> 
     )
 
 
-def _result(
-    collector: _Collector, *, t0: float, params: SamplingParams, always_speculates: bool
-) -> GenerationResult:
+def request_steps(
+    chunks: list[Chunk],
+    *,
+    self_speculating: bool,
+    context_first: bool = True,
+    k: int | None = None,
+    max_tokens: int | None = None,
+) -> list[tuple[int, int]] | None:
+    """(accepted, drafted) of each verification step of a streamed request, or None when unknown.
+
+    Exact when the streamed responses carry the running totals (the BLS's draft/target rounds with
+    return_perf_metrics): each round's deltas. For an engine that speculates by itself:
+    * context_first (Medusa, EAGLE): the first response is the context phase's token (no step) and every
+      later one a step (its tokens = accepted + 1; the drafts per step follow from the total when it
+      divides evenly, else stay unknown: 0);
+    * else (the LLM API's draft/target loop: every response one round of accepted + 1 tokens): each
+      round drafted min(k, tokens still allowed - 1) (core/theory.rounds_from_steps), kept only when
+      the rounds add up to the final response's totals (a round cut by a stop word, or an output length
+      the server lowered, would not: None)."""
+    content = [c for c in chunks if c.token_ids]
+    if any("total_draft_tokens" in c.perf for c in content):
+        steps, acc, dr = [], 0, 0
+        for c in content:
+            if "total_draft_tokens" not in c.perf:
+                continue
+            a, d = int(c.perf["total_accepted_draft_tokens"]), int(c.perf["total_draft_tokens"])
+            if d > dr:
+                steps.append((a - acc, d - dr))
+            acc, dr = a, d
+        return steps
+    if not self_speculating:
+        return None
+    totals = next((c.perf for c in reversed(chunks) if "total_draft_tokens" in c.perf), {})
+    total = int(totals.get("total_draft_tokens", 0))
+    if not context_first:
+        if not k or not max_tokens or not content:
+            return None
+        sizes = [len(c.token_ids) - 1 for c in content]
+        rounds = [r for r in rounds_from_steps(sizes, k, max_tokens) if r[1]]  # a round of 0 drafts: no step
+        accepted = int(totals.get("total_accepted_draft_tokens", -1))
+        if sum(d for _, d in rounds) != total or sum(a for a, _ in rounds) != accepted:
+            return None
+        return rounds
+    if len(content) > 1:
+        accepted_steps = [len(c.token_ids) - 1 for c in content[1:]]
+        per = total // len(accepted_steps) if total and total % len(accepted_steps) == 0 else 0
+        return [(a, per) for a in accepted_steps]
+    return None
+
+
+def _result(collector: _Collector, *, t0: float, params: SamplingParams, repo: RepoInfo) -> GenerationResult:
+    always_speculates = repo.always_speculates
     text = collector.last_text if collector.cumulative else "".join(c.text for c in collector.chunks)
     token_ids = [t for c in collector.chunks for t in c.token_ids]
     perf: dict[str, float] = {}
@@ -405,19 +488,35 @@ def _result(
         drafted=int(perf.get("total_draft_tokens", 0)),
         accepted=int(perf.get("total_accepted_draft_tokens", 0)),
     )
-    steps = [len(c.token_ids) for c in collector.chunks if c.token_ids]
+    sizes = [len(c.token_ids) for c in collector.chunks if c.token_ids]
     speculative = always_speculates or stats.drafted > 0
-    if speculative and len(steps) > 1:  # streaming: one response per engine step
-        stats.accepted_per_step = [max(n - 1, 0) for n in steps]
-        stats.target_passes = len(steps)
+    if speculative and len(sizes) > 1:  # streaming: one response per engine step
+        stats.target_passes = len(sizes)
+        steps = request_steps(
+            collector.chunks,
+            self_speculating=always_speculates,
+            context_first=repo.context_chunk_first,
+            k=repo.num_draft_tokens if repo.drafts_every_round else None,
+            max_tokens=params.max_tokens,
+        )
+        if steps is not None:
+            stats.accepted_per_step = [a for a, _ in steps]
+            stats.drafted_per_step = [d for _, d in steps]
+        else:
+            stats.accepted_per_step = [max(n - 1, 0) for n in sizes]
     timings = {"total": time.monotonic() - t0}
-    if collector.times:
-        timings["ttft"] = collector.times[0] - t0
+    times = [t for c, t in zip(collector.chunks, collector.times, strict=True) if c.token_ids or c.text]
+    if times:
+        timings["ttft"] = times[0] - t0
+    if len(times) > 1:  # AIPerf's time_to_second_token: the gap between the first two content chunks
+        timings["ttst"] = times[1] - times[0]
+    if sizes:
+        timings["first_chunk_tokens"] = float(sizes[0])
     if "first_token_time_ns" in perf and "arrival_time_ns" in perf and perf["arrival_time_ns"] > 0:
         timings["server_ttft"] = (perf["first_token_time_ns"] - perf["arrival_time_ns"]) / 1e9
     if "last_token_time_ns" in perf and "arrival_time_ns" in perf and perf["arrival_time_ns"] > 0:
         timings["server_total"] = (perf["last_token_time_ns"] - perf["arrival_time_ns"]) / 1e9
-    timings["chunks"] = float(len(steps))
+    timings["chunks"] = float(len(sizes))
     reported = next((c.finish_reason for c in reversed(collector.chunks) if c.finish_reason), None)
     finish = reported or ("length" if len(token_ids) >= params.max_tokens else "stop")
     prompt = next(
@@ -431,24 +530,48 @@ def _result(
         stats=stats,
         timings=timings,
         prompt_tokens=prompt,
+        kv_cache={name: int(perf[name]) for name in KV if name in perf},
     )
 
 
-def generate_remote(
-    url: str,
-    prompt: str,
-    params: SamplingParams,
-    *,
-    stream: bool = False,
-    num_draft_tokens: int | None = None,
-    model: str | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    on_text: Callable[[str], None] | None = None,
-) -> GenerationResult:
-    """One request through Triton; `on_text` receives streamed text pieces as they arrive."""
-    client = connect(url)
-    try:
-        info = model_info(client, model)
+class Session:
+    """One connection to a running tritonserver and the served model's description, read once.
+
+    `generate` sends one request at a time over the session's channel (a stream per request, so a
+    failed or timed-out request is cancelled without touching the next). `specbuild bench` keeps one
+    session per worker thread: no reconnect and no model-metadata refetch per request.
+    """
+
+    def __init__(self, url: str, model: str | None = None):
+        self.url = normalize_url(url)
+        self.client = connect(self.url)
+        try:
+            self.info = model_info(self.client, model)
+        except BaseException:
+            self.client.close()
+            raise
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def generate(
+        self,
+        prompt: str,
+        params: SamplingParams,
+        *,
+        stream: bool = False,
+        num_draft_tokens: int | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        on_text: Callable[[str], None] | None = None,
+    ) -> GenerationResult:
+        """One request; `on_text` receives streamed text pieces as they arrive."""
+        info = self.info
         if info.max_total_tokens is not None and params.max_tokens >= info.max_total_tokens:
             raise ClientError(
                 f"max_tokens {params.max_tokens} cannot fit the engines' sequence limit",
@@ -466,20 +589,41 @@ def generate_remote(
                 "K is its speculative_config.max_draft_len)",
                 fix="drop --num-draft-tokens (the engine's own settings decide what it drafts)",
             )
-        inputs = _inputs(info, prompt, params, stream=stream, num_draft_tokens=num_draft_tokens)
+        inputs = request_inputs(info, prompt, params, stream=stream, num_draft_tokens=num_draft_tokens)
         t0 = time.monotonic()
         if stream or info.decoupled:
             collector = _run_stream(
-                client, info, inputs, timeout_s=timeout_s, on_text=on_text if stream else None
+                self.client, info, inputs, timeout_s=timeout_s, on_text=on_text if stream else None
             )
         else:
-            collector = _run_unary(client, info, inputs, timeout_s=timeout_s)
+            collector = _run_unary(self.client, info, inputs, timeout_s=timeout_s)
         if collector.error is not None:
-            _raise_request_error(normalize_url(url), info.name, collector.error, timeout_s)
+            raise_request_error(self.url, info.name, collector.error, timeout_s)
         # an engine that speculates by itself (Medusa) speculates on every request
-        result = _result(collector, t0=t0, params=params, always_speculates=info.repo.always_speculates)
+        result = _result(collector, t0=t0, params=params, repo=info.repo)
         if on_text and not stream and result.text:
             on_text(result.text)
         return result
-    finally:
-        client.close()
+
+
+def generate_remote(
+    url: str,
+    prompt: str,
+    params: SamplingParams,
+    *,
+    stream: bool = False,
+    num_draft_tokens: int | None = None,
+    model: str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    on_text: Callable[[str], None] | None = None,
+) -> GenerationResult:
+    """One request through Triton on a connection of its own (see `Session` for many requests)."""
+    with Session(url, model) as session:
+        return session.generate(
+            prompt,
+            params,
+            stream=stream,
+            num_draft_tokens=num_draft_tokens,
+            timeout_s=timeout_s,
+            on_text=on_text,
+        )

@@ -11,8 +11,12 @@ from typing import Any
 
 from rich.table import Table
 
+from specbuild.client.aiperf_export import AIPERF_VERSION, record_lines, run_export
 from specbuild.client.metrics import RunSummary
 from specbuild.core.safe_io import InputFileError, read_json, shorten
+from specbuild.core.speculation_profile import FILE_NAME as PROFILE_FILE
+from specbuild.core.speculation_profile import build_profile
+from specbuild.core.speculation_profile import write_profile as save_profile
 
 PLOTS = ("speedup_vs_concurrency.png", "throughput_vs_concurrency.png", "accepted_length_per_position.png")
 
@@ -177,6 +181,7 @@ def table(runs: list[RunSummary]):
         "accept",
         "tok/pass",
         "speedup",
+        "vs 1-call",
         "predicted",
     ):
         t.add_column(col, justify="right" if col not in ("mode",) else "left")
@@ -195,15 +200,76 @@ def table(runs: list[RunSummary]):
             _fmt(m.get("acceptance_rate")),
             _fmt(m.get("mean_accepted_tokens_per_pass")),
             _fmt(m.get("speedup_measured")),
+            _fmt(m.get("speedup_measured_vs_unary")),
             _fmt(m.get("speedup_predicted")),
         )
     return t
+
+
+AIPERF_FILE = "aiperf_metrics.json"  # every run's summary under AIPerf's metric tags
+RECORDS_FILE = "records.jsonl"  # one AIPerf-shaped record per request (profile_export.jsonl's shape)
+
+
+def _spec_k(run: RunSummary, context: dict[str, Any]) -> int | None:
+    """K per step when fixed (the BLS's rounds); None for an engine that drafts by itself."""
+    return (run.num_draft_tokens or None) if context.get("num_draft_tokens") is not None else None
+
+
+def write_aiperf(runs: list[RunSummary], context: dict[str, Any], out: Path) -> list[Path]:
+    exports, lines = [], []
+    for run in runs:
+        key = {"mode": run.mode, "temperature": run.temperature, "concurrency": run.concurrency}
+        k = _spec_k(run, context)
+        exports.append({**key, **run_export(run.records, duration_s=run.duration_s, num_spec_tokens=k)})
+        lines += record_lines(run.records, run=key, num_spec_tokens=k)
+    (out / AIPERF_FILE).write_text(
+        json.dumps(_clean({"aiperf_version": AIPERF_VERSION, "context": context, "runs": exports}), indent=2)
+        + "\n"
+    )
+    with open(out / RECORDS_FILE, "w") as f:
+        for line in lines:
+            f.write(json.dumps(_clean(line)) + "\n")
+    return [out / AIPERF_FILE, out / RECORDS_FILE]
+
+
+def write_profile(runs: list[RunSummary], context: dict[str, Any], out: Path) -> list[Path]:
+    """speculation_profile.json from the lowest temperature's speculative runs (all concurrencies pooled),
+    when their steps are known."""
+    spec = [r for r in runs if r.mode == "speculative" and any(rec.rounds for rec in r.records)]
+    if not spec:
+        return []
+    t = min(r.temperature for r in spec)
+    chosen = [r for r in spec if r.temperature == t]
+    requests = [rec.rounds for r in chosen for rec in r.records]
+    k = max((d for req in requests for _, d in req), default=0)
+    if k < 1:
+        return []
+    profile = build_profile(
+        requests,
+        num_speculative_tokens=_spec_k(chosen[0], context) or k,
+        method=context.get("method") or context.get("mode") or "unknown",
+        measurement_conditions={
+            "engine": "specbuild bench through Triton",
+            "served_model": context.get("model"),
+            "temperature": t,
+            "concurrency": sorted({r.concurrency for r in chosen}),
+            "max_tokens": context.get("max_tokens"),
+            "prompts": context.get("prompts"),
+            "workload": context.get("workload"),
+            **({"cost_ratio": context["cost_ratio"]} if context.get("cost_ratio") else {}),
+        },
+    )
+    return [save_profile(profile, out / PROFILE_FILE)]
 
 
 def write_report(runs: list[RunSummary], context: dict[str, Any], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     write_json(runs, context, out / "bench.json")
     write_csv(runs, out / "bench.csv")
+    files = [out / "bench.json", out / "bench.csv"]
+    files += write_aiperf(runs, context, out)
+    files += write_profile(runs, context, out)
+    return [*files, *write_plots(runs, out)]
     return [out / "bench.json", out / "bench.csv", *write_plots(runs, out)]
 
 

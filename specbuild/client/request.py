@@ -29,6 +29,12 @@ TOKEN_OUTPUT = "output_ids"
 LENGTH_OUTPUT = "sequence_length"
 FINAL_PARAM = "triton_final_response"  # bool response parameter on every streamed response
 PERF_TIMES = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
+# KV-cache figures (the backend's, and the BLS's draft_ ones: each engine's first call of the request)
+KV = tuple(
+    f"{prefix}kv_cache_{name}"
+    for prefix in ("", "draft_")
+    for name in ("alloc_new_blocks", "reused_blocks", "alloc_total_blocks")
+)
 
 
 def _interface(model: str, declared: set[str]):
@@ -39,7 +45,13 @@ def _interface(model: str, declared: set[str]):
 
 
 def request_values(
-    prompt: str, params: SamplingParams, *, stream: bool, num_draft_tokens: int | None, seed_name: str
+    prompt: str,
+    params: SamplingParams,
+    *,
+    stream: bool,
+    num_draft_tokens: int | None,
+    seed_name: str,
+    stop_words: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Input name -> python value (one request, batch of one) before dtype/shape are applied."""
     values: dict[str, Any] = {
@@ -63,6 +75,8 @@ def request_values(
         values["end_id"] = params.end_id
     if num_draft_tokens is not None:
         values["num_draft_tokens"] = num_draft_tokens
+    if stop_words:  # the BLS's stop_words: the engines end the request after any of them
+        values["stop_words"] = tuple(stop_words)
     return values
 
 
@@ -74,13 +88,19 @@ def build_inputs(
     stream: bool,
     num_draft_tokens: int | None,
     declared: set[str],
+    stop_words: tuple[str, ...] = (),
 ) -> list[tuple[str, Any, str]]:
     """[(name, array [1, ...], wire dtype)] for the inputs `model` declares; raises on a missing one."""
 
     iface = _interface(model, declared)
     seed_name = "random_seed" if "random_seed" in declared else "seed"
     values = request_values(
-        prompt, params, stream=stream, num_draft_tokens=num_draft_tokens, seed_name=seed_name
+        prompt,
+        params,
+        stream=stream,
+        num_draft_tokens=num_draft_tokens,
+        seed_name=seed_name,
+        stop_words=stop_words,
     )
     if num_draft_tokens is not None and not 0 <= num_draft_tokens <= 2**31 - 1:
         raise ClientError(
@@ -102,8 +122,9 @@ def build_inputs(
             continue  # an optional input this generation of the templates does not have
         tensor = iface.input(name)
         if tensor.data_type == "TYPE_STRING":
+            words = value if isinstance(value, tuple) else (value,)
             try:
-                array = np.array([[value.encode("utf-8")]], dtype=object)  # [1, 1]
+                array = np.array([[w.encode("utf-8") for w in words]], dtype=object)  # [1, 1] or [1, n]
             except UnicodeEncodeError as exc:  # a str from bytes that were not UTF-8 (surrogate escapes)
                 raise ClientError(
                     f"the {name} is not valid UTF-8 text",
@@ -140,10 +161,12 @@ def build_llmapi_inputs(
     stream: bool,
     declared: set[str],
     trtllm_version: str | None = None,
+    stop_words: tuple[str, ...] = (),
 ) -> list[tuple[str, Any, str]]:
     """[(name, array, wire dtype)] for Triton's LLM-API model (tensors.llmapi_interface: no batch dimension,
     every scalar a [1] tensor). The prompt is excluded from text_output, perf metrics and the finish reason
-    are asked for; the end token is the model's (this interface has no end_id input)."""
+    are asked for; the end token is the model's (this interface has no end_id input); stop_words go in
+    sampling_param_stop (SamplingParams.stop: the text ends before the first one)."""
     if params.end_id is not None:
         raise ClientError(
             "the LLM-API interface has no end_id input",
@@ -186,6 +209,18 @@ def build_llmapi_inputs(
             _check_range(name, value, tensor.numpy_dtype)
             array = np.array([value], dtype=tensor.numpy_dtype)  # [1]
         out.append((name, array, tensor.wire_dtype))
+    if stop_words and "sampling_param_stop" in declared:
+        tensor = iface.input("sampling_param_stop")
+        try:
+            array = np.array([w.encode("utf-8") for w in stop_words], dtype=object)  # [n]
+        except UnicodeEncodeError as exc:
+            raise ClientError(
+                "a stop word is not valid UTF-8 text",
+                expected="UTF-8 text",
+                found=f"an undecodable character at position {exc.start}",
+                fix="re-encode the stop words as UTF-8",
+            ) from None
+        out.append(("sampling_param_stop", array, tensor.wire_dtype))
     return out
 
 
@@ -219,7 +254,7 @@ def parse_response(result) -> Chunk:
             n = int(result.as_numpy(LENGTH_OUTPUT).reshape(-1)[0])
             ids = ids[:n]
         chunk.token_ids = [int(t) for t in ids]
-    for name in ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens", *PERF_TIMES):
+    for name in ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens", *PERF_TIMES, *KV):
         if name in names:
             # numbers, or (real LLM-API servers build them with text_output's dtype) their text
             chunk.perf[name] = float(result.as_numpy(name).reshape(-1)[0])

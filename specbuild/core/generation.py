@@ -21,6 +21,7 @@ class SpecStats:
     target_passes: int = 0  # forward passes of the target (prefill included)
     draft_passes: int = 0  # forward passes of the draft model (Medusa: 0)
     accepted_per_step: list[int] = field(default_factory=list)  # accepted drafts in each verification step
+    drafted_per_step: list[int] = field(default_factory=list)  # drafts offered in each step (when known)
     accepted_per_position: list[int] = field(default_factory=list)  # [k]: times draft position k was accepted
     drafted_per_position: list[int] = field(default_factory=list)  # [k]: times draft position k was proposed
 
@@ -30,6 +31,13 @@ class SpecStats:
         return self.accepted / self.drafted if self.drafted else 0.0
 
     @property
+    def steps(self) -> list[tuple[int, int]]:
+        """(accepted, drafted) of each verification step, when the drafts per step are known."""
+        if len(self.drafted_per_step) != len(self.accepted_per_step):
+            return []
+        return list(zip(self.accepted_per_step, self.drafted_per_step, strict=True))
+
+    @property
     def mean_accepted_per_step(self) -> float:
         """Tokens produced per verification pass: accepted drafts + the one the target adds."""
         steps = len(self.accepted_per_step)
@@ -37,6 +45,7 @@ class SpecStats:
 
     def record_step(self, n_accepted: int, n_drafted: int) -> None:
         self.accepted_per_step.append(n_accepted)
+        self.drafted_per_step.append(n_drafted)
         self.accepted += n_accepted
         self.drafted += n_drafted
         for pos in range(n_drafted):
@@ -53,6 +62,7 @@ class SpecStats:
         self.target_passes += other.target_passes
         self.draft_passes += other.draft_passes
         self.accepted_per_step += other.accepted_per_step
+        self.drafted_per_step += other.drafted_per_step
         for name in ("accepted_per_position", "drafted_per_position"):
             mine, theirs = getattr(self, name), getattr(other, name)
             mine.extend([0] * (len(theirs) - len(mine)))
@@ -82,6 +92,10 @@ class GenerationResult:
     stats: SpecStats = field(default_factory=SpecStats)
     timings: dict[str, float] = field(default_factory=dict)  # seconds: ttft, total, ...
     prompt_tokens: int | None = None  # the prompt's token count (through Triton: num_input_tokens)
+    # prompt tokens whose KV came from the engine's prefix cache (in-process plain decode; None: not known)
+    cached_prompt_tokens: int | None = None
+    # through Triton with return_perf_metrics: the backend's kv_cache_* figures (and the BLS's draft_ ones)
+    kv_cache: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -92,4 +106,5 @@ class GenerationResult:
             "speculative": self.speculative,
             "stats": self.stats.to_dict(),
             "timings": dict(self.timings),
+            "kv_cache": dict(self.kv_cache),
         }

@@ -368,3 +368,23 @@ def validate_argv(argv: list[str] | tuple[str, ...], flags: dict[str, Any] | Non
                 fix="report this bug",
             )
         i += 2
+
+
+# ---- trtllm-serve's Prometheus names for speculative decoding ------------------------------------
+# tensorrt_llm/metrics/collector.py (post-1.3, read in the code index as id 56480326944; not on 1.2.1,
+# whose trtllm-serve exports none of them): per-request counters with a 0-based `token_position` label,
+# per-iteration totals and the iteration's acceptance length (a gauge). The local engine models export
+# them through Triton's custom-metrics API (pb_utils.MetricFamily, Python backend 2.51), so a dashboard
+# built on trtllm-serve reads the local server too. Triton's custom metrics appear under exactly these
+# names (no `_total` suffix is added, unlike prometheus_client), so the counters carry it in the name.
+PROMETHEUS_SPEC_DECODE = {
+    "num_draft_tokens": "trtllm_spec_decode_num_draft_tokens_total",  # Counter (iteration stats)
+    "num_accepted_tokens": "trtllm_spec_decode_num_accepted_tokens_total",  # Counter (iteration stats)
+    "acceptance_length": "trtllm_spec_decode_acceptance_length",  # Gauge: the last iteration's value
+    "drafted_per_position": "trtllm_spec_decode_drafted_tokens_total",  # Counter{token_position}
+    "accepted_per_position": "trtllm_spec_decode_accepted_tokens_total",  # Counter{token_position}
+}
+PROMETHEUS_POSITION_LABEL = "token_position"
+# specbuild's addition (trtllm-serve exports no step count; vLLM's analogue is
+# vllm:spec_decode_num_drafts): verification steps, so 1 + accepted / steps is the mean acceptance length.
+PROMETHEUS_SPEC_STEPS = "specbuild_spec_decode_num_steps_total"

@@ -24,6 +24,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from specbuild.client.metrics import UNARY_BASELINE
 from specbuild.core import theory
 from specbuild.core.methods import method_of
 
@@ -39,6 +40,8 @@ COLUMNS = (
     "base ITL ms",
     "tok/s",
     "base tok/s",
+    "1-call base tok/s",
+    "vs 1-call",
 )
 
 
@@ -56,10 +59,17 @@ def summary_rows(
     baselines the bench itself lacks (Medusa)."""
     base_runs = [r for r in bench["runs"] if r["mode"] == "baseline"]
     borrowed = False
+    source = bench
     if not base_runs and baseline_from is not None:
         base_runs = [r for r in baseline_from["runs"] if r["mode"] == "baseline"]
-        borrowed = True
+        borrowed, source = True, baseline_from
     base = {(r["temperature"], r["concurrency"]): r["metrics"] for r in base_runs}
+    # the target alone in one call per request (bench's baseline-unary run): no per-token BLS call
+    unary = {
+        (r["temperature"], r["concurrency"]): r["metrics"]
+        for r in source["runs"]
+        if r["mode"] == UNARY_BASELINE
+    }
     rows = []
     for run in bench["runs"]:
         if run["mode"] != "speculative":
@@ -69,6 +79,8 @@ def summary_rows(
         measured = m.get("speedup_measured")
         if measured is None and b and b.get("output_token_throughput"):
             measured = m["output_token_throughput"] / b["output_token_throughput"]
+        u = unary.get((run["temperature"], run["concurrency"]))
+        vs_unary = m["output_token_throughput"] / u["output_token_throughput"] if u else None
         rows.append(
             {
                 "T": run["temperature"],
@@ -82,6 +94,8 @@ def summary_rows(
                 "base ITL ms": b["inter_token_latency"]["avg"] if b else None,
                 "tok/s": m["output_token_throughput"],
                 "base tok/s": b["output_token_throughput"] if b else None,
+                "1-call base tok/s": u["output_token_throughput"] if u else None,
+                "vs 1-call": vs_unary,
                 "baseline": f"vs {lender} baseline" if borrowed and b else ("own baseline" if b else "none"),
             }
         )

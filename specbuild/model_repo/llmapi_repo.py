@@ -124,8 +124,14 @@ def generate_llmapi_repo(
             "triton_config is an LLM() argument.\n" + yaml.safe_dump(options, sort_keys=False)
         )
         if local:
+            # the engine-flow local model's spec-decode metrics: one definition for both local models
+            shared = [PYTHON_MODELS / "tensorrt_llm_local" / "spec_metrics.py"]
             for file in sorted(
-                [*(PYTHON_MODELS / LOCAL_MODEL).glob("*.py"), *(PYTHON_MODELS / "common").glob("*.py")]
+                [
+                    *(PYTHON_MODELS / LOCAL_MODEL).glob("*.py"),
+                    *(PYTHON_MODELS / "common").glob("*.py"),
+                    *shared,
+                ]
             ):
                 shutil.copy2(file, folder / "1" / file.name)
         write_manifest(

@@ -386,6 +386,16 @@ def ensemble_interface(names: Names, *, logits_dtype: str = DEFAULT_LOGITS_DTYPE
     return Interface(tuple(inputs), tuple(_text_outputs(logits_dtype.removeprefix("TYPE_"))))
 
 
+# specbuild additions to the BLS (not in the upstream templates): with return_perf_metrics, the draft
+# engine's KV-cache figures of its first call of the request (how much of the prompt the draft reused),
+# next to the target's in kv_cache_* (the BLS reports each engine's first call: the prompt's prefix reuse).
+BLS_EXTRA_OUTPUTS = (
+    _t("draft_kv_cache_alloc_new_blocks", "INT32", (1,)),
+    _t("draft_kv_cache_reused_blocks", "INT32", (1,)),
+    _t("draft_kv_cache_alloc_total_blocks", "INT32", (1,)),
+)
+
+
 def bls_interface(names: Names, *, logits_dtype: str = DEFAULT_LOGITS_DTYPE) -> Interface:
     inputs = [
         _t("text_input", "STRING", (1,)),
@@ -441,7 +451,8 @@ def bls_interface(names: Names, *, logits_dtype: str = DEFAULT_LOGITS_DTYPE) -> 
         _t("guided_decoding_guide_type", "STRING", (1,), "opt"),
         _t("guided_decoding_guide", "STRING", (1,), "opt"),
     ]
-    return Interface(tuple(inputs), tuple(_text_outputs(logits_dtype.removeprefix("TYPE_"))))
+    outputs = (*_text_outputs(logits_dtype.removeprefix("TYPE_")), *BLS_EXTRA_OUTPUTS)
+    return Interface(tuple(inputs), outputs)
 
 
 # ---- Triton's LLM-API model (triton_backend/all_models/llmapi/tensorrt_llm) ------------------------

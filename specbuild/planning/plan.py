@@ -71,6 +71,7 @@ class CapacityPlan:
     claim: dict[str, Any] | None = None
     notes: tuple[str, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)  # curve name -> "measured" | "stated" | ...
+    profile_best_k: int | None = None  # a speculation_profile.json's best K (as `tune --profile` chooses)
 
     @property
     def saving(self) -> dict[str, float] | None:
@@ -100,7 +101,22 @@ def make_plan(spec: BuildSpec, req: PlanRequest) -> CapacityPlan:
         notes.append(f"GPU price ${price:.2f}/GPU-hour: the documented {gpu.name} default (data/gpus.json)")
     k = int(spec.speculation.max_draft_len or 0)
     method = method_of(spec)
-    profile = read_profile(req.profile, setting_value=_tuned_value(spec)) if req.profile else None
+    profile = (
+        read_profile(req.profile, setting_value=_tuned_value(spec), method=method.ecosystem_name)
+        if req.profile
+        else None
+    )
+    if profile is not None and profile.best_k is not None:
+        notes.append(
+            f"the profile's best K is {profile.best_k} at its cost ratio {profile.cost_ratio:.3g} (what "
+            f"`tune --profile` chooses); the spec's K is {k}"
+            + ("" if profile.best_k == k else ": `specbuild tune SPEC --profile FILE --write` sets it")
+        )
+    if profile is not None and profile.measured_k is not None and k > profile.measured_k:
+        notes.append(
+            f"the spec's K={k} is past the profile's measured K={profile.measured_k}: the rates beyond it "
+            "repeat the last measured one"
+        )
     sources = [s for s in (req.bench, req.stated) if s is not None]
     if len(sources) > 1:
         raise PlanError(
@@ -171,6 +187,7 @@ def make_plan(spec: BuildSpec, req: PlanRequest) -> CapacityPlan:
         claim=claim,
         notes=tuple(dict.fromkeys(notes)),
         labels={c.name: c.source for c in curves},
+        profile_best_k=profile.best_k if profile is not None else None,
     )
 
 
@@ -298,9 +315,10 @@ def _scaled(base: C.Curve, profile: Profile, spec: BuildSpec, gpr_spec: int) -> 
     if s is None:
         raise PlanError(
             f"the profile {profile.source} has no cost ratio",
-            expected="details.cost_ratio",
+            expected="details.cost_ratio (`tune --json`) or measurement_conditions.cost_ratio "
+            "(a speculation_profile.json from `bench` or `tune --save-profile`)",
             found="none",
-            fix="regenerate it with `specbuild tune --json`",
+            fix="regenerate it with `specbuild tune --json`, or a profile with specbuild's cost ratio",
         )
     points = tuple(
         C.Point(
@@ -334,7 +352,7 @@ def _from_stated(req: PlanRequest, gpr_base, gpr_spec, profile: Profile | None, 
         f"stated {b:g} tok/s per GPU x {gpr_base} GPUs",
     )
     if s is None:
-        if profile is None or profile.speedup(k) is None:
+        if profile is None:
             raise PlanError(
                 "no stated speculative throughput",
                 expected="--stated BASE,SPEC or --profile",

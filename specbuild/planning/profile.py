@@ -5,12 +5,17 @@ relative to the target alone; the speedup is E / (K c + 1) for a drafter run K t
 (core/theory.py), or E / (pass cost) for a method with no draft passes, whose drafts one target pass
 verifies (a Medusa tree; n-gram drafts, looked up for free).
 
-Read here: the JSON `specbuild tune SPEC --json` prints (TuneReport.to_dict()):
-* draft length (`tunes: draft_len`): details.acceptance_per_position, details.cost_ratio;
-* tree (`tunes: tree`): chosen/current tokens_per_pass and details.tree_pass_cost;
-* n-gram (`tunes: ngram`): chosen/current tokens_per_pass and speedup of the exact replay (their
-  ratio is the mean verify-pass cost, timed on the tuning host), and the setting's
-  details.<label>_profile.acceptance_per_position.
+Read here:
+* the JSON `specbuild tune SPEC --json` prints (TuneReport.to_dict()):
+  * draft length (`tunes: draft_len`): details.acceptance_per_position, details.cost_ratio;
+  * tree (`tunes: tree`): chosen/current tokens_per_pass and details.tree_pass_cost;
+  * n-gram (`tunes: ngram`): chosen/current tokens_per_pass and speedup of the exact replay (their
+    ratio is the mean verify-pass cost, timed on the tuning host), and the setting's
+    details.<label>_profile.acceptance_per_position;
+* a ModelOpt-style `speculation_profile.json` (core/speculation_profile.py: `bench` and `tune
+  --save-profile` write it, ModelOpt's specdec_bench too): its conditional acceptance per position and
+  measurement_conditions.cost_ratio (specbuild's key; ModelOpt's profiles measure no cost). Its best K
+  is chosen as `tune --profile` chooses it (tuning/predict.py `choose_k_from_profile`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from specbuild.core import theory
 from specbuild.core.errors import PlanError
 from specbuild.core.methods import Tunable
 from specbuild.core.safe_io import read_json, shorten
+from specbuild.core.speculation_profile import read_speculation_profile
+from specbuild.tuning.predict import choose_k_from_profile
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,9 @@ class Profile:
     # no draft passes (Medusa's tree, n-gram lookup): E at the profiled setting and its pass cost
     one_pass_tokens_per_pass: float | None = None
     one_pass_cost: float | None = None  # verify pass time / plain pass time
+    # a speculation_profile.json: the K it was measured at, and the K it supports best (tune --profile's)
+    measured_k: int | None = None
+    best_k: int | None = None
 
     def tokens_per_pass(self, k: int) -> float:
         if self.one_pass_tokens_per_pass is not None:
@@ -56,11 +66,15 @@ class Profile:
         return sum(self.acceptance) / len(self.acceptance)
 
 
-def read_profile(path: Path, *, setting_value: Any = None) -> Profile:
-    """A Profile from a `tune --json` report. `setting_value`: what the spec now has of what the report
-    tuned (the tree as lists; n-gram: {"speculation.max_draft_len": K, "ngram.max_matching_ngram_size": N}),
-    to pick which of the report's two settings (chosen / current) it describes."""
+def read_profile(path: Path, *, setting_value: Any = None, method: str | None = None) -> Profile:
+    """A Profile from a `tune --json` report or a speculation_profile.json. `setting_value`: what the spec
+    now has of what the report tuned (the tree as lists; n-gram: {"speculation.max_draft_len": K,
+    "ngram.max_matching_ngram_size": N}), to pick which of the report's two settings (chosen / current) it
+    describes; `method`: the spec's method as the ecosystem names it (a speculation_profile.json of another
+    method is refused)."""
     data = read_json(path, kind="config", what="speculation profile")
+    if "schema_version" in data:
+        return _from_speculation_profile(path, method)
     where = f"speculation profile {path}"
     details = data.get("details")
     if not isinstance(details, dict):
@@ -107,6 +121,25 @@ def read_profile(path: Path, *, setting_value: Any = None) -> Profile:
         source=str(path),
         acceptance=tuple(float(a) for a in acceptance),
         cost_ratio=float(cost) if _positive(cost) else None,
+    )
+
+
+def _from_speculation_profile(path: Path, method: str | None) -> Profile:
+    sp = read_speculation_profile(path)  # a malformed or placeholder profile: InputFileError
+    if method and sp.method and sp.method.lower() != method.lower():
+        raise PlanError(
+            f"the speculation profile {path} describes another method",
+            expected=f"method {method!r} (the spec's)",
+            found=f"method {sp.method!r}",
+            fix="use a profile measured with this spec's method",
+        )
+    best = choose_k_from_profile(sp, sp.cost_ratio).k if sp.cost_ratio is not None else None
+    return Profile(
+        source=f"{path} (speculation_profile.json, measured at K={sp.num_speculative_tokens})",
+        acceptance=tuple(sp.acceptance),
+        cost_ratio=sp.cost_ratio if sp.cost_ratio and sp.cost_ratio > 0 else None,
+        measured_k=sp.num_speculative_tokens,
+        best_k=best,
     )
 
 

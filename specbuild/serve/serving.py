@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -35,8 +36,18 @@ def _follow(path: Path, out: TextIO, stop: threading.Event, start_at: int) -> No
                 time.sleep(0.2)
 
 
-def run_server(repo: Path, options: ServerOptions, *, console, log_stream: TextIO | None) -> int:
-    """Serve until interrupted (returns 0) or until the server dies (raises ServerError)."""
+def run_server(
+    repo: Path,
+    options: ServerOptions,
+    *,
+    console,
+    log_stream: TextIO | None,
+    on_ready: Callable[[TritonServer], Callable[[], None]] | None = None,
+) -> int:
+    """Serve until interrupted (returns 0) or until the server dies (raises ServerError).
+
+    on_ready(server) runs once every model is READY (the OpenAI frontend starts there) and returns the
+    function that stops what it started; it is called before the server stops."""
 
     def on_term(signum, frame):  # SIGTERM -> the same clean shutdown as Ctrl-C
         raise KeyboardInterrupt
@@ -44,6 +55,7 @@ def run_server(repo: Path, options: ServerOptions, *, console, log_stream: TextI
     previous = signal.signal(signal.SIGTERM, on_term)
     server = TritonServer(repo, options)
     stop_follow = threading.Event()
+    stop_extra: Callable[[], None] | None = None
     try:
         with Progress(
             SpinnerColumn(),
@@ -63,6 +75,8 @@ def run_server(repo: Path, options: ServerOptions, *, console, log_stream: TextI
             f"  metrics http://{options.host}:{options.metrics_port}/metrics"
         )
         console.print(f"  log     {server.log_path}")
+        if on_ready is not None:
+            stop_extra = on_ready(server)
         console.print("Ctrl-C stops the server.")
         if log_stream is not None:
             size = server.log_path.stat().st_size
@@ -77,5 +91,7 @@ def run_server(repo: Path, options: ServerOptions, *, console, log_stream: TextI
         return 0
     finally:
         stop_follow.set()
+        if stop_extra is not None:
+            stop_extra()
         server.stop()
         signal.signal(signal.SIGTERM, previous)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specbuild.core.medusa_choices import MedusaChoices
+from specbuild.core.speculation_profile import SpeculationProfile
 from specbuild.core.theory import speedup, tokens_per_pass_chain
 
 # ---- draft/target: K from the per-position acceptance (core/theory.py) ------------------------
@@ -41,6 +42,18 @@ def k_table(acceptance: Sequence[float], cost_ratio: float, k_max: int) -> list[
 def choose_k(acceptance: Sequence[float], cost_ratio: float, k_max: int) -> KChoice:
     """The K in 1..k_max with the highest predicted speedup (the smaller K on a tie)."""
     return max(k_table(acceptance, cost_ratio, k_max), key=lambda r: (round(r.speedup, 12), -r.k))
+
+
+def choose_k_from_profile(
+    profile: SpeculationProfile, cost_ratio: float, k_max: int | None = None
+) -> KChoice:
+    """The K a speculation profile measured elsewhere supports best: within its measured positions (rates
+    past them would be extrapolated from the last one), at most its max_supported_k and k_max. `tune
+    --profile` and `plan --profile` both choose with this."""
+    limit = min(profile.num_speculative_tokens, profile.max_supported_k)
+    if k_max:
+        limit = min(limit, k_max)
+    return choose_k(profile.acceptance, cost_ratio, limit)
 
 
 # ---- Medusa trees --------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ class ChainProfile:
     target_pass_s: float
     draft_pass_s: float
     stats: SpecStats
+    requests: tuple[tuple[tuple[int, int], ...], ...] = ()  # (accepted, drafted) per step, per prompt
 
 
 def profile_chain(
@@ -47,10 +48,12 @@ def profile_chain(
 ) -> ChainProfile:
     rep = reporter or Reporter()
     stats = SpecStats()
+    requests = []
     rep.start("profile", len(prompts))
     for p in prompts:
         res = engine.generate(list(p), greedy_params(max_tokens), speculative=True, num_draft_tokens=k_max)
         stats.merge(res.stats)
+        requests.append(tuple(res.stats.steps))
         rep.advance("profile", 1)
     rep.stop("profile")
     t = pass_times(
@@ -63,6 +66,7 @@ def profile_chain(
         target_pass_s=t_target,
         draft_pass_s=t_draft,
         stats=stats,
+        requests=tuple(requests),
     )
 
 

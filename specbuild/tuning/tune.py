@@ -27,8 +27,10 @@ from specbuild.builder.resolve import resolve_model
 from specbuild.core.errors import TrainingError
 from specbuild.core.medusa_choices import MedusaChoices
 from specbuild.core.methods import Tunable, method_of, resolve_name
-from specbuild.core.safe_io import check_writable
+from specbuild.core.safe_io import check_writable, guard_output
 from specbuild.core.spec import load_spec
+from specbuild.core.speculation_profile import SpeculationProfile, build_profile, read_speculation_profile
+from specbuild.core.speculation_profile import write_profile as save_profile
 from specbuild.core.theory import speedup, tokens_per_pass_chain
 from specbuild.engines.reference.engine import ReferenceEngine
 from specbuild.engines.reference.loader import load_weights
@@ -39,6 +41,7 @@ from specbuild.tuning.data import read_texts
 from specbuild.tuning.predict import (
     accepted_lengths,
     choose_k,
+    choose_k_from_profile,
     conditional_depth_probs,
     grow_tree_from_ranks,
     k_table,
@@ -67,6 +70,19 @@ def tune_spec(spec_path: Path, options: TuneOptions, *, reporter: Reporter | Non
     options.validate(spec)
     if options.write:
         check_writable(spec_path, option="the spec")  # before minutes of profiling, not after
+    if options.save_profile is not None:
+        inputs = {
+            "build spec": spec_path,
+            "--prompts file": options.prompts,
+            "--eval-prompts file": options.eval_prompts,
+            "--profile file": options.profile,
+        }
+        guard_output(options.save_profile, inputs, option="--save-profile")  # never replace an input
+        Path(options.save_profile).parent.mkdir(parents=True, exist_ok=True)
+        check_writable(options.save_profile, option="--save-profile")
+    if options.profile is not None:
+        report = tune_from_profile(spec, read_speculation_profile(options.profile), options)
+        return _finish(spec_path, report, options)
     texts = read_texts(options.prompts)
     with open_engine(spec, options.engine, rep) as engine:
         prompts = [engine.tokenizer(t, add_special_tokens=True)["input_ids"] for t in texts]
@@ -77,6 +93,16 @@ def tune_spec(spec_path: Path, options: TuneOptions, *, reporter: Reporter | Non
                 for t in read_texts(options.eval_prompts)
             ]
             report = _measure(report, engine, held, options, rep)
+    return _finish(spec_path, report, options)
+
+
+def _finish(spec_path: Path, report: TuneReport, options: TuneOptions) -> TuneReport:
+    """--save-profile, then --write."""
+    if options.save_profile is not None:
+        profile = report.details.get("speculation_profile")
+        if profile is not None:
+            save_profile(profile, options.save_profile)
+            report = replace(report, details={**report.details, "profile_written": str(options.save_profile)})
     if options.write:
         report = _write(
             spec_path,
@@ -85,9 +111,55 @@ def tune_spec(spec_path: Path, options: TuneOptions, *, reporter: Reporter | Non
                 "--prompts file": options.prompts,
                 "--eval-prompts file": options.eval_prompts,
                 "--engine folder": options.engine,
+                "--profile file": options.profile,
             },
         )
     return report
+
+
+def tune_from_profile(spec, profile: SpeculationProfile, options: TuneOptions) -> TuneReport:
+    """K from a speculation profile measured elsewhere (no engine runs): its per-position conditional
+    acceptance and a cost ratio (--cost-ratio, else the profile's measurement_conditions.cost_ratio)."""
+    method = method_of(spec)
+    if profile.method and profile.method.lower() != method.ecosystem_name.lower():
+        raise TrainingError(
+            "the speculation profile describes another method",
+            expected=f"method {method.ecosystem_name!r} (the spec's mode {spec.mode})",
+            found=f"method {profile.method!r} in {profile.path}",
+            fix="use a profile measured with this spec's draft, or measure here (`specbuild tune --prompts`)",
+        )
+    c = options.cost_ratio if options.cost_ratio is not None else profile.cost_ratio
+    if c is None:
+        raise TrainingError(
+            "the speculation profile has no cost ratio",
+            expected="measurement_conditions.cost_ratio in the profile, or --cost-ratio",
+            found=f"{profile.path}: acceptance only (ModelOpt's profiles measure no cost)",
+            fix="pass --cost-ratio C (draft pass / target pass on the serving GPU; `bench` reports it)",
+        )
+    # rates past the measured K would be extrapolated from the last one: never choose beyond it
+    k_max = min(options.k_max or profile.num_speculative_tokens, profile.num_speculative_tokens)
+    k_max = min(k_max, profile.max_supported_k)
+    acceptance = profile.acceptance
+    best = choose_k_from_profile(profile, c, options.k_max)
+    current_k = spec.speculation.max_draft_len
+    e_cur = tokens_per_pass_chain(acceptance, current_k)
+    return TuneReport(
+        mode=spec.mode.value,
+        tunes=Tunable.DRAFT_LEN.name.lower(),
+        chosen=Setting("chosen", best.k, best.tokens_per_pass, best.speedup, best.k),
+        current=Setting("current", current_k, e_cur, speedup(e_cur, current_k, c), current_k),
+        details={
+            "acceptance_per_position": acceptance,
+            "cost_ratio": c,
+            "cost_ratio_source": "--cost-ratio" if options.cost_ratio is not None else "the profile",
+            "profile": profile.path,
+            "profile_k": profile.num_speculative_tokens,
+            "table": [
+                {"k": r.k, "tokens_per_pass": r.tokens_per_pass, "speedup": r.speedup}
+                for r in k_table(acceptance, c, k_max)
+            ],
+        },
+    )
 
 
 @contextlib.contextmanager
@@ -135,6 +207,24 @@ def tune_draft_len(spec, engine, prompts, options: TuneOptions, rep: Reporter) -
     prof = profile_chain(engine, prompts, k_max=k_max, max_tokens=options.max_tokens, reporter=rep)
     best = choose_k(prof.acceptance, prof.cost_ratio, k_max)
     e_cur = tokens_per_pass_chain(prof.acceptance, current_k)
+    profile = build_profile(
+        prof.requests,
+        num_speculative_tokens=k_max,
+        method=method_of(spec).ecosystem_name,
+        conditional=prof.acceptance,
+        target_model=spec.target.model,
+        draft_checkpoint=spec.draft.model if spec.draft is not None else None,
+        measurement_conditions={
+            "engine": "specbuild reference engine (CPU, float32), greedy",
+            "dataset": options.prompts.name if options.prompts else None,
+            "concurrency": 1,
+            "temperature": 0.0,
+            "max_tokens": options.max_tokens,
+            "cost_ratio": prof.cost_ratio,
+            "target_pass_ms": prof.target_pass_s * 1e3,
+            "draft_pass_ms": prof.draft_pass_s * 1e3,
+        },
+    )
     return TuneReport(
         mode=spec.mode.value,
         tunes=Tunable.DRAFT_LEN.name.lower(),
@@ -150,6 +240,7 @@ def tune_draft_len(spec, engine, prompts, options: TuneOptions, rep: Reporter) -
                 {"k": r.k, "tokens_per_pass": r.tokens_per_pass, "speedup": r.speedup}
                 for r in k_table(prof.acceptance, prof.cost_ratio, k_max)
             ],
+            "speculation_profile": profile,
         },
     )
 

@@ -22,7 +22,7 @@ RANGES = {
 
 @dataclass(frozen=True)
 class TuneOptions:
-    prompts: Path  # .txt (one prompt per line) or .jsonl ("text" or "prompt")
+    prompts: Path | None  # .txt (one prompt per line) or .jsonl ("text" or "prompt"); None with `profile`
     max_tokens: int = 64  # greedy tokens generated per prompt while profiling
     topk: int = 10  # candidates per head considered when growing a Medusa tree
     k_max: int | None = None  # draft/target: largest K profiled (None: max(8, the spec's K))
@@ -33,6 +33,11 @@ class TuneOptions:
     )
     engine: Path | None = None  # a `specbuild compile` output to run instead of converting the spec
     write: bool = False
+    # a speculation_profile.json measured elsewhere (ModelOpt schema 1.0, e.g. `bench` on a GPU host): K is
+    # chosen from its acceptance instead of profiling here; its cost ratio or `cost_ratio` gives c
+    profile: Path | None = None
+    cost_ratio: float | None = None  # draft pass / target pass on the serving hardware (with `profile`)
+    save_profile: Path | None = None  # write this run's measurement as a speculation_profile.json
 
     def validate(self, spec: Any = None) -> None:
         """Every numeric option in its range (a K of 0 or 10000 is a mistake, not a request)."""
@@ -47,6 +52,7 @@ class TuneOptions:
                     found=str(value),
                     fix=f"pass --{name.replace('_', '-')} between {low} and {high}",
                 )
+        self._check_profile(spec)
         if spec is not None and self.budget is not None and method_of(spec).tunes is not Tunable.TREE:
             raise TrainingError(
                 "--budget is for specs whose tree is tuned (Medusa)",
@@ -60,4 +66,37 @@ class TuneOptions:
                 expected="--k-max for draft/target, --budget for Medusa",
                 found=f"mode {spec.mode}",
                 fix="drop --n-max",
+            )
+
+    def _check_profile(self, spec: Any) -> None:
+        if self.profile is None:
+            if self.prompts is None:
+                raise TrainingError(
+                    "tune needs prompts to profile on", fix="pass --prompts FILE (or --profile PROFILE.json)"
+                )
+            if self.cost_ratio is not None:
+                raise TrainingError(
+                    "--cost-ratio is for --profile (tune measures c itself when it profiles)",
+                    fix="drop --cost-ratio, or pass --profile speculation_profile.json",
+                )
+            return
+        for flag, value in (("--prompts", self.prompts), ("--eval-prompts", self.eval_prompts)):
+            if value is not None:
+                raise TrainingError(
+                    f"{flag} and --profile exclude each other",
+                    expected="--profile alone (acceptance measured elsewhere), or prompts to profile on",
+                    found=f"{flag} {value} and --profile {self.profile}",
+                    fix=f"drop {flag} to choose K from the profile, or drop --profile to measure here",
+                )
+        if self.cost_ratio is not None and not (math.isfinite(self.cost_ratio) and self.cost_ratio >= 0):
+            raise TrainingError(
+                f"--cost-ratio {self.cost_ratio} is not a number >= 0", fix="pass --cost-ratio 0.1"
+            )
+        if spec is not None and method_of(spec).tunes is not Tunable.DRAFT_LEN:
+            raise TrainingError(
+                "--profile chooses K (draft tokens per round); this spec's method tunes something else",
+                expected="a method whose K is tuned (draft/target)",
+                found=f"mode {spec.mode} (tunes {method_of(spec).tunes.name.lower()})",
+                fix="profile here with --prompts (a Medusa tree needs each head's candidate ranks, n-gram "
+                "its match sizes)",
             )

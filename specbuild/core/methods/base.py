@@ -69,6 +69,14 @@ class SpeculationMethod:
     tunes: Tunable
     tuner: str  # "module:function" of `specbuild tune`
     default_k: int = 0  # draft tokens per round when neither a spec nor a caller says (0: not per round)
+    # the method's name in the ecosystem's records (ModelOpt's speculation_profile.json `method`, vLLM's
+    # `method`); None: the same as `name`. It decides the profile's accept_length_model (chain methods).
+    profile_name: str | None = None
+
+    @property
+    def ecosystem_name(self) -> str:
+        return self.profile_name or self.name
+
     section_required: bool = True  # False: a spec may leave the section out (the loader fills its defaults)
     # every round drafts min(K, tokens left - 1) (a client can rebuild the rounds); False: 0..K (n-gram)
     drafts_every_round: bool = True

@@ -23,4 +23,5 @@ DRAFT_TARGET = SpeculationMethod(
     tunes=Tunable.DRAFT_LEN,
     tuner="specbuild.tuning.tune:tune_draft_len",
     default_k=DEFAULT_K,
+    profile_name="draft_model",  # vLLM's and ModelOpt's name of the method
 )

@@ -354,14 +354,22 @@ class ReferenceEngine:
                 for (ids, stats), q in zip(done, plist, strict=True)
             ]
         with self._lock:
-            outs, _, passes = generate_batch(
-                self.target, [list(p) for p in prompts], plist, on_tokens=on_tokens, stop=stop
+            outs, _, passes, reused = generate_batch(
+                self.target,
+                [list(p) for p in prompts],
+                plist,
+                on_tokens=on_tokens,
+                stop=stop,
+                prefix_cache=self.prefix_cache,
             )
         seconds = time.perf_counter() - started
-        return [
+        results = [
             self._result(o, q, SpecStats(target_passes=passes), speculative=False, seconds=seconds)
             for o, q in zip(outs, plist, strict=True)
         ]
+        for result, n in zip(results, reused, strict=True):
+            result.cached_prompt_tokens = n
+        return results
 
     def generate_with_logits(
         self, prompt_ids: list[int], params: SamplingParams, *, on_tokens=None, stop: StopHook | None = None

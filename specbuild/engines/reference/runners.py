@@ -66,9 +66,13 @@ class PrefixCache:
         self._next = 0
         self.reused_tokens = 0  # prompt tokens not recomputed thanks to the cache (for tests / metrics)
 
-    def acquire(self, ids: list[int]) -> CachedSequence:
+    def acquire(self, ids: list[int], *, exclude: frozenset[int] = frozenset()) -> CachedSequence:
+        """The entry sharing the longest prefix with `ids` (a fresh one when none shares any); entries
+        whose id() is in `exclude` are skipped (a batch hands each row a sequence of its own)."""
         best_key, best_len = None, 0
         for key, seq in self._entries.items():
+            if id(seq) in exclude:
+                continue
             n = seq.common_prefix(ids)
             if n > best_len:
                 best_key, best_len = key, n
@@ -260,6 +264,7 @@ def generate_cached(
     return out, logits_rows, seq.forward_passes - start
 
 
+@torch.inference_mode()  # the prefix cache's sequences hold inference tensors (grown inside forward passes)
 def generate_batch(
     model: LlamaModel,
     prompts: list[list[int]],
@@ -267,24 +272,42 @@ def generate_batch(
     *,
     on_tokens=None,
     stop=None,
-) -> tuple[list[list[int]], list[str], int]:
+    prefix_cache: PrefixCache | None = None,
+) -> tuple[list[list[int]], list[str], int, list[int]]:
     """Plain (non-speculative) decode of several prompts of different lengths in one batch.
 
     Prefill runs all prompts right-padded in one pass; each decode step feeds one token per
     unfinished row. on_tokens(row, [token]) streams; stop(row, out, start) is each row's stop hook
     (speculative.StopHook): a row it ends stops there, the others go on. Returns (tokens per row,
-    finish reasons, passes).
+    finish reasons, passes, prompt tokens each row took from the prefix cache).
+
+    With a prefix_cache each row starts from the KV of the cached sequence sharing the longest prefix
+    with its prompt (only the rest is prefilled) and leaves its final KV there, as single requests do.
     """
     b = len(prompts)
     assert b == len(params) and all(prompts), "one non-empty prompt and one SamplingParams per row"
     gens = [make_generator(p.seed) for p in params]
     stops = [stop_ids(p) for p in params]
-    lengths = [len(p) for p in prompts]
+    cached: list[CachedSequence | None] = [None] * b
+    keep = [0] * b
+    if prefix_cache is not None:
+        taken: set[int] = set()
+        for row, p in enumerate(prompts):
+            cached[row] = seq = prefix_cache.acquire(list(p), exclude=frozenset(taken))
+            taken.add(id(seq))
+            keep[row] = min(seq.common_prefix(list(p)), len(p) - 1)
+    tails = [p[k:] for p, k in zip(prompts, keep, strict=True)]
+    lengths = [len(t) for t in tails]
     width = max(lengths)
-    cache = model.new_cache(b, width + max(p.max_tokens for p in params) + 1)
+    cache = model.new_cache(b, max(len(p) for p in prompts) + max(p.max_tokens for p in params) + 1)
+    for row, seq in enumerate(cached):
+        if seq is not None and keep[row]:
+            cache.k[:, row, : keep[row]] = seq.cache.k[:, 0, : keep[row]]  # [L,keep,nkv,D]
+            cache.v[:, row, : keep[row]] = seq.cache.v[:, 0, : keep[row]]
+            cache.lengths[row] = keep[row]
     tokens = torch.zeros(b, width, dtype=torch.long, device=model.device)  # [B,T] right-padded
-    for row, p in enumerate(prompts):
-        tokens[row, : len(p)] = torch.tensor(p)
+    for row, t in enumerate(tails):
+        tokens[row, : len(t)] = torch.tensor(t)
     hidden = model.forward(tokens, cache, n_new=lengths)  # [B,T,H]
     last = hidden[torch.arange(b), torch.tensor(lengths) - 1]  # [B,H] each row's last real position
     outs: list[list[int]] = [[] for _ in range(b)]
@@ -307,5 +330,13 @@ def generate_batch(
         step = torch.tensor(next_ids, device=model.device)[:, None]  # [B,1]
         last = model.forward(step, cache, n_new=[0 if d else 1 for d in done])[:, 0]  # [B,H]
         passes += 1
+    for row, seq in enumerate(cached):  # leave each row's KV in its cached sequence for later requests
+        if seq is not None:
+            held = (list(prompts[row]) + outs[row])[: cache.lengths[row]]
+            seq.cache.reserve(len(held))
+            seq.cache.k[:, 0, : len(held)] = cache.k[:, row, : len(held)]
+            seq.cache.v[:, 0, : len(held)] = cache.v[:, row, : len(held)]
+            seq.cache.lengths[0] = len(held)
+            seq.tokens = held
     reasons = ["stop" if o and o[-1] in s else "length" for o, s in zip(outs, stops, strict=True)]
-    return outs, reasons, passes
+    return outs, reasons, passes, keep

@@ -266,8 +266,12 @@ class _Shared:
         self.seed_name, self.logits_dtype = seed_name, logits_dtype
         self.calls = 0  # engine calls so far: separates the per-call seeds of one request
         self.draft_logits: np.ndarray | None = None  # [k, V] raw logits of the last proposal
-        self.last_perf: dict[str, np.ndarray] = {}
         self.first_call_ns: int | None = None
+        # the perf outputs of each engine's first call ("target", "draft"): its KV-cache figures say how
+        # much of the prompt that engine reused from earlier requests (prefix reuse, e.g. multi-turn)
+        self.first_perf: dict[str, dict[str, np.ndarray]] = {}
+        self.drafted = 0  # running totals over the verified rounds (the streamed responses carry them)
+        self.accepted = 0
 
     def inputs(self, ids: list[int], output_len: int, *, stop_words: bool = True) -> dict[str, np.ndarray]:
         if self.first_call_ns is None:
@@ -297,11 +301,17 @@ class TritonDrafter:
         # min tokens = k: the draft must not stop at end_id before offering k tokens (as upstream).
         inputs["min_length" if sh.seed_name == "random_seed" else "min_tokens"] = _i32(k)
         wanted = list(ENGINE_OUTPUTS)
+        first = "draft" not in sh.first_perf
+        if first:  # the draft's prompt reuse (KV-cache figures of its first call)
+            inputs["return_perf_metrics"] = np.array([[True]])
+            wanted += PERF_OUTPUTS
         if sh.opts.use_draft_logits:
             inputs["return_generation_logits"] = np.array([[True]])
             wanted.append("generation_logits")
         out = sh.call(self.model, inputs, wanted)
         self.forward_passes += 1
+        if first:
+            sh.first_perf["draft"] = _kv_figures(out)
         tokens = new_tokens(out)[:k]
         if not sh.opts.use_draft_logits:
             sh.draft_logits = None
@@ -393,8 +403,20 @@ class TritonVerifier:
         inputs["return_perf_metrics"] = np.array([[True]])
         out = sh.call(self.model, inputs, ENGINE_OUTPUTS + PERF_OUTPUTS)
         self.forward_passes += 1
-        sh.last_perf = {name: out[name] for name in PERF_OUTPUTS if out.get(name) is not None}
-        return new_tokens(out)
+        sh.first_perf.setdefault("target", _kv_figures(out))
+        tokens = new_tokens(out)
+        if draft_tokens:  # as the loop records the round (SpecStats.record_step)
+            sh.drafted += len(draft_tokens)
+            sh.accepted += min(max(len(tokens) - 1, 0), len(draft_tokens))
+        return tokens
+
+
+KV_OUTPUTS = ("kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks")
+DRAFT_KV_PREFIX = "draft_"  # the BLS's draft_kv_cache_* outputs: the draft engine's figures (specbuild)
+
+
+def _kv_figures(out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {name: out[name] for name in KV_OUTPUTS if out.get(name) is not None}
 
 
 def perf_outputs(
@@ -405,8 +427,12 @@ def perf_outputs(
     first_token_ns: int | None,
     last_token_ns: int | None,
     kv: dict[str, np.ndarray],
+    draft_kv: dict[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
-    """The perf outputs of a whole speculative request (SpecStats `stats`), batch dim included."""
+    """The perf outputs of a whole speculative request (SpecStats `stats`), batch dim included.
+
+    kv: the target's KV-cache figures of its first call (the prompt's prefix reuse); draft_kv: the
+    draft's, as draft_kv_cache_* (None: no draft model ran)."""
 
     def one(value, dtype):
         return np.array([[value]], dtype=dtype)
@@ -420,9 +446,23 @@ def perf_outputs(
         "total_accepted_draft_tokens": one(stats.accepted, np.int32),
         "total_draft_tokens": one(stats.drafted, np.int32),
     }
-    for name in ("kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks"):
+    for name in KV_OUTPUTS:
         out[name] = np.asarray(kv[name], dtype=np.int32).reshape(1, 1) if name in kv else one(0, np.int32)
+    for name in KV_OUTPUTS if draft_kv is not None else ():
+        value = draft_kv.get(name)
+        out[DRAFT_KV_PREFIX + name] = (
+            np.asarray(value, dtype=np.int32).reshape(1, 1) if value is not None else one(0, np.int32)
+        )
     return out
+
+
+def running_totals(shared: _Shared) -> dict[str, np.ndarray]:
+    """What a streamed speculative response carries with return_perf_metrics: the request's counters so
+    far, so a client gets each round's drafted and accepted tokens exactly (the final response: totals)."""
+    return {
+        "total_accepted_draft_tokens": np.array([[shared.accepted]], dtype=np.int32),
+        "total_draft_tokens": np.array([[shared.drafted]], dtype=np.int32),
+    }
 
 
 class TextStream:
@@ -458,10 +498,13 @@ def speculate(
     draft_model: str | None,
     seed_name: str,
     logits_dtype: str,
-    on_tokens: Callable[[list[int]], None] | None = None,
+    on_tokens: Callable[[list[int], _Shared], None] | None = None,
     stop=None,
 ):
     """Run the shared speculative loop over the Triton models; returns (new tokens, SpecStats, shared state).
+
+    `on_tokens(tokens, shared)` gets each round's emitted tokens and the request's shared state (its
+    running totals: running_totals()).
 
     `drafter_factory` makes the repository's drafter (its `bls_drafter` parameter: `drafter_factory()`).
     Stop words: single-token ones are stop ids of the loop; longer ones end it through its stop hook
@@ -479,7 +522,7 @@ def speculate(
         prep.prompt_ids,
         params,
         num_draft_tokens=opts.num_draft_tokens,
-        on_tokens=on_tokens,
+        on_tokens=(lambda toks: on_tokens(toks, shared)) if on_tokens else None,
         stop=first_stop(stop_at_words([w for w in words if len(w) > 1]), stop),
     )
     return list(tokens), stats, shared

@@ -6,7 +6,10 @@
   `tensorrt_llm_draft`) and a Verifier calling `tensorrt_llm` with draft_input_ids (+ draft_logits
   when use_draft_logits). acceptance_rate / total_accepted_draft_tokens / total_draft_tokens cover the
   whole request. With stream=true each round's accepted tokens are sent as they are accepted.
-* otherwise the request goes to `tensorrt_llm` alone (streamed when that model is decoupled: Medusa).
+* otherwise the request goes to `tensorrt_llm` alone (streamed when that model is decoupled: Medusa);
+  a streamed num_draft_tokens = 0 request of a draft/target repository (its target is not decoupled, as
+  upstream's draft/target repositories) runs the loop without drafts: one target call per token, each
+  token streamed as it comes (the baseline's TTFT and ITL are then measured like the speculative ones).
 
 Responses: text_output is flat (one string per request: `as_numpy("text_output")[0]`); streamed chunks
 are deltas (concatenate them); output_ids / sequence_length are the token ids of each response (the
@@ -49,6 +52,7 @@ from bls_core import (  # noqa: E402
     new_tokens,
     perf_outputs,
     preprocess,
+    running_totals,
     speculate,
 )
 from responder import Responder  # noqa: E402
@@ -239,15 +243,22 @@ class TritonPythonModel:
         def ended() -> bool:
             return gone[0] or responder.cancelled()
 
-        def on_tokens(tokens):
+        def on_tokens(tokens, shared=None):
             times["first"] = times["first"] or time.time_ns()
             times["last"] = time.time_ns()
             if opts.stream and not gone[0]:
                 delta = text.push(tokens)
                 outputs = {"text_output": _text_output(delta), **_token_outputs(tokens), **counts(tokens)}
+                if shared is not None and opts.return_perf_metrics:  # this round's counters, exactly
+                    outputs.update(running_totals(shared))
                 gone[0] = not responder.send(self._response(outputs))
 
-        if opts.num_draft_tokens > 0 and self.drafter_factory is not None:
+        # A streamed target-alone request (num_draft_tokens 0) to a target that cannot stream (not
+        # decoupled: the BLS calls it round by round) runs the same loop with no drafts: one target call
+        # per token through its prefix cache, each token sent as it comes (a real baseline stream; every
+        # token pays one BLS -> target call, docs/serving.md measures that overhead).
+        stream_baseline = opts.stream and opts.num_draft_tokens == 0 and not self.target_decoupled
+        if self.drafter_factory is not None and (opts.num_draft_tokens > 0 or stream_baseline):
             # the loop's stop hook asks after every round: a cancelled request ends within one round
             tokens, stats, shared = speculate(
                 call,
@@ -267,7 +278,8 @@ class TritonPythonModel:
                 first_scheduled_ns=shared.first_call_ns,
                 first_token_ns=times["first"],
                 last_token_ns=times["last"],
-                kv=shared.last_perf,
+                kv=shared.first_perf.get("target", {}),
+                draft_kv=shared.first_perf.get("draft"),  # None: the draft never ran (the baseline)
             )
         else:
             tokens, perf = self._plain(call, opts, prep, on_tokens, responder, ended)

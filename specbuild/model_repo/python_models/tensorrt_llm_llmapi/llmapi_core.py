@@ -256,3 +256,4 @@ class Job:
     stopped: bool = False  # a `stop` request named it
     error: Exception | None = None
     finish: str | None = None
+    steps: list = field(default_factory=list)  # (accepted, drafted) of each verification step

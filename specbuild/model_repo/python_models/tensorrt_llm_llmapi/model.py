@@ -47,6 +47,7 @@ from llmapi_core import (  # noqa: E402
     text_outputs,
 )
 from responder import Responder  # noqa: E402
+from spec_metrics import SpecMetrics  # noqa: E402
 from words import param, stop_at_words  # noqa: E402
 
 DEFAULT_TORCH_THREADS = "1"
@@ -116,6 +117,7 @@ class TritonPythonModel:
         self.max_batch = max(1, int(options.get("max_batch_size") or 1))
         self._active: dict[str, list[Job]] = {}
         self._lock = threading.Lock()
+        self.metrics = SpecMetrics(config.get("name", "tensorrt_llm"))  # trtllm-serve's spec-decode series
         self._warm_up()
         self._pending: list[Job] = []
         self._wake = threading.Condition()
@@ -307,6 +309,7 @@ class TritonPythonModel:
     def _done(self, job: Job, result) -> None:
         job.tokens, job.ran = list(result.token_ids), True
         job.perf.accepted, job.perf.drafted = result.stats.accepted, result.stats.drafted
+        job.steps = result.stats.steps  # (accepted, drafted) per verification step, for the metrics
         job.finish = result.finish_reason
 
     def _text(self, job: Job, tokens: list[int]) -> str:
@@ -329,6 +332,10 @@ class TritonPythonModel:
             return None if self.decoupled else self._cancelled_error()
         if job.error is not None:
             return self._error(f"Error generating request: {job.error}")
+        try:  # a completed request's steps (trtllm-serve logs finished ones); never fails the request
+            self.metrics.record(job.steps)
+        except Exception as exc:  # noqa: BLE001 - metrics are best effort
+            pb_utils.Logger.log_warn(f"tensorrt_llm: speculative metrics not updated: {exc}")
         tokens, stop_string = cut_at_stop(job.tokens, req)
         finish = "cancelled" if job.stopped else ("stop" if stop_string is not None else job.finish)
         reused = self.engine.prefix_cache.reused_tokens - job.reused_before

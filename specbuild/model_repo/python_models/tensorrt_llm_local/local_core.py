@@ -223,9 +223,10 @@ class Job:
     req: LocalRequest
     responder: object  # responder.Responder: cancellation and (decoupled) the response sender
     perf: Perf
-    reused_before: int  # prefix-cache counter when the request arrived
     tokens: list = field(default_factory=list)
     ran: bool = False  # generated already (batched with others)
     extra: dict = field(default_factory=dict)  # outputs beyond the tokens (generation_logits)
     cancelled: bool = False  # ended early: cancelled by Triton or stopped by a `stop` request
     error: Exception | None = None  # what failed the request
+    reused_tokens: int = 0  # prompt tokens its run took from the engine's prefix cache
+    steps: list = field(default_factory=list)  # (accepted, drafted) of its verification steps (metrics)

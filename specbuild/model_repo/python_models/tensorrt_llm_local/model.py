@@ -39,6 +39,7 @@ if _HERE not in sys.path:
 
 from local_core import Job, Perf, cut, is_stop_request, parse_request, token_outputs  # noqa: E402
 from responder import Responder, cancelled_error  # noqa: E402
+from spec_metrics import SpecMetrics  # noqa: E402
 from words import find_stop, param, stop_at_words  # noqa: E402
 
 DEFAULT_TORCH_THREADS = "1"  # per engine model process; SPECBUILD_TORCH_THREADS overrides
@@ -83,6 +84,7 @@ class TritonPythonModel:
         )
         # draft tokens a self-drafting engine (Medusa's tree) adds per step; 0 when drafts come in the request
         self.engine_draft_len = self.engine.draft_per_step() if self.limits else 0
+        self.metrics = SpecMetrics(self.name)
         self._active: dict[str, list[Job]] = {}  # request id -> its running jobs (for stop requests)
         self._active_lock = threading.Lock()
         self._warm_up()
@@ -194,7 +196,6 @@ class TritonPythonModel:
             req=req,
             responder=responder,
             perf=Perf(arrival_ns=req.arrival_ns),
-            reused_before=self.engine.prefix_cache.reused_tokens,
         )
         if req.request_id:
             with self._active_lock:
@@ -262,8 +263,10 @@ class TritonPythonModel:
         return stop
 
     def _run_one(self, job: Job) -> None:
+        before = self.engine.prefix_cache.reused_tokens  # this request's own prefix reuse: its run only
         try:
             self._run(job)
+            job.reused_tokens = self.engine.prefix_cache.reused_tokens - before
         except Exception as exc:  # noqa: BLE001 - the request's error response
             job.error = exc
         if job.cancelled:
@@ -295,7 +298,9 @@ class TritonPythonModel:
             return
         for job, result in zip(jobs, results, strict=True):
             job.tokens, job.ran = result.token_ids, True
+            job.reused_tokens = result.cached_prompt_tokens or 0  # its row's prefix reuse
             job.perf.accepted, job.perf.drafted = result.stats.accepted, result.stats.drafted
+            job.steps = result.stats.steps
             if job.cancelled:
                 self._log_end(job)
 
@@ -317,7 +322,8 @@ class TritonPythonModel:
             job.tokens = tokens[:end] if end is not None else tokens
             perf.token()
             perf.drafted = len(req.draft_ids)
-            perf.accepted = max(0, len(job.tokens) - 1)
+            perf.accepted = min(max(0, len(job.tokens) - 1), perf.drafted)
+            job.steps = [(perf.accepted, perf.drafted)]
             return job
         stop = self._stop_hook(job)
         on_tokens = lambda new: self._on_tokens(job, new)  # noqa: E731
@@ -332,6 +338,7 @@ class TritonPythonModel:
             )
         job.tokens = result.token_ids
         perf.accepted, perf.drafted = result.stats.accepted, result.stats.drafted
+        job.steps = result.stats.steps
         return job
 
     def _finish(self, job: Job):
@@ -343,8 +350,11 @@ class TritonPythonModel:
             return self._outputs(job, job.tokens)
         if job.error is not None:
             return self._error(job.error)
-        reused = self.engine.prefix_cache.reused_tokens - job.reused_before
-        perf.reused_blocks = reused // self.tokens_per_block
+        try:  # a completed request's steps (trtllm-serve logs finished ones); never fails the request
+            self.metrics.record(job.steps)
+        except Exception as exc:  # noqa: BLE001 - metrics are best effort
+            pb_utils.Logger.log_warn(f"{self.name}: speculative metrics not updated: {exc}")
+        perf.reused_blocks = job.reused_tokens // self.tokens_per_block
         total = len(req.prompt_ids) + len(job.tokens)
         perf.new_blocks = max(0, -(-total // self.tokens_per_block) - perf.reused_blocks)
         return self._outputs(job, job.tokens)

@@ -1,0 +1,304 @@
+"""The OpenAI-compatible HTTP app (FastAPI): /v1/models, /v1/completions, /v1/chat/completions, /health.
+
+Every request goes to the served repository's `tensorrt_llm_bls`, or to the LLM-API `tensorrt_llm` model
+of an LLM-API repository (streamed from Triton even when the HTTP answer is not, so that each
+verification round is seen). Responses follow vLLM 0.33.0's shapes: `usage` with the server's token
+counts (prompt: the BLS's num_input_tokens, or through the LLM-API interface, which returns none, the
+prompt as the repository's tokenizer encodes it; completion: the tokens the engines generated);
+streams are SSE `data: {json}` chunks ending with `data: [DONE]`; with `stream_options.include_usage`
+a last chunk with `choices: []` carries `usage` and `metrics`, and with
+`continuous_usage_stats` too every content chunk carries the cumulative `usage` (vLLM's extension, what
+AIPerf's --per-chunk-usage reads). `metrics.speculative_decoding` at the root of a response (or of the
+final usage chunk) is vLLM's per-request spec-decode object (`--per-request-spec-decode-metrics
+detailed`), which AIPerf 0.13.0 turns into its SpecDecodeAcceptanceRecord; it is null when the request
+drafted nothing. The other PerRequestMetrics fields stay null, as vLLM's without --enable-per-request-metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+
+from specbuild.client.remote import request_steps
+from specbuild.core.sampling_params import SamplingParams
+from specbuild.core.spec_records import vllm_spec_metrics
+from specbuild.frontend import protocol as P
+from specbuild.frontend.chat import ChatTemplate
+from specbuild.frontend.protocol import GenerationRequest, OpenAIError
+from specbuild.frontend.triton import TritonBridge
+
+MAX_BODY_BYTES = 8 * 2**20  # a request body is read whole: bound it
+MAX_METRICS_BYTES = 16 * 2**20  # Triton's metrics page is tens of KB
+NO_END_ID = -1  # ignore_eos: an end id no token has (the backend's "no end token")
+PER_REQUEST_METRIC_FIELDS = ("time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms")
+
+
+def _error(exc: OpenAIError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+async def _body(request: Request) -> Any:
+    size = int(request.headers.get("content-length") or 0)
+    if size > MAX_BODY_BYTES:
+        raise OpenAIError(f"the request body is larger than {MAX_BODY_BYTES // 2**20} MiB", status=413)
+    data = bytearray()
+    async for part in request.stream():
+        data += part
+        if len(data) > MAX_BODY_BYTES:
+            raise OpenAIError(f"the request body is larger than {MAX_BODY_BYTES // 2**20} MiB", status=413)
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise OpenAIError(f"the request body is not valid JSON: {exc}") from None
+
+
+def _fetch(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - Triton's own metrics address
+        data = response.read(MAX_METRICS_BYTES + 1)
+    if len(data) > MAX_METRICS_BYTES:
+        raise OSError("the metrics page is larger than 16 MiB")
+    return data.decode("utf-8", errors="replace")
+
+
+def _sse(obj: dict[str, Any]) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+
+
+class Frontend:
+    """The app's state: the served model, the Triton bridge, the chat template."""
+
+    def __init__(
+        self, bridge: TritonBridge, chat: ChatTemplate, model_id: str, metrics_url: str | None = None
+    ):
+        self.bridge, self.chat, self.model_id = bridge, chat, model_id
+        self.metrics_url = metrics_url  # Triton's Prometheus page, served again at /metrics
+        self.created = P.now()
+        self.max_total = bridge.served.info.max_total_tokens
+
+    # ---- request -> Triton ----------------------------------------------------------------------
+    def _k(self, req: GenerationRequest) -> int | None:
+        served = self.bridge.served
+        if req.num_draft_tokens is not None and served.loop_k is None:
+            how = (
+                "through the LLM-API interface, whose engine drafts its speculative_config.max_draft_len"
+                if served.llmapi
+                else "whose engine drafts itself"
+            )
+            raise OpenAIError(
+                "'num_draft_tokens' is for draft/target repositories (the BLS drafts per round); this "
+                f"one serves {served.info.repo.title} {how}",
+                param="num_draft_tokens",
+            )
+        return req.num_draft_tokens
+
+    def _prompt_tokens(self, prompt: str) -> int:
+        """Before the server's count arrives (the BLS's num_input_tokens replaces it): 0; the LLM-API
+        interface returns none, so there the prompt as that model tokenizes it (the repository's
+        tokenizer, special tokens added, as the local LLM-API model and the LLM API encode)."""
+        if not self.bridge.served.llmapi or self.chat.tokenizer is None:
+            return 0
+        return len(self.chat.tokenizer(prompt)["input_ids"])
+
+    def _params(self, req: GenerationRequest) -> SamplingParams:
+        return SamplingParams(
+            max_tokens=req.max_tokens,
+            temperature=req.temperature,
+            top_k=req.top_k,
+            top_p=req.top_p,
+            seed=req.seed,
+            end_id=NO_END_ID if req.ignore_eos else None,
+        )
+
+    def _fit(self, req: GenerationRequest, explicit: bool) -> GenerationRequest:
+        """A chat request without max tokens gets what fits the engines' limit after its prompt."""
+        if explicit or self.max_total is None or self.chat.tokenizer is None:
+            return req
+        n = len(self.chat.tokenizer(req.prompt, add_special_tokens=True)["input_ids"])
+        room = self.max_total - n
+        if room < 1:
+            raise OpenAIError(
+                f"the prompt has {n} tokens: no room for output within {self.max_total}", param="messages"
+            )
+        return GenerationRequest(**{**req.__dict__, "max_tokens": min(req.max_tokens, room)})
+
+    def parse(self, body: Any, kind: str) -> GenerationRequest:
+        if kind == "completion":
+            return P.parse_completion(body, self.model_id, self.max_total)
+        req = P.parse_chat(body, self.model_id, self.max_total, self.chat.render)
+        explicit = isinstance(body, dict) and (
+            body.get("max_completion_tokens") is not None or body.get("max_tokens") is not None
+        )
+        return self._fit(req, explicit)
+
+    def _spec(self, chunks, k: int | None, max_tokens: int) -> dict[str, Any]:
+        served = self.bridge.served
+        steps = (
+            request_steps(
+                chunks,
+                self_speculating=served.self_speculating,
+                context_first=served.info.repo.context_chunk_first,
+                k=served.fixed_k,
+                max_tokens=max_tokens,
+            )
+            or []
+        )
+        spec = vllm_spec_metrics(steps, k)
+        metrics: dict[str, Any] = dict.fromkeys(PER_REQUEST_METRIC_FIELDS)
+        metrics["tokens_per_second"] = None
+        metrics["speculative_decoding"] = spec if spec["num_spec_steps"] else None
+        return metrics
+
+    def _num_spec_tokens(self, k: int | None) -> int | None:
+        served = self.bridge.served
+        return k if k is not None else (served.loop_k if served.loop_k is not None else served.fixed_k)
+
+    # ---- answers --------------------------------------------------------------------------------
+    async def complete(self, req: GenerationRequest) -> dict[str, Any]:
+        k = self._k(req)
+        stopper = P.StopText(req.stop)
+        chunks, text, tokens, stopped = [], [], 0, False
+        prompt_tokens = self._prompt_tokens(req.prompt)
+        stream = self.bridge.stream(req.prompt, self._params(req), num_draft_tokens=k, stop_words=req.stop)
+        async with aclosing(stream):  # leaving early (a stop string) cancels the request on the server
+            async for c in stream:
+                chunks.append(c)
+                tokens += len(c.token_ids)
+                prompt_tokens = c.counts.get("num_input_tokens", prompt_tokens)
+                text.append(stopper.push(c.text))
+                if stopper.stopped:
+                    stopped = True
+                    break
+        text.append(stopper.flush())
+        body = ("" if not req.echo else req.prompt) + "".join(text)
+        finish = "stop" if stopped or tokens < req.max_tokens else "length"
+        return P.full_response(
+            req,
+            P.new_id(req.kind),
+            P.now(),
+            text=body,
+            finish=finish,
+            usage_=P.usage(prompt_tokens, tokens),
+            metrics=self._spec(chunks, self._num_spec_tokens(k), req.max_tokens),
+        )
+
+    async def stream(self, req: GenerationRequest) -> AsyncIterator[str]:
+        """The SSE events of one request. Nothing is yielded before Triton's first response, so a
+        request the server refuses still gets an HTTP error (the caller awaits the first event)."""
+        k = self._k(req)
+        rid, created = P.new_id(req.kind), P.now()
+        stopper = P.StopText(req.stop)
+        chunks, tokens, stopped = [], 0, False
+        prompt_tokens = self._prompt_tokens(req.prompt)
+
+        def usage():
+            return P.usage(prompt_tokens, tokens) if req.continuous_usage else None
+
+        stream = self.bridge.stream(req.prompt, self._params(req), num_draft_tokens=k, stop_words=req.stop)
+        async with aclosing(stream):  # a client that goes away, or a stop string: cancelled on the server
+            first = True
+            async for c in stream:
+                if first:
+                    first = False
+                    if req.kind == "chat":  # the role first, as OpenAI and vLLM stream it
+                        yield _sse(P.chunk(req, rid, created, text="", role=True))
+                    if req.echo:
+                        yield _sse(P.chunk(req, rid, created, text=req.prompt))
+                chunks.append(c)
+                tokens += len(c.token_ids)
+                prompt_tokens = c.counts.get("num_input_tokens", prompt_tokens)
+                piece = stopper.push(c.text)
+                if piece:
+                    yield _sse(P.chunk(req, rid, created, text=piece, usage_=usage()))
+                if stopper.stopped:
+                    stopped = True
+                    break
+        tail = stopper.flush()
+        finish = "stop" if stopped or tokens < req.max_tokens else "length"
+        last = tail if (req.kind == "completion" or tail) else None
+        yield _sse(P.chunk(req, rid, created, text=last, finish=finish, usage_=usage()))
+        if req.include_usage:
+            yield _sse(
+                P.chunk(
+                    req,
+                    rid,
+                    created,
+                    empty=True,
+                    usage_=P.usage(prompt_tokens, tokens),
+                    metrics=self._spec(chunks, self._num_spec_tokens(k), req.max_tokens),
+                )
+            )
+        yield "data: [DONE]\n\n"
+
+
+def create_app(frontend: Frontend) -> FastAPI:
+    app = FastAPI(
+        title="specbuild OpenAI-compatible frontend", docs_url=None, redoc_url=None, openapi_url=None
+    )
+
+    @app.exception_handler(OpenAIError)
+    async def openai_error(request: Request, exc: OpenAIError):  # noqa: ARG001 - FastAPI's signature
+        return _error(exc)
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    @app.get("/metrics")
+    async def metrics():
+        """Triton's Prometheus page (its nv_* series and the engines' trtllm_spec_decode_* ones) at the
+        frontend's own address, as vLLM serves /metrics next to /v1: AIPerf scrapes <url>/metrics."""
+        if frontend.metrics_url is None:
+            raise OpenAIError("no metrics endpoint is configured", status=404)
+        try:
+            text = await asyncio.to_thread(_fetch, frontend.metrics_url)
+        except OSError as exc:
+            raise OpenAIError(f"cannot read Triton's metrics: {exc}", status=503) from None
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/models")
+    async def models():
+        card = P.model_card(frontend.model_id, frontend.created, frontend.max_total)
+        return {"object": "list", "data": [card]}
+
+    async def generate(request: Request, kind: str):
+        req = frontend.parse(await _body(request), kind)
+        if not req.stream:
+            return JSONResponse(await frontend.complete(req))
+        events = frontend.stream(req)
+        try:  # the first event is produced before answering: a request the server refuses gets a 400
+            first = await events.__anext__()
+        except OpenAIError:
+            await events.aclose()
+            raise
+
+        async def body():
+            yield first
+            try:
+                async for event in events:
+                    yield event
+            except (
+                OpenAIError
+            ) as exc:  # after the 200: the error in a data event (the openai client raises it)
+                yield _sse(exc.body())
+                yield "data: [DONE]\n\n"
+
+        return StreamingResponse(
+            body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+        )
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await generate(request, "completion")
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await generate(request, "chat")
+
+    return app
