@@ -200,3 +200,39 @@ def test_summary_measures_medusa_against_the_same_prompt_sets_baseline(tmp_path)
     assert rows["draft_target", "quoting"]["measured"] == pytest.approx(1.5)
     assert rows["medusa", "quoting"]["measured"] == pytest.approx(3.0)  # 30 / the quoting baseline's 10
     assert rows["medusa", "open"]["measured"] == pytest.approx(1.5)  # 30 / the open baseline's 20
+
+
+def test_the_streamed_answer_and_its_stats_go_into_the_summary():
+    from specbuild.demo.real_run import answer_record, summary_markdown
+
+    prompt = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQuote:\n```x```<|im_end|>\n"
+    prompt += "<|im_start|>assistant\n"
+    out = "Here:\n```python\nx = 1\n```\n"
+    err = "a warning\n24 tokens, finish=length, speculative=True, accepted 3/8 drafts\n"
+    rec = answer_record(prompt, out, err)
+    assert rec == {
+        "question": "Quote:\n```x```",
+        "answer": "Here:\n```python\nx = 1\n```",
+        "stats": "24 tokens, finish=length, speculative=True, accepted 3/8 drafts",
+    }
+    assert answer_record(prompt, "only text", "")["stats"] == ""  # no stats line: none shown
+    summary = {
+        "exactness_lines": ["TP 1: 'q': max |Δlogit| 0 -> ok"],
+        "answers": {"ngram": rec},
+        "timings_s": {"1. model": 3.0},
+        "total_s": 3.0,
+        "load": {"start": "load 1", "end": "load 2"},
+    }
+    md = summary_markdown([{"method": "ngram", "prompts": "quoting", "conc": 1}], summary)
+    assert "| ngram | quoting | 1 |" in md and "* TP 1: 'q': max |Δlogit| 0 -> ok" in md
+    assert "````text\nHere:\n```python\nx = 1\n```\n````" in md  # the answer's own fences stay inside
+    assert "> Quote:\n> ```x```" in md and "1. model 3" in md and "load 1 at the start" in md
+
+
+def test_the_demo_ngram_spec_drafts_from_each_request_alone():
+    """The bench repeats its greedy prompts (c=1, then c=4): a pool shared by all requests would draft the
+    repeat from the first answer and report that memory as acceptance."""
+    import yaml
+
+    raw = yaml.safe_load((REPO / "examples" / "real" / "ngram.yaml").read_text())
+    assert raw["mode"] == "ngram" and raw["ngram"]["is_public_pool"] is False

