@@ -10,6 +10,7 @@ import signal
 import threading
 import time
 import uuid
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -52,11 +53,35 @@ def _cancelled_stream(server, model: str, extra: dict, delay: float) -> None:
     client.close()
 
 
+# tritonserver 2.51 (pytriton's) itself can segfault in its gRPC handler when a cancellation races a
+# response: triton-inference-server/server#8034, fixed by PR #8078 (merged 2025-03, r25.04 and later).
+# The crash is in tritonserver's own frames, not in a model; the stress below is retried once on fresh
+# servers when, and only when, a server's log shows it. Two crashes in a row, or any other failure, fail.
+UPSTREAM_CRASH = "Signal (11) received"
+STRESSED = ("draft_target", "medusa")
+
+
 def test_streams_cancelled_at_random_points(e2e_servers, greedy):
     """50 streams over both repositories (BLS speculative and target alone, ensembles, Medusa through the
     BLS and the ensemble), 4 at a time, each cancelled at a random point; then every server answers a
     normal request exactly, with the same model processes as at start and no new shared memory."""
-    servers = {mode: e2e_servers[mode] for mode in ("draft_target", "medusa")}
+    for attempt in (1, 2):
+        try:
+            _cancel_stress(e2e_servers, greedy)
+            return
+        except Exception:
+            crashed = [m for m in STRESSED if UPSTREAM_CRASH in e2e_servers[m].log_text()]
+            for mode in crashed:
+                e2e_servers.replace(mode)  # the next test gets a live server either way
+            if not crashed or attempt == 2:
+                raise
+            warnings.warn(
+                f"tritonserver 2.51 segfaulted under cancellation (server#8034): {crashed}", stacklevel=1
+            )
+
+
+def _cancel_stress(e2e_servers, greedy) -> None:
+    servers = {mode: e2e_servers[mode] for mode in STRESSED}
     start = {mode: (set(s.stub_pids()), regions(s)) for mode, s in servers.items()}
     kinds = [
         ("draft_target", "tensorrt_llm_bls", {"num_draft_tokens": K}),

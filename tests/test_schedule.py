@@ -382,3 +382,21 @@ def test_schedule_steps_put_thresholds_at_midpoints():
     assert schedule_steps([1, 2, 4, 8], {1: 4, 2: 3, 4: 2, 8: 0}) == {1: 4, 2: 3, 3: 2, 6: 0}
     assert schedule_steps([1, 2, 4, 8], {1: 4, 2: 4, 4: 4, 8: 4}) == {1: 4}
     assert schedule_steps([1, 8], {1: 2, 8: 0}) == {1: 2, 5: 0}
+
+
+def test_counter_files_of_gone_servers_are_removed(tmp_path):
+    """A server killed before its instances end leaves its file; the next instance anywhere removes it."""
+    inflight = _inflight()
+    ctx = multiprocessing.get_context("fork")
+    gone = ctx.Process(target=lambda: None)
+    gone.start()
+    gone.join(timeout=30)
+    stale = tmp_path / f"{inflight.PREFIX}{gone.pid}-0123456789abcdef"
+    live = tmp_path / f"{inflight.PREFIX}{os.getpid()}-0123456789abcdef"
+    other = tmp_path / "specbuild-bls-inflight-notapid"
+    for p in (stale, live, other):
+        p.write_bytes(b"\0" * 8)
+    inflight.remove_stale(str(tmp_path))
+    assert not stale.exists() and live.exists() and other.exists()
+    path = inflight.counter_path(str(tmp_path), "m", server_pid=os.getpid())
+    assert os.path.basename(path).startswith(f"{inflight.PREFIX}{os.getpid()}-")

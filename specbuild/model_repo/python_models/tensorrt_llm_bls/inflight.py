@@ -10,7 +10,8 @@ mapped by every instance (`/dev/shm` when present, else the temp folder):
   the counts of slots whose process is alive (aligned int32 stores; a round may read a count one
   request early or late, which only moves that round's K by one threshold);
 * the file is named by the server process (the stubs' parent), the repository and the model, so two
-  servers, or two repositories, never share a count; the last instance to end removes it.
+  servers, or two repositories, never share a count; the last instance to end removes it, and a new
+  instance removes the files of servers that are gone (killed before their instances could end).
 
 Semantics: `total()` = requests being handled by the BLS instances of this server and model at the
 moment of reading, including the caller's own. Requests still waiting in Triton's queue are not counted
@@ -34,13 +35,30 @@ SLOT_BYTES = 8  # pid int32 + count int32
 SIZE = SLOTS * SLOT_BYTES
 
 
+PREFIX = "specbuild-bls-inflight-"  # PREFIX<server pid>-<key>
+
+
+def _folder() -> str:
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+
+
 def counter_path(repository: str, model: str, server_pid: int | None = None) -> str:
     server_pid = os.getppid() if server_pid is None else server_pid
     key = hashlib.sha256(f"{server_pid}\0{os.path.realpath(repository)}\0{model}".encode()).hexdigest()[:16]
-    folder = (
-        "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
-    )
-    return os.path.join(folder, f"specbuild-bls-inflight-{key}")
+    return os.path.join(_folder(), f"{PREFIX}{server_pid}-{key}")
+
+
+def remove_stale(folder: str | None = None) -> None:
+    """Delete the counter files of servers that no longer run (best effort; a reused pid keeps its file,
+    whose dead slots count nothing)."""
+    folder = folder or _folder()
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            pid = name[len(PREFIX) :].partition("-")[0] if name.startswith(PREFIX) else ""
+            if pid.isdigit() and not _alive(int(pid)):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(folder, name))
 
 
 def _alive(pid: int) -> bool:

@@ -55,7 +55,7 @@ from bls_core import (  # noqa: E402
     running_totals,
     speculate,
 )
-from inflight import InflightCounter, counter_path  # noqa: E402
+from inflight import InflightCounter, counter_path, remove_stale  # noqa: E402
 from responder import Responder  # noqa: E402
 from words import flag, param  # noqa: E402
 
@@ -139,6 +139,7 @@ class TritonPythonModel:
             self.skip_special_tokens = flag(param(config, "skip_special_tokens", "true"))
         self.inflight = None
         if self.schedule is not None:
+            remove_stale()
             self.inflight = InflightCounter(counter_path(args["model_repository"], args["model_name"]))
 
     def finalize(self):
