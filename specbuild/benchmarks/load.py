@@ -21,6 +21,7 @@ For draft/target (the demo's trained target and distilled draft):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -32,21 +33,27 @@ import yaml
 from rich.console import Console
 
 from specbuild.builder.compile import compile_spec
-from specbuild.client.bench import run_bench, run_once
-from specbuild.client.load_bench import load_summary, load_table_lines
+from specbuild.client.bench import run_once
+from specbuild.client.load_bench import (
+    BASELINE_MODE,
+    FIXED_MODE,
+    SCHEDULE_MODE,
+    load_summary,
+    load_table_lines,
+)
 from specbuild.client.metrics import UNARY_BASELINE
 from specbuild.client.options import BenchConfig, load_prompts
 from specbuild.client.report import write_report
-from specbuild.client.serve_curve import measure_served, predict_served
+from specbuild.client.serve_curve import calibrate, measure_served, predict_served, predicted_tokens_per_s
 from specbuild.core.methods import Method, Tunable, method_of
 from specbuild.core.sampling_params import SamplingParams
-from specbuild.core.schedule import DraftSchedule
+from specbuild.core.schedule import DraftSchedule, schedule_steps
 from specbuild.core.spec import load_spec
 from specbuild.demo.models import DEFAULT_CACHE, build_family, build_medusa
 from specbuild.engines.reference.engine import ReferenceEngine
 from specbuild.model_repo.generate import generate_repo
 from specbuild.serve.server import ServerOptions, TritonServer, free_port
-from specbuild.tuning.cost_curve import plot
+from specbuild.tuning.cost_curve import plot, time_loop
 from specbuild.tuning.tune import round_tokens, tune_spec
 from specbuild.tuning.tune_options import TuneOptions
 
@@ -56,7 +63,7 @@ CONCURRENCY = (1, 2, 4, 8)
 
 def _load() -> str:
     one, five, _ = os.getloadavg()
-    return f"{one:.2f} (1 min), {five:.2f} (5 min)"
+    return f"{one:.2f} (1 min), {five:.2f} (5 min) at {time.strftime('%H:%M:%S', time.gmtime())} UTC"
 
 
 def _server_options() -> ServerOptions:
@@ -84,26 +91,82 @@ def write_spec(out: Path, family, *, k: int, method: str = Method.DRAFT_TARGET.v
     return path
 
 
-def in_process(build: Path, prompts: list[list[int]], ks: list[int], rounds: int, max_tokens: int) -> dict:
-    """(c, label) -> per-round tokens/s, lockstep batches of c prompts; labels baseline, K=k, schedule."""
+def in_process(
+    build: Path,
+    prompts: list[list[int]],
+    ks: list[int],
+    rounds: int,
+    max_tokens: int,
+    tune_prompts: list[list[int]],
+) -> dict[tuple[int, str], list[tuple[float, float]]]:
+    """(c, label) -> per round (measured tokens/s on the held-out `prompts`, predicted tokens/s) in
+    lockstep batches of c; labels baseline, K=k, schedule. Each round times every point twice back to
+    back: the cost model calibrated on the tune prompts (tuning/cost_curve.time_loop: first tokens,
+    round time, rounds per prompt) predicts the held-out run that follows, so a load change between
+    rounds moves both sides alike."""
     torch.set_num_threads(1)  # as the server's engine processes
     engine = ReferenceEngine.load(build)
-    params = SamplingParams(max_tokens=max_tokens)
-    out: dict[tuple[int, str], list[float]] = {}
+    out: dict[tuple[int, str], list[tuple[float, float]]] = {}
     modes = [("baseline", False, None)] + [(f"K={k}", True, k) for k in ks] + [("schedule", True, None)]
-    engine.generate_batch(prompts[:2], params, num_draft_tokens=ks[-1])  # warm-up
+    engine.generate_batch(prompts[:2], SamplingParams(max_tokens=4), num_draft_tokens=ks[-1])  # warm-up
     for _ in range(rounds):
         for c in CONCURRENCY:
             for label, speculative, k in modes:
-                tokens, start = 0, time.perf_counter()
-                for i in range(0, len(prompts), c):
-                    batch = prompts[i : i + c]
-                    results = engine.generate_batch(
-                        batch, params, speculative=speculative, num_draft_tokens=k
-                    )
-                    tokens += sum(len(r.token_ids) for r in results)
-                out.setdefault((c, label), []).append(tokens / (time.perf_counter() - start))
+                cal = time_loop(engine, tune_prompts, c, k, max_tokens, speculative=speculative)
+                run = time_loop(engine, prompts, c, k, max_tokens, speculative=speculative)
+                predicted = cal.predicted_tokens_per_s(c, len(prompts))
+                out.setdefault((c, label), []).append((run.tokens_per_s, predicted))
     return out
+
+
+def served_rounds(held, tune, modes, rounds: int, max_tokens: int, console, *, tree_k=None) -> list:
+    """`rounds` interleaved rounds through the servers: every (c, mode) runs the tune prompts (the
+    calibration: client/serve_curve.calibrate) and right after them the held-out prompts, whose run
+    carries the calibration's prediction (metrics["predicted_tokens_per_s"]). `modes`: (server URL,
+    bench mode, num_draft_tokens to send or None); `tree_k`: the K a Medusa tree's runs are labelled with
+    (its requests send none)."""
+
+    def config(url, prompts):
+        return BenchConfig(
+            url=url,
+            prompts=tuple(prompts),
+            max_tokens=max_tokens,
+            concurrency=CONCURRENCY,
+            temperatures=(0.0,),
+            timeout_s=600,
+        )
+
+    largest = tree_k or max(k for _, m, k in modes if m == FIXED_MODE)
+    runs = []
+    for r in range(rounds):
+        for c in CONCURRENCY:
+            for url, mode, k in modes:
+                common = dict(mode=mode, temperature=0.0, concurrency=c, k=k, advance=lambda: None)
+                cal = run_once(config(url, tune), **common)
+                run = run_once(config(url, held), **common)
+                run.metrics["round"] = r
+                run.metrics["predicted_tokens_per_s"] = predicted_tokens_per_s(calibrate(cal), c, len(held))
+                if mode == SCHEDULE_MODE or (mode == FIXED_MODE and k is None):
+                    run.num_draft_tokens = largest
+                runs.append(run)
+            console.print(f"round {r + 1}/{rounds} c={c} done", markup=False)
+    return runs
+
+
+def attach_predictions(rows: list[dict], runs: list) -> None:
+    """Each mode's measured / predicted: the median over rounds of the per-round ratios (a run's
+    prediction comes from the calibration right before it), with the range."""
+    by: dict[tuple[int, str], list[float]] = {}
+    for run in runs:
+        p = run.metrics.get("predicted_tokens_per_s")
+        if p:
+            label = f"K={run.num_draft_tokens}" if run.mode == FIXED_MODE else run.mode
+            by.setdefault((run.concurrency, label), []).append(run.metrics["output_token_throughput"] / p)
+    for row in rows:
+        for label, m in row["modes"].items():
+            ratios = by.get((row["concurrency"], label))
+            m["measured_over_predicted"] = statistics.median(ratios) if ratios else None
+            m["ratio_min"], m["ratio_max"] = (min(ratios), max(ratios)) if ratios else (None, None)
 
 
 def predicted_rates(prediction: dict, *, baseline_label: str = "baseline") -> dict[tuple[int, str], float]:
@@ -147,12 +210,13 @@ def main(argv: list[str] | None = None) -> None:
     if method_of(Method(args.method)).tunes is Tunable.TREE:
         run_medusa(args, family, out, tune_texts[:8], held, console)
         return
-    (out / "tune_prompts.txt").write_text("\n".join(tune_texts[:8]) + "\n")
+    # jsonl: a prompt keeps its newlines (a .txt file is one prompt per line)
+    (out / "tune_prompts.jsonl").write_text("".join(json.dumps({"prompt": t}) + "\n" for t in tune_texts[:8]))
     loads = {"start": _load()}
 
     spec_path = write_spec(out, family, k=args.k, method=args.method)
     options = TuneOptions(
-        prompts=out / "tune_prompts.txt",
+        prompts=out / "tune_prompts.jsonl",
         max_tokens=args.max_tokens,
         k_max=args.k,
         write=True,
@@ -177,26 +241,27 @@ def main(argv: list[str] | None = None) -> None:
     engine = ReferenceEngine.load(build)
     prompt_ids = [engine.encode(t) for t in held]
     ks = list(range(1, spec.speculation.max_draft_len + 1))
-    local = in_process(build, prompt_ids, ks, args.rounds, args.max_tokens)
+    tune_ids = [engine.encode(t) for t in tune_texts[:8]]
+    local = in_process(build, prompt_ids, ks, args.rounds, args.max_tokens, tune_ids)
     loads["after in-process"] = _load()
-    predicted = predicted_rates(prediction)
     result = {
         "method": args.method,
         "schedule": schedule.to_dict() if schedule else None,
         "prediction": prediction,
         "loads": loads,
     }
-    result["in_process"] = {
-        f"{c}/{label}": {
-            "tokens_per_s_median": statistics.median(v),
-            "min": min(v),
-            "max": max(v),
-            "measured_over_predicted": statistics.median(v) / predicted[c, label]
-            if (c, label) in predicted
-            else None,
+    result["in_process"] = {}
+    for (c, label), v in local.items():
+        measured = [m for m, _ in v]
+        result["in_process"][f"{c}/{label}"] = {
+            "tokens_per_s_median": statistics.median(measured),
+            "min": min(measured),
+            "max": max(measured),
+            "predicted_median": statistics.median(p for _, p in v),
+            "measured_over_predicted": statistics.median(m / p for m, p in v),
+            "ratio_min": min(m / p for m, p in v),
+            "ratio_max": max(m / p for m, p in v),
         }
-        for (c, label), v in local.items()
-    }
     if not args.skip_triton:
         acceptance, tokens = round_tokens(report)
         curve_repo = generate_repo(build, out / "repo-curve", backend="python", force=True, schedule="off")
@@ -213,26 +278,24 @@ def main(argv: list[str] | None = None) -> None:
         console.print(f"served schedule: {text}")
         repo = generate_repo(build, out / "repo", backend="python", force=True, schedule=text)
         with TritonServer(repo, _server_options()) as server:
-            config = BenchConfig(
-                url=server.grpc_url,
-                prompts=tuple(held),
-                max_tokens=args.max_tokens,
-                concurrency=CONCURRENCY,
-                temperatures=(0.0,),
-                timeout_s=600,
-                rounds=args.rounds,
-                fixed_ks=tuple(ks),
-            )
-            runs, context = run_bench(config, console=console)
+            url = server.grpc_url
+            modes = [(url, BASELINE_MODE, 0), (url, UNARY_BASELINE, 0)] + [(url, FIXED_MODE, k) for k in ks]
+            if served["schedule"]:
+                modes.append((url, SCHEDULE_MODE, None))
+            runs = served_rounds(held, tune_texts[:8], modes, args.rounds, args.max_tokens, console)
         loads["after Triton"] = _load()
+        context = {
+            "url": "local Triton (bench-load)",
+            "mode": args.method,
+            "draft_len_schedule": text if served["schedule"] else None,
+            "rounds": args.rounds,
+            "max_tokens": args.max_tokens,
+            "prompts": len(held),
+        }
         write_report(runs, context, out / "triton")
         rows = load_summary(runs)
+        attach_predictions(rows, runs)
         result["triton"] = rows
-        served_rates = predicted_rates(served, baseline_label=UNARY_BASELINE)
-        for row in rows:
-            for label, m in row["modes"].items():
-                p = served_rates.get((row["concurrency"], label))
-                m["measured_over_predicted"] = m["throughput_median"] / p if p else None
         for line in load_table_lines(rows):
             console.print(line, markup=False)
     (out / "load_result.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
@@ -242,11 +305,14 @@ def main(argv: list[str] | None = None) -> None:
 
 def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], console) -> None:
     """Medusa through the local Triton: a Medusa engine cannot run without its tree, so the baseline is the
-    same target served by a draft/target repository (num_draft_tokens 0), the tree a Medusa repository
-    without schedule, and the schedule a Medusa repository whose local engine model decodes a batch
-    plainly where K(n) = 0 (three servers up together; every round runs each of them in turn). The
-    schedule: per concurrency, the tree where its measured throughput on the tune prompts beats the
-    baseline's (the served cost curve of a tree: on or off)."""
+    same target served by a draft/target repository (num_draft_tokens 0: streamed, and in one call), the
+    tree a Medusa repository without schedule, and the schedule a Medusa repository whose local engine
+    model decodes a batch plainly where K(n) = 0 (three servers up together). The served cost curve of
+    a tree is on or off: per concurrency, the tune prompts through the tree and through the one-call
+    baseline give the predicted throughput of each (client/serve_curve.calibrate / predicted_tokens_per_s:
+    the closed-loop makespan), the schedule takes the tree where it predicts more, thresholds at the
+    midpoints (core/schedule.schedule_steps). Then `--rounds` interleaved rounds of all four, each run
+    of the held-out prompts right after its calibration on the tune prompts."""
     heads = build_medusa(family, cache=args.demo_cache or DEFAULT_CACHE, log=console.print)
     loads = {"start": _load()}
     base_spec = load_spec(write_spec(out / "dt", family, k=args.k))
@@ -266,8 +332,9 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
     tree_repo = generate_repo(
         m_build, out / "medusa" / "repo-tree", backend="python", force=True, schedule="off"
     )
+    n = len(tune_texts)
 
-    def config(url, prompts, rounds=1):
+    def config(url, prompts):
         return BenchConfig(
             url=url,
             prompts=tuple(prompts),
@@ -275,72 +342,62 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
             concurrency=CONCURRENCY,
             temperatures=(0.0,),
             timeout_s=600,
-            rounds=rounds,
         )
 
-    def one(url, prompts, c, mode, k):
+    def calibrated(url, c, mode, k):
         run = run_once(
-            config(url, prompts), mode=mode, temperature=0.0, concurrency=c, k=k, advance=lambda: None
+            config(url, tune_texts), mode=mode, temperature=0.0, concurrency=c, k=k, advance=lambda: None
         )
-        if mode != "baseline":
-            run.num_draft_tokens = tree_k
-        return run
+        point = calibrate(run)
+        return {"predicted": predicted_tokens_per_s(point, c, n), "measured": point["throughput"]}
 
     with TritonServer(dt_repo, _server_options()) as dt, TritonServer(tree_repo, _server_options()) as tree:
         measured = {
             c: {
-                "baseline": one(dt.grpc_url, tune_texts, c, "baseline", 0).metrics["output_token_throughput"],
-                "tree": one(tree.grpc_url, tune_texts, c, "speculative", None).metrics[
-                    "output_token_throughput"
-                ],
+                "baseline": calibrated(dt.grpc_url, c, UNARY_BASELINE, 0),
+                "tree": calibrated(tree.grpc_url, c, FIXED_MODE, None),
             }
             for c in CONCURRENCY
         }
-        chosen = {c: tree_k if m["tree"] > m["baseline"] else 0 for c, m in measured.items()}
-        steps, last = {}, None
-        for c in CONCURRENCY:
-            if chosen[c] != last:
-                steps[1 if c == CONCURRENCY[0] else c] = chosen[c]
-                last = chosen[c]
-        text = ",".join(f"{n}:{k}" for n, k in steps.items()) if chosen[1] else "off"
-        console.print(f"Medusa served schedule: {text} (measured on the tune prompts: {measured})")
+        rates = {c: {k: m["predicted"] for k, m in point.items()} for c, point in measured.items()}
+        chosen, last = {}, tree_k
+        for c in CONCURRENCY:  # the tree where it predicts more; more load never turns it back on
+            last = chosen[c] = tree_k if last and rates[c]["tree"] > rates[c]["baseline"] else 0
+        steps = schedule_steps(list(CONCURRENCY), chosen)
+        text = ",".join(f"{n}:{k}" for n, k in steps.items()) if chosen[CONCURRENCY[0]] else "off"
+        console.print(f"Medusa served schedule: {text} (predicted on the tune prompts: {rates})")
         loads["after the served curve"] = _load()
-        sched_repo = generate_repo(
-            m_build, out / "medusa" / "repo-schedule", backend="python", force=True, schedule=text
-        )
-        runs = []
-        with TritonServer(sched_repo, _server_options()) as sched:
-            for r in range(args.rounds):
-                for c in CONCURRENCY:
-                    for url, mode, k in (
-                        (dt.grpc_url, "baseline", 0),
-                        (tree.grpc_url, "speculative", None),
-                        (sched.grpc_url, "schedule", None),
-                    ):
-                        run = one(url, held, c, mode, k)
-                        run.metrics["round"] = r
-                        runs.append(run)
+        with contextlib.ExitStack() as stack:
+            modes = [
+                (dt.grpc_url, BASELINE_MODE, 0),
+                (dt.grpc_url, UNARY_BASELINE, 0),
+                (tree.grpc_url, FIXED_MODE, None),
+            ]
+            if text != "off":
+                sched_repo = generate_repo(
+                    m_build, out / "medusa" / "repo-schedule", backend="python", force=True, schedule=text
+                )
+                sched = stack.enter_context(TritonServer(sched_repo, _server_options()))
+                modes.append((sched.grpc_url, SCHEDULE_MODE, None))
+            runs = served_rounds(
+                held, tune_texts, modes, args.rounds, args.max_tokens, console, tree_k=tree_k
+            )
         loads["after Triton"] = _load()
     rows = load_summary(runs)
-    predicted = {(c, "baseline"): m["baseline"] for c, m in measured.items()}
-    predicted.update({(c, f"K={tree_k}"): m["tree"] for c, m in measured.items()})
-    predicted.update({(c, "schedule"): max(m.values()) for c, m in measured.items()})
-    for row in rows:
-        for label, m in row["modes"].items():
-            p = predicted.get((row["concurrency"], label))
-            m["measured_over_predicted"] = m["throughput_median"] / p if p else None
+    attach_predictions(rows, runs)
     write_report(
-        runs, {"mode": "medusa", "draft_len_schedule": text, "rounds": args.rounds}, out / "medusa" / "triton"
+        runs,
+        {"mode": "medusa", "draft_len_schedule": text, "rounds": args.rounds, "max_tokens": args.max_tokens},
+        out / "medusa" / "triton",
     )
     result = {
         "method": "medusa",
-        "schedule": steps if chosen[1] else None,
+        "schedule": steps if text != "off" else None,
         "served_schedule": text,
         "loads": loads,
-        "prediction": {"mode": "measured on the tune prompts"},
+        "prediction": {"mode": "throughput", "served_tune_points": measured, "chosen": chosen},
         "in_process": {},
         "triton": rows,
-        "served_measurements": measured,
     }
     (out / "load_result.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     (out / "load.md").write_text(markdown(result))

@@ -357,6 +357,10 @@ def format_schedule(sched: dict) -> list[str]:
             f"  b={b:<3} verify [{verify}]  draft {curve['draft_s'][b] * 1e3:.2f}  loop "
             f"{curve['loop_s'][b] * 1e3:.2f}  plain {curve['plain_step_s'][b] * 1e3:.2f}"
         )
+        if curve.get("loop_round_s", {}).get(b):  # the loop on the tune prompts: what predicts
+            rounds = " ".join(f"{t * 1e3:.2f}" for t in curve["loop_round_s"][b])
+            firsts = " ".join(f"{t * 1e3:.1f}" for t in curve["first_s"][b])
+            lines.append(f"        round (tune prompts) [{rounds}]  first tokens [{firsts}]")
     lines.append("  b    K   tokens/round  round ms  predicted tokens/s   (baseline tokens/s)")
     for r in sched["table"]:
         mark = " <" if sched["chosen"][r["batch"]] == r["k"] else ""

@@ -4,18 +4,20 @@ The in-process cost curve (tuning/cost_curve.py) models the reference engine's l
 round costs more and scales differently (the BLS's draft and verify calls through the Python backend's
 IPC, and engines that batch some calls and not others). So, through the running server, for each
 concurrency c and each K in 1..max_draft_len, one short closed-loop run of the tune prompts (greedy,
-streamed, num_draft_tokens = K) measures
+streamed, num_draft_tokens = K) measures (`calibrate`)
 
-* the round time: (request latency - time to the first token) / (rounds - 1), rounds = the streamed
-  responses per request (one per round), medians over the run's requests;
-* the time to the first token (preprocessing, prefill and the first round);
+* the round time: per request (latency - time to the first token) / (rounds - 1), rounds = its
+  streamed responses (one per round: the BLS's draft and verify calls, their IPC, the engines' passes
+  at the real lengths, all of it), median over the run's requests;
+* the time to the first token (preprocessing, prefill and the first round), median;
+* each request's rounds (the acceptance as it is, the last round drafting less included);
 
-and one unary run with num_draft_tokens = 0 (one call per request) measures the baseline's
-throughput (the target alone: nothing in it depends on acceptance). The prediction for requests of N
-tokens combines that cost with the acceptance per draft position profiled by `tune` (E(K) tokens per
-round): latency = ttft + (N / E(K) - 1) x round, throughput = c N / latency. The schedule takes, per c,
-the K (0: the baseline's rate) with the best predicted throughput, thresholds at the midpoints
-(core/schedule.schedule_steps).
+and one unary run with num_draft_tokens = 0 (one call per request) measures the baseline: each
+request's latency. The prediction for n requests sent by c closed-loop workers (the bench's load) is
+the expected makespan of requests drawn from those (core/load_model.closed_loop_s: a request lasts
+ttft + (R - 1) x round, the baseline's its measured latency), throughput = n x mean tokens / makespan.
+The schedule takes, per c, the K (0: the baseline's rate) with the best predicted throughput,
+thresholds at the midpoints (core/schedule.schedule_steps).
 """
 
 from __future__ import annotations
@@ -27,10 +29,43 @@ from typing import Any
 from specbuild.client.bench import run_once
 from specbuild.client.metrics import UNARY_BASELINE
 from specbuild.client.options import BenchConfig
+from specbuild.core.load_model import closed_loop_durations_s, closed_loop_s
 from specbuild.core.schedule import DraftSchedule, schedule_steps
 from specbuild.core.theory import tokens_per_pass_chain
 
 TIE = 0.03  # as tuning/cost_curve.py: predicted rates within 3% tie
+
+
+def calibrate(run) -> dict[str, Any]:
+    """What the prediction needs of one run (a RunSummary with records): tokens and latency per request;
+    streamed: the median TTFT, the median round time and each request's rounds."""
+    recs = run.records
+    point: dict[str, Any] = {
+        "throughput": run.metrics["output_token_throughput"],
+        "tokens": [r.output_tokens for r in recs],
+        "latency_s": [r.latency_s for r in recs],
+    }
+    if run.mode != UNARY_BASELINE:
+        point["ttft_s"] = statistics.median(r.ttft_s for r in recs)
+        point["rounds"] = [r.target_passes for r in recs]
+        per_round = [(r.latency_s - r.ttft_s) / (r.target_passes - 1) for r in recs if r.target_passes > 1]
+        point["round_s"] = statistics.median(per_round) if per_round else 0.0
+    return point
+
+
+def predicted_tokens_per_s(point: dict[str, Any], concurrency: int, requests: int) -> float:
+    """Tokens/s of `requests` requests like the calibrated ones, sent by `concurrency` closed-loop workers."""
+    if "round_s" in point:
+        seconds = closed_loop_s(
+            point["rounds"],
+            workers=concurrency,
+            requests=requests,
+            first_s=point["ttft_s"],
+            round_s=point["round_s"],
+        )
+    else:
+        seconds = closed_loop_durations_s(point["latency_s"], workers=concurrency, requests=requests)
+    return requests * statistics.fmean(point["tokens"]) / seconds
 
 
 def measure_served(
@@ -57,21 +92,12 @@ def measure_served(
                 k=k,
                 advance=lambda: None,
             )
-            m = run.metrics
-            point = {
-                "throughput": m["output_token_throughput"],
-                "ttft_s": m["time_to_first_token"]["p50"] / 1e3,
-            }
-            if k:
-                tokens = m["output_sequence_length"]["avg"]
-                rounds = tokens / m["mean_accepted_tokens_per_pass"]
-                point["rounds"] = rounds
-                point["round_s"] = (m["request_latency"]["p50"] / 1e3 - point["ttft_s"]) / max(rounds - 1, 1)
-            points[f"{c}/{k}"] = point
+            points[f"{c}/{k}"] = calibrate(run)
     return {
         "kind": "served",
         "url": url,
         "max_tokens": max_tokens,
+        "requests": len(prompts),
         "concurrency": list(concurrency),
         "ks": list(ks),
         "points": points,
@@ -86,10 +112,10 @@ def predict_served(
     tokens: dict[int, float] | None = None,
 ) -> dict:
     """The prediction and schedule in the shape of tuning/cost_curve.SchedulePrediction.to_dict()."""
-    n = curve["max_tokens"]
+    requests = curve["requests"]
     table, baseline, chosen = [], {}, {}
     for c in curve["concurrency"]:
-        baseline[c] = curve["points"][f"{c}/0"]["throughput"]
+        baseline[c] = predicted_tokens_per_s(curve["points"][f"{c}/0"], c, requests)
         rates = {0: baseline[c]}
         table.append(
             {
@@ -98,18 +124,18 @@ def predict_served(
                 "tokens_per_round": 1.0,
                 "round_ms": float("nan"),
                 "tokens_per_s": baseline[c],
+                "measured_tokens_per_s": curve["points"][f"{c}/0"]["throughput"],
             }
         )
         for k in curve["ks"]:
             p = curve["points"][f"{c}/{k}"]
-            e = tokens[k] if tokens else tokens_per_pass_chain(acceptance, k)
-            latency = p["ttft_s"] + max(n / e - 1.0, 0.0) * p["round_s"]
-            rates[k] = c * n / latency
+            rates[k] = predicted_tokens_per_s(p, c, requests)
             table.append(
                 {
                     "batch": c,
                     "k": k,
-                    "tokens_per_round": e,
+                    "tokens_per_round": statistics.fmean(p["tokens"]) / statistics.fmean(p["rounds"]),
+                    "tokens_per_round_chain": tokens[k] if tokens else tokens_per_pass_chain(acceptance, k),
                     "round_ms": p["round_s"] * 1e3,
                     "tokens_per_s": rates[k],
                     "measured_tokens_per_s": p["throughput"],

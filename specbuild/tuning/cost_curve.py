@@ -3,19 +3,27 @@
 Measured on the reference engine (the engine the local Triton serves), for each batch size b of
 `--concurrency` (up to build.max_batch_size) and each K in 0..max_draft_len:
 
-* t_verify(b, K): one target pass over b rows of K+1 new tokens (the verify pass; K=0: a plain step);
-* t_draft(b): one draft pass over b rows of one token (draft/target; Medusa heads ride on the target);
-* the loop's own per-round cost o(b): a real lockstep batch of b identical requests at K = max_draft_len,
-  timed at two lengths so the prefill cancels, minus the passes the model above predicts for its rounds;
-  the plain batch loop's per-step time p(b) is timed the same way (the baseline).
+* the pass costs (what a round is made of, shown by `tune` and the plot): t_verify(b, K), one target
+  pass over b rows of K+1 new tokens; t_draft(b), one draft pass over b rows of one token; t_prefill(b),
+  one pass over b prompts;
+* the loop as it runs (what the prediction uses): the tune prompts in real lockstep batches of b at
+  each K (and the plain batch loop, the baseline), timed per batch from its start to its first tokens
+  (`first_s`: the prefill of those prompts at their real lengths and the first round) and from there
+  to its end over its later rounds (`loop_round_s`: the draft passes per position, the first one
+  feeding the accepted tokens; the verify pass at the rows' real lengths; the loop's own work; rows
+  that finished early still riding in the pass), with each prompt's rounds at each K (`rounds`: the
+  acceptance as it is, the last round drafting less included); `loop_s(b)` is what is left of a round
+  at K = max_draft_len once the passes above are taken out (the loop's own cost, for the table).
 
-A round at (b, K) is predicted to take T(b, K) = K t_draft(b) + t_verify(b, K) + o(b) and to give each
-row E(K) tokens (core/theory.tokens_per_pass_chain over the measured per-position acceptance), so the
-predicted throughput is b E(K) / T(b, K) tokens/s; K=0 is b / (t_verify(b, 0) + o(b)) and the baseline
-b / p(b). For requests of N tokens (tune's --max-tokens) the prefill of b prompts counts too:
-b N / (t_prefill(b) + (N - 1) / E(K) x T(b, K)). Medusa (a fixed tree, requests one after another
-in-process): the tree's throughput is E_tree / T_tree whatever b, against the plain batch's b / p(b);
-its schedule K is the tree or 0.
+Prediction for requests of N tokens (tune's --max-tokens) in lockstep batches of b
+(core/load_model.lockstep_s): a batch lasts first_s(b, K) + (E[max over its b rows of R] - 1) x
+loop_round_s(b, K), R drawn from the tune prompts' rounds at K; throughput = b x mean tokens / that.
+Baseline: the same with the plain loop (one step per token). Medusa (a fixed tree; the engine runs
+tree requests one after another): mean tokens / (first_s + (mean R - 1) x round) whatever b, against
+the plain batch. Without the loop timings (a steady state, or a curve built by hand) the round is
+T(b, K) = K t_draft(b) + t_verify(b, K) + loop_s(b) yielding E(K) tokens per row
+(core/theory.tokens_per_pass_chain over the per-position acceptance, or the n-gram replay's E(K)).
+Calibrated on the tune prompts only: `make bench-load` reports measured / predicted on held-out ones.
 
 The schedule: for each b the K with the best predicted throughput. In a closed loop (b requests always
 in flight) per-request speed is throughput / b, so both modes rank K alike; they differ on near ties
@@ -38,6 +46,7 @@ from typing import Any
 import torch
 
 from specbuild.core.errors import TrainingError
+from specbuild.core.load_model import lockstep_s
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.core.schedule import DraftSchedule, schedule_steps
 from specbuild.core.theory import tokens_per_pass_chain
@@ -46,7 +55,7 @@ from specbuild.tuning.profile_engine import TIMING_REPEATS
 
 SERVED_TORCH_THREADS = "1"  # = the local engine models' DEFAULT_TORCH_THREADS
 TIE = 0.03  # predicted throughputs within 3% count as a tie (the spread of interleaved CPU timings)
-LOOP_TOKENS = (16, 48)  # the two lengths the loop timings difference (prefill cancels)
+CALIBRATION_REPEATS = 2  # interleaved repeats of the loop timings on the tune prompts (median taken)
 
 
 @dataclass(frozen=True)
@@ -55,15 +64,24 @@ class CostCurve:
     max_k: int
     verify_s: dict[int, list[float]]  # b -> [K=0..max_k] seconds of one verify pass
     draft_s: dict[int, float]  # b -> seconds of one draft pass (0: no draft model)
-    loop_s: dict[int, float]  # b -> the speculative loop's own seconds per round
-    plain_step_s: dict[int, float]  # b -> seconds per step of the plain batch loop (the baseline)
-    tree_round_s: float | None = None  # Medusa: seconds per tree round of one request (whole loop)
+    loop_s: dict[int, float]  # b -> the speculative loop's own seconds per round (what passes leave)
+    plain_step_s: dict[int, float]  # b -> seconds per later step of the plain batch loop (the baseline)
+    tree_round_s: float | None = None  # Medusa: seconds per later tree round of one request
     prefill_s: dict[int, float] = field(
         default_factory=dict
     )  # b -> one pass over b prompts (the profiled one)
+    # the loop on the tune prompts (empty on a hand-built curve: the pass sum above is used)
+    loop_round_s: dict[int, list[float]] = field(default_factory=dict)  # b -> [K] s per later round
+    first_s: dict[int, list[float]] = field(default_factory=dict)  # b -> [K] s to a batch's first tokens
+    plain_first_s: dict[int, float] = field(default_factory=dict)  # b -> the same, plain loop
+    rounds: dict[int, list[int]] = field(default_factory=dict)  # K -> rounds of each tune prompt
+    tokens: list[int] = field(default_factory=list)  # tokens each tune prompt generated (plain loop)
 
     def round_s(self, b: int, k: int) -> float:
-        """Predicted seconds of one round at batch size b and K (draft passes + verify + loop)."""
+        """Seconds of one (later) round at batch size b and K: measured on the tune prompts when the
+        curve has it, else draft passes + verify + loop."""
+        if b in self.loop_round_s:
+            return self.loop_round_s[b][k]
         return k * self.draft_s[b] + self.verify_s[b][k] + self.loop_s[b]
 
 
@@ -119,53 +137,142 @@ def _prefill(model, b: int, prompt: list[int]):
     return run
 
 
-def _loop_round_s(engine, b: int, prompt: list[int], *, k: int | None) -> tuple[float, int]:
-    """(seconds per round, rounds) of a real lockstep batch of b copies of `prompt`, from two lengths."""
-    out = []
-    for n in LOOP_TOKENS:
-        params = SamplingParams(max_tokens=n, end_id=-1)  # no early stop: every row runs n tokens
-        best = None
-        for _ in range(3):  # best of 3: the loop's floor on a shared machine
-            start = time.perf_counter()
-            results = engine.generate_batch(
-                [list(prompt)] * b, params, speculative=k is not None, num_draft_tokens=k
-            )
-            seconds = time.perf_counter() - start
-            best = seconds if best is None else min(best, seconds)
-        st = results[0].stats  # the rows are identical: row 0's rounds are the batch's
-        rounds = (len(st.k_per_round) or len(st.accepted_per_step)) if k is not None else n
-        out.append((best, rounds))
-    (t1, r1), (t2, r2) = out
-    return (t2 - t1) / max(r2 - r1, 1), r2
+@dataclass(frozen=True)
+class LoopTiming:
+    """Prompts through the real loop in lockstep batches of b at one K (plain: the baseline loop)."""
+
+    batch: int
+    first_s: float  # mean seconds from a batch's start to its first tokens
+    round_s: float  # seconds per later round (sum over batches / sum of their later rounds)
+    rounds: list[int]  # rounds of each prompt (plain: its tokens)
+    tokens: list[int]  # tokens of each prompt
+    seconds: float  # the whole run
+
+    @property
+    def tokens_per_s(self) -> float:
+        return sum(self.tokens) / self.seconds
+
+    def predicted_tokens_per_s(self, batch: int, requests: int) -> float:
+        """Requests like these prompts (rounds drawn from theirs) in lockstep batches of `batch`."""
+        seconds = lockstep_s(
+            self.rounds, batch=batch, requests=requests, first_s=self.first_s, round_s=self.round_s
+        )
+        return requests * statistics.fmean(self.tokens) / seconds
 
 
-def measure_curve(engine, prompt: list[int], batch_sizes: Sequence[int], max_k: int) -> CostCurve:
+def time_loop(
+    engine,
+    prompts: list[list[int]],
+    b: int,
+    k: int | None,
+    max_tokens: int,
+    *,
+    speculative: bool | None = None,
+) -> LoopTiming:
+    """`prompts` through engine.generate_batch in batches of b (greedy, max_tokens each) at fixed K = k,
+    the plain loop (k None), or the engine's schedule (k None, speculative True)."""
+    speculative = k is not None if speculative is None else speculative
+    params = SamplingParams(max_tokens=max_tokens)
+    firsts, later_s, later_rounds, rounds, tokens = [], 0.0, 0, [], []
+    sequential = engine.speculator is not None and speculative and not engine.speculator.batched
+    run_start = time.perf_counter()
+    for i in range(0, len(prompts), b):
+        batch = prompts[i : i + b]
+        first: list[float] = []
+
+        def on_tokens(_row, _toks, first=first):
+            if not first:
+                first.append(time.perf_counter())
+
+        start = time.perf_counter()
+        results = engine.generate_batch(
+            [list(p) for p in batch],
+            params,
+            speculative=speculative,
+            num_draft_tokens=k,
+            on_tokens=on_tokens,
+        )
+        end = time.perf_counter()
+        per_row = [
+            (len(r.stats.k_per_round) or len(r.stats.accepted_per_step)) if speculative else len(r.token_ids)
+            for r in results
+        ]
+        rounds += per_row
+        tokens += [len(r.token_ids) for r in results]
+        firsts.append(first[0] - start)
+        if sequential:  # a tree method runs requests one after another (calibrated at b = 1)
+            later_s += end - start - len(batch) * firsts[-1]
+            later_rounds += sum(max(n - 1, 0) for n in per_row)
+        else:
+            later_s += end - first[0]
+            later_rounds += max(max(per_row) - 1, 0)  # the batch runs until its slowest row is done
+    return LoopTiming(
+        batch=b,
+        first_s=statistics.fmean(firsts),
+        round_s=later_s / max(later_rounds, 1),
+        rounds=rounds,
+        tokens=tokens,
+        seconds=time.perf_counter() - run_start,
+    )
+
+
+def measure_curve(
+    engine,
+    prompts: list[list[int]],
+    batch_sizes: Sequence[int],
+    max_k: int,
+    *,
+    max_tokens: int = 64,
+    repeats: int = CALIBRATION_REPEATS,
+) -> CostCurve:
     """Timed with the torch threads of a served engine process (SPECBUILD_TORCH_THREADS, default 1, as
     the local Triton's engine models): the default of one thread per core oversubscribes a shared CPU and
-    is not what serves."""
+    is not what serves. `prompts`: the tune prompts (the loop timings run all of them; the pass costs the
+    first)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(int(os.environ.get("SPECBUILD_TORCH_THREADS", SERVED_TORCH_THREADS)))
     try:
-        return _measure_curve(engine, prompt, batch_sizes, max_k)
+        return _measure_curve(engine, prompts, batch_sizes, max_k, max_tokens, repeats)
     finally:
         torch.set_num_threads(threads)
 
 
-def _measure_curve(engine, prompt: list[int], batch_sizes: Sequence[int], max_k: int) -> CostCurve:
-    verify, draft, loop, plain, prefill = {}, {}, {}, {}, {}
-    tree_round = None
+def _measure_curve(engine, prompts, batch_sizes, max_k, max_tokens, repeats) -> CostCurve:
+    prompt = prompts[0]
+    verify, draft, prefill = {}, {}, {}
     for b in batch_sizes:
         prefill[b] = _median_time(_prefill(engine.target, b, prompt), repeats=5)
         verify[b] = [_median_time(_pass(engine.target, b, prompt, k + 1)) for k in range(max_k + 1)]
         draft[b] = _median_time(_pass(engine.draft, b, prompt, 1)) if engine.draft is not None else 0.0
-        plain[b], _ = _loop_round_s(engine, b, prompt, k=None)
-        if engine.speculator is not None and engine.speculator.batched:
-            per_round, _ = _loop_round_s(engine, b, prompt, k=max_k)
-            loop[b] = max(per_round - max_k * draft[b] - verify[b][max_k], 0.0)
-        else:
+    tree = engine.speculator is not None and not engine.speculator.batched
+    points: list[tuple[int, int | None]] = []
+    for b in batch_sizes:
+        points.append((b, None))
+        ks = [0, max_k] if tree and b == min(batch_sizes) else [] if tree else range(max_k + 1)
+        points += [(b, k) for k in ks]
+    engine.generate_batch([list(prompt)] * 2, SamplingParams(max_tokens=4), num_draft_tokens=max_k)  # warm
+    timed: dict[tuple[int, int | None], list[LoopTiming]] = {}
+    for _ in range(repeats):  # interleaved: every point once per repeat
+        for point in points:
+            timed.setdefault(point, []).append(time_loop(engine, prompts, *point, max_tokens))
+
+    def med(point, what):
+        return statistics.median(getattr(t, what) for t in timed[point])
+
+    b1 = min(batch_sizes)
+    rounds = {k: timed[b1, k][0].rounds for b, k in points if b == b1 and k is not None}
+    loop_round, first, loop, plain, plain_first = {}, {}, {}, {}, {}
+    for b in batch_sizes:
+        plain[b], plain_first[b] = med((b, None), "round_s"), med((b, None), "first_s")
+        if tree:
             loop[b] = max(plain[b] - verify[b][0], 0.0)
-    if engine.speculator is not None and not engine.speculator.batched:
-        tree_round, _ = _loop_round_s(engine, 1, prompt, k=max_k)
+            continue
+        loop_round[b] = [med((b, k), "round_s") for k in range(max_k + 1)]
+        first[b] = [med((b, k), "first_s") for k in range(max_k + 1)]
+        loop[b] = max(loop_round[b][max_k] - max_k * draft[b] - verify[b][max_k], 0.0)
+    tree_round = med((b1, max_k), "round_s") if tree else None
+    if tree:
+        first[b1] = [med((b1, 0), "first_s"), med((b1, max_k), "first_s")]
     return CostCurve(
         batch_sizes=list(batch_sizes),
         max_k=max_k,
@@ -175,6 +282,11 @@ def _measure_curve(engine, prompt: list[int], batch_sizes: Sequence[int], max_k:
         plain_step_s=plain,
         tree_round_s=tree_round,
         prefill_s=prefill,
+        loop_round_s=loop_round,
+        first_s=first,
+        plain_first_s=plain_first,
+        rounds=rounds,
+        tokens=timed[b1, None][0].tokens,
     )
 
 
@@ -190,8 +302,11 @@ def predict(
 ) -> SchedulePrediction:
     """Predicted throughput per (b, K) and the schedule (see the module docstring). `tokens`: E(K) per K
     when it is not the chain over `acceptance` (n-gram: the exact greedy replay of each K). `max_tokens`:
-    predict requests of that many tokens, prefill included (the first token comes from it, the other
-    N - 1 from N - 1 / E(K) rounds); None: the steady state."""
+    predict requests of that many tokens, prefill included; None: the steady state. A curve with the
+    loop timings (measure_curve) predicts from them (core/load_model.lockstep_s); a hand-built one from
+    the pass sum and E(K)."""
+    measured = bool(curve.rounds) and max_tokens is not None
+    mean_tokens = statistics.fmean(curve.tokens) if curve.tokens else float(max_tokens or 1)
 
     def finite(b: int, e: float, round_s: float) -> float:
         """Predicted tokens/s of b requests of max_tokens tokens (steady state when max_tokens is None)."""
@@ -199,6 +314,13 @@ def predict(
             return b * e / round_s
         n = max_tokens
         return b * n / (curve.prefill_s[b] + (n - 1) / e * round_s)
+
+    def lockstep(b: int, rounds: list[int], first: float, round_s: float) -> float:
+        """Predicted tokens/s of one lockstep batch of b tune-like requests."""
+        timing = LoopTiming(
+            batch=b, first_s=first, round_s=round_s, rounds=rounds, tokens=curve.tokens, seconds=0
+        )
+        return timing.predicted_tokens_per_s(b, b)
 
     if mode not in ("throughput", "latency"):
         raise TrainingError(
@@ -210,15 +332,28 @@ def predict(
     table, baseline, chosen = [], {}, {}
     tree = curve.tree_round_s is not None
     ks = [0, curve.max_k] if tree else list(range(curve.max_k + 1))
+    b1 = min(curve.batch_sizes)
     for b in curve.batch_sizes:
-        baseline[b] = finite(b, 1.0, curve.plain_step_s[b])
+        if measured:
+            baseline[b] = lockstep(b, curve.tokens, curve.plain_first_s[b], curve.plain_step_s[b])
+        else:
+            baseline[b] = finite(b, 1.0, curve.plain_step_s[b])
         rates = {}
         for k in ks:
             if tree and k > 0:
                 e, seconds = tree_tokens_per_round, curve.tree_round_s
-                rate = finite(1, e, seconds)  # one request at a time, whatever b
+                if measured:  # one request at a time, whatever b
+                    r = statistics.fmean(curve.rounds[k])
+                    e = mean_tokens / r
+                    rate = mean_tokens / (curve.first_s[b1][1] + (r - 1) * seconds)
+                else:
+                    rate = finite(1, e, seconds)
             elif tree:
                 e, seconds, rate = 1.0, curve.plain_step_s[b], baseline[b]
+            elif measured:
+                e = mean_tokens / statistics.fmean(curve.rounds[k])
+                seconds = curve.round_s(b, k)
+                rate = lockstep(b, curve.rounds[k], curve.first_s[b][k], seconds)
             else:
                 e = (tokens[k] if tokens else tokens_per_pass_chain(acceptance, k)) if k else 1.0
                 seconds = curve.round_s(b, k)

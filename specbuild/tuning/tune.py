@@ -355,7 +355,7 @@ def _schedule(
     max_k = spec.speculation.max_draft_len if tree else min(max(tokens) if tokens else len(acceptance), 8)
     sizes = sorted({c for c in options.concurrency if c <= spec.build.max_batch_size} | {1})
     rep.log(f"measuring the cost curve: batch sizes {sizes}, K 0..{max_k}")
-    curve = measure_curve(engine, prompts[0], sizes, max_k)
+    curve = measure_curve(engine, prompts, sizes, max_k, max_tokens=options.max_tokens)
     prediction = predict(
         curve,
         acceptance,
