@@ -412,6 +412,17 @@ class TritonVerifier:
             sh.accepted += min(max(len(tokens) - 1, 0), len(draft_tokens))
         return tokens
 
+    def plain(self, ids, n, params):
+        """A K=0 round (schedule or acceptance guard): up to n plain target steps in one call (the engine
+        stops at end_id and stop words itself; the loop trims what follows a stop)."""
+        sh = self.shared
+        inputs = sh.inputs(list(ids), n)
+        inputs["return_perf_metrics"] = np.array([[True]])
+        out = sh.call(self.model, inputs, ENGINE_OUTPUTS + PERF_OUTPUTS)
+        self.forward_passes += 1
+        sh.first_perf.setdefault("target", _kv_figures(out))
+        return new_tokens(out)
+
 
 KV_OUTPUTS = ("kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks")
 DRAFT_KV_PREFIX = "draft_"  # the BLS's draft_kv_cache_* outputs: the draft engine's figures (specbuild)
@@ -419,16 +430,6 @@ DRAFT_KV_PREFIX = "draft_"  # the BLS's draft_kv_cache_* outputs: the draft engi
 
 def _kv_figures(out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {name: out[name] for name in KV_OUTPUTS if out.get(name) is not None}
-
-    def plain(self, ids, n, params):
-        """A K=0 round (schedule or acceptance guard): up to n plain target steps in one call."""
-        sh = self.shared
-        inputs = sh.inputs(list(ids), n)
-        inputs["return_perf_metrics"] = np.array([[True]])
-        out = sh.call(self.model, inputs, ENGINE_OUTPUTS + PERF_OUTPUTS)
-        self.forward_passes += 1
-        sh.last_perf = {name: out[name] for name in PERF_OUTPUTS if out.get(name) is not None}
-        return new_tokens(out)
 
 
 def perf_outputs(
