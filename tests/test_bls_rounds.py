@@ -41,7 +41,9 @@ def test_a_k0_round_is_one_target_call_for_many_tokens(off_server, stream):
     s = off_server
     before_target, before_draft = _calls(s, "tensorrt_llm"), _calls(s, "tensorrt_llm_draft")
     # num_draft_tokens left out: the schedule applies (K=0 here); stream=True is the streamed baseline path
-    got = collect(s.infer("tensorrt_llm_bls", text_request(PROMPT, N, stream=stream, return_perf_metrics=True)))
+    got = collect(
+        s.infer("tensorrt_llm_bls", text_request(PROMPT, N, stream=stream, return_perf_metrics=True))
+    )
     ids = s.models["preprocessing"].tokenizer.encode(PROMPT)
     want = s.models["tensorrt_llm"].engine.generate(ids, SamplingParams(max_tokens=N)).token_ids
     assert got["tokens"] == want

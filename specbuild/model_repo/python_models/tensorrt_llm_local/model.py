@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 
 import triton_python_backend_utils as pb_utils
 
@@ -37,6 +36,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
+from engine_worker import ActiveRequests, EngineWorker  # noqa: E402
 from local_core import Job, Perf, cut, is_stop_request, parse_request, token_outputs  # noqa: E402
 from responder import Responder, cancelled_error  # noqa: E402
 from spec_metrics import SpecMetrics  # noqa: E402
@@ -94,17 +94,17 @@ class TritonPythonModel:
         # draft tokens a self-drafting engine (Medusa's tree) adds per step; 0 when drafts come in the request
         self.engine_draft_len = self.engine.draft_per_step() if self.limits else 0
         self.metrics = SpecMetrics(self.name)
-        self._active: dict[str, list[Job]] = {}  # request id -> its running jobs (for stop requests)
-        self._active_lock = threading.Lock()
+        self._active = ActiveRequests()  # request id -> its running jobs (for stop requests)
         self._warm_up()
         self.max_batch = max(1, int(config.get("max_batch_size") or 1))  # rows the worker decodes together
-        self._pending: list[Job] = []  # decoupled: requests read, not started yet
-        self._wake = threading.Condition()
-        self._closing = False
         self._worker = None
-        if self.decoupled:
-            self._worker = threading.Thread(target=self._work, name=f"{self.name}-engine", daemon=True)
-            self._worker.start()
+        if self.decoupled:  # decoupled: one worker runs the requests execute() read
+            self._worker = EngineWorker(
+                f"{self.name}-engine",
+                self.max_batch,
+                self._run_jobs,
+                lambda job: job.responder.finish(self._final(job)),
+            )
 
     def _warm_up(self) -> None:
         """One tiny generation and verification at load: the first request must not pay for torch's
@@ -119,13 +119,8 @@ class TritonPythonModel:
     def finalize(self):
         if self._worker is None:
             return
-        with self._wake:
-            self._closing = True
-            left, self._pending = self._pending, []
-            self._wake.notify()
-        for job in left:  # never leave a request without its final response
+        for job in self._worker.close():  # never leave a request without its final response
             job.responder.finish(self._error(RuntimeError("the model is being unloaded")))
-        self._worker.join(timeout=10)
 
     # ---- Triton entry point ---------------------------------------------------------------------
     def execute(self, requests):
@@ -145,10 +140,7 @@ class TritonPythonModel:
             jobs.append(job)
             responses.append(job)
         if self.decoupled:
-            if jobs:
-                with self._wake:
-                    self._pending += jobs
-                    self._wake.notify()
+            self._worker.submit(jobs)
             return None
         self._run_jobs(jobs)
         return [self._final(r) if isinstance(r, Job) else r for r in responses]
@@ -174,9 +166,8 @@ class TritonPythonModel:
             return self._reply(
                 responder, self._error(ValueError("Trying to stop a request but request ID is not provided"))
             )
-        with self._active_lock:
-            for job in self._active.get(request_id, []):
-                job.responder.stopped = True
+        for job in self._active.named(request_id):
+            job.responder.stopped = True
         return self._reply(responder, pb_utils.InferenceResponse(output_tensors=[]))
 
     def _error(self, exc: Exception):
@@ -206,25 +197,10 @@ class TritonPythonModel:
             responder=responder,
             perf=Perf(arrival_ns=req.arrival_ns),
         )
-        if req.request_id:
-            with self._active_lock:
-                self._active.setdefault(req.request_id, []).append(job)
+        self._active.add(req.request_id, job)
         return job
 
     # ---- running requests -----------------------------------------------------------------------
-    def _work(self) -> None:
-        """Decoupled: run the waiting requests, up to max_batch_size of them together, until finalize."""
-        while True:
-            with self._wake:
-                while not self._pending and not self._closing:
-                    self._wake.wait()
-                if self._closing:
-                    return
-                jobs, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
-            self._run_jobs(jobs)
-            for job in jobs:
-                job.responder.finish(self._final(job))
-
     def _run_jobs(self, jobs: list[Job]) -> None:
         plain = [
             j
@@ -240,12 +216,8 @@ class TritonPythonModel:
                 if not job.ran and job.error is None:
                     self._run_one(job)
         finally:
-            with self._active_lock:
-                for job in jobs:
-                    same = self._active.get(job.req.request_id, [])
-                    same[:] = [j for j in same if j is not job]
-                    if not same:
-                        self._active.pop(job.req.request_id, None)
+            for job in jobs:
+                self._active.remove(job.req.request_id, job)
 
     def _ended(self, job: Job) -> None:
         """Mark the request ended early (cancelled by Triton, or stopped by a `stop` request)."""
@@ -363,9 +335,11 @@ class TritonPythonModel:
             self.metrics.record(job.steps)
         except Exception as exc:  # noqa: BLE001 - metrics are best effort
             pb_utils.Logger.log_warn(f"{self.name}: speculative metrics not updated: {exc}")
-        perf.reused_blocks = job.reused_tokens // self.tokens_per_block
-        total = len(req.prompt_ids) + len(job.tokens)
-        perf.new_blocks = max(0, -(-total // self.tokens_per_block) - perf.reused_blocks)
+        perf.blocks(
+            reused_tokens=job.reused_tokens,
+            total_tokens=len(req.prompt_ids) + len(job.tokens),
+            tokens_per_block=self.tokens_per_block,
+        )
         return self._outputs(job, job.tokens)
 
     def _outputs(self, job: Job, tokens: list[int]):
