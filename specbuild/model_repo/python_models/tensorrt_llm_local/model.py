@@ -212,6 +212,10 @@ class TritonPythonModel:
                 len(plain) > 1
             ):  # several requests in flight: one batched decode (lockstep, rows of their own length)
                 self._run_batch(plain)
+            # several verifications (the BLS rounds of concurrent requests): one batched target pass
+            verify = [j for j in jobs if j.req.draft_ids is not None and not j.req.generation_logits]
+            if len(verify) > 1:
+                self._run_verify_batch(verify)
             for job in jobs:
                 if not job.ran and job.error is None:
                     self._run_one(job)
@@ -285,6 +289,44 @@ class TritonPythonModel:
             if job.cancelled:
                 self._log_end(job)
 
+    def _run_verify_batch(self, jobs: list[Job]) -> None:
+        """Verification requests of one execute() in one target pass (ReferenceEngine.verify_external_batch:
+        rows of their own length, each from its own prefix-cache entry; the same tokens as one by one)."""
+        live = [j for j in jobs if not j.responder.ended()]
+        for job in jobs:
+            if job not in live:  # cancelled while it waited
+                self._ended(job)
+                job.ran = True
+        if not live:
+            return
+        for job in live:
+            job.perf.token()
+        try:
+            results = self.engine.verify_external_batch(
+                [j.req.prompt_ids for j in live],
+                [j.req.draft_ids for j in live],
+                [j.req.draft_logits for j in live],
+                params=[j.req.params for j in live],
+            )
+        except Exception as exc:  # noqa: BLE001 - every request of the pass gets the error
+            for job in live:
+                job.error, job.ran = exc, True
+            return
+        for job, (tokens, reused) in zip(live, results, strict=True):
+            self._verified(job, tokens)
+            job.reused_tokens, job.ran = reused, True
+
+    def _verified(self, job: Job, tokens: list[int]) -> None:
+        """Record a verification's result: the accepted drafts + one target token, cut like the backend."""
+        req, perf = job.req, job.perf
+        tokens = cut(tokens, req.params, req.max_new)
+        end = find_stop(tokens, req.stop_sequences) if req.stop_sequences else None
+        job.tokens = tokens[:end] if end is not None else tokens
+        perf.token()
+        perf.drafted = len(req.draft_ids)
+        perf.accepted = min(max(0, len(job.tokens) - 1), perf.drafted)
+        job.steps = [(perf.accepted, perf.drafted)]
+
     def _run(self, job: Job) -> Job:
         req, perf = job.req, job.perf
         if job.responder.ended():  # cancelled while it waited
@@ -292,19 +334,10 @@ class TritonPythonModel:
             return job
         if req.draft_ids is not None:
             perf.token()
-            tokens = cut(
-                self.engine.verify_external(
-                    req.prompt_ids, req.draft_ids, req.draft_logits, params=req.params
-                ),
-                req.params,
-                req.max_new,
+            tokens = self.engine.verify_external(
+                req.prompt_ids, req.draft_ids, req.draft_logits, params=req.params
             )
-            end = find_stop(tokens, req.stop_sequences) if req.stop_sequences else None
-            job.tokens = tokens[:end] if end is not None else tokens
-            perf.token()
-            perf.drafted = len(req.draft_ids)
-            perf.accepted = min(max(0, len(job.tokens) - 1), perf.drafted)
-            job.steps = [(perf.accepted, perf.drafted)]
+            self._verified(job, tokens)
             return job
         stop = self._stop_hook(job)
         on_tokens = lambda new: self._on_tokens(job, new)  # noqa: E731
