@@ -150,3 +150,32 @@ def test_batched_verify_equals_one_by_one_with_seeded_sampling_and_draft_logits(
         [ids for ids, _ in rows], [d for _, d in rows], logits, params=[params] * len(rows)
     )
     assert [t for t, _ in together] == alone
+
+
+# ---- per-round IPC of the BLS -----------------------------------------------------------------------
+
+
+def test_bls_rounds_ask_for_perf_outputs_once_and_for_cancellation_once_per_round(off_server):
+    """Each output tensor and each is_cancelled() is an IPC round trip through the Python backend: only
+    the first target call asks for the perf outputs, and a streamed round asks Triton about cancellation
+    twice (before its first engine call, before its response), not before every call and hook."""
+    from fake_triton import Request
+
+    s = off_server
+    start = len(s.calls)
+    request = Request(text_request(PROMPT, N, num_draft_tokens=2, stream=True, return_perf_metrics=True))
+    asks = []
+    ask = request.sender.is_cancelled
+    request.sender.is_cancelled = lambda: asks.append(1) or ask()
+    (responses,) = s.infer_batch("tensorrt_llm_bls", [], requests=[request])
+    got = collect(responses)
+    ids = s.models["preprocessing"].tokenizer.encode(PROMPT)
+    assert (
+        got["tokens"] == s.models["tensorrt_llm"].engine.generate(ids, SamplingParams(max_tokens=N)).token_ids
+    )
+    target = [inputs for name, inputs in s.calls[start:] if name == "tensorrt_llm"]
+    assert len(target) > 2 and got["perf"]["total_draft_tokens"] > 0
+    assert "return_perf_metrics" in target[0] and not any("return_perf_metrics" in t for t in target[1:])
+    assert "kv_cache_reused_blocks" in got["perf"]  # the request's perf outputs still carry the figures
+    # rounds = target calls; + preprocessing's call, + the final response
+    assert len(asks) <= 2 * len(target) + 2, (len(asks), len(target))

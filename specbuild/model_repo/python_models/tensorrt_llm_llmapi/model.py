@@ -46,7 +46,7 @@ from llmapi_core import (  # noqa: E402
     reason_outputs,
     text_outputs,
 )
-from responder import Responder  # noqa: E402
+from responder import POLL_S, Responder  # noqa: E402
 from spec_metrics import SpecMetrics  # noqa: E402
 from words import param, stop_at_words  # noqa: E402
 
@@ -225,7 +225,7 @@ class TritonPythonModel:
         words = stop_at_words(job.req.stop_sequences)
 
         def stop(out, start):
-            if job.stopped or job.responder.ended():
+            if job.stopped or job.responder.ended(max_age_s=POLL_S):
                 return len(out)
             return words(out, start) if words else None
 

@@ -38,7 +38,7 @@ if _HERE not in sys.path:
 
 from engine_worker import ActiveRequests, EngineWorker  # noqa: E402
 from local_core import Job, Perf, cut, is_stop_request, parse_request, token_outputs  # noqa: E402
-from responder import Responder, cancelled_error  # noqa: E402
+from responder import POLL_S, Responder, cancelled_error  # noqa: E402
 from spec_metrics import SpecMetrics  # noqa: E402
 from words import find_stop, param, stop_at_words  # noqa: E402
 
@@ -240,7 +240,7 @@ class TritonPythonModel:
         words = stop_at_words(job.req.stop_sequences)
 
         def stop(out: list[int], start: int) -> int | None:
-            if job.cancelled or job.responder.ended():
+            if job.cancelled or job.responder.ended(max_age_s=POLL_S):
                 self._ended(job)
                 return len(out)
             return words(out, start) if words else None
@@ -358,7 +358,7 @@ class TritonPythonModel:
     def _finish(self, job: Job):
         """The request's final response: its outputs, its error, or (cancelled) nothing to write."""
         req, perf = job.req, job.perf
-        if job.responder.cancelled():  # the client is gone: write nothing
+        if job.responder.cancelled(max_age_s=POLL_S):  # the client is gone: write nothing
             return None if self.decoupled else cancelled_error(self.name)
         if job.cancelled:  # stopped by a `stop` request: what it produced so far, as the backend answers
             return self._outputs(job, job.tokens)
