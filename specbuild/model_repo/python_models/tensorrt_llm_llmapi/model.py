@@ -130,6 +130,7 @@ class TritonPythonModel:
         self.engine.generate([0], SamplingParams(max_tokens=2, end_id=-1), speculative=True)
 
     def finalize(self):
+        self.metrics.close()  # what is still pending goes out
         if self._worker is None:
             return
         for job in self._worker.close():  # never leave a request without its final response

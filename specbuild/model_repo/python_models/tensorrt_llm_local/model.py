@@ -117,6 +117,7 @@ class TritonPythonModel:
             self.engine.verify_external([0], [0], None, params=params)
 
     def finalize(self):
+        self.metrics.close()  # what is still pending goes out
         if self._worker is None:
             return
         for job in self._worker.close():  # never leave a request without its final response
