@@ -87,6 +87,12 @@ def test_tune_schedule_end_to_end(tmp_path, tiny_target, tiny_draft):
     assert sched["curve"]["batch_sizes"] == [1, 2]  # capped at build.max_batch_size
     assert {(row["batch"], row["k"]) for row in sched["table"]} == {(b, k) for b in (1, 2) for k in range(3)}
     assert all(row["tokens_per_s"] > 0 and row["round_ms"] > 0 for row in sched["table"])
+    curve = sched["curve"]  # the loop on the tune prompts: every (b, K) timed, each prompt's rounds
+    assert sorted(curve["loop_round_s"]) == ["1", "2"] and all(
+        len(v) == 3 for v in curve["loop_round_s"].values()
+    )
+    assert {k: len(v) for k, v in curve["rounds"].items()} == {"0": 2, "1": 2, "2": 2}
+    assert curve["tokens"] == [8, 8] or all(0 < n <= 8 for n in curve["tokens"])
     assert plot.stat().st_size > 1000
     spec = load_spec(spec_path)
     if sched["schedule"] is None:  # possible on a loaded CPU: nothing written about the schedule

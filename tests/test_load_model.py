@@ -1,0 +1,107 @@
+"""The cost model's load arithmetic (core/load_model.py), the in-process prediction from loop timings
+(tuning/cost_curve.py), the served calibration (client/serve_curve.py) and bench-load's measured /
+predicted (median of per-round ratios): small cases with answers worked by hand."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from specbuild.core.load_model import closed_loop_durations_s, closed_loop_s, expected_max, lockstep_s
+
+
+def test_expected_max_of_draws():
+    assert expected_max([1, 2], 1) == pytest.approx(1.5)
+    # two draws of {1, 2}: max is 1 only when both are 1 (1/4)
+    assert expected_max([1, 2], 2) == pytest.approx(0.25 * 1 + 0.75 * 2)
+    assert expected_max([5, 5, 5], 8) == pytest.approx(5)
+
+
+def test_lockstep_batches_wait_for_their_slowest_row():
+    # two batches of 4 rows, each 1 s to its first tokens then 9 later rounds of 0.5 s
+    assert lockstep_s([10], batch=4, requests=8, first_s=1.0, round_s=0.5) == pytest.approx(2 * 5.5)
+    # one slow prompt in eight: a batch of 8 always has it only if it draws it; E[max] > mean
+    rounds = [10] * 7 + [20]
+    one_batch = lockstep_s(rounds, batch=8, requests=8, first_s=0.0, round_s=1.0)
+    assert one_batch == pytest.approx(expected_max(rounds, 8) - 1)
+    assert one_batch > sum(rounds) / len(rounds) - 1
+
+
+def test_closed_loop_makespan():
+    # equal requests of 2 s, 2 workers, 5 requests: 3 waves
+    assert closed_loop_durations_s([2.0], workers=2, requests=5) == pytest.approx(6.0)
+    assert closed_loop_s([3], workers=5, requests=5, first_s=1.0, round_s=0.5) == pytest.approx(2.0)
+    # seeded: the same measurement gives the same prediction
+    a = closed_loop_s([3, 9, 4], workers=2, requests=8, first_s=0.1, round_s=0.01)
+    assert a == closed_loop_s([3, 9, 4], workers=2, requests=8, first_s=0.1, round_s=0.01)
+    with pytest.raises(ValueError):
+        closed_loop_durations_s([], workers=1, requests=1)
+
+
+def test_predict_from_loop_timings():
+    from specbuild.tuning.cost_curve import CostCurve, predict
+
+    sizes = [1, 2]
+    curve = CostCurve(
+        batch_sizes=sizes,
+        max_k=1,
+        verify_s={b: [1e-3, 1e-3] for b in sizes},
+        draft_s=dict.fromkeys(sizes, 1e-4),
+        loop_s=dict.fromkeys(sizes, 0.0),
+        plain_step_s={1: 0.010, 2: 0.012},
+        prefill_s=dict.fromkeys(sizes, 0.02),
+        loop_round_s={1: [0.010, 0.015], 2: [0.012, 0.020]},
+        first_s={1: [0.02, 0.03], 2: [0.03, 0.04]},
+        plain_first_s={1: 0.02, 2: 0.03},
+        rounds={0: [8, 8], 1: [4, 6]},
+        tokens=[8, 8],
+    )
+    pred = predict(curve, [0.5], max_tokens=8)
+    rate = {(r["batch"], r["k"]): r["tokens_per_s"] for r in pred.table}
+    assert rate[1, 1] == pytest.approx(8 / (0.03 + (5 - 1) * 0.015))  # E[R] over one row = mean
+    # two rows in lockstep: E[max] of {4, 6} over 2 draws = 5.5
+    assert rate[2, 1] == pytest.approx(16 / (0.04 + (5.5 - 1) * 0.020))
+    assert pred.baseline[2] == pytest.approx(16 / (0.03 + 7 * 0.012))
+    assert curve.round_s(2, 1) == 0.020  # the measured round, not the pass sum
+
+
+def _record(ttft, latency, passes, tokens):
+    from specbuild.client.metrics import RequestRecord
+
+    return RequestRecord(ttft_s=ttft, latency_s=latency, output_tokens=tokens, target_passes=passes)
+
+
+def test_served_calibration_predicts_the_closed_loop():
+    from specbuild.client.metrics import UNARY_BASELINE
+    from specbuild.client.serve_curve import calibrate, predicted_tokens_per_s
+
+    recs = [_record(0.1, 0.1 + 9 * 0.05, 10, 40), _record(0.1, 0.1 + 19 * 0.05, 20, 40)]
+    run = SimpleNamespace(mode="speculative", records=recs, metrics={"output_token_throughput": 1.0})
+    point = calibrate(run)
+    assert point["round_s"] == pytest.approx(0.05) and point["ttft_s"] == pytest.approx(0.1)
+    assert point["rounds"] == [10, 20]
+    # one worker: requests one after another, mean duration 0.1 + 14 x 0.05 = 0.8 s
+    assert predicted_tokens_per_s(point, 1, 4) == pytest.approx(4 * 40 / (4 * 0.8), rel=0.05)
+    unary = calibrate(SimpleNamespace(mode=UNARY_BASELINE, records=recs, metrics=run.metrics))
+    assert "round_s" not in unary
+    # two workers, two requests: the makespan is the larger of two draws of {0.55, 1.05} s
+    assert predicted_tokens_per_s(unary, 2, 2) == pytest.approx(80 / (0.25 * 0.55 + 0.75 * 1.05), rel=0.03)
+
+
+def test_bench_load_ratio_is_the_median_of_per_round_ratios():
+    from specbuild.benchmarks.load import attach_predictions
+
+    def run(r, thr, pred):
+        return SimpleNamespace(
+            mode="speculative",
+            num_draft_tokens=2,
+            concurrency=4,
+            metrics={"round": r, "output_token_throughput": thr, "predicted_tokens_per_s": pred},
+        )
+
+    rows = [{"concurrency": 4, "modes": {"K=2": {"throughput_median": 100.0}}}]
+    attach_predictions(rows, [run(0, 90, 100), run(1, 120, 100), run(2, 50, 50)])
+    m = rows[0]["modes"]["K=2"]
+    assert m["measured_over_predicted"] == pytest.approx(1.0)
+    assert (m["ratio_min"], m["ratio_max"]) == (pytest.approx(0.9), pytest.approx(1.2))
