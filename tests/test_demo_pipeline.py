@@ -137,3 +137,54 @@ def test_summary_rows_compare_with_the_one_call_baseline_when_bench_ran_it():
     medusa = {"runs": [_run("speculative", 1, tps=32.0)]}
     borrowed = demo_report.summary_rows(medusa, baseline_from=dt)  # the lender's one-call run too
     assert borrowed[0]["vs 1-call"] == pytest.approx(0.5)
+
+
+def test_summary_has_the_load_aware_table(tmp_path):
+    """The draft/target load bench (load.json) beside tune --schedule's report: per concurrency the
+    measured tokens/s with measured / predicted, the schedule over the baselines, and the plot paths."""
+    mode = tmp_path / "draft_target"
+    (mode / "schedule").mkdir(parents=True)
+    (mode / "bench-load").mkdir()
+    tune = {
+        "details": {
+            "schedule": {
+                "schedule": {"1": 4, "6": 0},
+                "chosen": {"1": 4, "8": 0},
+                "baseline": {"1": 100.0, "8": 400.0},
+                "table": [
+                    {"batch": b, "k": k, "tokens_per_s": r}
+                    for b, k, r in ((1, 0, 90.0), (1, 4, 200.0), (8, 0, 380.0), (8, 4, 300.0))
+                ],
+            }
+        }
+    }
+    (mode / "schedule" / "tune.json").write_text(json.dumps(tune))
+    (mode / "schedule" / "schedule_predicted.png").write_bytes(b"png")
+
+    def point(c, base, k4, sched):
+        modes = {"baseline": base, "K=4": k4, "schedule": sched}
+        return {
+            "concurrency": c,
+            "modes": {label: {"throughput_median": v} for label, v in modes.items()},
+            "schedule_over_baseline": {"median": sched / base},
+        }
+
+    load = {"points": [point(1, 50.0, 150.0, 160.0), point(8, 300.0, 200.0, 310.0)]}
+    (mode / "bench-load" / "load.json").write_text(json.dumps(load))
+    (mode / "bench-load" / "bench.json").write_text(json.dumps({"runs": []}))
+    summary = demo_report.print_summary(
+        {},
+        loads={"draft_target": mode / "bench-load" / "bench.json"},
+        family_metrics=None,
+        out=tmp_path,
+        timings={},
+        total_s=1.0,
+    )
+    rows = summary["load_aware"]["draft_target"]["rows"]
+    assert rows[0]["K=4 meas/pred"] == pytest.approx(0.75) and rows[0]["schedule meas/pred"] == pytest.approx(
+        0.8
+    )
+    assert rows[1]["schedule meas/pred"] == pytest.approx(310 / 380) and rows[1]["sched K"] == 0
+    assert rows[1]["baseline meas/pred"] == pytest.approx(0.75)
+    md = (tmp_path / "summary.md").read_text()
+    assert "load-aware schedule" in md and "schedule_predicted.png" in md

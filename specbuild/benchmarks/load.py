@@ -85,6 +85,7 @@ def write_spec(out: Path, family, *, k: int, method: str = Method.DRAFT_TARGET.v
         "serving": {"gpu_memory_gb": 4, "bls_instance_count": 8},
     }
     path = out / "spec.yaml"
+    out.mkdir(parents=True, exist_ok=True)
     path.write_text(
         "# written by specbuild.benchmarks.load; tune --schedule adds the schedule\n" + yaml.safe_dump(spec)
     )

@@ -140,10 +140,12 @@ def print_summary(
     out: Path,
     timings: dict[str, float],
     total_s: float,
+    loads: dict[str, Path] | None = None,
 ) -> dict[str, Any]:
     """Print the tables and write OUT/summary.json and OUT/summary.md; returns the summary.
 
-    `benches`: mode -> bench.json, or mode -> {prompt set: bench.json}."""
+    `benches`: mode -> bench.json, or mode -> {prompt set: bench.json}; `loads`: mode -> the bench.json of
+    its load-aware run (load.json and the tune report beside it: load_table)."""
 
     # A log file (not a terminal) gets the full table instead of rich's 80-column default.
     console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
@@ -171,6 +173,21 @@ def print_summary(
             table.add_row(*(_fmt(row[c]) for c in COMPARISON))
         console.print(table)
         md.append(markdown("every method side by side", summary["comparison"], COMPARISON))
+    for mode, path in (loads or {}).items():
+        section = load_table(Path(path))
+        if section is not None:
+            title, rows, plots = section
+            summary.setdefault("load_aware", {})[mode] = {"rows": rows, "plots": plots}
+            table = Table(title=f"{mode}: {title}")
+            for col in rows[0]:
+                table.add_column(col, justify="right")
+            for row in rows:
+                table.add_row(*(_fmt(v) for v in row.values()))
+            console.print(table)
+            md.append(markdown(f"{mode}: {title}", rows, tuple(rows[0])))
+            md.append("plots: " + ", ".join(f"`{p}`" for p in plots) + "\n")
+            for plot in plots:
+                console.print(f"plot (load-aware): {plot}")
     if family_metrics:
         acc = family_metrics.get("held_out_greedy_acceptance", {})
         summary["demo_family"] = family_metrics
@@ -193,6 +210,50 @@ def print_summary(
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     (out / "summary.md").write_text("\n".join(md))
     return summary
+
+
+def load_table(bench_json: Path) -> tuple[str, list[dict[str, Any]], list[str]] | None:
+    """(title, rows, plots) of a load-aware bench: per concurrency the measured tokens/s of the baseline
+    (streamed and one call), each fixed K and the schedule, each with measured / predicted, where the
+    prediction is `tune --schedule`'s (the reference engine in-process: the served path's own cost shows
+    as a ratio under 1), and the schedule over the baselines. None when the files are missing."""
+    folder = bench_json.parent
+    tune = folder.parent / "schedule" / "tune.json"
+    if not (folder / "load.json").is_file() or not tune.is_file():
+        return None
+    points = json.loads((folder / "load.json").read_text())["points"]
+    sched = json.loads(tune.read_text())["details"].get("schedule") or {}
+    predicted = {(int(r["batch"]), f"K={r['k']}"): r["tokens_per_s"] for r in sched.get("table", [])}
+    for b, rate in sched.get("baseline", {}).items():
+        predicted[int(b), "baseline"] = predicted[int(b), UNARY_BASELINE] = rate
+    for b, k in sched.get("chosen", {}).items():
+        predicted[int(b), "schedule"] = predicted.get((int(b), f"K={k}"))
+    rows = []
+    for point in points:
+        c, row = point["concurrency"], {"conc": point["concurrency"]}
+        for label, m in point["modes"].items():
+            p = predicted.get((c, label))
+            row[f"{label} tok/s"] = m["throughput_median"]
+            row[f"{label} meas/pred"] = m["throughput_median"] / p if p else None
+        for key, name in (
+            ("schedule_over_baseline", "sched/base"),
+            ("schedule_over_baseline_unary", "sched/1-call"),
+        ):
+            row[name] = (point.get(key) or {}).get("median")
+        row["sched K"] = sched.get("chosen", {}).get(str(c), sched.get("chosen", {}).get(c))
+        rows.append(row)
+    if not rows:
+        return None
+    title = (
+        f"load-aware schedule {sched.get('schedule')} (tune --schedule, in-process cost curve), served: "
+        "tokens/s and measured / in-process predicted"
+    )
+    plots = [
+        str(p)
+        for p in (folder.parent / "schedule" / "schedule_predicted.png", *sorted(folder.glob("load_T*.png")))
+        if p.is_file()
+    ]
+    return title, rows, plots
 
 
 def _own_baseline(key: str, bench: dict[str, Any]) -> bool:

@@ -19,8 +19,11 @@ Stages (each prints the real `specbuild ...` command it runs, in a subprocess of
              `repo --backend llmapi-local`, `repo check`), served through Triton's LLM-API tensor
              interface: `generate --url --stream` and `bench` at concurrency 1 (usual prompts);
 5. summary - one table per mode and prompt set (acceptance, tokens per pass, predicted vs measured
-             speedup, TTFT, inter-token latency), every method side by side per prompt set,
-             build/demo/summary.{json,md}; the server is always stopped.
+             speedup, TTFT, inter-token latency), every method side by side per prompt set, and the
+             load-aware table (draft/target: `tune --schedule` writes speculation.schedule into the
+             spec before compile, the repository applies it, `bench --concurrency 1,2,4,8` runs the
+             baseline, the fixed K and the schedule: measured tokens/s over the in-process prediction,
+             and the plots), build/demo/summary.{json,md}; the server is always stopped.
 
 Everything is written under build/demo/ (override with --out).
 """
@@ -83,6 +86,7 @@ class DemoOptions:
     bench_prompts: int = 8  # of the held-out prompts; each runs baseline and speculative per concurrency
     tune_prompts: int = 8  # the first held-out prompts profile acceptance; bench uses the next ones
     tune_max_tokens: int = 48
+    schedule_concurrency: str = "1,2,4,8"  # draft/target: tune --schedule batch sizes and the load bench
     modes: tuple[str, ...] = MODES
     llmapi: bool = True  # also serve the draft/target spec through the LLM-API interface (bench at c=1)
     settings: DemoSettings = DemoSettings()  # MICRO with --micro: a quick pipeline check, untrained models
@@ -222,12 +226,29 @@ def stage_specs(opts: DemoOptions, modes: tuple[str, ...]) -> dict[str, Path]:
     return specs
 
 
-def stage_check_and_tune(spec: Path, prompts: Path, max_tokens: int) -> None:
+def stage_check_and_tune(
+    spec: Path, prompts: Path, max_tokens: int, schedule: Path | None = None, *, concurrency: str = "1,2,4,8"
+) -> None:
+    """check, then tune --write; `schedule` (a folder): also --schedule (the cost curve of the reference
+    engine, the load-aware schedule written into the spec), its JSON report and predicted plot there."""
     run_cli("check", str(spec))
-    if has_command("tune"):
-        run_cli("tune", str(spec), "--prompts", str(prompts), "--max-tokens", str(max_tokens), "--write")
-    else:
+    if not has_command("tune"):
         print("(`specbuild tune` is not in this checkout yet: the spec keeps its settings)")
+        return
+    args = ["tune", str(spec), "--prompts", str(prompts), "--max-tokens", str(max_tokens), "--write"]
+    if schedule is None:
+        run_cli(*args)
+        return
+    schedule.mkdir(parents=True, exist_ok=True)
+    plot = schedule / "schedule_predicted.png"
+    args += ["--schedule", "--concurrency", concurrency, "--plot", str(plot), "--json"]
+    report = run_cli(*args, capture=True).stdout
+    (schedule / "tune.json").write_text(report)
+    sched = json.loads(report)["details"].get("schedule") or {}
+    print(
+        f"load-aware schedule (requests in flight -> K): {sched.get('schedule')}; predicted curve: "
+        f"{_relative(str(plot))}"
+    )
 
 
 def stage_compile(spec: Path, out: Path) -> Path:
@@ -375,10 +396,15 @@ def run_mode(mode: str, spec: Path, family, opts: DemoOptions, ledger: Ledger) -
     with ledger.stage(f"{mode}: serve, generate, bench"), serving(repo, out / "tritonserver.log") as url:
         stage_generate(url, first, opts.max_tokens)
         # K: the repository's (what tune chose)
-        return {
+        sets = {
             "usual": stage_bench(url, prompts, out / "bench", opts),
             "repetition": stage_bench(url, REPETITION_BENCH, out / "bench-repetition", opts),
         }
+        if (out / "schedule" / "tune.json").is_file():  # the load-aware schedule: baseline, K, schedule
+            sets["load"] = stage_bench(
+                url, prompts, out / "bench-load", replace(opts, concurrency=opts.schedule_concurrency)
+            )
+        return sets
 
 
 def run_llmapi(spec: Path, family, opts: DemoOptions, ledger: Ledger) -> Path:
@@ -467,7 +493,19 @@ def main(argv: list[str] | None = None) -> int:
                 family.prompts, Path(opts.out) / "tune_prompts.jsonl", opts.tune_prompts
             )
             for mode in modes:
-                stage_check_and_tune(specs[mode], tune_prompts, opts.tune_max_tokens)
+                # draft/target also gets its load-aware schedule (the served repository applies it)
+                schedule = (
+                    (Path(opts.out) / mode / "schedule").resolve()
+                    if mode == Method.DRAFT_TARGET.value
+                    else None
+                )
+                stage_check_and_tune(
+                    specs[mode],
+                    tune_prompts,
+                    opts.tune_max_tokens,
+                    schedule,
+                    concurrency=opts.schedule_concurrency,
+                )
         for mode in modes:
             try:
                 benches[mode] = run_mode(mode, specs[mode], family, opts, ledger)
@@ -486,8 +524,10 @@ def main(argv: list[str] | None = None) -> int:
         ledger.failures.append(exc.what)
         print(exc.message(), file=sys.stderr)
     _rule("summary")
+    loads = {mode: sets.pop("load") for mode, sets in benches.items() if "load" in sets}
     print_summary(
         benches,
+        loads=loads,
         family_metrics=family.metrics if family else None,
         out=Path(opts.out),
         timings=ledger.timings,

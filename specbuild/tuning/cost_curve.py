@@ -56,6 +56,7 @@ from specbuild.tuning.profile_engine import TIMING_REPEATS
 SERVED_TORCH_THREADS = "1"  # = the local engine models' DEFAULT_TORCH_THREADS
 TIE = 0.03  # predicted throughputs within 3% count as a tie (the spread of interleaved CPU timings)
 CALIBRATION_REPEATS = 2  # interleaved repeats of the loop timings on the tune prompts (median taken)
+CALIBRATION_PROMPTS = 8  # tune prompts the loop timings run (the first ones): bounds tune's time
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,7 @@ def measure_curve(
     threads = torch.get_num_threads()
     torch.set_num_threads(int(os.environ.get("SPECBUILD_TORCH_THREADS", SERVED_TORCH_THREADS)))
     try:
-        return _measure_curve(engine, prompts, batch_sizes, max_k, max_tokens, repeats)
+        return _measure_curve(engine, prompts[:CALIBRATION_PROMPTS], batch_sizes, max_k, max_tokens, repeats)
     finally:
         torch.set_num_threads(threads)
 
