@@ -15,7 +15,8 @@ For draft/target (the demo's trained target and distilled draft):
    (c, K) on the held-out prompts;
 4. `load.md`: the tables, with the machine load (`os.getloadavg`) before and after each part.
 
-    python -m specbuild.benchmarks.load [--out build/bench-load] [--prompts 8] [--max-tokens 48] [--rounds 3]
+    python -m specbuild.benchmarks.load [--method draft_target|ngram|medusa] [--out build/bench-load] \
+        [--prompts 8] [--max-tokens 48] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -196,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--prompts", type=int, default=8, help="held-out demo prompts per run")
     parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians reported)")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (medians reported)")
     parser.add_argument("--k", type=int, default=4, help="max_draft_len profiled and the largest fixed K")
     parser.add_argument("--demo-cache", type=Path, default=None)
     parser.add_argument("--skip-triton", action="store_true", help="in-process part only")
@@ -411,27 +412,36 @@ def markdown(result: dict) -> str:
     lines = [
         f"# Load-aware schedule on the demo family ({result.get('method', 'draft_target')})",
         "",
-        f"in-process schedule (`tune --schedule`, {result['prediction']['mode']} mode, in the spec): "
-        f"`{result['schedule']}`; served schedule (`tune --schedule --url`, the Triton cost curve): "
-        f"`{result.get('served_schedule')}`",
+        (
+            f"served schedule (the tree where the tune prompts predict more than the one-call baseline): "
+            f"`{result.get('served_schedule')}`"
+            if result.get("method") == "medusa"
+            else f"in-process schedule (`tune --schedule`, {result['prediction']['mode']} mode, in the spec):"
+            " "
+            f"`{result['schedule']}`; served schedule (`tune --schedule --url`, the Triton cost curve): "
+            f"`{result.get('served_schedule')}`"
+        ),
         "",
         "machine load (os.getloadavg): " + "; ".join(f"{k}: {v}" for k, v in result["loads"].items()),
         "",
-        "## In-process (reference engine, lockstep batches of c), tokens/s, median of rounds "
-        "(measured/predicted)",
-        "",
     ]
     local = result["in_process"]
-    labels = list(dict.fromkeys(key.split("/", 1)[1] for key in local))
-    lines.append("| c | " + " | ".join(labels) + " |")
-    lines.append("|---" * (len(labels) + 1) + "|")
-    for c in CONCURRENCY:
-        cells = []
-        for label in labels:
-            m = local.get(f"{c}/{label}")
-            ratio = f" ({m['measured_over_predicted']:.2f})" if m and m["measured_over_predicted"] else ""
-            cells.append(f"{m['tokens_per_s_median']:.1f}{ratio}" if m else "")
-        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    if local:
+        lines += [
+            "## In-process (reference engine, lockstep batches of c), tokens/s, median of rounds "
+            "(measured/predicted, median of per-round ratios)",
+            "",
+        ]
+        labels = list(dict.fromkeys(key.split("/", 1)[1] for key in local))
+        lines.append("| c | " + " | ".join(labels) + " |")
+        lines.append("|---" * (len(labels) + 1) + "|")
+        for c in CONCURRENCY:
+            cells = []
+            for label in labels:
+                m = local.get(f"{c}/{label}")
+                ratio = f" ({m['measured_over_predicted']:.2f})" if m and m["measured_over_predicted"] else ""
+                cells.append(f"{m['tokens_per_s_median']:.1f}{ratio}" if m else "")
+            lines.append(f"| {c} | " + " | ".join(cells) + " |")
     if "triton" in result:
         lines += [
             "",

@@ -145,14 +145,17 @@ def _relative(word: str) -> str:
     return word if " " not in word and "\n" not in word else json.dumps(word)
 
 
-def run_cli(*args: str, capture: bool = False, check: bool = True) -> subprocess.CompletedProcess:
-    """Run `specbuild ARGS` (echoed first); a non-zero exit raises unless check=False."""
+def run_cli(
+    *args: str, capture: bool = False, check: bool = True, show: bool = True
+) -> subprocess.CompletedProcess:
+    """Run `specbuild ARGS` (echoed first); a non-zero exit raises unless check=False. capture: keep the
+    output (printed too unless show=False: a JSON report the caller summarises)."""
     argv = [specbuild_exe(), *args]
     _console().print(f"[bold cyan]$ {_shown(argv)}[/]")
     t0 = time.time()
     done = subprocess.run(argv, capture_output=capture, text=True, env=_env())
     _console().print(f"[dim]({time.time() - t0:.1f}s)[/]")
-    if capture and done.stdout:
+    if capture and show and done.stdout:
         print(done.stdout, end="")
     if check and done.returncode != 0:
         if capture and done.stderr:
@@ -242,9 +245,12 @@ def stage_check_and_tune(
     schedule.mkdir(parents=True, exist_ok=True)
     plot = schedule / "schedule_predicted.png"
     args += ["--schedule", "--concurrency", concurrency, "--plot", str(plot), "--json"]
-    report = run_cli(*args, capture=True).stdout
+    report = run_cli(*args, capture=True, show=False).stdout
     (schedule / "tune.json").write_text(report)
     sched = json.loads(report)["details"].get("schedule") or {}
+    for row in sched.get("table", []):
+        mark = " <" if sched["chosen"].get(str(row["batch"])) == row["k"] else ""
+        print(f"  b={row['batch']} K={row['k']}: predicted {row['tokens_per_s']:.1f} tokens/s{mark}")
     print(
         f"load-aware schedule (requests in flight -> K): {sched.get('schedule')}; predicted curve: "
         f"{_relative(str(plot))}"
