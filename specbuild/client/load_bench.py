@@ -55,7 +55,7 @@ def load_summary(runs) -> list[dict[str, Any]]:
                 "throughput_median": statistics.median(thr),
                 "throughput_min": min(thr),
                 "throughput_max": max(thr),
-                "latency_median_s": statistics.median(lat),
+                "latency_median_ms": statistics.median(lat),  # request_latency is in ms
                 "rounds": len(rs),
             }
         if SCHEDULE_MODE in modes:
@@ -138,13 +138,16 @@ def plot_load(rows: list[dict[str, Any]], out: Path) -> list[Path]:
             )
             a2.plot(
                 xs,
-                [r["modes"][label]["latency_median_s"] for r in pts if label in r["modes"]],
+                [r["modes"][label]["latency_median_ms"] for r in pts if label in r["modes"]],
                 style,
                 marker="o",
                 label=label,
                 lw=2.5 if label == "schedule" else 1.2,
             )
-        for ax, what in ((a1, "output tokens/s (median of rounds)"), (a2, "request latency s (median)")):
+        for ax, what in (
+            (a1, "output tokens/s (median of rounds)"),
+            (a2, "request latency ms (median of rounds)"),
+        ):
             ax.set_xscale("log", base=2)
             ax.set_xlabel("concurrency")
             ax.set_ylabel(what)
