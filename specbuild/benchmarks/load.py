@@ -415,7 +415,7 @@ def markdown(result: dict) -> str:
         (
             f"served schedule (the tree where the tune prompts predict more than the one-call baseline): "
             f"`{result.get('served_schedule')}`"
-            if result.get("method") == "medusa"
+            if "served_tune_points" in result["prediction"]  # a tree: on or off per concurrency
             else f"in-process schedule (`tune --schedule`, {result['prediction']['mode']} mode, in the spec):"
             " "
             f"`{result['schedule']}`; served schedule (`tune --schedule --url`, the Triton cost curve): "
