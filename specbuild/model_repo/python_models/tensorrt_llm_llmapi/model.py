@@ -157,10 +157,7 @@ class TritonPythonModel:
             jobs.append(job)
             responses.append(job)
         if self.decoupled:
-            if jobs:
-                with self._wake:
-                    self._pending += jobs
-                    self._wake.notify()
+            self._worker.submit(jobs)
             return None
         self._run(jobs)
         return [self._final(r) if isinstance(r, Job) else r for r in responses]

@@ -19,7 +19,9 @@ selects the Medusa tree. What each input does: local_core.py.
   prefix is not recomputed each round (enable_kv_cache_reuse);
 * several requests in flight: Triton's dynamic batcher (or the worker's queue) hands them over
   together; plain requests of one batch decode together (ReferenceEngine.generate_batch: lockstep, rows
-  of their own length; Medusa one after another), verification and logits requests one by one;
+  of their own length; Medusa one after another), verification requests of one batch in one target
+  pass (ReferenceEngine.verify_external_batch: the BLS rounds of concurrent requests), logits requests
+  one by one;
 * limits: the engine folder's config.json build_config (specbuild.core.engine_limits, with this model's
   `enable_chunked_context` parameter), enforced as the backend does.
 """
