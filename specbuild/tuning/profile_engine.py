@@ -90,6 +90,15 @@ def pass_times(
     return {name: statistics.median(v) for name, v in times.items()}
 
 
+def pass_times_shown(passes: dict[str, Callable[[], None]], rep: Reporter) -> dict[str, float]:
+    """pass_times with its rounds as the reporter's "timing rounds" bar (tens of seconds on a loaded CPU)."""
+    rep.start("timing rounds", TIMING_REPEATS + 2)
+    try:
+        return pass_times(passes, on_round=lambda: rep.advance("timing rounds"))
+    finally:
+        rep.stop("timing rounds")
+
+
 def decode_pass(model, prompt: list[int]) -> Callable[[], None]:
     """A callable running one single-token decode pass after `prompt` (the prompt stays cached)."""
     seq = CachedSequence(model, capacity=len(prompt) + 4)

@@ -52,7 +52,7 @@ from specbuild.tuning.profile_engine import (
     ReferenceMedusa,
     decode_pass,
     measure_tree,
-    pass_times,
+    pass_times_shown,
     profile_chain,
     sweep_k,
     tree_pass,
@@ -292,12 +292,14 @@ def tune_tree(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> Tun
         num_heads=spec.medusa.num_heads,
     )
     current = spec.medusa_choices()
-    cost = pass_times(
+    rep.log("timing a plain pass and the chosen and current trees' passes")
+    cost = pass_times_shown(
         {
             "plain": decode_pass(engine.target, prompts[0]),
             "chosen": tree_pass(engine, tree, prompts[0]),
             "current": tree_pass(engine, current, prompts[0]),
-        }
+        },
+        rep,
     )
     ratio = {name: cost[name] / cost["plain"] for name in ("chosen", "current")}
 

@@ -31,7 +31,7 @@ from specbuild.core.theory import conditional_acceptance
 from specbuild.engines.reference.ngram import NGramConfig, NGramRequest, PatternPool
 from specbuild.engines.reference.ngram_speculator import NGramSpeculator
 from specbuild.engines.reference.runners import CachedSequence
-from specbuild.tuning.profile_engine import TIMING_REPEATS, greedy_params, pass_times
+from specbuild.tuning.profile_engine import greedy_params, pass_times_shown
 from specbuild.tuning.progress import Reporter
 from specbuild.tuning.tune_options import TuneOptions
 from specbuild.tuning.tune_report import Setting, TuneReport
@@ -105,11 +105,7 @@ def verify_costs(target, prompt: list[int], k_max: int, rep: Reporter | None = N
         ids = list(prompt) + [int(prompt[-1])] * (j + 1)
         return lambda: seq.feed(ids, j + 1)
 
-    rep = rep or Reporter()
-    rep.start("timing rounds", TIMING_REPEATS + 2)
-    passes = {j: verify(j) for j in range(k_max + 1)}
-    times = pass_times(passes, on_round=lambda: rep.advance("timing rounds"))
-    rep.stop("timing rounds")
+    times = pass_times_shown({j: verify(j) for j in range(k_max + 1)}, rep or Reporter())
     return non_decreasing([max(times[j] / times[0], 1.0) for j in range(k_max + 1)])
 
 
