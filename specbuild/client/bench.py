@@ -37,7 +37,7 @@ from specbuild.client.load_bench import SCHEDULE_MODE, bench_modes
 from specbuild.client.metrics import UNARY_BASELINE, RequestRecord, RunSummary, attach_speedups, summarize_run
 from specbuild.client.multiturn import run_multiturn
 from specbuild.client.options import BenchConfig
-from specbuild.client.prometheus import cross_check, scrape
+from specbuild.client.prometheus import scrape, settled_check
 from specbuild.client.remote import LLMAPI_INTERFACE, connect, model_info
 from specbuild.client.workers import Workers, send
 from specbuild.core.errors import ClientError
@@ -186,9 +186,9 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
             else:
                 run = run_once(config, **common, advance=lambda: progress.advance(bar))
             if before is not None:
-                delta = scrape(config.metrics_url).minus(before)
-                run.metrics["prometheus_check"] = cross_check(
-                    delta,
+                run.metrics["prometheus_check"] = settled_check(
+                    config.metrics_url,
+                    before,
                     drafted=sum(r.drafted for r in run.records),
                     accepted=sum(r.accepted for r in run.records),
                     steps=sum(len(r.rounds) for r in run.records) if repo.bls_drives_loop else None,

@@ -9,6 +9,7 @@ per-position series. They agree exactly when bench is the server's only client.
 
 from __future__ import annotations
 
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -114,3 +115,19 @@ def cross_check(delta: SpecCounters, *, drafted: int, accepted: int, steps: int 
     theirs = {"drafted": delta.drafted, "accepted": delta.accepted, "steps": delta.steps}
     agree = all(ours[k] is None or abs(theirs[k] - ours[k]) < 0.5 for k in ours)  # counts: integers
     return {"prometheus": delta.to_dict(), "bench": ours, "agree": agree}
+
+
+# The local engine models publish their counters from a flusher thread (spec_metrics.py FLUSH_S = 0.05 s
+# after the step); a real server's iteration stats lag too. Read the page again until it agrees, this long.
+SETTLE_S = 2.0
+
+
+def settled_check(url: str, before: SpecCounters, *, drafted: int, accepted: int, steps: int | None) -> dict:
+    """cross_check of the counters scraped after a run against `before`, re-read every 0.1 s for up to
+    SETTLE_S while they do not agree yet (the server may still be publishing the run's last steps)."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        check = cross_check(scrape(url).minus(before), drafted=drafted, accepted=accepted, steps=steps)
+        if check["agree"] or time.monotonic() >= deadline:
+            return check
+        time.sleep(0.1)

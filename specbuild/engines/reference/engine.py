@@ -46,7 +46,13 @@ from specbuild.core.schedule import AcceptanceGuard, DraftSchedule, guard_of, sc
 from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 from specbuild.engines.reference.loader import load_weights
 from specbuild.engines.reference.model import LlamaModel
-from specbuild.engines.reference.runners import ModelVerifier, PrefixCache, generate_batch, generate_cached
+from specbuild.engines.reference.runners import (
+    ModelVerifier,
+    PrefixCache,
+    generate_batch,
+    generate_cached,
+    verify_batch_cached,
+)
 from specbuild.engines.reference.sampling import make_generator, probs_from_logits
 from specbuild.engines.reference.speculative import StopHook
 
@@ -440,21 +446,62 @@ class ReferenceEngine:
         """
         _check_prompt(prefix_ids, self.target.cfg.vocab_size)
         self._bound(prefix_ids, params, len(draft_ids))  # one pass over prefix + drafts must fit max_seq_len
-        draft_probs = None
-        if draft_logits is not None:
-            logits = torch.as_tensor(draft_logits).float()  # [K,V]
-            if logits.shape != (len(draft_ids), self.target.cfg.vocab_size):
-                raise EngineError(
-                    "draft_logits have the wrong shape",
-                    expected=f"[{len(draft_ids)}, {self.target.cfg.vocab_size}] (one row per draft token)",
-                    found=str(tuple(logits.shape)),
-                    fix="send the draft model's generation logits for exactly the draft tokens",
-                )
-            draft_probs = probs_from_logits(logits, params)  # [K,V]
+        draft_probs = self._draft_probs(draft_ids, draft_logits, params)
         with self._lock:
             gen = make_generator(params.seed, offset=len(prefix_ids))
             verifier = ModelVerifier(self.target, generator=gen, prefix_cache=self.prefix_cache)
             return verifier.verify(list(prefix_ids), list(draft_ids), draft_probs, params)
+
+    def verify_external_batch(
+        self,
+        prefixes: list[list[int]],
+        drafts: list[list[int]],
+        draft_logits: list | None = None,
+        *,
+        params: list[SamplingParams],
+    ) -> list[tuple[list[int], int]]:
+        """verify_external for several requests in one target pass (rows of their own length, each from
+        its own prefix-cache sequence): per row (the same tokens as one call each: same seeds, same
+        acceptance; the prefix tokens it reused). At most prefix_cache.max_entries rows share a pass
+        (each row holds one entry)."""
+        logits_of = draft_logits or [None] * len(prefixes)
+        probs = []
+        for prefix, d, q, lg in zip(prefixes, drafts, params, logits_of, strict=True):
+            _check_prompt(prefix, self.target.cfg.vocab_size)
+            self._bound(prefix, q, len(d))
+            probs.append(self._draft_probs(d, lg, q))
+        out: list[tuple[list[int], int]] = []
+        step = max(1, self.prefix_cache.max_entries)
+        with self._lock:
+            for at in range(0, len(prefixes), step):
+                rows = slice(at, at + step)
+                gens = [
+                    make_generator(q.seed, offset=len(p))
+                    for p, q in zip(prefixes[rows], params[rows], strict=True)
+                ]
+                out += verify_batch_cached(
+                    self.target,
+                    self.prefix_cache,
+                    prefixes[rows],
+                    drafts[rows],
+                    probs[rows],
+                    params[rows],
+                    gens,
+                )
+        return out
+
+    def _draft_probs(self, draft_ids: list[int], draft_logits, params: SamplingParams):
+        if draft_logits is None:
+            return None
+        logits = torch.as_tensor(draft_logits).float()  # [K,V]
+        if logits.shape != (len(draft_ids), self.target.cfg.vocab_size):
+            raise EngineError(
+                "draft_logits have the wrong shape",
+                expected=f"[{len(draft_ids)}, {self.target.cfg.vocab_size}] (one row per draft token)",
+                found=str(tuple(logits.shape)),
+                fix="send the draft model's generation logits for exactly the draft tokens",
+            )
+        return probs_from_logits(logits, params)  # [K,V]
 
     # ---- limits -------------------------------------------------------------------------------
     def draft_per_step(self, *, speculative: bool = True, num_draft_tokens: int | None = None) -> int:

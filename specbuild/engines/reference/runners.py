@@ -340,3 +340,60 @@ def generate_batch(
             seq.tokens = held
     reasons = ["stop" if o and o[-1] in s else "length" for o, s in zip(outs, stops, strict=True)]
     return outs, reasons, passes, keep
+
+
+@torch.inference_mode()  # the prefix cache's sequences hold inference tensors
+def verify_batch_cached(
+    model: LlamaModel,
+    prefix_cache: PrefixCache,
+    ids: list[list[int]],
+    drafts: list[list[int]],
+    draft_probs: list[torch.Tensor | None],
+    params: list[SamplingParams],
+    generators: list[torch.Generator | None],
+) -> list[tuple[list[int], int]]:
+    """External verification of several requests in ONE target pass: row i scores drafts[i] after
+    ids[i] (rows of their own length), each from the prefix-cache sequence sharing the longest prefix
+    with it, and leaves its KV (ids + drafts) there, exactly as ModelVerifier.verify does one by one.
+    Returns per row (its accepted drafts + one target token, the prefix tokens it took from the cache)."""
+    b = len(ids)
+    assert b == len(drafts) == len(draft_probs) == len(params) == len(generators) and b
+    full = [list(i) + list(d) for i, d in zip(ids, drafts, strict=True)]
+    n_out = [len(d) + 1 for d in drafts]
+    taken: set[int] = set()
+    seqs: list[CachedSequence] = []
+    keep, reused = [], []
+    for prefix, seq_ids, n in zip(ids, full, n_out, strict=True):
+        before = prefix_cache.reused_tokens
+        seq = prefix_cache.acquire(list(prefix), exclude=frozenset(taken))  # as ModelVerifier.verify
+        reused.append(prefix_cache.reused_tokens - before)
+        taken.add(id(seq))
+        seqs.append(seq)
+        keep.append(min(seq.common_prefix(seq_ids), len(seq_ids) - n))
+    cache = model.new_cache(b, max(len(f) for f in full) + 1)
+    for row, (seq, k) in enumerate(zip(seqs, keep, strict=True)):
+        if k:
+            cache.k[:, row, :k] = seq.cache.k[:, 0, :k]  # [L,keep,nkv,D]
+            cache.v[:, row, :k] = seq.cache.v[:, 0, :k]
+            cache.lengths[row] = k
+    tails = [f[k:] for f, k in zip(full, keep, strict=True)]
+    width = max(len(t) for t in tails)
+    tokens = torch.zeros(b, width, dtype=torch.long, device=model.device)  # [B,T] right-padded
+    for row, t in enumerate(tails):
+        tokens[row, : len(t)] = torch.tensor(t)
+    hidden = model.forward(tokens, cache, n_new=[len(t) for t in tails])  # [B,T,H]
+    out = []
+    for row, (seq, f, k, t, n) in enumerate(zip(seqs, full, keep, tails, n_out, strict=True)):
+        seq.cache.reserve(len(f))
+        seq.cache.truncate(0, k)
+        seq.cache.k[:, 0, k : len(f)] = cache.k[:, row, k : len(f)]  # the new tail's KV
+        seq.cache.v[:, 0, k : len(f)] = cache.v[:, row, k : len(f)]
+        seq.cache.lengths[0] = len(f)
+        seq.tokens = f
+        seq.forward_passes += 1
+        target_probs = probs_from_logits(
+            model.logits(hidden[row, len(t) - n : len(t)]), params[row]
+        )  # [k+1,V]
+        accepted, nxt = accept_draft(drafts[row], draft_probs[row], target_probs, generators[row])
+        out.append((list(drafts[row][:accepted]) + [nxt], reused[row]))
+    return out

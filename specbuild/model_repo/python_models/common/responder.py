@@ -11,13 +11,22 @@ Copied into every Python model of a generated repository. A decoupled model's re
   #7840 / #8034 fix races of this family in later releases).
 
 `cancelled()` asks Triton (`response_sender.is_cancelled()` / `request.is_cancelled()`, what the 2.51
-Python backend stub offers); the engine models and the BLS call it once per step or round, so
-cancelled work stops within one round.
+Python backend stub offers). Each ask is an IPC round trip from the stub to the server, so the hot
+loops ask with `max_age_s` (the answer of an ask younger than that is reused): the engine models'
+per-step stop hooks at most every POLL_S, the BLS once per round (before the round's first engine
+call). `send` always asks afresh, so no data response is written for a request known cancelled.
+Cancelled work stops within one round (BLS) or POLL_S (an engine call).
 """
 
 from __future__ import annotations
 
+import time
+
 import triton_python_backend_utils as pb_utils
+
+# Longest reuse of a cancellation answer inside one engine call (per-step stop hooks): a step of the
+# reference engine takes ~1-10 ms here, and every ask costs the Python backend an IPC round trip.
+POLL_S = 0.01
 
 
 class Responder:
@@ -30,15 +39,23 @@ class Responder:
             False  # a `stop` request named this request's id (its client still reads: outputs allowed)
         )
         self._cancelled = False
+        self._asked = float("-inf")  # time.monotonic() of the last ask
+        self.asks = 0  # asks that went to Triton (each one an IPC round trip)
 
-    def ended(self) -> bool:
+    def ended(self, max_age_s: float = 0.0) -> bool:
         """Should the work stop: a `stop` request, or Triton's cancellation."""
-        return self.stopped or self.cancelled()
+        return self.stopped or self.cancelled(max_age_s)
 
-    def cancelled(self) -> bool:
-        """Triton cancelled the request (its client is gone or gave up): no outputs may be written."""
+    def cancelled(self, max_age_s: float = 0.0) -> bool:
+        """Triton cancelled the request (its client is gone or gave up): no outputs may be written.
+        max_age_s > 0: the last answer is reused when it is younger than that."""
         if self._cancelled:
             return True
+        now = time.monotonic()
+        if max_age_s > 0 and now - self._asked < max_age_s:
+            return False
+        self._asked = now
+        self.asks += 1
         try:
             source = self.sender if self.sender is not None else self.request
             self._cancelled = bool(source.is_cancelled())

@@ -402,15 +402,32 @@ class TritonVerifier:
             inputs["draft_input_ids"] = np.array([draft_tokens], dtype=np.int32)  # [1, k]
             if sh.draft_logits is not None and draft_probs is not None:
                 inputs["draft_logits"] = sh.draft_logits[None].astype(sh.logits_dtype)  # [1, k, V]
-        inputs["return_perf_metrics"] = np.array([[True]])
-        out = sh.call(self.model, inputs, ENGINE_OUTPUTS + PERF_OUTPUTS)
-        self.forward_passes += 1
-        sh.first_perf.setdefault("target", _kv_figures(out))
-        tokens = new_tokens(out)
+        tokens = new_tokens(self._call(inputs))
         if draft_tokens:  # as the loop records the round (SpecStats.record_step)
             sh.drafted += len(draft_tokens)
             sh.accepted += min(max(len(tokens) - 1, 0), len(draft_tokens))
         return tokens
+
+    def plain(self, ids, n, params):
+        """A K=0 round (schedule or acceptance guard): up to n plain target steps in one call (the engine
+        stops at end_id and stop words itself; the loop trims what follows a stop)."""
+        return new_tokens(self._call(self.shared.inputs(list(ids), n)))
+
+    def _call(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One target call. Only the first asks for the perf outputs (its KV-cache figures: the prompt's
+        prefix reuse); later rounds take the two token outputs alone: each output tensor costs the
+        Python backend's IPC a shared-memory buffer per call."""
+        sh = self.shared
+        wanted = list(ENGINE_OUTPUTS)
+        first = "target" not in sh.first_perf
+        if first:
+            inputs["return_perf_metrics"] = np.array([[True]])
+            wanted += PERF_OUTPUTS
+        out = sh.call(self.model, inputs, wanted)
+        self.forward_passes += 1
+        if first:
+            sh.first_perf["target"] = _kv_figures(out)
+        return out
 
 
 KV_OUTPUTS = ("kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks")
@@ -419,16 +436,6 @@ DRAFT_KV_PREFIX = "draft_"  # the BLS's draft_kv_cache_* outputs: the draft engi
 
 def _kv_figures(out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {name: out[name] for name in KV_OUTPUTS if out.get(name) is not None}
-
-    def plain(self, ids, n, params):
-        """A K=0 round (schedule or acceptance guard): up to n plain target steps in one call."""
-        sh = self.shared
-        inputs = sh.inputs(list(ids), n)
-        inputs["return_perf_metrics"] = np.array([[True]])
-        out = sh.call(self.model, inputs, ENGINE_OUTPUTS + PERF_OUTPUTS)
-        self.forward_passes += 1
-        sh.last_perf = {name: out[name] for name in PERF_OUTPUTS if out.get(name) is not None}
-        return new_tokens(out)
 
 
 def perf_outputs(

@@ -56,7 +56,7 @@ from bls_core import (  # noqa: E402
     speculate,
 )
 from inflight import InflightCounter, counter_path, remove_stale  # noqa: E402
-from responder import Responder  # noqa: E402
+from responder import POLL_S, Responder  # noqa: E402
 from words import flag, param  # noqa: E402
 
 _NUMPY_LOGITS = {"TYPE_FP32": "float32", "TYPE_FP16": "float16", "TYPE_BF16": "float32"}  # no numpy bf16
@@ -64,6 +64,22 @@ _NUMPY_LOGITS = {"TYPE_FP32": "float32", "TYPE_FP16": "float16", "TYPE_BF16": "f
 
 class Cancelled(Exception):
     """The request was cancelled (its client is gone): stop the work, write nothing more."""
+
+
+class RoundGate:
+    """Asks Triton whether the request was cancelled once per round of the loop (before the round's
+    first engine call; each ask is an IPC round trip); the other checks of the round reuse the answer.
+    Responses still ask afresh (Responder.send)."""
+
+    def __init__(self, responder: Responder):
+        self.responder, self.fresh = responder, True
+
+    def cancelled(self) -> bool:
+        fresh, self.fresh = self.fresh, False
+        return self.responder.cancelled(max_age_s=0.0 if fresh else float("inf"))
+
+    def next_round(self) -> None:
+        self.fresh = True
 
 
 def _token_outputs(tokens: list[int]) -> dict:
@@ -147,12 +163,13 @@ class TritonPythonModel:
             self.inflight.close()
 
     # ---- Triton plumbing ------------------------------------------------------------------------
-    def _caller(self, responder: Responder):
+    def _caller(self, responder: Responder, rounds: RoundGate):
         """call(model, inputs, output_names) for one request: refuses to start an engine call once the
-        request is cancelled (a round is at most one draft call and one target call)."""
+        request is cancelled (asked before each round's first call: a round is at most one draft call
+        and one target call)."""
 
         def call(model: str, inputs: dict, output_names: list[str]) -> dict:
-            if responder.cancelled():
+            if rounds.cancelled():
                 raise Cancelled
             request = pb_utils.InferenceRequest(
                 model_name=model,
@@ -178,7 +195,7 @@ class TritonPythonModel:
         finished = False
         try:
             for response in responses:
-                if responder.cancelled():
+                if responder.cancelled(max_age_s=POLL_S):
                     break
                 outputs = self._outputs(model, response, output_names)
                 if outputs.get("output_ids") is not None:  # the final response may carry flags only
@@ -258,7 +275,8 @@ class TritonPythonModel:
             seed_name=self.seed_name,
             min_tokens_name=self.min_tokens_name,
         )
-        call = self._caller(responder)
+        rounds = RoundGate(responder)
+        call = self._caller(responder, rounds)
         prep = preprocess(call, opts)
         if not prep.prompt_ids:
             raise ValueError("the prompt has no tokens (empty text_input)")
@@ -278,8 +296,9 @@ class TritonPythonModel:
 
         gone = [False]  # a streamed response could not be sent: the client is gone
 
-        def ended() -> bool:
-            return gone[0] or responder.cancelled()
+        def ended() -> bool:  # the loop's stop hook, once per round: the next round asks Triton afresh
+            rounds.next_round()
+            return gone[0] or responder.cancelled(max_age_s=float("inf"))
 
         def on_tokens(tokens, shared=None):
             times["first"] = times["first"] or time.time_ns()

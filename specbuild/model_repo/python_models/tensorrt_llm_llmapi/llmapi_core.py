@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from engine_worker import RequestCounters
 from words import scalar
 
 Get = Callable[[str], "np.ndarray | None"]
@@ -193,20 +194,8 @@ def cut_at_stop(tokens: list[int], req: LlmApiRequest) -> tuple[list[int], str |
 
 
 @dataclass
-class Perf:
-    arrival_ns: int
-    scheduled_ns: int = 0
-    first_token_ns: int = 0
-    last_token_ns: int = 0
-    accepted: int = 0
-    drafted: int = 0
-    reused_blocks: int = 0
-    new_blocks: int = 0
-
-    def token(self) -> None:
-        now = time.time_ns()
-        self.first_token_ns = self.first_token_ns or now
-        self.last_token_ns = now
+class Perf(RequestCounters):
+    """The LLM-API model's perf outputs for one request (counters: common/engine_worker.py)."""
 
     def outputs(self) -> dict[str, np.ndarray]:
         total = self.reused_blocks + self.new_blocks
@@ -220,9 +209,7 @@ class Perf:
             "first_scheduled_time_ns": np.array([self.scheduled_ns or self.arrival_ns], dtype=np.int64),
             "first_token_time_ns": np.array([self.first_token_ns], dtype=np.int64),
             "last_token_time_ns": np.array([self.last_token_ns], dtype=np.int64),
-            "acceptance_rate": np.array(
-                [self.accepted / self.drafted if self.drafted else 0.0], dtype=np.float32
-            ),
+            "acceptance_rate": np.array([self.acceptance_rate], dtype=np.float32),
             "total_accepted_draft_tokens": np.array([self.accepted], dtype=np.int32),
             "total_draft_tokens": np.array([self.drafted], dtype=np.int32),
         }

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 
 import triton_python_backend_utils as pb_utils
 import yaml
@@ -36,6 +35,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
+from engine_worker import ActiveRequests, EngineWorker  # noqa: E402
 from llmapi_core import (  # noqa: E402
     Job,
     LlmApiLimits,
@@ -46,7 +46,7 @@ from llmapi_core import (  # noqa: E402
     reason_outputs,
     text_outputs,
 )
-from responder import Responder  # noqa: E402
+from responder import POLL_S, Responder  # noqa: E402
 from spec_metrics import SpecMetrics  # noqa: E402
 from words import param, stop_at_words  # noqa: E402
 
@@ -115,17 +115,14 @@ class TritonPythonModel:
         kv = options.get("kv_cache_config") or {}
         self.tokens_per_block = int(kv.get("tokens_per_block") or DEFAULT_TOKENS_PER_BLOCK)
         self.max_batch = max(1, int(options.get("max_batch_size") or 1))
-        self._active: dict[str, list[Job]] = {}
-        self._lock = threading.Lock()
+        self._active = ActiveRequests()  # request id -> its running jobs (for stop requests)
         self.metrics = SpecMetrics(config.get("name", "tensorrt_llm"))  # trtllm-serve's spec-decode series
         self._warm_up()
-        self._pending: list[Job] = []
-        self._wake = threading.Condition()
-        self._closing = False
         self._worker = None
-        if self.decoupled:
-            self._worker = threading.Thread(target=self._work, name="llmapi-engine", daemon=True)
-            self._worker.start()
+        if self.decoupled:  # decoupled: one worker runs the requests execute() read
+            self._worker = EngineWorker(
+                "llmapi-engine", self.max_batch, self._run, lambda job: job.responder.finish(self._final(job))
+            )
 
     def _warm_up(self) -> None:
         from specbuild.core.sampling_params import SamplingParams
@@ -133,15 +130,11 @@ class TritonPythonModel:
         self.engine.generate([0], SamplingParams(max_tokens=2, end_id=-1), speculative=True)
 
     def finalize(self):
+        self.metrics.close()  # what is still pending goes out
         if self._worker is None:
             return
-        with self._wake:
-            self._closing = True
-            left, self._pending = self._pending, []
-            self._wake.notify()
-        for job in left:
+        for job in self._worker.close():  # never leave a request without its final response
             job.responder.finish(self._error("the model is being unloaded"))
-        self._worker.join(timeout=10)
 
     # ---- requests -------------------------------------------------------------------------------
     def execute(self, requests):
@@ -191,10 +184,9 @@ class TritonPythonModel:
         request_id = request.request_id()
         if not request_id:
             return self._error("A request id must be provided for request cancellation")
-        with self._lock:
-            for job in self._active.get(request_id, []):
-                job.stopped = True
-                job.responder.stopped = True
+        for job in self._active.named(request_id):
+            job.stopped = True
+            job.responder.stopped = True
         return self._cancelled_error()
 
     def _parse(self, request, get, responder: Responder) -> Job:
@@ -214,22 +206,8 @@ class TritonPythonModel:
             perf=Perf(arrival_ns=req.arrival_ns),
             reused_before=self.engine.prefix_cache.reused_tokens,
         )
-        if req.request_id:
-            with self._lock:
-                self._active.setdefault(req.request_id, []).append(job)
+        self._active.add(req.request_id, job)
         return job
-
-    def _work(self) -> None:
-        while True:
-            with self._wake:
-                while not self._pending and not self._closing:
-                    self._wake.wait()
-                if self._closing:
-                    return
-                jobs, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
-            self._run(jobs)
-            for job in jobs:
-                job.responder.finish(self._final(job))
 
     def _params(self, req):
         from specbuild.core.sampling_params import SamplingParams
@@ -248,17 +226,15 @@ class TritonPythonModel:
         words = stop_at_words(job.req.stop_sequences)
 
         def stop(out, start):
-            if job.stopped or job.responder.ended():
+            if job.stopped or job.responder.ended(max_age_s=POLL_S):
                 return len(out)
             return words(out, start) if words else None
 
         return stop
 
     def _run(self, jobs: list[Job]) -> None:
-        import time
-
         for job in jobs:
-            job.perf.scheduled_ns = time.time_ns()
+            job.perf.scheduled()
         live = [j for j in jobs if not j.responder.ended()]
         for job in jobs:
             if job not in live:
@@ -299,12 +275,8 @@ class TritonPythonModel:
                     else:
                         self._done(job, result)
         finally:
-            with self._lock:
-                for job in jobs:
-                    same = self._active.get(job.req.request_id, [])
-                    same[:] = [j for j in same if j is not job]
-                    if not same:
-                        self._active.pop(job.req.request_id, None)
+            for job in jobs:
+                self._active.remove(job.req.request_id, job)
 
     def _done(self, job: Job, result) -> None:
         job.tokens, job.ran = list(result.token_ids), True
@@ -339,9 +311,11 @@ class TritonPythonModel:
         tokens, stop_string = cut_at_stop(job.tokens, req)
         finish = "cancelled" if job.stopped else ("stop" if stop_string is not None else job.finish)
         reused = self.engine.prefix_cache.reused_tokens - job.reused_before
-        job.perf.reused_blocks = reused // self.tokens_per_block
-        total = len(req.prompt_ids) + len(tokens)
-        job.perf.new_blocks = max(0, -(-total // self.tokens_per_block) - job.perf.reused_blocks)
+        job.perf.blocks(
+            reused_tokens=reused,
+            total_tokens=len(req.prompt_ids) + len(tokens),
+            tokens_per_block=self.tokens_per_block,
+        )
         outputs = text_outputs(self._text(job, tokens), [] if req.streaming else tokens)
         outputs.update(reason_outputs(req, finish, stop_string))
         if req.perf:

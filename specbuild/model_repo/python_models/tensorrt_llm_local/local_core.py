@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from engine_worker import RequestCounters
 from trtllm_semantics import check_sampling, sampling_params
 from words import scalar, word_lists
 
@@ -170,22 +171,8 @@ def token_outputs(tokens: list[int], req: LocalRequest, *, with_prompt: bool) ->
 
 
 @dataclass
-class Perf:
-    """The backend's return_perf_metrics outputs for one request."""
-
-    arrival_ns: int
-    first_scheduled_ns: int = 0
-    first_token_ns: int = 0
-    last_token_ns: int = 0
-    accepted: int = 0
-    drafted: int = 0
-    reused_blocks: int = 0
-    new_blocks: int = 0
-
-    def token(self) -> None:
-        now = time.time_ns()
-        self.first_token_ns = self.first_token_ns or now
-        self.last_token_ns = now
+class Perf(RequestCounters):
+    """The backend's return_perf_metrics outputs for one request (counters: common/engine_worker.py)."""
 
     def outputs(self) -> dict[str, np.ndarray]:
         def one(value, dtype):
@@ -196,10 +183,10 @@ class Perf:
             "kv_cache_reused_blocks": one(self.reused_blocks, np.int32),
             "kv_cache_alloc_total_blocks": one(self.new_blocks + self.reused_blocks, np.int32),
             "arrival_time_ns": one(self.arrival_ns, np.int64),
-            "first_scheduled_time_ns": one(self.first_scheduled_ns or self.arrival_ns, np.int64),
+            "first_scheduled_time_ns": one(self.scheduled_ns or self.arrival_ns, np.int64),
             "first_token_time_ns": one(self.first_token_ns, np.int64),
             "last_token_time_ns": one(self.last_token_ns, np.int64),
-            "acceptance_rate": one(self.accepted / self.drafted if self.drafted else 0.0, np.float32),
+            "acceptance_rate": one(self.acceptance_rate, np.float32),
             "total_accepted_draft_tokens": one(self.accepted, np.int32),
             "total_draft_tokens": one(self.drafted, np.int32),
         }

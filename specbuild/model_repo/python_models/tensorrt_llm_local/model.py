@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 
 import triton_python_backend_utils as pb_utils
 
@@ -37,8 +36,9 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
+from engine_worker import ActiveRequests, EngineWorker  # noqa: E402
 from local_core import Job, Perf, cut, is_stop_request, parse_request, token_outputs  # noqa: E402
-from responder import Responder, cancelled_error  # noqa: E402
+from responder import POLL_S, Responder, cancelled_error  # noqa: E402
 from spec_metrics import SpecMetrics  # noqa: E402
 from words import find_stop, param, stop_at_words  # noqa: E402
 
@@ -94,17 +94,17 @@ class TritonPythonModel:
         # draft tokens a self-drafting engine (Medusa's tree) adds per step; 0 when drafts come in the request
         self.engine_draft_len = self.engine.draft_per_step() if self.limits else 0
         self.metrics = SpecMetrics(self.name)
-        self._active: dict[str, list[Job]] = {}  # request id -> its running jobs (for stop requests)
-        self._active_lock = threading.Lock()
+        self._active = ActiveRequests()  # request id -> its running jobs (for stop requests)
         self._warm_up()
         self.max_batch = max(1, int(config.get("max_batch_size") or 1))  # rows the worker decodes together
-        self._pending: list[Job] = []  # decoupled: requests read, not started yet
-        self._wake = threading.Condition()
-        self._closing = False
         self._worker = None
-        if self.decoupled:
-            self._worker = threading.Thread(target=self._work, name=f"{self.name}-engine", daemon=True)
-            self._worker.start()
+        if self.decoupled:  # decoupled: one worker runs the requests execute() read
+            self._worker = EngineWorker(
+                f"{self.name}-engine",
+                self.max_batch,
+                self._run_jobs,
+                lambda job: job.responder.finish(self._final(job)),
+            )
 
     def _warm_up(self) -> None:
         """One tiny generation and verification at load: the first request must not pay for torch's
@@ -117,15 +117,11 @@ class TritonPythonModel:
             self.engine.verify_external([0], [0], None, params=params)
 
     def finalize(self):
+        self.metrics.close()  # what is still pending goes out
         if self._worker is None:
             return
-        with self._wake:
-            self._closing = True
-            left, self._pending = self._pending, []
-            self._wake.notify()
-        for job in left:  # never leave a request without its final response
+        for job in self._worker.close():  # never leave a request without its final response
             job.responder.finish(self._error(RuntimeError("the model is being unloaded")))
-        self._worker.join(timeout=10)
 
     # ---- Triton entry point ---------------------------------------------------------------------
     def execute(self, requests):
@@ -145,10 +141,7 @@ class TritonPythonModel:
             jobs.append(job)
             responses.append(job)
         if self.decoupled:
-            if jobs:
-                with self._wake:
-                    self._pending += jobs
-                    self._wake.notify()
+            self._worker.submit(jobs)
             return None
         self._run_jobs(jobs)
         return [self._final(r) if isinstance(r, Job) else r for r in responses]
@@ -174,9 +167,8 @@ class TritonPythonModel:
             return self._reply(
                 responder, self._error(ValueError("Trying to stop a request but request ID is not provided"))
             )
-        with self._active_lock:
-            for job in self._active.get(request_id, []):
-                job.responder.stopped = True
+        for job in self._active.named(request_id):
+            job.responder.stopped = True
         return self._reply(responder, pb_utils.InferenceResponse(output_tensors=[]))
 
     def _error(self, exc: Exception):
@@ -206,25 +198,10 @@ class TritonPythonModel:
             responder=responder,
             perf=Perf(arrival_ns=req.arrival_ns),
         )
-        if req.request_id:
-            with self._active_lock:
-                self._active.setdefault(req.request_id, []).append(job)
+        self._active.add(req.request_id, job)
         return job
 
     # ---- running requests -----------------------------------------------------------------------
-    def _work(self) -> None:
-        """Decoupled: run the waiting requests, up to max_batch_size of them together, until finalize."""
-        while True:
-            with self._wake:
-                while not self._pending and not self._closing:
-                    self._wake.wait()
-                if self._closing:
-                    return
-                jobs, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
-            self._run_jobs(jobs)
-            for job in jobs:
-                job.responder.finish(self._final(job))
-
     def _run_jobs(self, jobs: list[Job]) -> None:
         plain = [
             j
@@ -236,16 +213,16 @@ class TritonPythonModel:
                 len(plain) > 1
             ):  # several requests in flight: one batched decode (lockstep, rows of their own length)
                 self._run_batch(plain)
+            # several verifications (the BLS rounds of concurrent requests): one batched target pass
+            verify = [j for j in jobs if j.req.draft_ids is not None and not j.req.generation_logits]
+            if len(verify) > 1:
+                self._run_verify_batch(verify)
             for job in jobs:
                 if not job.ran and job.error is None:
                     self._run_one(job)
         finally:
-            with self._active_lock:
-                for job in jobs:
-                    same = self._active.get(job.req.request_id, [])
-                    same[:] = [j for j in same if j is not job]
-                    if not same:
-                        self._active.pop(job.req.request_id, None)
+            for job in jobs:
+                self._active.remove(job.req.request_id, job)
 
     def _ended(self, job: Job) -> None:
         """Mark the request ended early (cancelled by Triton, or stopped by a `stop` request)."""
@@ -264,7 +241,7 @@ class TritonPythonModel:
         words = stop_at_words(job.req.stop_sequences)
 
         def stop(out: list[int], start: int) -> int | None:
-            if job.cancelled or job.responder.ended():
+            if job.cancelled or job.responder.ended(max_age_s=POLL_S):
                 self._ended(job)
                 return len(out)
             return words(out, start) if words else None
@@ -313,6 +290,44 @@ class TritonPythonModel:
             if job.cancelled:
                 self._log_end(job)
 
+    def _run_verify_batch(self, jobs: list[Job]) -> None:
+        """Verification requests of one execute() in one target pass (ReferenceEngine.verify_external_batch:
+        rows of their own length, each from its own prefix-cache entry; the same tokens as one by one)."""
+        live = [j for j in jobs if not j.responder.ended()]
+        for job in jobs:
+            if job not in live:  # cancelled while it waited
+                self._ended(job)
+                job.ran = True
+        if not live:
+            return
+        for job in live:
+            job.perf.token()
+        try:
+            results = self.engine.verify_external_batch(
+                [j.req.prompt_ids for j in live],
+                [j.req.draft_ids for j in live],
+                [j.req.draft_logits for j in live],
+                params=[j.req.params for j in live],
+            )
+        except Exception as exc:  # noqa: BLE001 - every request of the pass gets the error
+            for job in live:
+                job.error, job.ran = exc, True
+            return
+        for job, (tokens, reused) in zip(live, results, strict=True):
+            self._verified(job, tokens)
+            job.reused_tokens, job.ran = reused, True
+
+    def _verified(self, job: Job, tokens: list[int]) -> None:
+        """Record a verification's result: the accepted drafts + one target token, cut like the backend."""
+        req, perf = job.req, job.perf
+        tokens = cut(tokens, req.params, req.max_new)
+        end = find_stop(tokens, req.stop_sequences) if req.stop_sequences else None
+        job.tokens = tokens[:end] if end is not None else tokens
+        perf.token()
+        perf.drafted = len(req.draft_ids)
+        perf.accepted = min(max(0, len(job.tokens) - 1), perf.drafted)
+        job.steps = [(perf.accepted, perf.drafted)]
+
     def _run(self, job: Job) -> Job:
         req, perf = job.req, job.perf
         if job.responder.ended():  # cancelled while it waited
@@ -320,19 +335,10 @@ class TritonPythonModel:
             return job
         if req.draft_ids is not None:
             perf.token()
-            tokens = cut(
-                self.engine.verify_external(
-                    req.prompt_ids, req.draft_ids, req.draft_logits, params=req.params
-                ),
-                req.params,
-                req.max_new,
+            tokens = self.engine.verify_external(
+                req.prompt_ids, req.draft_ids, req.draft_logits, params=req.params
             )
-            end = find_stop(tokens, req.stop_sequences) if req.stop_sequences else None
-            job.tokens = tokens[:end] if end is not None else tokens
-            perf.token()
-            perf.drafted = len(req.draft_ids)
-            perf.accepted = min(max(0, len(job.tokens) - 1), perf.drafted)
-            job.steps = [(perf.accepted, perf.drafted)]
+            self._verified(job, tokens)
             return job
         stop = self._stop_hook(job)
         on_tokens = lambda new: self._on_tokens(job, new)  # noqa: E731
@@ -353,7 +359,7 @@ class TritonPythonModel:
     def _finish(self, job: Job):
         """The request's final response: its outputs, its error, or (cancelled) nothing to write."""
         req, perf = job.req, job.perf
-        if job.responder.cancelled():  # the client is gone: write nothing
+        if job.responder.cancelled(max_age_s=POLL_S):  # the client is gone: write nothing
             return None if self.decoupled else cancelled_error(self.name)
         if job.cancelled:  # stopped by a `stop` request: what it produced so far, as the backend answers
             return self._outputs(job, job.tokens)
@@ -363,9 +369,11 @@ class TritonPythonModel:
             self.metrics.record(job.steps)
         except Exception as exc:  # noqa: BLE001 - metrics are best effort
             pb_utils.Logger.log_warn(f"{self.name}: speculative metrics not updated: {exc}")
-        perf.reused_blocks = job.reused_tokens // self.tokens_per_block
-        total = len(req.prompt_ids) + len(job.tokens)
-        perf.new_blocks = max(0, -(-total // self.tokens_per_block) - perf.reused_blocks)
+        perf.blocks(
+            reused_tokens=job.reused_tokens,
+            total_tokens=len(req.prompt_ids) + len(job.tokens),
+            tokens_per_block=self.tokens_per_block,
+        )
         return self._outputs(job, job.tokens)
 
     def _outputs(self, job: Job, tokens: list[int]):

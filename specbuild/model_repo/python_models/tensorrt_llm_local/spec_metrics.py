@@ -5,7 +5,17 @@ common module and must not depend on specbuild; these models run where specbuild
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import Counter
+
 import triton_python_backend_utils as pb_utils
+
+# Every Metric update is an IPC round trip from the stub to the server (about 4 + 2K per verification
+# step): record() only adds to pending counts, and a flusher thread sends them, summed, at most FLUSH_S
+# after the step that made them (the series lag the requests by that much; `bench` re-reads the page
+# until they agree).
+FLUSH_S = 0.05
 
 
 class SpecMetrics:
@@ -14,10 +24,16 @@ class SpecMetrics:
     so a model that never speculates (the draft) exports none. One verification of BLS drafts is one
     step (an iteration of the real engine); a Medusa request counts each of its tree steps."""
 
-    def __init__(self, model: str):
-        self.model = model
+    def __init__(self, model: str, flush_s: float = FLUSH_S):
+        self.model, self.flush_s = model, flush_s
         self._families = None
         self._position: dict[tuple[str, int], object] = {}
+        self._lock = threading.Lock()  # guards the pending counts
+        self._pending: Counter = Counter()  # "drafted", "accepted", "steps", ("drafted_per_position", i), ...
+        self._length: float | None = None  # the last recorded step's acceptance length (a gauge)
+        self._wake = threading.Event()
+        self._closing = False
+        self._flusher: threading.Thread | None = None
 
     def _setup(self):
         from specbuild.core.trtllm_facts import PROMETHEUS_SPEC_DECODE as N
@@ -57,19 +73,57 @@ class SpecMetrics:
         return self._position[key]
 
     def record(self, steps: list[tuple[int, int]]) -> None:
-        """steps: (accepted, drafted) of each verification step of one request (drafted > 0)."""
+        """steps: (accepted, drafted) of each verification step of one request (drafted > 0). Adds them
+        to the pending counts; the flusher sends them within flush_s."""
         steps = [(a, d) for a, d in steps if d > 0]
         if not steps or not hasattr(pb_utils, "MetricFamily"):
             return
         if self._families is None:
             self._setup()
         accepted, drafted = sum(a for a, _ in steps), sum(d for _, d in steps)
-        self.drafted.increment(drafted)
-        self.accepted.increment(accepted)
-        self.steps.increment(len(steps))
-        self.length.set(1.0 + accepted / len(steps))
-        for a, d in steps:
-            for i in range(d):
-                self._per_position("drafted_per_position", i).increment(1)
-                if i < a:
-                    self._per_position("accepted_per_position", i).increment(1)
+        with self._lock:
+            self._pending.update(drafted=drafted, accepted=accepted, steps=len(steps))
+            for a, d in steps:
+                for i in range(d):
+                    self._pending["drafted_per_position", i] += 1
+                    if i < a:
+                        self._pending["accepted_per_position", i] += 1
+            self._length = 1.0 + accepted / len(steps)
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._loop, name=f"{self.model}-metrics", daemon=True)
+                self._flusher.start()
+        self._wake.set()
+
+    def flush(self) -> None:
+        """Send the pending counts (summed: one update per series)."""
+        with self._lock:
+            pending, self._pending = self._pending, Counter()
+            length, self._length = self._length, None
+        for key, n in pending.items():
+            if not n:
+                continue
+            metric = getattr(self, key) if isinstance(key, str) else self._per_position(*key)
+            metric.increment(n)
+        if length is not None:
+            self.length.set(length)
+
+    def close(self) -> None:
+        """Stop the flusher after sending what is pending (the model's finalize)."""
+        self._closing = True
+        self._wake.set()
+        if self._flusher is not None:
+            self._flusher.join(timeout=5)
+        if self._families is not None:
+            self.flush()
+
+    def _loop(self) -> None:
+        while not self._closing:
+            self._wake.wait()
+            if self._closing:
+                return
+            self._wake.clear()
+            time.sleep(self.flush_s)  # gather the steps of the next calls into one update
+            try:
+                self.flush()
+            except Exception as exc:  # noqa: BLE001 - metrics are best effort; never kill the model
+                pb_utils.Logger.log_warn(f"{self.model}: speculative metrics not updated: {exc}")

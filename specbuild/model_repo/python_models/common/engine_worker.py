@@ -1,0 +1,118 @@
+"""What both local engine models (tensorrt_llm_local: the C++ backend's interface; tensorrt_llm_llmapi: the
+LLM-API model's) share: the decoupled worker that runs the requests `execute` handed over, the registry
+of running requests that `stop` requests name, and the per-request timing and KV-block counters of
+their perf outputs (each model spells those outputs its own way: local_core.Perf, llmapi_core.Perf).
+
+Plain Python (no Triton, no torch): copied into every model folder like responder.py and words.py
+(model_repo/generate.py copies python_models/common/*.py), unit-tested directly.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+class EngineWorker:
+    """One thread that runs the waiting jobs, up to `max_batch` of them together, until close().
+
+    run(jobs) generates them (it records each job's result or error on the job); finish(job) sends its
+    final response. `submit` returns at once, so `execute` reads later requests (new ones, and `stop`
+    requests for running ones) while the engine works, as the C++ backend's enqueue does."""
+
+    def __init__(
+        self, name: str, max_batch: int, run: Callable[[list], None], finish: Callable[[object], None]
+    ):
+        self.max_batch = max(1, int(max_batch))
+        self._run, self._finish = run, finish
+        self._pending: list = []  # read, not started yet
+        self._wake = threading.Condition()
+        self._closing = False
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, jobs: list) -> None:
+        if not jobs:
+            return
+        with self._wake:
+            self._pending += jobs
+            self._wake.notify()
+
+    def close(self, timeout_s: float = 10.0) -> list:
+        """Stop after the running batch; returns the jobs that never started (the caller answers them)."""
+        with self._wake:
+            self._closing = True
+            left, self._pending = self._pending, []
+            self._wake.notify()
+        self._thread.join(timeout=timeout_s)
+        return left
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                while not self._pending and not self._closing:
+                    self._wake.wait()
+                if self._closing:
+                    return
+                jobs, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+            self._run(jobs)
+            for job in jobs:
+                self._finish(job)
+
+
+class ActiveRequests:
+    """Request id -> its running jobs, for `stop` requests (several jobs may share an id)."""
+
+    def __init__(self):
+        self._jobs: dict[str, list] = {}
+        self._lock = threading.Lock()
+
+    def add(self, request_id: str, job) -> None:
+        if request_id:
+            with self._lock:
+                self._jobs.setdefault(request_id, []).append(job)
+
+    def named(self, request_id: str) -> list:
+        """The running jobs with this id (a copy: the caller marks them)."""
+        with self._lock:
+            return list(self._jobs.get(request_id, []))
+
+    def remove(self, request_id: str, job) -> None:
+        with self._lock:
+            same = self._jobs.get(request_id, [])
+            same[:] = [j for j in same if j is not job]
+            if not same:
+                self._jobs.pop(request_id, None)
+
+
+@dataclass
+class RequestCounters:
+    """One request's times and counters behind its perf outputs (times: time.time_ns())."""
+
+    arrival_ns: int
+    scheduled_ns: int = 0  # when its generation started (0: arrival)
+    first_token_ns: int = 0
+    last_token_ns: int = 0
+    accepted: int = 0  # draft tokens accepted / drafted over the whole request
+    drafted: int = 0
+    reused_blocks: int = 0  # KV blocks of the prompt found in the prefix cache / newly allocated
+    new_blocks: int = 0
+
+    def token(self) -> None:
+        now = time.time_ns()
+        self.first_token_ns = self.first_token_ns or now
+        self.last_token_ns = now
+
+    def scheduled(self) -> None:
+        self.scheduled_ns = self.scheduled_ns or time.time_ns()
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    def blocks(self, *, reused_tokens: int, total_tokens: int, tokens_per_block: int) -> None:
+        """KV blocks of a finished request: whole reused blocks, and the rest of its sequence's blocks."""
+        self.reused_blocks = reused_tokens // tokens_per_block
+        self.new_blocks = max(0, -(-total_tokens // tokens_per_block) - self.reused_blocks)
