@@ -46,7 +46,7 @@ from specbuild.demo.real_checks import check_exact
 from specbuild.demo.real_model import DEFAULT_CACHE, LINK, RealModel, build_real_model, chat_prompt
 from specbuild.demo.real_prompts import PromptSets, prompt_sets
 from specbuild.demo.report import _fmt, load_bench, summary_rows
-from specbuild.demo.run import Ledger, run_cli, serving, specbuild_exe
+from specbuild.demo.run import Ledger, add_common_options, run_cli, serving, specbuild_exe
 from specbuild.demo.settings import MedusaSettings, cpu_count, settings_hash
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -494,18 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m specbuild.demo.real_run", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument(
-        "--out", type=Path, default=RealOptions.out, help="output folder (default build/demo-real)"
-    )
-    parser.add_argument(
-        "--cache", type=Path, default=RealOptions.cache, help="model cache (default .cache/real)"
-    )
-    parser.add_argument(
-        "--concurrency", default=RealOptions.concurrency, help="bench concurrency list (default 1,4)"
-    )
-    parser.add_argument(
-        "--max-tokens", type=int, default=RealOptions.max_tokens, help="tokens per answer (64)"
-    )
+    add_common_options(parser, RealOptions)
     parser.add_argument("--medusa-steps", type=int, default=REAL_MEDUSA.steps, help="train-medusa steps (24)")
     parser.add_argument(
         "--plain-from",
