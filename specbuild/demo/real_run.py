@@ -70,6 +70,9 @@ class RealOptions:
     concurrency: str = "1,4"
     max_tokens: int = 64
     bench_prompts: int = 4  # per prompt set
+    # seconds one bench request may take: the streamed target-alone baseline at concurrency 4 took over
+    # bench's default 120 s for 64 tokens at load 10-20 (the full run of 2026-12-01 16:08 stopped there)
+    bench_timeout_s: float = 600.0
     train_prompts: int = 32
     tune_prompts: int = 4  # of the training prompts: tune profiles on them
     tune_max_tokens: int = 32
@@ -334,6 +337,8 @@ def run_method(
                 "--max-tokens",
                 str(opts.max_tokens),
                 "--no-unary-baseline",  # the summary compares with the streamed baseline; saves a run per c
+                "--timeout",
+                str(opts.bench_timeout_s),
                 "--out",
                 str(bench),
             )
