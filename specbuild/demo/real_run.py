@@ -8,10 +8,10 @@ Stages (each `specbuild ...` command is printed and run as a user would type it)
               `specbuild check` on them at TP 1 and on a TP 3 copy (9 heads, 3 KV heads);
 3. convert  - `specbuild convert` at TP 1 and TP 3, then the reference engine on each checkpoint against
               transformers on the HF folder: max |Δlogit| and greedy token equality (real_checks.py);
-4. train    - the target's greedy answers to the training prompts (cached), Medusa heads trained on them
-              by `specbuild train-medusa` (cached); no draft model (README "demo-real" says why and what one
-              would take);
-5. serve    - per method (n-gram, Medusa): `tune --write`, `compile --engine reference`,
+4. train    - Medusa heads by `specbuild train-medusa --self-distill` on the training prompts (cached); no
+              draft model (README "demo-real" says why and what one would take);
+5. serve    - per method (n-gram, Medusa): `tune --write`, speculation.schedule {1: K, 3: 0} (plain
+              target steps from 3 requests in flight), `compile --engine reference`,
               `repo`, `serve`, one answer streamed by `generate --url --stream`, and `bench` at
               concurrency 1 and 4 on two prompt sets: "quoting" (the answer repeats the prompt's code or
               text) and "open" (open-ended chat);
