@@ -36,6 +36,7 @@ $(REAL_STAMP): $(STAMP)
 	touch $(REAL_STAMP)
 
 demo-real: $(REAL_STAMP)
+	@echo "demo-real: starting (importing torch and transformers takes a few seconds)"
 	$(BIN)/python -m specbuild.demo.real_run $(ARGS)
 
 lint: setup

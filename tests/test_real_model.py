@@ -202,6 +202,39 @@ def test_summary_measures_medusa_against_the_same_prompt_sets_baseline(tmp_path)
     assert rows["medusa", "open"]["measured"] == pytest.approx(1.5)  # 30 / the open baseline's 20
 
 
+def test_summary_has_a_row_for_the_fixed_k_and_one_for_the_schedule(tmp_path):
+    """bench runs a repository with speculation.schedule three ways per concurrency (baseline, fixed K,
+    schedule): the summary keeps both speculative rows, each against the same baseline; Medusa (no
+    baseline of its own, one run per concurrency) is labelled with its repository's schedule."""
+    from specbuild.demo.real_run import summary_table
+
+    def with_context(path: Path, **context) -> Path:
+        body = json.loads(path.read_text())
+        body["context"].update(context)
+        path.write_text(json.dumps(body))
+        return path
+
+    runs = [("baseline", 1, 10.0), ("speculative", 1, 16.0), ("schedule", 1, 15.0)]
+    runs += [("baseline", 4, 20.0), ("speculative", 4, 10.0), ("schedule", 4, 19.0)]
+    # the BLS's draft_len_schedule parameter as bench's context has it; Medusa's (on the engine model, not
+    # the BLS) comes from the spec the demo wrote
+    ngram = with_context(
+        _bench(tmp_path / "nq.json", "ngram", runs), num_draft_tokens=8, draft_len_schedule="1:8,3:0"
+    )
+    medusa = _bench(tmp_path / "mq.json", "medusa", [("speculative", 1, 30.0), ("speculative", 4, 20.0)])
+    benches = {"ngram": {"quoting": ngram}, "medusa": {"quoting": medusa}}
+    rows = summary_table(benches, {"ngram": {1: 8, 3: 0}, "medusa": {1: 8, 3: 0}})
+    got = [(r["method"], r["conc"], r["K"], round(r["measured"], 3)) for r in rows]
+    assert got == [
+        ("ngram", 1, 8, 1.6),
+        ("ngram", 1, "sched 1:8,3:0", 1.5),
+        ("ngram", 4, 8, 0.5),
+        ("ngram", 4, "sched 1:8,3:0", 0.95),
+        ("medusa", 1, "sched 1:8,3:0", 3.0),  # against n-gram's baseline on the same prompts
+        ("medusa", 4, "sched 1:8,3:0", 1.0),
+    ]
+
+
 def test_the_streamed_answer_and_its_stats_go_into_the_summary():
     from specbuild.demo.real_run import answer_record, summary_markdown
 

@@ -63,6 +63,31 @@ def test_no_schedule_when_speculation_never_pays():
     assert pred.schedule is None and pred.notes
 
 
+def test_the_ngram_report_prints_its_schedule():
+    """`tune --schedule` on an n-gram spec: the cost curve it measured and the schedule it chose are in the
+    printed report (they were measured for minutes and then left out)."""
+    from specbuild.cli.tuning import format_tune_report
+    from specbuild.tuning.cost_curve import predict
+    from specbuild.tuning.tune_report import Setting, TuneReport
+
+    pred = predict(_curve(8), [], tokens={1: 1.5, 2: 1.8, 3: 2.0, 4: 2.1})
+    value = {"speculation.max_draft_len": 4, "ngram.max_matching_ngram_size": 2}
+    chosen, current = (Setting(label, value, 2.1, 1.2, 4) for label in ("chosen", "current"))
+    profile = {"acceptance_per_position": [0.5], "hit_rate": 0.5, "acceptance_rate": 0.5}
+    details = {
+        "flags": {},
+        "profiled_tokens": 8,
+        "verify_cost": [1.0, 1.5],
+        "table": [],
+        "chosen_profile": profile,
+        "current_profile": profile,
+        "schedule": pred.to_dict(),
+    }
+    text = format_tune_report(TuneReport("ngram", "ngram", chosen, current, details=details))
+    assert "cost curve (reference engine" in text and "predicted tokens/s" in text
+    assert f"schedule: {pred.to_dict()['schedule']}" in text
+
+
 @pytest.mark.slow
 def test_tune_schedule_end_to_end(tmp_path, tiny_target, tiny_draft):
     from typer.testing import CliRunner

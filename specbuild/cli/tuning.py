@@ -423,6 +423,8 @@ def format_ngram_report(report) -> str:
             f"{r['seconds']:.2f} s"
             for label, r in m.items()
         ]
+    if d.get("schedule"):
+        lines += format_schedule(d["schedule"])
     if report.written:
         lines.append(f"spec updated ({report.written})")
     return "\n".join(lines)

@@ -170,28 +170,8 @@ def build_medusa(
         log(f"demo Medusa heads cached at {out}")
         return out
     exe = specbuild or str(Path(sys.executable).with_name("specbuild"))
-    m = settings.medusa
-    argv = [
-        exe,
-        "train-medusa",
-        str(family.target),
-        "--data",
-        str(family.train_text),
-        "--out",
-        str(out),
-        "--num-heads",
-        str(m.num_heads),
-        "--num-layers",
-        str(m.num_layers),
-        "--steps",
-        str(m.steps),
-        "--batch-size",
-        str(m.batch_size),
-        "--seq-len",
-        str(m.seq_len),
-        "--lr",
-        str(m.lr),
-    ] + (["--self-distill"] if m.self_distill else [])
+    argv = [exe, "train-medusa", str(family.target), "--data", str(family.train_text), "--out", str(out)]
+    argv += settings.medusa.train_options()
     probe = subprocess.run([exe, "train-medusa", "--help"], capture_output=True, text=True)
     if probe.returncode != 0:
         log("  `specbuild train-medusa` is not available in this checkout; skipping the Medusa heads")

@@ -85,7 +85,8 @@ def check_exact(
     model = hf_model(hf_dir)
     eos = int(tokenizer.eos_token_id)
     cases = []
-    for text in prompts:
+    for i, text in enumerate(prompts, 1):
+        log(f"  transformers: prompt {i}/{len(prompts)}, {new_tokens} greedy tokens, then its logits")
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         greedy = hf_greedy(model, ids, new_tokens, eos)
         x = torch.tensor([ids + greedy])  # [1, T]
@@ -94,6 +95,7 @@ def check_exact(
         cases.append((text, ids, greedy, x, want))
     lines = []
     for label, ckpt in checkpoints.items():
+        log(f"  {label}: the reference engine on {ckpt.name}, the same {len(cases)} prompts")
         engine = ReferenceEngine.load(ckpt)
         target = engine.target
         for text, ids, greedy, x, want in cases:

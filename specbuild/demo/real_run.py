@@ -8,10 +8,10 @@ Stages (each `specbuild ...` command is printed and run as a user would type it)
               `specbuild check` on them at TP 1 and on a TP 3 copy (9 heads, 3 KV heads);
 3. convert  - `specbuild convert` at TP 1 and TP 3, then the reference engine on each checkpoint against
               transformers on the HF folder: max |Δlogit| and greedy token equality (real_checks.py);
-4. train    - the target's greedy answers to the training prompts (cached), Medusa heads trained on them
-              by `specbuild train-medusa` (cached); no draft model (README "demo-real" says why and what one
-              would take);
-5. serve    - per method (n-gram, Medusa): `tune --write`, `compile --engine reference`,
+4. train    - Medusa heads by `specbuild train-medusa --self-distill` on the training prompts (cached); no
+              draft model (README "demo-real" says why and what one would take);
+5. serve    - per method (n-gram, Medusa): `tune --write`, speculation.schedule {1: K, 3: 0} (plain
+              target steps from 3 requests in flight), `compile --engine reference`,
               `repo`, `serve`, one answer streamed by `generate --url --stream`, and `bench` at
               concurrency 1 and 4 on two prompt sets: "quoting" (the answer repeats the prompt's code or
               text) and "open" (open-ended chat);
@@ -29,7 +29,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -37,16 +37,17 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from specbuild.client.load_bench import SCHEDULE_MODE
 from specbuild.core.errors import SpecbuildError
-from specbuild.core.manifest import MANIFEST, atomic_output_dir, read_manifest, write_manifest
+from specbuild.core.manifest import MANIFEST, read_manifest
 from specbuild.core.methods import Method, method_of
 from specbuild.core.spec import PATH_KEYS
 from specbuild.demo.real_checks import check_exact
 from specbuild.demo.real_model import DEFAULT_CACHE, LINK, RealModel, build_real_model, chat_prompt
 from specbuild.demo.real_prompts import PromptSets, prompt_sets
 from specbuild.demo.report import _fmt, load_bench, summary_rows
-from specbuild.demo.run import Ledger, run_cli, serving, specbuild_exe
-from specbuild.demo.settings import cpu_count, settings_hash
+from specbuild.demo.run import Ledger, add_common_options, run_cli, serving, specbuild_exe
+from specbuild.demo.settings import MedusaSettings, cpu_count, settings_hash
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "examples" / "real"
@@ -55,16 +56,11 @@ REAL_METHODS = ("ngram", "medusa")
 CHECK_TP = 3  # 9 attention heads and 3 KV heads split over 3 ranks without duplication
 
 
-@dataclass(frozen=True)
-class MedusaRecipe:
-    num_heads: int = 3
-    num_layers: int = 1
-    # ~7 s a step on 2 quiet cores (the three 49,152 x 576 head matrices dominate); 24 steps reach head-0
-    # top-1 ~0.45 on held-out answers (30 measured 0.49): the demo's time budget, not convergence.
-    steps: int = 24
-    batch_size: int = 4
-    seq_len: int = 128
-    lr: float = 3e-3
+# 3 heads, 1 ResBlock; ~7 s a step on 2 quiet cores (the three 49,152 x 576 head matrices dominate); 24 steps
+# reach head-0 top-1 ~0.45 on held-out answers (30 measured 0.49): the demo's time budget, not convergence.
+# Windows of 128 tokens: --self-distill continues each prompt's last 64 tokens by 64 greedy tokens.
+REAL_MEDUSA = MedusaSettings(num_heads=3, num_layers=1, steps=24, batch_size=4, seq_len=128, lr=3e-3)
+MEDUSA_CHECKPOINT_EVERY = 8  # steps: an interrupted demo resumes (--resume) from the last checkpoint
 
 
 @dataclass(frozen=True)
@@ -74,12 +70,20 @@ class RealOptions:
     concurrency: str = "1,4"
     max_tokens: int = 64
     bench_prompts: int = 4  # per prompt set
+    # seconds one bench request may take: the streamed target-alone baseline at concurrency 4 took over
+    # bench's default 120 s for 64 tokens at load 10-20 (the full run of 2026-12-01 16:08 stopped there)
+    bench_timeout_s: float = 600.0
     train_prompts: int = 32
-    distill_new_tokens: int = 96
     tune_prompts: int = 4  # of the training prompts: tune profiles on them
     tune_max_tokens: int = 32
+    # speculation.schedule {1: K, plain_from: 0}: plain target steps from this many requests in flight
+    # (0: no schedule). The previous full run measured every K losing at concurrency 4 on this CPU (n-gram
+    # 0.68x quoting, 0.19x open) and winning at 1 (1.64x quoting); `tune --schedule`'s rule puts the step
+    # at the midpoint of the measured sizes 1 and 4, rounded up. Fixed, not measured per run: a cost
+    # curve (`tune --schedule --concurrency 1,4`) takes minutes here, past the 20-minute budget.
+    plain_from: int = 3
     exact_new_tokens: int = 24
-    medusa: MedusaRecipe = field(default_factory=MedusaRecipe)
+    medusa: MedusaSettings = REAL_MEDUSA
     methods: tuple[str, ...] = ()  # empty: every method this checkout has
 
 
@@ -196,87 +200,32 @@ def stage_convert_and_exactness(real: RealModel, prompt_files: dict[str, Path], 
 # ---------------------------------------------------------------- training data, Medusa, draft
 
 
-def stage_distill(real: RealModel, sets: PromptSets, opts: RealOptions) -> Path:
-    """The target's greedy answers to the training prompts, as {"text": prompt + answer} lines (cached)."""
-    key = settings_hash(
-        {"model": real.root.name, "prompts": list(sets.train), "new": opts.distill_new_tokens}
-    )
-    root = (Path(opts.cache) / f"distill-{key}").resolve()
-    data = root / "distill.jsonl"
-    if (root / MANIFEST).is_file():
-        read_manifest(root, kind="real_distill")
-        print(f"target answers cached at {data}")
-        return data
-    from transformers import AutoTokenizer  # noqa: PLC0415
-
-    from specbuild.demo.real_checks import hf_model  # noqa: PLC0415  (the one HF loader of the demo)
-    from specbuild.tuning.data import greedy_continuations  # noqa: PLC0415
-
-    tokenizer = AutoTokenizer.from_pretrained(str(real.model))
-    model = hf_model(real.model)
-    texts = [chat_prompt(tokenizer, p) for p in sets.train]
-    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-    eos = (int(tokenizer.eos_token_id),)
-    batch = 4  # ~10 s a batch of 4 x 96 tokens on 2 cores: a progress line at least that often
-    print(
-        f"target greedy answers to {len(ids)} training prompts, up to {opts.distill_new_tokens} tokens each"
-    )
-    t0, done = time.time(), [0]
-
-    def progress(n: int) -> None:
-        done[0] += n
-        print(f"  answered {done[0]}/{len(ids)} prompts ({time.time() - t0:.0f}s)")
-
-    seqs = greedy_continuations(
-        model, ids, max_new_tokens=opts.distill_new_tokens, eos_ids=eos, batch_size=batch, on_batch=progress
-    )
-    with atomic_output_dir(root, force=True) as tmp:
-        lines = [
-            json.dumps({"text": text + tokenizer.decode(s[len(p) :])})
-            for text, p, s in zip(texts, ids, seqs, strict=True)
-        ]
-        (tmp / "distill.jsonl").write_text("\n".join(lines) + "\n")
-        answer_tokens = sum(len(s) - len(p) for p, s in zip(ids, seqs, strict=True))
-        write_manifest(
-            tmp,
-            kind="real_distill",
-            model=str(real.root),
-            prompts=len(ids),
-            answer_tokens=answer_tokens,
-            seconds=round(time.time() - t0, 1),
-        )
-    print(f"  {answer_tokens} answer tokens in {time.time() - t0:.0f}s -> {data}")
-    return data
-
-
-def stage_medusa(real: RealModel, data: Path, opts: RealOptions) -> Path:
+def stage_medusa(real: RealModel, train_prompts: Path, sets: PromptSets, opts: RealOptions) -> Path:
+    """Medusa heads from `specbuild train-medusa --self-distill` on the training prompts (cached by what
+    shapes them): the target's own greedy continuations are the training text, so the heads learn the
+    model being served."""
     m = opts.medusa
-    key = settings_hash({"data": data.parent.name, "medusa": asdict(m)})
+    key = settings_hash({"model": real.root.name, "prompts": list(sets.train), "medusa": asdict(m)})
     out = (Path(opts.cache) / f"medusa-{key}").resolve()
     if (out / MANIFEST).is_file():
+        read_manifest(out, kind="medusa_heads")
         print(f"Medusa heads cached at {out}")
     else:
-        # --data is already the target's own greedy text (train-medusa's --self-distill would regenerate it
-        # from the prompts' last seq_len/2 tokens, cutting the code out of the code-editing prompts).
+        # train-medusa keeps each prompt's last seq_len/2 tokens and continues it greedily by seq_len/2
+        # tokens (its rule, tuning/train.py); the long code-editing prompts lose their head there (README
+        # "demo-real" says what that costs). --resume: an interrupted demo continues from the last
+        # checkpoint and reuses the distilled text saved beside it.
         run_cli(
             "train-medusa",
             str(real.model),
             "--data",
-            str(data),
+            str(train_prompts),
             "--out",
             str(out),
-            "--num-heads",
-            str(m.num_heads),
-            "--num-layers",
-            str(m.num_layers),
-            "--steps",
-            str(m.steps),
-            "--batch-size",
-            str(m.batch_size),
-            "--seq-len",
-            str(m.seq_len),
-            "--lr",
-            str(m.lr),
+            *m.train_options(),
+            "--checkpoint-every",
+            str(MEDUSA_CHECKPOINT_EVERY),
+            "--resume",
             "--force",
         )
     _link(Path(opts.cache), "medusa_heads", out)
@@ -294,6 +243,25 @@ def _link(cache: Path, name: str, dest: Path) -> None:
 # ---------------------------------------------------------------- serving and bench
 
 
+def write_schedule(spec: Path, plain_from: int) -> dict[int, int] | None:
+    """speculation.schedule {1: K, plain_from: 0} into the spec (K: its max_draft_len, as tune wrote it),
+    with tune --write's narrow edit; None (nothing written) when plain_from < 2."""
+    from specbuild.core.spec import load_spec  # noqa: PLC0415
+    from specbuild.tuning.spec_edit import set_spec_values  # noqa: PLC0415
+
+    if plain_from < 2:
+        return None
+    k = load_spec(spec).speculation.max_draft_len
+    schedule = {1: k, plain_from: 0}
+    set_spec_values(spec, "speculation", {"schedule": schedule})
+    print(
+        f"speculation.schedule {schedule} -> {os.path.relpath(spec, Path.cwd())}: K = {k} with 1 to "
+        f"{plain_from - 1} requests in flight, plain target steps from {plain_from} (bench runs the fixed K "
+        "and the schedule)"
+    )
+    return schedule
+
+
 def run_method(
     mode: str,
     spec: Path,
@@ -304,6 +272,7 @@ def run_method(
     show: str,
     plan: bool,
     answers: dict[str, dict],
+    schedules: dict[str, dict | None],
 ) -> dict[str, Path]:
     """tune, compile, repo, serve, one streamed answer (into `answers`), bench on each prompt set;
     {set: bench.json}."""
@@ -319,6 +288,7 @@ def run_method(
             str(opts.tune_max_tokens),
             "--write",
         )
+        schedules[mode] = write_schedule(spec, opts.plain_from)
         build = out / "reference"
         run_cli("compile", str(spec), "--out", str(build), "--engine", "reference", "--force")
         if plan:
@@ -366,6 +336,9 @@ def run_method(
                 "0",
                 "--max-tokens",
                 str(opts.max_tokens),
+                "--no-unary-baseline",  # the summary compares with the streamed baseline; saves a run per c
+                "--timeout",
+                str(opts.bench_timeout_s),
                 "--out",
                 str(bench),
             )
@@ -398,6 +371,7 @@ COLUMNS = (
     "method",
     "prompts",
     "conc",
+    "K",
     "accept",
     "tok/pass",
     "predicted",
@@ -410,9 +384,44 @@ COLUMNS = (
 )
 
 
-def summary_table(benches: dict[str, dict[str, Path]]) -> list[dict]:
-    """One row per (method, prompt set, concurrency); a method without its own baseline (Medusa) is measured
-    against another method's target-alone runs on the same prompts and concurrency."""
+def _schedule_label(schedule: str | dict | None) -> str:
+    """ "sched 1:8,3:0" from the bench context's "1:8,3:0" (the BLS's draft_len_schedule) or a mapping."""
+    if not schedule:
+        return ""
+    if isinstance(schedule, dict):
+        schedule = ",".join(f"{n}:{k}" for n, k in sorted((int(n), int(k)) for n, k in schedule.items()))
+    return f"sched {schedule}"
+
+
+def method_rows(
+    bench: dict, lender: dict | None, lender_name: str, schedule: dict | None = None
+) -> list[dict]:
+    """Rows of one bench: each fixed-K run, then each `schedule` run (K per round from the requests in
+    flight), both against the target alone. A repository whose engine drafts by itself (Medusa) has one
+    run per concurrency, under `schedule` (its spec's; the bench context names only a BLS's schedule)."""
+    label = _schedule_label(bench.get("context", {}).get("draft_len_schedule") or schedule)
+    runs = bench["runs"]
+    fixed = {**bench, "runs": [r for r in runs if r["mode"] != SCHEDULE_MODE]}
+    rows = summary_rows(fixed, baseline_from=lender, lender=lender_name)
+    k = bench.get("context", {}).get("num_draft_tokens")
+    own_baseline = any(r["mode"] == "baseline" for r in runs)
+    for row in rows:
+        row["K"] = label if label and not own_baseline else (k if k is not None else "tree")
+    scheduled = [dict(r, mode="speculative") for r in runs if r["mode"] == SCHEDULE_MODE]
+    if scheduled:
+        others = [r for r in runs if r["mode"] not in ("speculative", SCHEDULE_MODE)]
+        for row in summary_rows(
+            {**bench, "runs": others + scheduled}, baseline_from=lender, lender=lender_name
+        ):
+            rows.append({**row, "K": label})
+    return sorted(rows, key=lambda r: r["conc"])  # stable: at each concurrency fixed K, then the schedule
+
+
+def summary_table(
+    benches: dict[str, dict[str, Path]], schedules: dict[str, dict] | None = None
+) -> list[dict]:
+    """One row per (method, prompt set, concurrency, K or schedule); a method without its own baseline
+    (Medusa) is measured against another method's target-alone runs on the same prompts and concurrency."""
     loaded = {
         m: {s: load_bench(p) for s, p in sets.items() if Path(p).is_file()} for m, sets in benches.items()
     }
@@ -420,10 +429,12 @@ def summary_table(benches: dict[str, dict[str, Path]]) -> list[dict]:
     for mode, sets in loaded.items():
         method = method_of(mode)
         for name, bench in sets.items():
-            lender = next(
-                (b[name] for m, b in loaded.items() if method_of(m).has_baseline and name in b), None
+            lender_name, lender = next(
+                ((m, b[name]) for m, b in loaded.items() if method_of(m).has_baseline and name in b),
+                ("", None),
             )
-            for row in summary_rows(bench, baseline_from=None if method.has_baseline else lender):
+            lent = None if method.has_baseline else lender
+            for row in method_rows(bench, lent, lender_name, (schedules or {}).get(mode)):
                 rows.append({"method": mode, "prompts": name, **row})
     return rows
 
@@ -488,20 +499,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m specbuild.demo.real_run", description=__doc__.split("\n\n")[0]
     )
+    add_common_options(parser, RealOptions)
+    parser.add_argument("--medusa-steps", type=int, default=REAL_MEDUSA.steps, help="train-medusa steps (24)")
     parser.add_argument(
-        "--out", type=Path, default=RealOptions.out, help="output folder (default build/demo-real)"
-    )
-    parser.add_argument(
-        "--cache", type=Path, default=RealOptions.cache, help="model cache (default .cache/real)"
-    )
-    parser.add_argument(
-        "--concurrency", default=RealOptions.concurrency, help="bench concurrency list (default 1,4)"
-    )
-    parser.add_argument(
-        "--max-tokens", type=int, default=RealOptions.max_tokens, help="tokens per answer (64)"
-    )
-    parser.add_argument(
-        "--medusa-steps", type=int, default=MedusaRecipe.steps, help="train-medusa steps (24)"
+        "--plain-from",
+        type=int,
+        default=RealOptions.plain_from,
+        help="speculation.schedule: plain target steps from this many requests in flight (3; 0: none)",
     )
     parser.add_argument("--method", action="append", default=[], help="only this method (repeatable)")
     parser.add_argument(
@@ -522,7 +526,8 @@ def main(argv: list[str] | None = None) -> int:
         cache=args.cache,
         concurrency=args.concurrency,
         max_tokens=args.max_tokens,
-        medusa=replace(MedusaRecipe(), steps=args.medusa_steps),
+        medusa=replace(REAL_MEDUSA, steps=args.medusa_steps),
+        plain_from=args.plain_from,
         methods=tuple(args.method),
     )
     if args.quick:
@@ -531,11 +536,10 @@ def main(argv: list[str] | None = None) -> int:
             max_tokens=min(opts.max_tokens, 24),
             bench_prompts=2,
             train_prompts=4,
-            distill_new_tokens=24,
             tune_prompts=2,
             tune_max_tokens=12,
             exact_new_tokens=8,
-            medusa=replace(opts.medusa, steps=2),
+            medusa=replace(opts.medusa, steps=2, seq_len=48),  # 24-token prompt tails, 24-token answers
         )
     torch.set_num_threads(cpu_count())
     specbuild_exe()  # a clear error now if the CLI is not installed
@@ -543,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
     loads = {"start": _load()}
     print(f"machine: {loads['start']}")
     methods = available_methods(opts.methods)
-    exact, benches, extra = [], {}, {"answers": {}}
+    exact, benches, extra = [], {}, {"answers": {}, "schedules": {}}
     try:
         with ledger.stage("1. real model (pip wheel -> GGUF -> HF folder, once)"):
             real = build_real_model(Path(opts.cache))
@@ -560,8 +564,7 @@ def main(argv: list[str] | None = None) -> int:
             exact = stage_convert_and_exactness(real, prompt_files, opts)
         if Method.MEDUSA.value in methods:
             with ledger.stage("4. training data and Medusa heads (once; cached)"):
-                data = stage_distill(real, sets, opts)
-                heads = stage_medusa(real, data, opts)
+                heads = stage_medusa(real, prompt_files["train"], sets, opts)
                 extra["medusa"] = json.loads((heads / "metrics.json").read_text())
                 for name in ("medusa", f"medusa-tp{CHECK_TP}"):
                     if name in specs:
@@ -578,6 +581,7 @@ def main(argv: list[str] | None = None) -> int:
                     show=show,
                     plan=i == 0,
                     answers=extra["answers"],
+                    schedules=extra["schedules"],
                 )
             except SpecbuildError as exc:
                 ledger.failures.append(f"{mode}: {exc.what}")
@@ -587,7 +591,12 @@ def main(argv: list[str] | None = None) -> int:
         print(exc.message(), file=sys.stderr)
     _rule("summary")
     print_summary(
-        summary_table(benches), exact=exact, out=Path(opts.out), ledger=ledger, loads=loads, extra=extra
+        summary_table(benches, extra["schedules"]),
+        exact=exact,
+        out=Path(opts.out),
+        ledger=ledger,
+        loads=loads,
+        extra=extra,
     )
     for failure in ledger.failures:
         print(f"FAILED: {failure}", file=sys.stderr)

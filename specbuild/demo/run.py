@@ -443,22 +443,25 @@ def run_llmapi(spec: Path, family, opts: DemoOptions, ledger: Ledger) -> Path:
         return stage_bench(url, prompts, out / "bench", replace(opts, concurrency="1"))
 
 
+def add_common_options(parser: argparse.ArgumentParser, defaults) -> None:
+    """--out, --cache, --concurrency and --max-tokens, the options both demos take (make demo, make
+    demo-real); `defaults` is their options dataclass (fields out, cache, concurrency, max_tokens)."""
+    d = defaults
+    parser.add_argument("--out", type=Path, default=d.out, help=f"output folder (default {d.out})")
+    parser.add_argument("--cache", type=Path, default=d.cache, help=f"model cache (default {d.cache})")
+    parser.add_argument(
+        "--concurrency", default=d.concurrency, help=f"bench concurrency list (default {d.concurrency})"
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, default=d.max_tokens, help=f"tokens per request (default {d.max_tokens})"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specbuild.demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--out", type=Path, default=DemoOptions.out, help="output folder (default build/demo)"
-    )
-    parser.add_argument(
-        "--cache", type=Path, default=DemoOptions.cache, help="model cache (default .cache/demo)"
-    )
-    parser.add_argument(
-        "--concurrency", default=DemoOptions.concurrency, help="bench concurrency list (default 1,4)"
-    )
+    add_common_options(parser, DemoOptions)
     parser.add_argument(
         "--temperature", default=DemoOptions.temperatures, help="bench temperatures (default 0)"
-    )
-    parser.add_argument(
-        "--max-tokens", type=int, default=DemoOptions.max_tokens, help="tokens per request (default 64)"
     )
     parser.add_argument(
         "--mode", choices=[*MODES, "all", "both"], default="all", help="which deployment to run (default all)"

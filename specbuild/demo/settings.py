@@ -51,6 +51,13 @@ class MedusaSettings:
     # 2.66 vs 1.89 tokens/pass with their tuned trees on the held-out bench prompts.
     self_distill: bool = True
 
+    def train_options(self) -> list[str]:
+        """These settings as `specbuild train-medusa` options (both demos run the command with them)."""
+        opts = ["--num-heads", str(self.num_heads), "--num-layers", str(self.num_layers)]
+        opts += ["--steps", str(self.steps), "--batch-size", str(self.batch_size)]
+        opts += ["--seq-len", str(self.seq_len), "--lr", str(self.lr)]
+        return opts + (["--self-distill"] if self.self_distill else [])
+
 
 @dataclass(frozen=True)
 class DemoSettings:

@@ -70,8 +70,14 @@ def profile_chain(
     )
 
 
-def pass_times(passes: dict[str, Callable[[], None]], *, repeats: int = TIMING_REPEATS) -> dict[str, float]:
-    """Median seconds of each pass, timed in interleaved rounds so load changes hit all of them alike."""
+def pass_times(
+    passes: dict[str, Callable[[], None]],
+    *,
+    repeats: int = TIMING_REPEATS,
+    on_round: Callable[[], None] | None = None,
+) -> dict[str, float]:
+    """Median seconds of each pass, timed in interleaved rounds so load changes hit all of them alike;
+    `on_round` is called after each of the repeats + 2 rounds (a progress bar)."""
     times: dict[str, list[float]] = {name: [] for name in passes}
     for round_ in range(repeats + 2):
         for name, run in passes.items():
@@ -79,7 +85,18 @@ def pass_times(passes: dict[str, Callable[[], None]], *, repeats: int = TIMING_R
             run()
             if round_ >= 2:  # the first rounds warm up allocators
                 times[name].append(time.perf_counter() - start)
+        if on_round is not None:
+            on_round()
     return {name: statistics.median(v) for name, v in times.items()}
+
+
+def pass_times_shown(passes: dict[str, Callable[[], None]], rep: Reporter) -> dict[str, float]:
+    """pass_times with its rounds as the reporter's "timing rounds" bar (tens of seconds on a loaded CPU)."""
+    rep.start("timing rounds", TIMING_REPEATS + 2)
+    try:
+        return pass_times(passes, on_round=lambda: rep.advance("timing rounds"))
+    finally:
+        rep.stop("timing rounds")
 
 
 def decode_pass(model, prompt: list[int]) -> Callable[[], None]:

@@ -14,7 +14,12 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-_LABELS = {"train": "training heads", "distill": "self-distilling", "profile": "profiling"}
+_LABELS = {
+    "train": "training heads",
+    "distill": "self-distilling",
+    "profile": "profiling",
+    "convert": "converting (MB)",
+}
 
 
 class Reporter:

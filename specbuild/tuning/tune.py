@@ -52,7 +52,7 @@ from specbuild.tuning.profile_engine import (
     ReferenceMedusa,
     decode_pass,
     measure_tree,
-    pass_times,
+    pass_times_shown,
     profile_chain,
     sweep_k,
     tree_pass,
@@ -169,6 +169,23 @@ def tune_from_profile(spec, profile: SpeculationProfile, options: TuneOptions) -
     )
 
 
+def _bar(rep: Reporter):
+    """convert_checkpoint's progress (bytes done, bytes total, tensor) as the reporter's "convert" bar in MB:
+    a model's conversion takes seconds to a minute here, and a silent minute reads as a hang."""
+    shown = [-1]
+
+    def on_progress(done: int, total: int, _tensor: str) -> None:
+        if shown[0] < 0:
+            rep.start("convert", max(total // 1_000_000, 1))
+            shown[0] = 0
+        mb = done // 1_000_000
+        if mb > shown[0]:
+            rep.advance("convert", mb - shown[0])
+            shown[0] = mb
+
+    return on_progress
+
+
 @contextlib.contextmanager
 def open_engine(spec, engine_dir: Path | None, rep: Reporter, *, device: str = "cpu") -> Iterator[Any]:
     """A ReferenceEngine over the spec's models (converted into a temporary folder) or `engine_dir`."""
@@ -185,17 +202,19 @@ def open_engine(spec, engine_dir: Path | None, rep: Reporter, *, device: str = "
                 heads, num_heads=spec.medusa.num_heads, num_layers=spec.medusa.num_layers
             )
         rep.log("converting the spec's checkpoints for the reference engine (float32)")
-        target = LlamaModel(
-            load_weights(convert_checkpoint(target_hf, Path(tmp) / "target", dtype="float32", medusa=medusa)),
-            device=device,
+        target_ckpt = convert_checkpoint(
+            target_hf, Path(tmp) / "target", dtype="float32", medusa=medusa, on_progress=_bar(rep)
         )
+        rep.stop("convert")
+        target = LlamaModel(load_weights(target_ckpt), device=device)
         draft = None
         if spec.draft is not None:
             draft_hf = resolve_model(spec.draft.model, base=spec.base_dir, what="draft model")
-            draft = LlamaModel(
-                load_weights(convert_checkpoint(draft_hf, Path(tmp) / "draft", dtype="float32")),
-                device=device,
+            draft_ckpt = convert_checkpoint(
+                draft_hf, Path(tmp) / "draft", dtype="float32", on_progress=_bar(rep)
             )
+            rep.stop("convert")
+            draft = LlamaModel(load_weights(draft_ckpt), device=device)
         yield ReferenceEngine(
             target,
             draft=draft,
@@ -273,12 +292,14 @@ def tune_tree(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> Tun
         num_heads=spec.medusa.num_heads,
     )
     current = spec.medusa_choices()
-    cost = pass_times(
+    rep.log("timing a plain pass and the chosen and current trees' passes")
+    cost = pass_times_shown(
         {
             "plain": decode_pass(engine.target, prompts[0]),
             "chosen": tree_pass(engine, tree, prompts[0]),
             "current": tree_pass(engine, current, prompts[0]),
-        }
+        },
+        rep,
     )
     ratio = {name: cost[name] / cost["plain"] for name in ("chosen", "current")}
 

@@ -31,7 +31,7 @@ from specbuild.core.theory import conditional_acceptance
 from specbuild.engines.reference.ngram import NGramConfig, NGramRequest, PatternPool
 from specbuild.engines.reference.ngram_speculator import NGramSpeculator
 from specbuild.engines.reference.runners import CachedSequence
-from specbuild.tuning.profile_engine import greedy_params, pass_times
+from specbuild.tuning.profile_engine import greedy_params, pass_times_shown
 from specbuild.tuning.progress import Reporter
 from specbuild.tuning.tune_options import TuneOptions
 from specbuild.tuning.tune_report import Setting, TuneReport
@@ -95,8 +95,9 @@ def replay(
     return Replay(k, config.max_matching_ngram_size, tokens, rounds, spent, stats)
 
 
-def verify_costs(target, prompt: list[int], k_max: int) -> list[float]:
-    """[k_max + 1]: time of one verify pass over 1 + j tokens after `prompt` / a plain one-token pass."""
+def verify_costs(target, prompt: list[int], k_max: int, rep: Reporter | None = None) -> list[float]:
+    """[k_max + 1]: time of one verify pass over 1 + j tokens after `prompt` / a plain one-token pass;
+    `rep` shows the timing rounds (tens of seconds on a loaded CPU) as a bar."""
     seq = CachedSequence(target, capacity=len(prompt) + k_max + 2)
     seq.feed(list(prompt))
 
@@ -104,7 +105,7 @@ def verify_costs(target, prompt: list[int], k_max: int) -> list[float]:
         ids = list(prompt) + [int(prompt[-1])] * (j + 1)
         return lambda: seq.feed(ids, j + 1)
 
-    times = pass_times({j: verify(j) for j in range(k_max + 1)})
+    times = pass_times_shown({j: verify(j) for j in range(k_max + 1)}, rep or Reporter())
     return non_decreasing([max(times[j] / times[0], 1.0) for j in range(k_max + 1)])
 
 
@@ -135,7 +136,7 @@ def tune_ngram(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> Tu
         rep.advance("greedy continuations", 1)
     rep.stop("greedy continuations")
     rep.log("timing verify passes of 1..k_max draft tokens")
-    cost = verify_costs(engine.target, list(prompts[0]), max(k_max, current_k))
+    cost = verify_costs(engine.target, list(prompts[0]), max(k_max, current_k), rep)
     base = NGramConfig.of(spec.ngram)
 
     def run(k: int, n: int) -> Replay:
