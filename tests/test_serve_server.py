@@ -380,3 +380,31 @@ def test_serve_fails_loudly_when_a_model_process_dies(tmp_path):
     rest, _ = proc.communicate(timeout=60)
     assert proc.returncode == 2, rest
     assert "a model's Python-backend process died: echo" in rest and "Traceback" not in rest
+
+
+def test_free_port_never_hands_out_a_port_twice(monkeypatch):
+    # The OS may offer a just-closed ephemeral port again; a server given it as gRPC and HTTP port fails
+    # (seen in a full `make test`: both 60607). Force the OS side to repeat itself.
+    import specbuild.serve.server as server
+
+    offered = iter([50001, 50001, 50001, 50002])
+
+    class FakeSocket:
+        def __init__(self, *a):
+            self.port = next(offered)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+        def bind(self, addr):
+            pass
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(server, "_HANDED_OUT", set())
+    monkeypatch.setattr(server.socket, "socket", FakeSocket)
+    assert [server.free_port(), server.free_port()] == [50001, 50002]

@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -61,6 +60,7 @@ from specbuild.demo.models import (
     link_current,
 )
 from specbuild.demo.report import print_summary
+from specbuild.serve.server import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -181,12 +181,6 @@ def has_command(*words: str) -> bool:
     """Whether `specbuild WORDS --help` works (stages land independently while the project grows)."""
     done = subprocess.run([specbuild_exe(), *words, "--help"], capture_output=True, text=True)
     return done.returncode == 0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------- stages

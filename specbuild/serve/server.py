@@ -65,11 +65,28 @@ class ServerOptions:
         return {"grpc": self.grpc_port, "http": self.http_port, "metrics": self.metrics_port}
 
 
+_HANDED_OUT: set[int] = set()  # ports free_port gave this process: the OS may offer a closed one again
+_FREE_PORT_TRIES = 64
+
+
 def free_port(host: str = DEFAULT_HOST) -> int:
-    """A port the OS reports free right now (tests use it for loopback servers)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    """A port the OS reports free right now and this process has not been given before (tests use it
+    for loopback servers). Without the second condition two calls in a row could return the same
+    port (the OS reuses an ephemeral port once its socket is closed), and a server asked for it as
+    both its gRPC and its HTTP port fails to start."""
+    for _ in range(_FREE_PORT_TRIES):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise ServerError(
+        "no free loopback port",
+        expected=f"a port this process has not used, within {_FREE_PORT_TRIES} tries",
+        found=f"{len(_HANDED_OUT)} ports handed out already",
+        fix="pass explicit ports",
+    )
 
 
 def check_host(host: str) -> None:
