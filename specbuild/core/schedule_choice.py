@@ -58,9 +58,8 @@ def choose(rates: Mapping[int, Mapping[int, Sequence[float]]], *, tie: float = T
             raise ValueError(f"choose: every K at concurrency {c} needs the same number (>= 1) of repeats")
         top = max(by_k) if incumbent is None else max(k for k in by_k if k <= incumbent)
         ratios = {k: [a / b for a, b in zip(by_k[k], by_k[top], strict=True)] for k in by_k if k < top}
-        clear = {
-            k: statistics.median(q) for k, q in ratios.items() if min(q) > 1.0 and statistics.median(q) > 1 + tie
-        }
+        medians = {k: statistics.median(q) for k, q in ratios.items()}
+        clear = {k: m for k, m in medians.items() if min(ratios[k]) > 1.0 and m > 1 + tie}
         if clear:
             best = max(clear, key=lambda k: (clear[k], k))
             reason = (
