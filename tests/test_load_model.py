@@ -89,19 +89,27 @@ def test_served_calibration_predicts_the_closed_loop():
     assert predicted_tokens_per_s(unary, 2, 2) == pytest.approx(80 / (0.25 * 0.55 + 0.75 * 1.05), rel=0.03)
 
 
-def test_bench_load_ratio_is_the_median_of_per_round_ratios():
-    from specbuild.benchmarks.load import attach_predictions
+def test_load_summary_ratio_is_the_median_of_per_round_ratios():
+    from specbuild.client.load_bench import load_summary
 
     def run(r, thr, pred):
         return SimpleNamespace(
             mode="speculative",
             num_draft_tokens=2,
             concurrency=4,
-            metrics={"round": r, "output_token_throughput": thr, "predicted_tokens_per_s": pred},
+            temperature=0.0,
+            metrics={
+                "round": r,
+                "output_token_throughput": thr,
+                "predicted_tokens_per_s": pred,
+                "request_latency": {"avg": 1.0},
+            },
         )
 
-    rows = [{"concurrency": 4, "modes": {"K=2": {"throughput_median": 100.0}}}]
-    attach_predictions(rows, [run(0, 90, 100), run(1, 120, 100), run(2, 50, 50)])
+    rows = load_summary([run(0, 90, 100), run(1, 120, 100), run(2, 50, 50)])
     m = rows[0]["modes"]["K=2"]
     assert m["measured_over_predicted"] == pytest.approx(1.0)
     assert (m["ratio_min"], m["ratio_max"]) == (pytest.approx(0.9), pytest.approx(1.2))
+    # runs without a prediction (no --calibrate) have no ratio
+    plain = run(0, 90, None)
+    assert "measured_over_predicted" not in load_summary([plain])[0]["modes"]["K=2"]

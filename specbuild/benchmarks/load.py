@@ -155,22 +155,6 @@ def served_rounds(held, tune, modes, rounds: int, max_tokens: int, console, *, t
     return runs
 
 
-def attach_predictions(rows: list[dict], runs: list) -> None:
-    """Each mode's measured / predicted: the median over rounds of the per-round ratios (a run's
-    prediction comes from the calibration right before it), with the range."""
-    by: dict[tuple[int, str], list[float]] = {}
-    for run in runs:
-        p = run.metrics.get("predicted_tokens_per_s")
-        if p:
-            label = f"K={run.num_draft_tokens}" if run.mode == FIXED_MODE else run.mode
-            by.setdefault((run.concurrency, label), []).append(run.metrics["output_token_throughput"] / p)
-    for row in rows:
-        for label, m in row["modes"].items():
-            ratios = by.get((row["concurrency"], label))
-            m["measured_over_predicted"] = statistics.median(ratios) if ratios else None
-            m["ratio_min"], m["ratio_max"] = (min(ratios), max(ratios)) if ratios else (None, None)
-
-
 def predicted_rates(prediction: dict, *, baseline_label: str = "baseline") -> dict[tuple[int, str], float]:
     """(c, label) -> predicted tokens/s; the served prediction's baseline is the one-call (unary) run."""
     rates = {}
@@ -295,8 +279,7 @@ def main(argv: list[str] | None = None) -> None:
             "prompts": len(held),
         }
         write_report(runs, context, out / "triton")
-        rows = load_summary(runs)
-        attach_predictions(rows, runs)
+        rows = load_summary(runs)  # with measured / predicted per mode (median of per-round ratios)
         result["triton"] = rows
         for line in load_table_lines(rows):
             console.print(line, markup=False)
@@ -385,8 +368,7 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
                 held, tune_texts, modes, args.rounds, args.max_tokens, console, tree_k=tree_k
             )
         loads["after Triton"] = _load()
-    rows = load_summary(runs)
-    attach_predictions(rows, runs)
+    rows = load_summary(runs)  # with measured / predicted per mode (median of per-round ratios)
     write_report(
         runs,
         {"mode": "medusa", "draft_len_schedule": text, "rounds": args.rounds, "max_tokens": args.max_tokens},

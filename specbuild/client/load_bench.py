@@ -10,7 +10,9 @@ Modes (same prompts, interleaved: every mode of one temperature and concurrency 
 `load_summary` gives, per temperature and concurrency, the median output-token throughput and request
 latency of each mode over the rounds (with min and max), and the schedule's throughput over the
 baseline's and over the best fixed K's — each ratio the median of the per-round ratios, so the load of
-one round hits both sides of it alike. `plot_load` draws throughput and latency against concurrency.
+one round hits both sides of it alike; with `bench --calibrate`, each mode's measured / predicted tokens/s
+(median of the per-round ratios, and their range). `plot_load` draws throughput and latency against
+concurrency.
 """
 
 from __future__ import annotations
@@ -58,6 +60,17 @@ def load_summary(runs) -> list[dict[str, Any]]:
                 "latency_median_ms": statistics.median(lat),  # request_latency is in ms
                 "rounds": len(rs),
             }
+            ratios = [
+                r.metrics["output_token_throughput"] / r.metrics["predicted_tokens_per_s"]
+                for r in rs
+                if r.metrics.get("predicted_tokens_per_s")
+            ]
+            if ratios:  # measured / predicted (bench --calibrate): median of the per-round ratios
+                row["modes"][label].update(
+                    measured_over_predicted=statistics.median(ratios),
+                    ratio_min=min(ratios),
+                    ratio_max=max(ratios),
+                )
         if SCHEDULE_MODE in modes:
             sched = _per_round(modes[SCHEDULE_MODE])
             if BASELINE_MODE in modes:

@@ -36,45 +36,13 @@ from typing import Any
 
 from specbuild.client.bench import run_once
 from specbuild.client.metrics import UNARY_BASELINE
+from specbuild.client.served_model import calibrate, predicted_tokens_per_s
 from specbuild.client.options import BenchConfig
-from specbuild.core.load_model import closed_loop_durations_s, closed_loop_s
 from specbuild.core.schedule import DraftSchedule, schedule_steps
 from specbuild.core.schedule_choice import choose, spread
 from specbuild.core.theory import tokens_per_pass_chain
 
 REPEATS = 3  # interleaved repeats of the whole sweep: medians, spread, and the choice rule
-
-
-def calibrate(run) -> dict[str, Any]:
-    """What the prediction needs of one run (a RunSummary with records): tokens and latency per request;
-    streamed: the median TTFT, the median round time and each request's rounds."""
-    recs = run.records
-    point: dict[str, Any] = {
-        "throughput": run.metrics["output_token_throughput"],
-        "tokens": [r.output_tokens for r in recs],
-        "latency_s": [r.latency_s for r in recs],
-    }
-    if run.mode != UNARY_BASELINE:
-        point["ttft_s"] = statistics.median(r.ttft_s for r in recs)
-        point["rounds"] = [r.target_passes for r in recs]
-        per_round = [(r.latency_s - r.ttft_s) / (r.target_passes - 1) for r in recs if r.target_passes > 1]
-        point["round_s"] = statistics.median(per_round) if per_round else 0.0
-    return point
-
-
-def predicted_tokens_per_s(point: dict[str, Any], concurrency: int, requests: int) -> float:
-    """Tokens/s of `requests` requests like the calibrated ones, sent by `concurrency` closed-loop workers."""
-    if "round_s" in point:
-        seconds = closed_loop_s(
-            point["rounds"],
-            workers=concurrency,
-            requests=requests,
-            first_s=point["ttft_s"],
-            round_s=point["round_s"],
-        )
-    else:
-        seconds = closed_loop_durations_s(point["latency_s"], workers=concurrency, requests=requests)
-    return requests * statistics.fmean(point["tokens"]) / seconds
 
 
 def measure_served(
