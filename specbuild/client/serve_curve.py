@@ -36,8 +36,8 @@ from typing import Any
 
 from specbuild.client.bench import run_once
 from specbuild.client.metrics import UNARY_BASELINE
-from specbuild.client.served_model import calibrate, predicted_tokens_per_s
 from specbuild.client.options import BenchConfig
+from specbuild.client.served_model import calibrate, predicted_tokens_per_s
 from specbuild.core.schedule import DraftSchedule, schedule_steps
 from specbuild.core.schedule_choice import choose, spread
 from specbuild.core.theory import tokens_per_pass_chain
