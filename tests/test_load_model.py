@@ -66,6 +66,39 @@ def test_predict_from_loop_timings():
     assert curve.round_s(2, 1) == 0.020  # the measured round, not the pass sum
 
 
+def test_in_process_choice_needs_a_win_in_every_repeat():
+    from specbuild.tuning.cost_curve import CostCurve, predict
+
+    def curve(round_reps):  # b=1, 2; K=0 and 1; rounds: K=1 halves them
+        sizes = [1, 2]
+        med = {b: [sorted(r)[len(r) // 2] for r in reps] for b, reps in round_reps.items()}
+        return CostCurve(
+            batch_sizes=sizes,
+            max_k=1,
+            verify_s={b: [1e-3, 1e-3] for b in sizes},
+            draft_s=dict.fromkeys(sizes, 1e-4),
+            loop_s=dict.fromkeys(sizes, 0.0),
+            plain_step_s=dict.fromkeys(sizes, 0.01),
+            prefill_s=dict.fromkeys(sizes, 0.0),
+            loop_round_s=med,
+            first_s={b: [0.0, 0.0] for b in sizes},
+            plain_first_s=dict.fromkeys(sizes, 0.0),
+            rounds={0: [9, 9], 1: [5, 5]},
+            tokens=[8, 8],
+            loop_round_reps=round_reps,
+            first_reps={b: [[0.0] * 3, [0.0] * 3] for b in sizes},
+        )
+
+    # b=2: K=0 rounds of 10 ms (8 later rounds: 80 ms) vs K=1 rounds of 21 ms (4: 84 ms), but one K=1
+    # repeat at 18 ms (72 ms): K=0 does not win every repeat, so K=1 stays
+    noisy = {1: [[0.01] * 3, [0.01] * 3], 2: [[0.010] * 3, [0.021, 0.018, 0.021]]}
+    pred = predict(curve(noisy), [0.9], max_tokens=8)
+    assert pred.chosen == {1: 1, 2: 1} and any("kept K=1" in n for n in pred.notes)
+    assert next(r for r in pred.table if (r["batch"], r["k"]) == (2, 1))["predicted"]["n"] == 3
+    clear = {1: noisy[1], 2: [[0.010] * 3, [0.021, 0.022, 0.021]]}  # K=0 wins every repeat by > 3%
+    assert predict(curve(clear), [0.9], max_tokens=8).chosen == {1: 1, 2: 0}
+
+
 def _record(ttft, latency, passes, tokens):
     from specbuild.client.metrics import RequestRecord
 
