@@ -146,3 +146,33 @@ def test_load_summary_ratio_is_the_median_of_per_round_ratios():
     # runs without a prediction (no --calibrate) have no ratio
     plain = run(0, 90, None)
     assert "measured_over_predicted" not in load_summary([plain])[0]["modes"]["K=2"]
+
+
+def test_the_schedule_in_one_call_is_compared_with_the_one_call_baseline():
+    """Medusa's like-for-like: the schedule sent unary (its K=0 batches answer once per request) over the
+    target alone in one call, the median of per-round ratios; a unary run calibrates from latencies."""
+    from specbuild.client.load_bench import load_summary
+    from specbuild.client.metrics import UNARY_BASELINE, UNARY_MODES, UNARY_SCHEDULE
+    from specbuild.client.served_model import calibrate
+
+    def run(mode, r, thr):
+        return SimpleNamespace(
+            mode=mode,
+            num_draft_tokens=8,
+            concurrency=8,
+            temperature=0.0,
+            metrics={"round": r, "output_token_throughput": thr, "request_latency": {"avg": 1.0}},
+        )
+
+    runs = [run(UNARY_BASELINE, 0, 100), run(UNARY_SCHEDULE, 0, 95), run("schedule", 0, 60)]
+    runs += [run(UNARY_BASELINE, 1, 50), run(UNARY_SCHEDULE, 1, 55), run("schedule", 1, 30)]
+    (row,) = load_summary(runs)
+    ratio = row["schedule_unary_over_baseline_unary"]
+    assert ratio["median"] == pytest.approx((0.95 + 1.1) / 2) and ratio["rounds"] == 2
+    assert row["schedule_over_baseline_unary"]["median"] == pytest.approx(0.6)
+    assert UNARY_SCHEDULE in UNARY_MODES  # bench sends it without a stream
+    recs = [_record(0.5, 0.5, 1, 40)]
+    point = calibrate(
+        SimpleNamespace(mode=UNARY_SCHEDULE, records=recs, metrics={"output_token_throughput": 80})
+    )
+    assert "round_s" not in point and point["latency_s"] == [0.5]

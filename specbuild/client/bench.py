@@ -35,7 +35,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tritonclient.utils import InferenceServerException
 
 from specbuild.client.load_bench import BASELINE_MODE, SCHEDULE_MODE, bench_modes
-from specbuild.client.metrics import UNARY_BASELINE, RequestRecord, RunSummary, attach_speedups, summarize_run
+from specbuild.client.metrics import (
+    UNARY_BASELINE,
+    UNARY_MODES,
+    RequestRecord,
+    RunSummary,
+    attach_speedups,
+    summarize_run,
+)
 from specbuild.client.multiturn import run_multiturn
 from specbuild.client.options import BenchConfig
 from specbuild.client.prometheus import scrape, settled_check
@@ -64,7 +71,7 @@ def run_once(
     lock = threading.Lock()
     workers = Workers(config.url, concurrency)
 
-    stream = mode != UNARY_BASELINE
+    stream = mode not in UNARY_MODES
 
     def task(item: tuple[int, str]) -> RequestRecord:
         record, _ = send(

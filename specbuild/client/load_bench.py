@@ -21,7 +21,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from specbuild.client.metrics import UNARY_BASELINE  # bench's one-call target-alone run
+from specbuild.client.metrics import UNARY_BASELINE, UNARY_SCHEDULE  # the one-call runs
 
 BASELINE_MODE, FIXED_MODE, SCHEDULE_MODE = "baseline", "speculative", "schedule"
 
@@ -78,6 +78,10 @@ def load_summary(runs) -> list[dict[str, Any]]:
                 row["schedule_over_baseline"] = _median_ratio(sched, base)
             if UNARY_BASELINE in modes:  # the target alone in one call per request (no per-token round trip)
                 row["schedule_over_baseline_unary"] = _median_ratio(sched, _per_round(modes[UNARY_BASELINE]))
+            if UNARY_SCHEDULE in modes and UNARY_BASELINE in modes:  # both in one call per request
+                row["schedule_unary_over_baseline_unary"] = _median_ratio(
+                    _per_round(modes[UNARY_SCHEDULE]), _per_round(modes[UNARY_BASELINE])
+                )
             fixed = [label for label in modes if label.startswith("K=")]
             if fixed:
                 best = max(fixed, key=lambda label: row["modes"][label]["throughput_median"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from specbuild.client.metrics import UNARY_BASELINE
+from specbuild.client.metrics import UNARY_MODES
 from specbuild.core.load_model import closed_loop_durations_s, closed_loop_s
 
 
@@ -25,7 +25,7 @@ def calibrate(run) -> dict[str, Any]:
         "tokens": [r.output_tokens for r in recs],
         "latency_s": [r.latency_s for r in recs],
     }
-    if run.mode != UNARY_BASELINE:
+    if run.mode not in UNARY_MODES:
         point["ttft_s"] = statistics.median(r.ttft_s for r in recs)
         point["rounds"] = [r.target_passes for r in recs]
         per_round = [(r.latency_s - r.ttft_s) / (r.target_passes - 1) for r in recs if r.target_passes > 1]
