@@ -192,6 +192,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--k", type=int, default=4, help="max_draft_len profiled and the largest fixed K")
     parser.add_argument("--demo-cache", type=Path, default=None)
     parser.add_argument("--skip-triton", action="store_true", help="in-process part only")
+    parser.add_argument(
+        "--skip-in-process",
+        action="store_true",
+        help="served part only (make demo checks tune's in-process prediction on held-out prompts)",
+    )
     parser.add_argument("--method", choices=("draft_target", "ngram", "medusa"), default="draft_target")
     args = parser.parse_args(argv)
     console = Console(width=160)
@@ -235,7 +240,11 @@ def main(argv: list[str] | None = None) -> None:
     prompt_ids = [engine.encode(t) for t in held]
     ks = list(range(1, spec.speculation.max_draft_len + 1))
     tune_ids = [engine.encode(t) for t in tune_texts[:8]]
-    local = in_process(build, prompt_ids, ks, args.rounds, args.max_tokens, tune_ids)
+    local = (
+        {}
+        if args.skip_in_process
+        else in_process(build, prompt_ids, ks, args.rounds, args.max_tokens, tune_ids)
+    )
     loads["after in-process"] = _load()
     result = {
         "method": args.method,

@@ -66,9 +66,12 @@ def choose(rates: Mapping[int, Mapping[int, Sequence[float]]], *, tie: float = T
                 f"K={best} beat K={top} in every repeat (median x{clear[best]:.3f}, "
                 f"range {min(ratios[best]):.3f}-{max(ratios[best]):.3f})"
             )
+        elif not ratios:
+            best = top
+            reason = f"K={top}: no smaller K to compare (more load never drafts more)"
         else:
             best = top
-            reason = f"kept K={top}: no other K beat it in every repeat by more than {tie:.0%}"
+            reason = f"kept K={top}: no smaller K beat it in every repeat by more than {tie:.0%}"
         decisions.append(Decision(concurrency=c, incumbent=top, chosen=best, ratios=ratios, reason=reason))
         incumbent = best
     return decisions
