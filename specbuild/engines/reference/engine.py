@@ -47,6 +47,7 @@ from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 from specbuild.engines.reference.loader import load_weights
 from specbuild.engines.reference.model import LlamaModel
 from specbuild.engines.reference.runners import (
+    DEFAULT_PREFIX_CACHE_ENTRIES,
     ModelVerifier,
     PrefixCache,
     generate_batch,
@@ -188,7 +189,10 @@ class ReferenceEngine:
             if build_config
             else EngineLimits.from_positions(target.cfg.max_position_embeddings)
         )
-        self.prefix_cache = PrefixCache(target)
+        # Room for every row of a full batch twice over (running sequences and the ones just finished), so
+        # concurrent sequences never evict each other's KV (runners.PrefixCache).
+        batch = int((build_config or {}).get("max_batch_size") or 0)
+        self.prefix_cache = PrefixCache(target, max_entries=max(DEFAULT_PREFIX_CACHE_ENTRIES, 2 * batch))
         self._lock = threading.RLock()
         self._tokenizer = None
 

@@ -57,7 +57,17 @@ class CachedSequence:
 
 
 class PrefixCache:
-    """LRU of CachedSequence keyed by their tokens: `acquire(ids)` returns the best match (or a fresh one)."""
+    """LRU of CachedSequence keyed by their tokens: `acquire(ids)` returns the best match (or a fresh one).
+
+    A request takes the matching entry over (its KV is then overwritten by the request's) only when it
+    continues that entry's sequence: it holds all of the entry's tokens, or all of its own tokens but the
+    last (the entry's later tokens are a rejected draft tail: the next round of a BLS verify or draft
+    call). A request that only shares a shorter prefix with the entry (a new prompt sharing a system
+    prompt, or another sequence) gets a fresh entry with a copy of that shared prefix's KV, and the
+    entry stays for the sequence that owns it, as TensorRT-LLM's block reuse shares prefix blocks without
+    freeing the other sequence's. Taking it over instead made concurrent growing sequences that share a
+    prefix evict each other on every call, each call then recomputing its whole prefix (the c=4 collapse
+    of the streamed baseline on the real model: /work/notes/shared/c4-collapse.md)."""
 
     def __init__(self, model: LlamaModel, *, max_entries: int = DEFAULT_PREFIX_CACHE_ENTRIES):
         self.model = model
@@ -65,22 +75,48 @@ class PrefixCache:
         self._entries: OrderedDict[int, CachedSequence] = OrderedDict()
         self._next = 0
         self.reused_tokens = 0  # prompt tokens not recomputed thanks to the cache (for tests / metrics)
+        self.copied_tokens = 0  # prefix tokens copied into a fresh entry from a shared one (for tests)
 
     def acquire(self, ids: list[int], *, exclude: frozenset[int] = frozenset()) -> CachedSequence:
-        """The entry sharing the longest prefix with `ids` (a fresh one when none shares any); entries
-        whose id() is in `exclude` are skipped (a batch hands each row a sequence of its own)."""
-        best_key, best_len = None, 0
+        """The entry sharing the longest prefix with `ids` (a fresh one when none shares any, or when the
+        best one is another sequence's: then with that shared prefix copied in); entries whose id() is in
+        `exclude` are never handed out (a batch hands each row a sequence of its own), though their
+        prefix may be copied."""
+        best_key, best_len, source = None, 0, None
         for key, seq in self._entries.items():
-            if id(seq) in exclude:
-                continue
             n = seq.common_prefix(ids)
+            if id(seq) in exclude:
+                if n > (source[1] if source else 0):
+                    source = (seq, n)
+                continue
             if n > best_len:
                 best_key, best_len = key, n
+        if best_key is not None:
+            held = len(self._entries[best_key].tokens)
+            if best_len < held and best_len < len(ids) - 1:  # another sequence's: share, do not take
+                source = (self._entries[best_key], best_len)
+                best_key = None
         if best_key is None:
-            if len(self._entries) >= self.max_entries:
-                self._entries.popitem(last=False)  # least recently used
+            fresh = CachedSequence(self.model)
+            if source is not None and source[1] > 0:
+                seq, n = source
+                best_len = n
+                fresh.cache.reserve(n)
+                fresh.cache.k[:, 0, :n] = seq.cache.k[:, 0, :n]  # [L,n,nkv,D] the shared prefix's KV
+                fresh.cache.v[:, 0, :n] = seq.cache.v[:, 0, :n]
+                fresh.cache.lengths[0] = n
+                fresh.tokens = list(seq.tokens[:n])
+                self.copied_tokens += n
+            held = exclude | ({id(source[0])} if source else frozenset())
+            while len(self._entries) >= self.max_entries:  # the least recently used one
+                victims = [k for k, s in self._entries.items() if id(s) not in held] or [
+                    k for k, s in self._entries.items() if id(s) not in exclude
+                ]  # not one a batch holds; the shared one only when nothing else is left
+                if not victims:
+                    break
+                self._entries.pop(victims[0])
             best_key, self._next = self._next, self._next + 1
-            self._entries[best_key] = CachedSequence(self.model)
+            self._entries[best_key] = fresh
         self._entries.move_to_end(best_key)
         self.reused_tokens += min(best_len, max(len(ids) - 1, 0))
         return self._entries[best_key]
