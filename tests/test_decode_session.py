@@ -114,3 +114,23 @@ def test_a_running_row_keeps_its_prefix_entry_from_other_requests(model):
     while not row.done:
         session.step()
     assert row.tokens == _engine(model).generate(PROMPTS[0], params, speculative=False).token_ids
+
+
+def test_requests_admitted_together_share_one_prefill_pass(model, monkeypatch):
+    """The per-token calls of concurrent requests (the BLS's streamed baseline, its draft calls) are
+    admitted together: one batched prefill pass for all of them, each from its own cached prefix."""
+    engine = _engine(model)
+    session = engine.session()
+    params = SamplingParams(max_tokens=1, end_id=-1)
+    grown = [list(p) for p in PROMPTS[:3]] + [[33, 1, 250, 4]]  # no two share a prefix
+    grown = [p + session.add(p, params).tokens for p in grown]  # each prompt's KV in the prefix cache
+    passes = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda *a, **kw: passes.append(1) or forward(*a, **kw))
+    rows = session.add_many([(p, params, None, None) for p in grown])
+    assert len(passes) == 1 and all(r.done for r in rows)
+    assert [r.cached_prompt_tokens for r in rows] == [len(p) - 1 for p in grown]
+    monkeypatch.undo()
+    assert [r.tokens for r in rows] == [
+        _engine(model).generate(p, params, speculative=False).token_ids for p in grown
+    ]

@@ -637,11 +637,20 @@ class EngineSession:
         return len(self._session)
 
     def add(self, prompt_ids: list[int], params: SamplingParams, *, on_tokens=None, stop=None) -> Row:
-        engine = self.engine
-        _check_prompt(prompt_ids, engine.target.cfg.vocab_size)
-        params = engine._bound(prompt_ids, engine.resolve(params), 0)
-        with engine._lock:
-            return self._session.add(list(prompt_ids), params, on_tokens=on_tokens, stop=stop)
+        return self.add_many([(prompt_ids, params, on_tokens, stop)])[0]
+
+    def add_many(self, requests: list[tuple]) -> list[Row]:
+        """add() for several (prompt_ids, params, on_tokens, stop): one batched prefill (a request the
+        engine refuses raises before any is admitted: callers check each with `checked` first)."""
+        checked = [(list(p), self.checked(p, q), on, st) for p, q, on, st in requests]
+        with self.engine._lock:
+            return self._session.add_many(checked)
+
+    def checked(self, prompt_ids: list[int], params: SamplingParams) -> SamplingParams:
+        """The params a request runs with (eos filled in, output length clamped); EngineError when the
+        engine refuses it (empty prompt, ids out of range, no room)."""
+        _check_prompt(prompt_ids, self.engine.target.cfg.vocab_size)
+        return self.engine._bound(prompt_ids, self.engine.resolve(params), 0)
 
     def step(self) -> list[Row]:
         with self.engine._lock:

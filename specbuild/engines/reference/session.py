@@ -33,6 +33,7 @@ from specbuild.engines.reference.sampling import make_generator, probs_from_logi
 from specbuild.engines.reference.speculative import StopHook, emit, stop_ids
 
 FIRST_CAPACITY = 256  # slots of a session's first batched cache (it doubles as rows grow)
+SHORT_TAIL = 16  # prompt tails up to this many tokens share one prefill pass (a longer one would pad them)
 
 
 @dataclass
@@ -69,20 +70,68 @@ class DecodeSession:
     def add(self, prompt: list[int], params: SamplingParams, *, on_tokens=None, stop=None) -> Row:
         """Admit a request: prefill it from its prefix-cache sequence and take its first token. A row
         that ends on that token (max_tokens 1, an end id) never joins: check `row.done`."""
-        row = Row(list(prompt), params, on_tokens=on_tokens, stop=stop)
-        row.generator, row.stops = make_generator(params.seed), stop_ids(params)
-        before = self.prefix_cache.reused_tokens
-        row.seq = self.prefix_cache.acquire(row.prompt)
-        row.cached_prompt_tokens = self.prefix_cache.reused_tokens - before
-        self.prefix_cache.hold(row.seq)
-        row.last = row.seq.feed(row.prompt, 1)[0]  # [H] the prompt's tail in the row's own pass
-        row.passes = 1
-        self._take(row)
-        if row.done:
-            self.prefix_cache.release(row.seq)
-        else:
-            self._join(row)
-        return row
+        return self.add_many([(prompt, params, on_tokens, stop)])[0]
+
+    @torch.inference_mode()
+    def add_many(self, requests: list[tuple]) -> list[Row]:
+        """add() for several (prompt, params, on_tokens, stop) at once: their prefills share batched passes
+        (short tails, up to SHORT_TAIL tokens, in one; longer ones in another), so the per-token calls of
+        concurrent requests (the BLS's draft calls and streamed baseline) cost one pass, not one each."""
+        rows = []
+        taken: set[int] = set()
+        for prompt, params, on_tokens, stop in requests:
+            row = Row(list(prompt), params, on_tokens=on_tokens, stop=stop)
+            row.generator, row.stops = make_generator(params.seed), stop_ids(params)
+            before = self.prefix_cache.reused_tokens
+            row.seq = self.prefix_cache.acquire(row.prompt, exclude=frozenset(taken))
+            row.cached_prompt_tokens = self.prefix_cache.reused_tokens - before
+            self.prefix_cache.hold(row.seq)
+            taken.add(id(row.seq))
+            rows.append(row)
+        tails = {id(r): len(r.prompt) - min(r.seq.common_prefix(r.prompt), len(r.prompt) - 1) for r in rows}
+        short = [r for r in rows if tails[id(r)] <= SHORT_TAIL]
+        for group in (short, [r for r in rows if tails[id(r)] > SHORT_TAIL]):
+            if group:
+                self._prefill(group)
+        for row in rows:
+            row.passes = 1
+            self._take(row)
+            if row.done:
+                self.prefix_cache.release(row.seq)
+            else:
+                self._join(row)
+        return rows
+
+    def _prefill(self, rows: list[Row]) -> None:
+        """Feed each row's prompt tail (what its prefix-cache sequence does not hold) in one pass; leave
+        the prompt's KV in its sequence and its last hidden state [H] in row.last."""
+        if len(rows) == 1:
+            rows[0].last = rows[0].seq.feed(rows[0].prompt, 1)[0]  # [H]
+            return
+        keep = [min(r.seq.common_prefix(r.prompt), len(r.prompt) - 1) for r in rows]
+        cache = self.model.new_cache(len(rows), max(len(r.prompt) for r in rows) + 1)
+        for i, (row, k) in enumerate(zip(rows, keep, strict=True)):
+            cache.k[:, i, :k] = row.seq.cache.k[:, 0, :k]  # [L,keep,nkv,D]
+            cache.v[:, i, :k] = row.seq.cache.v[:, 0, :k]
+            cache.lengths[i] = k
+        tails = [r.prompt[k:] for r, k in zip(rows, keep, strict=True)]
+        tokens = torch.zeros(
+            len(rows), max(len(t) for t in tails), dtype=torch.long, device=self.model.device
+        )
+        for i, t in enumerate(tails):
+            tokens[i, : len(t)] = torch.tensor(t)  # [B,T] right-padded
+        hidden = self.model.forward(tokens, cache, n_new=[len(t) for t in tails])  # [B,T,H]
+        for i, (row, k, t) in enumerate(zip(rows, keep, tails, strict=True)):
+            n = len(row.prompt)
+            seq = row.seq
+            seq.cache.reserve(n)
+            seq.cache.truncate(0, k)
+            seq.cache.k[:, 0, k:n] = cache.k[:, i, k:n]  # the tail's KV
+            seq.cache.v[:, 0, k:n] = cache.v[:, i, k:n]
+            seq.cache.lengths[0] = n
+            seq.tokens = list(row.prompt)
+            seq.forward_passes += 1
+            row.last = hidden[i, len(t) - 1]  # [H]
 
     @torch.inference_mode()
     def step(self) -> list[Row]:

@@ -418,11 +418,22 @@ class StepScheduler:
         self.done: list = []  # jobs that ended at admission (their first token, a cancelled request)
 
     def admit(self, jobs: list) -> None:
+        plain = []
         for job in jobs:
-            if job.req.draft_ids is None and not job.req.generation_logits:
-                self._add(job)
-            else:
+            if job.req.draft_ids is not None or job.req.generation_logits:
                 self.waiting.append(job)
+            elif job.responder.ended():  # cancelled or stopped while it waited
+                self.model._ended(job)
+                job.ran = True
+                self.done.append(job)
+            else:
+                try:
+                    plain.append((job, self.session.checked(job.req.prompt_ids, job.req.params)))
+                except Exception as exc:  # noqa: BLE001 - the request's error response
+                    job.error, job.ran = exc, True
+                    self.done.append(job)
+        if plain:
+            self._add(plain)
 
     def step(self) -> list:
         waiting, self.waiting = self.waiting, []
@@ -455,28 +466,32 @@ class StepScheduler:
         self.rows, self.waiting, self.done = {}, [], []
         return jobs
 
-    def _add(self, job) -> None:
+    def _add(self, plain: list) -> None:
+        """New plain requests (job, checked params): rows of the session, prefilled together."""
         model = self.model
-        if job.responder.ended():  # cancelled or stopped while it waited
-            model._ended(job)
-            job.ran = True
-            self.done.append(job)
-            return
+        jobs = [job for job, _ in plain]
         try:
-            row = self.session.add(
-                job.req.prompt_ids,
-                job.req.params,
-                on_tokens=lambda new: model._on_tokens(job, new),
-                stop=model._stop_hook(job),
+            rows = self.session.add_many(
+                [
+                    (
+                        job.req.prompt_ids,
+                        params,
+                        lambda new, job=job: model._on_tokens(job, new),
+                        model._stop_hook(job),
+                    )
+                    for job, params in plain
+                ]
             )
-        except Exception as exc:  # noqa: BLE001 - the request's error response
-            job.error, job.ran = exc, True
-            self.done.append(job)
+        except Exception as exc:  # noqa: BLE001 - every request of the pass gets the error
+            for job in jobs:
+                job.error, job.ran = exc, True
+                self.done.append(job)
             return
-        if row.done:
-            self._ended(job, row)
-        else:
-            self.rows[id(row)] = (job, row)
+        for job, row in zip(jobs, rows, strict=True):
+            if row.done:
+                self._ended(job, row)
+            else:
+                self.rows[id(row)] = (job, row)
 
     def _ended(self, job, row) -> None:
         job.tokens, job.ran = row.tokens, True
