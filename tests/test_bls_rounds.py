@@ -4,6 +4,7 @@ token), and greedy output stays the target's."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -179,3 +180,25 @@ def test_bls_rounds_ask_for_perf_outputs_once_and_for_cancellation_once_per_roun
     assert "kv_cache_reused_blocks" in got["perf"]  # the request's perf outputs still carry the figures
     # rounds = target calls; + preprocessing's call, + the final response
     assert len(asks) <= 2 * len(target) + 2, (len(asks), len(target))
+
+
+def test_bls_timers_account_for_every_engine_call_and_response(off_server, tmp_path):
+    """SPECBUILD_BLS_TIMINGS: one row per request with its engine calls by model, its responses and its
+    asks; what is left (the BLS's own code) is what bench-serve reports."""
+    s = off_server
+    bls = s.models["tensorrt_llm_bls"]
+    start = len(s.calls)
+    bls.timings = str(tmp_path)
+    try:
+        got = collect(s.infer("tensorrt_llm_bls", text_request(PROMPT, N, num_draft_tokens=2, stream=True)))
+    finally:
+        bls.timings = None
+    (path,) = tmp_path.glob("bls-*.jsonl")
+    (row,) = [json.loads(line) for line in path.read_text().splitlines()]
+    calls = {}
+    for name, _ in s.calls[start:]:
+        if name != "tensorrt_llm_bls":  # the request itself
+            calls[name] = calls.get(name, 0) + 1
+    assert row["calls"] == calls and set(row["exec_ns"]) == set(calls)
+    assert row["sends"] == got["responses"] and row["asks"] >= 1
+    assert row["handle_ns"] >= sum(row["exec_ns"].values()) + row["send_ns"] + row["ask_ns"]

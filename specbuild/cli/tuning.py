@@ -64,6 +64,14 @@ def train_medusa_cmd(
             "faithful to the model being served).",
         ),
     ] = default(TrainConfig, "self_distill"),
+    distill_new_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--distill-new-tokens",
+            help="--self-distill: greedy tokens per prompt (default: fill one window, seq_len minus the "
+            "prompt's kept seq_len/2 tail). More than that packs into several windows per answer.",
+        ),
+    ] = default(TrainConfig, "distill_new_tokens"),
     resume: Annotated[
         bool,
         typer.Option(
@@ -115,6 +123,7 @@ def train_medusa_cmd(
         batch_size=batch_size,
         seq_len=seq_len,
         self_distill=self_distill,
+        distill_new_tokens=distill_new_tokens,
         resume=resume,
         checkpoint_every=checkpoint_every,
         seed=seed,
