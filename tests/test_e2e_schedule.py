@@ -172,3 +172,4 @@ def test_bench_calibrates_on_other_prompts_and_reports_measured_over_predicted(s
         assert m["ratio_min"] <= m["measured_over_predicted"] <= m["ratio_max"]
     runs = json.loads((out / "bench.json").read_text())["runs"]
     assert len(runs) == 6  # the calibration runs are not benched runs
+    assert "measured/predicted" in r.output

@@ -113,6 +113,12 @@ def load_table_lines(rows: list[dict[str, Any]]) -> list[str]:
         cells = "  ".join(
             f"{label} {m['throughput_median']:.1f} tok/s "
             f"({m['throughput_min']:.1f}-{m['throughput_max']:.1f})"
+            + (
+                f" measured/predicted {m['measured_over_predicted']:.2f} "
+                f"({m['ratio_min']:.2f}-{m['ratio_max']:.2f})"
+                if m.get("measured_over_predicted")
+                else ""
+            )
             for label, m in row["modes"].items()
         )
         lines.append(f"T={row['temperature']:g} c={row['concurrency']}: {cells}")
