@@ -235,6 +235,29 @@ def test_summary_has_a_row_for_the_fixed_k_and_one_for_the_schedule(tmp_path):
     ]
 
 
+def test_summary_compares_every_method_with_the_one_call_baseline(tmp_path):
+    """bench's baseline-unary run (the target alone, one call per request) is the fair baseline: the streamed
+    one pays one BLS -> target call per token. n-gram rows take their own; Medusa's (no target-alone mode)
+    take n-gram's on the same prompts and concurrency; the summary shows both ratios."""
+    from specbuild.demo.real_run import COLUMNS, summary_markdown, summary_table
+
+    runs = [("baseline", 1, 10.0), ("baseline-unary", 1, 12.0), ("speculative", 1, 24.0)]
+    runs += [("baseline", 4, 2.0), ("baseline-unary", 4, 16.0), ("speculative", 4, 8.0)]
+    ngram = _bench(tmp_path / "nq.json", "ngram", runs)
+    medusa = _bench(tmp_path / "mq.json", "medusa", [("speculative", 1, 6.0), ("speculative", 4, 20.0)])
+    rows = summary_table({"ngram": {"quoting": ngram}, "medusa": {"quoting": medusa}})
+    got = [(r["method"], r["conc"], r["measured"], r["1-call base tok/s"], r["vs 1-call"]) for r in rows]
+    assert got == [
+        ("ngram", 1, 2.4, 12.0, 2.0),
+        ("ngram", 4, 4.0, 16.0, 0.5),  # fast against the streamed baseline, slow against the fair one
+        ("medusa", 1, 0.6, 12.0, 0.5),
+        ("medusa", 4, 10.0, 16.0, 1.25),
+    ]
+    assert "vs 1-call" in COLUMNS and "1-call base tok/s" in COLUMNS
+    md = summary_markdown(rows, {"timings_s": {}, "total_s": 1.0, "load": {"start": "a", "end": "b"}})
+    assert "| ngram | quoting | 4 |" in md and "| 0.50 |" in md
+
+
 def test_the_streamed_answer_and_its_stats_go_into_the_summary():
     from specbuild.demo.real_run import answer_record, summary_markdown
 

@@ -174,3 +174,45 @@ def test_cli_errors_are_typed(tmp_path, tiny_target):
         ],
     )
     assert r.exit_code == 2 and "not found" in r.output
+
+
+def test_distill_new_tokens_sets_each_answers_length_and_reaches_the_cli(tmp_path, tiny_target, monkeypatch):
+    """--self-distill continues each prompt tail (seq_len/2 tokens) by --distill-new-tokens greedy tokens
+    (default: the rest of one window); the CLI passes the option on and refuses 0."""
+    import torch
+    from typer.testing import CliRunner
+
+    import specbuild.tuning.train as train
+    from specbuild.cli import app
+    from specbuild.tuning.data import encode
+    from specbuild.tuning.hf_base import load_base
+    from specbuild.tuning.progress import Reporter
+
+    torch.set_num_threads(1)
+    base = load_base(str(tiny_target), device="cpu")
+    prompts = encode(base.tokenizer, TEXT.splitlines()[:4])
+    lengths = {}
+    for new in (None, 20):
+        cfg = _config(tmp_path, tiny_target, f"d{new}", self_distill=True, distill_new_tokens=new, seq_len=16)
+        out = train._self_distill(cfg, base, prompts, Reporter())
+        tails = [p[-8:] for p in prompts]  # seq_len // 2 of each prompt
+        assert [seq[: len(t)] for seq, t in zip(out, tails, strict=True)] == tails
+        lengths[new] = [len(seq) - len(t) for seq, t in zip(out, tails, strict=True)]
+    assert max(lengths[None]) == 8 and max(lengths[20]) == 20  # up to the first EOS
+    assert all(n <= 20 for n in lengths[20])
+
+    seen = []
+    monkeypatch.setattr(train, "train_medusa", lambda config, **_: seen.append(config) or 1 / 0)
+    argv = [
+        "train-medusa",
+        str(tiny_target),
+        "--data",
+        str(tmp_path / "data.txt"),
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    CliRunner().invoke(app, [*argv, "--self-distill", "--distill-new-tokens", "96"])
+    assert seen and seen[0].distill_new_tokens == 96
+    monkeypatch.undo()
+    r = CliRunner().invoke(app, [*argv, "--self-distill", "--distill-new-tokens", "0"])
+    assert r.exit_code == 2 and "distill_new_tokens=0" in r.output

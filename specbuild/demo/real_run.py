@@ -56,10 +56,12 @@ REAL_METHODS = ("ngram", "medusa")
 CHECK_TP = 3  # 9 attention heads and 3 KV heads split over 3 ranks without duplication
 
 
-# 3 heads, 1 ResBlock; ~7 s a step on 2 quiet cores (the three 49,152 x 576 head matrices dominate); 24 steps
-# reach head-0 top-1 ~0.45 on held-out answers (30 measured 0.49): the demo's time budget, not convergence.
-# Windows of 128 tokens: --self-distill continues each prompt's last 64 tokens by 64 greedy tokens.
+# 3 heads, 1 ResBlock; ~7 s a step on 2 quiet cores (the three 49,152 x 576 head matrices dominate).
+# Windows of 128 tokens: --self-distill keeps each prompt's last 64 tokens and continues it greedily by
+# REAL_DISTILL_NEW_TOKENS tokens, so one answer fills up to 2 windows (64 answer tokens gave one window per
+# prompt, half of it prompt text: 24 steps reached head-0 top-1 only 0.29 on held-out windows).
 REAL_MEDUSA = MedusaSettings(num_heads=3, num_layers=1, steps=24, batch_size=4, seq_len=128, lr=3e-3)
+REAL_DISTILL_NEW_TOKENS = 192
 MEDUSA_CHECKPOINT_EVERY = 8  # steps: an interrupted demo resumes (--resume) from the last checkpoint
 
 
@@ -84,6 +86,7 @@ class RealOptions:
     plain_from: int = 3
     exact_new_tokens: int = 24
     medusa: MedusaSettings = REAL_MEDUSA
+    distill_new_tokens: int = REAL_DISTILL_NEW_TOKENS  # train-medusa --distill-new-tokens
     methods: tuple[str, ...] = ()  # empty: every method this checkout has
 
 
@@ -205,16 +208,17 @@ def stage_medusa(real: RealModel, train_prompts: Path, sets: PromptSets, opts: R
     shapes them): the target's own greedy continuations are the training text, so the heads learn the
     model being served."""
     m = opts.medusa
-    key = settings_hash({"model": real.root.name, "prompts": list(sets.train), "medusa": asdict(m)})
+    recipe = {"medusa": asdict(m), "distill_new_tokens": opts.distill_new_tokens}
+    key = settings_hash({"model": real.root.name, "prompts": list(sets.train), **recipe})
     out = (Path(opts.cache) / f"medusa-{key}").resolve()
     if (out / MANIFEST).is_file():
         read_manifest(out, kind="medusa_heads")
         print(f"Medusa heads cached at {out}")
     else:
-        # train-medusa keeps each prompt's last seq_len/2 tokens and continues it greedily by seq_len/2
-        # tokens (its rule, tuning/train.py); the long code-editing prompts lose their head there (README
-        # "demo-real" says what that costs). --resume: an interrupted demo continues from the last
-        # checkpoint and reuses the distilled text saved beside it.
+        # train-medusa keeps each prompt's last seq_len/2 tokens and continues it greedily by
+        # --distill-new-tokens tokens (its rule, tuning/train.py); the long code-editing prompts lose their
+        # head there. --resume: an interrupted demo continues from the last checkpoint and reuses the
+        # distilled text saved beside it.
         run_cli(
             "train-medusa",
             str(real.model),
@@ -223,6 +227,8 @@ def stage_medusa(real: RealModel, train_prompts: Path, sets: PromptSets, opts: R
             "--out",
             str(out),
             *m.train_options(),
+            "--distill-new-tokens",
+            str(opts.distill_new_tokens),
             "--checkpoint-every",
             str(MEDUSA_CHECKPOINT_EVERY),
             "--resume",
@@ -336,7 +342,6 @@ def run_method(
                 "0",
                 "--max-tokens",
                 str(opts.max_tokens),
-                "--no-unary-baseline",  # the summary compares with the streamed baseline; saves a run per c
                 "--timeout",
                 str(opts.bench_timeout_s),
                 "--out",
@@ -381,7 +386,20 @@ COLUMNS = (
     "base ITL ms",
     "tok/s",
     "base tok/s",
+    "1-call base tok/s",
+    "vs 1-call",
 )
+# "measured" is tok/s over the STREAMED target-alone baseline (one BLS -> target call per token); "vs 1-call"
+# over the target alone answering each request in one call (bench's baseline-unary run), the fair baseline
+HEADERS = {
+    "measured": "vs streamed",
+    "base ITL ms": "streamed base ITL ms",
+    "base tok/s": "streamed base tok/s",
+}
+
+
+def _header(col: str) -> str:
+    return HEADERS.get(col, col)
 
 
 def _schedule_label(schedule: str | dict | None) -> str:
@@ -448,7 +466,7 @@ def print_summary(
         "measured vs the target alone"
     )
     for col in COLUMNS:
-        table.add_column(col, justify="left" if col in ("method", "prompts") else "right")
+        table.add_column(_header(col), justify="left" if col in ("method", "prompts") else "right")
     for row in rows:
         table.add_row(*(_fmt(row.get(c)) for c in COLUMNS))
     console.print(table)
@@ -473,7 +491,7 @@ def print_summary(
 
 def summary_markdown(rows: list[dict], summary: dict) -> str:
     """summary.md: the table, the exactness lines, one real answer per method, stage times and load."""
-    md = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    md = ["| " + " | ".join(map(_header, COLUMNS)) + " |", "|" + "---|" * len(COLUMNS)]
     md += ["| " + " | ".join(_fmt(r.get(c)) for c in COLUMNS) + " |" for r in rows]
     md += ["", "Conversion exactness (reference engine vs transformers, float32):", ""]
     for line in summary.get("exactness_lines", []):
@@ -539,7 +557,8 @@ def main(argv: list[str] | None = None) -> int:
             tune_prompts=2,
             tune_max_tokens=12,
             exact_new_tokens=8,
-            medusa=replace(opts.medusa, steps=2, seq_len=48),  # 24-token prompt tails, 24-token answers
+            medusa=replace(opts.medusa, steps=2, seq_len=48),  # 24-token prompt tails
+            distill_new_tokens=24,
         )
     torch.set_num_threads(cpu_count())
     specbuild_exe()  # a clear error now if the CLI is not installed

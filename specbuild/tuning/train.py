@@ -45,6 +45,7 @@ _RANGES = {
     "checkpoint_every": (0, 10_000_000),
     "seed": (0, 2**32 - 1),
 }  # seeds derive from seed * 1_000_003 (< 2**63)
+_DISTILL_NEW_TOKENS = (1, 1 << 16)  # greedy tokens per prompt under --self-distill (generation time)
 _FLOAT_MAX = {"lr": 1.0, "head_decay": 1.0}  # AdamW peak learning rate; loss weight of head h is decay**h
 
 
@@ -233,10 +234,14 @@ def _check_options(config: TrainConfig) -> None:
     bad = [f"{n}={v}" for n, (low, high) in _RANGES.items() if not low <= (v := getattr(config, n)) <= high]
     floats = {"lr": config.lr, "head_decay": config.head_decay}
     bad += [f"{n}={v}" for n, v in floats.items() if not (math.isfinite(v) and 0 < v <= _FLOAT_MAX[n])]
+    low, high = _DISTILL_NEW_TOKENS
+    if config.distill_new_tokens is not None and not low <= config.distill_new_tokens <= high:
+        bad.append(f"distill_new_tokens={config.distill_new_tokens}")
     if bad or config.seq_len < config.num_heads + 3:
         raise TrainingError(
             "impossible training options",
             expected=", ".join(f"{n} in {lo}..{hi}" for n, (lo, hi) in _RANGES.items())
+            + f", distill_new_tokens in {low}..{high} (or unset)"
             + "; seq_len >= num_heads + 3; lr in (0, 1]; head_decay in (0, 1] (finite numbers)",
             found=", ".join(bad) or f"seq_len={config.seq_len} with num_heads={config.num_heads}",
             fix="see `specbuild train-medusa --help`",
