@@ -59,9 +59,10 @@ CHECK_TP = 3  # 9 attention heads and 3 KV heads split over 3 ranks without dupl
 # 3 heads, 1 ResBlock; ~8 s a step on 2 cores (the three 49,152 x 576 head matrices dominate).
 # Windows of 128 tokens: --self-distill keeps each prompt's last 64 tokens and continues it greedily by
 # REAL_DISTILL_NEW_TOKENS tokens (HF generate, batch 4: ~0.23 s a token step here, so 64 tokens cost ~2 min).
-# Measured on the fresh-clone run of 2026-12-01 18:47: 192 tokens (two windows per answer) cost 353 s and
-# gave WORSE heads, held-out top-1 0.12 for t+2 against 0.29 with 64: a second window starts mid-answer,
-# so the base sees text it did not produce from that context (README "demo-real").
+# Measured on the fresh-clone run of 2026-12-01 18:47: 192 tokens (two windows per answer) cost 353 s of
+# generation against ~120 s and bought nothing: bench tokens a pass 1.38 / 1.35 (quoting / open) against
+# 1.39 / 1.26 with 64 (held-out top-1 for t+2 0.12 against 0.29, on held-out windows of another kind: most
+# start mid-answer, without the context the text was generated from).
 REAL_MEDUSA = MedusaSettings(num_heads=3, num_layers=1, steps=24, batch_size=4, seq_len=128, lr=3e-3)
 REAL_DISTILL_NEW_TOKENS = 64
 MEDUSA_CHECKPOINT_EVERY = 8  # steps: an interrupted demo resumes (--resume) from the last checkpoint
