@@ -227,6 +227,19 @@ class FakeServer:
                 )
                 out.append([r for r, _ in sent if r is not None])
             return out
+        if returned is None:  # a non-decoupled model answering through its response senders
+            out = []
+            for request in requests:
+                assert request.sender.done.wait(120), f"{name}: no final response"
+                sent = request.sender.responses
+                # the Python backend's rules: exactly one response, with the final flag
+                # ("Non-decoupled model cannot send more than one response" / "... complete final before
+                # sending a response")
+                assert len(sent) == 1 and sent[0][0] is not None and sent[0][1] == FINAL, (
+                    f"{name}: a non-decoupled model sends exactly one response, with the final flag"
+                )
+                out.append([sent[0][0]])
+            return out
         assert len(returned) == len(requests)
         return [[r] for r in returned]
 

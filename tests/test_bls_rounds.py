@@ -4,6 +4,7 @@ token), and greedy output stays the target's."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -120,7 +121,9 @@ def test_verification_requests_of_one_execute_share_one_target_pass(off_server, 
         before = len(passes)
         batch = [_verify_request(*r[step]) for r in rounds]
         got = [_tokens(rs[0]) for rs in s.infer_batch("tensorrt_llm", batch)]
-        assert len(passes) - before == 1  # one target pass for all three rows (one by one: three)
+        # one target pass per max_batch rows (the worker admits at most max_batch_size running requests,
+        # as Triton's dynamic batcher hands over at most that many; one by one: three)
+        assert len(passes) - before == -(-len(batch) // model.max_batch) < len(batch)
         together.append([t for t, _ in got])
         reuse.append([int(out["kv_cache_reused_blocks"].item()) for _, out in got])
         for (tokens, out), (_, drafts) in zip(got, [r[step] for r in rounds], strict=True):
@@ -179,3 +182,25 @@ def test_bls_rounds_ask_for_perf_outputs_once_and_for_cancellation_once_per_roun
     assert "kv_cache_reused_blocks" in got["perf"]  # the request's perf outputs still carry the figures
     # rounds = target calls; + preprocessing's call, + the final response
     assert len(asks) <= 2 * len(target) + 2, (len(asks), len(target))
+
+
+def test_bls_timers_account_for_every_engine_call_and_response(off_server, tmp_path):
+    """SPECBUILD_BLS_TIMINGS: one row per request with its engine calls by model, its responses and its
+    asks; what is left (the BLS's own code) is what bench-serve reports."""
+    s = off_server
+    bls = s.models["tensorrt_llm_bls"]
+    start = len(s.calls)
+    bls.timings = str(tmp_path)
+    try:
+        got = collect(s.infer("tensorrt_llm_bls", text_request(PROMPT, N, num_draft_tokens=2, stream=True)))
+    finally:
+        bls.timings = None
+    (path,) = tmp_path.glob("bls-*.jsonl")
+    (row,) = [json.loads(line) for line in path.read_text().splitlines()]
+    calls = {}
+    for name, _ in s.calls[start:]:
+        if name != "tensorrt_llm_bls":  # the request itself
+            calls[name] = calls.get(name, 0) + 1
+    assert row["calls"] == calls and set(row["exec_ns"]) == set(calls)
+    assert row["sends"] == got["responses"] and row["asks"] >= 1
+    assert row["handle_ns"] >= sum(row["exec_ns"].values()) + row["send_ns"] + row["ask_ns"]

@@ -140,38 +140,56 @@ def test_summary_rows_compare_with_the_one_call_baseline_when_bench_ran_it():
 
 
 def test_summary_has_the_load_aware_table(tmp_path):
-    """The draft/target load bench (load.json) beside tune --schedule's report: per concurrency the
-    measured tokens/s with measured / predicted, the schedule over the baselines, and the plot paths."""
+    """The draft/target load bench (load.json, with bench --calibrate's measured / predicted) beside the
+    in-process check (in_process.json) and tune --schedule's report: per concurrency and mode the
+    tokens/s through Triton and in-process as median (range) of the rounds, measured / predicted of
+    both, the schedule over the one-call baseline and over the fixed K, and the plot paths."""
     mode = tmp_path / "draft_target"
     (mode / "schedule").mkdir(parents=True)
     (mode / "bench-load").mkdir()
-    tune = {
-        "details": {
-            "schedule": {
-                "schedule": {"1": 4, "6": 0},
-                "chosen": {"1": 4, "8": 0},
-                "baseline": {"1": 100.0, "8": 400.0},
-                "table": [
-                    {"batch": b, "k": k, "tokens_per_s": r}
-                    for b, k, r in ((1, 0, 90.0), (1, 4, 200.0), (8, 0, 380.0), (8, 4, 300.0))
-                ],
-            }
-        }
-    }
+    tune = {"details": {"schedule": {"schedule": {"1": 4, "6": 0}, "chosen": {"1": 4, "8": 0}}}}
     (mode / "schedule" / "tune.json").write_text(json.dumps(tune))
     (mode / "schedule" / "schedule_predicted.png").write_bytes(b"png")
 
-    def point(c, base, k4, sched):
-        modes = {"baseline": base, "K=4": k4, "schedule": sched}
+    def spread(m, lo, hi):
+        return {"median": m, "min": lo, "max": hi}
+
+    def mode_(v, ratio):
         return {
-            "concurrency": c,
-            "modes": {label: {"throughput_median": v} for label, v in modes.items()},
-            "schedule_over_baseline": {"median": sched / base},
+            "throughput_median": v,
+            "throughput_min": v - 1,
+            "throughput_max": v + 1,
+            "measured_over_predicted": ratio,
+            "ratio_min": ratio - 0.05,
+            "ratio_max": ratio + 0.05,
         }
 
-    load = {"points": [point(1, 50.0, 150.0, 160.0), point(8, 300.0, 200.0, 310.0)]}
+    def point(c, base, k4, sched):
+        return {
+            "concurrency": c,
+            "modes": {
+                "baseline-unary": mode_(base, 1.0),
+                "K=4": mode_(k4, 0.9),
+                "schedule": mode_(sched, 1.1),
+            },
+            "schedule_over_baseline_unary": spread(sched / base, 1.0, 1.2),
+            "schedule_over_best_fixed": spread(1.0, 0.98, 1.02),
+        }
+
+    load = {"context": {"rounds": 3}, "points": [point(1, 50.0, 150.0, 160.0), point(8, 300.0, 200.0, 310.0)]}
     (mode / "bench-load" / "load.json").write_text(json.dumps(load))
     (mode / "bench-load" / "bench.json").write_text(json.dumps({"runs": []}))
+    local = {
+        "points": {
+            "1/baseline": {
+                "tokens_per_s": spread(80.0, 78.0, 82.0),
+                "measured_over_predicted": spread(0.97, 0.9, 1.0),
+            },
+            "1/schedule": {"tokens_per_s": spread(200.0, 200.0, 200.0), "measured_over_predicted": None},
+        },
+        "schedule_over_fixed": {"1": spread(1.01, 0.99, 1.03)},
+    }
+    (mode / "schedule" / "in_process.json").write_text(json.dumps(local))
     summary = demo_report.print_summary(
         {},
         loads={"draft_target": mode / "bench-load" / "bench.json"},
@@ -181,10 +199,16 @@ def test_summary_has_the_load_aware_table(tmp_path):
         total_s=1.0,
     )
     rows = summary["load_aware"]["draft_target"]["rows"]
-    assert rows[0]["K=4 meas/pred"] == pytest.approx(0.75) and rows[0]["schedule meas/pred"] == pytest.approx(
-        0.8
+    by = {(r["conc"], r["mode"]): r for r in rows}
+    assert by[1, "target alone"]["Triton tok/s"] == "50.0 (49.0-51.0)"
+    assert by[1, "target alone"]["in-process tok/s"] == "80.0 (78.0-82.0)"
+    assert by[1, "target alone"]["in-process meas/pred"] == "0.97 (0.90-1.00)"
+    assert by[1, "K=4"]["Triton meas/pred"] == "0.90 (0.85-0.95)" and by[1, "K=4"]["in-process tok/s"] == "-"
+    assert by[1, "schedule"]["in-process tok/s"] == "200.0" and by[1, "schedule"]["sched K"] == 4
+    assert by[1, "schedule"]["sched / fixed K (in-process)"] == "1.01 (0.99-1.03)"
+    assert (
+        by[8, "schedule"]["sched K"] == 0
+        and by[8, "schedule"]["sched / fixed K (Triton)"] == "1.00 (0.98-1.02)"
     )
-    assert rows[1]["schedule meas/pred"] == pytest.approx(310 / 380) and rows[1]["sched K"] == 0
-    assert rows[1]["baseline meas/pred"] == pytest.approx(0.75)
     md = (tmp_path / "summary.md").read_text()
-    assert "load-aware schedule" in md and "schedule_predicted.png" in md
+    assert "load-aware schedule" in md and "schedule_predicted.png" in md and "3 interleaved rounds" in md

@@ -138,6 +138,38 @@ def test_tune_schedule_through_the_server(e2e_builds, scheduled_server, tmp_path
     assert sched["curve"]["kind"] == "served" and set(sched["curve"]["points"]) == {
         f"{c}/{k}" for c in (1, 2) for k in (0, 1, 2)
     }
+    # the sweep repeated (interleaved), every point once per repeat; a decision per concurrency
+    assert sched["curve"]["repeats"] == 3 and all(len(v) == 3 for v in sched["curve"]["points"].values())
+    assert [d["concurrency"] for d in sched["decisions"]] == [1, 2]
     rows = [row for row in sched["table"] if row["k"] > 0]
     assert all(row["round_ms"] > 0 and row["measured_tokens_per_s"] > 0 for row in rows)
+    assert all(row["predicted"]["min"] <= row["tokens_per_s"] <= row["predicted"]["max"] for row in rows)
     assert sched["schedule"] is None or sched["schedule"]["1"] == sched["chosen"]["1"]
+
+
+def test_bench_calibrates_on_other_prompts_and_reports_measured_over_predicted(scheduled_server, tmp_path):
+    """`bench --calibrate`: each (c, mode) runs the calibration prompts once before its first round; every
+    benched run carries the served cost model's prediction; --no-streamed-baseline drops that mode."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from specbuild.cli import app
+
+    prompts, tune = tmp_path / "p.txt", tmp_path / "tune.txt"
+    prompts.write_text("\n".join(PROMPTS[:2]) + "\n")
+    tune.write_text("\n".join(PROMPTS[2:]) + "\n")
+    out = tmp_path / "bench"
+    args = ["bench", "--url", scheduled_server.grpc_url, "--prompts", str(prompts), "--concurrency", "1"]
+    args += ["--temperature", "0", "--max-tokens", "8", "--rounds", "2", "--out", str(out)]
+    args += ["--calibrate", str(tune), "--no-streamed-baseline"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    (point,) = json.loads((out / "load.json").read_text())["points"]
+    assert set(point["modes"]) == {"baseline-unary", "K=4", "schedule"}
+    for m in point["modes"].values():
+        assert m["rounds"] == 2 and m["measured_over_predicted"] > 0
+        assert m["ratio_min"] <= m["measured_over_predicted"] <= m["ratio_max"]
+    runs = json.loads((out / "bench.json").read_text())["runs"]
+    assert len(runs) == 6  # the calibration runs are not benched runs
+    assert "measured/predicted" in r.output

@@ -66,6 +66,39 @@ def test_predict_from_loop_timings():
     assert curve.round_s(2, 1) == 0.020  # the measured round, not the pass sum
 
 
+def test_in_process_choice_needs_a_win_in_every_repeat():
+    from specbuild.tuning.cost_curve import CostCurve, predict
+
+    def curve(round_reps):  # b=1, 2; K=0 and 1; rounds: K=1 halves them
+        sizes = [1, 2]
+        med = {b: [sorted(r)[len(r) // 2] for r in reps] for b, reps in round_reps.items()}
+        return CostCurve(
+            batch_sizes=sizes,
+            max_k=1,
+            verify_s={b: [1e-3, 1e-3] for b in sizes},
+            draft_s=dict.fromkeys(sizes, 1e-4),
+            loop_s=dict.fromkeys(sizes, 0.0),
+            plain_step_s=dict.fromkeys(sizes, 0.01),
+            prefill_s=dict.fromkeys(sizes, 0.0),
+            loop_round_s=med,
+            first_s={b: [0.0, 0.0] for b in sizes},
+            plain_first_s=dict.fromkeys(sizes, 0.0),
+            rounds={0: [9, 9], 1: [5, 5]},
+            tokens=[8, 8],
+            loop_round_reps=round_reps,
+            first_reps={b: [[0.0] * 3, [0.0] * 3] for b in sizes},
+        )
+
+    # b=2: K=0 rounds of 10 ms (8 later rounds: 80 ms) vs K=1 rounds of 21 ms (4: 84 ms), but one K=1
+    # repeat at 18 ms (72 ms): K=0 does not win every repeat, so K=1 stays
+    noisy = {1: [[0.01] * 3, [0.01] * 3], 2: [[0.010] * 3, [0.021, 0.018, 0.021]]}
+    pred = predict(curve(noisy), [0.9], max_tokens=8)
+    assert pred.chosen == {1: 1, 2: 1} and any("kept K=1" in n for n in pred.notes)
+    assert next(r for r in pred.table if (r["batch"], r["k"]) == (2, 1))["predicted"]["n"] == 3
+    clear = {1: noisy[1], 2: [[0.010] * 3, [0.021, 0.022, 0.021]]}  # K=0 wins every repeat by > 3%
+    assert predict(curve(clear), [0.9], max_tokens=8).chosen == {1: 1, 2: 0}
+
+
 def _record(ttft, latency, passes, tokens):
     from specbuild.client.metrics import RequestRecord
 
@@ -89,19 +122,57 @@ def test_served_calibration_predicts_the_closed_loop():
     assert predicted_tokens_per_s(unary, 2, 2) == pytest.approx(80 / (0.25 * 0.55 + 0.75 * 1.05), rel=0.03)
 
 
-def test_bench_load_ratio_is_the_median_of_per_round_ratios():
-    from specbuild.benchmarks.load import attach_predictions
+def test_load_summary_ratio_is_the_median_of_per_round_ratios():
+    from specbuild.client.load_bench import load_summary
 
     def run(r, thr, pred):
         return SimpleNamespace(
             mode="speculative",
             num_draft_tokens=2,
             concurrency=4,
-            metrics={"round": r, "output_token_throughput": thr, "predicted_tokens_per_s": pred},
+            temperature=0.0,
+            metrics={
+                "round": r,
+                "output_token_throughput": thr,
+                "predicted_tokens_per_s": pred,
+                "request_latency": {"avg": 1.0},
+            },
         )
 
-    rows = [{"concurrency": 4, "modes": {"K=2": {"throughput_median": 100.0}}}]
-    attach_predictions(rows, [run(0, 90, 100), run(1, 120, 100), run(2, 50, 50)])
+    rows = load_summary([run(0, 90, 100), run(1, 120, 100), run(2, 50, 50)])
     m = rows[0]["modes"]["K=2"]
     assert m["measured_over_predicted"] == pytest.approx(1.0)
     assert (m["ratio_min"], m["ratio_max"]) == (pytest.approx(0.9), pytest.approx(1.2))
+    # runs without a prediction (no --calibrate) have no ratio
+    plain = run(0, 90, None)
+    assert "measured_over_predicted" not in load_summary([plain])[0]["modes"]["K=2"]
+
+
+def test_the_schedule_in_one_call_is_compared_with_the_one_call_baseline():
+    """Medusa's like-for-like: the schedule sent unary (its K=0 batches answer once per request) over the
+    target alone in one call, the median of per-round ratios; a unary run calibrates from latencies."""
+    from specbuild.client.load_bench import load_summary
+    from specbuild.client.metrics import UNARY_BASELINE, UNARY_MODES, UNARY_SCHEDULE
+    from specbuild.client.served_model import calibrate
+
+    def run(mode, r, thr):
+        return SimpleNamespace(
+            mode=mode,
+            num_draft_tokens=8,
+            concurrency=8,
+            temperature=0.0,
+            metrics={"round": r, "output_token_throughput": thr, "request_latency": {"avg": 1.0}},
+        )
+
+    runs = [run(UNARY_BASELINE, 0, 100), run(UNARY_SCHEDULE, 0, 95), run("schedule", 0, 60)]
+    runs += [run(UNARY_BASELINE, 1, 50), run(UNARY_SCHEDULE, 1, 55), run("schedule", 1, 30)]
+    (row,) = load_summary(runs)
+    ratio = row["schedule_unary_over_baseline_unary"]
+    assert ratio["median"] == pytest.approx((0.95 + 1.1) / 2) and ratio["rounds"] == 2
+    assert row["schedule_over_baseline_unary"]["median"] == pytest.approx(0.6)
+    assert UNARY_SCHEDULE in UNARY_MODES  # bench sends it without a stream
+    recs = [_record(0.5, 0.5, 1, 40)]
+    point = calibrate(
+        SimpleNamespace(mode=UNARY_SCHEDULE, records=recs, metrics={"output_token_throughput": 80})
+    )
+    assert "round_s" not in point and point["latency_s"] == [0.5]

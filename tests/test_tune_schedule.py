@@ -99,7 +99,7 @@ def test_tune_schedule_end_to_end(tmp_path, tiny_target, tiny_draft):
     spec_path.write_text(
         f"name: tiny-dt\nmode: draft_target\ndtype: float32\ntarget: {{model: {tiny_target}}}\n"
         f"draft: {{model: {tiny_draft}}}\nspeculation:\n  max_draft_len: 3  # K\n"
-        "build: {max_batch_size: 2}\n"
+        "build: {max_batch_size: 2, max_input_len: 128, max_seq_len: 256}\n"
     )
     prompts = tmp_path / "p.txt"
     prompts.write_text("The quick brown fox\nOnce upon a time\n")
@@ -129,3 +129,18 @@ def test_tune_schedule_end_to_end(tmp_path, tiny_target, tiny_draft):
         assert "# K" in spec_path.read_text()  # the narrow edit kept the comment
     r = CliRunner().invoke(app, args[:-1])  # the table
     assert r.exit_code == 0 and "cost curve" in r.output and "predicted tokens/s" in r.output
+    # the demo's in-process check of that prediction on other prompts (tuning/holdout.py)
+    from specbuild.builder.compile import compile_spec
+    from specbuild.engines.reference.engine import ReferenceEngine
+    from specbuild.tuning.holdout import check
+
+    engine = ReferenceEngine.load(compile_spec(spec, tmp_path / "build", engine="reference"))
+    held = [engine.encode(t) for t in ("def main():", "Speculative decoding is")]
+    result = check(
+        engine, held, sched, fixed_k=2, concurrency=[1, 2], rounds=2, max_tokens=8, log=lambda _: None
+    )
+    labels = ["baseline", "K=2"] + (["schedule"] if sched["schedule"] else [])
+    assert set(result["points"]) == {f"{c}/{label}" for c in (1, 2) for label in labels}
+    for point in result["points"].values():
+        assert point["tokens_per_s"]["n"] == 2 and point["measured_over_predicted"]["median"] > 0
+    assert set(result["schedule_over_fixed"]) == ({1, 2} if sched["schedule"] else set())

@@ -42,13 +42,20 @@ from specbuild.client.load_bench import (
     load_summary,
     load_table_lines,
 )
-from specbuild.client.metrics import UNARY_BASELINE
+from specbuild.client.metrics import UNARY_BASELINE, UNARY_SCHEDULE
 from specbuild.client.options import BenchConfig, load_prompts
 from specbuild.client.report import write_report
-from specbuild.client.serve_curve import calibrate, measure_served, predict_served, predicted_tokens_per_s
+from specbuild.client.serve_curve import (
+    REPEATS,
+    calibrate,
+    measure_served,
+    predict_served,
+    predicted_tokens_per_s,
+)
 from specbuild.core.methods import Method, Tunable, method_of
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.core.schedule import DraftSchedule, schedule_steps
+from specbuild.core.schedule_choice import choose
 from specbuild.core.spec import load_spec
 from specbuild.demo.models import DEFAULT_CACHE, build_family, build_medusa
 from specbuild.engines.reference.engine import ReferenceEngine
@@ -155,22 +162,6 @@ def served_rounds(held, tune, modes, rounds: int, max_tokens: int, console, *, t
     return runs
 
 
-def attach_predictions(rows: list[dict], runs: list) -> None:
-    """Each mode's measured / predicted: the median over rounds of the per-round ratios (a run's
-    prediction comes from the calibration right before it), with the range."""
-    by: dict[tuple[int, str], list[float]] = {}
-    for run in runs:
-        p = run.metrics.get("predicted_tokens_per_s")
-        if p:
-            label = f"K={run.num_draft_tokens}" if run.mode == FIXED_MODE else run.mode
-            by.setdefault((run.concurrency, label), []).append(run.metrics["output_token_throughput"] / p)
-    for row in rows:
-        for label, m in row["modes"].items():
-            ratios = by.get((row["concurrency"], label))
-            m["measured_over_predicted"] = statistics.median(ratios) if ratios else None
-            m["ratio_min"], m["ratio_max"] = (min(ratios), max(ratios)) if ratios else (None, None)
-
-
 def predicted_rates(prediction: dict, *, baseline_label: str = "baseline") -> dict[tuple[int, str], float]:
     """(c, label) -> predicted tokens/s; the served prediction's baseline is the one-call (unary) run."""
     rates = {}
@@ -201,6 +192,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--k", type=int, default=4, help="max_draft_len profiled and the largest fixed K")
     parser.add_argument("--demo-cache", type=Path, default=None)
     parser.add_argument("--skip-triton", action="store_true", help="in-process part only")
+    parser.add_argument(
+        "--skip-in-process",
+        action="store_true",
+        help="served part only (make demo checks tune's in-process prediction on held-out prompts)",
+    )
     parser.add_argument("--method", choices=("draft_target", "ngram", "medusa"), default="draft_target")
     args = parser.parse_args(argv)
     console = Console(width=160)
@@ -244,7 +240,11 @@ def main(argv: list[str] | None = None) -> None:
     prompt_ids = [engine.encode(t) for t in held]
     ks = list(range(1, spec.speculation.max_draft_len + 1))
     tune_ids = [engine.encode(t) for t in tune_texts[:8]]
-    local = in_process(build, prompt_ids, ks, args.rounds, args.max_tokens, tune_ids)
+    local = (
+        {}
+        if args.skip_in_process
+        else in_process(build, prompt_ids, ks, args.rounds, args.max_tokens, tune_ids)
+    )
     loads["after in-process"] = _load()
     result = {
         "method": args.method,
@@ -295,8 +295,7 @@ def main(argv: list[str] | None = None) -> None:
             "prompts": len(held),
         }
         write_report(runs, context, out / "triton")
-        rows = load_summary(runs)
-        attach_predictions(rows, runs)
+        rows = load_summary(runs)  # with measured / predicted per mode (median of per-round ratios)
         result["triton"] = rows
         for line in load_table_lines(rows):
             console.print(line, markup=False)
@@ -311,10 +310,13 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
     tree a Medusa repository without schedule, and the schedule a Medusa repository whose local engine
     model decodes a batch plainly where K(n) = 0 (three servers up together). The served cost curve of
     a tree is on or off: per concurrency, the tune prompts through the tree and through the one-call
-    baseline give the predicted throughput of each (client/serve_curve.calibrate / predicted_tokens_per_s:
-    the closed-loop makespan), the schedule takes the tree where it predicts more, thresholds at the
-    midpoints (core/schedule.schedule_steps). Then `--rounds` interleaved rounds of all four, each run
-    of the held-out prompts right after its calibration on the tune prompts."""
+    baseline, REPEATS interleaved sweeps, give the predicted throughput of each
+    (client/serve_curve.calibrate / predicted_tokens_per_s: the closed-loop makespan); the tree stays on
+    until the baseline predicts more in every repeat by > 3% (core/schedule_choice), thresholds at the
+    midpoints (core/schedule.schedule_steps). Then `--rounds` interleaved rounds of the baselines, the
+    tree, the schedule streamed and the schedule in one call per request (`schedule-unary`: its K=0
+    batches answer once per request, like the one-call baseline), each run of the held-out prompts
+    right after its calibration on the tune prompts."""
     heads = build_medusa(family, cache=args.demo_cache or DEFAULT_CACHE, log=console.print)
     loads = {"start": _load()}
     base_spec = load_spec(write_spec(out / "dt", family, k=args.k))
@@ -354,20 +356,25 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
         return {"predicted": predicted_tokens_per_s(point, c, n), "measured": point["throughput"]}
 
     with TritonServer(dt_repo, _server_options()) as dt, TritonServer(tree_repo, _server_options()) as tree:
-        measured = {
-            c: {
-                "baseline": calibrated(dt.grpc_url, c, UNARY_BASELINE, 0),
-                "tree": calibrated(tree.grpc_url, c, FIXED_MODE, None),
-            }
-            for c in CONCURRENCY
+        measured: dict[int, dict[str, list[dict]]] = {}
+        for _ in range(REPEATS):  # the sweep repeated, interleaved (as client/serve_curve.measure_served)
+            for c in CONCURRENCY:
+                point = measured.setdefault(c, {"baseline": [], "tree": []})
+                point["baseline"].append(calibrated(dt.grpc_url, c, UNARY_BASELINE, 0))
+                point["tree"].append(calibrated(tree.grpc_url, c, FIXED_MODE, None))
+        rates = {
+            c: {0: [m["predicted"] for m in p["baseline"]], tree_k: [m["predicted"] for m in p["tree"]]}
+            for c, p in measured.items()
         }
-        rates = {c: {k: m["predicted"] for k, m in point.items()} for c, point in measured.items()}
-        chosen, last = {}, tree_k
-        for c in CONCURRENCY:  # the tree where it predicts more; more load never turns it back on
-            last = chosen[c] = tree_k if last and rates[c]["tree"] > rates[c]["baseline"] else 0
+        # the tree stays on until the one-call baseline predicts more in every repeat by > 3%; more load
+        # never turns it back on (core/schedule_choice)
+        decisions = choose(rates)
+        chosen = {d.concurrency: d.chosen for d in decisions}
         steps = schedule_steps(list(CONCURRENCY), chosen)
         text = ",".join(f"{n}:{k}" for n, k in steps.items()) if chosen[CONCURRENCY[0]] else "off"
-        console.print(f"Medusa served schedule: {text} (predicted on the tune prompts: {rates})")
+        console.print(f"Medusa served schedule: {text}")
+        for d in decisions:
+            console.print(f"  c={d.concurrency}: {d.reason}", markup=False)
         loads["after the served curve"] = _load()
         with contextlib.ExitStack() as stack:
             modes = [
@@ -381,12 +388,14 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
                 )
                 sched = stack.enter_context(TritonServer(sched_repo, _server_options()))
                 modes.append((sched.grpc_url, SCHEDULE_MODE, None))
+                # the same schedule in one unary call per request: its K=0 batches then answer once per
+                # request, like the one-call baseline (streamed, they send one response per token)
+                modes.append((sched.grpc_url, UNARY_SCHEDULE, None))
             runs = served_rounds(
                 held, tune_texts, modes, args.rounds, args.max_tokens, console, tree_k=tree_k
             )
         loads["after Triton"] = _load()
-    rows = load_summary(runs)
-    attach_predictions(rows, runs)
+    rows = load_summary(runs)  # with measured / predicted per mode (median of per-round ratios)
     write_report(
         runs,
         {"mode": "medusa", "draft_len_schedule": text, "rounds": args.rounds, "max_tokens": args.max_tokens},
@@ -397,7 +406,12 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
         "schedule": steps if text != "off" else None,
         "served_schedule": text,
         "loads": loads,
-        "prediction": {"mode": "throughput", "served_tune_points": measured, "chosen": chosen},
+        "prediction": {
+            "mode": "throughput",
+            "served_tune_points": measured,
+            "chosen": chosen,
+            "decisions": [d.reason for d in decisions],
+        },
         "in_process": {},
         "triton": rows,
     }
@@ -449,12 +463,14 @@ def markdown(result: dict) -> str:
             "",
         ]
         labels = list(dict.fromkeys(label for row in result["triton"] for label in row["modes"]))
+        one_call = any("schedule_unary_over_baseline_unary" in row for row in result["triton"])
         lines.append(
             "| c | "
             + " | ".join(labels)
             + " | schedule / baseline | schedule / one-call baseline | schedule / best fixed K |"
+            + (" schedule (one call) / one-call baseline |" if one_call else "")
         )
-        lines.append("|---" * (len(labels) + 4) + "|")
+        lines.append("|---" * (len(labels) + 4 + one_call) + "|")
         for row in result["triton"]:
             cells = []
             for label in labels:
@@ -468,6 +484,9 @@ def markdown(result: dict) -> str:
             cells.append(f"{sb['median']:.3f} ({sb['min']:.2f}-{sb['max']:.2f})" if sb else "")
             cells.append(f"{su['median']:.3f} ({su['min']:.2f}-{su['max']:.2f})" if su else "")
             cells.append(f"{sf['median']:.3f} vs {row.get('best_fixed')}" if sf else "")
+            if one_call:
+                uu = row.get("schedule_unary_over_baseline_unary")
+                cells.append(f"{uu['median']:.3f} ({uu['min']:.2f}-{uu['max']:.2f})" if uu else "")
             lines.append(f"| {row['concurrency']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -81,6 +81,22 @@ def bench(
             "streamed baseline's per-token BLS -> target call): speedup 'vs 1-call'.",
         ),
     ] = True,
+    streamed_baseline: Annotated[
+        bool,
+        typer.Option(
+            "--streamed-baseline/--no-streamed-baseline",
+            help="Run the target alone streamed (num_draft_tokens 0: one BLS -> target call per token).",
+        ),
+    ] = True,
+    calibrate: Annotated[
+        Path | None,
+        typer.Option(
+            "--calibrate",
+            help="Prompts (not the benched ones, e.g. the tune prompts) run once before the first round of "
+            "every concurrency and mode: the served cost model's calibration; each run then reports "
+            "measured / predicted tokens/s (load.json: median of the rounds' ratios).",
+        ),
+    ] = None,
 ) -> None:
     """Benchmark speculation off (target alone) vs on, per temperature and concurrency, through Triton.
 
@@ -117,6 +133,8 @@ def bench(
         conversations=conversations,
         turns=turns,
         unary_baseline=unary_baseline,
+        streamed_baseline=streamed_baseline,
+        calibration_prompts=load_prompts(calibrate) if calibrate else (),
     )
     out_console = console()
     runs, context = run_bench(config, console=out_console)

@@ -387,17 +387,23 @@ def format_schedule(sched: dict) -> list[str]:
 
 def _format_served(sched: dict) -> list[str]:
     lines = [
-        f"cost curve through {sched['curve']['url']} (mode {sched['mode']}): per concurrency c and K, the "
-        "measured round time and the predicted / measured tokens/s",
-        "  c    K   tokens/round  round ms  predicted tokens/s  measured",
+        f"cost curve through {sched['curve']['url']} (mode {sched['mode']}; "
+        f"{sched['curve'].get('repeats', 1)} interleaved repeats, medians): per concurrency c and K, the "
+        "measured round time and the predicted (range over repeats) / measured tokens/s",
+        "  c    K   tokens/round  round ms  predicted tokens/s (range)    measured",
     ]
     for r in sched["table"]:
         mark = " <" if sched["chosen"][r["batch"]] == r["k"] else ""
         measured = r.get("measured_tokens_per_s", r["tokens_per_s"])
+        p = r.get("predicted") or {"min": r["tokens_per_s"], "max": r["tokens_per_s"]}
+        cell = f"{r['tokens_per_s']:.1f} ({p['min']:.1f}-{p['max']:.1f})"
         lines.append(
             f"  {r['batch']:<4} {r['k']:<3} {r['tokens_per_round']:<13.3f} {r['round_ms']:<9.2f} "
-            f"{r['tokens_per_s']:<19.1f} {measured:.1f}{mark}"
+            f"{cell:<29} {measured:.1f}{mark}"
         )
+    lines += [f"  c={d['concurrency']}: {d['reason']}" for d in sched.get("decisions", [])]
+    if "seconds" in sched["curve"]:
+        lines.append(f"served cost curve measured in {sched['curve']['seconds']:.0f} s")
     lines.append(f"schedule: {sched['schedule']}" if sched["schedule"] else "schedule: none")
     lines += [f"note: {n}" for n in sched["notes"]]
     if sched.get("plot"):

@@ -27,18 +27,27 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from tritonclient.utils import InferenceServerException
 
-from specbuild.client.load_bench import SCHEDULE_MODE, bench_modes
-from specbuild.client.metrics import UNARY_BASELINE, RequestRecord, RunSummary, attach_speedups, summarize_run
+from specbuild.client.load_bench import BASELINE_MODE, SCHEDULE_MODE, bench_modes
+from specbuild.client.metrics import (
+    UNARY_BASELINE,
+    UNARY_MODES,
+    RequestRecord,
+    RunSummary,
+    attach_speedups,
+    summarize_run,
+)
 from specbuild.client.multiturn import run_multiturn
 from specbuild.client.options import BenchConfig
 from specbuild.client.prometheus import scrape, settled_check
 from specbuild.client.remote import LLMAPI_INTERFACE, connect, model_info
+from specbuild.client.served_model import calibrate, predicted_tokens_per_s
 from specbuild.client.workers import Workers, send
 from specbuild.core.errors import ClientError
 from specbuild.model_repo.tensors import DRAFT_MODEL, TARGET_MODEL
@@ -62,7 +71,7 @@ def run_once(
     lock = threading.Lock()
     workers = Workers(config.url, concurrency)
 
-    stream = mode != UNARY_BASELINE
+    stream = mode not in UNARY_MODES
 
     def task(item: tuple[int, str]) -> RequestRecord:
         record, _ = send(
@@ -109,6 +118,8 @@ def _plan(config: BenchConfig, repo, k: int):
     modes = bench_modes(repo, k, config.fixed_ks)
     if repo.has_baseline and config.unary_baseline and config.workload == "single":
         modes.insert(1, (UNARY_BASELINE, 0))
+    if not config.streamed_baseline:
+        modes = [(m, kk) for m, kk in modes if m != BASELINE_MODE]
     return [
         (r, t, c, m, kk)
         for r in range(config.rounds)
@@ -161,6 +172,7 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
     else:
         per_run = len(config.prompts)
     runs: list[RunSummary] = []
+    predicted: dict[tuple, float] = {}  # (T, c, mode, K) -> tokens/s predicted by its calibration run
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -184,7 +196,15 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
             if config.workload == "multiturn":
                 run = run_multiturn(config, **common, advance=lambda: progress.advance(bar))
             else:
+                key = (temperature, concurrency, mode, kk)
+                if config.calibration_prompts and key not in predicted:
+                    cal = run_once(
+                        replace(config, prompts=config.calibration_prompts), **common, advance=lambda: None
+                    )
+                    predicted[key] = predicted_tokens_per_s(calibrate(cal), concurrency, len(config.prompts))
                 run = run_once(config, **common, advance=lambda: progress.advance(bar))
+                if key in predicted:
+                    run.metrics["predicted_tokens_per_s"] = predicted[key]
             if before is not None:
                 run.metrics["prometheus_check"] = settled_check(
                     config.metrics_url,

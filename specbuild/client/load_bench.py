@@ -10,7 +10,9 @@ Modes (same prompts, interleaved: every mode of one temperature and concurrency 
 `load_summary` gives, per temperature and concurrency, the median output-token throughput and request
 latency of each mode over the rounds (with min and max), and the schedule's throughput over the
 baseline's and over the best fixed K's — each ratio the median of the per-round ratios, so the load of
-one round hits both sides of it alike. `plot_load` draws throughput and latency against concurrency.
+one round hits both sides of it alike; with `bench --calibrate`, each mode's measured / predicted tokens/s
+(median of the per-round ratios, and their range). `plot_load` draws throughput and latency against
+concurrency.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from specbuild.client.metrics import UNARY_BASELINE  # bench's one-call target-alone run
+from specbuild.client.metrics import UNARY_BASELINE, UNARY_SCHEDULE  # the one-call runs
 
 BASELINE_MODE, FIXED_MODE, SCHEDULE_MODE = "baseline", "speculative", "schedule"
 
@@ -58,6 +60,17 @@ def load_summary(runs) -> list[dict[str, Any]]:
                 "latency_median_ms": statistics.median(lat),  # request_latency is in ms
                 "rounds": len(rs),
             }
+            ratios = [
+                r.metrics["output_token_throughput"] / r.metrics["predicted_tokens_per_s"]
+                for r in rs
+                if r.metrics.get("predicted_tokens_per_s")
+            ]
+            if ratios:  # measured / predicted (bench --calibrate): median of the per-round ratios
+                row["modes"][label].update(
+                    measured_over_predicted=statistics.median(ratios),
+                    ratio_min=min(ratios),
+                    ratio_max=max(ratios),
+                )
         if SCHEDULE_MODE in modes:
             sched = _per_round(modes[SCHEDULE_MODE])
             if BASELINE_MODE in modes:
@@ -65,6 +78,10 @@ def load_summary(runs) -> list[dict[str, Any]]:
                 row["schedule_over_baseline"] = _median_ratio(sched, base)
             if UNARY_BASELINE in modes:  # the target alone in one call per request (no per-token round trip)
                 row["schedule_over_baseline_unary"] = _median_ratio(sched, _per_round(modes[UNARY_BASELINE]))
+            if UNARY_SCHEDULE in modes and UNARY_BASELINE in modes:  # both in one call per request
+                row["schedule_unary_over_baseline_unary"] = _median_ratio(
+                    _per_round(modes[UNARY_SCHEDULE]), _per_round(modes[UNARY_BASELINE])
+                )
             fixed = [label for label in modes if label.startswith("K=")]
             if fixed:
                 best = max(fixed, key=lambda label: row["modes"][label]["throughput_median"])
@@ -96,6 +113,12 @@ def load_table_lines(rows: list[dict[str, Any]]) -> list[str]:
         cells = "  ".join(
             f"{label} {m['throughput_median']:.1f} tok/s "
             f"({m['throughput_min']:.1f}-{m['throughput_max']:.1f})"
+            + (
+                f" measured/predicted {m['measured_over_predicted']:.2f} "
+                f"({m['ratio_min']:.2f}-{m['ratio_max']:.2f})"
+                if m.get("measured_over_predicted")
+                else ""
+            )
             for label, m in row["modes"].items()
         )
         lines.append(f"T={row['temperature']:g} c={row['concurrency']}: {cells}")

@@ -26,6 +26,10 @@ STATS = ("avg", "p50", "p90", "p99")
 # (no per-token call, no stream), the throughput a deployment of the target alone reaches; its TTFT is the
 # whole request. Its throughput is the reference of speedup_measured_vs_unary.
 UNARY_BASELINE = "baseline-unary"
+# the schedule (num_draft_tokens left out) in one unary request each: a Medusa repository's K=0 rounds then
+# answer once per request like the one-call baseline, instead of one streamed response per token
+UNARY_SCHEDULE = "schedule-unary"
+UNARY_MODES = (UNARY_BASELINE, UNARY_SCHEDULE)  # runs sent without a stream (one response per request)
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,11 @@ class BenchConfig:
     turns: int = DEFAULT_TURNS  # multiturn: user turns per conversation
     system_prompt: str = DEFAULT_SYSTEM_PROMPT  # multiturn: the shared prefix
     unary_baseline: bool = True  # also the target alone in one unary call per request (throughput only)
+    streamed_baseline: bool = True  # the target alone streamed (num_draft_tokens 0: one BLS call per token)
+    # load-aware benches: before the first round of every (T, c, mode), the same run on these prompts (the
+    # tune prompts, never the benched ones) calibrates the served cost model (client/serve_curve.py);
+    # every benched run then carries its prediction (metrics["predicted_tokens_per_s"])
+    calibration_prompts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.workload not in WORKLOADS:

@@ -16,61 +16,45 @@ and one unary run with num_draft_tokens = 0 (one call per request) measures the 
 request's latency. The prediction for n requests sent by c closed-loop workers (the bench's load) is
 the expected makespan of requests drawn from those (core/load_model.closed_loop_s: a request lasts
 ttft + (R - 1) x round, the baseline's its measured latency), throughput = n x mean tokens / makespan.
-The schedule takes, per c, the K (0: the baseline's rate) with the best predicted throughput,
-thresholds at the midpoints (core/schedule.schedule_steps).
+
+The whole sweep (every c, every K) is repeated `repeats` times (default 3), interleaved: repeat r of
+every K at one c runs back to back, so a load change hits all of them alike. Each (c, K) gets the
+median predicted tokens/s over the repeats and its range; the schedule is chosen by
+core/schedule_choice.choose: K changes from the one at the smaller concurrency only to a K that
+predicts more in EVERY repeat and by more than 3% in the median (never on a difference inside the
+spread); thresholds at the midpoints (core/schedule.schedule_steps). Its cost: repeats x concurrencies
+x (K + 1) runs of the tune prompts (`seconds` in the curve; ~3 min for 3 x 4 x 5 runs of 8 prompts x
+48 tokens on the demo family here).
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from specbuild.client.bench import run_once
 from specbuild.client.metrics import UNARY_BASELINE
 from specbuild.client.options import BenchConfig
-from specbuild.core.load_model import closed_loop_durations_s, closed_loop_s
+from specbuild.client.served_model import calibrate, predicted_tokens_per_s
 from specbuild.core.schedule import DraftSchedule, schedule_steps
+from specbuild.core.schedule_choice import choose, spread
 from specbuild.core.theory import tokens_per_pass_chain
 
-TIE = 0.03  # as tuning/cost_curve.py: predicted rates within 3% tie
-
-
-def calibrate(run) -> dict[str, Any]:
-    """What the prediction needs of one run (a RunSummary with records): tokens and latency per request;
-    streamed: the median TTFT, the median round time and each request's rounds."""
-    recs = run.records
-    point: dict[str, Any] = {
-        "throughput": run.metrics["output_token_throughput"],
-        "tokens": [r.output_tokens for r in recs],
-        "latency_s": [r.latency_s for r in recs],
-    }
-    if run.mode != UNARY_BASELINE:
-        point["ttft_s"] = statistics.median(r.ttft_s for r in recs)
-        point["rounds"] = [r.target_passes for r in recs]
-        per_round = [(r.latency_s - r.ttft_s) / (r.target_passes - 1) for r in recs if r.target_passes > 1]
-        point["round_s"] = statistics.median(per_round) if per_round else 0.0
-    return point
-
-
-def predicted_tokens_per_s(point: dict[str, Any], concurrency: int, requests: int) -> float:
-    """Tokens/s of `requests` requests like the calibrated ones, sent by `concurrency` closed-loop workers."""
-    if "round_s" in point:
-        seconds = closed_loop_s(
-            point["rounds"],
-            workers=concurrency,
-            requests=requests,
-            first_s=point["ttft_s"],
-            round_s=point["round_s"],
-        )
-    else:
-        seconds = closed_loop_durations_s(point["latency_s"], workers=concurrency, requests=requests)
-    return requests * statistics.fmean(point["tokens"]) / seconds
+REPEATS = 3  # interleaved repeats of the whole sweep: medians, spread, and the choice rule
 
 
 def measure_served(
-    url: str, prompts: Sequence[str], *, ks: Sequence[int], concurrency: Sequence[int], max_tokens: int
+    url: str,
+    prompts: Sequence[str],
+    *,
+    ks: Sequence[int],
+    concurrency: Sequence[int],
+    max_tokens: int,
+    repeats: int = REPEATS,
 ) -> dict[str, Any]:
+    """points[f"{c}/{k}"]: one calibrated point per repeat (k = 0: the one-call baseline)."""
     config = BenchConfig(
         url=url,
         prompts=tuple(prompts),
@@ -79,20 +63,22 @@ def measure_served(
         max_tokens=max_tokens,
         timeout_s=600,
     )
-    points: dict[str, Any] = {}
-    for c in concurrency:
-        for k in (0, *ks):  # interleaved: every K of one concurrency back to back
-            run = run_once(
-                config,
-                # the target alone in one call per request (a streamed baseline pays one BLS -> target call
-                # per token, which the schedule's plain rounds do not)
-                mode=UNARY_BASELINE if k == 0 else "speculative",
-                temperature=0.0,
-                concurrency=c,
-                k=k,
-                advance=lambda: None,
-            )
-            points[f"{c}/{k}"] = calibrate(run)
+    points: dict[str, list[dict[str, Any]]] = {}
+    start = time.monotonic()
+    for _ in range(repeats):  # the whole sweep once per repeat
+        for c in concurrency:
+            for k in (0, *ks):  # interleaved: every K of one concurrency back to back
+                run = run_once(
+                    config,
+                    # the target alone in one call per request (a streamed baseline pays one BLS -> target
+                    # call per token, which the schedule's plain rounds do not)
+                    mode=UNARY_BASELINE if k == 0 else "speculative",
+                    temperature=0.0,
+                    concurrency=c,
+                    k=k,
+                    advance=lambda: None,
+                )
+                points.setdefault(f"{c}/{k}", []).append(calibrate(run))
     return {
         "kind": "served",
         "url": url,
@@ -100,8 +86,14 @@ def measure_served(
         "requests": len(prompts),
         "concurrency": list(concurrency),
         "ks": list(ks),
+        "repeats": repeats,
+        "seconds": time.monotonic() - start,
         "points": points,
     }
+
+
+def _repeats(points: dict[str, Any] | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return points if isinstance(points, list) else [points]  # a curve of one repeat, written by hand
 
 
 def predict_served(
@@ -111,12 +103,15 @@ def predict_served(
     mode: str = "throughput",
     tokens: dict[int, float] | None = None,
 ) -> dict:
-    """The prediction and schedule in the shape of tuning/cost_curve.SchedulePrediction.to_dict()."""
+    """The prediction and schedule in the shape of tuning/cost_curve.SchedulePrediction.to_dict(); each
+    table row has the median over the repeats (`tokens_per_s`) and their range; `decisions`: why each
+    concurrency got its K (core/schedule_choice)."""
     requests = curve["requests"]
-    table, baseline, chosen = [], {}, {}
+    table, baseline, per_repeat = [], {}, {}
     for c in curve["concurrency"]:
-        baseline[c] = predicted_tokens_per_s(curve["points"][f"{c}/0"], c, requests)
-        rates = {0: baseline[c]}
+        base = _repeats(curve["points"][f"{c}/0"])
+        rates = per_repeat[c] = {0: [predicted_tokens_per_s(p, c, requests) for p in base]}
+        baseline[c] = statistics.median(rates[0])
         table.append(
             {
                 "batch": c,
@@ -124,32 +119,29 @@ def predict_served(
                 "tokens_per_round": 1.0,
                 "round_ms": float("nan"),
                 "tokens_per_s": baseline[c],
-                "measured_tokens_per_s": curve["points"][f"{c}/0"]["throughput"],
+                "predicted": spread(rates[0]),
+                "measured_tokens_per_s": statistics.median(p["throughput"] for p in base),
             }
         )
         for k in curve["ks"]:
-            p = curve["points"][f"{c}/{k}"]
-            rates[k] = predicted_tokens_per_s(p, c, requests)
+            ps = _repeats(curve["points"][f"{c}/{k}"])
+            rates[k] = [predicted_tokens_per_s(p, c, requests) for p in ps]
             table.append(
                 {
                     "batch": c,
                     "k": k,
-                    "tokens_per_round": statistics.fmean(p["tokens"]) / statistics.fmean(p["rounds"]),
+                    "tokens_per_round": statistics.median(
+                        statistics.fmean(p["tokens"]) / statistics.fmean(p["rounds"]) for p in ps
+                    ),
                     "tokens_per_round_chain": tokens[k] if tokens else tokens_per_pass_chain(acceptance, k),
-                    "round_ms": p["round_s"] * 1e3,
-                    "tokens_per_s": rates[k],
-                    "measured_tokens_per_s": p["throughput"],
+                    "round_ms": statistics.median(p["round_s"] for p in ps) * 1e3,
+                    "tokens_per_s": statistics.median(rates[k]),
+                    "predicted": spread(rates[k]),
+                    "measured_tokens_per_s": statistics.median(p["throughput"] for p in ps),
                 }
             )
-        best = max(rates.values())
-        near = [k for k, r in rates.items() if r >= best * (1 - TIE)]
-        if c == min(curve["concurrency"]) and any(
-            k > 0 for k in near
-        ):  # one request in flight: a tie speculates
-            near = [max(near)]  # with the larger K: no other request pays for it
-        chosen[c] = min(near) if mode == "throughput" else max(near)
-        if chosen:  # more load never drafts more (and K at 1 stays the largest: max_draft_len)
-            chosen[c] = min(chosen[c], min(chosen.values()))
+    decisions = choose(per_repeat)
+    chosen = {d.concurrency: d.chosen for d in decisions}
     sizes = sorted(curve["concurrency"])
     notes = []
     if chosen[sizes[0]] == 0:
@@ -160,14 +152,19 @@ def predict_served(
         schedule = DraftSchedule.parse(steps, max_draft_len=chosen[sizes[0]]).to_dict()
     return {
         "mode": mode,
+        "rule": "switch K only on a win in every repeat and > 3% in the median (core/schedule_choice)",
         "acceptance": list(acceptance),
         "curve": curve,
         "table": table,
         "baseline": baseline,
         "chosen": chosen,
+        "decisions": [
+            {"concurrency": d.concurrency, "incumbent": d.incumbent, "chosen": d.chosen, "reason": d.reason}
+            for d in decisions
+        ],
         "schedule": schedule,
         "notes": notes,
         "median_round_ms": statistics.median(
-            p["round_s"] * 1e3 for p in curve["points"].values() if "round_s" in p
+            p["round_s"] * 1e3 for ps in curve["points"].values() for p in _repeats(ps) if "round_s" in p
         ),
     }

@@ -212,45 +212,78 @@ def print_summary(
     return summary
 
 
+def _cell(spread: dict[str, float] | None, fmt: str = ".2f") -> str:
+    """median (min-max) of a measured spread, or "-"."""
+    if not spread or spread.get("median") is None:
+        return "-"
+    m, lo, hi = spread["median"], spread.get("min"), spread.get("max")
+    if lo is None or hi is None or lo == hi:
+        return format(m, fmt)
+    return f"{m:{fmt}} ({lo:{fmt}}-{hi:{fmt}})"
+
+
 def load_table(bench_json: Path) -> tuple[str, list[dict[str, Any]], list[str]] | None:
-    """(title, rows, plots) of a load-aware bench: per concurrency the measured tokens/s of the baseline
-    (streamed and one call), each fixed K and the schedule, each with measured / predicted, where the
-    prediction is `tune --schedule`'s (the reference engine in-process: the served path's own cost shows
-    as a ratio under 1), and the schedule over the baselines. None when the files are missing."""
+    """(title, rows, plots) of a load-aware bench: per concurrency and mode (the target alone, the
+    repository's K, the schedule) the tokens/s through Triton and in-process, each as median (range) of
+    the interleaved rounds, with measured / predicted (median of the rounds' ratios, range): through
+    Triton against the served cost model calibrated on the tune prompts (`bench --calibrate`), in-process
+    against `tune --schedule`'s prediction (tuning/holdout.py); and per concurrency the schedule over
+    the one-call baseline and over the fixed K (medians of per-round ratios). None when files are missing."""
     folder = bench_json.parent
-    tune = folder.parent / "schedule" / "tune.json"
+    schedule_dir = folder.parent / "schedule"
+    tune = schedule_dir / "tune.json"
     if not (folder / "load.json").is_file() or not tune.is_file():
         return None
     points = json.loads((folder / "load.json").read_text())["points"]
     sched = json.loads(tune.read_text())["details"].get("schedule") or {}
-    predicted = {(int(r["batch"]), f"K={r['k']}"): r["tokens_per_s"] for r in sched.get("table", [])}
-    for b, rate in sched.get("baseline", {}).items():
-        predicted[int(b), "baseline"] = predicted[int(b), UNARY_BASELINE] = rate
-    for b, k in sched.get("chosen", {}).items():
-        predicted[int(b), "schedule"] = predicted.get((int(b), f"K={k}"))
+    local_path = schedule_dir / "in_process.json"
+    local = json.loads(local_path.read_text()) if local_path.is_file() else {"points": {}}
+    chosen = sched.get("chosen", {})
     rows = []
     for point in points:
-        c, row = point["concurrency"], {"conc": point["concurrency"]}
+        c = point["concurrency"]
         for label, m in point["modes"].items():
-            p = predicted.get((c, label))
-            row[f"{label} tok/s"] = m["throughput_median"]
-            row[f"{label} meas/pred"] = m["throughput_median"] / p if p else None
-        for key, name in (
-            ("schedule_over_baseline", "sched/base"),
-            ("schedule_over_baseline_unary", "sched/1-call"),
-        ):
-            row[name] = (point.get(key) or {}).get("median")
-        row["sched K"] = sched.get("chosen", {}).get(str(c), sched.get("chosen", {}).get(c))
-        rows.append(row)
+            if label == "baseline":  # the streamed baseline (an older bench): not in this table
+                continue
+            served = {
+                "median": m["throughput_median"],
+                "min": m["throughput_min"],
+                "max": m["throughput_max"],
+            }
+            ratio = (
+                {"median": m["measured_over_predicted"], "min": m.get("ratio_min"), "max": m.get("ratio_max")}
+                if m.get("measured_over_predicted")
+                else None
+            )
+            inproc = local["points"].get(f"{c}/{'baseline' if label == UNARY_BASELINE else label}") or {}
+            row = {
+                "conc": c,
+                "mode": "target alone" if label == UNARY_BASELINE else label,
+                "Triton tok/s": _cell(served, ".1f"),
+                "Triton meas/pred": _cell(ratio),
+                "in-process tok/s": _cell(inproc.get("tokens_per_s"), ".1f"),
+                "in-process meas/pred": _cell(inproc.get("measured_over_predicted")),
+            }
+            if label == "schedule":
+                row["sched K"] = chosen.get(str(c), chosen.get(c))
+                row["sched / 1-call (Triton)"] = _cell(point.get("schedule_over_baseline_unary"))
+                row["sched / fixed K (Triton)"] = _cell(point.get("schedule_over_best_fixed"))
+                over = local.get("schedule_over_fixed", {})
+                row["sched / fixed K (in-process)"] = _cell(over.get(str(c), over.get(c)))
+            rows.append(row)
     if not rows:
         return None
+    columns = dict.fromkeys(k for row in rows for k in row)
+    rows = [{k: row.get(k, "") for k in columns} for row in rows]
+    rounds = json.loads((folder / "load.json").read_text()).get("context", {}).get("rounds")
     title = (
-        f"load-aware schedule {sched.get('schedule')} (tune --schedule, in-process cost curve), served: "
-        "tokens/s and measured / in-process predicted"
+        f"load-aware schedule {sched.get('schedule')} (tune --schedule, in-process cost curve): tokens/s, "
+        f"median (range) of {rounds or '?'} interleaved rounds; measured / predicted through Triton against "
+        "the served cost model calibrated on the tune prompts, in-process against tune's prediction"
     )
     plots = [
         str(p)
-        for p in (folder.parent / "schedule" / "schedule_predicted.png", *sorted(folder.glob("load_T*.png")))
+        for p in (schedule_dir / "schedule_predicted.png", *sorted(folder.glob("load_T*.png")))
         if p.is_file()
     ]
     return title, rows, plots

@@ -87,6 +87,7 @@ class DemoOptions:
     tune_prompts: int = 8  # the first held-out prompts profile acceptance; bench uses the next ones
     tune_max_tokens: int = 48
     schedule_concurrency: str = "1,2,4,8"  # draft/target: tune --schedule batch sizes and the load bench
+    load_rounds: int = 3  # interleaved rounds of the load bench, served and in-process (medians, spread)
     modes: tuple[str, ...] = MODES
     llmapi: bool = True  # also serve the draft/target spec through the LLM-API interface (bench at c=1)
     settings: DemoSettings = DemoSettings()  # MICRO with --micro: a quick pipeline check, untrained models
@@ -344,7 +345,7 @@ def stage_generate(url: str, prompt: str, max_tokens: int) -> None:
     run_cli("generate", "--url", url, "--prompt", prompt, "--max-tokens", str(max_tokens), "--stream")
 
 
-def stage_bench(url: str, prompts: Path, out: Path, opts: DemoOptions) -> Path:
+def stage_bench(url: str, prompts: Path, out: Path, opts: DemoOptions, *extra: str) -> Path:
     run_cli(
         "bench",
         "--url",
@@ -359,8 +360,72 @@ def stage_bench(url: str, prompts: Path, out: Path, opts: DemoOptions) -> Path:
         str(opts.max_tokens),
         "--out",
         str(out),
+        *extra,
     )
     return out / "bench.json"
+
+
+def stage_load_bench(url: str, prompts: Path, calibration: Path, out: Path, opts: DemoOptions) -> Path:
+    """The load-aware bench: the one-call baseline, the repository's K and the schedule at every
+    concurrency, `load_rounds` interleaved rounds, each (c, mode) first calibrated once on the tune
+    prompts (`--calibrate`: the served cost model, so measured / predicted includes the serving path's
+    own cost); tune's --max-tokens, so the in-process prediction applies to the same requests."""
+    load = replace(
+        opts, concurrency=opts.schedule_concurrency, temperatures="0", max_tokens=opts.tune_max_tokens
+    )
+    return stage_bench(
+        url,
+        prompts,
+        out,
+        load,
+        "--rounds",
+        str(opts.load_rounds),
+        "--calibrate",
+        str(calibration),
+        "--no-streamed-baseline",  # the streamed baseline (one call per token) is in the bench above
+    )
+
+
+def stage_in_process_check(build: Path, prompts: Path, schedule: Path, opts: DemoOptions) -> Path:
+    """tune --schedule's in-process prediction checked on the bench prompts, on the compiled reference
+    engine (tuning/holdout.py): the target alone, the repository's K and the schedule in lockstep batches
+    of c, `load_rounds` interleaved rounds; written to SCHEDULE/in_process.json (the summary's table)."""
+    from specbuild.client.options import load_prompts  # noqa: PLC0415
+    from specbuild.engines.reference.engine import ReferenceEngine  # noqa: PLC0415
+    from specbuild.tuning.holdout import check  # noqa: PLC0415
+
+    prediction = json.loads((schedule / "tune.json").read_text())["details"]["schedule"]
+    engine = ReferenceEngine.load(build)
+    concurrency = [int(c) for c in opts.schedule_concurrency.split(",")]
+    print(
+        f"in-process check of tune's prediction: {prompts.name} in lockstep batches of c = {concurrency}, "
+        f"target alone, K={engine.num_draft_tokens} and the schedule {prediction.get('schedule')}, "
+        f"{opts.load_rounds} interleaved rounds of {opts.tune_max_tokens} tokens"
+    )
+    result = check(
+        engine,
+        [engine.encode(t) for t in load_prompts(prompts)],
+        prediction,
+        fixed_k=engine.num_draft_tokens,
+        concurrency=concurrency,
+        rounds=opts.load_rounds,
+        max_tokens=opts.tune_max_tokens,
+    )
+    for key, point in result["points"].items():
+        ratio = point["measured_over_predicted"]
+        print(
+            f"  c/mode {key}: {point['tokens_per_s']['median']:.1f} tokens/s "
+            f"({point['tokens_per_s']['min']:.1f}-{point['tokens_per_s']['max']:.1f})"
+            + (
+                f", measured / predicted {ratio['median']:.2f} ({ratio['min']:.2f}-{ratio['max']:.2f})"
+                if ratio
+                else ""
+            )
+        )
+    path = schedule / "in_process.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"({result['seconds']:.0f}s)")
+    return path
 
 
 def prompts_subset(family_prompts: Path, dest: Path, n: int, *, skip: int = 0) -> Path:
@@ -393,6 +458,10 @@ def run_mode(mode: str, spec: Path, family, opts: DemoOptions, ledger: Ledger) -
         family.prompts, out / "bench_prompts.jsonl", opts.bench_prompts, skip=opts.tune_prompts
     )
     first = json.loads(prompts.read_text().splitlines()[0])["prompt"]
+    load_aware = (out / "schedule" / "tune.json").is_file()
+    if load_aware:  # before the server starts: its engine processes would share the CPU
+        with ledger.stage(f"{mode}: in-process check of the schedule's prediction"):
+            stage_in_process_check(build, prompts, out / "schedule", opts)
     with ledger.stage(f"{mode}: serve, generate, bench"), serving(repo, out / "tritonserver.log") as url:
         stage_generate(url, first, opts.max_tokens)
         # K: the repository's (what tune chose)
@@ -400,10 +469,9 @@ def run_mode(mode: str, spec: Path, family, opts: DemoOptions, ledger: Ledger) -
             "usual": stage_bench(url, prompts, out / "bench", opts),
             "repetition": stage_bench(url, REPETITION_BENCH, out / "bench-repetition", opts),
         }
-        if (out / "schedule" / "tune.json").is_file():  # the load-aware schedule: baseline, K, schedule
-            sets["load"] = stage_bench(
-                url, prompts, out / "bench-load", replace(opts, concurrency=opts.schedule_concurrency)
-            )
+        if load_aware:  # the load-aware schedule: the one-call baseline, K, schedule
+            calibration = prompts_subset(family.prompts, out / "calibration_prompts.jsonl", opts.tune_prompts)
+            sets["load"] = stage_load_bench(url, prompts, calibration, out / "bench-load", opts)
         return sets
 
 

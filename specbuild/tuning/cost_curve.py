@@ -25,10 +25,14 @@ T(b, K) = K t_draft(b) + t_verify(b, K) + loop_s(b) yielding E(K) tokens per row
 (core/theory.tokens_per_pass_chain over the per-position acceptance, or the n-gram replay's E(K)).
 Calibrated on the tune prompts only: `make bench-load` reports measured / predicted on held-out ones.
 
-The schedule: for each b the K with the best predicted throughput. In a closed loop (b requests always
-in flight) per-request speed is throughput / b, so both modes rank K alike; they differ on near ties
-(within TIE): `throughput` takes the smaller K (less compute for the same tokens), `latency` the larger
-(faster requests when the load drops between rounds). Where K changes between two measured sizes the
+The schedule, from a measured curve (the loop timed in interleaved repeats): core/schedule_choice's rule
+over the rates predicted from each repeat's timings: K at the smallest b starts at max_draft_len, and
+at each larger b changes from the K before only to a K that predicts more in EVERY repeat and by more
+than TIE in the median (never on a difference inside the spread; both modes: in a closed loop they rank
+K alike). From a hand-built curve (one value per point): for each b the K with the best predicted
+throughput, near ties (within TIE) broken by the mode: `throughput` takes the smaller K (less compute
+for the same tokens), `latency` the larger (faster requests when the load drops between rounds).
+Where K changes between two measured sizes the
 threshold is their midpoint, rounded up. The schedule's K at 1 becomes max_draft_len (TensorRT-LLM requires
 it); when no K > 0 beats K=0 at b = 1 there is no schedule to write.
 """
@@ -49,6 +53,7 @@ from specbuild.core.errors import TrainingError
 from specbuild.core.load_model import lockstep_s
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.core.schedule import DraftSchedule, schedule_steps
+from specbuild.core.schedule_choice import choose, spread
 from specbuild.core.theory import tokens_per_pass_chain
 from specbuild.engines.reference.runners import SequenceBatch
 from specbuild.tuning.profile_engine import TIMING_REPEATS
@@ -77,6 +82,9 @@ class CostCurve:
     plain_first_s: dict[int, float] = field(default_factory=dict)  # b -> the same, plain loop
     rounds: dict[int, list[int]] = field(default_factory=dict)  # K -> rounds of each tune prompt
     tokens: list[int] = field(default_factory=list)  # tokens each tune prompt generated (plain loop)
+    # the same loop timings per interleaved repeat (the choice rule compares K repeat by repeat)
+    loop_round_reps: dict[int, list[list[float]]] = field(default_factory=dict)  # b -> [K] -> [repeat]
+    first_reps: dict[int, list[list[float]]] = field(default_factory=dict)  # b -> [K] -> [repeat]
 
     def round_s(self, b: int, k: int) -> float:
         """Seconds of one (later) round at batch size b and K: measured on the tune prompts when the
@@ -263,6 +271,8 @@ def _measure_curve(engine, prompts, batch_sizes, max_k, max_tokens, repeats) -> 
     b1 = min(batch_sizes)
     rounds = {k: timed[b1, k][0].rounds for b, k in points if b == b1 and k is not None}
     loop_round, first, loop, plain, plain_first = {}, {}, {}, {}, {}
+    loop_round_reps: dict[int, list[list[float]]] = {}
+    first_reps: dict[int, list[list[float]]] = {}
     for b in batch_sizes:
         plain[b], plain_first[b] = med((b, None), "round_s"), med((b, None), "first_s")
         if tree:
@@ -270,6 +280,8 @@ def _measure_curve(engine, prompts, batch_sizes, max_k, max_tokens, repeats) -> 
             continue
         loop_round[b] = [med((b, k), "round_s") for k in range(max_k + 1)]
         first[b] = [med((b, k), "first_s") for k in range(max_k + 1)]
+        loop_round_reps[b] = [[t.round_s for t in timed[b, k]] for k in range(max_k + 1)]
+        first_reps[b] = [[t.first_s for t in timed[b, k]] for k in range(max_k + 1)]
         loop[b] = max(loop_round[b][max_k] - max_k * draft[b] - verify[b][max_k], 0.0)
     tree_round = med((b1, max_k), "round_s") if tree else None
     if tree:
@@ -288,6 +300,8 @@ def _measure_curve(engine, prompts, batch_sizes, max_k, max_tokens, repeats) -> 
         plain_first_s=plain_first,
         rounds=rounds,
         tokens=timed[b1, None][0].tokens,
+        loop_round_reps=loop_round_reps,
+        first_reps=first_reps,
     )
 
 
@@ -330,7 +344,7 @@ def predict(
             found=mode,
             fix="use --mode throughput (default) or --mode latency",
         )
-    table, baseline, chosen = [], {}, {}
+    table, baseline, chosen, per_repeat = [], {}, {}, {}
     tree = curve.tree_round_s is not None
     ks = [0, curve.max_k] if tree else list(range(curve.max_k + 1))
     b1 = min(curve.batch_sizes)
@@ -360,15 +374,14 @@ def predict(
                 seconds = curve.round_s(b, k)
                 rate = finite(b, e, seconds)
             rates[k] = rate
-            table.append(
-                {
-                    "batch": b,
-                    "k": k,
-                    "tokens_per_round": e,
-                    "round_ms": seconds * 1e3,
-                    "tokens_per_s": rate,
-                }
-            )
+            row = {"batch": b, "k": k, "tokens_per_round": e, "round_ms": seconds * 1e3, "tokens_per_s": rate}
+            if measured and not tree and b in curve.loop_round_reps:  # the rate of each interleaved repeat
+                reps = zip(curve.first_reps[b][k], curve.loop_round_reps[b][k], strict=True)
+                per_repeat.setdefault(b, {})[k] = [lockstep(b, curve.rounds[k], f, r) for f, r in reps]
+                row["predicted"] = spread(per_repeat[b][k])
+            table.append(row)
+        if b in per_repeat:  # repeated timings: the rule of core/schedule_choice, applied after the loop
+            continue
         best = max(rates.values())
         near = [k for k, r in rates.items() if r >= best * (1 - TIE)]
         if b == min(curve.batch_sizes) and any(
@@ -378,7 +391,12 @@ def predict(
         chosen[b] = min(near) if mode == "throughput" else max(near)
         if chosen:  # more load never drafts more (and K at 1 stays the largest: max_draft_len)
             chosen[b] = min(chosen[b], min(chosen.values()))
-    notes = []
+    decisions = []
+    if per_repeat and len(per_repeat) == len(curve.batch_sizes):
+        # K changes with the load only on a win in every repeat by > TIE (never inside the spread)
+        decisions = choose(per_repeat, tie=TIE)
+        chosen = {d.concurrency: d.chosen for d in decisions}
+    notes = [f"b={d.concurrency}: {d.reason}" for d in decisions]
     if chosen[curve.batch_sizes[0]] == 0:
         notes.append("no K > 0 beats K=0 at the smallest batch size: speculation does not pay here")
         schedule = None

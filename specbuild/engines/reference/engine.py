@@ -55,6 +55,7 @@ from specbuild.engines.reference.runners import (
     verify_batch_cached,
 )
 from specbuild.engines.reference.sampling import make_generator, probs_from_logits
+from specbuild.engines.reference.session import DecodeSession, Row
 from specbuild.engines.reference.speculative import StopHook
 
 MEDUSA_ARCHITECTURE = "MedusaForCausalLM"  # what a TensorRT-LLM Medusa checkpoint declares
@@ -411,6 +412,11 @@ class ReferenceEngine:
             result.cached_prompt_tokens = n
         return results
 
+    def session(self) -> EngineSession:
+        """In-flight batching of plain decode: rows join and leave between steps (session.DecodeSession),
+        each step under this engine's lock, so other calls (verify_external_batch) run between steps."""
+        return EngineSession(self)
+
     def generate_with_logits(
         self, prompt_ids: list[int], params: SamplingParams, *, on_tokens=None, stop: StopHook | None = None
     ):
@@ -616,3 +622,47 @@ def _tokenizer_of(folder: Path, artifact) -> Path | None:
     if (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file():
         return folder
     return None
+
+
+class EngineSession:
+    """ReferenceEngine.session(): a DecodeSession with the engine's request rules (prompt checks, eos,
+    the output length clamp) and its lock. add() returns the row (row.done: it ended on its first
+    token); step() the rows that ended in it; result(row) a finished row's GenerationResult."""
+
+    def __init__(self, engine: ReferenceEngine):
+        self.engine = engine
+        self._session = DecodeSession(engine.target, engine.prefix_cache)
+
+    def __len__(self) -> int:
+        return len(self._session)
+
+    def add(self, prompt_ids: list[int], params: SamplingParams, *, on_tokens=None, stop=None) -> Row:
+        return self.add_many([(prompt_ids, params, on_tokens, stop)])[0]
+
+    def add_many(self, requests: list[tuple]) -> list[Row]:
+        """add() for several (prompt_ids, params, on_tokens, stop): one batched prefill (a request the
+        engine refuses raises before any is admitted: callers check each with `checked` first)."""
+        checked = [(list(p), self.checked(p, q), on, st) for p, q, on, st in requests]
+        with self.engine._lock:
+            return self._session.add_many(checked)
+
+    def checked(self, prompt_ids: list[int], params: SamplingParams) -> SamplingParams:
+        """The params a request runs with (eos filled in, output length clamped); EngineError when the
+        engine refuses it (empty prompt, ids out of range, no room)."""
+        _check_prompt(prompt_ids, self.engine.target.cfg.vocab_size)
+        return self.engine._bound(prompt_ids, self.engine.resolve(params), 0)
+
+    def step(self) -> list[Row]:
+        with self.engine._lock:
+            return self._session.step()
+
+    def close(self) -> list[Row]:
+        with self.engine._lock:
+            return self._session.close()
+
+    def result(self, row: Row) -> GenerationResult:
+        result = self.engine._result(
+            row.tokens, row.params, SpecStats(target_passes=row.passes), speculative=False, seconds=0.0
+        )
+        result.cached_prompt_tokens = row.cached_prompt_tokens
+        return result

@@ -76,6 +76,15 @@ class PrefixCache:
         self._next = 0
         self.reused_tokens = 0  # prompt tokens not recomputed thanks to the cache (for tests / metrics)
         self.copied_tokens = 0  # prefix tokens copied into a fresh entry from a shared one (for tests)
+        self._held: set[int] = set()  # id() of entries a DecodeSession row owns until it leaves
+
+    def hold(self, seq: CachedSequence) -> None:
+        """`seq` belongs to a running request (a session row) until release(): never handed out or
+        evicted meanwhile (its prefix may still be copied)."""
+        self._held.add(id(seq))
+
+    def release(self, seq: CachedSequence) -> None:
+        self._held.discard(id(seq))
 
     def acquire(self, ids: list[int], *, exclude: frozenset[int] = frozenset()) -> CachedSequence:
         """The entry sharing the longest prefix with `ids` (a fresh one when none shares any, or when the
@@ -83,6 +92,7 @@ class PrefixCache:
         `exclude` are never handed out (a batch hands each row a sequence of its own), though their
         prefix may be copied."""
         best_key, best_len, source = None, 0, None
+        exclude = exclude | frozenset(self._held)
         for key, seq in self._entries.items():
             n = seq.common_prefix(ids)
             if id(seq) in exclude:

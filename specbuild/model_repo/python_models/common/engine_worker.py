@@ -13,20 +13,74 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
+
+
+class Scheduler(Protocol):
+    """What an EngineWorker drives, step by step (in-flight batching)."""
+
+    def admit(self, jobs: list) -> None:
+        """Take new jobs (they start now: a plain request's prefill runs here)."""
+
+    def step(self) -> list:
+        """Run one step of everything admitted; return the jobs that ended in it (each is answered now)."""
+
+    def active(self) -> int:
+        """Jobs admitted and not ended yet (they count against max_batch)."""
+
+    def drain(self) -> list:
+        """Stop every running job where it is; return them (the caller answers them)."""
+
+
+class WholeJobs:
+    """The Scheduler of a `run(jobs)` that generates its jobs to the end in one call: each step runs
+    every admitted job to completion (no job joins a running batch)."""
+
+    def __init__(self, run: Callable[[list], None]):
+        self._run, self._jobs = run, []
+
+    def admit(self, jobs: list) -> None:
+        self._jobs += jobs
+
+    def step(self) -> list:
+        jobs, self._jobs = self._jobs, []
+        if jobs:
+            self._run(jobs)
+        return jobs
+
+    def active(self) -> int:
+        return len(self._jobs)
+
+    def drain(self) -> list:
+        jobs, self._jobs = self._jobs, []
+        return jobs
 
 
 class EngineWorker:
     """One thread that runs the waiting jobs, up to `max_batch` of them together, until close().
 
-    run(jobs) generates them (it records each job's result or error on the job); finish(job) sends its
-    final response. `submit` returns at once, so `execute` reads later requests (new ones, and `stop`
-    requests for running ones) while the engine works, as the C++ backend's enqueue does."""
+    Step by step, as TensorRT-LLM's batch manager: before every step it admits waiting jobs while
+    fewer than max_batch run (so a request arriving while others run joins at the next step), then
+    runs one step of the scheduler and sends the final response of every job that ended in it at once
+    (finish(job)), not when the longest job of its batch ends. `run(jobs)` instead of a scheduler:
+    jobs run to completion in one call (WholeJobs). `submit` returns at once, so `execute` reads later
+    requests (new ones, and `stop` requests for running ones) while the engine works, as the C++
+    backend's enqueue does."""
 
     def __init__(
-        self, name: str, max_batch: int, run: Callable[[list], None], finish: Callable[[object], None]
+        self,
+        name: str,
+        max_batch: int,
+        run: Callable[[list], None] | None = None,
+        finish: Callable[[object], None] | None = None,
+        *,
+        scheduler: Scheduler | None = None,
     ):
+        if (run is None) == (scheduler is None) or finish is None:
+            raise ValueError("EngineWorker takes finish and one of run / scheduler")
         self.max_batch = max(1, int(max_batch))
-        self._run, self._finish = run, finish
+        self._sched = scheduler if scheduler is not None else WholeJobs(run)
+        self._finish = finish
         self._pending: list = []  # read, not started yet
         self._wake = threading.Condition()
         self._closing = False
@@ -41,24 +95,27 @@ class EngineWorker:
             self._wake.notify()
 
     def close(self, timeout_s: float = 10.0) -> list:
-        """Stop after the running batch; returns the jobs that never started (the caller answers them)."""
+        """Stop after the running step; returns the jobs that never ended (never started, or stopped
+        where they were): the caller answers them."""
         with self._wake:
             self._closing = True
             left, self._pending = self._pending, []
             self._wake.notify()
         self._thread.join(timeout=timeout_s)
-        return left
+        return left + (self._sched.drain() if not self._thread.is_alive() else [])
 
     def _loop(self) -> None:
         while True:
             with self._wake:
-                while not self._pending and not self._closing:
+                while not self._pending and not self._sched.active() and not self._closing:
                     self._wake.wait()
                 if self._closing:
                     return
-                jobs, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
-            self._run(jobs)
-            for job in jobs:
+                room = max(0, self.max_batch - self._sched.active())
+                new, self._pending = self._pending[:room], self._pending[room:]
+            if new:
+                self._sched.admit(new)
+            for job in self._sched.step():
                 self._finish(job)
 
 

@@ -81,6 +81,15 @@ class Responder:
         else:
             self.sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
+    def finish_one(self, response) -> None:
+        """A non-decoupled request's one response, with the final flag (at most once): the Python backend
+        lets a non-decoupled model answer through the response sender, exactly one response each (a
+        cancelled request's is its CANCELLED error, which writes no outputs)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
 
 def cancelled_error(model: str):
     """The error a non-decoupled model returns for a cancelled request (no outputs are written)."""

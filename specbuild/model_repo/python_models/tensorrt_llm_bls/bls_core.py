@@ -19,6 +19,7 @@ Shape legend: L tokens so far (prompt + accepted), k draft tokens this round, V 
 from __future__ import annotations
 
 import dataclasses
+import json
 import sqlite3
 import time
 from collections.abc import Callable
@@ -483,6 +484,49 @@ def running_totals(shared: _Shared) -> dict[str, np.ndarray]:
         "total_accepted_draft_tokens": np.array([[shared.accepted]], dtype=np.int32),
         "total_draft_tokens": np.array([[shared.drafted]], dtype=np.int32),
     }
+
+
+class RequestTimers:
+    """Wall time of one BLS request's pieces (model.py, when SPECBUILD_BLS_TIMINGS names a folder): its
+    engine calls (InferenceRequest.exec, by model), its responses (send, final included, without their
+    cancellation ask), its cancellation asks that went to Triton, and the whole request. What is left
+    is the BLS's own code (bench-serve: `bls_breakdown`)."""
+
+    def __init__(self, clock: Callable[[], int] = time.perf_counter_ns):
+        self.clock = clock
+        self.start = clock()
+        self.exec_ns: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
+        self.send_ns = self.sends = self.ask_ns = self.asks = 0
+
+    def add_exec(self, model: str, ns: int) -> None:
+        self.exec_ns[model] = self.exec_ns.get(model, 0) + ns
+        self.calls[model] = self.calls.get(model, 0) + 1
+
+    def add_send(self, ns: int) -> None:
+        self.send_ns += ns
+        self.sends += 1
+
+    def add_ask(self, ns: int) -> None:
+        self.ask_ns += ns
+        self.asks += 1
+
+    def row(self) -> dict:
+        return {
+            "handle_ns": self.clock() - self.start,
+            "exec_ns": dict(self.exec_ns),
+            "calls": dict(self.calls),
+            "send_ns": self.send_ns,
+            "sends": self.sends,
+            "ask_ns": self.ask_ns,
+            "asks": self.asks,
+        }
+
+    def write(self, path: str) -> None:
+        """Append this request's row to PATH (one JSON object a line; one file per BLS process)."""
+        line = json.dumps(self.row())
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
 
 
 class TextStream:

@@ -46,6 +46,7 @@ import bls_core  # noqa: E402
 from bls_core import (  # noqa: E402
     PERF_OUTPUTS,
     BlsOptions,
+    RequestTimers,
     TextStream,
     detokenize,
     engine_inputs,
@@ -59,6 +60,9 @@ from inflight import InflightCounter, counter_path, remove_stale  # noqa: E402
 from responder import POLL_S, Responder  # noqa: E402
 from words import flag, param  # noqa: E402
 
+# A folder: each request's timers (RequestTimers) are appended to FOLDER/bls-<pid>.jsonl (bench-serve reads
+# them); unset: no timers.
+TIMINGS_ENV = "SPECBUILD_BLS_TIMINGS"
 _NUMPY_LOGITS = {"TYPE_FP32": "float32", "TYPE_FP16": "float16", "TYPE_BF16": "float32"}  # no numpy bf16
 
 
@@ -69,7 +73,9 @@ class Cancelled(Exception):
 class RoundGate:
     """Asks Triton whether the request was cancelled once per round of the loop (before the round's
     first engine call; each ask is an IPC round trip); the other checks of the round reuse the answer.
-    Responses still ask afresh (Responder.send)."""
+    Responses still ask afresh (Responder.send). The round's ask is kept even right after a streamed
+    response's: a cancellation that arrives in between stops the work before the next round's engine
+    calls, and an ask costs ~0.06 ms here (bench-serve --floor)."""
 
     def __init__(self, responder: Responder):
         self.responder, self.fresh = responder, True
@@ -80,6 +86,37 @@ class RoundGate:
 
     def next_round(self) -> None:
         self.fresh = True
+
+
+class TimedResponder(Responder):
+    """A Responder that adds its Triton asks and sends to the request's timers (SPECBUILD_BLS_TIMINGS);
+    a send's own ask counts as an ask."""
+
+    def __init__(self, request, sender, timers: RequestTimers):
+        super().__init__(request, sender)
+        self.timers = timers
+
+    def cancelled(self, max_age_s: float = 0.0) -> bool:
+        asks, t0 = self.asks, time.perf_counter_ns()
+        try:
+            return super().cancelled(max_age_s)
+        finally:
+            if self.asks != asks:
+                self.timers.add_ask(time.perf_counter_ns() - t0)
+
+    def send(self, response) -> bool:
+        t0, asked = time.perf_counter_ns(), self.timers.ask_ns
+        try:
+            return super().send(response)
+        finally:
+            self.timers.add_send(time.perf_counter_ns() - t0 - (self.timers.ask_ns - asked))
+
+    def finish(self, response=None) -> None:
+        t0, asked = time.perf_counter_ns(), self.timers.ask_ns
+        try:
+            super().finish(response)
+        finally:
+            self.timers.add_send(time.perf_counter_ns() - t0 - (self.timers.ask_ns - asked))
 
 
 def _token_outputs(tokens: list[int]) -> dict:
@@ -153,6 +190,7 @@ class TritonPythonModel:
                 tokenizer_dir, legacy=False, trust_remote_code=False
             )
             self.skip_special_tokens = flag(param(config, "skip_special_tokens", "true"))
+        self.timings = os.environ.get(TIMINGS_ENV) or None
         self.inflight = None
         if self.schedule is not None:
             remove_stale()
@@ -163,10 +201,10 @@ class TritonPythonModel:
             self.inflight.close()
 
     # ---- Triton plumbing ------------------------------------------------------------------------
-    def _caller(self, responder: Responder, rounds: RoundGate):
+    def _caller(self, responder: Responder, rounds: RoundGate, timers: RequestTimers | None = None):
         """call(model, inputs, output_names) for one request: refuses to start an engine call once the
         request is cancelled (asked before each round's first call: a round is at most one draft call
-        and one target call)."""
+        and one target call). With timers, each exec's wall time is added to them."""
 
         def call(model: str, inputs: dict, output_names: list[str]) -> dict:
             if rounds.cancelled():
@@ -176,7 +214,12 @@ class TritonPythonModel:
                 requested_output_names=output_names,
                 inputs=[pb_utils.Tensor(name, value) for name, value in inputs.items()],
             )
-            return self._outputs(model, request.exec(), output_names)
+            if timers is None:
+                return self._outputs(model, request.exec(), output_names)
+            t0 = time.perf_counter_ns()
+            response = request.exec()
+            timers.add_exec(model, time.perf_counter_ns() - t0)
+            return self._outputs(model, response, output_names)
 
         return call
 
@@ -244,13 +287,17 @@ class TritonPythonModel:
 
     def execute(self, requests):
         for request in requests:
-            responder = Responder(request, request.get_response_sender())
+            timers = RequestTimers() if self.timings else None
+            if timers is None:
+                responder = Responder(request, request.get_response_sender())
+            else:
+                responder = TimedResponder(request, request.get_response_sender(), timers)
             try:
                 if self.inflight is not None:
                     with self.inflight.handling():
-                        self._handle(request, responder)
+                        self._handle(request, responder, timers)
                 else:
-                    self._handle(request, responder)
+                    self._handle(request, responder, timers)
             except Cancelled:
                 pb_utils.Logger.log_info(f"tensorrt_llm_bls: request '{request.request_id()}' cancelled")
                 responder.finish()  # flags only: the client is gone
@@ -258,10 +305,12 @@ class TritonPythonModel:
                 responder.finish(
                     pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}"))
                 )
+            if timers is not None:
+                timers.write(os.path.join(self.timings, f"bls-{os.getpid()}.jsonl"))
         return None
 
     # ---- one request ----------------------------------------------------------------------------
-    def _handle(self, request, responder: Responder) -> None:
+    def _handle(self, request, responder: Responder, timers: RequestTimers | None = None) -> None:
         arrival = time.time_ns()
 
         def get(name):
@@ -276,7 +325,7 @@ class TritonPythonModel:
             min_tokens_name=self.min_tokens_name,
         )
         rounds = RoundGate(responder)
-        call = self._caller(responder, rounds)
+        call = self._caller(responder, rounds, timers)
         prep = preprocess(call, opts)
         if not prep.prompt_ids:
             raise ValueError("the prompt has no tokens (empty text_input)")

@@ -5,7 +5,8 @@ the LLM-API tensor interface (what each input does: llmapi_core.py).
   upstream: `auto_complete_config` sets max_batch_size and the decoupled policy from triton_config; the
   options give the limits (max_seq_len, max_num_tokens, enable_chunked_prefill), the batch size and
   `speculative_config` (its decoding_type must be what the reference engine's build runs, its
-  max_draft_len the K of every request). The config.pbtxt parameter `reference_engine` names the
+  max_draft_len the K of every request; without it the target decodes alone, as
+  the LLM API does without speculation). The config.pbtxt parameter `reference_engine` names the
   `compile --flow llmapi --engine reference` build the engine loads.
 * decoupled (specbuild's repositories): `execute` hands the requests to one worker thread and returns,
   so concurrent requests reach the engine together: requests waiting when a batch starts decode
@@ -105,6 +106,9 @@ class TritonPythonModel:
                 "does not "
                 "run EAGLE-3"
             )
+        # No speculative_config: the LLM API decodes with the target alone (a deployment without
+        # speculation), even when the reference build has a draft.
+        self.speculate = bool(spec_cfg) and self.engine.speculates
         self.k = int(spec_cfg.get("max_draft_len") or 0)
         if self.engine.speculates and self.k > self.engine.num_draft_tokens:
             raise pb_utils.TritonModelException(
@@ -127,7 +131,7 @@ class TritonPythonModel:
     def _warm_up(self) -> None:
         from specbuild.core.sampling_params import SamplingParams
 
-        self.engine.generate([0], SamplingParams(max_tokens=2, end_id=-1), speculative=True)
+        self.engine.generate([0], SamplingParams(max_tokens=2, end_id=-1), speculative=self.speculate)
 
     def finalize(self):
         self.metrics.close()  # what is still pending goes out
@@ -244,8 +248,8 @@ class TritonPythonModel:
                     results = self.engine.generate_batch(
                         [j.req.prompt_ids for j in plain],
                         [self._params(j.req) for j in plain],
-                        speculative=True,
-                        num_draft_tokens=self.k if self.engine.speculates else None,
+                        speculative=self.speculate,
+                        num_draft_tokens=self.k if self.speculate else None,
                         on_tokens=lambda i, new: self._on_tokens(plain[i], new),
                         stop=lambda i, out, start: hooks[i](out, start),
                     )
@@ -261,8 +265,8 @@ class TritonPythonModel:
                         result = self.engine.generate(
                             job.req.prompt_ids,
                             self._params(job.req),
-                            speculative=True,
-                            num_draft_tokens=self.k if self.engine.speculates else None,
+                            speculative=self.speculate,
+                            num_draft_tokens=self.k if self.speculate else None,
                             on_tokens=lambda new, job=job: self._on_tokens(job, new),
                             stop=self._hook(job),
                         )

@@ -5,23 +5,29 @@ ensemble, pre/postprocessing and BLS are identical in local and production repos
 `gpt_model_path` (a reference engine folder) with ReferenceEngine; `medusa_choices` (backend form)
 selects the Medusa tree. What each input does: local_core.py.
 
-* decoupled (Medusa repositories): `execute` only reads the requests and hands them to one worker
-  thread, so it returns at once and later requests (new ones, and `stop` requests for running ones)
-  are read while the engine works, as the C++ backend's enqueue is. Each generated chunk is sent as
-  it is produced when `streaming` is true; the last response carries COMPLETE_FINAL (and the perf
-  outputs);
-* not decoupled (draft/target repositories: the BLS calls round by round): requests run inside
-  `execute`, which returns their responses;
+* scheduling, per step as TensorRT-LLM's batch manager (in-flight batching): `execute` only reads the
+  requests and hands them to one worker thread (engine_worker.EngineWorker), so it returns at once
+  and later requests (new ones, and `stop` requests for running ones) are read while the engine works,
+  as the C++ backend's enqueue is. Before every step the worker admits waiting requests while fewer
+  than max_batch_size run. With an engine that decodes plainly (draft/target and n-gram repositories:
+  the BLS drafts) a plain request becomes a row of the engine's DecodeSession (prefilled from the
+  prefix cache when admitted, one token per step, answered the step it ends in), verification requests
+  (draft_input_ids: the BLS rounds of concurrent requests) admitted together run as one batched target
+  pass between steps (ReferenceEngine.verify_external_batch: rows of their own length), and a
+  generation-logits request runs alone between steps (StepScheduler). An engine that speculates by
+  itself (Medusa's tree) runs the requests it admitted whole: plain ones in one lockstep batch
+  (ReferenceEngine.generate_batch), speculative ones one after another (WholeJobs);
+* responses: each request's responses go through its response sender. Decoupled (Medusa
+  repositories): each generated chunk is sent as it is produced when `streaming` is true; the last
+  response carries COMPLETE_FINAL (and the perf outputs). Not decoupled (draft/target repositories:
+  the BLS calls round by round): exactly one response per request, with the final flag, as the Python
+  backend of tritonserver 2.51 lets a non-decoupled model answer (its stub refuses more: "Non-decoupled
+  model cannot send more than one response");
 * cancellation: every step asks Triton whether the request was cancelled (responder.py); a cancelled
   or stopped request ends there. A cancelled decoupled request gets a flags-only final response,
   a cancelled non-decoupled one a CANCELLED error; no outputs are written for either;
 * draft_input_ids: external verification through the engine's prefix cache, so the BLS's growing
   prefix is not recomputed each round (enable_kv_cache_reuse);
-* several requests in flight: Triton's dynamic batcher (or the worker's queue) hands them over
-  together; plain requests of one batch decode together (ReferenceEngine.generate_batch: lockstep, rows
-  of their own length; Medusa one after another), verification requests of one batch in one target
-  pass (ReferenceEngine.verify_external_batch: the BLS rounds of concurrent requests), logits requests
-  one by one;
 * limits: the engine folder's config.json build_config (specbuild.core.engine_limits, with this model's
   `enable_chunked_context` parameter), enforced as the backend does.
 """
@@ -38,7 +44,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from engine_worker import ActiveRequests, EngineWorker  # noqa: E402
+from engine_worker import ActiveRequests, EngineWorker, WholeJobs  # noqa: E402
 from local_core import Job, Perf, cut, is_stop_request, parse_request, token_outputs  # noqa: E402
 from responder import POLL_S, Responder, cancelled_error  # noqa: E402
 from spec_metrics import SpecMetrics  # noqa: E402
@@ -99,14 +105,17 @@ class TritonPythonModel:
         self._active = ActiveRequests()  # request id -> its running jobs (for stop requests)
         self._warm_up()
         self.max_batch = max(1, int(config.get("max_batch_size") or 1))  # rows the worker decodes together
-        self._worker = None
-        if self.decoupled:  # decoupled: one worker runs the requests execute() read
-            self._worker = EngineWorker(
-                f"{self.name}-engine",
-                self.max_batch,
-                self._run_jobs,
-                lambda job: job.responder.finish(self._final(job)),
-            )
+        # One worker runs the requests execute() read, step by step (in-flight batching: StepScheduler)
+        # when the engine decodes plainly; an engine that speculates by itself (Medusa's tree) runs
+        # the jobs it took whole (WholeJobs). Not decoupled too: each request's one response goes
+        # through its response sender (the Python backend allows exactly one, with the final flag).
+        scheduler = WholeJobs(self._run_jobs) if self.engine.speculates else StepScheduler(self)
+        self._worker = EngineWorker(
+            f"{self.name}-engine",
+            self.max_batch,
+            finish=lambda job: self._send_final(job.responder, self._final(job)),
+            scheduler=scheduler,
+        )
 
     def _warm_up(self) -> None:
         """One tiny generation and verification at load: the first request must not pay for torch's
@@ -120,33 +129,29 @@ class TritonPythonModel:
 
     def finalize(self):
         self.metrics.close()  # what is still pending goes out
-        if self._worker is None:
-            return
         for job in self._worker.close():  # never leave a request without its final response
-            job.responder.finish(self._error(RuntimeError("the model is being unloaded")))
+            self._send_final(job.responder, self._error(RuntimeError("the model is being unloaded")))
 
     # ---- Triton entry point ---------------------------------------------------------------------
     def execute(self, requests):
-        jobs, responses = [], []  # responses: one per request, in order (not decoupled)
+        """Read the requests and hand them to the worker; every response goes out through its request's
+        response sender, so execute returns at once and Triton hands over the next requests while the
+        engine runs (they join the running batch at its next step)."""
+        jobs = []
         for request in requests:
-            sender = request.get_response_sender() if self.decoupled else None
-            responder = Responder(request, sender)
+            responder = Responder(request, request.get_response_sender())
             try:
                 get = _getter(request)
                 if is_stop_request(get):
-                    responses.append(self._stop(request, responder))
+                    self._stop(request, responder)
                     continue
                 job = self._parse(request, get, responder)
             except Exception as exc:  # the request's error response, as the backend reports bad requests
-                responses.append(self._reply(responder, self._error(exc)))
+                self._send_final(responder, self._error(exc))
                 continue
             jobs.append(job)
-            responses.append(job)
-        if self.decoupled:
-            self._worker.submit(jobs)
-            return None
-        self._run_jobs(jobs)
-        return [self._final(r) if isinstance(r, Job) else r for r in responses]
+        self._worker.submit(jobs)
+        return None
 
     def _final(self, job: Job):
         try:
@@ -154,24 +159,25 @@ class TritonPythonModel:
         except Exception as exc:  # noqa: BLE001 - report, never leave a request without its response
             return self._error(exc)
 
-    def _reply(self, responder: Responder, response):
-        """An immediate answer: sent with the final flag (decoupled) or returned (not decoupled)."""
+    def _send_final(self, responder: Responder, response) -> None:
+        """A request's final response: decoupled, with the final flag (flags only when there is nothing to
+        write); not decoupled, its one response (a cancelled request's is the CANCELLED error)."""
         if self.decoupled:
             responder.finish(response)
-            return None
-        return response
+        else:
+            responder.finish_one(response)
 
     def _stop(self, request, responder: Responder):
         """A `stop` request: end the running request with this id (there may be none: it may have finished)
         and answer with an empty response, as the backend's handleStopRequest does."""
         request_id = request.request_id()
         if not request_id:
-            return self._reply(
+            return self._send_final(
                 responder, self._error(ValueError("Trying to stop a request but request ID is not provided"))
             )
         for job in self._active.named(request_id):
             job.responder.stopped = True
-        return self._reply(responder, pb_utils.InferenceResponse(output_tensors=[]))
+        return self._send_final(responder, pb_utils.InferenceResponse(output_tensors=[]))
 
     def _error(self, exc: Exception):
         return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{self.name} (local): {exc}"))
@@ -388,6 +394,117 @@ class TritonPythonModel:
         if req.perf:
             outputs.update(job.perf.outputs())
         return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in outputs.items()])
+
+
+class StepScheduler:
+    """In-flight batching for an engine that decodes plainly (engine_worker.Scheduler), as TensorRT-LLM's
+    batch manager schedules per step:
+
+    * a plain request (no draft_input_ids, no generation logits) becomes a row of the engine's
+      DecodeSession when admitted: its prompt is prefilled from the prefix cache and its first token
+      taken at once; every step then decodes one token for every row, streams it, and a row that ends
+      (end id, stop words, max_tokens, cancelled or stopped) is answered in that step;
+    * a verification request (draft_input_ids: a BLS round) is one target pass: the verifications
+      admitted since the last step run as one batched pass (ReferenceEngine.verify_external_batch)
+      before the step's decode pass, and are answered right after it, not when the rows end;
+    * a generation-logits request (a draft model serving the BLS its logits) runs alone, to its end,
+      between steps."""
+
+    def __init__(self, model: TritonPythonModel):
+        self.model = model
+        self.session = model.engine.session()
+        self.rows: dict[int, tuple] = {}  # id(row) -> (job, row)
+        self.waiting: list = []  # one-pass and whole jobs admitted for the next step
+        self.done: list = []  # jobs that ended at admission (their first token, a cancelled request)
+        self._skipped = False  # the last step answered first and left the rows' decode pass for this one
+
+    def admit(self, jobs: list) -> None:
+        plain = []
+        for job in jobs:
+            if job.req.draft_ids is not None or job.req.generation_logits:
+                self.waiting.append(job)
+            elif job.responder.ended():  # cancelled or stopped while it waited
+                self.model._ended(job)
+                job.ran = True
+                self.done.append(job)
+            else:
+                try:
+                    plain.append((job, self.session.checked(job.req.prompt_ids, job.req.params)))
+                except Exception as exc:  # noqa: BLE001 - the request's error response
+                    job.error, job.ran = exc, True
+                    self.done.append(job)
+        if plain:
+            self._add(plain)
+
+    def step(self) -> list:
+        """One step: the one-pass work admitted since the last step (verify passes; requests that ended
+        at admission) is answered before the rows' decode pass, which then runs in the next step; with
+        both kinds waiting they alternate, so neither starves the other."""
+        waiting, self.waiting = self.waiting, []
+        if waiting:
+            self.model._run_jobs(waiting)  # the verify pass, then any whole job
+            self.done += waiting
+        answer_first = bool(self.done) and not self._skipped
+        self._skipped = answer_first and len(self.session) > 0
+        if len(self.session) and not answer_first:
+            try:
+                ended = self.session.step()
+            except Exception as exc:  # noqa: BLE001 - every row of the pass gets the error
+                self.session.close()
+                for job, _ in self.rows.values():
+                    job.error, job.ran = exc, True
+                    self.done.append(job)
+                self.rows = {}
+                ended = []
+            for row in ended:
+                self._ended(*self.rows.pop(id(row)))
+        done, self.done = self.done, []
+        for job in done:
+            self.model._active.remove(job.req.request_id, job)
+        return done
+
+    def active(self) -> int:
+        return len(self.rows) + len(self.waiting) + len(self.done)
+
+    def drain(self) -> list:
+        self.session.close()
+        jobs = [job for job, _ in self.rows.values()] + self.waiting + self.done
+        self.rows, self.waiting, self.done = {}, [], []
+        return jobs
+
+    def _add(self, plain: list) -> None:
+        """New plain requests (job, checked params): rows of the session, prefilled together."""
+        model = self.model
+        jobs = [job for job, _ in plain]
+        try:
+            rows = self.session.add_many(
+                [
+                    (
+                        job.req.prompt_ids,
+                        params,
+                        lambda new, job=job: model._on_tokens(job, new),
+                        model._stop_hook(job),
+                    )
+                    for job, params in plain
+                ]
+            )
+        except Exception as exc:  # noqa: BLE001 - every request of the pass gets the error
+            for job in jobs:
+                job.error, job.ran = exc, True
+                self.done.append(job)
+            return
+        for job, row in zip(jobs, rows, strict=True):
+            if row.done:
+                self._ended(job, row)
+            else:
+                self.rows[id(row)] = (job, row)
+
+    def _ended(self, job, row) -> None:
+        job.tokens, job.ran = row.tokens, True
+        job.reused_tokens = row.cached_prompt_tokens  # its row's prefix reuse
+        if job.cancelled:
+            self.model._log_end(job)
+        self.done.append(job)
 
 
 def _getter(request):

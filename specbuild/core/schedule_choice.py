@@ -1,0 +1,77 @@
+"""Choosing K per concurrency from repeated, interleaved measurements, without switching on noise.
+
+Input: for each concurrency c and each candidate K (0 = the target alone), the predicted (or measured)
+tokens/s of R interleaved repeats, paired by repeat: repeat r of every K at one c ran back to back, so
+the load of that minute hits all of them alike and the per-repeat ratio rate(K', r) / rate(K, r) cancels
+most of it.
+
+The rule (`choose`), concurrencies in ascending order:
+
+* the incumbent at the smallest c is the largest K (one request in flight: no other request pays for
+  the drafted tokens, and TensorRT-LLM wants K at 1 to be `max_draft_len`); at every later c it is the
+  K chosen at the c before (more load never drafts more: only K <= incumbent are candidates);
+* another candidate K' replaces the incumbent only when it is better in EVERY repeat (all paired ratios
+  > 1) and its median paired ratio exceeds 1 + TIE; among the candidates that pass, the best median
+  ratio wins;
+* otherwise the incumbent stays: a difference inside the spread of the repeats (some repeat says the
+  other way) or under TIE (3%, the spread of interleaved CPU timings) is not a reason to switch.
+
+So a single noisy repeat can never switch K (the chosen K must win every repeat), and a true knee
+(a K that beats the incumbent by > 3% in every repeat) always does. With one repeat the rule degrades
+to "switch on a > 3% win". Each decision is recorded with the ratios behind it (`Decision`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+TIE = 0.03  # a median gain under 3% does not switch K (the spread of interleaved CPU timings)
+
+
+@dataclass(frozen=True)
+class Decision:
+    concurrency: int
+    incumbent: int  # the K carried from the smaller concurrency (the largest K at the first)
+    chosen: int
+    # K' -> the paired per-repeat ratios rate(K') / rate(incumbent)
+    ratios: dict[int, list[float]] = field(default_factory=dict)
+    reason: str = ""
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """median, min and max of the repeats."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def choose(rates: Mapping[int, Mapping[int, Sequence[float]]], *, tie: float = TIE) -> list[Decision]:
+    """rates[c][K] = tokens/s per repeat (paired by index). One Decision per c, ascending."""
+    decisions: list[Decision] = []
+    incumbent: int | None = None
+    for c in sorted(rates):
+        by_k = rates[c]
+        if not by_k:
+            raise ValueError(f"choose: no candidate K at concurrency {c}")
+        repeats = {len(v) for v in by_k.values()}
+        if len(repeats) != 1 or 0 in repeats:
+            raise ValueError(f"choose: every K at concurrency {c} needs the same number (>= 1) of repeats")
+        top = max(by_k) if incumbent is None else max(k for k in by_k if k <= incumbent)
+        ratios = {k: [a / b for a, b in zip(by_k[k], by_k[top], strict=True)] for k in by_k if k < top}
+        medians = {k: statistics.median(q) for k, q in ratios.items()}
+        clear = {k: m for k, m in medians.items() if min(ratios[k]) > 1.0 and m > 1 + tie}
+        if clear:
+            best = max(clear, key=lambda k: (clear[k], k))
+            reason = (
+                f"K={best} beat K={top} in every repeat (median x{clear[best]:.3f}, "
+                f"range {min(ratios[best]):.3f}-{max(ratios[best]):.3f})"
+            )
+        elif not ratios:
+            best = top
+            reason = f"K={top}: no smaller K to compare (more load never drafts more)"
+        else:
+            best = top
+            reason = f"kept K={top}: no smaller K beat it in every repeat by more than {tie:.0%}"
+        decisions.append(Decision(concurrency=c, incumbent=top, chosen=best, ratios=ratios, reason=reason))
+        incumbent = best
+    return decisions

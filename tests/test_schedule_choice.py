@@ -1,0 +1,81 @@
+"""The served schedule's decision rule (core/schedule_choice.py) and its use in
+client/serve_curve.predict_served: K changes only on a win in every interleaved repeat by more than 3%."""
+
+from __future__ import annotations
+
+import pytest
+
+from specbuild.core.schedule_choice import choose
+
+
+def chosen(rates):
+    return {d.concurrency: d.chosen for d in choose(rates)}
+
+
+def test_a_difference_inside_the_spread_keeps_the_incumbent():
+    # c=1: K=3 is better in the median but loses one repeat: K stays at the largest (4)
+    rates = {1: {0: [100, 100, 100], 3: [150, 180, 120], 4: [140, 140, 140]}}
+    assert chosen(rates) == {1: 4}
+    # a median gain under 3% in every repeat does not switch either
+    rates = {1: {0: [100] * 3, 3: [142, 143, 144], 4: [140] * 3}}
+    assert chosen(rates) == {1: 4}
+
+
+def test_a_clear_knee_switches_and_more_load_never_drafts_more():
+    rates = {
+        1: {0: [100, 90, 110], 2: [150, 140, 160], 4: [170, 150, 190]},
+        # c=4: K=2 beats K=4 in every repeat by ~10%
+        4: {0: [200, 180, 220], 2: [240, 210, 260], 4: [215, 190, 235]},
+        # c=8: the baseline beats K=2 in every repeat; K=4 would be best but K never rises with load
+        8: {0: [300, 280, 320], 2: [250, 240, 270], 4: [400, 390, 410]},
+    }
+    decisions = choose(rates)
+    assert {d.concurrency: d.chosen for d in decisions} == {1: 4, 4: 2, 8: 0}
+    assert decisions[1].incumbent == 4 and decisions[2].incumbent == 2
+    assert min(decisions[2].ratios[0]) > 1
+
+
+def test_one_noisy_repeat_cannot_switch_off_speculation():
+    # the 1:4,3:3-never-off case inverted: a load spike during one baseline repeat
+    rates = {1: {0: [100] * 3, 4: [150] * 3}, 8: {0: [260, 140, 255], 4: [230, 230, 230]}}
+    assert chosen(rates) == {1: 4, 8: 4}
+    rates[8][0] = [260, 250, 255]
+    assert chosen(rates) == {1: 4, 8: 0}
+
+
+def test_choose_checks_its_input():
+    with pytest.raises(ValueError):
+        choose({1: {0: [1.0, 2.0], 4: [1.0]}})
+
+
+def _point(throughput, round_s=None, rounds=None):
+    p = {"throughput": throughput, "tokens": [40, 40], "latency_s": [40 / throughput] * 2}
+    if round_s is not None:
+        p.update(ttft_s=round_s, round_s=round_s, rounds=rounds)
+    return p
+
+
+def test_predict_served_reports_medians_spread_and_the_rule():
+    from specbuild.client.serve_curve import predict_served
+
+    # c=1: one-call baseline 1 s per request; K=1: 20 rounds of 40 ms (0.8 s) in two repeats, one
+    # repeat slowed to 60 ms; K=2 10 rounds of 50 ms in both (0.5 s): wins every repeat
+    curve = {
+        "kind": "served",
+        "requests": 2,
+        "concurrency": [1],
+        "ks": [1, 2],
+        "repeats": 2,
+        "points": {
+            "1/0": [_point(40.0), _point(40.0)],
+            "1/1": [_point(50.0, 0.04, [20, 20]), _point(33.0, 0.06, [20, 20])],
+            "1/2": [_point(80.0, 0.05, [10, 10]), _point(80.0, 0.05, [10, 10])],
+        },
+    }
+    pred = predict_served(curve, [0.9, 0.9])
+    row = {r["k"]: r for r in pred["table"]}
+    assert row[2]["tokens_per_s"] == pytest.approx(80 / 1.0)  # two requests of 0.5 s, one worker
+    assert row[1]["predicted"]["min"] < row[1]["predicted"]["max"]
+    assert row[1]["tokens_per_s"] == pytest.approx((80 / 1.6 + 80 / 2.4) / 2)  # median of two = mean
+    assert pred["chosen"] == {1: 2} and pred["schedule"] == {1: 2}
+    assert "every repeat" in pred["decisions"][0]["reason"]
