@@ -126,7 +126,10 @@ def test_bls_breakdown_leaves_the_bls_own_code():
     b = bls_breakdown(rows, rounds=10, engine_ms={"draft": 1.5, "target": 5.5})
     assert b["handle_ms"] == 10.0 and b["exec_ms"] == {"tensorrt_llm": 6.0, "tensorrt_llm_draft": 2.0}
     assert b["send_ms"] == 0.5 and b["ask_ms"] == 0.3 and b["own_code_ms"] == 1.2
-    assert b["hop_ms"] == {"draft": 0.5, "target": 0.5}
+    assert b["hop_ms"] == {"draft": 0.5, "target": 0.5} and b["statistics_time_the_calls"]
+    # a callee answering from its own thread: Triton's statistics see ~nothing of the call
+    late = bls_breakdown(rows, rounds=10, engine_ms={"draft": 0.1, "target": 0.1})
+    assert not late["statistics_time_the_calls"]
     assert b["sends_per_round"] == 1.1 and b["asks_per_round"] == 1.2
 
 
@@ -154,3 +157,34 @@ def test_floor_summary_skips_the_warm_up_calls():
     summary = ipc_floor.summarize(times)
     assert summary["draft"]["median_ms"] == 2.0 and summary["draft"]["mean_ms"] == 2.0
     assert ipc_floor.round_floor_ms(summary, cancel_asks=1, sends=1) == 2 * 2 + 2 + 2 + 2 + 2
+
+
+def test_floor_repository_adds_the_engine_probe_for_a_build(tmp_path):
+    real = tmp_path / "real"
+    for name in ("tensorrt_llm", "tensorrt_llm_draft"):
+        (real / name).mkdir(parents=True)
+        (real / name / "config.pbtxt").write_text(f'name: "{name}"\n')
+    build = tmp_path / "the build"
+    repo = ipc_floor.build_floor_repo(real, tmp_path / "floor", engine_build=build)
+    config = (repo / "probe_engine" / "config.pbtxt").read_text()
+    assert f'string_value: "{build}"' in config and 'name: "probe_engine"' in config
+    assert "time_engine_pieces" in (repo / "probe_engine" / "1" / "model.py").read_text()
+    with pytest.raises(ValueError, match="quotes"):
+        ipc_floor.build_floor_repo(real, tmp_path / "floor", engine_build=tmp_path / 'a"b')
+
+
+@pytest.mark.numeric
+def test_engine_probe_times_both_pieces_on_a_real_engine(tmp_path_factory, tiny_target, tiny_draft):
+    import torch
+    from repo_builds import cached_build
+
+    from specbuild.benchmarks.floor_models_probe import PIECES, time_engine_pieces
+    from specbuild.engines.reference.engine import ReferenceEngine
+
+    threads = torch.get_num_threads()
+    build = cached_build(tmp_path_factory, "dt", "draft_target", target=tiny_target, draft=tiny_draft)
+    engine = ReferenceEngine.load(build)
+    got = time_engine_pieces(engine, reps=2, prompt_len=6, draft_len=2, max_tokens=5)
+    torch.set_num_threads(threads)
+    assert set(got) == set(PIECES) == set(ipc_floor.PROBE_PIECES)
+    assert all(len(v) == 2 and all(t > 0 for t in v) for v in got.values())

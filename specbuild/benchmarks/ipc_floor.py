@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import statistics
@@ -24,8 +25,12 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import torch
 import tritonclient.grpc as grpcclient
 
+from specbuild.benchmarks.floor_models_probe import PIECES as PROBE_PIECES
+from specbuild.benchmarks.floor_models_probe import time_engine_pieces
+from specbuild.engines.reference.engine import ReferenceEngine
 from specbuild.serve.server import ServerOptions, TritonServer, free_port
 
 MODELS = Path(__file__).with_name("floor_models")
@@ -50,8 +55,24 @@ instance_group [ { count: 1, kind: KIND_CPU } ]
 """
 
 
-def build_floor_repo(real_repo: Path, out: Path) -> Path:
-    """The floor repository in OUT (replaced), from REAL_REPO's engine model configs."""
+PROBE_CONFIG = """name: "probe_engine"
+backend: "python"
+max_batch_size: 0
+input [
+  { name: "reps", data_type: TYPE_INT32, dims: [ 1 ] },
+  { name: "prompt_len", data_type: TYPE_INT32, dims: [ 1 ] },
+  { name: "draft_len", data_type: TYPE_INT32, dims: [ 1 ] },
+  { name: "max_tokens", data_type: TYPE_INT32, dims: [ 1 ] }
+]
+output [ { name: "timings_ns", data_type: TYPE_INT64, dims: [ -1 ] } ]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+parameters { key: "reference_engine", value: { string_value: "%s" } }
+"""
+
+
+def build_floor_repo(real_repo: Path, out: Path, *, engine_build: Path | None = None) -> Path:
+    """The floor repository in OUT (replaced), from REAL_REPO's engine model configs; with ENGINE_BUILD
+    also `probe_engine` (floor_models/engine_probe.py), the reference engine of that build in a stub."""
     if out.exists():
         shutil.rmtree(out)
     for name, source in CALLEES.items():
@@ -65,6 +86,58 @@ def build_floor_repo(real_repo: Path, out: Path) -> Path:
     (out / "floor_caller" / "1").mkdir(parents=True)
     (out / "floor_caller" / "config.pbtxt").write_text(CALLER_CONFIG)
     shutil.copy(MODELS / "caller.py", out / "floor_caller" / "1" / "model.py")
+    if engine_build is not None:
+        if '"' in str(engine_build) or "\\" in str(engine_build):
+            raise ValueError(
+                f"{engine_build}: a build path with quotes or backslashes cannot go in config.pbtxt"
+            )
+        (out / "probe_engine" / "1").mkdir(parents=True)
+        (out / "probe_engine" / "config.pbtxt").write_text(PROBE_CONFIG % engine_build)
+        shutil.copy(MODELS / "engine_probe.py", out / "probe_engine" / "1" / "model.py")
+    return out
+
+
+def engine_probe(
+    url: str,
+    engine_build: Path,
+    *,
+    rounds: int = 3,
+    reps: int = 10,
+    prompt_len: int = 40,
+    draft_len: int = 4,
+    max_tokens: int = 32,
+) -> dict:
+    """The same engine work inside a stub (probe_engine) and in this process, interleaved `rounds` times
+    (reps each): piece -> {stub_ms, in_process_ms (medians), stub_over_in_process}."""
+    engine = ReferenceEngine.load(engine_build)
+    kw = {"prompt_len": prompt_len, "draft_len": draft_len, "max_tokens": max_tokens}
+    stub: dict[str, list[int]] = {piece: [] for piece in PROBE_PIECES}
+    local: dict[str, list[int]] = {piece: [] for piece in PROBE_PIECES}
+    time_engine_pieces(engine, reps=2, **kw)  # warm-up (the stub warms in its first round's first reps)
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        for _ in range(rounds):
+            inputs = []
+            for name, value in (("reps", reps), *kw.items()):
+                tensor = grpcclient.InferInput(name, [1], "INT32")
+                tensor.set_data_from_numpy(np.array([value], dtype=np.int32))
+                inputs.append(tensor)
+            flat = client.infer("probe_engine", inputs, client_timeout=600).as_numpy("timings_ns")
+            for i, piece in enumerate(PROBE_PIECES):
+                stub[piece] += [int(t) for t in flat[i * reps : (i + 1) * reps]]
+            for piece, values in time_engine_pieces(engine, reps=reps, **kw).items():
+                local[piece] += values
+    finally:
+        client.close()
+    out = {"rounds": rounds, "reps": reps, **kw}
+    for piece in PROBE_PIECES:
+        s_ms = statistics.median(stub[piece][2:]) / 1e6  # the stub's first reps warm it up
+        l_ms = statistics.median(local[piece]) / 1e6
+        out[piece] = {
+            "stub_ms": round(s_ms, 3),
+            "in_process_ms": round(l_ms, 3),
+            "stub_over_in_process": round(s_ms / l_ms, 3),
+        }
     return out
 
 
@@ -145,14 +218,26 @@ def round_floor_ms(summary: dict[str, dict[str, float]], *, cancel_asks: int, se
     return round(2 * m["build"] + m["draft"] + m["target"] + sends * m["send"] + cancel_asks * m["cancel"], 3)
 
 
-def measure(real_repo: Path, out: Path, *, calls: int, prompt_len: int, draft_len: int) -> dict:
-    repo = build_floor_repo(real_repo, out)
+def measure(
+    real_repo: Path,
+    out: Path,
+    *,
+    calls: int,
+    prompt_len: int,
+    draft_len: int,
+    engine_build: Path | None = None,
+) -> dict:
+    repo = build_floor_repo(real_repo, out, engine_build=engine_build)
     opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
+    probe = None
     with TritonServer(repo, opts) as server:
         times = time_pieces(server.grpc_url, calls=calls, prompt_len=prompt_len, draft_len=draft_len)
         callee = callee_stats(server.grpc_url)
+        if engine_build is not None:
+            probe = engine_probe(server.grpc_url, engine_build, prompt_len=prompt_len, draft_len=draft_len)
     summary = summarize(times)
     return {
+        "engine_probe": probe,
         "calls": calls,
         "prompt_len": prompt_len,
         "draft_len": draft_len,
@@ -171,6 +256,13 @@ def format_floor(result: dict) -> list[str]:
             f"  {piece:7s} {row['median_ms']:7.3f} ms  (p10 {row['p10_ms']:.3f}, p90 {row['p90_ms']:.3f}, "
             f"mean {row['mean_ms']:.3f})"
         )
+    probe = result.get("engine_probe")
+    for piece in PROBE_PIECES if probe else ():
+        row = probe[piece]
+        lines.append(
+            f"  engine work '{piece}' in a stub {row['stub_ms']:.3f} ms vs in-process "
+            f"{row['in_process_ms']:.3f} ms (x{row['stub_over_in_process']:.3f})"
+        )
     for name, row in result.get("callee_per_call_ms", {}).items():
         lines.append(
             f"  {name} in Triton's statistics: {row['total_ms']:.3f} ms a call "
@@ -188,13 +280,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--prompt-len", type=int, default=40)
     parser.add_argument("--draft-len", type=int, default=4)
+    parser.add_argument(
+        "--engine-build", type=Path, default=None, help="also time this build's engine inside a stub vs here"
+    )
     args = parser.parse_args(argv)
+    torch.set_num_threads(int(os.environ.get("SPECBUILD_TORCH_THREADS", "1")))  # = the served default
+    os.environ["SPECBUILD_TORCH_THREADS"] = str(torch.get_num_threads())
     result = measure(
         args.repo,
         args.out.resolve() / "repo",
         calls=args.calls,
         prompt_len=args.prompt_len,
         draft_len=args.draft_len,
+        engine_build=args.engine_build.resolve() if args.engine_build else None,
     )
     print("\n".join(format_floor(result)))
     (args.out / "ipc_floor.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -416,6 +416,7 @@ class StepScheduler:
         self.rows: dict[int, tuple] = {}  # id(row) -> (job, row)
         self.waiting: list = []  # one-pass and whole jobs admitted for the next step
         self.done: list = []  # jobs that ended at admission (their first token, a cancelled request)
+        self._skipped = False  # the last step answered first and left the rows' decode pass for this one
 
     def admit(self, jobs: list) -> None:
         plain = []
@@ -436,11 +437,16 @@ class StepScheduler:
             self._add(plain)
 
     def step(self) -> list:
+        """One step: the one-pass work admitted since the last step (verify passes; requests that ended
+        at admission) is answered before the rows' decode pass, which then runs in the next step; with
+        both kinds waiting they alternate, so neither starves the other."""
         waiting, self.waiting = self.waiting, []
         if waiting:
             self.model._run_jobs(waiting)  # the verify pass, then any whole job
             self.done += waiting
-        if len(self.session):
+        answer_first = bool(self.done) and not self._skipped
+        self._skipped = answer_first and len(self.session) > 0
+        if len(self.session) and not answer_first:
             try:
                 ended = self.session.step()
             except Exception as exc:  # noqa: BLE001 - every row of the pass gets the error
