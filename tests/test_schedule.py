@@ -400,3 +400,18 @@ def test_counter_files_of_gone_servers_are_removed(tmp_path):
     assert not stale.exists() and live.exists() and other.exists()
     path = inflight.counter_path(str(tmp_path), "m", server_pid=os.getpid())
     assert os.path.basename(path).startswith(f"{inflight.PREFIX}{os.getpid()}-")
+
+
+def test_server_removes_the_counter_files_a_killed_server_leaves(tmp_path, monkeypatch):
+    """A server stopped by SIGKILL leaves its BLS counter files (its instances never reach close()):
+    TritonServer.stop removes the ones named by that server's pid, and only those."""
+    from specbuild.serve import server_watch
+
+    assert server_watch.BLS_COUNTER_PREFIX == _inflight().PREFIX  # the name's one fact, spelled twice
+    monkeypatch.setattr(server_watch, "SHM_DIR", tmp_path)
+    mine = tmp_path / f"{server_watch.BLS_COUNTER_PREFIX}4242-0123456789abcdef"
+    other = tmp_path / f"{server_watch.BLS_COUNTER_PREFIX}42421-0123456789abcdef"  # a pid sharing digits
+    for path in (mine, other):
+        path.write_bytes(b"\0" * 8)
+    assert server_watch.remove_bls_counters(4242) == [mine.name]
+    assert not mine.exists() and other.exists()

@@ -412,6 +412,12 @@ def bls_breakdown(rows: list[dict], *, rounds: int, engine_ms: dict[str, float])
         "ask_ms": round(ask / 1e6 / rounds, 3),
         "own_code_ms": round(own / 1e6 / rounds, 3),
     }
+    # a callee that returns from execute at once and answers from its own thread (the step-scheduled
+    # local engine model) is not timed by Triton's statistics: then the hops below mean nothing
+    out["statistics_time_the_calls"] = all(
+        engine_ms[m] >= 0.5 * out["exec_ms"].get(model, 0.0)
+        for m, model in (("draft", "tensorrt_llm_draft"), ("target", "tensorrt_llm"))
+    )
     out["hop_ms"] = {
         m: round(out["exec_ms"].get(model, 0.0) - ms, 3)
         for m, (model, ms) in {
@@ -533,6 +539,11 @@ def print_flow(console, name: str, flow: dict) -> None:
                 f"{b['client_rest_ms']:.2f}"
             )
         t = row.get("bls_timers_per_round")
+        if t and not t["statistics_time_the_calls"]:
+            console.print(
+                "       Triton's statistics do not time the engine calls (their models answer from a "
+                "thread of their own): read the BLS timers, not 'BLS rest' or the hops"
+            )
         if t:
             console.print(
                 f"       BLS timers per round: exec {t['exec_ms']} (hop beyond the callee: {t['hop_ms']}), "

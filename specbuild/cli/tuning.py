@@ -69,7 +69,8 @@ def train_medusa_cmd(
         typer.Option(
             "--distill-new-tokens",
             help="--self-distill: greedy tokens per prompt (default: fill one window, seq_len minus the "
-            "prompt's kept seq_len/2 tail). More than that packs into several windows per answer.",
+            "prompt's kept seq_len/2 tail). More than that packs an answer into several windows; the later "
+            "ones start mid-answer, without the context the text was generated from.",
         ),
     ] = default(TrainConfig, "distill_new_tokens"),
     resume: Annotated[

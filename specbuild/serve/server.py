@@ -30,7 +30,14 @@ from pathlib import Path
 
 from specbuild.core.errors import ServerError
 from specbuild.serve.bundle import TritonBundle, check_libpython, find_bundle
-from specbuild.serve.server_watch import dead, fatal_lines, remove_shm, shm_prefix, stub_processes
+from specbuild.serve.server_watch import (
+    dead,
+    fatal_lines,
+    remove_bls_counters,
+    remove_shm,
+    shm_prefix,
+    stub_processes,
+)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_GRPC_PORT = 8001
@@ -368,6 +375,7 @@ class TritonServer:
             except (ProcessLookupError, PermissionError):
                 pass
             _wait_group_gone(self._proc.pid)
+            remove_bls_counters(self._proc.pid)
         self._clean_shm()
         return ServerError(
             f"tritonserver exited ({how}) {when}",
@@ -428,6 +436,7 @@ class TritonServer:
         if proc is not None:
             self._stop_group(proc)
             self._clean_shm()
+            remove_bls_counters(proc.pid)  # the stubs' parent is the server: the files name its pid
         if self._workdir is not None:
             self._workdir.cleanup()
             self._workdir = None

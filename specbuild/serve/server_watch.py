@@ -44,6 +44,17 @@ def shm_prefix() -> str:
     return f"specbuild_{os.getpid()}_{secrets.token_hex(4)}_"
 
 
+# = PREFIX in python_models/tensorrt_llm_bls/inflight.py (the BLS's in-flight counter file,
+# `<this><server pid>-<key>`; tests/test_schedule.py checks the two agree)
+BLS_COUNTER_PREFIX = "specbuild-bls-inflight-"
+
+
+def remove_bls_counters(server_pid: int) -> list[str]:
+    """Delete the BLS in-flight counter files of the server `server_pid` (its instances remove them when
+    they end; a server stopped by SIGKILL leaves them). Call only when that server is gone."""
+    return remove_shm(f"{BLS_COUNTER_PREFIX}{int(server_pid)}-")
+
+
 def remove_shm(prefix: str) -> list[str]:
     """Delete the /dev/shm regions named `<prefix>*` (call only when no process of that server is left)."""
     removed = []
