@@ -40,6 +40,18 @@ def tiny_target(make_tiny) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_target_model(tiny_target, tmp_path_factory):
+    """The tiny target converted (float32) and loaded as the reference engine's LlamaModel (weights
+    only: each engine or sequence built on it keeps its own KV cache, so tests may share it)."""
+    from specbuild.engines.reference.loader import load_weights
+    from specbuild.engines.reference.model import LlamaModel
+    from specbuild.engines.trtllm.convert import convert_checkpoint
+
+    ckpt = convert_checkpoint(tiny_target, tmp_path_factory.mktemp("tiny-ref") / "target", dtype="float32")
+    return LlamaModel(load_weights(ckpt))
+
+
+@pytest.fixture(scope="session")
 def tiny_draft(make_tiny) -> Path:
     """A smaller Llama sharing the target's tokenizer."""
     return make_tiny(

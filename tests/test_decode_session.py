@@ -18,13 +18,8 @@ pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.numeric]
 
 
 @pytest.fixture(scope="module")
-def model(tiny_target, tmp_path_factory):
-    from specbuild.engines.reference.loader import load_weights
-    from specbuild.engines.reference.model import LlamaModel
-    from specbuild.engines.trtllm.convert import convert_checkpoint
-
-    ckpt = convert_checkpoint(tiny_target, tmp_path_factory.mktemp("ds") / "target", dtype="float32")
-    return LlamaModel(load_weights(ckpt))
+def model(tiny_target_model):
+    return tiny_target_model
 
 
 def _engine(model):

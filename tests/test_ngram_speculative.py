@@ -21,13 +21,8 @@ pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.numeric]
 
 
 @pytest.fixture(scope="module")
-def target(tiny_target, tmp_path_factory):
-    from specbuild.engines.reference.loader import load_weights
-    from specbuild.engines.reference.model import LlamaModel
-    from specbuild.engines.trtllm.convert import convert_checkpoint
-
-    ckpt = convert_checkpoint(tiny_target, tmp_path_factory.mktemp("ngram") / "target", dtype="float32")
-    return LlamaModel(load_weights(ckpt))
+def target(tiny_target_model):
+    return tiny_target_model
 
 
 @pytest.fixture(scope="module")
