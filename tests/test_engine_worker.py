@@ -86,3 +86,27 @@ def test_counters_blocks_and_acceptance():
     assert 0 < first <= perf.last_token_ns
     perf.scheduled()
     assert perf.scheduled_ns >= perf.arrival_ns
+
+
+def test_outbox_sends_in_order_off_the_callers_thread_and_flushes_on_close():
+    from engine_worker import Outbox
+
+    gate, sent, threads, errors = threading.Event(), [], set(), []
+    outbox = Outbox("t", on_error=errors.append)
+
+    def first():
+        gate.wait(5)  # a slow send: the caller goes on meanwhile
+        sent.append(0)
+
+    outbox.put(first)
+    for i in range(1, 5):
+        outbox.put(lambda i=i: (sent.append(i), threads.add(threading.current_thread().name)))
+    outbox.put(lambda: 1 / 0)  # a failing send is reported, the next ones still go out
+    outbox.put(lambda: sent.append(5))
+    assert sent == []  # put returned before the first send ended
+    gate.set()
+    assert outbox.close()
+    assert sent == [0, 1, 2, 3, 4, 5] and threads == {"t"}
+    assert len(errors) == 1 and isinstance(errors[0], ZeroDivisionError)
+    outbox.put(lambda: sent.append(6))  # after close: run by the caller, never dropped
+    assert sent[-1] == 6

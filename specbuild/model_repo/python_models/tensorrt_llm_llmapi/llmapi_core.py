@@ -236,7 +236,8 @@ class Job:
     req: LlmApiRequest
     responder: object
     perf: Perf
-    reused_before: int = 0
+    reused_before: int = 0  # the engine's prefix-cache reuse counter when the request was read
+    reused: int = 0  # prompt tokens the prefix cache held for it (read when it ended, on the engine thread)
     tokens: list = field(default_factory=list)  # what the engine generated (stop strings still in)
     sent: int = 0  # tokens already streamed
     ran: bool = False

@@ -13,6 +13,13 @@ the LLM-API tensor interface (what each input does: llmapi_core.py).
   together (up to max_batch_size; the engine's lockstep batch, draft/target included), later ones in the
   next batch. This is the reference engine's batching, not TensorRT-LLM's in-flight batching, which
   admits requests between steps.
+* responses (decoupled): one thread of their own (engine_worker.Outbox) builds and sends them, in the
+  order the engine produced them: a streamed step's response (its cumulative text detokenized, the
+  tensors, the cancellation ask and the send, each ask and send an IPC round trip to the server) is
+  built and sent while the engine runs the next step; the final response goes the same way, after the
+  request's last step. A streamed request's stop hook reads the answer of its last send's ask instead
+  of asking again (each step's send asks afresh); a request that is not streamed is asked at most
+  every POLL_S.
 * not decoupled: each request runs inside `execute`.
 * cancellation: Triton's (the client gone) ends the work within a step and writes nothing but the final
   flag (writing outputs for a gone client is what the 2.51 frontend can crash on, responder.py); a
@@ -25,6 +32,7 @@ the LLM-API tensor interface (what each input does: llmapi_core.py).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -36,7 +44,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from engine_worker import ActiveRequests, EngineWorker  # noqa: E402
+from engine_worker import ActiveRequests, EngineWorker, Outbox  # noqa: E402
 from llmapi_core import (  # noqa: E402
     Job,
     LlmApiLimits,
@@ -122,10 +130,14 @@ class TritonPythonModel:
         self._active = ActiveRequests()  # request id -> its running jobs (for stop requests)
         self.metrics = SpecMetrics(config.get("name", "tensorrt_llm"))  # trtllm-serve's spec-decode series
         self._warm_up()
-        self._worker = None
-        if self.decoupled:  # decoupled: one worker runs the requests execute() read
+        self._worker = self._outbox = None
+        if self.decoupled:  # decoupled: one worker runs the requests execute() read, one thread answers
+            self._outbox = Outbox("llmapi-responses", on_error=self._send_failed)
             self._worker = EngineWorker(
-                "llmapi-engine", self.max_batch, self._run, lambda job: job.responder.finish(self._final(job))
+                "llmapi-engine",
+                self.max_batch,
+                self._run,
+                lambda job: self._outbox.put(lambda: job.responder.finish(self._final(job))),
             )
 
     def _warm_up(self) -> None:
@@ -134,11 +146,16 @@ class TritonPythonModel:
         self.engine.generate([0], SamplingParams(max_tokens=2, end_id=-1), speculative=self.speculate)
 
     def finalize(self):
+        if self._worker is not None:
+            left = self._worker.close()
+            self._outbox.close()  # the responses the engine produced go out first, in order
+            for job in left:  # never leave a request without its final response
+                job.responder.finish(self._error("the model is being unloaded"))
         self.metrics.close()  # what is still pending goes out
-        if self._worker is None:
-            return
-        for job in self._worker.close():  # never leave a request without its final response
-            job.responder.finish(self._error("the model is being unloaded"))
+
+    @staticmethod
+    def _send_failed(exc: BaseException) -> None:
+        pb_utils.Logger.log_error(f"tensorrt_llm: a response could not be sent: {exc}")
 
     # ---- requests -------------------------------------------------------------------------------
     def execute(self, requests):
@@ -225,9 +242,13 @@ class TritonPythonModel:
 
     def _hook(self, job: Job):
         words = stop_at_words(job.req.stop_sequences)
+        # A streamed request's every step is sent, and each send asks Triton afresh (on the outbox's
+        # thread): the hook reads that answer instead of asking again. Otherwise it asks at most every
+        # POLL_S.
+        max_age_s = float("inf") if job.req.streaming and self.decoupled else POLL_S
 
         def stop(out, start):
-            if job.stopped or job.responder.ended(max_age_s=POLL_S):
+            if job.stopped or job.responder.ended(max_age_s=max_age_s):
                 return len(out)
             return words(out, start) if words else None
 
@@ -280,6 +301,9 @@ class TritonPythonModel:
                 self._active.remove(job.req.request_id, job)
 
     def _done(self, job: Job, result) -> None:
+        # the engine's counter is read here, on the engine's thread (the final response is built on the
+        # outbox's thread while the engine runs the next request)
+        job.reused = self.engine.prefix_cache.reused_tokens - job.reused_before
         job.tokens, job.ran = list(result.token_ids), True
         job.perf.accepted, job.perf.drafted = result.stats.accepted, result.stats.drafted
         job.steps = result.stats.steps  # (accepted, drafted) per verification step, for the metrics
@@ -293,15 +317,25 @@ class TritonPythonModel:
         job.perf.token()
         job.tokens += list(new)
         if job.req.streaming and new and not job.stopped:
-            outputs = text_outputs(self._text(job, job.tokens), list(new))
-            if not job.responder.send(
-                pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in outputs.items()])
-            ):
-                job.stopped = True  # the client is gone: the stop hook ends it at the next step
+            # built and sent on the outbox's thread while the engine runs its next step (streaming is
+            # decoupled only): the cumulative text of the tokens so far, the step's new tokens
+            self._outbox.put(functools.partial(self._send_step, job, len(job.tokens), list(new)))
+
+    def _send_step(self, job: Job, n: int, new: list[int]) -> None:
+        """One engine step's streamed response: text_output = the text of the first n tokens (cumulative, as
+        upstream's `output.text`), output_ids = the step's new tokens."""
+        if job.stopped:
+            return
+        outputs = text_outputs(self._text(job, job.tokens[:n]), new)
+        if not job.responder.send(
+            pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in outputs.items()])
+        ):
+            job.stopped = True  # the client is gone: the stop hook ends it at the next step
 
     def _final(self, job: Job):
         req = job.req
-        if job.responder.cancelled():
+        # decoupled: finish() asks afresh before it writes, so the last answer decides what to build
+        if job.responder.cancelled(max_age_s=float("inf") if self.decoupled else 0.0):
             return None if self.decoupled else self._cancelled_error()
         if job.error is not None:
             return self._error(f"Error generating request: {job.error}")
@@ -311,9 +345,8 @@ class TritonPythonModel:
             pb_utils.Logger.log_warn(f"tensorrt_llm: speculative metrics not updated: {exc}")
         tokens, stop_string = cut_at_stop(job.tokens, req)
         finish = "cancelled" if job.stopped else ("stop" if stop_string is not None else job.finish)
-        reused = self.engine.prefix_cache.reused_tokens - job.reused_before
         job.perf.blocks(
-            reused_tokens=reused,
+            reused_tokens=job.reused,
             total_tokens=len(req.prompt_ids) + len(tokens),
             tokens_per_block=self.tokens_per_block,
         )

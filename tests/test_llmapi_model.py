@@ -1,0 +1,140 @@
+"""The local LLM-API model (tensorrt_llm_llmapi) through the fake Python backend: its streamed responses are
+built and sent on a thread of their own (engine_worker.Outbox), so a slow send does not hold up the
+engine's next step, and they still go out in order with the protocol upstream's model speaks (one response
+a step: the cumulative text_output and the step's output_ids; the final response last). A streamed
+request's stop hook reads its sends' cancellation answers instead of asking Triton again every step."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import threading
+
+import numpy as np
+import pytest
+import yaml
+from fake_triton import FINAL, FakeServer, Request
+from repo_builds import EXAMPLES
+
+pytestmark = pytest.mark.numeric  # greedy tokens through CPU kernels
+
+MAX_TOKENS = 12
+PROMPT = "the quick brown fox"
+
+
+@pytest.fixture(scope="module")
+def llmapi(tmp_path_factory, tiny_target, tiny_draft):
+    """(fake server, its tensorrt_llm model) of the tiny draft/target spec on the LLM-API flow."""
+    import torch
+
+    from specbuild.builder.compile import compile_spec
+    from specbuild.core.spec import load_spec
+    from specbuild.model_repo.generate import generate_repo
+
+    threads = torch.get_num_threads()  # the local model pins its torch threads; restore after
+    root = tmp_path_factory.mktemp("llmapi-model")
+    raw = yaml.safe_load((EXAMPLES / "draft-target.yaml").read_text())
+    raw["build"].update(max_seq_len=128, max_input_len=64)
+    raw["flow"] = "llmapi"
+    (root / "spec.yaml").write_text(yaml.safe_dump(raw))
+    for name, folder in {"target": tiny_target, "draft": tiny_draft}.items():
+        shutil.copytree(folder, root / name)
+    build = compile_spec(load_spec(root / "spec.yaml"), root / "build", engine="reference")
+    repo = generate_repo(build, root / "repo", backend="llmapi-local")
+    # what the model's auto_complete_config sets from model.yaml's triton_config (the fake does not call it)
+    triton = yaml.safe_load((repo / "tensorrt_llm" / "1" / "model.yaml").read_text())["triton_config"]
+    assert triton["decoupled"] is True
+    config = repo / "tensorrt_llm" / "config.pbtxt"
+    config.write_text(config.read_text() + "\nmodel_transaction_policy {\n  decoupled: true\n}\n")
+    server = FakeServer(repo)
+    model = server.models["tensorrt_llm"]
+    yield server, model
+    model.finalize()
+    torch.set_num_threads(threads)
+
+
+def _inputs(stream: bool) -> dict:
+    return {
+        "text_input": np.array([PROMPT.encode()], dtype=object),
+        "sampling_param_max_tokens": np.array([MAX_TOKENS], dtype=np.int32),
+        "sampling_param_temperature": np.array([0.0], dtype=np.float32),
+        "sampling_param_exclude_input_from_output": np.array([True]),
+        "streaming": np.array([stream]),
+    }
+
+
+class CountingRequest(Request):
+    """A request whose sender counts its cancellation asks and may hold its first data response."""
+
+    def __init__(self, inputs, hold: threading.Event | None = None):
+        super().__init__(inputs)
+        self.asks, self.hold = 0, hold
+        sender, asks = self.sender, self
+
+        def is_cancelled():
+            asks.asks += 1
+            return False
+
+        send = sender.send
+
+        def held_send(response=None, flags=0):
+            if hold is not None and flags == 0 and not sender.responses:
+                assert hold.wait(10), "the test never released the first send"
+            send(response, flags)
+
+        sender.is_cancelled, sender.send = is_cancelled, held_send
+
+
+def _run(server, request) -> list[tuple]:
+    server._validate("tensorrt_llm", request.inputs)  # declared names and dtypes, as the server checks
+    assert server.models["tensorrt_llm"].execute([request]) is None  # decoupled: answered later
+    assert request.sender.done.wait(60), "no final response"
+    return request.sender.responses
+
+
+def _out(response, name):
+    return next(t.as_numpy() for t in response.output_tensors if t.name() == name)
+
+
+def test_a_slow_send_does_not_hold_up_the_engine_and_responses_keep_their_order(llmapi, monkeypatch):
+    server, model = llmapi
+    final = _run(server, Request(_inputs(stream=False)))
+    whole = list(_out(final[-1][0], "output_ids"))
+    assert len(whole) == MAX_TOKENS
+
+    generated = threading.Event()  # the engine ran the request to its end
+    generate = model.engine.generate
+
+    def watched(*args, **kwargs):
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            generated.set()
+
+    monkeypatch.setattr(model.engine, "generate", watched)
+    hold = threading.Event()
+    request = CountingRequest(_inputs(stream=True), hold=hold)
+    server._validate("tensorrt_llm", request.inputs)
+    assert model.execute([request]) is None
+    # the first step's response is held in its send: the engine still runs every step to the end
+    assert generated.wait(10), "the engine waited for a streamed response to be sent"
+    hold.set()
+    assert request.sender.done.wait(60)
+    sent = request.sender.responses
+    assert [flags for _, flags in sent] == [0] * (len(sent) - 1) + [FINAL]
+    steps = [r for r, flags in sent if flags == 0]
+    assert len(steps) > 1  # one response a step (speculation: several tokens a step)
+    assert sum((list(_out(r, "output_ids")) for r in steps), []) == whole  # in order, none lost
+    texts = [_out(r, "text_output")[0].decode() for r in steps]
+    assert all(b.startswith(a) for a, b in zip(texts, texts[1:], strict=False))  # cumulative
+    assert texts[-1] == _out(final[-1][0], "text_output")[0].decode()
+
+
+def test_a_streamed_requests_stop_hook_reuses_its_sends_cancellation_answers(llmapi, monkeypatch):
+    server, model = llmapi
+    monkeypatch.setattr(sys.modules[type(model).__module__], "POLL_S", 0.0)  # a hook that asks would ask every step
+    request = CountingRequest(_inputs(stream=True))
+    sent = _run(server, request)
+    # one ask when the request starts, then every data response and the final one ask afresh before
+    # they go out; a stop hook that asked too would add one a step
+    assert request.asks == len(sent) + 1, f"{request.asks} asks for {len(sent)} responses"
