@@ -96,3 +96,42 @@ def test_a_short_request_joins_a_running_one_and_is_answered_first(server, short
         gate.set()
     assert _tokens(short) == want
     assert _tokens(long) == alone_long
+
+
+class _Counted:
+    """Count a fake request's cancellation asks (each one an IPC round trip in a real stub)."""
+
+    def __init__(self, request):
+        self.asks, ask = 0, request.sender.is_cancelled
+
+        def counted():
+            self.asks += 1
+            return ask()
+
+        request.sender.is_cancelled = counted
+
+
+def test_a_short_call_asks_triton_nothing_at_its_start_and_a_cancelled_wait_is_still_seen(
+    server, monkeypatch
+):
+    """A BLS round's call arrives, runs and is answered within POLL_S: its arrival counts as an answer
+    "not cancelled" (responder.handed_over), so it asks Triton nothing (the model asked before every
+    verify pass). A request that waited longer than POLL_S is asked afresh and, cancelled, writes no
+    outputs."""
+    import sys
+
+    model = server.models["tensorrt_llm"]
+    module = sys.modules[type(model).__module__]
+    ids = [7, 7, 8, 21]
+    greedy = model.engine.generate(ids, SamplingParams(max_tokens=3, end_id=-1)).token_ids
+    monkeypatch.setattr(module, "POLL_S", 60.0)  # "short": however slow this machine is
+    verify = _request(ids, 3, drafts=[greedy[0], greedy[1]])
+    counted = _Counted(verify)
+    (responses,) = server.infer_batch("tensorrt_llm", [], requests=[verify])
+    assert _tokens(verify) == greedy[:3] and counted.asks == 0
+
+    monkeypatch.setattr(module, "POLL_S", 0.0)  # every wait is "long": the answer must be fresh
+    late = _request(ids, 3, drafts=[greedy[0], greedy[1]])
+    late.cancelled.set()
+    (responses,) = server.infer_batch("tensorrt_llm", [], requests=[late])
+    assert responses[0].has_error() and responses[0].error().code() == 1  # CANCELLED, no outputs

@@ -42,6 +42,14 @@ class Responder:
         self._asked = float("-inf")  # time.monotonic() of the last ask
         self.asks = 0  # asks that went to Triton (each one an IPC round trip)
 
+    def handed_over(self) -> Responder:
+        """Triton just handed the request to `execute`: count that as an answer "not cancelled" for the
+        asks that reuse a young answer (max_age_s), so a short call does not ask right after it arrived.
+        Triton core checks for cancelled requests where the dynamic batcher releases them (Triton's
+        request_cancellation docs); a plain ask (max_age_s 0: `send`, `finish`) still goes to Triton."""
+        self._asked = time.monotonic()
+        return self
+
     def ended(self, max_age_s: float = 0.0) -> bool:
         """Should the work stop: a `stop` request, or Triton's cancellation."""
         return self.stopped or self.cancelled(max_age_s)

@@ -23,9 +23,12 @@ selects the Medusa tree. What each input does: local_core.py.
   the BLS calls round by round): exactly one response per request, with the final flag, as the Python
   backend of tritonserver 2.51 lets a non-decoupled model answer (its stub refuses more: "Non-decoupled
   model cannot send more than one response");
-* cancellation: every step asks Triton whether the request was cancelled (responder.py); a cancelled
-  or stopped request ends there. A cancelled decoupled request gets a flags-only final response,
-  a cancelled non-decoupled one a CANCELLED error; no outputs are written for either;
+* cancellation: a request is asked about (responder.py: an IPC round trip each) when it starts and at
+  every step, reusing an answer younger than POLL_S (its arrival counts as one: Triton hands over no
+  request it knows cancelled), so a cancelled or stopped request ends within POLL_S or a step; a short
+  call (a BLS draft or verify round) does not ask at its start. A cancelled decoupled request gets a
+  flags-only final response, a cancelled non-decoupled one a CANCELLED error; no outputs are written for
+  either;
 * draft_input_ids: external verification through the engine's prefix cache, so the BLS's growing
   prefix is not recomputed each round (enable_kv_cache_reuse);
 * limits: the engine folder's config.json build_config (specbuild.core.engine_limits, with this model's
@@ -139,7 +142,7 @@ class TritonPythonModel:
         engine runs (they join the running batch at its next step)."""
         jobs = []
         for request in requests:
-            responder = Responder(request, request.get_response_sender())
+            responder = Responder(request, request.get_response_sender()).handed_over()
             try:
                 get = _getter(request)
                 if is_stop_request(get):
@@ -301,7 +304,7 @@ class TritonPythonModel:
     def _run_verify_batch(self, jobs: list[Job]) -> None:
         """Verification requests of one execute() in one target pass (ReferenceEngine.verify_external_batch:
         rows of their own length, each from its own prefix-cache entry; the same tokens as one by one)."""
-        live = [j for j in jobs if not j.responder.ended()]
+        live = [j for j in jobs if not j.responder.ended(max_age_s=POLL_S)]
         for job in jobs:
             if job not in live:  # cancelled while it waited
                 self._ended(job)
@@ -338,7 +341,7 @@ class TritonPythonModel:
 
     def _run(self, job: Job) -> Job:
         req, perf = job.req, job.perf
-        if job.responder.ended():  # cancelled while it waited
+        if job.responder.ended(max_age_s=POLL_S):  # cancelled while it waited
             self._ended(job)
             return job
         if req.draft_ids is not None:
@@ -423,7 +426,7 @@ class StepScheduler:
         for job in jobs:
             if job.req.draft_ids is not None or job.req.generation_logits:
                 self.waiting.append(job)
-            elif job.responder.ended():  # cancelled or stopped while it waited
+            elif job.responder.ended(max_age_s=POLL_S):  # cancelled or stopped while it waited
                 self.model._ended(job)
                 job.ran = True
                 self.done.append(job)
