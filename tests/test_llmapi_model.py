@@ -132,7 +132,8 @@ def test_a_slow_send_does_not_hold_up_the_engine_and_responses_keep_their_order(
 
 def test_a_streamed_requests_stop_hook_reuses_its_sends_cancellation_answers(llmapi, monkeypatch):
     server, model = llmapi
-    monkeypatch.setattr(sys.modules[type(model).__module__], "POLL_S", 0.0)  # a hook that asks would ask every step
+    # a stop hook that asked Triton would now ask at every step
+    monkeypatch.setattr(sys.modules[type(model).__module__], "POLL_S", 0.0)
     request = CountingRequest(_inputs(stream=True))
     sent = _run(server, request)
     # one ask when the request starts, then every data response and the final one ask afresh before
