@@ -236,9 +236,16 @@ def load_table(bench_json: Path) -> tuple[str, list[dict[str, Any]], list[str]] 
         return None
     points = json.loads((folder / "load.json").read_text())["points"]
     sched = json.loads(tune.read_text())["details"].get("schedule") or {}
+    served_path = schedule_dir / "served.json"  # the schedule the repository served (tune --url)
+    served_sched = (
+        (json.loads(served_path.read_text())["details"].get("schedule") or {})
+        if served_path.is_file()
+        else {}
+    )
     local_path = schedule_dir / "in_process.json"
     local = json.loads(local_path.read_text()) if local_path.is_file() else {"points": {}}
-    chosen = sched.get("chosen", {})
+    chosen = (served_sched or sched).get("chosen", {})
+    chosen_in_process = sched.get("chosen", {})
     rows = []
     for point in points:
         c = point["concurrency"]
@@ -266,6 +273,8 @@ def load_table(bench_json: Path) -> tuple[str, list[dict[str, Any]], list[str]] 
             }
             if label == "schedule":
                 row["sched K"] = chosen.get(str(c), chosen.get(c))
+                if served_sched:
+                    row["in-process sched K"] = chosen_in_process.get(str(c), chosen_in_process.get(c))
                 row["sched / 1-call (Triton)"] = _cell(point.get("schedule_over_baseline_unary"))
                 row["sched / fixed K (Triton)"] = _cell(point.get("schedule_over_best_fixed"))
                 over = local.get("schedule_over_fixed", {})
@@ -276,14 +285,25 @@ def load_table(bench_json: Path) -> tuple[str, list[dict[str, Any]], list[str]] 
     columns = dict.fromkeys(k for row in rows for k in row)
     rows = [{k: row.get(k, "") for k in columns} for row in rows]
     rounds = json.loads((folder / "load.json").read_text()).get("context", {}).get("rounds")
+    source = (
+        f"served schedule {served_sched.get('schedule')} (tune --schedule --url: the cost curve through this "
+        f"server) through Triton, in-process schedule {sched.get('schedule')} (the in-process cost curve) "
+        "in-process"
+        if served_sched
+        else f"load-aware schedule {sched.get('schedule')} (tune --schedule, in-process cost curve)"
+    )
     title = (
-        f"load-aware schedule {sched.get('schedule')} (tune --schedule, in-process cost curve): tokens/s, "
-        f"median (range) of {rounds or '?'} interleaved rounds; measured / predicted through Triton against "
-        "the served cost model calibrated on the tune prompts, in-process against tune's prediction"
+        f"{source}: tokens/s, median (range) of {rounds or '?'} interleaved rounds; measured / predicted "
+        "through Triton against the served cost model calibrated on the tune prompts, in-process against "
+        "tune's prediction"
     )
     plots = [
         str(p)
-        for p in (schedule_dir / "schedule_predicted.png", *sorted(folder.glob("load_T*.png")))
+        for p in (
+            schedule_dir / "schedule_predicted.png",
+            schedule_dir / "served_predicted.png",
+            *sorted(folder.glob("load_T*.png")),
+        )
         if p.is_file()
     ]
     return title, rows, plots

@@ -255,6 +255,45 @@ def stage_check_and_tune(
     )
 
 
+def stage_served_schedule(spec: Path, url: str, prompts: Path, schedule: Path, opts: DemoOptions) -> str:
+    """`tune --schedule --url`: the cost curve measured through the running server (client/serve_curve.py:
+    per concurrency and K, closed-loop runs of `prompts`, 3 interleaved repeats, the one-call baseline as
+    K=0) and the schedule it implies, written into the spec (comments kept). The in-process curve's
+    schedule prices a lockstep batch; the served engines batch in flight, so the one-call baseline
+    scales better than that curve says (docs/schedule.md). Report and plot in SCHEDULE/served.json,
+    served_predicted.png; returns the schedule as `repo --schedule` text ("off": none)."""
+    plot = schedule / "served_predicted.png"
+    report = run_cli(
+        "tune",
+        str(spec),
+        "--prompts",
+        str(prompts),
+        "--max-tokens",
+        str(opts.tune_max_tokens),
+        "--write",
+        "--schedule",
+        "--concurrency",
+        opts.schedule_concurrency,
+        "--url",
+        url,
+        "--plot",
+        str(plot),
+        "--json",
+        capture=True,
+        show=False,
+    ).stdout
+    (schedule / "served.json").write_text(report)
+    sched = json.loads(report)["details"].get("schedule") or {}
+    for decision in sched.get("decisions", []):
+        print(f"  c={decision['concurrency']}: {decision['reason']}")
+    chosen = sched.get("schedule")
+    print(
+        f"served schedule (requests in flight -> K): {chosen}; cost curve measured in "
+        f"{sched.get('curve', {}).get('seconds', 0):.0f} s; predicted: {_relative(str(plot))}"
+    )
+    return ",".join(f"{n}:{k}" for n, k in chosen.items()) if chosen else "off"
+
+
 def stage_compile(spec: Path, out: Path) -> Path:
     """Reference engine for this CPU, and the TensorRT-LLM plan a GPU host would run."""
     build = out / "reference"
@@ -462,9 +501,19 @@ def run_mode(mode: str, spec: Path, family, opts: DemoOptions, ledger: Ledger) -
     )
     first = json.loads(prompts.read_text().splitlines()[0])["prompt"]
     load_aware = (out / "schedule" / "tune.json").is_file()
+    calibration = prompts_subset(family.prompts, out / "calibration_prompts.jsonl", opts.tune_prompts)
     if load_aware:  # before the server starts: its engine processes would share the CPU
         with ledger.stage(f"{mode}: in-process check of the schedule's prediction"):
             stage_in_process_check(build, prompts, out / "schedule", opts)
+        # the schedule the repository serves comes from the cost curve of the server that serves it
+        with (
+            ledger.stage(f"{mode}: served cost curve and schedule"),
+            serving(repo, out / "tritonserver-curve.log") as url,
+        ):
+            stage_served_schedule(spec, url, calibration, out / "schedule", opts)
+        with ledger.stage(f"{mode}: compile and repository again (the served schedule)"):
+            build = stage_compile(spec, out)
+            repo = stage_repo(build, out)
     with ledger.stage(f"{mode}: serve, generate, bench"), serving(repo, out / "tritonserver.log") as url:
         stage_generate(url, first, opts.max_tokens)
         # K: the repository's (what tune chose)
@@ -473,7 +522,6 @@ def run_mode(mode: str, spec: Path, family, opts: DemoOptions, ledger: Ledger) -
             "repetition": stage_bench(url, REPETITION_BENCH, out / "bench-repetition", opts),
         }
         if load_aware:  # the load-aware schedule: the one-call baseline, K, schedule
-            calibration = prompts_subset(family.prompts, out / "calibration_prompts.jsonl", opts.tune_prompts)
             sets["load"] = stage_load_bench(url, prompts, calibration, out / "bench-load", opts)
         return sets
 
