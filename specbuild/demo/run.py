@@ -20,12 +20,14 @@ Stages (each prints the real `specbuild ...` command it runs, in a subprocess of
              interface: `generate --url --stream` and `bench` at concurrency 1 (usual prompts);
 5. summary - one table per mode and prompt set (acceptance, tokens per pass, predicted vs measured
              speedup, TTFT, inter-token latency), every method side by side per prompt set, and the
-             load-aware table (draft/target: `tune --schedule` writes speculation.schedule into the
-             spec before compile, the repository applies it; tune's in-process prediction is checked
-             on the bench prompts on the compiled engine (tuning/holdout.py), then `bench
-             --concurrency 1,2,4,8 --rounds 3 --calibrate <tune prompts>` runs the one-call
-             baseline, the fixed K and the schedule through Triton: tokens/s as median (range) of
-             the rounds and measured / predicted of both, and the plots),
+             load-aware table (draft/target: `tune --schedule` chooses K and an in-process schedule
+             before compile; tune's in-process prediction is checked on the bench prompts on the
+             compiled engine (tuning/holdout.py); then, through the demo's own server, `tune
+             --schedule --url` measures the served cost curve and writes the schedule the repository
+             serves into the spec, which is compiled and laid out again; `bench --concurrency 1,2,4,8
+             --rounds 3 --calibrate <tune prompts>` runs the one-call baseline, the fixed K and the
+             schedule through Triton: tokens/s as median (range) of the rounds and measured /
+             predicted of both, and the plots),
              build/demo/summary.{json,md}; the server is always stopped.
 
 Everything is written under build/demo/ (override with --out).
