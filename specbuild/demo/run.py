@@ -424,10 +424,10 @@ def stage_in_process_check(
 
     engine = ReferenceEngine.load(build)
     concurrency = [int(c) for c in opts.schedule_concurrency.split(",")]
-    schedule = engine.schedule.to_dict() if engine.schedule is not None else None
+    carried = engine.schedule.to_dict() if engine.schedule is not None else None
     print(
         f"in-process check of the cost model: {prompts.name} in lockstep batches of c = {concurrency}, "
-        f"target alone, K={engine.num_draft_tokens} and the schedule {schedule}, {opts.load_rounds} "
+        f"target alone, K={engine.num_draft_tokens} and the schedule {carried}, {opts.load_rounds} "
         f"interleaved rounds of {opts.tune_max_tokens} tokens, each predicted from a run of "
         f"{calibration.name} right before it"
     )
