@@ -13,8 +13,10 @@ Copied into every Python model of a generated repository. A decoupled model's re
 `cancelled()` asks Triton (`response_sender.is_cancelled()` / `request.is_cancelled()`, what the 2.51
 Python backend stub offers). Each ask is an IPC round trip from the stub to the server, so the hot
 loops ask with `max_age_s` (the answer of an ask younger than that is reused): the engine models'
-per-step stop hooks at most every POLL_S, the BLS once per round (before the round's first engine
-call). `send` always asks afresh, so no data response is written for a request known cancelled.
+per-step stop hooks at most every POLL_S (a local engine model counts a request's arrival as an answer:
+`handed_over`; the LLM-API model's streamed requests reuse their sends' answers), the BLS once per round
+(before the round's first engine call). `send` always asks afresh, so no data response is written for a
+request known cancelled.
 Cancelled work stops within one round (BLS) or POLL_S (an engine call).
 """
 
