@@ -212,3 +212,37 @@ def test_summary_has_the_load_aware_table(tmp_path):
     )
     md = (tmp_path / "summary.md").read_text()
     assert "load-aware schedule" in md and "schedule_predicted.png" in md and "3 interleaved rounds" in md
+
+    # the schedule the repository served came from the served cost curve (tune --schedule --url):
+    # the Triton side's K is its choice, the in-process schedule stays beside it
+    served = {"details": {"schedule": {"schedule": {"1": 4, "3": 0}, "chosen": {"1": 4, "8": 0, "2": 4}}}}
+    (mode / "schedule" / "served.json").write_text(json.dumps(served))
+    (mode / "schedule" / "served_predicted.png").write_bytes(b"png")
+    (mode / "schedule" / "tune.json").write_text(
+        json.dumps({"details": {"schedule": {"schedule": {"1": 4}, "chosen": {"1": 4, "8": 4}}}})
+    )
+    summary = demo_report.print_summary(
+        {},
+        loads={"draft_target": mode / "bench-load" / "bench.json"},
+        family_metrics=None,
+        out=tmp_path,
+        timings={},
+        total_s=1.0,
+    )
+    by = {(r["conc"], r["mode"]): r for r in summary["load_aware"]["draft_target"]["rows"]}
+    assert by[8, "schedule"]["sched K"] == 0 and by[8, "schedule"]["in-process sched K"] == 4
+    md = (tmp_path / "summary.md").read_text()
+    assert "served schedule {'1': 4, '3': 0}" in md and "served_predicted.png" in md
+    # make demo's flow: no in-process curve, the served schedule everywhere
+    (mode / "schedule" / "tune.json").unlink()
+    summary = demo_report.print_summary(
+        {},
+        loads={"draft_target": mode / "bench-load" / "bench.json"},
+        family_metrics=None,
+        out=tmp_path,
+        timings={},
+        total_s=1.0,
+    )
+    by = {(r["conc"], r["mode"]): r for r in summary["load_aware"]["draft_target"]["rows"]}
+    assert by[8, "schedule"]["sched K"] == 0 and "in-process sched K" not in by[8, "schedule"]
+    assert "the repository and the in-process engine both carry it" in (tmp_path / "summary.md").read_text()

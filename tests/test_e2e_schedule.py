@@ -4,6 +4,7 @@ counter), greedy output stays the target's, and an explicit num_draft_tokens sta
 
 from __future__ import annotations
 
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -115,7 +116,8 @@ def test_bench_runs_baseline_fixed_k_and_the_schedule_interleaved(scheduled_serv
 
 def test_tune_schedule_through_the_server(e2e_builds, scheduled_server, tmp_path):
     """`tune --schedule --url`: the round cost measured through the served BLS at each (c, K), combined with
-    the profiled acceptance into a prediction and a schedule."""
+    the profiled acceptance into a prediction and a schedule; K stops at the spec's max_draft_len (what
+    the served engines were built with: a larger K would be refused) even when more K were profiled."""
     import json
     import shutil
 
@@ -127,10 +129,12 @@ def test_tune_schedule_through_the_server(e2e_builds, scheduled_server, tmp_path
     spec = tmp_path / "dt.yaml"
     shutil.copy(workdir / "draft-target.yaml", spec)
     text = spec.read_text().replace("model: target", f"model: {workdir / 'target'}")
-    spec.write_text(text.replace("model: draft", f"model: {workdir / 'draft'}"))
+    text = text.replace("model: draft", f"model: {workdir / 'draft'}")
+    spec.write_text(re.sub(r"max_draft_len: \d+", "max_draft_len: 2", text))
+    assert "max_draft_len: 2" in spec.read_text()
     prompts = tmp_path / "p.txt"
     prompts.write_text("\n".join(PROMPTS[:2]) + "\n")
-    args = ["tune", str(spec), "--prompts", str(prompts), "--max-tokens", "8", "--k-max", "2", "--schedule"]
+    args = ["tune", str(spec), "--prompts", str(prompts), "--max-tokens", "8", "--k-max", "3", "--schedule"]
     args += ["--url", scheduled_server.grpc_url, "--concurrency", "1,2", "--json"]
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output

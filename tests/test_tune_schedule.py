@@ -129,18 +129,30 @@ def test_tune_schedule_end_to_end(tmp_path, tiny_target, tiny_draft):
         assert "# K" in spec_path.read_text()  # the narrow edit kept the comment
     r = CliRunner().invoke(app, args[:-1])  # the table
     assert r.exit_code == 0 and "cost curve" in r.output and "predicted tokens/s" in r.output
-    # the demo's in-process check of that prediction on other prompts (tuning/holdout.py)
+    # the demo's in-process check of the cost model on other prompts (tuning/holdout.py): each held-out
+    # run predicted from a calibration run on the tune prompts right before it
     from specbuild.builder.compile import compile_spec
     from specbuild.engines.reference.engine import ReferenceEngine
     from specbuild.tuning.holdout import check
 
     engine = ReferenceEngine.load(compile_spec(spec, tmp_path / "build", engine="reference"))
     held = [engine.encode(t) for t in ("def main():", "Speculative decoding is")]
+    tune_ids = [engine.encode(t) for t in ("The quick brown fox", "Once upon a time")]
     result = check(
-        engine, held, sched, fixed_k=2, concurrency=[1, 2], rounds=2, max_tokens=8, log=lambda _: None
+        engine,
+        held,
+        calibration=tune_ids,
+        fixed_k=2,
+        concurrency=[1, 2],
+        rounds=2,
+        max_tokens=8,
+        log=lambda _: None,
     )
+    assert (engine.schedule is not None) == (sched["schedule"] is not None)  # the build carries it
     labels = ["baseline", "K=2"] + (["schedule"] if sched["schedule"] else [])
     assert set(result["points"]) == {f"{c}/{label}" for c in (1, 2) for label in labels}
     for point in result["points"].values():
-        assert point["tokens_per_s"]["n"] == 2 and point["measured_over_predicted"]["median"] > 0
+        assert point["tokens_per_s"]["n"] == 2 and point["predicted_tokens_per_s"]["n"] == 2
+        ratio = point["measured_over_predicted"]
+        assert ratio["n"] == 2 and ratio["min"] <= ratio["median"] <= ratio["max"] and ratio["min"] > 0
     assert set(result["schedule_over_fixed"]) == ({1, 2} if sched["schedule"] else set())

@@ -322,6 +322,8 @@ def tune_cmd(
 
             acceptance, tokens = round_tokens(report)
             ks = sorted(tokens) if tokens else range(1, len(acceptance) + 1)
+            # the served engines were built with the spec's max_draft_len: a larger K is refused
+            ks = [k for k in ks if k <= spec_obj.speculation.max_draft_len]
             curve = measure_served(
                 url,
                 read_texts(prompts),

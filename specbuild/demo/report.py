@@ -227,18 +227,27 @@ def load_table(bench_json: Path) -> tuple[str, list[dict[str, Any]], list[str]] 
     repository's K, the schedule) the tokens/s through Triton and in-process, each as median (range) of
     the interleaved rounds, with measured / predicted (median of the rounds' ratios, range): through
     Triton against the served cost model calibrated on the tune prompts (`bench --calibrate`), in-process
-    against `tune --schedule`'s prediction (tuning/holdout.py); and per concurrency the schedule over
-    the one-call baseline and over the fixed K (medians of per-round ratios). None when files are missing."""
+    against the lockstep model calibrated the same way (tuning/holdout.py); and per concurrency the
+    schedule over the one-call baseline and over the fixed K (medians of per-round ratios). The schedule
+    is the served one (SCHEDULE/served.json, `tune --schedule --url`), or an older in-process one
+    (tune.json). None when files are missing."""
     folder = bench_json.parent
     schedule_dir = folder.parent / "schedule"
     tune = schedule_dir / "tune.json"
-    if not (folder / "load.json").is_file() or not tune.is_file():
+    served_path = schedule_dir / "served.json"  # the schedule the repository served (tune --url)
+    if not (folder / "load.json").is_file() or not (tune.is_file() or served_path.is_file()):
         return None
     points = json.loads((folder / "load.json").read_text())["points"]
-    sched = json.loads(tune.read_text())["details"].get("schedule") or {}
+    sched = (json.loads(tune.read_text())["details"].get("schedule") or {}) if tune.is_file() else {}
+    served_sched = (
+        (json.loads(served_path.read_text())["details"].get("schedule") or {})
+        if served_path.is_file()
+        else {}
+    )
     local_path = schedule_dir / "in_process.json"
     local = json.loads(local_path.read_text()) if local_path.is_file() else {"points": {}}
-    chosen = sched.get("chosen", {})
+    chosen = (served_sched or sched).get("chosen", {})
+    chosen_in_process = sched.get("chosen", {})
     rows = []
     for point in points:
         c = point["concurrency"]
@@ -266,6 +275,8 @@ def load_table(bench_json: Path) -> tuple[str, list[dict[str, Any]], list[str]] 
             }
             if label == "schedule":
                 row["sched K"] = chosen.get(str(c), chosen.get(c))
+                if served_sched and chosen_in_process:  # an in-process curve chose another schedule
+                    row["in-process sched K"] = chosen_in_process.get(str(c), chosen_in_process.get(c))
                 row["sched / 1-call (Triton)"] = _cell(point.get("schedule_over_baseline_unary"))
                 row["sched / fixed K (Triton)"] = _cell(point.get("schedule_over_best_fixed"))
                 over = local.get("schedule_over_fixed", {})
@@ -276,14 +287,31 @@ def load_table(bench_json: Path) -> tuple[str, list[dict[str, Any]], list[str]] 
     columns = dict.fromkeys(k for row in rows for k in row)
     rows = [{k: row.get(k, "") for k in columns} for row in rows]
     rounds = json.loads((folder / "load.json").read_text()).get("context", {}).get("rounds")
+    if served_sched and sched:
+        source = (
+            f"served schedule {served_sched.get('schedule')} (tune --schedule --url: the cost curve through "
+            f"this server) through Triton, in-process schedule {sched.get('schedule')} (the in-process cost "
+            "curve) in-process"
+        )
+    elif served_sched:
+        source = (
+            f"served schedule {served_sched.get('schedule')} (tune --schedule --url: the cost curve through "
+            "this server; the repository and the in-process engine both carry it)"
+        )
+    else:
+        source = f"load-aware schedule {sched.get('schedule')} (tune --schedule, in-process cost curve)"
     title = (
-        f"load-aware schedule {sched.get('schedule')} (tune --schedule, in-process cost curve): tokens/s, "
-        f"median (range) of {rounds or '?'} interleaved rounds; measured / predicted through Triton against "
-        "the served cost model calibrated on the tune prompts, in-process against tune's prediction"
+        f"{source}: tokens/s, median (range) of {rounds or '?'} interleaved rounds; measured / predicted "
+        "against the cost model calibrated on the tune prompts right before each run (through Triton: the "
+        "served model, `bench --calibrate`; in-process: the lockstep loop, tuning/holdout.py)"
     )
     plots = [
         str(p)
-        for p in (schedule_dir / "schedule_predicted.png", *sorted(folder.glob("load_T*.png")))
+        for p in (
+            schedule_dir / "schedule_predicted.png",
+            schedule_dir / "served_predicted.png",
+            *sorted(folder.glob("load_T*.png")),
+        )
         if p.is_file()
     ]
     return title, rows, plots

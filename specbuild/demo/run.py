@@ -20,12 +20,14 @@ Stages (each prints the real `specbuild ...` command it runs, in a subprocess of
              interface: `generate --url --stream` and `bench` at concurrency 1 (usual prompts);
 5. summary - one table per mode and prompt set (acceptance, tokens per pass, predicted vs measured
              speedup, TTFT, inter-token latency), every method side by side per prompt set, and the
-             load-aware table (draft/target: `tune --schedule` writes speculation.schedule into the
-             spec before compile, the repository applies it; tune's in-process prediction is checked
-             on the bench prompts on the compiled engine (tuning/holdout.py), then `bench
-             --concurrency 1,2,4,8 --rounds 3 --calibrate <tune prompts>` runs the one-call
-             baseline, the fixed K and the schedule through Triton: tokens/s as median (range) of
-             the rounds and measured / predicted of both, and the plots),
+             load-aware table (draft/target: `tune --schedule` chooses K and an in-process schedule
+             before compile; tune's in-process prediction is checked on the bench prompts on the
+             compiled engine (tuning/holdout.py); then, through the demo's own server, `tune
+             --schedule --url` measures the served cost curve and writes the schedule the repository
+             serves into the spec, which is compiled and laid out again; `bench --concurrency 1,2,4,8
+             --rounds 3 --calibrate <tune prompts>` runs the one-call baseline, the fixed K and the
+             schedule through Triton: tokens/s as median (range) of the rounds and measured /
+             predicted of both, and the plots),
              build/demo/summary.{json,md}; the server is always stopped.
 
 Everything is written under build/demo/ (override with --out).
@@ -227,32 +229,52 @@ def stage_specs(opts: DemoOptions, modes: tuple[str, ...]) -> dict[str, Path]:
     return specs
 
 
-def stage_check_and_tune(
-    spec: Path, prompts: Path, max_tokens: int, schedule: Path | None = None, *, concurrency: str = "1,2,4,8"
-) -> None:
-    """check, then tune --write; `schedule` (a folder): also --schedule (the cost curve of the reference
-    engine, the load-aware schedule written into the spec), its JSON report and predicted plot there."""
+def stage_check_and_tune(spec: Path, prompts: Path, max_tokens: int) -> None:
+    """check, then tune --write (acceptance profiled on the tune prompts; K, tree or n-gram size)."""
     run_cli("check", str(spec))
     if not has_command("tune"):
         print("(`specbuild tune` is not in this checkout yet: the spec keeps its settings)")
         return
-    args = ["tune", str(spec), "--prompts", str(prompts), "--max-tokens", str(max_tokens), "--write"]
-    if schedule is None:
-        run_cli(*args)
-        return
-    schedule.mkdir(parents=True, exist_ok=True)
-    plot = schedule / "schedule_predicted.png"
-    args += ["--schedule", "--concurrency", concurrency, "--plot", str(plot), "--json"]
-    report = run_cli(*args, capture=True, show=False).stdout
-    (schedule / "tune.json").write_text(report)
+    run_cli("tune", str(spec), "--prompts", str(prompts), "--max-tokens", str(max_tokens), "--write")
+
+
+def stage_served_schedule(spec: Path, url: str, prompts: Path, schedule: Path, opts: DemoOptions) -> str:
+    """`tune --schedule --url`: the cost curve measured through the running server (client/serve_curve.py:
+    per concurrency and K, closed-loop runs of `prompts`, 3 interleaved repeats, the one-call baseline as
+    K=0) and the schedule it implies, written into the spec (comments kept). The in-process curve's
+    schedule prices a lockstep batch; the served engines batch in flight, so the one-call baseline
+    scales better than that curve says (docs/schedule.md). Report and plot in SCHEDULE/served.json,
+    served_predicted.png; returns the schedule as `repo --schedule` text ("off": none)."""
+    plot = schedule / "served_predicted.png"
+    report = run_cli(
+        "tune",
+        str(spec),
+        "--prompts",
+        str(prompts),
+        "--max-tokens",
+        str(opts.tune_max_tokens),
+        "--write",
+        "--schedule",
+        "--concurrency",
+        opts.schedule_concurrency,
+        "--url",
+        url,
+        "--plot",
+        str(plot),
+        "--json",
+        capture=True,
+        show=False,
+    ).stdout
+    (schedule / "served.json").write_text(report)
     sched = json.loads(report)["details"].get("schedule") or {}
-    for row in sched.get("table", []):
-        mark = " <" if sched["chosen"].get(str(row["batch"])) == row["k"] else ""
-        print(f"  b={row['batch']} K={row['k']}: predicted {row['tokens_per_s']:.1f} tokens/s{mark}")
+    for decision in sched.get("decisions", []):
+        print(f"  c={decision['concurrency']}: {decision['reason']}")
+    chosen = sched.get("schedule")
     print(
-        f"load-aware schedule (requests in flight -> K): {sched.get('schedule')}; predicted curve: "
-        f"{_relative(str(plot))}"
+        f"served schedule (requests in flight -> K): {chosen}; cost curve measured in "
+        f"{sched.get('curve', {}).get('seconds', 0):.0f} s; predicted: {_relative(str(plot))}"
     )
+    return ",".join(f"{n}:{k}" for n, k in chosen.items()) if chosen else "off"
 
 
 def stage_compile(spec: Path, out: Path) -> Path:
@@ -389,26 +411,30 @@ def stage_load_bench(url: str, prompts: Path, calibration: Path, out: Path, opts
     )
 
 
-def stage_in_process_check(build: Path, prompts: Path, schedule: Path, opts: DemoOptions) -> Path:
-    """tune --schedule's in-process prediction checked on the bench prompts, on the compiled reference
-    engine (tuning/holdout.py): the target alone, the repository's K and the schedule in lockstep batches
-    of c, `load_rounds` interleaved rounds; written to SCHEDULE/in_process.json (the summary's table)."""
+def stage_in_process_check(
+    build: Path, prompts: Path, calibration: Path, schedule: Path, opts: DemoOptions
+) -> Path:
+    """The in-process cost model checked on the bench prompts, on the compiled reference engine
+    (tuning/holdout.py): the target alone, the repository's K and the schedule it carries in lockstep
+    batches of c, `load_rounds` interleaved rounds, each run predicted from a calibration run on the
+    tune prompts right before it; written to SCHEDULE/in_process.json (the summary's table)."""
     from specbuild.client.options import load_prompts  # noqa: PLC0415
     from specbuild.engines.reference.engine import ReferenceEngine  # noqa: PLC0415
     from specbuild.tuning.holdout import check  # noqa: PLC0415
 
-    prediction = json.loads((schedule / "tune.json").read_text())["details"]["schedule"]
     engine = ReferenceEngine.load(build)
     concurrency = [int(c) for c in opts.schedule_concurrency.split(",")]
+    carried = engine.schedule.to_dict() if engine.schedule is not None else None
     print(
-        f"in-process check of tune's prediction: {prompts.name} in lockstep batches of c = {concurrency}, "
-        f"target alone, K={engine.num_draft_tokens} and the schedule {prediction.get('schedule')}, "
-        f"{opts.load_rounds} interleaved rounds of {opts.tune_max_tokens} tokens"
+        f"in-process check of the cost model: {prompts.name} in lockstep batches of c = {concurrency}, "
+        f"target alone, K={engine.num_draft_tokens} and the schedule {carried}, {opts.load_rounds} "
+        f"interleaved rounds of {opts.tune_max_tokens} tokens, each predicted from a run of "
+        f"{calibration.name} right before it"
     )
     result = check(
         engine,
         [engine.encode(t) for t in load_prompts(prompts)],
-        prediction,
+        calibration=[engine.encode(t) for t in load_prompts(calibration)],
         fixed_k=engine.num_draft_tokens,
         concurrency=concurrency,
         rounds=opts.load_rounds,
@@ -418,12 +444,8 @@ def stage_in_process_check(build: Path, prompts: Path, schedule: Path, opts: Dem
         ratio = point["measured_over_predicted"]
         print(
             f"  c/mode {key}: {point['tokens_per_s']['median']:.1f} tokens/s "
-            f"({point['tokens_per_s']['min']:.1f}-{point['tokens_per_s']['max']:.1f})"
-            + (
-                f", measured / predicted {ratio['median']:.2f} ({ratio['min']:.2f}-{ratio['max']:.2f})"
-                if ratio
-                else ""
-            )
+            f"({point['tokens_per_s']['min']:.1f}-{point['tokens_per_s']['max']:.1f}), "
+            f"measured / predicted {ratio['median']:.2f} ({ratio['min']:.2f}-{ratio['max']:.2f})"
         )
     path = schedule / "in_process.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
@@ -461,10 +483,22 @@ def run_mode(mode: str, spec: Path, family, opts: DemoOptions, ledger: Ledger) -
         family.prompts, out / "bench_prompts.jsonl", opts.bench_prompts, skip=opts.tune_prompts
     )
     first = json.loads(prompts.read_text().splitlines()[0])["prompt"]
-    load_aware = (out / "schedule" / "tune.json").is_file()
-    if load_aware:  # before the server starts: its engine processes would share the CPU
-        with ledger.stage(f"{mode}: in-process check of the schedule's prediction"):
-            stage_in_process_check(build, prompts, out / "schedule", opts)
+    load_aware = mode == Method.DRAFT_TARGET.value  # its BLS enforces a load-aware schedule
+    calibration = prompts_subset(family.prompts, out / "calibration_prompts.jsonl", opts.tune_prompts)
+    if load_aware:
+        schedule = out / "schedule"
+        schedule.mkdir(parents=True, exist_ok=True)
+        # the schedule the repository serves comes from the cost curve of the server that serves it
+        with (
+            ledger.stage(f"{mode}: served cost curve and schedule"),
+            serving(repo, out / "tritonserver-curve.log") as url,
+        ):
+            stage_served_schedule(spec, url, calibration, schedule, opts)
+        with ledger.stage(f"{mode}: compile and repository again (the served schedule)"):
+            build = stage_compile(spec, out)
+            repo = stage_repo(build, out)
+        with ledger.stage(f"{mode}: in-process check of the cost model"):  # no server: a quiet CPU
+            stage_in_process_check(build, prompts, calibration, schedule, opts)
     with ledger.stage(f"{mode}: serve, generate, bench"), serving(repo, out / "tritonserver.log") as url:
         stage_generate(url, first, opts.max_tokens)
         # K: the repository's (what tune chose)
@@ -473,7 +507,6 @@ def run_mode(mode: str, spec: Path, family, opts: DemoOptions, ledger: Ledger) -
             "repetition": stage_bench(url, REPETITION_BENCH, out / "bench-repetition", opts),
         }
         if load_aware:  # the load-aware schedule: the one-call baseline, K, schedule
-            calibration = prompts_subset(family.prompts, out / "calibration_prompts.jsonl", opts.tune_prompts)
             sets["load"] = stage_load_bench(url, prompts, calibration, out / "bench-load", opts)
         return sets
 
@@ -567,19 +600,7 @@ def main(argv: list[str] | None = None) -> int:
                 family.prompts, Path(opts.out) / "tune_prompts.jsonl", opts.tune_prompts
             )
             for mode in modes:
-                # draft/target also gets its load-aware schedule (the served repository applies it)
-                schedule = (
-                    (Path(opts.out) / mode / "schedule").resolve()
-                    if mode == Method.DRAFT_TARGET.value
-                    else None
-                )
-                stage_check_and_tune(
-                    specs[mode],
-                    tune_prompts,
-                    opts.tune_max_tokens,
-                    schedule,
-                    concurrency=opts.schedule_concurrency,
-                )
+                stage_check_and_tune(specs[mode], tune_prompts, opts.tune_max_tokens)
         for mode in modes:
             try:
                 benches[mode] = run_mode(mode, specs[mode], family, opts, ledger)

@@ -1,19 +1,20 @@
-"""The in-process half of `make demo`'s load table: `tune --schedule`'s prediction checked on held-out
-prompts on the same reference engine.
+"""The in-process half of `make demo`'s load table: the in-process cost model checked on held-out prompts
+on the compiled reference engine.
 
-`tune --schedule` predicts, per batch size b and K, the tokens/s of requests of its --max-tokens in
-lockstep batches of b (tuning/cost_curve.py, calibrated on the tune prompts). `check` runs other
-prompts (the demo's bench prompts) through the compiled engine the same way — lockstep batches of c
-(`time_loop`), one torch thread as served — for the target alone (the plain loop), a fixed K and the
-schedule the build carries, in `rounds` interleaved rounds (every mode of one c back to back, then the
-next c; then the next round), and reports per (c, mode) the median tokens/s with its range, measured /
-predicted (median of the rounds' ratios: the prediction is one number, so a slow round shows as a low
-ratio) and, per round, the schedule over the fixed K: where the schedule IS that K (c = 1) it should
-read ~1.00, the size of the noise.
+The model (tuning/cost_curve.py `time_loop` / `LoopTiming.predicted_tokens_per_s`): requests in lockstep
+batches of c, each batch lasting its first tokens plus (its slowest row's rounds - 1) rounds, with the
+first-token time, the round time and each prompt's rounds measured on the calibration prompts (tune's
+prompts, never a held-out one) at the same c and K. `check` runs, per round and per (c, mode), the
+calibration prompts and right after them the held-out prompts (the demo's bench prompts) the same way
+(one torch thread, as served), for the target alone (the plain loop), a fixed K and the schedule the
+build carries; every mode of one c back to back, then the next c, then the next round. Calibrating
+right before each held-out run, as `bench --calibrate` does through Triton, keeps a load change of the
+shared machine between tune and the check out of the ratio: what is left is the model's own error
+(lockstep and round costs, and the held-out prompts' acceptance against the calibration prompts').
 
-The schedule's prediction is tune's rate at the K it chose for b; in the run, a lockstep batch's K
-follows the rows still decoding (K can rise as rows finish), so the schedule's ratio can read a little
-high at the larger c.
+Per (c, mode): the median tokens/s with its range, measured / predicted (median of the rounds' ratios,
+range) and, per round, the schedule over the fixed K: where the schedule IS that K (c = 1) it reads
+~1.00, the size of the noise.
 """
 
 from __future__ import annotations
@@ -31,22 +32,11 @@ BASELINE = "baseline"  # the plain batch loop: the target alone
 SCHEDULE = "schedule"
 
 
-def predicted_rates(prediction: dict[str, Any]) -> dict[tuple[int, str], float]:
-    """(b, label) -> predicted tokens/s from a `tune --schedule` report's schedule part (JSON keys are
-    strings): labels baseline, K=k, schedule (the rate at the K chosen for b)."""
-    rates = {(int(r["batch"]), f"K={r['k']}"): r["tokens_per_s"] for r in prediction["table"]}
-    for b, rate in prediction["baseline"].items():
-        rates[int(b), BASELINE] = rate
-    for b, k in prediction["chosen"].items():
-        rates[int(b), SCHEDULE] = rates[int(b), BASELINE] if k == 0 else rates.get((int(b), f"K={k}"))
-    return rates
-
-
 def check(
     engine,
     prompts: Sequence[list[int]],
-    prediction: dict[str, Any],
     *,
+    calibration: Sequence[list[int]],
     fixed_k: int,
     concurrency: Sequence[int],
     rounds: int,
@@ -54,42 +44,44 @@ def check(
     log=print,
 ) -> dict[str, Any]:
     """{"points": {"c/label": {...}}, "schedule_over_fixed": {c: spread}, "seconds": s} (see the module
-    docstring); `prediction`: tune's schedule report (tune.json's details.schedule)."""
-    predicted = predicted_rates(prediction)
-    has_schedule = prediction.get("schedule") is not None
+    docstring); `calibration`: the prompts each held-out run's prediction is calibrated on."""
+    has_schedule = engine.schedule is not None
     modes: list[tuple[str, bool, int | None]] = [(BASELINE, False, None), (f"K={fixed_k}", True, fixed_k)]
     if has_schedule:
         modes.append((SCHEDULE, True, None))  # num_draft_tokens None: the build's schedule
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the served engine processes and tune's cost curve
-    measured: dict[tuple[int, str], list[float]] = {}
+    measured: dict[tuple[int, str], list[tuple[float, float]]] = {}  # (measured, predicted) per round
     try:
         time_loop(engine, [list(p) for p in prompts[:2]], 2, fixed_k, 4)  # warm-up
         start = time.monotonic()
         for r in range(rounds):
             for c in concurrency:
                 for label, speculative, k in modes:
+                    cal = time_loop(
+                        engine, [list(p) for p in calibration], c, k, max_tokens, speculative=speculative
+                    )
                     run = time_loop(
                         engine, [list(p) for p in prompts], c, k, max_tokens, speculative=speculative
                     )
-                    measured.setdefault((c, label), []).append(run.tokens_per_s)
+                    predicted = cal.predicted_tokens_per_s(c, len(prompts))
+                    measured.setdefault((c, label), []).append((run.tokens_per_s, predicted))
             log(f"in-process round {r + 1}/{rounds} done")
         seconds = time.monotonic() - start
     finally:
         torch.set_num_threads(threads)
     points: dict[str, Any] = {}
-    for (c, label), values in measured.items():
-        p = predicted.get((c, label))
+    for (c, label), pairs in measured.items():
         points[f"{c}/{label}"] = {
-            "tokens_per_s": spread(values),
-            "predicted_tokens_per_s": p,
-            "measured_over_predicted": spread([v / p for v in values]) if p else None,
+            "tokens_per_s": spread([m for m, _ in pairs]),
+            "predicted_tokens_per_s": spread([p for _, p in pairs]),
+            "measured_over_predicted": spread([m / p for m, p in pairs]),
         }
     over_fixed = {}
     if has_schedule:
         for c in concurrency:
             per_round = zip(measured[c, SCHEDULE], measured[c, f"K={fixed_k}"], strict=True)
-            over_fixed[c] = spread([s / f for s, f in per_round])
+            over_fixed[c] = spread([s / f for (s, _), (f, _) in per_round])
     return {
         "rounds": rounds,
         "max_tokens": max_tokens,
