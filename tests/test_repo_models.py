@@ -493,3 +493,50 @@ def test_a_cancelled_row_of_a_medusa_batch_leaves_the_others_whole(servers):
     results = s.infer_batch("tensorrt_llm", [], requests=requests)
     assert [f for _, f in requests[0].sender.responses] == [0, 1]
     assert [t for r in results[1] for t in outputs(r)["output_ids"].reshape(-1).tolist()] == expected
+
+
+def test_a_finished_stream_iterator_is_dropped_later_on_the_models_thread(servers, monkeypatch):
+    """tritonserver 2.51 destroys a decoupled BLS call's response iterator on the stub's utils thread,
+    without the GIL, when the BLS let go of it first (tensorrt_llm_bls/model.py StreamParking): the BLS
+    keeps each finished iterator and drops it itself, PARK_S later or at finalize."""
+    import gc
+    import weakref
+
+    s = servers["medusa"]
+    model = s.models["tensorrt_llm_bls"]
+    pb_utils = type(model).execute.__globals__["pb_utils"]  # this server's fake backend module
+    made: list = []
+
+    class TrackedIterator:  # what exec(decoupled=True) returns, observable with a weak reference
+        def __init__(self, responses):
+            self._it = iter(responses)
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            return next(self._it)
+
+    plain_exec = pb_utils.InferenceRequest.exec
+
+    def exec_(self, decoupled=False):
+        out = plain_exec(self, decoupled=decoupled)
+        if decoupled:
+            out = TrackedIterator(out)
+            made.append(weakref.ref(out))
+        return out
+
+    monkeypatch.setattr(pb_utils.InferenceRequest, "exec", exec_)
+    model.parking.release()  # earlier tests' streams
+    now = [0.0]
+    monkeypatch.setattr(model.parking, "clock", lambda: now[0])
+    expected = greedy_baseline(s, speculative=True)
+    assert bls(s, stream=True)["tokens"] == expected  # the Medusa engine streamed through the BLS
+    assert len(made) == 1 and made[0]() is not None  # the request ended; its iterator is still held
+    now[0] += model.parking.hold_s + 1
+    assert bls(s, stream=True)["tokens"] == expected
+    gc.collect()  # what other tests' frames may still hold in cycles: only the parking's hold counts
+    assert made[0]() is None and made[1]() is not None  # the next stream dropped the old one, not its own
+    model.parking.release()  # what finalize does
+    gc.collect()
+    assert made[1]() is None and len(model.parking) == 0

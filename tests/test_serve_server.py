@@ -81,7 +81,7 @@ def test_server_argv_binds_every_endpoint_to_the_host():
         "--http-port=9000",
         "--metrics-address=127.0.0.1",
         "--metrics-port=9002",
-        "--exit-timeout-secs=5",
+        "--exit-timeout-secs=20",
         "--log-verbose=0",
     ]
 
@@ -408,3 +408,84 @@ def test_free_port_never_hands_out_a_port_twice(monkeypatch):
     monkeypatch.setattr(server, "_HANDED_OUT", set())
     monkeypatch.setattr(server.socket, "socket", FakeSocket)
     assert [server.free_port(), server.free_port()] == [50001, 50002]
+
+
+SLOW_FINALIZE_MODEL = (
+    ECHO_MODEL
+    + """
+    def initialize(self, args):
+        import os
+
+        self.marker = os.environ["SPECBUILD_TEST_FINALIZED"]
+
+    def finalize(self):
+        import time
+
+        time.sleep(6)  # longer than tritonserver's former 5 s exit timeout
+        with open(self.marker, "w") as f:
+            f.write("finalized")
+"""
+)
+
+
+def test_stop_lets_the_server_unload_its_models(tmp_path, monkeypatch):
+    """stop() gives tritonserver the time to unload every model (each model's finalize runs, each stub
+    exits on its own): a server whose exit timeout ran out first left the stubs to end without finalize
+    (or, killed, logging 'Non-graceful termination detected')."""
+    marker = tmp_path / "finalized"
+    monkeypatch.setenv("SPECBUILD_TEST_FINALIZED", str(marker))
+    server = TritonServer(make_repo(tmp_path / "repo", {"slow": SLOW_FINALIZE_MODEL}), loopback_options())
+    server.start()
+    pgid = server.pid
+    server.stop()
+    assert marker.read_text() == "finalized"
+    log = server.log_text()
+    assert "successfully unloaded 'slow'" in log and "Non-graceful" not in log
+    assert group_alive(pgid) == []
+
+
+def test_a_second_sigterm_while_serve_stops_neither_cuts_the_stop_short_nor_hides_the_error(monkeypatch):
+    """`specbuild serve` stopping after a model died (a ServerError) and stopped again by its caller's
+    SIGTERM: the stop runs to its end and the ServerError is what it reports, not 'interrupted' (the
+    failed make demo lost both: tritonserver died with its stubs running, and the model's error)."""
+    import io
+    import signal
+    import time
+
+    from rich.console import Console
+
+    from specbuild.serve import serving
+
+    stopped = []
+
+    class DyingServer:
+        grpc_url, http_url, log_path = "127.0.0.1:1", "http://127.0.0.1:2", Path("server.log")
+
+        def __init__(self, repo, options):
+            pass
+
+        def start(self, on_progress=None):
+            return self
+
+        def model_states(self):
+            return {"m": ("READY", "")}
+
+        def check_alive(self):
+            raise ServerError("a model's Python-backend process died: m (m_0_0, pid 1 exited)")
+
+        def stop(self):
+            os.kill(os.getpid(), signal.SIGTERM)  # the caller stops `serve` again
+            time.sleep(0.2)  # the handler would run here, between two bytecodes
+            stopped.append(True)
+
+    monkeypatch.setattr(serving, "TritonServer", DyingServer)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(ServerError, match="process died"):
+            serving.run_server(
+                Path("repo"), ServerOptions(), console=Console(file=io.StringIO()), log_stream=None
+            )
+    except KeyboardInterrupt:  # the second SIGTERM cut the stop short (and would end the test session)
+        pytest.fail("the SIGTERM during the stop interrupted it and replaced the ServerError")
+    assert stopped == [True]
+    assert signal.getsignal(signal.SIGTERM) is previous

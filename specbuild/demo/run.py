@@ -81,6 +81,17 @@ LLMAPI_RUN = "draft_target (LLM API)"  # the draft/target spec on the LLM-API fl
 SERVER_READY_TIMEOUT_S = 300.0
 
 
+# what earlier demo runs wrote under <mode>/schedule/ (the in-process curve's report and plot, this run's
+# files): removed before a run, so the summary never mixes two runs' schedules
+STALE_SCHEDULE_FILES = (
+    "tune.json",
+    "schedule_predicted.png",
+    "served.json",
+    "served_predicted.png",
+    "in_process.json",
+)
+
+
 @dataclass(frozen=True)
 class DemoOptions:
     out: Path = Path("build/demo")
@@ -488,6 +499,8 @@ def run_mode(mode: str, spec: Path, family, opts: DemoOptions, ledger: Ledger) -
     if load_aware:
         schedule = out / "schedule"
         schedule.mkdir(parents=True, exist_ok=True)
+        for stale in STALE_SCHEDULE_FILES:  # an earlier demo's (this run writes its own): not in this table
+            (schedule / stale).unlink(missing_ok=True)
         # the schedule the repository serves comes from the cost curve of the server that serves it
         with (
             ledger.stage(f"{mode}: served cost curve and schedule"),

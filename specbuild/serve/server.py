@@ -1,9 +1,10 @@
 """Run the bundled tritonserver on a model repository: start, wait until every model is ready, stop.
 
 `TritonServer` is a context manager; it never leaves a server behind: the server runs in its own
-process group (the Python-backend stubs are its children, so they are in it too), which gets SIGTERM
-then SIGKILL on stop, on interpreter exit (atexit); the kernel kills the server if the starting process
-dies first (PR_SET_PDEATHSIG). The server's Python-backend regions carry a prefix of their own, and
+process group (the Python-backend stubs are its children, so they are in it too). On stop, and on
+interpreter exit (atexit), tritonserver gets SIGTERM (it unloads its models, which ends the stubs), then
+whatever is left of the group SIGKILL; the kernel kills the server if the starting process dies first
+(PR_SET_PDEATHSIG). The server's Python-backend regions carry a prefix of their own, and
 whatever of them is left in /dev/shm after the stop (stubs that ended on the signal, a crash) is
 removed. `check_alive()` also watches the stubs: tritonserver 2.51 keeps a model whose
 stub died READY, so a dead stub is a ServerError naming the model (server_watch.py).
@@ -44,7 +45,12 @@ DEFAULT_GRPC_PORT = 8001
 DEFAULT_HTTP_PORT = 8000
 DEFAULT_METRICS_PORT = 8002
 READY_TIMEOUT_S = 300.0  # model loading of the reference engines takes seconds; bigger models longer
-EXIT_TIMEOUT_S = 5  # tritonserver --exit-timeout-secs: grace for in-flight requests on stop
+# tritonserver --exit-timeout-secs: on stop, the grace for in-flight requests and then for unloading the
+# models. 2.51 unloads a Python model's instances one after another, each at least 1 s (the stub health
+# check in ~ModelInstanceState) plus its finalize and the stub's exit: the demo's 4-instance BLS took
+# 15 s at load 5-8 (5 s left it and tensorrt_llm loaded when the server exited). A server whose timeout
+# runs out exits with stubs still running; they end without their finalize (SIGKILL from stop()).
+EXIT_TIMEOUT_S = 20
 LOG_READ_BYTES = 8 * 2**20  # the most of a server log read back (its tail) to explain a failure
 
 # Log lines of a CPU host that are not errors of ours (no CUDA driver, no NVML / DCGM).
@@ -433,30 +439,42 @@ class TritonServer:
         """SIGTERM the server, SIGKILL its process group after the exit timeout, remove its leftover
         shared memory; idempotent."""
         proc, self._proc = self._proc, None
-        if proc is not None:
-            self._stop_group(proc)
-            self._clean_shm()
-            remove_bls_counters(proc.pid)  # the stubs' parent is the server: the files name its pid
-        if self._workdir is not None:
-            self._workdir.cleanup()
-            self._workdir = None
-        atexit.unregister(self.stop)
+        try:
+            if proc is not None:
+                try:
+                    self._stop_group(proc)  # the group is gone when it returns, or raises (Ctrl-C)
+                finally:
+                    self._clean_shm()
+                    remove_bls_counters(proc.pid)  # the stubs' parent is the server: the files name its pid
+        finally:
+            if self._workdir is not None:
+                self._workdir.cleanup()
+                self._workdir = None
+            atexit.unregister(self.stop)
 
     def _stop_group(self, proc: subprocess.Popen) -> None:
-        try:  # the group: the stubs end at once (their regions are removed by prefix afterwards), the server
-            os.killpg(proc.pid, signal.SIGTERM)  # finishes in-flight work within --exit-timeout-secs
+        """SIGTERM to tritonserver alone: it finishes in-flight work, then unloads every model, which
+        finalizes each stub (the model's finalize runs, the stub exits) within --exit-timeout-secs. The
+        stubs ignore SIGTERM (pb_stub.cc installs a no-op handler), so signalling the group changes
+        nothing; a stub outlives the unload only when tritonserver exits first (its timeout ran out, or it
+        was killed): then the stub logs "Non-graceful termination detected" and can crash on its way
+        out. Whatever of the group is left after the server exits, or after the grace, gets SIGKILL,
+        also when the wait is interrupted (Ctrl-C): no stub is ever left behind."""
+        try:
+            proc.send_signal(signal.SIGTERM)
         except ProcessLookupError:
             pass
         try:
             proc.wait(timeout=self.options.exit_timeout_s + 5)
         except subprocess.TimeoutExpired:
             pass
-        try:  # whatever is left of the group, the stubs too, even if the server itself already exited
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait()
-        _wait_group_gone(proc.pid)
+        finally:
+            try:  # whatever is left of the group, the stubs too, even if the server itself already exited
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+            _wait_group_gone(proc.pid)
 
     def _clean_shm(self) -> None:
         if self._proc is None or self._proc.poll() is not None:  # never under a live server

@@ -90,8 +90,16 @@ def run_server(
         console.print("stopping tritonserver ...")
         return 0
     finally:
-        stop_follow.set()
-        if stop_extra is not None:
-            stop_extra()
-        server.stop()
-        signal.signal(signal.SIGTERM, previous)
+        # A second SIGTERM or Ctrl-C (a caller that stops us twice) must neither cut the models' unload
+        # short (tritonserver would die with its stubs still running) nor replace the error that ended
+        # the serving (a dead model's ServerError) with "interrupted": ignored until the server is down.
+        interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            stop_follow.set()
+            if stop_extra is not None:
+                stop_extra()
+            server.stop()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, interrupt)

@@ -33,6 +33,7 @@ import os
 import sys
 import time
 import uuid
+from collections import deque
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -64,6 +65,42 @@ from words import flag, param  # noqa: E402
 # them); unset: no timers.
 TIMINGS_ENV = "SPECBUILD_BLS_TIMINGS"
 _NUMPY_LOGITS = {"TYPE_FP32": "float32", "TYPE_FP16": "float16", "TYPE_BF16": "float32"}  # no numpy bf16
+
+# How long a finished decoupled call's response iterator is kept (StreamParking): the stub's own
+# reference to it goes within milliseconds of the final response; seconds leave room for a starved CPU.
+PARK_S = 5.0
+
+
+class StreamParking:
+    """Keeps each finished `exec(decoupled=True)` response iterator, and drops it PARK_S later on the
+    model's own thread (it holds the GIL there).
+
+    Why (tritonserver 2.51, python_backend r24.10, src/pb_stub.cc and src/pb_response_iterator.cc): the
+    iterator keeps every response it delivered, and two references own it: the caller's and the stub's
+    map of iterators, which the stub's utils thread erases after the final response
+    (Stub::SendCleanupId). Whichever goes last destroys the iterator and, with it, the numpy array of
+    each response's outputs. When the caller lets go first, that happens on the utils thread without
+    the GIL (gdb on the demo's Medusa BLS: 1 destruction in 8 streamed requests), a race on Python's
+    object allocator that corrupts it: the BLS stub's segfault in _PyObject_Malloc in a failed
+    `make demo`, which Triton reported as "Stub process 'tensorrt_llm_bls_0_3' is not healthy".
+    Upstream's fix (python_backend PR #390, r25.01: ~PbTensor takes the GIL) is not in 2.51."""
+
+    def __init__(self, hold_s: float = PARK_S, clock=time.monotonic):
+        self.hold_s, self.clock = hold_s, clock
+        self._lot: deque = deque()  # (parked at, iterator), oldest first
+
+    def park(self, iterator) -> None:
+        self.release(older_than_s=self.hold_s)
+        self._lot.append((self.clock(), iterator))
+
+    def release(self, older_than_s: float = 0.0) -> None:
+        """Drop the iterators parked more than older_than_s ago (0: all of them, the model's finalize)."""
+        cutoff = self.clock() - older_than_s
+        while self._lot and self._lot[0][0] <= cutoff:
+            self._lot.popleft()
+
+    def __len__(self) -> int:
+        return len(self._lot)
 
 
 class Cancelled(Exception):
@@ -191,12 +228,14 @@ class TritonPythonModel:
             )
             self.skip_special_tokens = flag(param(config, "skip_special_tokens", "true"))
         self.timings = os.environ.get(TIMINGS_ENV) or None
+        self.parking = StreamParking()
         self.inflight = None
         if self.schedule is not None:
             remove_stale()
             self.inflight = InflightCounter(counter_path(args["model_repository"], args["model_name"]))
 
     def finalize(self):
+        self.parking.release()  # the stub dropped its references before finalize (its FinalizeRequest)
         if self.inflight is not None:
             self.inflight.close()
 
@@ -250,11 +289,11 @@ class TritonPythonModel:
                 self._send_stop(model, inner_id)
                 for _ in responses:  # drain: the engine answers the stopped request with a final response
                     pass
+            self.parking.park(responses)
         if not finished:
             raise Cancelled
 
-    @staticmethod
-    def _send_stop(model: str, request_id: str) -> None:
+    def _send_stop(self, model: str, request_id: str) -> None:
         """The backend's stop request: input stop = true with the request id to end (placeholder inputs)."""
         stop = pb_utils.InferenceRequest(
             model_name=model,
@@ -267,8 +306,10 @@ class TritonPythonModel:
                 pb_utils.Tensor("stop", np.ones((1, 1), dtype=bool)),
             ],
         )
-        for _ in stop.exec(decoupled=True):
+        responses = stop.exec(decoupled=True)
+        for _ in responses:
             pass
+        self.parking.park(responses)
 
     @staticmethod
     def _outputs(model: str, response, output_names: list[str]) -> dict:

@@ -11,6 +11,10 @@ from collections import Counter
 
 import triton_python_backend_utils as pb_utils
 
+# The Metric and MetricFamily objects of every SpecMetrics not yet closed (what keeps them alive; see
+# SpecMetrics.close for why not the model instance).
+_OPEN: set[SpecMetrics] = set()
+
 # Every Metric update is an IPC round trip from the stub to the server (about 4 + 2K per verification
 # step): record() only adds to pending counts, and a flusher thread sends them, summed, at most FLUSH_S
 # after the step that made them (the series lag the requests by that much; `bench` re-reads the page
@@ -22,7 +26,16 @@ class SpecMetrics:
     """trtllm-serve's speculative-decoding series (core/trtllm_facts.py PROMETHEUS_SPEC_DECODE) through
     Triton's custom-metrics API, labelled with this model's name; created at the first speculative step,
     so a model that never speculates (the draft) exports none. One verification of BLS drafts is one
-    step (an iteration of the real engine); a Medusa request counts each of its tree steps."""
+    step (an iteration of the real engine); a Medusa request counts each of its tree steps.
+
+    Lifetime (python_backend r24.10, src/metric.cc, src/pb_stub.cc): deleting a Metric or MetricFamily
+    sends the server a delete message through the stub's shared-memory pool. The stub tears that pool
+    down when it ends: `Stub::~Stub` drops the model instance after the stub singleton is reset, and a
+    Metric deleted then gets a fresh stub object with no pool (a segfault at 0x60 in
+    Metric::SaveToSharedMemory or MetricFamily::SaveToSharedMemory, once per server stop). So the
+    objects are held by the module (`_OPEN`), not only by the model: close() (the model's finalize,
+    the stub still whole) deletes them all; a stub that ends without finalize (its server died) exits
+    without finalizing Python, so they are never deleted at all."""
 
     def __init__(self, model: str, flush_s: float = FLUSH_S):
         self.model, self.flush_s = model, flush_s
@@ -32,7 +45,7 @@ class SpecMetrics:
         self._pending: Counter = Counter()  # "drafted", "accepted", "steps", ("drafted_per_position", i), ...
         self._length: float | None = None  # the last recorded step's acceptance length (a gauge)
         self._wake = threading.Event()
-        self._closing = False
+        self._closing = False  # close() began: record() adds nothing more
         self._flusher: threading.Thread | None = None
 
     def _setup(self):
@@ -62,6 +75,7 @@ class SpecMetrics:
         self.accepted = self._families["accepted"].Metric(labels=labels)
         self.length = self._families["length"].Metric(labels=labels)
         self.steps = self._families["steps"].Metric(labels=labels)
+        _OPEN.add(self)
 
     def _per_position(self, kind: str, position: int):
         key = (kind, position)
@@ -78,10 +92,12 @@ class SpecMetrics:
         steps = [(a, d) for a, d in steps if d > 0]
         if not steps or not hasattr(pb_utils, "MetricFamily"):
             return
-        if self._families is None:
-            self._setup()
         accepted, drafted = sum(a for a, _ in steps), sum(d for _, d in steps)
         with self._lock:
+            if self._closing:  # finalize: the series are being deleted (a step that ends now is not counted)
+                return
+            if self._families is None:
+                self._setup()
             self._pending.update(drafted=drafted, accepted=accepted, steps=len(steps))
             for a, d in steps:
                 for i in range(d):
@@ -108,13 +124,29 @@ class SpecMetrics:
             self.length.set(length)
 
     def close(self) -> None:
-        """Stop the flusher after sending what is pending (the model's finalize)."""
-        self._closing = True
+        """The model's finalize: stop the flusher, send what is pending, then delete every Metric and
+        MetricFamily while the stub can still tell the server (see the class docstring). Idempotent;
+        record() after it adds nothing."""
+        with self._lock:
+            self._closing = True
         self._wake.set()
         if self._flusher is not None:
             self._flusher.join(timeout=5)
-        if self._families is not None:
+        if self._families is None:
+            return
+        try:
             self.flush()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        """Drop every reference to the Metric and MetricFamily objects: the metrics first (each family
+        deletes its own metrics on the server), then the families."""
+        self.drafted = self.accepted = self.length = self.steps = None
+        self._position.clear()
+        families, self._families = self._families, None
+        _OPEN.discard(self)
+        families.clear()
 
     def _loop(self) -> None:
         while not self._closing:
