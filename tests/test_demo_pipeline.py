@@ -190,16 +190,19 @@ def test_summary_has_the_load_aware_table(tmp_path):
         "schedule_over_fixed": {"1": spread(1.01, 0.99, 1.03)},
     }
     (mode / "schedule" / "in_process.json").write_text(json.dumps(local))
-    summary = demo_report.print_summary(
-        {},
-        loads={"draft_target": mode / "bench-load" / "bench.json"},
-        family_metrics=None,
-        out=tmp_path,
-        timings={},
-        total_s=1.0,
-    )
-    rows = summary["load_aware"]["draft_target"]["rows"]
-    by = {(r["conc"], r["mode"]): r for r in rows}
+
+    def load_rows():
+        summary = demo_report.print_summary(
+            {},
+            loads={"draft_target": mode / "bench-load" / "bench.json"},
+            family_metrics=None,
+            out=tmp_path,
+            timings={},
+            total_s=1.0,
+        )
+        return {(r["conc"], r["mode"]): r for r in summary["load_aware"]["draft_target"]["rows"]}
+
+    by = load_rows()
     assert by[1, "target alone"]["Triton tok/s"] == "50.0 (49.0-51.0)"
     assert by[1, "target alone"]["in-process tok/s"] == "80.0 (78.0-82.0)"
     assert by[1, "target alone"]["in-process meas/pred"] == "0.97 (0.90-1.00)"
@@ -221,28 +224,12 @@ def test_summary_has_the_load_aware_table(tmp_path):
     (mode / "schedule" / "tune.json").write_text(
         json.dumps({"details": {"schedule": {"schedule": {"1": 4}, "chosen": {"1": 4, "8": 4}}}})
     )
-    summary = demo_report.print_summary(
-        {},
-        loads={"draft_target": mode / "bench-load" / "bench.json"},
-        family_metrics=None,
-        out=tmp_path,
-        timings={},
-        total_s=1.0,
-    )
-    by = {(r["conc"], r["mode"]): r for r in summary["load_aware"]["draft_target"]["rows"]}
+    by = load_rows()
     assert by[8, "schedule"]["sched K"] == 0 and by[8, "schedule"]["in-process sched K"] == 4
     md = (tmp_path / "summary.md").read_text()
     assert "served schedule {'1': 4, '3': 0}" in md and "served_predicted.png" in md
     # make demo's flow: no in-process curve, the served schedule everywhere
     (mode / "schedule" / "tune.json").unlink()
-    summary = demo_report.print_summary(
-        {},
-        loads={"draft_target": mode / "bench-load" / "bench.json"},
-        family_metrics=None,
-        out=tmp_path,
-        timings={},
-        total_s=1.0,
-    )
-    by = {(r["conc"], r["mode"]): r for r in summary["load_aware"]["draft_target"]["rows"]}
+    by = load_rows()
     assert by[8, "schedule"]["sched K"] == 0 and "in-process sched K" not in by[8, "schedule"]
     assert "the repository and the in-process engine both carry it" in (tmp_path / "summary.md").read_text()
