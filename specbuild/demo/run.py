@@ -20,14 +20,13 @@ Stages (each prints the real `specbuild ...` command it runs, in a subprocess of
              interface: `generate --url --stream` and `bench` at concurrency 1 (usual prompts);
 5. summary - one table per mode and prompt set (acceptance, tokens per pass, predicted vs measured
              speedup, TTFT, inter-token latency), every method side by side per prompt set, and the
-             load-aware table (draft/target: `tune --schedule` chooses K and an in-process schedule
-             before compile; tune's in-process prediction is checked on the bench prompts on the
-             compiled engine (tuning/holdout.py); then, through the demo's own server, `tune
-             --schedule --url` measures the served cost curve and writes the schedule the repository
-             serves into the spec, which is compiled and laid out again; `bench --concurrency 1,2,4,8
-             --rounds 3 --calibrate <tune prompts>` runs the one-call baseline, the fixed K and the
-             schedule through Triton: tokens/s as median (range) of the rounds and measured /
-             predicted of both, and the plots),
+             load-aware table (draft/target: after `tune --write` chose K, `tune --schedule --url`
+             measures the served cost curve through the demo's own server and writes the schedule
+             the repository serves into the spec, which is compiled and laid out again; the
+             in-process lockstep model is checked on the bench prompts on the compiled engine
+             (tuning/holdout.py), then `bench --concurrency 1,2,4,8 --rounds 3 --calibrate <tune
+             prompts>` runs the one-call baseline, the fixed K and the schedule through Triton:
+             tokens/s as median (range) of the rounds and measured / predicted of both, the plots),
              build/demo/summary.{json,md}; the server is always stopped.
 
 Everything is written under build/demo/ (override with --out).
@@ -249,13 +248,13 @@ def stage_check_and_tune(spec: Path, prompts: Path, max_tokens: int) -> None:
     run_cli("tune", str(spec), "--prompts", str(prompts), "--max-tokens", str(max_tokens), "--write")
 
 
-def stage_served_schedule(spec: Path, url: str, prompts: Path, schedule: Path, opts: DemoOptions) -> str:
+def stage_served_schedule(spec: Path, url: str, prompts: Path, schedule: Path, opts: DemoOptions) -> None:
     """`tune --schedule --url`: the cost curve measured through the running server (client/serve_curve.py:
     per concurrency and K, closed-loop runs of `prompts`, 3 interleaved repeats, the one-call baseline as
     K=0) and the schedule it implies, written into the spec (comments kept). The in-process curve's
     schedule prices a lockstep batch; the served engines batch in flight, so the one-call baseline
     scales better than that curve says (docs/schedule.md). Report and plot in SCHEDULE/served.json,
-    served_predicted.png; returns the schedule as `repo --schedule` text ("off": none)."""
+    served_predicted.png."""
     plot = schedule / "served_predicted.png"
     report = run_cli(
         "tune",
@@ -280,12 +279,10 @@ def stage_served_schedule(spec: Path, url: str, prompts: Path, schedule: Path, o
     sched = json.loads(report)["details"].get("schedule") or {}
     for decision in sched.get("decisions", []):
         print(f"  c={decision['concurrency']}: {decision['reason']}")
-    chosen = sched.get("schedule")
     print(
-        f"served schedule (requests in flight -> K): {chosen}; cost curve measured in "
+        f"served schedule (requests in flight -> K): {sched.get('schedule')}; cost curve measured in "
         f"{sched.get('curve', {}).get('seconds', 0):.0f} s; predicted: {_relative(str(plot))}"
     )
-    return ",".join(f"{n}:{k}" for n, k in chosen.items()) if chosen else "off"
 
 
 def stage_compile(spec: Path, out: Path) -> Path:
