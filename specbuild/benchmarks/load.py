@@ -61,7 +61,8 @@ from specbuild.demo.models import DEFAULT_CACHE, build_family, build_medusa
 from specbuild.engines.reference.engine import ReferenceEngine
 from specbuild.model_repo.generate import generate_repo
 from specbuild.serve.server import ServerOptions, TritonServer, free_port
-from specbuild.tuning.cost_curve import plot, time_loop
+from specbuild.tuning.cost_curve import plot
+from specbuild.tuning.holdout import calibrated_run
 from specbuild.tuning.tune import round_tokens, tune_spec
 from specbuild.tuning.tune_options import TuneOptions
 
@@ -121,10 +122,10 @@ def in_process(
     for _ in range(rounds):
         for c in CONCURRENCY:
             for label, speculative, k in modes:
-                cal = time_loop(engine, tune_prompts, c, k, max_tokens, speculative=speculative)
-                run = time_loop(engine, prompts, c, k, max_tokens, speculative=speculative)
-                predicted = cal.predicted_tokens_per_s(c, len(prompts))
-                out.setdefault((c, label), []).append((run.tokens_per_s, predicted))
+                pair = calibrated_run(
+                    engine, tune_prompts, prompts, c, k, max_tokens, speculative=speculative
+                )
+                out.setdefault((c, label), []).append(pair)
     return out
 
 

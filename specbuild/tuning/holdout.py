@@ -32,6 +32,23 @@ BASELINE = "baseline"  # the plain batch loop: the target alone
 SCHEDULE = "schedule"
 
 
+def calibrated_run(
+    engine,
+    calibration: Sequence[list[int]],
+    prompts: Sequence[list[int]],
+    c: int,
+    k: int | None,
+    max_tokens: int,
+    *,
+    speculative: bool,
+) -> tuple[float, float]:
+    """(measured, predicted) tokens/s of `prompts` in lockstep batches of c, predicted by the lockstep model
+    calibrated on `calibration` right before (same c, K and mode)."""
+    cal = time_loop(engine, [list(p) for p in calibration], c, k, max_tokens, speculative=speculative)
+    run = time_loop(engine, [list(p) for p in prompts], c, k, max_tokens, speculative=speculative)
+    return run.tokens_per_s, cal.predicted_tokens_per_s(c, len(prompts))
+
+
 def check(
     engine,
     prompts: Sequence[list[int]],
@@ -58,14 +75,10 @@ def check(
         for r in range(rounds):
             for c in concurrency:
                 for label, speculative, k in modes:
-                    cal = time_loop(
-                        engine, [list(p) for p in calibration], c, k, max_tokens, speculative=speculative
+                    pair = calibrated_run(
+                        engine, calibration, prompts, c, k, max_tokens, speculative=speculative
                     )
-                    run = time_loop(
-                        engine, [list(p) for p in prompts], c, k, max_tokens, speculative=speculative
-                    )
-                    predicted = cal.predicted_tokens_per_s(c, len(prompts))
-                    measured.setdefault((c, label), []).append((run.tokens_per_s, predicted))
+                    measured.setdefault((c, label), []).append(pair)
             log(f"in-process round {r + 1}/{rounds} done")
         seconds = time.monotonic() - start
     finally:
