@@ -135,3 +135,101 @@ def test_a_short_call_asks_triton_nothing_at_its_start_and_a_cancelled_wait_is_s
     late.cancelled.set()
     (responses,) = server.infer_batch("tensorrt_llm", [], requests=[late])
     assert responses[0].has_error() and responses[0].error().code() == 1  # CANCELLED, no outputs
+
+
+# ---- an engine that speculates by itself (Medusa's tree) with a draft_len_schedule ----------------------
+SCHEDULE = "1:8,2:0"  # the tree alone, plain rows from 2 in flight (the tiny Medusa build's max_draft_len: 8)
+
+
+@pytest.fixture(scope="module")
+def medusa(tmp_path_factory, tiny_target):
+    import torch
+
+    threads = torch.get_num_threads()
+    build = cached_build(tmp_path_factory, "medusa", "medusa", target=tiny_target)
+    repo = generate_repo(
+        build, tmp_path_factory.mktemp("inflight-medusa") / "repo", backend="python", schedule=SCHEDULE
+    )
+    yield FakeServer(repo)
+    torch.set_num_threads(threads)
+
+
+def _answer(request) -> tuple[list[int], dict, int]:
+    """A decoupled request's tokens (its streamed chunks, or its one final response), its final response's
+    outputs, and how many data chunks it streamed."""
+    sent = request.sender.responses
+    assert sent[-1][1] == 1 and all(flags == 0 for _, flags in sent[:-1])  # COMPLETE_FINAL last, once
+    tokens, chunks = [], 0
+    for response, flags in sent:
+        assert response is not None and not response.has_error(), response and response.error().message()
+        out = {t.name(): t.as_numpy() for t in response.output_tensors}
+        tokens += out["output_ids"].reshape(-1)[: int(out["sequence_length"].reshape(-1)[0])].tolist()
+        chunks += not flags
+    return tokens, out, chunks
+
+
+def _perf_request(ids, n, *, stream=False):
+    request = _request(ids, n)
+    request.inputs["return_perf_metrics"] = np.array([[True]])
+    request.inputs["streaming"] = np.array([[stream]])
+    return request
+
+
+def test_medusa_plain_rows_join_at_the_next_step_when_the_schedule_is_zero(medusa):
+    """Two requests admitted together (K(2) = 0) are plain rows; a third that arrives while the long one
+    decodes is admitted with 2 in flight, so it is a row too: it joins at the next step and is answered
+    before the long one ends (the Medusa model used to run the requests it took to their end, the late one
+    waiting for them). Every output is the plain greedy one; rows draft nothing; a row streams one chunk a
+    step."""
+    model = medusa.models["tensorrt_llm"]
+    engine = model.engine
+    long_ids, first_ids, late_ids = [5, 17, 99, 3, 44, 12], [9, 8, 7], [7, 7, 8, 21]
+
+    def greedy(ids, n):
+        return engine.generate(ids, SamplingParams(max_tokens=n, end_id=-1), speculative=False).token_ids
+
+    long, first = _perf_request(long_ids, LONG, stream=True), _perf_request(first_ids, 2)
+    gate, running = threading.Event(), threading.Event()
+    send = long.sender.send
+
+    def held(response=None, flags=0):  # the engine thread waits at the long request's second chunk
+        send(response, flags)
+        if len(long.sender.responses) == 2:
+            running.set()
+            gate.wait(30)
+
+    long.sender.send = held
+    try:
+        assert model.execute([long, first]) is None
+        assert running.wait(30)
+        late = _perf_request(late_ids, 3)
+        model.execute([late])
+        gate.set()
+        assert late.sender.done.wait(30) and first.sender.done.is_set()
+        assert not long.sender.done.is_set()  # the late one joined: it did not wait for the long one
+        assert long.sender.done.wait(60)
+    finally:
+        gate.set()
+    for request, ids, n in ((long, long_ids, LONG), (first, first_ids, 2), (late, late_ids, 3)):
+        tokens, out, _ = _answer(request)
+        assert tokens == greedy(ids, n)
+        assert int(out["total_draft_tokens"].reshape(-1)[0]) == 0  # a plain row: no tree
+    assert _answer(long)[2] == LONG  # streamed: one chunk per token, each in its own step
+
+
+def test_medusa_request_alone_runs_its_tree_with_its_figures(medusa):
+    """K(1) = 8: a request admitted alone runs the Medusa tree whole: the tree's greedy output (= plain
+    greedy) and its accepted / drafted figures, streamed in the tree's chunks (several tokens a step)."""
+    model = medusa.models["tensorrt_llm"]
+    engine = model.engine
+    ids = [5, 17, 99, 3, 44, 12]
+    params = SamplingParams(max_tokens=LONG, end_id=-1)
+    tree = engine.generate(ids, params, speculative=True)
+    assert tree.token_ids == engine.generate(ids, params, speculative=False).token_ids
+    request = _perf_request(ids, LONG, stream=True)
+    medusa.infer_batch("tensorrt_llm", [], requests=[request])
+    tokens, out, chunks = _answer(request)
+    assert tokens == tree.token_ids
+    assert int(out["total_draft_tokens"].reshape(-1)[0]) == tree.stats.drafted > 0
+    assert int(out["total_accepted_draft_tokens"].reshape(-1)[0]) == tree.stats.accepted
+    assert chunks == len(tree.stats.steps) + 1 < LONG  # the root token, then one chunk per tree step

@@ -9,14 +9,14 @@ selects the Medusa tree. What each input does: local_core.py.
   requests and hands them to one worker thread (engine_worker.EngineWorker), so it returns at once
   and later requests (new ones, and `stop` requests for running ones) are read while the engine works,
   as the C++ backend's enqueue is. Before every step the worker admits waiting requests while fewer
-  than max_batch_size run. With an engine that decodes plainly (draft/target and n-gram repositories:
-  the BLS drafts) a plain request becomes a row of the engine's DecodeSession (prefilled from the
-  prefix cache when admitted, one token per step, answered the step it ends in), verification requests
-  (draft_input_ids: the BLS rounds of concurrent requests) admitted together run as one batched target
-  pass between steps (ReferenceEngine.verify_external_batch: rows of their own length), and a
-  generation-logits request runs alone between steps (StepScheduler). An engine that speculates by
-  itself (Medusa's tree) runs the requests it admitted whole: plain ones in one lockstep batch
-  (ReferenceEngine.generate_batch), speculative ones one after another (WholeJobs);
+  than max_batch_size run (step_scheduler.StepScheduler): a plain request becomes a row of the engine's
+  DecodeSession (prefilled from the prefix cache when admitted, one token per step, answered the step it
+  ends in), verification requests (draft_input_ids: the BLS rounds of concurrent requests) admitted
+  together run as one batched target pass between steps (ReferenceEngine.verify_external_batch: rows of
+  their own length), and a generation-logits request runs alone between steps. On an engine that
+  speculates by itself (Medusa's tree) a request is a plain row when the repository's draft_len_schedule
+  (a specbuild parameter) gives K=0 for the requests in flight at its admission (rows + waiting + the ones
+  admitted with it), else its tree runs whole between steps, one request after another;
 * responses: each request's responses go through its response sender. Decoupled (Medusa
   repositories): each generated chunk is sent as it is produced when `streaming` is true; the last
   response carries COMPLETE_FINAL (and the perf outputs). Not decoupled (draft/target repositories:
@@ -47,10 +47,11 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from engine_worker import ActiveRequests, EngineWorker, WholeJobs  # noqa: E402
+from engine_worker import ActiveRequests, EngineWorker  # noqa: E402
 from local_core import Job, Perf, cut, is_stop_request, parse_request, token_outputs  # noqa: E402
 from responder import POLL_S, Responder, cancelled_error  # noqa: E402
 from spec_metrics import SpecMetrics  # noqa: E402
+from step_scheduler import StepScheduler, plain_k  # noqa: E402
 from words import find_stop, param, stop_at_words  # noqa: E402
 
 DEFAULT_TORCH_THREADS = "1"  # per engine model process; SPECBUILD_TORCH_THREADS overrides
@@ -77,8 +78,9 @@ class TritonPythonModel:
         path = param(config, "gpt_model_path")
         choices = param(config, "medusa_choices") or None
         self.engine = ReferenceEngine.load(path, medusa_choices=choices)
-        # specbuild addition (the C++ backend has no such parameter): a self-drafting engine (Medusa) decodes
-        # a batch of n requests plainly when the schedule's K for n is 0 (core/schedule.py)
+        # specbuild addition (the C++ backend has no such parameter): on a self-drafting engine (Medusa) a
+        # request admitted while the schedule's K for the requests in flight is 0 decodes as a plain row
+        # (core/schedule.py, step_scheduler.py)
         schedule = param(config, "draft_len_schedule")
         if schedule and self.engine.speculates:
             from specbuild.core.schedule import DraftSchedule
@@ -108,17 +110,24 @@ class TritonPythonModel:
         self._active = ActiveRequests()  # request id -> its running jobs (for stop requests)
         self._warm_up()
         self.max_batch = max(1, int(config.get("max_batch_size") or 1))  # rows the worker decodes together
-        # One worker runs the requests execute() read, step by step (in-flight batching: StepScheduler)
-        # when the engine decodes plainly; an engine that speculates by itself (Medusa's tree) runs
-        # the jobs it took whole (WholeJobs). Not decoupled too: each request's one response goes
-        # through its response sender (the Python backend allows exactly one, with the final flag).
-        scheduler = WholeJobs(self._run_jobs) if self.engine.speculates else StepScheduler(self)
+        # One worker runs the requests execute() read, step by step (in-flight batching: StepScheduler);
+        # on an engine that speculates by itself (Medusa's tree) a request whose tree is on at admission
+        # runs whole between steps, one with K=0 is a plain row. Not decoupled too: each request's one
+        # response goes through its response sender (the Python backend allows exactly one, with the
+        # final flag).
         self._worker = EngineWorker(
             f"{self.name}-engine",
             self.max_batch,
             finish=lambda job: self._send_final(job.responder, self._final(job)),
-            scheduler=scheduler,
+            scheduler=StepScheduler(self, tree_k=self._tree_k if self.engine.speculates else plain_k),
         )
+
+    def _tree_k(self, in_flight: int) -> int:
+        """K of a request admitted with `in_flight` requests in flight (step_scheduler.py): the repository's
+        draft_len_schedule (core/schedule.py), else always the engine's tree (TensorRT-LLM's Medusa engines
+        cannot switch it off)."""
+        schedule = self.engine.schedule
+        return self.engine.num_draft_tokens if schedule is None else schedule.k_for(in_flight)
 
     def _warm_up(self) -> None:
         """One tiny generation and verification at load: the first request must not pay for torch's
@@ -214,16 +223,9 @@ class TritonPythonModel:
 
     # ---- running requests -----------------------------------------------------------------------
     def _run_jobs(self, jobs: list[Job]) -> None:
-        plain = [
-            j
-            for j in jobs
-            if j.req.draft_ids is None and not j.req.generation_logits and not j.req.stop_sequences
-        ]
+        """The one-pass and whole jobs of a step (StepScheduler): the verifications in one batched pass,
+        then every other job alone, to its end, one after another."""
         try:
-            if (
-                len(plain) > 1
-            ):  # several requests in flight: one batched decode (lockstep, rows of their own length)
-                self._run_batch(plain)
             # several verifications (the BLS rounds of concurrent requests): one batched target pass
             verify = [j for j in jobs if j.req.draft_ids is not None and not j.req.generation_logits]
             if len(verify) > 1:
@@ -278,28 +280,6 @@ class TritonPythonModel:
                 pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in chunk.items()])
             ):
                 self._ended(job)  # the client is gone: the stop hook ends the generation at the next step
-
-    def _run_batch(self, jobs: list[Job]) -> None:
-        hooks = [self._stop_hook(job) for job in jobs]  # a row it ends stops there, the others go on
-        try:
-            results = self.engine.generate_batch(
-                [j.req.prompt_ids for j in jobs],
-                [j.req.params for j in jobs],
-                speculative=True,
-                on_tokens=lambda i, new: self._on_tokens(jobs[i], new),
-                stop=lambda i, out, start: hooks[i](out, start),
-            )
-        except Exception as exc:  # noqa: BLE001 - every request of the batch gets the error
-            for job in jobs:
-                job.error, job.ran = exc, True
-            return
-        for job, result in zip(jobs, results, strict=True):
-            job.tokens, job.ran = result.token_ids, True
-            job.reused_tokens = result.cached_prompt_tokens or 0  # its row's prefix reuse
-            job.perf.accepted, job.perf.drafted = result.stats.accepted, result.stats.drafted
-            job.steps = result.stats.steps
-            if job.cancelled:
-                self._log_end(job)
 
     def _run_verify_batch(self, jobs: list[Job]) -> None:
         """Verification requests of one execute() in one target pass (ReferenceEngine.verify_external_batch:
@@ -397,117 +377,6 @@ class TritonPythonModel:
         if req.perf:
             outputs.update(job.perf.outputs())
         return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in outputs.items()])
-
-
-class StepScheduler:
-    """In-flight batching for an engine that decodes plainly (engine_worker.Scheduler), as TensorRT-LLM's
-    batch manager schedules per step:
-
-    * a plain request (no draft_input_ids, no generation logits) becomes a row of the engine's
-      DecodeSession when admitted: its prompt is prefilled from the prefix cache and its first token
-      taken at once; every step then decodes one token for every row, streams it, and a row that ends
-      (end id, stop words, max_tokens, cancelled or stopped) is answered in that step;
-    * a verification request (draft_input_ids: a BLS round) is one target pass: the verifications
-      admitted since the last step run as one batched pass (ReferenceEngine.verify_external_batch)
-      before the step's decode pass, and are answered right after it, not when the rows end;
-    * a generation-logits request (a draft model serving the BLS its logits) runs alone, to its end,
-      between steps."""
-
-    def __init__(self, model: TritonPythonModel):
-        self.model = model
-        self.session = model.engine.session()
-        self.rows: dict[int, tuple] = {}  # id(row) -> (job, row)
-        self.waiting: list = []  # one-pass and whole jobs admitted for the next step
-        self.done: list = []  # jobs that ended at admission (their first token, a cancelled request)
-        self._skipped = False  # the last step answered first and left the rows' decode pass for this one
-
-    def admit(self, jobs: list) -> None:
-        plain = []
-        for job in jobs:
-            if job.req.draft_ids is not None or job.req.generation_logits:
-                self.waiting.append(job)
-            elif job.responder.ended(max_age_s=POLL_S):  # cancelled or stopped while it waited
-                self.model._ended(job)
-                job.ran = True
-                self.done.append(job)
-            else:
-                try:
-                    plain.append((job, self.session.checked(job.req.prompt_ids, job.req.params)))
-                except Exception as exc:  # noqa: BLE001 - the request's error response
-                    job.error, job.ran = exc, True
-                    self.done.append(job)
-        if plain:
-            self._add(plain)
-
-    def step(self) -> list:
-        """One step: the one-pass work admitted since the last step (verify passes; requests that ended
-        at admission) is answered before the rows' decode pass, which then runs in the next step; with
-        both kinds waiting they alternate, so neither starves the other."""
-        waiting, self.waiting = self.waiting, []
-        if waiting:
-            self.model._run_jobs(waiting)  # the verify pass, then any whole job
-            self.done += waiting
-        answer_first = bool(self.done) and not self._skipped
-        self._skipped = answer_first and len(self.session) > 0
-        if len(self.session) and not answer_first:
-            try:
-                ended = self.session.step()
-            except Exception as exc:  # noqa: BLE001 - every row of the pass gets the error
-                self.session.close()
-                for job, _ in self.rows.values():
-                    job.error, job.ran = exc, True
-                    self.done.append(job)
-                self.rows = {}
-                ended = []
-            for row in ended:
-                self._ended(*self.rows.pop(id(row)))
-        done, self.done = self.done, []
-        for job in done:
-            self.model._active.remove(job.req.request_id, job)
-        return done
-
-    def active(self) -> int:
-        return len(self.rows) + len(self.waiting) + len(self.done)
-
-    def drain(self) -> list:
-        self.session.close()
-        jobs = [job for job, _ in self.rows.values()] + self.waiting + self.done
-        self.rows, self.waiting, self.done = {}, [], []
-        return jobs
-
-    def _add(self, plain: list) -> None:
-        """New plain requests (job, checked params): rows of the session, prefilled together."""
-        model = self.model
-        jobs = [job for job, _ in plain]
-        try:
-            rows = self.session.add_many(
-                [
-                    (
-                        job.req.prompt_ids,
-                        params,
-                        lambda new, job=job: model._on_tokens(job, new),
-                        model._stop_hook(job),
-                    )
-                    for job, params in plain
-                ]
-            )
-        except Exception as exc:  # noqa: BLE001 - every request of the pass gets the error
-            for job in jobs:
-                job.error, job.ran = exc, True
-                self.done.append(job)
-            return
-        for job, row in zip(jobs, rows, strict=True):
-            if row.done:
-                self._ended(job, row)
-            else:
-                self.rows[id(row)] = (job, row)
-
-    def _ended(self, job, row) -> None:
-        job.tokens, job.ran = row.tokens, True
-        job.reused_tokens = row.cached_prompt_tokens  # its row's prefix reuse
-        if job.cancelled:
-            self.model._log_end(job)
-        self.done.append(job)
 
 
 def _getter(request):

@@ -1,0 +1,137 @@
+"""In-flight batching of the local `tensorrt_llm` model (engine_worker.Scheduler), per step as TensorRT-LLM's
+batch manager schedules:
+
+* a plain request becomes a row of the engine's DecodeSession when admitted: its prompt is prefilled
+  from the prefix cache and its first token taken at once; every step then decodes one token for every
+  row, streams it, and a row that ends (end id, stop words, max_tokens, cancelled or stopped) is
+  answered in that step;
+* a verification request (draft_input_ids: a BLS round) is one target pass: the verifications admitted
+  since the last step run as one batched pass (ReferenceEngine.verify_external_batch) before the step's
+  decode pass, and are answered right after it, not when the rows end;
+* a whole job runs alone, to its end, between steps, one after another: a generation-logits request (a
+  draft model serving the BLS its logits), and on an engine that speculates by itself (Medusa's tree) a
+  request whose tree is on.
+
+Row or tree (an engine that speculates by itself): decided once, when the request is admitted, by
+`tree_k(n)`, the K of the engine's draft_len_schedule for n = the requests in flight at that moment: the
+rows decoding, the whole jobs waiting for their turn, and the requests admitted with it (the same n for
+all of them). K = 0: the request is a plain row, in flight with the others; K > 0: its tree runs whole.
+An engine that decodes plainly (draft/target, n-gram: the BLS drafts) has tree_k = 0 at every n.
+
+Plain Python over the model's methods (no Triton calls of its own); copied beside model.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from responder import POLL_S
+
+
+def plain_k(in_flight: int) -> int:
+    """tree_k of an engine that decodes plainly: no request ever runs a tree."""
+    return 0
+
+
+class StepScheduler:
+    """The rows, whole jobs and verifications of one local engine model (see the module docstring).
+    `model`: the TritonPythonModel (its _run_jobs, _on_tokens, _stop_hook, _ended, _log_end, _active)."""
+
+    def __init__(self, model, *, tree_k: Callable[[int], int] = plain_k):
+        self.model = model
+        self.tree_k = tree_k
+        self.session = model.engine.session()
+        self.rows: dict[int, tuple] = {}  # id(row) -> (job, row)
+        self.waiting: list = []  # one-pass and whole jobs admitted for the next step
+        self.done: list = []  # jobs that ended at admission (their first token, a cancelled request)
+        self._skipped = False  # the last step answered first and left the rows' decode pass for this one
+
+    def admit(self, jobs: list) -> None:
+        in_flight = len(self.rows) + len(self.waiting) + len(jobs)
+        tree = self.tree_k(in_flight) > 0
+        plain = []
+        for job in jobs:
+            if job.req.draft_ids is not None or job.req.generation_logits or tree:
+                self.waiting.append(job)
+            elif job.responder.ended(max_age_s=POLL_S):  # cancelled or stopped while it waited
+                self.model._ended(job)
+                job.ran = True
+                self.done.append(job)
+            else:
+                try:
+                    plain.append((job, self.session.checked(job.req.prompt_ids, job.req.params)))
+                except Exception as exc:  # noqa: BLE001 - the request's error response
+                    job.error, job.ran = exc, True
+                    self.done.append(job)
+        if plain:
+            self._add(plain)
+
+    def step(self) -> list:
+        """One step: the one-pass work admitted since the last step (verify passes, whole jobs; requests
+        that ended at admission) is answered before the rows' decode pass, which then runs in the next
+        step; with both kinds waiting they alternate, so neither starves the other."""
+        waiting, self.waiting = self.waiting, []
+        if waiting:
+            self.model._run_jobs(waiting)  # the verify pass, then each whole job
+            self.done += waiting
+        answer_first = bool(self.done) and not self._skipped
+        self._skipped = answer_first and len(self.session) > 0
+        if len(self.session) and not answer_first:
+            try:
+                ended = self.session.step()
+            except Exception as exc:  # noqa: BLE001 - every row of the pass gets the error
+                self.session.close()
+                for job, _ in self.rows.values():
+                    job.error, job.ran = exc, True
+                    self.done.append(job)
+                self.rows = {}
+                ended = []
+            for row in ended:
+                self._ended(*self.rows.pop(id(row)))
+        done, self.done = self.done, []
+        for job in done:
+            self.model._active.remove(job.req.request_id, job)
+        return done
+
+    def active(self) -> int:
+        return len(self.rows) + len(self.waiting) + len(self.done)
+
+    def drain(self) -> list:
+        self.session.close()
+        jobs = [job for job, _ in self.rows.values()] + self.waiting + self.done
+        self.rows, self.waiting, self.done = {}, [], []
+        return jobs
+
+    def _add(self, plain: list) -> None:
+        """New plain requests (job, checked params): rows of the session, prefilled together."""
+        model = self.model
+        jobs = [job for job, _ in plain]
+        try:
+            rows = self.session.add_many(
+                [
+                    (
+                        job.req.prompt_ids,
+                        params,
+                        lambda new, job=job: model._on_tokens(job, new),
+                        model._stop_hook(job),
+                    )
+                    for job, params in plain
+                ]
+            )
+        except Exception as exc:  # noqa: BLE001 - every request of the pass gets the error
+            for job in jobs:
+                job.error, job.ran = exc, True
+                self.done.append(job)
+            return
+        for job, row in zip(jobs, rows, strict=True):
+            if row.done:
+                self._ended(job, row)
+            else:
+                self.rows[id(row)] = (job, row)
+
+    def _ended(self, job, row) -> None:
+        job.tokens, job.ran = row.tokens, True
+        job.reused_tokens = row.cached_prompt_tokens  # its row's prefix reuse
+        if job.cancelled:
+            self.model._log_end(job)
+        self.done.append(job)
