@@ -13,6 +13,10 @@ Where n comes from:
   the round (a counter shared between the instances' processes, model_repo/python_models/
   tensorrt_llm_bls/inflight.py); requests still queued in Triton are not counted (the engines do not
   see them either);
+* the local engine model of an engine that speculates by itself (Medusa's tree; model_repo/python_models/
+  tensorrt_llm_local/step_scheduler.py): per request, once, when it is admitted: the rows decoding, the
+  requests waiting for their turn between steps and the ones admitted with it. K=0: the request is a
+  plain row of the in-flight batch to its end; K>0: its tree runs whole (a tree cannot switch per round);
 * the LLM-API flow: the runtime's active batch size (TensorRT-LLM applies `draft_len_schedule` itself);
   `llmapi_schedule` spells the schedule for the targeted version.
 
