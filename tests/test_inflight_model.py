@@ -233,3 +233,43 @@ def test_medusa_request_alone_runs_its_tree_with_its_figures(medusa):
     assert int(out["total_draft_tokens"].reshape(-1)[0]) == tree.stats.drafted > 0
     assert int(out["total_accepted_draft_tokens"].reshape(-1)[0]) == tree.stats.accepted
     assert chunks == len(tree.stats.steps) + 1 < LONG  # the root token, then one chunk per tree step
+
+
+def test_a_stop_request_ends_a_medusa_row_within_a_step_and_the_other_row_goes_on(medusa):
+    """Rows of the Medusa model keep the model's promises: a `stop` request for one row ends it at the next
+    step with what it produced (a prefix of its greedy output), the row beside it ends whole."""
+    from fake_triton import Request
+
+    model = medusa.models["tensorrt_llm"]
+    engine = model.engine
+    ids, other_ids = [5, 17, 99, 3, 44, 12], [7, 7, 8, 21]
+    stopped, other = _perf_request(ids, 100, stream=True), _perf_request(other_ids, LONG)
+    stopped._id = "s1"
+    first, stop_read = threading.Event(), threading.Event()
+    send = stopped.sender.send
+
+    def held(response=None, flags=0):  # the engine waits at the first chunk until the stop was read
+        send(response, flags)
+        first.set()
+        stop_read.wait(30)
+
+    stopped.sender.send = held
+    assert model.execute([stopped, other]) is None  # 2 in flight: K(2) = 0, both rows
+    assert first.wait(30)
+    stop = Request(
+        {
+            "input_ids": np.zeros((1, 1), dtype=np.int32),
+            "input_lengths": np.zeros((1, 1), dtype=np.int32),
+            "request_output_len": np.zeros((1, 1), dtype=np.int32),
+            "stop": np.array([[True]]),
+        },
+        request_id="s1",
+    )
+    model.execute([stop])
+    stop_read.set()
+    assert stop.sender.done.wait(10) and stopped.sender.done.wait(60) and other.sender.done.wait(60)
+    tokens, _, _ = _answer(stopped)
+    greedy = engine.generate(ids, SamplingParams(max_tokens=100, end_id=-1), speculative=False).token_ids
+    assert 0 < len(tokens) <= 2 and tokens == greedy[: len(tokens)]  # ended at the step after the stop
+    plain = engine.generate(other_ids, SamplingParams(max_tokens=LONG, end_id=-1), speculative=False)
+    assert _answer(other)[0] == plain.token_ids
