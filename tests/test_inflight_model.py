@@ -168,6 +168,22 @@ def _answer(request) -> tuple[list[int], dict, int]:
     return tokens, out, chunks
 
 
+def _held_tokens(model, when, gate: threading.Event, reached: threading.Event):
+    """Wrap the model's per-step token callback (the engine's thread): once `when(job, tokens so far)`
+    holds, set `reached` and wait for `gate` there, so the engine stands still meanwhile."""
+    on_tokens, seen = model._on_tokens, {}
+
+    def held(job, new):
+        seen[id(job)] = seen.get(id(job), 0) + len(new)
+        if when(job, seen[id(job)]):
+            reached.set()
+            gate.wait(30)
+        return on_tokens(job, new)
+
+    model._on_tokens = held
+    return lambda: delattr(model, "_on_tokens")
+
+
 def _perf_request(ids, n, *, stream=False):
     request = _request(ids, n)
     request.inputs["return_perf_metrics"] = np.array([[True]])
@@ -190,15 +206,7 @@ def test_medusa_plain_rows_join_at_the_next_step_when_the_schedule_is_zero(medus
 
     long, first = _perf_request(long_ids, LONG, stream=True), _perf_request(first_ids, 2)
     gate, running = threading.Event(), threading.Event()
-    send = long.sender.send
-
-    def held(response=None, flags=0):  # the engine thread waits at the long request's second chunk
-        send(response, flags)
-        if len(long.sender.responses) == 2:
-            running.set()
-            gate.wait(30)
-
-    long.sender.send = held
+    restore = _held_tokens(model, lambda job, n: job.req.max_new == LONG and n == 2, gate, running)
     try:
         assert model.execute([long, first]) is None
         assert running.wait(30)
@@ -209,6 +217,7 @@ def test_medusa_plain_rows_join_at_the_next_step_when_the_schedule_is_zero(medus
         assert not long.sender.done.is_set()  # the late one joined: it did not wait for the long one
         assert long.sender.done.wait(60)
     finally:
+        restore()
         gate.set()
     for request, ids, n in ((long, long_ids, LONG), (first, first_ids, 2), (late, late_ids, 3)):
         tokens, out, _ = _answer(request)
@@ -245,15 +254,8 @@ def test_a_stop_request_ends_a_medusa_row_within_a_step_and_the_other_row_goes_o
     ids, other_ids = [5, 17, 99, 3, 44, 12], [7, 7, 8, 21]
     stopped, other = _perf_request(ids, 100, stream=True), _perf_request(other_ids, LONG)
     stopped._id = "s1"
-    first, stop_read = threading.Event(), threading.Event()
-    send = stopped.sender.send
-
-    def held(response=None, flags=0):  # the engine waits at the first chunk until the stop was read
-        send(response, flags)
-        first.set()
-        stop_read.wait(30)
-
-    stopped.sender.send = held
+    first, stop_read = threading.Event(), threading.Event()  # the engine waits at the first token
+    restore = _held_tokens(model, lambda job, n: job.req.request_id == "s1" and n == 1, stop_read, first)
     assert model.execute([stopped, other]) is None  # 2 in flight: K(2) = 0, both rows
     assert first.wait(30)
     stop = Request(
@@ -268,8 +270,50 @@ def test_a_stop_request_ends_a_medusa_row_within_a_step_and_the_other_row_goes_o
     model.execute([stop])
     stop_read.set()
     assert stop.sender.done.wait(10) and stopped.sender.done.wait(60) and other.sender.done.wait(60)
+    restore()
     tokens, _, _ = _answer(stopped)
     greedy = engine.generate(ids, SamplingParams(max_tokens=100, end_id=-1), speculative=False).token_ids
     assert 0 < len(tokens) <= 2 and tokens == greedy[: len(tokens)]  # ended at the step after the stop
     plain = engine.generate(other_ids, SamplingParams(max_tokens=LONG, end_id=-1), speculative=False)
     assert _answer(other)[0] == plain.token_ids
+
+
+def test_streamed_sends_do_not_hold_the_engine_and_keep_their_order(medusa):
+    """A decoupled model's chunks and final responses go out on a thread of their own: while the first
+    chunk's send is stuck (a slow IPC round trip), the engine still produces every token of the request;
+    once the send returns, every chunk goes out in order and the final response last."""
+    model = medusa.models["tensorrt_llm"]
+    engine = model.engine
+    ids, other_ids = [5, 17, 99, 3, 44, 12], [7, 7, 8, 21]
+    long, other = _perf_request(ids, LONG, stream=True), _perf_request(other_ids, 3, stream=True)
+    gate, sending, produced = threading.Event(), threading.Event(), threading.Event()
+    send = long.sender.send
+
+    def stuck(response=None, flags=0):
+        sending.set()
+        gate.wait(30)
+        send(response, flags)
+
+    long.sender.send = stuck
+    on_tokens, seen = model._on_tokens, []
+
+    def counted(job, new):  # the engine's thread: count the long request's tokens as they are produced
+        if job.req.max_new == LONG:
+            seen.extend(new)
+            if len(seen) == LONG:
+                produced.set()
+        return on_tokens(job, new)
+
+    model._on_tokens = counted
+    try:
+        assert model.execute([long, other]) is None
+        assert sending.wait(30)
+        assert produced.wait(30)  # every token while the first send is still stuck
+        assert not long.sender.responses
+    finally:
+        del model._on_tokens
+        gate.set()
+    assert long.sender.done.wait(60) and other.sender.done.wait(60)
+    tokens, _, chunks = _answer(long)
+    assert tokens == engine.generate(ids, SamplingParams(max_tokens=LONG, end_id=-1)).token_ids
+    assert chunks == LONG

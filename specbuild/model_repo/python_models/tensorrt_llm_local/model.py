@@ -19,7 +19,10 @@ selects the Medusa tree. What each input does: local_core.py.
   admitted with it), else its tree runs whole between steps, one request after another;
 * responses: each request's responses go through its response sender. Decoupled (Medusa
   repositories): each generated chunk is sent as it is produced when `streaming` is true; the last
-  response carries COMPLETE_FINAL (and the perf outputs). Not decoupled (draft/target repositories:
+  response carries COMPLETE_FINAL (and the perf outputs). The chunks' sends and the final responses go out
+  on a thread of their own (engine_worker.Outbox), in the order the engine produced them, while the
+  engine runs its next step (each send and its cancellation ask is an IPC round trip); a streamed
+  request's stop hook reads the answer of its last send's ask instead of asking again. Not decoupled (draft/target repositories:
   the BLS calls round by round): exactly one response per request, with the final flag, as the Python
   backend of tritonserver 2.51 lets a non-decoupled model answer (its stub refuses more: "Non-decoupled
   model cannot send more than one response");
@@ -37,6 +40,7 @@ selects the Medusa tree. What each input does: local_core.py.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -47,7 +51,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from engine_worker import ActiveRequests, EngineWorker  # noqa: E402
+from engine_worker import ActiveRequests, EngineWorker, Outbox  # noqa: E402
 from local_core import Job, Perf, cut, is_stop_request, parse_request, token_outputs  # noqa: E402
 from responder import POLL_S, Responder, cancelled_error  # noqa: E402
 from spec_metrics import SpecMetrics  # noqa: E402
@@ -115,10 +119,15 @@ class TritonPythonModel:
         # runs whole between steps, one with K=0 is a plain row. Not decoupled too: each request's one
         # response goes through its response sender (the Python backend allows exactly one, with the
         # final flag).
+        # Decoupled: a streamed chunk's send and every final response go out on a thread of their own, in
+        # the order the engine produced them, while the engine runs its next step (engine_worker.Outbox).
+        self._outbox = None
+        if self.decoupled:
+            self._outbox = Outbox(f"{self.name}-responses", on_error=self._send_failed)
         self._worker = EngineWorker(
             f"{self.name}-engine",
             self.max_batch,
-            finish=lambda job: self._send_final(job.responder, self._final(job)),
+            finish=self._answer,
             scheduler=StepScheduler(self, tree_k=self._tree_k if self.engine.speculates else plain_k),
         )
 
@@ -140,9 +149,23 @@ class TritonPythonModel:
             self.engine.verify_external([0], [0], None, params=params)
 
     def finalize(self):
+        left = self._worker.close()
+        if self._outbox is not None:
+            self._outbox.close()  # the responses the engine produced go out first, in order
         self.metrics.close()  # what is still pending goes out
-        for job in self._worker.close():  # never leave a request without its final response
+        for job in left:  # never leave a request without its final response
             self._send_final(job.responder, self._error(RuntimeError("the model is being unloaded")))
+
+    def _answer(self, job: Job) -> None:
+        """A job that ended: its final response (decoupled: on the outbox, after its streamed chunks)."""
+        if self._outbox is None:
+            self._send_final(job.responder, self._final(job))
+        else:
+            self._outbox.put(lambda: self._send_final(job.responder, self._final(job)))
+
+    @staticmethod
+    def _send_failed(exc: BaseException) -> None:
+        pb_utils.Logger.log_error(f"tensorrt_llm (local): a response could not be sent: {exc}")
 
     # ---- Triton entry point ---------------------------------------------------------------------
     def execute(self, requests):
@@ -252,9 +275,12 @@ class TritonPythonModel:
         stopped request (one Triton round trip per step, so it ends within a step) keeps what it produced;
         a multi-token stop word ends it right after the word."""
         words = stop_at_words(job.req.stop_sequences)
+        # A streamed request's every step is sent, and each send asks Triton afresh (on the outbox's thread):
+        # the hook reads that answer instead of asking again. Otherwise it asks at most every POLL_S.
+        max_age_s = float("inf") if job.req.streaming else POLL_S
 
         def stop(out: list[int], start: int) -> int | None:
-            if job.cancelled or job.responder.ended(max_age_s=POLL_S):
+            if job.cancelled or job.responder.ended(max_age_s=max_age_s):
                 self._ended(job)
                 return len(out)
             return words(out, start) if words else None
@@ -274,12 +300,17 @@ class TritonPythonModel:
 
     def _on_tokens(self, job: Job, new: list[int]) -> None:
         job.perf.token()
-        if job.req.streaming and new and not job.cancelled:
+        if job.req.streaming and new and not job.cancelled:  # streaming: decoupled only (_parse)
             chunk = token_outputs(new, job.req, with_prompt=False)
-            if not job.responder.send(
-                pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in chunk.items()])
-            ):
-                self._ended(job)  # the client is gone: the stop hook ends the generation at the next step
+            self._outbox.put(functools.partial(self._send_chunk, job, chunk))
+
+    def _send_chunk(self, job: Job, chunk: dict) -> None:
+        """One streamed chunk (on the outbox's thread): a stopped request's chunks go out (what it produced
+        before the stop), a cancelled one's do not (Responder.send asks Triton afresh)."""
+        if not job.responder.send(
+            pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in chunk.items()])
+        ):
+            self._ended(job)  # the client is gone: the stop hook ends the generation at the next step
 
     def _run_verify_batch(self, jobs: list[Job]) -> None:
         """Verification requests of one execute() in one target pass (ReferenceEngine.verify_external_batch:
