@@ -22,8 +22,8 @@ selects the Medusa tree. What each input does: local_core.py.
   response carries COMPLETE_FINAL (and the perf outputs). The chunks' sends and the final responses go out
   on a thread of their own (engine_worker.Outbox), in the order the engine produced them, while the
   engine runs its next step (each send and its cancellation ask is an IPC round trip); a streamed
-  request's stop hook reads the answer of its last send's ask instead of asking again. Not decoupled (draft/target repositories:
-  the BLS calls round by round): exactly one response per request, with the final flag, as the Python
+  request's stop hook reads the answer of its last send's ask instead of asking again. Not decoupled
+  (draft/target repositories: the BLS calls round by round): exactly one response per request, with the final flag, as the Python
   backend of tritonserver 2.51 lets a non-decoupled model answer (its stub refuses more: "Non-decoupled
   model cannot send more than one response");
 * cancellation: a request is asked about (responder.py: an IPC round trip each) when it starts and at
