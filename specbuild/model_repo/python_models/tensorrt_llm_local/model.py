@@ -23,9 +23,9 @@ selects the Medusa tree. What each input does: local_core.py.
   on a thread of their own (engine_worker.Outbox), in the order the engine produced them, while the
   engine runs its next step (each send and its cancellation ask is an IPC round trip); a streamed
   request's stop hook reads the answer of its last send's ask instead of asking again. Not decoupled
-  (draft/target repositories: the BLS calls round by round): exactly one response per request, with the final flag, as the Python
-  backend of tritonserver 2.51 lets a non-decoupled model answer (its stub refuses more: "Non-decoupled
-  model cannot send more than one response");
+  (draft/target repositories: the BLS calls round by round): exactly one response per request, with the
+  final flag, as the Python backend of tritonserver 2.51 lets a non-decoupled model answer (its stub
+  refuses more: "Non-decoupled model cannot send more than one response");
 * cancellation: a request is asked about (responder.py: an IPC round trip each) when it starts and at
   every step, reusing an answer younger than POLL_S (its arrival counts as one: Triton hands over no
   request it knows cancelled), so a cancelled or stopped request ends within POLL_S or a step; a short
