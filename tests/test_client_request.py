@@ -131,6 +131,26 @@ def test_bench_refuses_concurrency_zero():
     assert "Traceback" not in result.output
 
 
+def test_a_run_sends_waves_times_concurrency_requests_cycling_the_prompts():
+    from specbuild.client.options import run_prompts
+
+    prompts = ("a", "b", "c")
+    assert run_prompts(prompts, 1, 4) == ("a", "b", "c", "a")
+    assert run_prompts(prompts, 2, 1) == prompts  # never fewer than the prompt file holds
+    assert run_prompts(prompts, 2, 2) == prompts + ("a",)
+    assert run_prompts(prompts, 8, 1) == run_prompts(prompts, 4, 2)
+
+
+def test_bench_refuses_waves_out_of_range():
+    from typer.testing import CliRunner
+
+    from specbuild.cli import app
+
+    result = CliRunner().invoke(app, ["bench", "--url", "127.0.0.1:1", "--waves", "0"])
+    assert result.exit_code == 2 and "--waves must be in 1..64, got 0" in result.output
+    assert "Traceback" not in result.output
+
+
 @pytest.mark.parametrize(
     "args, what",
     [

@@ -79,3 +79,19 @@ def test_predict_served_reports_medians_spread_and_the_rule():
     assert row[1]["tokens_per_s"] == pytest.approx((80 / 1.6 + 80 / 2.4) / 2)  # median of two = mean
     assert pred["chosen"] == {1: 2} and pred["schedule"] == {1: 2}
     assert "every repeat" in pred["decisions"][0]["reason"]
+
+
+def test_predict_served_predicts_the_requests_the_measured_runs_sent():
+    from specbuild.client.serve_curve import predict_served
+    from specbuild.client.served_model import predicted_tokens_per_s
+
+    # --waves 3 at c=2 with 2 prompts: each measured run sent 6 requests (three per worker); requests of
+    # 1 s or 3 s: the makespan of 2 such requests on 2 workers is not a third of 6's
+    point = {"throughput": 40.0, "tokens": [40, 40], "latency_s": [1.0, 3.0]}
+    two, six = predicted_tokens_per_s(point, 2, 2), predicted_tokens_per_s(point, 2, 6)
+    assert abs(two - six) > 0.05 * six
+    points = {"2/0": [point], "2/1": [_point(40.0, 0.05, [20, 20])]}
+    curve = {"requests": 2, "concurrency": [2], "ks": [1], "repeats": 1, "points": points}
+    assert predict_served(curve, [0.9])["table"][0]["tokens_per_s"] == pytest.approx(two)  # no waves: 1
+    curve["waves"] = 3
+    assert predict_served(curve, [0.9])["table"][0]["tokens_per_s"] == pytest.approx(six)

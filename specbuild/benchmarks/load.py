@@ -38,6 +38,7 @@ from specbuild.client.bench import run_once
 from specbuild.client.load_bench import (
     BASELINE_MODE,
     FIXED_MODE,
+    LOAD_WAVES,
     SCHEDULE_MODE,
     load_summary,
     load_table_lines,
@@ -129,7 +130,9 @@ def in_process(
     return out
 
 
-def served_rounds(held, tune, modes, rounds: int, max_tokens: int, console, *, tree_k=None) -> list:
+def served_rounds(
+    held, tune, modes, rounds: int, max_tokens: int, console, *, tree_k=None, waves: int = LOAD_WAVES
+) -> list:
     """`rounds` interleaved rounds through the servers: every (c, mode) runs the tune prompts (the
     calibration: client/serve_curve.calibrate) and right after them the held-out prompts, whose run
     carries the calibration's prediction (metrics["predicted_tokens_per_s"]). `modes`: (server URL,
@@ -144,6 +147,7 @@ def served_rounds(held, tune, modes, rounds: int, max_tokens: int, console, *, t
             concurrency=CONCURRENCY,
             temperatures=(0.0,),
             timeout_s=600,
+            waves=waves,
         )
 
     largest = tree_k or max(k for _, m, k in modes if m == FIXED_MODE)
@@ -155,7 +159,9 @@ def served_rounds(held, tune, modes, rounds: int, max_tokens: int, console, *, t
                 cal = run_once(config(url, tune), **common)
                 run = run_once(config(url, held), **common)
                 run.metrics["round"] = r
-                run.metrics["predicted_tokens_per_s"] = predicted_tokens_per_s(calibrate(cal), c, len(held))
+                run.metrics["predicted_tokens_per_s"] = predicted_tokens_per_s(
+                    calibrate(cal), c, len(run.records)
+                )
                 if mode == SCHEDULE_MODE or (mode == FIXED_MODE and k is None):
                     run.num_draft_tokens = largest
                 runs.append(run)
@@ -190,6 +196,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompts", type=int, default=8, help="held-out demo prompts per run")
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (medians reported)")
+    parser.add_argument(
+        "--waves",
+        type=int,
+        default=LOAD_WAVES,
+        help="a run at c sends >= WAVES x c requests (prompts cycled)",
+    )
     parser.add_argument("--k", type=int, default=4, help="max_draft_len profiled and the largest fixed K")
     parser.add_argument("--demo-cache", type=Path, default=None)
     parser.add_argument("--skip-triton", action="store_true", help="in-process part only")
@@ -270,7 +282,12 @@ def main(argv: list[str] | None = None) -> None:
         curve_repo = generate_repo(build, out / "repo-curve", backend="python", force=True, schedule="off")
         with TritonServer(curve_repo, _server_options()) as server:
             curve = measure_served(
-                server.grpc_url, tune_texts[:8], ks=ks, concurrency=CONCURRENCY, max_tokens=args.max_tokens
+                server.grpc_url,
+                tune_texts[:8],
+                ks=ks,
+                concurrency=CONCURRENCY,
+                max_tokens=args.max_tokens,
+                waves=args.waves,
             )
         served = predict_served(curve, acceptance, tokens=tokens)
         plot(served, out / "predicted_served.png")
@@ -285,7 +302,9 @@ def main(argv: list[str] | None = None) -> None:
             modes = [(url, BASELINE_MODE, 0), (url, UNARY_BASELINE, 0)] + [(url, FIXED_MODE, k) for k in ks]
             if served["schedule"]:
                 modes.append((url, SCHEDULE_MODE, None))
-            runs = served_rounds(held, tune_texts[:8], modes, args.rounds, args.max_tokens, console)
+            runs = served_rounds(
+                held, tune_texts[:8], modes, args.rounds, args.max_tokens, console, waves=args.waves
+            )
         loads["after Triton"] = _load()
         context = {
             "url": "local Triton (bench-load)",
@@ -337,7 +356,6 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
     tree_repo = generate_repo(
         m_build, out / "medusa" / "repo-tree", backend="python", force=True, schedule="off"
     )
-    n = len(tune_texts)
 
     def config(url, prompts):
         return BenchConfig(
@@ -347,6 +365,7 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
             concurrency=CONCURRENCY,
             temperatures=(0.0,),
             timeout_s=600,
+            waves=args.waves,
         )
 
     def calibrated(url, c, mode, k):
@@ -354,7 +373,10 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
             config(url, tune_texts), mode=mode, temperature=0.0, concurrency=c, k=k, advance=lambda: None
         )
         point = calibrate(run)
-        return {"predicted": predicted_tokens_per_s(point, c, n), "measured": point["throughput"]}
+        return {
+            "predicted": predicted_tokens_per_s(point, c, len(run.records)),
+            "measured": point["throughput"],
+        }
 
     with TritonServer(dt_repo, _server_options()) as dt, TritonServer(tree_repo, _server_options()) as tree:
         measured: dict[int, dict[str, list[dict]]] = {}
@@ -393,7 +415,14 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
                 # request, like the one-call baseline (streamed, they send one response per token)
                 modes.append((sched.grpc_url, UNARY_SCHEDULE, None))
             runs = served_rounds(
-                held, tune_texts, modes, args.rounds, args.max_tokens, console, tree_k=tree_k
+                held,
+                tune_texts,
+                modes,
+                args.rounds,
+                args.max_tokens,
+                console,
+                tree_k=tree_k,
+                waves=args.waves,
             )
         loads["after Triton"] = _load()
     rows = load_summary(runs)  # with measured / predicted per mode (median of per-round ratios)

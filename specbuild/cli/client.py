@@ -67,6 +67,14 @@ def bench(
             "previous context after a shared system prompt, with the prefix reuse of target and draft.",
         ),
     ] = "single",
+    waves: Annotated[
+        int,
+        typer.Option(
+            "--waves",
+            help="single: each run at concurrency c sends at least WAVES x c requests (the prompts cycled), "
+            "so every worker sends several and the run measures the closed loop, not one burst.",
+        ),
+    ] = 1,
     conversations: Annotated[
         int, typer.Option("--conversations", help="multiturn: conversations per run.")
     ] = B.DEFAULT_CONVERSATIONS,
@@ -135,6 +143,7 @@ def bench(
         unary_baseline=unary_baseline,
         streamed_baseline=streamed_baseline,
         calibration_prompts=load_prompts(calibrate) if calibrate else (),
+        waves=waves,
     )
     out_console = console()
     runs, context = run_bench(config, console=out_console)

@@ -246,6 +246,14 @@ def tune_cmd(
             "serve: its BLS rounds at each K and concurrency) instead of the in-process reference engine.",
         ),
     ] = None,
+    waves: Annotated[
+        int,
+        typer.Option(
+            "--waves",
+            help="--schedule --url: each measured run at concurrency c sends at least WAVES x c requests "
+            "(the prompts cycled), as `bench --waves`.",
+        ),
+    ] = 1,
     plot_path: Annotated[
         Path | None,
         typer.Option("--plot", help="--schedule: save the predicted throughput per K and concurrency here."),
@@ -330,6 +338,7 @@ def tune_cmd(
                 ks=list(ks),
                 concurrency=[c for c in options.concurrency if c <= spec_obj.build.max_batch_size],
                 max_tokens=max_tokens,
+                waves=waves,
             )
             return predict_served(curve, acceptance, mode=mode, tokens=tokens)
 

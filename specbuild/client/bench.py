@@ -44,7 +44,7 @@ from specbuild.client.metrics import (
     summarize_run,
 )
 from specbuild.client.multiturn import run_multiturn
-from specbuild.client.options import BenchConfig
+from specbuild.client.options import BenchConfig, run_prompts
 from specbuild.client.prometheus import scrape, settled_check
 from specbuild.client.remote import LLMAPI_INTERFACE, connect, model_info
 from specbuild.client.served_model import calibrate, predicted_tokens_per_s
@@ -91,7 +91,7 @@ def run_once(
 
     try:
         t0 = time.monotonic()
-        records = workers.map(task, enumerate(config.prompts))
+        records = workers.map(task, enumerate(run_prompts(config.prompts, concurrency, config.waves)))
         duration = time.monotonic() - t0
     finally:
         connections = workers.opened
@@ -167,10 +167,12 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
     # every round drafts min(K, tokens left - 1), so a client can rebuild the rounds and alpha predicts the
     # speedup; n-gram: 0..K (records keep the rounds the BLS streams exactly; no i.i.d. prediction)
     rounds_known = repo.speculation is None or repo.speculation.drafts_every_round
-    if config.workload == "multiturn":
-        per_run = config.conversations * config.turns
-    else:
-        per_run = len(config.prompts)
+
+    def per_run(c: int) -> int:
+        if config.workload == "multiturn":
+            return config.conversations * config.turns
+        return len(run_prompts(config.prompts, c, config.waves))
+
     runs: list[RunSummary] = []
     predicted: dict[tuple, float] = {}  # (T, c, mode, K) -> tokens/s predicted by its calibration run
     with Progress(
@@ -181,7 +183,7 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
         console=console,
         transient=False,
     ) as progress:
-        bar = progress.add_task("bench", total=len(plan) * per_run)
+        bar = progress.add_task("bench", total=sum(per_run(p[2]) for p in plan))
         for round_, temperature, concurrency, mode, kk in plan:
             progress.update(bar, description=f"{mode:11s} T={temperature:g} c={concurrency}")
             before = scrape(config.metrics_url) if config.metrics_url else None
@@ -201,7 +203,7 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
                     cal = run_once(
                         replace(config, prompts=config.calibration_prompts), **common, advance=lambda: None
                     )
-                    predicted[key] = predicted_tokens_per_s(calibrate(cal), concurrency, len(config.prompts))
+                    predicted[key] = predicted_tokens_per_s(calibrate(cal), concurrency, per_run(concurrency))
                 run = run_once(config, **common, advance=lambda: progress.advance(bar))
                 if key in predicted:
                     run.metrics["predicted_tokens_per_s"] = predicted[key]
@@ -235,6 +237,7 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
             else f"{repo.title}: no draft model, c = 0"
         ),
         "prompts": len(config.prompts),
+        "waves": config.waves,  # a run at concurrency c sends max(prompts, waves x c) requests
         "max_tokens": config.max_tokens,
         "num_draft_tokens": k if repo.bls_drives_loop else (repo.num_draft_tokens or None),
         "metrics_url": config.metrics_url,

@@ -24,6 +24,10 @@ from typing import Any
 from specbuild.client.metrics import UNARY_BASELINE, UNARY_SCHEDULE  # the one-call runs
 
 BASELINE_MODE, FIXED_MODE, SCHEDULE_MODE = "baseline", "speculative", "schedule"
+# load benches (make demo's served curve and load table, make bench-load): a run at concurrency c sends
+# >= LOAD_WAVES x c requests (BenchConfig.waves), so each closed-loop worker sends several and the run
+# measures the loop's throughput, not one burst that ends with its slowest request
+LOAD_WAVES = 4
 
 
 def bench_modes(repo, k: int | None, fixed_ks: tuple[int, ...] = ()) -> list[tuple[str, int | None]]:

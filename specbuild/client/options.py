@@ -19,6 +19,7 @@ WORKLOADS = ("single", "multiturn")
 DEFAULT_CONVERSATIONS = 4
 DEFAULT_TURNS = 3
 MAX_TURNS = 64
+MAX_WAVES = 64  # --waves bound: requests per run = max(prompts, waves x concurrency)
 # the shared system prompt of the multi-turn workload: every conversation starts with it (a shared prefix)
 DEFAULT_SYSTEM_PROMPT = (
     "You are a careful assistant for Python programmers. Answer with short, correct code and plain words. "
@@ -49,6 +50,10 @@ class BenchConfig:
     # tune prompts, never the benched ones) calibrates the served cost model (client/serve_curve.py);
     # every benched run then carries its prediction (metrics["predicted_tokens_per_s"])
     calibration_prompts: tuple[str, ...] = ()
+    # single workload: each run at concurrency c sends max(len(prompts), waves x c) requests, the prompts
+    # cycled in order (run_prompts). One request per worker measures a burst (every worker starts at once
+    # and the run ends with its slowest request), not the throughput the closed loop settles into.
+    waves: int = 1
 
     def __post_init__(self) -> None:
         if self.workload not in WORKLOADS:
@@ -83,6 +88,8 @@ class BenchConfig:
             )
         if not 1 <= self.rounds <= 100:
             raise ClientError(f"--rounds must be in 1..100, got {self.rounds}", fix="pass --rounds 3")
+        if not 1 <= self.waves <= MAX_WAVES:
+            raise ClientError(f"--waves must be in 1..{MAX_WAVES}, got {self.waves}", fix="pass --waves 4")
         if any(k < 1 for k in self.fixed_ks):
             raise ClientError(
                 f"--fixed-k values must be >= 1, got {','.join(map(str, self.fixed_ks))}",
@@ -94,6 +101,13 @@ class BenchConfig:
             )
         for t in self.temperatures:  # the same checks a request's SamplingParams makes, before any run starts
             SamplingParams(max_tokens=self.max_tokens, temperature=t)
+
+
+def run_prompts(prompts: tuple[str, ...], concurrency: int, waves: int = 1) -> tuple[str, ...]:
+    """The prompts one closed-loop run at `concurrency` sends: all of them, cycled in order up to
+    waves x concurrency requests when that is more."""
+    n = max(len(prompts), waves * concurrency)
+    return tuple(prompts[i % len(prompts)] for i in range(n))
 
 
 def load_prompts(path: Path) -> tuple[str, ...]:

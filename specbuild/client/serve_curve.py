@@ -53,8 +53,10 @@ def measure_served(
     concurrency: Sequence[int],
     max_tokens: int,
     repeats: int = REPEATS,
+    waves: int = 1,
 ) -> dict[str, Any]:
-    """points[f"{c}/{k}"]: one calibrated point per repeat (k = 0: the one-call baseline)."""
+    """points[f"{c}/{k}"]: one calibrated point per repeat (k = 0: the one-call baseline); each run at c
+    sends max(len(prompts), waves x c) requests (client/options.run_prompts)."""
     config = BenchConfig(
         url=url,
         prompts=tuple(prompts),
@@ -62,6 +64,7 @@ def measure_served(
         temperatures=(0.0,),
         max_tokens=max_tokens,
         timeout_s=600,
+        waves=waves,
     )
     points: dict[str, list[dict[str, Any]]] = {}
     start = time.monotonic()
@@ -84,6 +87,7 @@ def measure_served(
         "url": url,
         "max_tokens": max_tokens,
         "requests": len(prompts),
+        "waves": waves,
         "concurrency": list(concurrency),
         "ks": list(ks),
         "repeats": repeats,
@@ -106,9 +110,11 @@ def predict_served(
     """The prediction and schedule in the shape of tuning/cost_curve.SchedulePrediction.to_dict(); each
     table row has the median over the repeats (`tokens_per_s`) and their range; `decisions`: why each
     concurrency got its K (core/schedule_choice)."""
-    requests = curve["requests"]
     table, baseline, per_repeat = [], {}, {}
     for c in curve["concurrency"]:
+        # the requests one measured run sent at c (client/options.run_prompts; curves written before
+        # --waves: one per prompt)
+        requests = max(curve["requests"], curve.get("waves", 1) * c)
         base = _repeats(curve["points"][f"{c}/0"])
         rates = per_repeat[c] = {0: [predicted_tokens_per_s(p, c, requests) for p in base]}
         baseline[c] = statistics.median(rates[0])

@@ -51,6 +51,7 @@ import tritonclient.grpc as grpcclient
 import yaml
 from rich.console import Console
 
+from specbuild.client.load_bench import LOAD_WAVES
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.methods import Method
 from specbuild.core.spec import PATH_KEYS
@@ -103,6 +104,7 @@ class DemoOptions:
     tune_max_tokens: int = 48
     schedule_concurrency: str = "1,2,4,8"  # draft/target: tune --schedule batch sizes and the load bench
     load_rounds: int = 3  # interleaved rounds of the load bench, served and in-process (medians, spread)
+    load_waves: int = LOAD_WAVES  # served curve and load bench: a run at c sends >= load_waves x c requests
     modes: tuple[str, ...] = MODES
     llmapi: bool = True  # also serve the draft/target spec through the LLM-API interface (bench at c=1)
     settings: DemoSettings = DemoSettings()  # MICRO with --micro: a quick pipeline check, untrained models
@@ -269,6 +271,8 @@ def stage_served_schedule(spec: Path, url: str, prompts: Path, schedule: Path, o
         opts.schedule_concurrency,
         "--url",
         url,
+        "--waves",
+        str(opts.load_waves),
         "--plot",
         str(plot),
         "--json",
@@ -415,6 +419,8 @@ def stage_load_bench(url: str, prompts: Path, calibration: Path, out: Path, opts
         str(opts.load_rounds),
         "--calibrate",
         str(calibration),
+        "--waves",
+        str(opts.load_waves),
         "--no-streamed-baseline",  # the streamed baseline (one call per token) is in the bench above
     )
 
