@@ -116,11 +116,11 @@ class TritonPythonModel:
         self.max_batch = max(1, int(config.get("max_batch_size") or 1))  # rows the worker decodes together
         # One worker runs the requests execute() read, step by step (in-flight batching: StepScheduler);
         # on an engine that speculates by itself (Medusa's tree) a request whose tree is on at admission
-        # runs whole between steps, one with K=0 is a plain row. Not decoupled too: each request's one
-        # response goes through its response sender (the Python backend allows exactly one, with the
-        # final flag).
-        # Decoupled: a streamed chunk's send and every final response go out on a thread of their own, in
-        # the order the engine produced them, while the engine runs its next step (engine_worker.Outbox).
+        # runs whole between steps, one with K=0 is a plain row. Decoupled, a streamed chunk's send and
+        # every final response go out on a thread of their own, in the order the engine produced them,
+        # while the engine runs its next step (engine_worker.Outbox); not decoupled, each request's one
+        # response goes through its response sender on the engine's thread (the Python backend allows
+        # exactly one, with the final flag).
         self._outbox = None
         if self.decoupled:
             self._outbox = Outbox(f"{self.name}-responses", on_error=self._send_failed)
