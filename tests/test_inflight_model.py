@@ -317,3 +317,38 @@ def test_streamed_sends_do_not_hold_the_engine_and_keep_their_order(medusa):
     tokens, _, chunks = _answer(long)
     assert tokens == engine.generate(ids, SamplingParams(max_tokens=LONG, end_id=-1)).token_ids
     assert chunks == LONG
+
+
+def test_a_medusa_tree_goes_on_as_a_plain_row_once_the_load_turns_k_to_zero(medusa):
+    """A request admitted alone runs its tree (K(1) = 8); when a second request arrives (K(2) = 0) the
+    tree stops after its next step and the request goes on as a plain row, in flight with the new one
+    (which then does not wait for the tree to end). Both outputs stay the plain greedy ones; the first
+    keeps the figures of the tree steps it ran."""
+    model = medusa.models["tensorrt_llm"]
+    engine = model.engine
+    ids, late_ids = [5, 17, 99, 3, 44, 12], [7, 7, 8, 21]
+    params = SamplingParams(max_tokens=LONG, end_id=-1)
+    whole = engine.generate(ids, params, speculative=True)
+    tree = _perf_request(ids, LONG, stream=True)
+    gate, running = threading.Event(), threading.Event()
+    restore = _held_tokens(model, lambda job, n: job.req.max_new == LONG and n == 1, gate, running)
+    try:
+        assert model.execute([tree]) is None
+        assert running.wait(30)  # its root token: the tree runs
+        late = _perf_request(late_ids, 3)
+        model.execute([late])
+        gate.set()
+        assert late.sender.done.wait(30)
+        assert not tree.sender.done.is_set()  # the late one did not wait for the tree to end
+        assert tree.sender.done.wait(60)
+    finally:
+        restore()
+        gate.set()
+    tokens, out, _ = _answer(tree)
+    assert tokens == whole.token_ids == engine.generate(ids, params, speculative=False).token_ids
+    assert (
+        0 < int(out["total_draft_tokens"].reshape(-1)[0]) < whole.stats.drafted
+    )  # one tree step, then a row
+    late_tokens, late_out, _ = _answer(late)
+    assert late_tokens == engine.generate(late_ids, SamplingParams(max_tokens=3, end_id=-1)).token_ids
+    assert int(late_out["total_draft_tokens"].reshape(-1)[0]) == 0

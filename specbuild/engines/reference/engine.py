@@ -639,10 +639,19 @@ class EngineSession:
     def add(self, prompt_ids: list[int], params: SamplingParams, *, on_tokens=None, stop=None) -> Row:
         return self.add_many([(prompt_ids, params, on_tokens, stop)])[0]
 
-    def add_many(self, requests: list[tuple]) -> list[Row]:
+    def add_many(self, requests: list[tuple], *, continued: bool = False) -> list[Row]:
         """add() for several (prompt_ids, params, on_tokens, stop): one batched prefill (a request the
-        engine refuses raises before any is admitted: callers check each with `checked` first)."""
-        checked = [(list(p), self.checked(p, q), on, st) for p, q, on, st in requests]
+        engine refuses raises before any is admitted: callers check each with `checked` first).
+        continued: each prompt_ids is a request's prompt + the tokens it already produced, and params its
+        checked params with max_tokens what is left: only the token ids are checked again (the input
+        limit applies to the prompt alone, which was checked when the request came)."""
+        checked = []
+        for prompt, params, on_tokens, stop in requests:
+            if continued:
+                _check_prompt(prompt, self.engine.target.cfg.vocab_size)
+            else:
+                params = self.checked(prompt, params)
+            checked.append((list(prompt), params, on_tokens, stop))
         with self.engine._lock:
             return self._session.add_many(checked)
 

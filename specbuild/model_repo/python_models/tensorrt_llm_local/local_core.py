@@ -217,3 +217,5 @@ class Job:
     error: Exception | None = None  # what failed the request
     reused_tokens: int = 0  # prompt tokens its run took from the engine's prefix cache
     steps: list = field(default_factory=list)  # (accepted, drafted) of its verification steps (metrics)
+    head: list = field(default_factory=list)  # tokens its tree produced before it went on as a plain row
+    paused: bool = False  # its tree stopped because the load turned the schedule's K to 0 (a row goes on)

@@ -44,6 +44,7 @@ import functools
 import json
 import os
 import sys
+import threading
 
 import triton_python_backend_utils as pb_utils
 
@@ -121,6 +122,7 @@ class TritonPythonModel:
         # while the engine runs its next step (engine_worker.Outbox); not decoupled, each request's one
         # response goes through its response sender on the engine's thread (the Python backend allows
         # exactly one, with the final flag).
+        self._holding, self._holding_lock = 0, threading.Lock()  # requests read and not answered yet
         self._outbox = None
         if self.decoupled:
             self._outbox = Outbox(f"{self.name}-responses", on_error=self._send_failed)
@@ -128,8 +130,17 @@ class TritonPythonModel:
             f"{self.name}-engine",
             self.max_batch,
             finish=self._answer,
-            scheduler=StepScheduler(self, tree_k=self._tree_k if self.engine.speculates else plain_k),
+            scheduler=StepScheduler(
+                self,
+                tree_k=self._tree_k if self.engine.speculates else plain_k,
+                in_flight=self._in_flight,
+            ),
         )
+
+    def _in_flight(self) -> int:
+        """Requests this model holds: read by execute and not answered yet (queued for the worker, rows,
+        whole jobs)."""
+        return self._holding
 
     def _tree_k(self, in_flight: int) -> int:
         """K of a request admitted with `in_flight` requests in flight (step_scheduler.py): the repository's
@@ -158,6 +169,8 @@ class TritonPythonModel:
 
     def _answer(self, job: Job) -> None:
         """A job that ended: its final response (decoupled: on the outbox, after its streamed chunks)."""
+        with self._holding_lock:
+            self._holding -= 1
         if self._outbox is None:
             self._send_final(job.responder, self._final(job))
         else:
@@ -185,6 +198,8 @@ class TritonPythonModel:
                 self._send_final(responder, self._error(exc))
                 continue
             jobs.append(job)
+        with self._holding_lock:
+            self._holding += len(jobs)
         self._worker.submit(jobs)
         return None
 
@@ -283,7 +298,11 @@ class TritonPythonModel:
             if job.cancelled or job.responder.ended(max_age_s=max_age_s):
                 self._ended(job)
                 return len(out)
-            return words(out, start) if words else None
+            if not words:
+                return None
+            head = job.head  # a row that goes on after its tree: a word may begin in the tree's tokens
+            end = words(head + out, len(head) + start)
+            return None if end is None else end - len(head)
 
         return stop
 
@@ -350,6 +369,20 @@ class TritonPythonModel:
         perf.accepted = min(max(0, len(job.tokens) - 1), perf.drafted)
         job.steps = [(perf.accepted, perf.drafted)]
 
+    def _pausing(self, job: Job, stop):
+        """A tree request's stop hook under a schedule: after each tree step, once the requests in flight
+        have the schedule's K at 0, the tree stops there (job.paused) and the request goes on as a plain
+        row (step_scheduler.py); it never goes back to the tree."""
+
+        def pausing(out: list[int], start: int) -> int | None:
+            end = stop(out, start)
+            if end is None and self._tree_k(self._in_flight()) == 0:
+                job.paused = True
+                return len(out)
+            return end
+
+        return pausing
+
     def _run(self, job: Job) -> Job:
         req, perf = job.req, job.perf
         if job.responder.ended(max_age_s=POLL_S):  # cancelled while it waited
@@ -363,6 +396,8 @@ class TritonPythonModel:
             self._verified(job, tokens)
             return job
         stop = self._stop_hook(job)
+        if not req.generation_logits and self.engine.schedule is not None:
+            stop = self._pausing(job, stop)
         on_tokens = lambda new: self._on_tokens(job, new)  # noqa: E731
         if req.generation_logits:
             result, logits = self.engine.generate_with_logits(

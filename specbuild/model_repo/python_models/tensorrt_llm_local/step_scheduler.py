@@ -23,6 +23,7 @@ Plain Python over the model's methods (no Triton calls of its own); copied besid
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from responder import POLL_S
@@ -37,9 +38,12 @@ class StepScheduler:
     """The rows, whole jobs and verifications of one local engine model (see the module docstring).
     `model`: the TritonPythonModel (its _run_jobs, _on_tokens, _stop_hook, _ended, _log_end, _active)."""
 
-    def __init__(self, model, *, tree_k: Callable[[int], int] = plain_k):
+    def __init__(
+        self, model, *, tree_k: Callable[[int], int] = plain_k, in_flight: Callable[[], int] | None = None
+    ):
         self.model = model
         self.tree_k = tree_k
+        self.in_flight = in_flight  # the requests the model holds (queued for admission included)
         self.session = model.engine.session()
         self.rows: dict[int, tuple] = {}  # id(row) -> (job, row)
         self.waiting: list = []  # one-pass and whole jobs admitted for the next step
@@ -48,6 +52,8 @@ class StepScheduler:
 
     def admit(self, jobs: list) -> None:
         in_flight = len(self.rows) + len(self.waiting) + len(jobs)
+        if self.in_flight is not None:
+            in_flight = max(in_flight, self.in_flight())
         tree = self.tree_k(in_flight) > 0
         plain = []
         for job in jobs:
@@ -73,7 +79,12 @@ class StepScheduler:
         waiting, self.waiting = self.waiting, []
         if waiting:
             self.model._run_jobs(waiting)  # the verify pass, then each whole job
-            self.done += waiting
+            paused = [job for job in waiting if job.paused and _goes_on(job)]
+            self.done += [job for job in waiting if job not in paused]
+            if paused:
+                for job in paused:  # still running: a `stop` request finds it
+                    self.model._active.add(job.req.request_id, job)
+                self._add([(job, _rest(job)) for job in paused], continued=True)
         answer_first = bool(self.done) and not self._skipped
         self._skipped = answer_first and len(self.session) > 0
         if len(self.session) and not answer_first:
@@ -102,21 +113,23 @@ class StepScheduler:
         self.rows, self.waiting, self.done = {}, [], []
         return jobs
 
-    def _add(self, plain: list) -> None:
-        """New plain requests (job, checked params): rows of the session, prefilled together."""
+    def _add(self, plain: list, *, continued: bool = False) -> None:
+        """New plain requests (job, checked params): rows of the session, prefilled together. continued:
+        requests whose tree stopped (their prompt + what the tree produced is prefilled)."""
         model = self.model
         jobs = [job for job, _ in plain]
         try:
             rows = self.session.add_many(
                 [
                     (
-                        job.req.prompt_ids,
+                        job.req.prompt_ids + job.head,
                         params,
                         lambda new, job=job: model._on_tokens(job, new),
                         model._stop_hook(job),
                     )
                     for job, params in plain
-                ]
+                ],
+                continued=continued,
             )
         except Exception as exc:  # noqa: BLE001 - every request of the pass gets the error
             for job in jobs:
@@ -130,8 +143,24 @@ class StepScheduler:
                 self.rows[id(row)] = (job, row)
 
     def _ended(self, job, row) -> None:
-        job.tokens, job.ran = row.tokens, True
+        job.tokens, job.ran = job.head + row.tokens, True
         job.reused_tokens = row.cached_prompt_tokens  # its row's prefix reuse
         if job.cancelled:
             self.model._log_end(job)
         self.done.append(job)
+
+
+def _goes_on(job) -> bool:
+    """A paused tree request still has tokens to produce (it did not end, fail or reach max_tokens)."""
+    params, tokens = job.req.params, job.tokens
+    stops = set(params.stop_token_ids) | ({params.end_id} if params.end_id is not None else set())
+    ended = job.cancelled or job.error is not None or (tokens and tokens[-1] in stops)
+    return not ended and len(tokens) < params.max_tokens
+
+
+def _rest(job):
+    """The params of a paused tree request's row: what is left of max_tokens, and (seeded) a stream of its
+    own, so the row does not reuse the random numbers its tree drew (offset as verify_external's)."""
+    job.head, params = list(job.tokens), job.req.params
+    seed = None if params.seed is None else params.seed + len(job.req.prompt_ids) + len(job.head)
+    return dataclasses.replace(params, max_tokens=params.max_tokens - len(job.head), seed=seed)
