@@ -14,9 +14,10 @@ Where n comes from:
   tensorrt_llm_bls/inflight.py); requests still queued in Triton are not counted (the engines do not
   see them either);
 * the local engine model of an engine that speculates by itself (Medusa's tree; model_repo/python_models/
-  tensorrt_llm_local/step_scheduler.py): per request, once, when it is admitted: the rows decoding, the
-  requests waiting for their turn between steps and the ones admitted with it. K=0: the request is a
-  plain row of the in-flight batch to its end; K>0: its tree runs whole (a tree cannot switch per round);
+  tensorrt_llm_local/step_scheduler.py): the requests the model holds (read, not answered: queued ones
+  included), when a request is admitted and after each step of a running tree. Admitted at K=0: a plain
+  row of the in-flight batch to its end; K>0: its tree runs between steps until a step ends at K=0, then
+  the request goes on as a plain row (never back to the tree);
 * the LLM-API flow: the runtime's active batch size (TensorRT-LLM applies `draft_len_schedule` itself);
   `llmapi_schedule` spells the schedule for the targeted version.
 
