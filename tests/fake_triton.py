@@ -268,6 +268,15 @@ class FakeServer:
         ]
 
 
+def stop_request(request_id: str) -> Request:
+    """The backend's `stop` request for a running request id (empty input tensors, stop = true)."""
+    empty = np.zeros((1, 1), dtype=np.int32)
+    return Request(
+        {"input_ids": empty, "input_lengths": empty, "request_output_len": empty, "stop": np.array([[True]])},
+        request_id=request_id,
+    )
+
+
 def text_request(
     text: str, max_tokens: int, *, exclude_input_in_output: bool | None = True, **extra
 ) -> dict[str, np.ndarray]:

@@ -9,7 +9,7 @@ import threading
 
 import numpy as np
 import pytest
-from fake_triton import FakeServer, Request
+from fake_triton import FakeServer, Request, stop_request
 from repo_builds import cached_build
 
 from specbuild.core.sampling_params import SamplingParams
@@ -247,7 +247,6 @@ def test_medusa_request_alone_runs_its_tree_with_its_figures(medusa):
 def test_a_stop_request_ends_a_medusa_row_within_a_step_and_the_other_row_goes_on(medusa):
     """Rows of the Medusa model keep the model's promises: a `stop` request for one row ends it at the next
     step with what it produced (a prefix of its greedy output), the row beside it ends whole."""
-    from fake_triton import Request
 
     model = medusa.models["tensorrt_llm"]
     engine = model.engine
@@ -258,15 +257,7 @@ def test_a_stop_request_ends_a_medusa_row_within_a_step_and_the_other_row_goes_o
     restore = _held_tokens(model, lambda job, n: job.req.request_id == "s1" and n == 1, stop_read, first)
     assert model.execute([stopped, other]) is None  # 2 in flight: K(2) = 0, both rows
     assert first.wait(30)
-    stop = Request(
-        {
-            "input_ids": np.zeros((1, 1), dtype=np.int32),
-            "input_lengths": np.zeros((1, 1), dtype=np.int32),
-            "request_output_len": np.zeros((1, 1), dtype=np.int32),
-            "stop": np.array([[True]]),
-        },
-        request_id="s1",
-    )
+    stop = stop_request("s1")
     model.execute([stop])
     stop_read.set()
     assert stop.sender.done.wait(10) and stopped.sender.done.wait(60) and other.sender.done.wait(60)

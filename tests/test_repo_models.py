@@ -8,7 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
-from fake_triton import FakeServer, collect, text_request
+from fake_triton import FakeServer, collect, stop_request, text_request
 from repo_builds import cached_build
 
 from specbuild.core.sampling_params import SamplingParams
@@ -395,15 +395,7 @@ def test_a_stop_request_ends_the_running_request_with_its_id(servers):
     model = s.models["tensorrt_llm"]
     assert model.execute([running]) is None
     assert first.wait(60)
-    stop = Request(
-        {
-            "input_ids": np.zeros((1, 1), dtype=np.int32),
-            "input_lengths": np.zeros((1, 1), dtype=np.int32),
-            "request_output_len": np.zeros((1, 1), dtype=np.int32),
-            "stop": np.array([[True]]),
-        },
-        request_id="r9",
-    )
+    stop = stop_request("r9")
     assert model.execute([stop]) is None
     assert stop.sender.done.wait(10) and running.sender.done.wait(60)
     ((answer, flags),) = stop.sender.responses
