@@ -106,8 +106,12 @@ class BenchConfig:
 def run_prompts(prompts: tuple[str, ...], concurrency: int, waves: int = 1) -> tuple[str, ...]:
     """The prompts one closed-loop run at `concurrency` sends: all of them, cycled in order up to
     waves x concurrency requests when that is more."""
-    n = max(len(prompts), waves * concurrency)
-    return tuple(prompts[i % len(prompts)] for i in range(n))
+    return tuple(prompts[i % len(prompts)] for i in range(run_length(len(prompts), concurrency, waves)))
+
+
+def run_length(prompts: int, concurrency: int, waves: int = 1) -> int:
+    """Requests one closed-loop run sends (run_prompts)."""
+    return max(prompts, waves * concurrency)
 
 
 def load_prompts(path: Path) -> tuple[str, ...]:

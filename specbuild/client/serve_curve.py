@@ -36,7 +36,7 @@ from typing import Any
 
 from specbuild.client.bench import run_once
 from specbuild.client.metrics import UNARY_BASELINE
-from specbuild.client.options import BenchConfig
+from specbuild.client.options import BenchConfig, run_length
 from specbuild.client.served_model import calibrate, predicted_tokens_per_s
 from specbuild.core.schedule import DraftSchedule, schedule_steps
 from specbuild.core.schedule_choice import choose, spread
@@ -114,7 +114,7 @@ def predict_served(
     for c in curve["concurrency"]:
         # the requests one measured run sent at c (client/options.run_prompts; curves written before
         # --waves: one per prompt)
-        requests = max(curve["requests"], curve.get("waves", 1) * c)
+        requests = run_length(curve["requests"], c, curve.get("waves", 1))
         base = _repeats(curve["points"][f"{c}/0"])
         rates = per_repeat[c] = {0: [predicted_tokens_per_s(p, c, requests) for p in base]}
         baseline[c] = statistics.median(rates[0])
