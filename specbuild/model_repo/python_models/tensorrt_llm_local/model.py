@@ -15,8 +15,9 @@ selects the Medusa tree. What each input does: local_core.py.
   together run as one batched target pass between steps (ReferenceEngine.verify_external_batch: rows of
   their own length), and a generation-logits request runs alone between steps. On an engine that
   speculates by itself (Medusa's tree) a request is a plain row when the repository's draft_len_schedule
-  (a specbuild parameter) gives K=0 for the requests in flight at its admission (rows + waiting + the ones
-  admitted with it), else its tree runs whole between steps, one request after another;
+  (a specbuild parameter) gives K=0 for the requests the model holds (read, not yet answered, queued ones
+  included) at its admission, else its tree runs between steps, one request after another, and goes on as
+  a plain row after the step in which that count turns K to 0 (step_scheduler.py);
 * responses: each request's responses go through its response sender. Decoupled (Medusa
   repositories): each generated chunk is sent as it is produced when `streaming` is true; the last
   response carries COMPLETE_FINAL (and the perf outputs). The chunks' sends and the final responses go out
