@@ -332,7 +332,8 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
     a tree is on or off: per concurrency, the tune prompts through the tree and through the one-call
     baseline, REPEATS interleaved sweeps, give the predicted throughput of each
     (client/serve_curve.calibrate / predicted_tokens_per_s: the closed-loop makespan); the tree stays on
-    until the baseline predicts more in every repeat by > 3% (core/schedule_choice), thresholds at the
+    at c=1 unless the baseline predicts more in every repeat by > 3%, and past c=1 only where it predicts
+    more than the baseline in every repeat by > 3% (core/schedule_choice), thresholds at the
     midpoints (core/schedule.schedule_steps). Then `--rounds` interleaved rounds of the baselines, the
     tree, the schedule streamed and the schedule in one call per request (`schedule-unary`: its K=0
     batches answer once per request, like the one-call baseline), each run of the held-out prompts
@@ -389,8 +390,9 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
             c: {0: [m["predicted"] for m in p["baseline"]], tree_k: [m["predicted"] for m in p["tree"]]}
             for c, p in measured.items()
         }
-        # the tree stays on until the one-call baseline predicts more in every repeat by > 3%; more load
-        # never turns it back on (core/schedule_choice)
+        # the tree is on at c=1 unless the one-call baseline wins every repeat by > 3%, and past c=1 only
+        # where it wins every repeat against the baseline by > 3%; more load never turns it back on
+        # (core/schedule_choice)
         decisions = choose(rates)
         chosen = {d.concurrency: d.chosen for d in decisions}
         steps = schedule_steps(list(CONCURRENCY), chosen)
