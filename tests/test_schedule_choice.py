@@ -118,3 +118,24 @@ def test_predict_served_predicts_the_requests_the_measured_runs_sent():
     assert predict_served(curve, [0.9])["table"][0]["tokens_per_s"] == pytest.approx(two)  # no waves: 1
     curve["waves"] = 3
     assert predict_served(curve, [0.9])["table"][0]["tokens_per_s"] == pytest.approx(six)
+
+
+def test_interleaved_rounds_alternate_their_order():
+    from types import SimpleNamespace
+
+    from specbuild.client.bench import _plan
+    from specbuild.client.options import BenchConfig
+    from specbuild.core.schedule_choice import round_order
+
+    assert round_order("abc", 0) == ["a", "b", "c"] and round_order("abc", 1) == ["c", "b", "a"]
+    # a load that grows through every round by 1 per run: each mode's mean position over two rounds is
+    # the same, so the drift favours none
+    pos = {m: [round_order("abc", r).index(m) for r in (0, 1)] for m in "abc"}
+    assert {sum(v) for v in pos.values()} == {2}
+    # bench's plan: the modes of one concurrency reversed in the second round
+    repo = SimpleNamespace(has_baseline=True, draft_len_schedule="1:2,4:0")
+    config = BenchConfig(url="x", prompts=("p",), concurrency=(1,), rounds=2, fixed_ks=(1, 2))
+    plan = _plan(config, repo, 2)
+    first = [(m, k) for r, _, _, m, k in plan if r == 0]
+    second = [(m, k) for r, _, _, m, k in plan if r == 1]
+    assert len(first) > 2 and second == first[::-1]

@@ -40,7 +40,7 @@ from specbuild.client.metrics import UNARY_BASELINE
 from specbuild.client.options import BenchConfig, run_length
 from specbuild.client.served_model import calibrate, predicted_tokens_per_s
 from specbuild.core.schedule import DraftSchedule, schedule_steps
-from specbuild.core.schedule_choice import RULE, choose, spread
+from specbuild.core.schedule_choice import RULE, choose, round_order, spread
 from specbuild.core.theory import tokens_per_pass_chain
 
 REPEATS = 3  # interleaved repeats of the whole sweep: medians, spread, and the choice rule
@@ -69,9 +69,10 @@ def measure_served(
     )
     points: dict[str, list[dict[str, Any]]] = {}
     start = time.monotonic()
-    for _ in range(repeats):  # the whole sweep once per repeat
+    for r in range(repeats):  # the whole sweep once per repeat
         for c in concurrency:
-            for k in (0, *ks):  # interleaved: every K of one concurrency back to back
+            # interleaved: every K of one concurrency back to back, the order reversed every other repeat
+            for k in round_order((0, *ks), r):
                 run = run_once(
                     config,
                     # the target alone in one call per request (a streamed baseline pays one BLS -> target

@@ -31,6 +31,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+T = TypeVar("T")
 
 TIE = 0.03  # a median gain under 3% does not switch K (the spread of interleaved CPU timings)
 RULE = (  # one line for reports and predictions
@@ -47,6 +50,13 @@ class Decision:
     # challenger K' -> the paired per-repeat ratios rate(K') / rate(incumbent)
     ratios: dict[int, list[float]] = field(default_factory=dict)
     reason: str = ""
+
+
+def round_order(items: Sequence[T], r: int) -> list[T]:
+    """The order of the modes in interleaved round (repeat) r: as given in even rounds, reversed in odd
+    ones (A B C, C B A, ...). A load that rises or falls through a round then favours no mode over the
+    rounds: the paired ratios above cancel a linear drift, not only a level."""
+    return list(items) if r % 2 == 0 else list(reversed(items))
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:

@@ -53,7 +53,7 @@ from specbuild.core.errors import TrainingError
 from specbuild.core.load_model import lockstep_s
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.core.schedule import DraftSchedule, schedule_steps
-from specbuild.core.schedule_choice import choose, spread
+from specbuild.core.schedule_choice import choose, round_order, spread
 from specbuild.core.theory import tokens_per_pass_chain
 from specbuild.engines.reference.runners import SequenceBatch
 from specbuild.tuning.profile_engine import TIMING_REPEATS
@@ -261,8 +261,8 @@ def _measure_curve(engine, prompts, batch_sizes, max_k, max_tokens, repeats) -> 
         points += [(b, k) for k in ks]
     engine.generate_batch([list(prompt)] * 2, SamplingParams(max_tokens=4), num_draft_tokens=max_k)  # warm
     timed: dict[tuple[int, int | None], list[LoopTiming]] = {}
-    for _ in range(repeats):  # interleaved: every point once per repeat
-        for point in points:
+    for r in range(repeats):  # interleaved: every point once per repeat, in reverse order every other one
+        for point in round_order(points, r):
             timed.setdefault(point, []).append(time_loop(engine, prompts, *point, max_tokens))
 
     def med(point, what):
