@@ -343,3 +343,37 @@ def test_a_medusa_tree_goes_on_as_a_plain_row_once_the_load_turns_k_to_zero(medu
     late_tokens, late_out, _ = _answer(late)
     assert late_tokens == engine.generate(late_ids, SamplingParams(max_tokens=3, end_id=-1)).token_ids
     assert int(late_out["total_draft_tokens"].reshape(-1)[0]) == 0
+
+
+def test_a_row_asks_triton_about_cancellation_once_per_check_period_not_every_step(medusa):
+    """A running row asks Triton whether its request was cancelled (an IPC round trip on the engine's
+    thread) at most every cancellation_check_period_ms (the repository's 100), as the C++ backend checks,
+    not at every step: asking every ~10 ms step cost the decoupled Medusa model 5-10% of its throughput
+    at c = 2-4. Steps are slowed to >= 12 ms here, so asking every POLL_S (10 ms) would ask ~LONG times."""
+    import time
+
+    model = medusa.models["tensorrt_llm"]
+    assert model.row_poll_s == 0.1  # the generated config's cancellation_check_period_ms
+    engine = model.engine
+    ids, other_ids = [5, 17, 99, 3, 44, 12], [7, 7, 8, 21]
+    long, other = _perf_request(ids, LONG), _perf_request(other_ids, 2)  # 2 in flight: K(2) = 0, rows
+    counted = _Counted(long)
+    on_tokens = model._on_tokens
+
+    def slowed(job, new):  # the engine's thread, once a step per row
+        if job.req.max_new == LONG:
+            time.sleep(0.012)
+        return on_tokens(job, new)
+
+    model._on_tokens = slowed
+    try:
+        assert model.execute([long, other]) is None
+        assert long.sender.done.wait(60) and other.sender.done.wait(60)
+    finally:
+        del model._on_tokens
+    tokens, out, _ = _answer(long)
+    plain = engine.generate(ids, SamplingParams(max_tokens=LONG, end_id=-1), speculative=False)
+    assert tokens == plain.token_ids
+    assert int(out["total_draft_tokens"].reshape(-1)[0]) == 0  # a plain row
+    # LONG steps of >= 12 ms: about 0.5 s, so ~5 period asks, plus the final response's own ask
+    assert counted.asks <= 10, counted.asks

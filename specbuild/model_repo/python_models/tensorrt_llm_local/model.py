@@ -27,10 +27,12 @@ selects the Medusa tree. What each input does: local_core.py.
   (draft/target repositories: the BLS calls round by round): exactly one response per request, with the
   final flag, as the Python backend of tritonserver 2.51 lets a non-decoupled model answer (its stub
   refuses more: "Non-decoupled model cannot send more than one response");
-* cancellation: a request is asked about (responder.py: an IPC round trip each) when it starts and at
-  every step, reusing an answer younger than POLL_S (its arrival counts as one: Triton hands over no
-  request it knows cancelled), so a cancelled or stopped request ends within POLL_S or a step; a short
-  call (a BLS draft or verify round) does not ask at its start. A cancelled decoupled request gets a
+* cancellation: a request is asked about (responder.py: an IPC round trip each) when it starts, reusing
+  an answer younger than POLL_S (its arrival counts as one: Triton hands over no request it knows
+  cancelled), so a short call (a BLS draft or verify round) does not ask at its start; a running request
+  is asked at most every `cancellation_check_period_ms` (this model's parameter, 100 by default, as the
+  C++ backend checks), so a cancelled one ends within that period or a step, a stopped one (a `stop`
+  request: no ask) at the next step. A cancelled decoupled request gets a
   flags-only final response, a cancelled non-decoupled one a CANCELLED error; no outputs are written for
   either;
 * draft_input_ids: external verification through the engine's prefix cache, so the BLS's growing
@@ -95,6 +97,9 @@ class TritonPythonModel:
                 schedule, max_draft_len=self.engine.num_draft_tokens
             )
         self.exclude_default = param(config, "exclude_input_in_output", "false").lower() == "true"
+        # how often a row asks Triton whether its request was cancelled, as the C++ backend checks its
+        # requests every cancellation_check_period_ms (its default 100 when the parameter is absent)
+        self.row_poll_s = int(param(config, "cancellation_check_period_ms", "") or 100) / 1000
         names = {t["name"] for t in config["input"]}
         self.seed_name = "seed" if "seed" in names else "random_seed"
         self.min_tokens_name = "min_tokens" if "min_tokens" in names else "min_length"
@@ -292,8 +297,11 @@ class TritonPythonModel:
         a multi-token stop word ends it right after the word."""
         words = stop_at_words(job.req.stop_sequences)
         # A streamed request's every step is sent, and each send asks Triton afresh (on the outbox's thread):
-        # the hook reads that answer instead of asking again. Otherwise it asks at most every POLL_S.
-        max_age_s = float("inf") if job.req.streaming else POLL_S
+        # the hook reads that answer instead of asking again. Otherwise it asks at most every
+        # cancellation_check_period_ms (row_poll_s), as the C++ backend does: an ask is an IPC round trip
+        # on the engine's thread, and asking every POLL_S (about every step) cost the decoupled Medusa model
+        # 5-10% at c = 2-4 (docs/model_repo.md).
+        max_age_s = float("inf") if job.req.streaming else self.row_poll_s
 
         def stop(out: list[int], start: int) -> int | None:
             if job.cancelled or job.responder.ended(max_age_s=max_age_s):
