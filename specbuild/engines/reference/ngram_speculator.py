@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 from specbuild.core.engine_limits import EngineLimits
 from specbuild.engines.reference.model import LlamaModel
 from specbuild.engines.reference.ngram import NGramConfig, NGramRequest, PatternPool
-from specbuild.engines.reference.runners import BatchModelVerifier, ModelVerifier
+from specbuild.engines.reference.runners import ModelVerifier, lockstep_batch
 from specbuild.engines.reference.sampling import make_generator
-from specbuild.engines.reference.speculative import speculative_generate, speculative_generate_batch
+from specbuild.engines.reference.speculative import speculative_generate
 
 if TYPE_CHECKING:
     from specbuild.engines.reference.engine import ReferenceEngine
@@ -76,13 +76,23 @@ class NGramSpeculator:
         )
 
     def generate_batch(
-        self, prompts, params, *, num_draft_tokens, on_tokens=None, stop=None, schedule=None, guard=None
+        self,
+        prompts,
+        params,
+        *,
+        num_draft_tokens,
+        on_tokens=None,
+        stop=None,
+        schedule=None,
+        guard=None,
+        prefix_cache=None,
     ):
-        return speculative_generate_batch(
+        return lockstep_batch(
             BatchNGramDrafter([self.request(num_draft_tokens) for _ in prompts]),
-            BatchModelVerifier(self.target, len(prompts), [make_generator(q.seed) for q in params]),
-            [list(p) for p in prompts],
+            self.target,
+            prompts,
             params,
+            prefix_cache=prefix_cache,
             num_draft_tokens=num_draft_tokens,
             on_tokens=on_tokens,
             stop=stop,
