@@ -1,5 +1,6 @@
 """The served schedule's decision rule (core/schedule_choice.py) and its use in
-client/serve_curve.predict_served: K changes only on a win in every interleaved repeat by more than 3%."""
+client/serve_curve.predict_served: K changes from the default (the largest K at the smallest
+concurrency, the target alone at the others) only on a win in every interleaved repeat by more than 3%."""
 
 from __future__ import annotations
 
@@ -13,34 +14,56 @@ def chosen(rates):
 
 
 def test_a_difference_inside_the_spread_keeps_the_incumbent():
-    # c=1: K=3 is better in the median but loses one repeat: K stays at the largest (4)
+    # c=1 (speculation is the default): K=3 is better in the median but loses one repeat: K stays at 4
     rates = {1: {0: [100, 100, 100], 3: [150, 180, 120], 4: [140, 140, 140]}}
     assert chosen(rates) == {1: 4}
     # a median gain under 3% in every repeat does not switch either
     rates = {1: {0: [100] * 3, 3: [142, 143, 144], 4: [140] * 3}}
     assert chosen(rates) == {1: 4}
+    # c=2 (the target alone is the default): K=4 ahead in the median (x1.06) but behind in one repeat,
+    # the demo's 00:51 served curve: K=0
+    rates = {1: {0: [87, 87, 85], 4: [106, 93, 89]}, 2: {0: [139, 130, 133], 4: [147, 125, 141]}}
+    decisions = choose(rates)
+    assert [d.chosen for d in decisions] == [4, 0]
+    assert decisions[1].incumbent == 0 and "no K > 0 beat the target alone" in decisions[1].reason
+    # ... and a gain under 3% in every repeat is not enough either
+    rates[2][4] = [141, 132, 135]
+    assert chosen(rates) == {1: 4, 2: 0}
 
 
-def test_a_clear_knee_switches_and_more_load_never_drafts_more():
+def test_a_clear_win_switches_and_more_load_never_drafts_more():
     rates = {
         1: {0: [100, 90, 110], 2: [150, 140, 160], 4: [170, 150, 190]},
-        # c=4: K=2 beats K=4 in every repeat by ~10%
+        # c=4: K=2 and K=4 both beat the target alone in every repeat; K=2 by more (x1.18 vs x1.07)
         4: {0: [200, 180, 220], 2: [240, 210, 260], 4: [215, 190, 235]},
-        # c=8: the baseline beats K=2 in every repeat; K=4 would be best but K never rises with load
+        # c=8: K=2 loses to the target alone; K=4 would win but K never rises with load
         8: {0: [300, 280, 320], 2: [250, 240, 270], 4: [400, 390, 410]},
     }
     decisions = choose(rates)
     assert {d.concurrency: d.chosen for d in decisions} == {1: 4, 4: 2, 8: 0}
-    assert decisions[1].incumbent == 4 and decisions[2].incumbent == 2
-    assert min(decisions[2].ratios[0]) > 1
+    assert [d.incumbent for d in decisions] == [4, 0, 0]
+    assert sorted(decisions[2].ratios) == [2]  # K=4 > the K chosen at c=4 is not a candidate
+    assert max(decisions[2].ratios[2]) < 1
 
 
-def test_one_noisy_repeat_cannot_switch_off_speculation():
-    # the 1:4,3:3-never-off case inverted: a load spike during one baseline repeat
+def test_one_noisy_repeat_cannot_switch_speculation_off_at_one_request_or_keep_it_on_under_load():
+    # c=1: a load spike in one K=4 repeat does not switch speculation off where no other request pays
+    rates = {1: {0: [100] * 3, 4: [150, 95, 150]}}
+    assert chosen(rates) == {1: 4}
+    # c=8: a load spike during one baseline repeat makes K=4 look better in the median, but K=4 loses
+    # the other two repeats: the target alone stays
     rates = {1: {0: [100] * 3, 4: [150] * 3}, 8: {0: [260, 140, 255], 4: [230, 230, 230]}}
-    assert chosen(rates) == {1: 4, 8: 4}
-    rates[8][0] = [260, 250, 255]
     assert chosen(rates) == {1: 4, 8: 0}
+    # a load spike in one K=4 repeat where K=4 wins the others by 15%: not a win in every repeat
+    rates[8] = {0: [200] * 3, 4: [230, 150, 230]}
+    assert chosen(rates) == {1: 4, 8: 0}
+    rates[8][4] = [230, 215, 230]  # a win in every repeat, median x1.15
+    assert chosen(rates) == {1: 4, 8: 4}
+
+
+def test_equal_challengers_take_the_smaller_k():
+    rates = {1: {0: [100] * 2, 4: [150] * 2}, 4: {0: [100] * 2, 2: [120] * 2, 4: [120] * 2}}
+    assert chosen(rates) == {1: 4, 4: 2}
 
 
 def test_choose_checks_its_input():
@@ -95,3 +118,24 @@ def test_predict_served_predicts_the_requests_the_measured_runs_sent():
     assert predict_served(curve, [0.9])["table"][0]["tokens_per_s"] == pytest.approx(two)  # no waves: 1
     curve["waves"] = 3
     assert predict_served(curve, [0.9])["table"][0]["tokens_per_s"] == pytest.approx(six)
+
+
+def test_interleaved_rounds_alternate_their_order():
+    from types import SimpleNamespace
+
+    from specbuild.client.bench import _plan
+    from specbuild.client.options import BenchConfig
+    from specbuild.core.schedule_choice import round_order
+
+    assert round_order("abc", 0) == ["a", "b", "c"] and round_order("abc", 1) == ["c", "b", "a"]
+    # a load that grows through every round by 1 per run: each mode's mean position over two rounds is
+    # the same, so the drift favours none
+    pos = {m: [round_order("abc", r).index(m) for r in (0, 1)] for m in "abc"}
+    assert {sum(v) for v in pos.values()} == {2}
+    # bench's plan: the modes of one concurrency reversed in the second round
+    repo = SimpleNamespace(has_baseline=True, draft_len_schedule="1:2,4:0")
+    config = BenchConfig(url="x", prompts=("p",), concurrency=(1,), rounds=2, fixed_ks=(1, 2))
+    plan = _plan(config, repo, 2)
+    first = [(m, k) for r, _, _, m, k in plan if r == 0]
+    second = [(m, k) for r, _, _, m, k in plan if r == 1]
+    assert len(first) > 2 and second == first[::-1]

@@ -56,7 +56,7 @@ from specbuild.client.serve_curve import (
 from specbuild.core.methods import Method, Tunable, method_of
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.core.schedule import DraftSchedule, schedule_steps
-from specbuild.core.schedule_choice import choose
+from specbuild.core.schedule_choice import choose, round_order
 from specbuild.core.spec import load_spec
 from specbuild.demo.models import DEFAULT_CACHE, build_family, build_medusa
 from specbuild.engines.reference.engine import ReferenceEngine
@@ -120,9 +120,9 @@ def in_process(
     out: dict[tuple[int, str], list[tuple[float, float]]] = {}
     modes = [("baseline", False, None)] + [(f"K={k}", True, k) for k in ks] + [("schedule", True, None)]
     engine.generate_batch(prompts[:2], SamplingParams(max_tokens=4), num_draft_tokens=ks[-1])  # warm-up
-    for _ in range(rounds):
+    for r in range(rounds):
         for c in CONCURRENCY:
-            for label, speculative, k in modes:
+            for label, speculative, k in round_order(modes, r):  # reversed every other round
                 pair = calibrated_run(
                     engine, tune_prompts, prompts, c, k, max_tokens, speculative=speculative
                 )
@@ -154,7 +154,7 @@ def served_rounds(
     runs = []
     for r in range(rounds):
         for c in CONCURRENCY:
-            for url, mode, k in modes:
+            for url, mode, k in round_order(modes, r):  # reversed every other round
                 common = dict(mode=mode, temperature=0.0, concurrency=c, k=k, advance=lambda: None)
                 cal = run_once(config(url, tune), **common)
                 run = run_once(config(url, held), **common)
@@ -332,7 +332,8 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
     a tree is on or off: per concurrency, the tune prompts through the tree and through the one-call
     baseline, REPEATS interleaved sweeps, give the predicted throughput of each
     (client/serve_curve.calibrate / predicted_tokens_per_s: the closed-loop makespan); the tree stays on
-    until the baseline predicts more in every repeat by > 3% (core/schedule_choice), thresholds at the
+    at c=1 unless the baseline predicts more in every repeat by > 3%, and past c=1 only where it predicts
+    more than the baseline in every repeat by > 3% (core/schedule_choice), thresholds at the
     midpoints (core/schedule.schedule_steps). Then `--rounds` interleaved rounds of the baselines, the
     tree, the schedule streamed and the schedule in one call per request (`schedule-unary`: its K=0
     batches answer once per request, like the one-call baseline), each run of the held-out prompts
@@ -380,17 +381,22 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
 
     with TritonServer(dt_repo, _server_options()) as dt, TritonServer(tree_repo, _server_options()) as tree:
         measured: dict[int, dict[str, list[dict]]] = {}
-        for _ in range(REPEATS):  # the sweep repeated, interleaved (as client/serve_curve.measure_served)
+        for r in range(REPEATS):  # the sweep repeated, interleaved (as client/serve_curve.measure_served)
             for c in CONCURRENCY:
                 point = measured.setdefault(c, {"baseline": [], "tree": []})
-                point["baseline"].append(calibrated(dt.grpc_url, c, UNARY_BASELINE, 0))
-                point["tree"].append(calibrated(tree.grpc_url, c, FIXED_MODE, None))
+                sides = (
+                    ("baseline", dt.grpc_url, UNARY_BASELINE, 0),
+                    ("tree", tree.grpc_url, FIXED_MODE, None),
+                )
+                for name, url, mode, k in round_order(sides, r):  # reversed every other repeat
+                    point[name].append(calibrated(url, c, mode, k))
         rates = {
             c: {0: [m["predicted"] for m in p["baseline"]], tree_k: [m["predicted"] for m in p["tree"]]}
             for c, p in measured.items()
         }
-        # the tree stays on until the one-call baseline predicts more in every repeat by > 3%; more load
-        # never turns it back on (core/schedule_choice)
+        # the tree is on at c=1 unless the one-call baseline wins every repeat by > 3%, and past c=1 only
+        # where it wins every repeat against the baseline by > 3%; more load never turns it back on
+        # (core/schedule_choice)
         decisions = choose(rates)
         chosen = {d.concurrency: d.chosen for d in decisions}
         steps = schedule_steps(list(CONCURRENCY), chosen)

@@ -50,6 +50,7 @@ from specbuild.client.remote import LLMAPI_INTERFACE, connect, model_info
 from specbuild.client.served_model import calibrate, predicted_tokens_per_s
 from specbuild.client.workers import Workers, send
 from specbuild.core.errors import ClientError
+from specbuild.core.schedule_choice import round_order
 from specbuild.model_repo.tensors import DRAFT_MODEL, TARGET_MODEL
 
 COST_TOKENS = 16  # tokens generated per timing call when measuring c
@@ -114,18 +115,19 @@ def _plan(config: BenchConfig, repo, k: int):
     """(round, T, concurrency, mode, K) of every run. Without a baseline on the same server (the engine
     speculates by itself: Medusa, every LLM-API repository), K is not a request option: speculative runs
     only. Load-aware benches (client/load_bench.py): every --fixed-k, and `schedule` when the repository
-    has one; --rounds repeats the plan, every mode of a (T, c) once per round (interleaved)."""
+    has one; --rounds repeats the plan, every mode of a (T, c) once per round (interleaved, in reverse
+    order every other round)."""
     modes = bench_modes(repo, k, config.fixed_ks)
     if repo.has_baseline and config.unary_baseline and config.workload == "single":
         modes.insert(1, (UNARY_BASELINE, 0))
     if not config.streamed_baseline:
         modes = [(m, kk) for m, kk in modes if m != BASELINE_MODE]
-    return [
+    return [  # the modes of a (T, c) in reverse order every other round (core/schedule_choice.round_order)
         (r, t, c, m, kk)
         for r in range(config.rounds)
         for t in config.temperatures
         for c in config.concurrency
-        for m, kk in modes
+        for m, kk in round_order(modes, r)
     ]
 
 

@@ -20,10 +20,11 @@ ttft + (R - 1) x round, the baseline's its measured latency), throughput = n x m
 The whole sweep (every c, every K) is repeated `repeats` times (default 3), interleaved: repeat r of
 every K at one c runs back to back, so a load change hits all of them alike. Each (c, K) gets the
 median predicted tokens/s over the repeats and its range; the schedule is chosen by
-core/schedule_choice.choose: K changes from the one at the smaller concurrency only to a K that
-predicts more in EVERY repeat and by more than 3% in the median (never on a difference inside the
-spread); thresholds at the midpoints (core/schedule.schedule_steps). Its cost: repeats x concurrencies
-x (K + 1) runs of the tune prompts (`seconds` in the curve; ~3 min for 3 x 4 x 5 runs of 8 prompts x
+core/schedule_choice.choose: K at the smallest c is the largest unless a smaller K predicts more in
+EVERY repeat and by more than 3% in the median; at each larger c it is 0 unless a K > 0 (no larger
+than the K before) beats the target alone that way (never on a difference inside the spread);
+thresholds at the midpoints (core/schedule.schedule_steps). Its cost: repeats x concurrencies x (K + 1)
+runs of the tune prompts (`seconds` in the curve; ~3 min for 3 x 4 x 5 runs of 8 prompts x
 48 tokens on the demo family here).
 """
 
@@ -39,7 +40,7 @@ from specbuild.client.metrics import UNARY_BASELINE
 from specbuild.client.options import BenchConfig, run_length
 from specbuild.client.served_model import calibrate, predicted_tokens_per_s
 from specbuild.core.schedule import DraftSchedule, schedule_steps
-from specbuild.core.schedule_choice import choose, spread
+from specbuild.core.schedule_choice import RULE, choose, round_order, spread
 from specbuild.core.theory import tokens_per_pass_chain
 
 REPEATS = 3  # interleaved repeats of the whole sweep: medians, spread, and the choice rule
@@ -68,9 +69,10 @@ def measure_served(
     )
     points: dict[str, list[dict[str, Any]]] = {}
     start = time.monotonic()
-    for _ in range(repeats):  # the whole sweep once per repeat
+    for r in range(repeats):  # the whole sweep once per repeat
         for c in concurrency:
-            for k in (0, *ks):  # interleaved: every K of one concurrency back to back
+            # interleaved: every K of one concurrency back to back, the order reversed every other repeat
+            for k in round_order((0, *ks), r):
                 run = run_once(
                     config,
                     # the target alone in one call per request (a streamed baseline pays one BLS -> target
@@ -158,7 +160,7 @@ def predict_served(
         schedule = DraftSchedule.parse(steps, max_draft_len=chosen[sizes[0]]).to_dict()
     return {
         "mode": mode,
-        "rule": "switch K only on a win in every repeat and > 3% in the median (core/schedule_choice)",
+        "rule": RULE,
         "acceptance": list(acceptance),
         "curve": curve,
         "table": table,

@@ -26,15 +26,15 @@ T(b, K) = K t_draft(b) + t_verify(b, K) + loop_s(b) yielding E(K) tokens per row
 Calibrated on the tune prompts only: `make bench-load` reports measured / predicted on held-out ones.
 
 The schedule, from a measured curve (the loop timed in interleaved repeats): core/schedule_choice's rule
-over the rates predicted from each repeat's timings: K at the smallest b starts at max_draft_len, and
-at each larger b changes from the K before only to a K that predicts more in EVERY repeat and by more
-than TIE in the median (never on a difference inside the spread; both modes: in a closed loop they rank
-K alike). From a hand-built curve (one value per point): for each b the K with the best predicted
-throughput, near ties (within TIE) broken by the mode: `throughput` takes the smaller K (less compute
-for the same tokens), `latency` the larger (faster requests when the load drops between rounds).
-Where K changes between two measured sizes the
-threshold is their midpoint, rounded up. The schedule's K at 1 becomes max_draft_len (TensorRT-LLM requires
-it); when no K > 0 beats K=0 at b = 1 there is no schedule to write.
+over the rates predicted from each repeat's timings: K at the smallest b is max_draft_len unless a
+smaller K predicts more in EVERY repeat and by more than TIE in the median; at each larger b it is 0
+unless a K > 0, no larger than the K before, beats K=0 that way (never on a difference inside the spread;
+both modes: in a closed loop they rank K alike). From a hand-built curve (one value per point): for each
+b the K with the best predicted throughput, near ties (within TIE) broken by the mode: `throughput` takes
+the smaller K (less compute for the same tokens), `latency` the larger (faster requests when the load
+drops between rounds). Where K changes between two measured sizes the threshold is their midpoint,
+rounded up. The schedule's K at 1 becomes max_draft_len (TensorRT-LLM requires it); when no K > 0 beats
+K=0 at b = 1 there is no schedule to write.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from specbuild.core.errors import TrainingError
 from specbuild.core.load_model import lockstep_s
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.core.schedule import DraftSchedule, schedule_steps
-from specbuild.core.schedule_choice import choose, spread
+from specbuild.core.schedule_choice import choose, round_order, spread
 from specbuild.core.theory import tokens_per_pass_chain
 from specbuild.engines.reference.runners import SequenceBatch
 from specbuild.tuning.profile_engine import TIMING_REPEATS
@@ -261,8 +261,8 @@ def _measure_curve(engine, prompts, batch_sizes, max_k, max_tokens, repeats) -> 
         points += [(b, k) for k in ks]
     engine.generate_batch([list(prompt)] * 2, SamplingParams(max_tokens=4), num_draft_tokens=max_k)  # warm
     timed: dict[tuple[int, int | None], list[LoopTiming]] = {}
-    for _ in range(repeats):  # interleaved: every point once per repeat
-        for point in points:
+    for r in range(repeats):  # interleaved: every point once per repeat, in reverse order every other one
+        for point in round_order(points, r):
             timed.setdefault(point, []).append(time_loop(engine, prompts, *point, max_tokens))
 
     def med(point, what):
@@ -393,7 +393,7 @@ def predict(
             chosen[b] = min(chosen[b], min(chosen.values()))
     decisions = []
     if per_repeat and len(per_repeat) == len(curve.batch_sizes):
-        # K changes with the load only on a win in every repeat by > TIE (never inside the spread)
+        # K leaves its default (max at the smallest b, 0 after) only on a win in every repeat by > TIE
         decisions = choose(per_repeat, tie=TIE)
         chosen = {d.concurrency: d.chosen for d in decisions}
     notes = [f"b={d.concurrency}: {d.reason}" for d in decisions]
