@@ -82,18 +82,8 @@ class DraftModelSpeculator:
             guard=guard,
         )
 
-    def generate_batch(
-        self,
-        prompts,
-        params,
-        *,
-        num_draft_tokens,
-        on_tokens=None,
-        stop=None,
-        schedule=None,
-        guard=None,
-        prefix_cache=None,
-    ):
+    def generate_batch(self, prompts, params, *, num_draft_tokens, prefix_cache=None, **loop):
+        """Lockstep rounds (runners.lockstep_batch); `loop`: on_tokens, stop, schedule, guard."""
         # The target's rows start from (and go back to) the engine's prefix cache as a plain batch's do;
         # the draft model's rows catch up on their whole sequence in the first round that drafts.
         return lockstep_batch(
@@ -103,10 +93,7 @@ class DraftModelSpeculator:
             params,
             prefix_cache=prefix_cache,
             num_draft_tokens=num_draft_tokens,
-            on_tokens=on_tokens,
-            stop=stop,
-            schedule=schedule,
-            guard=guard,
+            **loop,
         )
 
     def drafts_per_step(self, num_draft_tokens: int, limits: EngineLimits) -> int:

@@ -75,18 +75,8 @@ class NGramSpeculator:
             guard=guard,
         )
 
-    def generate_batch(
-        self,
-        prompts,
-        params,
-        *,
-        num_draft_tokens,
-        on_tokens=None,
-        stop=None,
-        schedule=None,
-        guard=None,
-        prefix_cache=None,
-    ):
+    def generate_batch(self, prompts, params, *, num_draft_tokens, prefix_cache=None, **loop):
+        """Lockstep rounds (runners.lockstep_batch); `loop`: on_tokens, stop, schedule, guard."""
         return lockstep_batch(
             BatchNGramDrafter([self.request(num_draft_tokens) for _ in prompts]),
             self.target,
@@ -94,10 +84,7 @@ class NGramSpeculator:
             params,
             prefix_cache=prefix_cache,
             num_draft_tokens=num_draft_tokens,
-            on_tokens=on_tokens,
-            stop=stop,
-            schedule=schedule,
-            guard=guard,
+            **loop,
         )
 
     def drafts_per_step(self, num_draft_tokens: int, limits: EngineLimits) -> int:
