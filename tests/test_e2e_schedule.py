@@ -97,19 +97,30 @@ def test_bench_runs_baseline_fixed_k_and_the_schedule_interleaved(scheduled_serv
     load = json.loads((out / "load.json").read_text())
     assert load["context"]["draft_len_schedule"] == "1:4,2:0" and load["context"]["rounds"] == 2
     for point in load["points"]:
-        assert set(point["modes"]) == {"baseline", "baseline-unary", "K=2", "K=4", "schedule"}
+        assert set(point["modes"]) == {
+            "baseline",
+            "baseline-unary",
+            "K=2",
+            "K=4",
+            "schedule",
+            "schedule-unary",
+        }
         assert all(m["rounds"] == 2 for m in point["modes"].values())
         assert point["schedule_over_baseline"]["rounds"] == 2 and point["best_fixed"] in ("K=2", "K=4")
     runs = json.loads((out / "bench.json").read_text())["runs"]
     order = [(r["concurrency"], r["mode"], r["num_draft_tokens"]) for r in runs]
-    assert order[:5] == [
+    first = [
         (1, "baseline", 0),
         (1, "baseline-unary", 0),
         (1, "speculative", 2),
         (1, "speculative", 4),
         (1, "schedule", 4),
+        (1, "schedule-unary", 4),
     ]
+    assert order[:6] == first
+    assert order[12:18] == first[::-1]  # round 2 (after c=1, 2 of round 1): the order reversed
     assert all(p["schedule_over_baseline_unary"]["rounds"] == 2 for p in load["points"])
+    assert all(p["schedule_unary_over_baseline_unary"]["rounds"] == 2 for p in load["points"])
     assert (out / "load_T0.png").stat().st_size > 1000
     assert "schedule / baseline" in r.output
 
@@ -170,10 +181,10 @@ def test_bench_calibrates_on_other_prompts_and_reports_measured_over_predicted(s
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     (point,) = json.loads((out / "load.json").read_text())["points"]
-    assert set(point["modes"]) == {"baseline-unary", "K=4", "schedule"}
+    assert set(point["modes"]) == {"baseline-unary", "K=4", "schedule", "schedule-unary"}
     for m in point["modes"].values():
         assert m["rounds"] == 2 and m["measured_over_predicted"] > 0
         assert m["ratio_min"] <= m["measured_over_predicted"] <= m["ratio_max"]
     runs = json.loads((out / "bench.json").read_text())["runs"]
-    assert len(runs) == 6  # the calibration runs are not benched runs
+    assert len(runs) == 8  # the calibration runs are not benched runs
     assert "measured/predicted" in r.output

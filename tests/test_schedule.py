@@ -192,6 +192,72 @@ def test_explicit_k_is_fixed_and_schedule_off_is_k(models, baseline):
     # ... the rows finish together (same max_tokens), so no row ever decodes alone
 
 
+def _count_passes(monkeypatch, model) -> list[int]:
+    """Record, per forward pass of `model`, the tokens it computed (sum of the rows' new tokens)."""
+    fed: list[int] = []
+    forward = model.forward
+
+    def counted(tokens, cache, **kw):
+        n_new = kw.get("n_new")
+        fed.append(sum(n_new) if n_new is not None else tokens.numel())
+        return forward(tokens, cache, **kw)
+
+    monkeypatch.setattr(model, "forward", counted)
+    return fed
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_all_k0_batch_is_the_plain_batch(models, baseline, monkeypatch):
+    """Every row at K=0 (4 rows in flight, {1: 4, 2: 0}, rows ending together): no draft pass, and the
+    target computes exactly the tokens of the plain batch (its prompts taken from the prefix cache as the
+    plain batch's are), in as many passes, with the same greedy output."""
+    engine = _engine(models, schedule=DraftSchedule.parse({1: 4, 2: 0}, max_draft_len=4))
+    params = SamplingParams(max_tokens=MAX_TOKENS)
+    engine.generate_batch(PROMPTS, params, speculative=False)  # the prompts' KV in the prefix cache
+    draft = _count_passes(monkeypatch, engine.draft)
+    target = _count_passes(monkeypatch, engine.target)
+    plain = engine.generate_batch(PROMPTS, params, speculative=False)
+    plain_fed, target[:] = list(target), []
+    scheduled = engine.generate_batch(PROMPTS, params)
+    assert [r.token_ids for r in scheduled] == [r.token_ids for r in plain] == baseline
+    assert all(set(r.stats.k_per_round) == {0} for r in scheduled)
+    assert draft == []  # the draft model never ran
+    assert target == plain_fed  # per pass: the prompts' last token, then one token per row still decoding
+    assert plain_fed[0] == len(PROMPTS)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_lockstep_batch_leaves_its_kv_in_the_prefix_cache(models, baseline):
+    """A scheduled batch (K=0 rounds, then K=4 for the last row) leaves each row's prompt + output KV in
+    the prefix cache: a later plain batch of the continued sequences prefills only what was never fed."""
+    engine = _engine(models, schedule=DraftSchedule.parse({1: 4, 2: 0}, max_draft_len=4))
+    lengths = (MAX_TOKENS, 6, 12, 8)
+    done = engine.generate_batch(PROMPTS, [SamplingParams(max_tokens=n) for n in lengths])
+    assert [r.token_ids for r in done] == [want[:n] for want, n in zip(baseline, lengths, strict=True)]
+    assert any(x > 0 for x in done[0].stats.k_per_round), "the last row drafts again"
+    longer = [p + r.token_ids + [9] for p, r in zip(PROMPTS, done, strict=True)]
+    again = engine.generate_batch(longer, SamplingParams(max_tokens=4), speculative=False)
+    # prompt + output but its last token (never fed: generate_batch leaves the same)
+    assert [r.cached_prompt_tokens for r in again] == [
+        len(p) + len(r.token_ids) - 1 for p, r in zip(PROMPTS, done, strict=True)
+    ]
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_all_k0_batch_samples_as_the_plain_batch(models):
+    """Sampling: a K=0 round draws each row's token from the target's own distribution with the row's
+    own generator, as the plain batch does, so the same seeds give the same tokens."""
+    engine = _engine(models, schedule=DraftSchedule.parse({1: 4, 2: 0}, max_draft_len=4))
+    params = [
+        SamplingParams(max_tokens=MAX_TOKENS, temperature=0.9, top_p=0.95, seed=s) for s in (1, 2, 3, 4)
+    ]
+    engine.generate_batch(PROMPTS, params, speculative=False)  # both runs below reuse the prompts' KV
+    plain = engine.generate_batch(PROMPTS, params, speculative=False)
+    scheduled = engine.generate_batch(PROMPTS, params)
+    assert [r.token_ids for r in scheduled] == [r.token_ids for r in plain]
+    assert all(set(r.stats.k_per_round) == {0} for r in scheduled)
+
+
 @pytest.mark.usefixtures("one_torch_thread")
 def test_guard_stops_drafting_and_keeps_greedy_output(models, baseline):
     bad = _engine(models, guard=AcceptanceGuard(window=2, min_acceptance=0.5), draft=2)

@@ -139,3 +139,9 @@ def test_interleaved_rounds_alternate_their_order():
     first = [(m, k) for r, _, _, m, k in plan if r == 0]
     second = [(m, k) for r, _, _, m, k in plan if r == 1]
     assert len(first) > 2 and second == first[::-1]
+    # with the one-call baseline, the schedule runs in one call as well (like against like)
+    assert (
+        ("baseline-unary", 0) in first and ("schedule", None) in first and ("schedule-unary", None) in first
+    )
+    no_unary = _plan(BenchConfig(url="x", prompts=("p",), concurrency=(1,), unary_baseline=False), repo, 2)
+    assert "schedule-unary" not in {m for _, _, _, m, _ in no_unary}

@@ -162,7 +162,7 @@ def served_rounds(
                 run.metrics["predicted_tokens_per_s"] = predicted_tokens_per_s(
                     calibrate(cal), c, len(run.records)
                 )
-                if mode == SCHEDULE_MODE or (mode == FIXED_MODE and k is None):
+                if mode in (SCHEDULE_MODE, UNARY_SCHEDULE) or (mode == FIXED_MODE and k is None):
                     run.num_draft_tokens = largest
                 runs.append(run)
             console.print(f"round {r + 1}/{rounds} c={c} done", markup=False)
@@ -300,8 +300,8 @@ def main(argv: list[str] | None = None) -> None:
         with TritonServer(repo, _server_options()) as server:
             url = server.grpc_url
             modes = [(url, BASELINE_MODE, 0), (url, UNARY_BASELINE, 0)] + [(url, FIXED_MODE, k) for k in ks]
-            if served["schedule"]:
-                modes.append((url, SCHEDULE_MODE, None))
+            if served["schedule"]:  # streamed, and in one call per request (against the one-call baseline)
+                modes += [(url, SCHEDULE_MODE, None), (url, UNARY_SCHEDULE, None)]
             runs = served_rounds(
                 held, tune_texts[:8], modes, args.rounds, args.max_tokens, console, waves=args.waves
             )

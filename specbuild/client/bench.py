@@ -38,6 +38,7 @@ from specbuild.client.load_bench import BASELINE_MODE, SCHEDULE_MODE, bench_mode
 from specbuild.client.metrics import (
     UNARY_BASELINE,
     UNARY_MODES,
+    UNARY_SCHEDULE,
     RequestRecord,
     RunSummary,
     attach_speedups,
@@ -115,11 +116,14 @@ def _plan(config: BenchConfig, repo, k: int):
     """(round, T, concurrency, mode, K) of every run. Without a baseline on the same server (the engine
     speculates by itself: Medusa, every LLM-API repository), K is not a request option: speculative runs
     only. Load-aware benches (client/load_bench.py): every --fixed-k, and `schedule` when the repository
-    has one; --rounds repeats the plan, every mode of a (T, c) once per round (interleaved, in reverse
-    order every other round)."""
+    has one, and with the one-call baseline the schedule in one call as well (`schedule-unary`: a
+    streamed schedule pays a response per token that the one-call baseline does not); --rounds repeats
+    the plan, every mode of a (T, c) once per round (interleaved, in reverse order every other round)."""
     modes = bench_modes(repo, k, config.fixed_ks)
     if repo.has_baseline and config.unary_baseline and config.workload == "single":
         modes.insert(1, (UNARY_BASELINE, 0))
+        if (SCHEDULE_MODE, None) in modes:  # the schedule in one call too: like against like
+            modes.append((UNARY_SCHEDULE, None))
     if not config.streamed_baseline:
         modes = [(m, kk) for m, kk in modes if m != BASELINE_MODE]
     return [  # the modes of a (T, c) in reverse order every other round (core/schedule_choice.round_order)
@@ -217,7 +221,7 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
                     accepted=sum(r.accepted for r in run.records),
                     steps=sum(len(r.rounds) for r in run.records) if repo.bls_drives_loop else None,
                 )
-            if mode == SCHEDULE_MODE:  # K per round follows the load: labelled with the largest K
+            if mode in (SCHEDULE_MODE, UNARY_SCHEDULE):  # K per round follows the load: the largest K
                 run.num_draft_tokens = repo.num_draft_tokens
             if config.rounds > 1:
                 run.metrics["round"] = round_

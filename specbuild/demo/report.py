@@ -24,7 +24,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from specbuild.client.metrics import UNARY_BASELINE
+from specbuild.client.metrics import UNARY_BASELINE, UNARY_SCHEDULE
 from specbuild.core import theory
 from specbuild.core.methods import method_of
 
@@ -273,6 +273,11 @@ def load_table(bench_json: Path) -> tuple[str, list[dict[str, Any]], list[str]] 
                 "in-process tok/s": _cell(inproc.get("tokens_per_s"), ".1f"),
                 "in-process meas/pred": _cell(inproc.get("measured_over_predicted")),
             }
+            if label == UNARY_SCHEDULE:  # the schedule in one call per request, as the one-call baseline
+                row["sched K"] = chosen.get(str(c), chosen.get(c))
+                row["sched (1 call) / 1-call (Triton)"] = _cell(
+                    point.get("schedule_unary_over_baseline_unary")
+                )
             if label == "schedule":
                 row["sched K"] = chosen.get(str(c), chosen.get(c))
                 if served_sched and chosen_in_process:  # an in-process curve chose another schedule

@@ -16,19 +16,9 @@ from specbuild.core.errors import EngineError
 from specbuild.core.generation import SpecStats
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.engines.reference.model import LlamaModel
-from specbuild.engines.reference.runners import (
-    BatchModelDrafter,
-    BatchModelVerifier,
-    ModelDrafter,
-    ModelVerifier,
-)
+from specbuild.engines.reference.runners import BatchModelDrafter, ModelDrafter, ModelVerifier, lockstep_batch
 from specbuild.engines.reference.sampling import make_generator
-from specbuild.engines.reference.speculative import (
-    OnTokens,
-    StopHook,
-    speculative_generate,
-    speculative_generate_batch,
-)
+from specbuild.engines.reference.speculative import OnTokens, StopHook, speculative_generate
 
 if TYPE_CHECKING:
     from specbuild.engines.reference.engine import ReferenceEngine
@@ -58,7 +48,10 @@ class Speculator(Protocol):
         stop=None,
         schedule=None,
         guard=None,
-    ) -> list[tuple[list[int], SpecStats]]: ...
+        prefix_cache=None,
+    ) -> list[tuple[list[int], SpecStats]]:
+        """prefix_cache: the engine's target PrefixCache (runners.lockstep_batch), or None."""
+        ...
 
     def drafts_per_step(self, num_draft_tokens: int, limits: EngineLimits) -> int:
         """Draft tokens one step adds to the sequence (the runtime counts them against max_seq_len)."""
@@ -89,19 +82,18 @@ class DraftModelSpeculator:
             guard=guard,
         )
 
-    def generate_batch(
-        self, prompts, params, *, num_draft_tokens, on_tokens=None, stop=None, schedule=None, guard=None
-    ):
-        return speculative_generate_batch(
+    def generate_batch(self, prompts, params, *, num_draft_tokens, prefix_cache=None, **loop):
+        """Lockstep rounds (runners.lockstep_batch); `loop`: on_tokens, stop, schedule, guard."""
+        # The target's rows start from (and go back to) the engine's prefix cache as a plain batch's do;
+        # the draft model's rows catch up on their whole sequence in the first round that drafts.
+        return lockstep_batch(
             BatchModelDrafter(self.draft, len(prompts), [make_generator(q.seed, offset=1) for q in params]),
-            BatchModelVerifier(self.target, len(prompts), [make_generator(q.seed) for q in params]),
-            [list(p) for p in prompts],
+            self.target,
+            prompts,
             params,
+            prefix_cache=prefix_cache,
             num_draft_tokens=num_draft_tokens,
-            on_tokens=on_tokens,
-            stop=stop,
-            schedule=schedule,
-            guard=guard,
+            **loop,
         )
 
     def drafts_per_step(self, num_draft_tokens: int, limits: EngineLimits) -> int:

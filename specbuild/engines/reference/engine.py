@@ -350,6 +350,8 @@ class ReferenceEngine:
 
         Plain decode and batched speculators (draft/target) run all requests in lockstep, one batched
         pass per step (rows keep their own lengths); other speculators (Medusa) one after the other.
+        Both lockstep kinds start each row from the prefix cache and leave its KV there, so a round with
+        K=0 for every row costs what a plain batched step costs.
         """
         plist = [self.resolve(p) for p in (params if isinstance(params, list) else [params] * len(prompts))]
         draft = self.draft_per_step(speculative=speculative, num_draft_tokens=num_draft_tokens)
@@ -388,6 +390,7 @@ class ReferenceEngine:
                     stop=stop,
                     schedule=schedule.k_for if schedule is not None else None,
                     guard=self.guard,
+                    prefix_cache=self.prefix_cache,
                 )
             seconds = time.perf_counter() - started
             return [

@@ -199,8 +199,19 @@ class MedusaSpeculator:
         )
 
     def generate_batch(
-        self, prompts, params, *, num_draft_tokens=0, on_tokens=None, stop=None, schedule=None, guard=None
+        self,
+        prompts,
+        params,
+        *,
+        num_draft_tokens=0,
+        on_tokens=None,
+        stop=None,
+        schedule=None,
+        guard=None,
+        prefix_cache=None,
     ):
+        """One request after the other (a tree cannot run in lockstep here); prefix_cache is unused, as in
+        generate()."""
         return [
             self.generate(
                 p,

@@ -56,6 +56,14 @@ class KVCache:
         self.k = torch.cat([self.k, pad], 2)  # [L,B,C',nkv,D]
         self.v = torch.cat([self.v, pad.clone()], 2)  # [L,B,C',nkv,D]
 
+    def copy_slots(self, row: int, src: KVCache, src_row: int, start: int, end: int) -> None:
+        """Copy slots start..end-1 of `src`'s row src_row into this cache's `row` (a prefix-cache
+        sequence's KV into a batch row, or back); the row then holds `end` slots."""
+        self.reserve(end)
+        self.k[:, row, start:end] = src.k[:, src_row, start:end]  # [L,n,nkv,D]
+        self.v[:, row, start:end] = src.v[:, src_row, start:end]
+        self.lengths[row] = end
+
     def truncate(self, row: int, length: int) -> None:
         """Roll row back to its first `length` tokens (later slots are dead and get overwritten)."""
         if not 0 <= length <= self.lengths[row]:

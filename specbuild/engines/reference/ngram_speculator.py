@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 from specbuild.core.engine_limits import EngineLimits
 from specbuild.engines.reference.model import LlamaModel
 from specbuild.engines.reference.ngram import NGramConfig, NGramRequest, PatternPool
-from specbuild.engines.reference.runners import BatchModelVerifier, ModelVerifier
+from specbuild.engines.reference.runners import ModelVerifier, lockstep_batch
 from specbuild.engines.reference.sampling import make_generator
-from specbuild.engines.reference.speculative import speculative_generate, speculative_generate_batch
+from specbuild.engines.reference.speculative import speculative_generate
 
 if TYPE_CHECKING:
     from specbuild.engines.reference.engine import ReferenceEngine
@@ -75,19 +75,16 @@ class NGramSpeculator:
             guard=guard,
         )
 
-    def generate_batch(
-        self, prompts, params, *, num_draft_tokens, on_tokens=None, stop=None, schedule=None, guard=None
-    ):
-        return speculative_generate_batch(
+    def generate_batch(self, prompts, params, *, num_draft_tokens, prefix_cache=None, **loop):
+        """Lockstep rounds (runners.lockstep_batch); `loop`: on_tokens, stop, schedule, guard."""
+        return lockstep_batch(
             BatchNGramDrafter([self.request(num_draft_tokens) for _ in prompts]),
-            BatchModelVerifier(self.target, len(prompts), [make_generator(q.seed) for q in params]),
-            [list(p) for p in prompts],
+            self.target,
+            prompts,
             params,
+            prefix_cache=prefix_cache,
             num_draft_tokens=num_draft_tokens,
-            on_tokens=on_tokens,
-            stop=stop,
-            schedule=schedule,
-            guard=guard,
+            **loop,
         )
 
     def drafts_per_step(self, num_draft_tokens: int, limits: EngineLimits) -> int:

@@ -22,9 +22,23 @@ import torch
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.engines.reference.model import LlamaModel
 from specbuild.engines.reference.sampling import accept_draft, make_generator, probs_from_logits, sample
-from specbuild.engines.reference.speculative import StopHook, emit, stop_ids
+from specbuild.engines.reference.speculative import StopHook, emit, speculative_generate_batch, stop_ids
 
 DEFAULT_PREFIX_CACHE_ENTRIES = 8  # sequences kept by PrefixCache (each holds one KV cache)
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two token lists (one C-level comparison when one list
+    continues the other, the usual case of a growing sequence)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    return next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+
+
+def next_token(model: LlamaModel, hidden: torch.Tensor, params: SamplingParams, generator) -> int:
+    """The target's own next token after a position's hidden state [H] (a plain decode step)."""
+    return sample(probs_from_logits(model.logits(hidden), params), generator)  # logits, probs [V]
 
 
 class CachedSequence:
@@ -37,12 +51,7 @@ class CachedSequence:
         self.forward_passes = 0
 
     def common_prefix(self, ids: list[int]) -> int:
-        n = 0
-        for a, b in zip(self.tokens, ids, strict=False):
-            if a != b:
-                break
-            n += 1
-        return n
+        return common_prefix(self.tokens, ids)
 
     def feed(self, ids: list[int], n_out: int = 1) -> torch.Tensor:
         """Make the cache hold `ids`; return the hidden states of the last n_out positions [n_out,H]."""
@@ -207,23 +216,17 @@ class SequenceBatch:
         tails = []
         for row, seq, n in zip(rows, ids, n_out, strict=True):
             assert 1 <= n <= len(seq)
-            held = self.tokens[row]
-            common = next(
-                (i for i, (a, b) in enumerate(zip(held, seq, strict=False)) if a != b),
-                min(len(held), len(seq)),
-            )
-            keep = min(common, len(seq) - n)
+            keep = min(common_prefix(self.tokens[row], seq), len(seq) - n)
             self.cache.truncate(row, keep)
             tails.append(seq[keep:])
             self.tokens[row] = list(seq)
         width = max(len(t) for t in tails)
-        tokens = torch.zeros(
-            len(self.tokens), width, dtype=torch.long, device=self.model.device
-        )  # [B,T] right-padded
-        n_new = [0] * len(self.tokens)  # rows not given this pass write only dead slots
+        padded = [[0] * width for _ in self.tokens]  # rows not given this pass write only dead slots
+        n_new = [0] * len(self.tokens)
         for row, tail in zip(rows, tails, strict=True):
-            tokens[row, : len(tail)] = torch.tensor(tail)
+            padded[row][: len(tail)] = tail
             n_new[row] = len(tail)
+        tokens = torch.tensor(padded, dtype=torch.long, device=self.model.device)  # [B,T] right-padded
         hidden = self.model.forward(tokens, self.cache, n_new=n_new)  # [B,T,H]
         self.forward_passes += 1
         return [
@@ -259,13 +262,64 @@ class BatchModelDrafter:
 
 
 class BatchModelVerifier:
-    """BatchVerifier over a target LlamaModel: every row's drafts scored in one batched pass."""
+    """BatchVerifier over a target LlamaModel: every row's drafts scored in one batched pass.
 
-    def __init__(self, model: LlamaModel, rows: int, generators: list[torch.Generator | None]):
+    With a PrefixCache (the engine's), a row starts from the KV of the cached sequence sharing the
+    longest prefix with its prompt (only the rest is prefilled) and `store()` leaves its final KV there,
+    exactly as the plain `generate_batch` does, so a lockstep batch and a plain batch over the same
+    prompts compute the same prompt tokens. `plain_batch` is a K=0 round: one target token per row,
+    generate_batch's decode step (no draft model involved)."""
+
+    def __init__(
+        self,
+        model: LlamaModel,
+        rows: int,
+        generators: list[torch.Generator | None],
+        *,
+        prefix_cache: PrefixCache | None = None,
+    ):
         self.batch = SequenceBatch(model, rows)
         self.generators = generators
+        self.prefix_cache = prefix_cache
+        self.entries: dict[int, CachedSequence] = {}  # row -> the prefix-cache sequence it came from
+        self.cached_prompt_tokens = [0] * rows  # prompt tokens each row took from the prefix cache
+
+    def _seed(self, rows: list[int], ids: list[list[int]]) -> None:
+        """A row's first call: copy the KV of its prompt's longest cached prefix (never its last token:
+        its hidden state is needed) from the prefix cache, one entry of its own per row."""
+        if self.prefix_cache is None:
+            return
+        for row, seq in zip(rows, ids, strict=True):
+            if row in self.entries:
+                continue
+            taken = frozenset(id(e) for e in self.entries.values())
+            entry = self.entries[row] = self.prefix_cache.acquire(list(seq), exclude=taken)
+            n = min(entry.common_prefix(seq), len(seq) - 1)
+            if n:
+                self.batch.cache.copy_slots(row, entry.cache, 0, 0, n)
+                self.batch.tokens[row] = list(seq[:n])
+            self.cached_prompt_tokens[row] = n
+
+    def store(self, sequences: list[list[int]]) -> None:
+        """After the batch: leave each row's KV (what it shares with its final sequence, prompt + output)
+        in the prefix-cache sequence it came from, for later requests."""
+        for row, entry in self.entries.items():
+            n = min(common_prefix(self.batch.tokens[row], sequences[row]), self.batch.cache.lengths[row])
+            entry.cache.copy_slots(0, self.batch.cache, row, 0, n)
+            entry.tokens = list(sequences[row][:n])
+
+    def plain_batch(self, rows, ids, params) -> list[int]:
+        """A round with K=0 for every row: one batched pass feeding each row's new tokens, then each
+        row's own next token (next_token, as generate_batch samples)."""
+        self._seed(rows, ids)
+        hidden = self.batch.feed(rows, ids, [1] * len(rows))  # [1,H] each
+        return [
+            next_token(self.batch.model, h[0], p, self.generators[row])
+            for row, h, p in zip(rows, hidden, params, strict=True)
+        ]
 
     def verify_batch(self, rows, ids, drafts, draft_probs, params):
+        self._seed(rows, ids)
         hidden = self.batch.feed(
             rows, [i + d for i, d in zip(ids, drafts, strict=True)], [len(d) + 1 for d in drafts]
         )  # [k+1,H] each
@@ -275,6 +329,28 @@ class BatchModelVerifier:
             n, nxt = accept_draft(d, dp, target_probs, self.generators[row])
             out.append(d[:n] + [nxt])
         return out
+
+
+@torch.inference_mode()  # the prefix cache's sequences hold inference tensors
+def lockstep_batch(
+    drafter,
+    target: LlamaModel,
+    prompts: list[list[int]],
+    params: list[SamplingParams],
+    *,
+    prefix_cache,
+    **loop,
+):
+    """speculative_generate_batch of `drafter` and the target's BatchModelVerifier (seeded per request,
+    over `prefix_cache` when given: rows start from their cached prompt KV and leave their final KV
+    there, as generate_batch does); `loop`: the loop's keyword arguments. Returns its (tokens, stats)."""
+    verifier = BatchModelVerifier(
+        target, len(prompts), [make_generator(q.seed) for q in params], prefix_cache=prefix_cache
+    )
+    prompts = [list(p) for p in prompts]
+    done = speculative_generate_batch(drafter, verifier, prompts, params, **loop)
+    verifier.store([p + out for p, (out, _) in zip(prompts, done, strict=True)])
+    return done
 
 
 def generate_cached(
@@ -348,9 +424,7 @@ def generate_batch(
     cache = model.new_cache(b, max(len(p) for p in prompts) + max(p.max_tokens for p in params) + 1)
     for row, seq in enumerate(cached):
         if seq is not None and keep[row]:
-            cache.k[:, row, : keep[row]] = seq.cache.k[:, 0, : keep[row]]  # [L,keep,nkv,D]
-            cache.v[:, row, : keep[row]] = seq.cache.v[:, 0, : keep[row]]
-            cache.lengths[row] = keep[row]
+            cache.copy_slots(row, seq.cache, 0, 0, keep[row])
     tokens = torch.zeros(b, width, dtype=torch.long, device=model.device)  # [B,T] right-padded
     for row, t in enumerate(tails):
         tokens[row, : len(t)] = torch.tensor(t)
@@ -364,8 +438,7 @@ def generate_batch(
         for row in range(b):
             tok = 0
             if not done[row]:
-                probs = probs_from_logits(model.logits(last[row]), params[row])  # [V]
-                tok = sample(probs, gens[row])
+                tok = next_token(model, last[row], params[row], gens[row])
                 hook = (lambda out, start, row=row: stop(row, out, start)) if stop else None
                 taken, done[row] = emit(outs[row], [tok], params[row], stops[row], hook)
                 if on_tokens is not None and taken:
@@ -379,10 +452,7 @@ def generate_batch(
     for row, seq in enumerate(cached):  # leave each row's KV in its cached sequence for later requests
         if seq is not None:
             held = (list(prompts[row]) + outs[row])[: cache.lengths[row]]
-            seq.cache.reserve(len(held))
-            seq.cache.k[:, 0, : len(held)] = cache.k[:, row, : len(held)]
-            seq.cache.v[:, 0, : len(held)] = cache.v[:, row, : len(held)]
-            seq.cache.lengths[0] = len(held)
+            seq.cache.copy_slots(0, cache, row, 0, len(held))
             seq.tokens = held
     reasons = ["stop" if o and o[-1] in s else "length" for o, s in zip(outs, stops, strict=True)]
     return outs, reasons, passes, keep

@@ -22,9 +22,11 @@ lockstep over `BatchDrafter` / `BatchVerifier` (one batched pass per draft posit
 Load-aware K (core/schedule.py): `k_of` gives each round's K before the room clamp (the BLS: the
 schedule's K for the requests in flight now; the batch: `schedule(rows still decoding)`); a round with
 K=0 is a plain target step (the verifier's `plain(ids, n, params)` when it has one: up to n target
-tokens in one call, else verify() with no drafts: one token). `guard` (an AcceptanceGuard) stops a
-request's drafting once its recent rounds accept too little (SpecStats.guard_stopped). Neither changes
-greedy output: every emitted token is the target's own choice.
+tokens in one call, else verify() with no drafts: one token; in the batch, a round with K=0 for every
+row is the batch verifier's `plain_batch`, the target's plain batched step). `guard` (an
+AcceptanceGuard) stops a request's drafting once its recent rounds accept too little
+(SpecStats.guard_stopped). Neither changes greedy output: every emitted token is the target's own
+choice.
 
 Vendored as-is into the production Triton BLS (model_repo VENDORED_MODULES): import only
 specbuild.core.errors, sampling_params, generation and the reference sampling/speculative modules.
@@ -82,6 +84,10 @@ class BatchDrafter(Protocol):
 
 
 class BatchVerifier(Protocol):
+    """Batched verification. It may also have `plain_batch(rows, ids, params) -> list[int]` (one target
+    token per row: a K=0 round, the target's plain batched decode step); without it such a round verifies
+    no drafts, which takes the same one token per row."""
+
     def verify_batch(
         self,
         rows: list[int],
@@ -253,7 +259,9 @@ def speculative_generate_batch(
     one batched verify pass per round for all unfinished requests (rows keep their own lengths).
     `stop(row, out, start)` is each row's stop hook: a row it ends stops there, the others go on.
     `schedule(n)`: K of a round with n rows still decoding (None: num_draft_tokens); K=0 rows verify no
-    drafts (one plain target step in the same batched pass)."""
+    drafts (one plain target step in the same batched pass). A round in which every row has K=0 asks
+    neither the drafter nor verify_batch: it is the verifier's `plain_batch` when it has one (a draft
+    model then runs no pass; its cache catches up on the next round that drafts)."""
     reqs = [
         SpecRequest(
             p,
@@ -265,20 +273,19 @@ def speculative_generate_batch(
         )
         for i, (p, q) in enumerate(zip(prompts, params, strict=True))
     ]
+    plain = getattr(verifier, "plain_batch", None)
     while active := [i for i, r in enumerate(reqs) if not r.finished]:
         k = schedule(len(active)) if schedule is not None else None
         ks = [reqs[i].next_k(k) for i in active]
-        proposals = drafter.propose_batch(
-            active, [reqs[i].ids for i in active], ks, [reqs[i].params for i in active]
-        )
+        ids, row_params = [reqs[i].ids for i in active], [reqs[i].params for i in active]
+        if plain is not None and not any(ks):
+            for i, tok in zip(active, plain(active, ids, row_params), strict=True):
+                reqs[i].stats.target_passes += 1
+                reqs[i].take_plain([tok])
+            continue
+        proposals = drafter.propose_batch(active, ids, ks, row_params)
         drafts = [list(d) for d, _ in proposals]
-        accepted = verifier.verify_batch(
-            active,
-            [reqs[i].ids for i in active],
-            drafts,
-            [p for _, p in proposals],
-            [reqs[i].params for i in active],
-        )
+        accepted = verifier.verify_batch(active, ids, drafts, [p for _, p in proposals], row_params)
         for i, k, d, a in zip(active, ks, drafts, accepted, strict=True):
             # k batched passes in which this row took part (none for a drafter without a model)
             reqs[i].stats.draft_passes += max(k, 0) * drafter.passes_per_draft_token
