@@ -21,7 +21,7 @@ The rule (`choose`), concurrencies in ascending order. At each c there is a defa
 So a single noisy repeat can neither switch speculation off at one request in flight nor keep it on
 under load, and a true win (> 3% in every repeat) always switches. Under load, where K > 0 and K = 0
 are within the spread, the rule takes K = 0: the schedule then runs exactly the baseline's
-configuration (it cannot fall below the target alone), and gives up less than TIE plus the spread
+configuration (the same work as the target alone), and gives up less than TIE plus the spread
 against the best fixed K. With one repeat the rule degrades to "switch on a > 3% win". Each decision
 is recorded with the ratios behind it (`Decision`).
 """
