@@ -273,13 +273,13 @@ def load_table(bench_json: Path) -> tuple[str, list[dict[str, Any]], list[str]] 
                 "in-process tok/s": _cell(inproc.get("tokens_per_s"), ".1f"),
                 "in-process meas/pred": _cell(inproc.get("measured_over_predicted")),
             }
-            if label == UNARY_SCHEDULE:  # the schedule in one call per request, as the one-call baseline
+            if label in ("schedule", UNARY_SCHEDULE):  # streamed, and in one call per request
                 row["sched K"] = chosen.get(str(c), chosen.get(c))
+            if label == UNARY_SCHEDULE:  # against the one-call baseline, one call against one call
                 row["sched (1 call) / 1-call (Triton)"] = _cell(
                     point.get("schedule_unary_over_baseline_unary")
                 )
             if label == "schedule":
-                row["sched K"] = chosen.get(str(c), chosen.get(c))
                 if served_sched and chosen_in_process:  # an in-process curve chose another schedule
                     row["in-process sched K"] = chosen_in_process.get(str(c), chosen_in_process.get(c))
                 row["sched / 1-call (Triton)"] = _cell(point.get("schedule_over_baseline_unary"))
