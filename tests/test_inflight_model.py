@@ -150,7 +150,11 @@ def medusa(tmp_path_factory, tiny_target):
     repo = generate_repo(
         build, tmp_path_factory.mktemp("inflight-medusa") / "repo", backend="python", schedule=SCHEDULE
     )
-    yield FakeServer(repo)
+    server = FakeServer(repo)
+    # a request these tests send alone is alone, however soon after the last test's requests it comes
+    # (the hold on the count: test_a_request_right_after_two_were_answered_reads_two_and_runs_no_tree)
+    server.models["tensorrt_llm"].hold_ms = 0
+    yield server
     torch.set_num_threads(threads)
 
 
@@ -377,3 +381,26 @@ def test_a_row_asks_triton_about_cancellation_once_per_check_period_not_every_st
     assert int(out["total_draft_tokens"].reshape(-1)[0]) == 0  # a plain row
     # LONG steps of >= 12 ms: about 0.5 s, so ~5 period asks, plus the final response's own ask
     assert counted.asks <= 10, counted.asks
+
+
+def test_a_request_right_after_two_were_answered_reads_two_and_runs_no_tree(medusa):
+    """Two requests answered together (same length, one step): the one that replaces them arrives alone
+    but is admitted with the count they left (core/schedule.held_count), so K(2) = 0: a plain row, not
+    the tree; once the hold is over a lone request runs its tree again."""
+    model = medusa.models["tensorrt_llm"]
+    a, b = _perf_request([9, 8, 7], 2), _perf_request([7, 7, 8, 21], 2)
+    model.hold_ms = 60_000
+    try:
+        assert model.execute([a, b]) is None
+        assert a.sender.done.wait(30) and b.sender.done.wait(30)
+        assert model._in_flight() == 2  # none held now; two when the first of them was answered
+        late = _perf_request([5, 17, 99, 3, 44, 12], 4)
+        medusa.infer_batch("tensorrt_llm", [], requests=[late])
+        assert int(_answer(late)[1]["total_draft_tokens"].reshape(-1)[0]) == 0  # a plain row
+        model.hold_ms = 0  # the hold is over
+        assert model._in_flight() == 0
+        alone = _perf_request([5, 17, 99, 3, 44, 12], 4)
+        medusa.infer_batch("tensorrt_llm", [], requests=[alone])
+        assert int(_answer(alone)[1]["total_draft_tokens"].reshape(-1)[0]) > 0  # the tree
+    finally:
+        model.hold_ms = 0

@@ -176,3 +176,54 @@ def test_the_schedule_in_one_call_is_compared_with_the_one_call_baseline():
         SimpleNamespace(mode=UNARY_SCHEDULE, records=recs, metrics={"output_token_throughput": 80})
     )
     assert "round_s" not in point and point["latency_s"] == [0.5]
+
+
+def test_the_a_a_ratio_is_the_one_call_baseline_again_over_itself_per_round():
+    """bench --aa-baseline: the second one-call baseline run of each round over the first, the median of
+    the per-round ratios (the spread of two runs of one configuration), sent unary like the first; it is
+    never the reference of another ratio."""
+    from specbuild.client.load_bench import load_summary, load_table_lines
+    from specbuild.client.metrics import UNARY_BASELINE, UNARY_BASELINE_AGAIN, UNARY_MODES
+
+    def run(mode, r, thr):
+        return SimpleNamespace(
+            mode=mode,
+            num_draft_tokens=0,
+            concurrency=2,
+            temperature=0.0,
+            metrics={"round": r, "output_token_throughput": thr, "request_latency": {"avg": 1.0}},
+        )
+
+    runs = [run(UNARY_BASELINE, 0, 100), run(UNARY_BASELINE_AGAIN, 0, 90), run("schedule-unary", 0, 99)]
+    runs += [run(UNARY_BASELINE, 1, 50), run(UNARY_BASELINE_AGAIN, 1, 60), run("schedule-unary", 1, 50)]
+    runs += [run(UNARY_BASELINE, 2, 80), run(UNARY_BASELINE_AGAIN, 2, 80), run("schedule-unary", 2, 76)]
+    (row,) = load_summary(runs)
+    assert row["a_a"]["median"] == pytest.approx(1.0) and row["a_a"]["rounds"] == 3
+    assert (row["a_a"]["min"], row["a_a"]["max"]) == (pytest.approx(0.9), pytest.approx(1.2))
+    assert "schedule_unary_over_baseline_unary" not in row  # no schedule in this bench: nothing else
+    assert UNARY_BASELINE_AGAIN in UNARY_MODES
+    assert any(line.strip().startswith("A/A") and "1.000" in line for line in load_table_lines([row]))
+
+
+def test_a_bar_is_read_against_the_a_a_spread():
+    from specbuild.client.load_bench import bar_verdict
+
+    a_a = {"median": 1.0, "min": 0.94, "max": 1.08}  # two runs of one configuration: 0.94, and 1/1.08 = 0.926
+    assert bar_verdict({"median": 0.98}, a_a) == "met"
+    assert bar_verdict({"median": 0.93}, a_a) == "within A/A"  # 1/1.08 < 0.93: no measured difference
+    assert bar_verdict({"median": 0.90}, a_a) == "missed"
+    assert bar_verdict({"median": 0.95}, None) == "missed"  # no A/A measured: the bar alone
+    assert bar_verdict(None, a_a) == ""
+
+
+def test_machine_noise_spread_of_runs_of_equal_work():
+    from specbuild.benchmarks.machine_noise import spread
+
+    times = [1.0, 1.0, 2.0, 2.0, 1.0, 1.0]  # a slow patch in the middle
+    one = spread(times, 1)
+    assert one["runs"] == 6 and (one["next_over_this_min"], one["next_over_this_max"]) == (0.5, 2.0)
+    two = spread(times, 2)  # runs 2, 4, 2 s: ratios 2 and 0.5
+    assert two["runs"] == 3 and two["run_s"] == pytest.approx(8 / 3)
+    assert two["abs_diff_median"] == pytest.approx(0.75)  # |1 - 2| and |1 - 0.5|
+    assert spread(times, 4) is None  # one run: nothing to compare
+    assert spread([1.0] * 8, 2)["cv"] == 0.0

@@ -481,3 +481,70 @@ def test_server_removes_the_counter_files_a_killed_server_leaves(tmp_path, monke
         path.write_bytes(b"\0" * 8)
     assert server_watch.remove_bls_counters(4242) == [mine.name]
     assert not mine.exists() and other.exists()
+
+
+def test_held_count_keeps_the_load_a_request_replaces():
+    from specbuild.core.schedule import held_count
+
+    ms = 1_000_000
+    now = 10_000 * ms
+    assert held_count(1, [(now - 10 * ms, 2)], now, hold_ms=50) == 2  # replaces one of two that just ended
+    assert held_count(1, [(now - 60 * ms, 2)], now, hold_ms=50) == 1  # the hold is over: the live count
+    assert held_count(1, [(now - 1 * ms, 1)], now, hold_ms=50) == 1  # a lone client stays at 1
+    assert held_count(3, [(now - 1 * ms, 2)], now, hold_ms=50) == 3  # never below the live count
+    assert held_count(1, [(now + 5 * ms, 4)], now, hold_ms=50) == 1  # a clock read before the end: not held
+
+
+def _end_and_stay(path, started, ended, stay):
+    counter = _inflight().InflightCounter(path)
+    with counter.handling(hold_ms=60_000):
+        started.release()
+        ended.acquire()  # all end together, as same-length requests batched in one step
+    started.release()
+    stay.acquire()  # the instance lives on (a Triton instance does), its end recorded
+    counter.close()
+
+
+def test_a_request_that_replaces_ones_that_just_ended_reads_their_load(tmp_path):
+    """Two instances' requests end together; the replacement that arrives first, in a third instance,
+    reads 2 (not 1: without the hold it would draft a round), until the hold is over."""
+    inflight = _inflight()
+    path = inflight.counter_path(str(tmp_path), "tensorrt_llm_bls", server_pid=os.getpid())
+    me = inflight.InflightCounter(path)
+    ctx = multiprocessing.get_context("fork")
+    started, ended, stay = ctx.Semaphore(0), ctx.Semaphore(0), ctx.Semaphore(0)
+    procs = [ctx.Process(target=_end_and_stay, args=(path, started, ended, stay)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        assert started.acquire(timeout=30)
+    assert me.total() == 2
+    for _ in procs:
+        ended.release()
+    for _ in procs:
+        assert started.acquire(timeout=30)
+    assert me.total() == 0
+    with me.handling():
+        assert me.total() == 1  # live: only this request
+        assert me.held_total(hold_ms=60_000) == 2  # what the schedule reads: the load it replaces
+        assert me.held_total(hold_ms=0) == 1  # past the hold: the live count
+    for _ in procs:
+        stay.release()
+    for p in procs:
+        p.join(timeout=30)
+    me.close()
+
+
+def test_a_lone_client_keeps_reading_one_and_one_instance_keeps_the_larger_end(tmp_path):
+    inflight = _inflight()
+    me = inflight.InflightCounter(inflight.counter_path(str(tmp_path), "m", server_pid=os.getpid()))
+    with me.handling(hold_ms=60_000):
+        pass
+    with me.handling(hold_ms=60_000):  # c=1: the next request reads 1, and drafts
+        assert me.held_total(hold_ms=60_000) == 1
+    # two requests of one instance (its threads) end one after the other: the end keeps the larger count
+    a, b = me.handling(hold_ms=60_000), me.handling(hold_ms=60_000)
+    a.__enter__(), b.__enter__()
+    a.__exit__(None, None, None), b.__exit__(None, None, None)
+    assert me.total() == 0 and me.held_total(hold_ms=60_000) == 2
+    me.close()

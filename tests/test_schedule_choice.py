@@ -145,3 +145,12 @@ def test_interleaved_rounds_alternate_their_order():
     )
     no_unary = _plan(BenchConfig(url="x", prompts=("p",), concurrency=(1,), unary_baseline=False), repo, 2)
     assert "schedule-unary" not in {m for _, _, _, m, _ in no_unary}
+    # --aa-baseline: the one-call baseline again, at the other end of each round from the first (A/A)
+    one_t = dict(url="x", prompts=("p",), concurrency=(1,), temperatures=(0.0,), rounds=2)
+    aa = _plan(BenchConfig(**one_t, aa_baseline=True), repo, 2)
+    for r in (0, 1):
+        order = [m for rr, _, _, m, _ in aa if rr == r]
+        # as far apart as the round allows: only the streamed baseline sits beyond the first
+        assert abs(order.index("baseline-unary-again") - order.index("baseline-unary")) == len(order) - 2
+        assert {order[0], order[-1]} == {"baseline", "baseline-unary-again"}
+    assert "baseline-unary-again" not in {m for _, _, _, m, _ in plan}  # off by default

@@ -40,10 +40,11 @@ from specbuild.client.load_bench import (
     FIXED_MODE,
     LOAD_WAVES,
     SCHEDULE_MODE,
+    bar_verdict,
     load_summary,
     load_table_lines,
 )
-from specbuild.client.metrics import UNARY_BASELINE, UNARY_SCHEDULE
+from specbuild.client.metrics import UNARY_BASELINE, UNARY_BASELINE_AGAIN, UNARY_SCHEDULE
 from specbuild.client.options import BenchConfig, load_prompts
 from specbuild.client.report import write_report
 from specbuild.client.serve_curve import (
@@ -302,6 +303,7 @@ def main(argv: list[str] | None = None) -> None:
             modes = [(url, BASELINE_MODE, 0), (url, UNARY_BASELINE, 0)] + [(url, FIXED_MODE, k) for k in ks]
             if served["schedule"]:  # streamed, and in one call per request (against the one-call baseline)
                 modes += [(url, SCHEDULE_MODE, None), (url, UNARY_SCHEDULE, None)]
+            modes.append((url, UNARY_BASELINE_AGAIN, 0))  # A/A: at the round's other end from the first
             runs = served_rounds(
                 held, tune_texts[:8], modes, args.rounds, args.max_tokens, console, waves=args.waves
             )
@@ -420,6 +422,9 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
                 # the same schedule in one unary call per request: its K=0 batches then answer once per
                 # request, like the one-call baseline (streamed, they send one response per token)
                 modes.append((sched.grpc_url, UNARY_SCHEDULE, None))
+            modes.append(
+                (dt.grpc_url, UNARY_BASELINE_AGAIN, 0)
+            )  # A/A: at the round's other end from the first
             runs = served_rounds(
                 held,
                 tune_texts,
@@ -500,13 +505,15 @@ def markdown(result: dict) -> str:
         ]
         labels = list(dict.fromkeys(label for row in result["triton"] for label in row["modes"]))
         one_call = any("schedule_unary_over_baseline_unary" in row for row in result["triton"])
+        a_a = any("a_a" in row for row in result["triton"])
         lines.append(
             "| c | "
             + " | ".join(labels)
             + " | schedule / baseline | schedule / one-call baseline | schedule / best fixed K |"
             + (" schedule (one call) / one-call baseline |" if one_call else "")
+            + (" A/A: one-call baseline again / itself |" if a_a else "")
         )
-        lines.append("|---" * (len(labels) + 4 + one_call) + "|")
+        lines.append("|---" * (len(labels) + 4 + one_call + a_a) + "|")
         for row in result["triton"]:
             cells = []
             for label in labels:
@@ -522,7 +529,11 @@ def markdown(result: dict) -> str:
             cells.append(f"{sf['median']:.3f} vs {row.get('best_fixed')}" if sf else "")
             if one_call:
                 uu = row.get("schedule_unary_over_baseline_unary")
-                cells.append(f"{uu['median']:.3f} ({uu['min']:.2f}-{uu['max']:.2f})" if uu else "")
+                verdict = f" {bar_verdict(uu, row['a_a'])}" if uu and row.get("a_a") else ""
+                cells.append(f"{uu['median']:.3f} ({uu['min']:.2f}-{uu['max']:.2f}){verdict}" if uu else "")
+            if a_a:
+                aa = row.get("a_a")
+                cells.append(f"{aa['median']:.3f} ({aa['min']:.2f}-{aa['max']:.2f})" if aa else "")
             lines.append(f"| {row['concurrency']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

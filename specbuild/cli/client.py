@@ -96,12 +96,21 @@ def bench(
             help="Run the target alone streamed (num_draft_tokens 0: one BLS -> target call per token).",
         ),
     ] = True,
+    aa_baseline: Annotated[
+        bool,
+        typer.Option(
+            "--aa-baseline/--no-aa-baseline",
+            help="Run the one-call baseline a second time in every round, at the round's other end: "
+            "load.json's a_a (its ratio to the first) is the spread of two runs of one configuration, "
+            "against which a schedule / baseline ratio is read.",
+        ),
+    ] = False,
     calibrate: Annotated[
         Path | None,
         typer.Option(
             "--calibrate",
-            help="Prompts (not the benched ones, e.g. the tune prompts) run once before the first round of "
-            "every concurrency and mode: the served cost model's calibration; each run then reports "
+            help="Prompts (not the benched ones, e.g. the tune prompts) run right before every benched run "
+            "with its concurrency and mode: the served cost model's calibration; each run then reports "
             "measured / predicted tokens/s (load.json: median of the rounds' ratios).",
         ),
     ] = None,
@@ -142,6 +151,7 @@ def bench(
         turns=turns,
         unary_baseline=unary_baseline,
         streamed_baseline=streamed_baseline,
+        aa_baseline=aa_baseline,
         calibration_prompts=load_prompts(calibrate) if calibrate else (),
         waves=waves,
     )

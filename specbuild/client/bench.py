@@ -37,6 +37,7 @@ from tritonclient.utils import InferenceServerException
 from specbuild.client.load_bench import BASELINE_MODE, SCHEDULE_MODE, bench_modes
 from specbuild.client.metrics import (
     UNARY_BASELINE,
+    UNARY_BASELINE_AGAIN,
     UNARY_MODES,
     UNARY_SCHEDULE,
     RequestRecord,
@@ -117,13 +118,16 @@ def _plan(config: BenchConfig, repo, k: int):
     speculates by itself: Medusa, every LLM-API repository), K is not a request option: speculative runs
     only. Load-aware benches (client/load_bench.py): every --fixed-k, and `schedule` when the repository
     has one, and with the one-call baseline the schedule in one call as well (`schedule-unary`: a
-    streamed schedule pays a response per token that the one-call baseline does not); --rounds repeats
+    streamed schedule pays a response per token that the one-call baseline does not), and with
+    --aa-baseline the one-call baseline again at the round's other end (A/A); --rounds repeats
     the plan, every mode of a (T, c) once per round (interleaved, in reverse order every other round)."""
     modes = bench_modes(repo, k, config.fixed_ks)
     if repo.has_baseline and config.unary_baseline and config.workload == "single":
         modes.insert(1, (UNARY_BASELINE, 0))
         if (SCHEDULE_MODE, None) in modes:  # the schedule in one call too: like against like
             modes.append((UNARY_SCHEDULE, None))
+        if config.aa_baseline:  # last: round_order puts it at the other end of the round from the first
+            modes.append((UNARY_BASELINE_AGAIN, 0))
     if not config.streamed_baseline:
         modes = [(m, kk) for m, kk in modes if m != BASELINE_MODE]
     return [  # the modes of a (T, c) in reverse order every other round (core/schedule_choice.round_order)
@@ -180,7 +184,6 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
         return len(run_prompts(config.prompts, c, config.waves))
 
     runs: list[RunSummary] = []
-    predicted: dict[tuple, float] = {}  # (T, c, mode, K) -> tokens/s predicted by its calibration run
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -204,15 +207,15 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
             if config.workload == "multiturn":
                 run = run_multiturn(config, **common, advance=lambda: progress.advance(bar))
             else:
-                key = (temperature, concurrency, mode, kk)
-                if config.calibration_prompts and key not in predicted:
+                prediction = None
+                if config.calibration_prompts:  # right before the run: the machine's speed of that moment
                     cal = run_once(
                         replace(config, prompts=config.calibration_prompts), **common, advance=lambda: None
                     )
-                    predicted[key] = predicted_tokens_per_s(calibrate(cal), concurrency, per_run(concurrency))
+                    prediction = predicted_tokens_per_s(calibrate(cal), concurrency, per_run(concurrency))
                 run = run_once(config, **common, advance=lambda: progress.advance(bar))
-                if key in predicted:
-                    run.metrics["predicted_tokens_per_s"] = predicted[key]
+                if prediction is not None:
+                    run.metrics["predicted_tokens_per_s"] = prediction
             if before is not None:
                 run.metrics["prometheus_check"] = settled_check(
                     config.metrics_url,

@@ -10,8 +10,10 @@ Modes (same prompts, interleaved: every mode of one temperature and concurrency 
 `load_summary` gives, per temperature and concurrency, the median output-token throughput and request
 latency of each mode over the rounds (with min and max), and the schedule's throughput over the
 baseline's and over the best fixed K's — each ratio the median of the per-round ratios, so the load of
-one round hits both sides of it alike; with `bench --calibrate`, each mode's measured / predicted tokens/s
-(median of the per-round ratios, and their range). `plot_load` draws throughput and latency against
+one round hits both sides of it alike; with `bench --aa-baseline`, "a_a": the one-call baseline's second
+run of each round over its first (two runs of one configuration: the spread of no difference); with
+`bench --calibrate`, each mode's measured / predicted tokens/s (median of the per-round ratios, and
+their range). `plot_load` draws throughput and latency against
 concurrency.
 """
 
@@ -21,7 +23,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from specbuild.client.metrics import UNARY_BASELINE, UNARY_SCHEDULE  # the one-call runs
+from specbuild.client.metrics import UNARY_BASELINE, UNARY_BASELINE_AGAIN, UNARY_SCHEDULE  # one-call runs
 
 BASELINE_MODE, FIXED_MODE, SCHEDULE_MODE = "baseline", "speculative", "schedule"
 # load benches (make demo's served curve and load table, make bench-load): a run at concurrency c sends
@@ -75,6 +77,10 @@ def load_summary(runs) -> list[dict[str, Any]]:
                     ratio_min=min(ratios),
                     ratio_max=max(ratios),
                 )
+        if UNARY_BASELINE_AGAIN in modes and UNARY_BASELINE in modes:  # A/A: one configuration twice
+            row["a_a"] = _median_ratio(
+                _per_round(modes[UNARY_BASELINE_AGAIN]), _per_round(modes[UNARY_BASELINE])
+            )
         if SCHEDULE_MODE in modes:
             sched = _per_round(modes[SCHEDULE_MODE])
             if BASELINE_MODE in modes:
@@ -93,6 +99,25 @@ def load_summary(runs) -> list[dict[str, Any]]:
                 row["schedule_over_best_fixed"] = _median_ratio(sched, _per_round(modes[best]))
         rows.append(row)
     return rows
+
+
+ONE_CALL_BAR = 0.97  # the schedule / baseline bar (both in one call per request): issue #16, docs/schedule.md
+FIXED_K_BAR = 0.95  # the schedule / best fixed K bar (streamed, both)
+
+
+def bar_verdict(
+    ratio: dict[str, float] | None, a_a: dict[str, float] | None, bar: float = ONE_CALL_BAR
+) -> str:
+    """How to read a ratio against its bar: "met" (median >= bar), "within A/A" (below the bar, but two
+    runs of one configuration in the same bench differed at least as much: a_a's smaller ratio is no
+    larger), "missed" (below both), "" (not measured)."""
+    if not ratio:
+        return ""
+    if ratio["median"] >= bar:
+        return "met"
+    if a_a and min(a_a["min"], 1 / a_a["max"]) <= ratio["median"]:
+        return "within A/A"
+    return "missed"
 
 
 def _per_round(runs) -> dict[int, float]:
@@ -127,14 +152,15 @@ def load_table_lines(rows: list[dict[str, Any]]) -> list[str]:
         )
         lines.append(f"T={row['temperature']:g} c={row['concurrency']}: {cells}")
         for key, what in (
-            ("schedule_over_baseline", "baseline"),
-            ("schedule_over_best_fixed", "best fixed K"),
+            ("schedule_over_baseline", "schedule / baseline"),
+            ("schedule_over_best_fixed", "schedule / best fixed K"),
+            ("a_a", "A/A, the one-call baseline again / itself"),
         ):
             r = row.get(key)
             if r:
                 extra = f" ({row['best_fixed']})" if key == "schedule_over_best_fixed" else ""
                 lines.append(
-                    f"    schedule / {what}{extra}: {r['median']:.3f} (median of {r['rounds']} rounds, "
+                    f"    {what}{extra}: {r['median']:.3f} (median of {r['rounds']} rounds, "
                     f"{r['min']:.3f}-{r['max']:.3f})"
                 )
     return lines

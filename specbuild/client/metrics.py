@@ -29,7 +29,12 @@ UNARY_BASELINE = "baseline-unary"
 # the schedule (num_draft_tokens left out) in one unary request each: a Medusa repository's K=0 rounds then
 # answer once per request like the one-call baseline, instead of one streamed response per token
 UNARY_SCHEDULE = "schedule-unary"
-UNARY_MODES = (UNARY_BASELINE, UNARY_SCHEDULE)  # runs sent without a stream (one response per request)
+# the one-call baseline a second time in every round, at the other end of the round's order (bench
+# --aa-baseline): two runs of one configuration, as far apart as any two modes of the round. Their ratio
+# (load_bench: "a_a") is what this machine and server make of no difference at all: a schedule / baseline
+# ratio inside its range is not a measured difference.
+UNARY_BASELINE_AGAIN = "baseline-unary-again"
+UNARY_MODES = (UNARY_BASELINE, UNARY_SCHEDULE, UNARY_BASELINE_AGAIN)  # runs sent without a stream
 
 
 @dataclass(frozen=True)

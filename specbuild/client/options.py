@@ -46,9 +46,11 @@ class BenchConfig:
     system_prompt: str = DEFAULT_SYSTEM_PROMPT  # multiturn: the shared prefix
     unary_baseline: bool = True  # also the target alone in one unary call per request (throughput only)
     streamed_baseline: bool = True  # the target alone streamed (num_draft_tokens 0: one BLS call per token)
-    # load-aware benches: before the first round of every (T, c, mode), the same run on these prompts (the
-    # tune prompts, never the benched ones) calibrates the served cost model (client/serve_curve.py);
-    # every benched run then carries its prediction (metrics["predicted_tokens_per_s"])
+    aa_baseline: bool = False  # the one-call baseline twice per round (client/metrics.UNARY_BASELINE_AGAIN)
+    # load-aware benches: right before every benched run, the same run on these prompts (the tune prompts,
+    # never the benched ones) calibrates the served cost model (client/serve_curve.py); the benched run
+    # carries its prediction (metrics["predicted_tokens_per_s"]). Once per (T, c, mode) was not enough
+    # on this noisy host: one slow calibration run put every round of its mode at 1.22.
     calibration_prompts: tuple[str, ...] = ()
     # single workload: each run at concurrency c sends max(len(prompts), waves x c) requests, the prompts
     # cycled in order (run_prompts). One request per worker measures a burst (every worker starts at once

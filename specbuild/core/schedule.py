@@ -11,13 +11,13 @@ Where n comes from:
 * the reference engine's in-process batch: the rows still decoding in that round;
 * the Triton BLS (engine flow): the requests being handled by all instances of the BLS at the start of
   the round (a counter shared between the instances' processes, model_repo/python_models/
-  tensorrt_llm_bls/inflight.py); requests still queued in Triton are not counted (the engines do not
-  see them either);
+  tensorrt_llm_bls/inflight.py), held for `inflight_hold_ms` at what it was when a request ended
+  (`held_count`); requests still queued in Triton are not counted (the engines do not see them either);
 * the local engine model of an engine that speculates by itself (Medusa's tree; model_repo/python_models/
   tensorrt_llm_local/step_scheduler.py): the requests the model holds (read, not answered: queued ones
-  included), when a request is admitted and after each step of a running tree. Admitted at K=0: a plain
-  row of the in-flight batch to its end; K>0: its tree runs between steps until a step ends at K=0, then
-  the request goes on as a plain row (never back to the tree);
+  included; held as the BLS's count), when a request is admitted and after each step of a running tree.
+  Admitted at K=0: a plain row of the in-flight batch to its end; K>0: its tree runs between steps until
+  a step ends at K=0, then the request goes on as a plain row (never back to the tree);
 * the LLM-API flow: the runtime's active batch size (TensorRT-LLM applies `draft_len_schedule` itself);
   `llmapi_schedule` spells the schedule for the targeted version.
 
@@ -43,6 +43,25 @@ MAX_THRESHOLD = 65536  # = spec.MAX_BATCH_SIZE: no server has more requests in f
 # the demo family; 64 lets a request under load finish in about one call, at the price of reacting to a
 # falling load only every 64 tokens (and those tokens arrive together).
 PLAIN_ROUND_TOKENS = 64
+# How long the count a schedule reads stays at least what it was when a request ended (`held_count`). A
+# closed-loop client answers a finished request with its next one a few milliseconds later; requests that
+# finish together (same length, batched in one step) all leave before any replacement arrives, and the
+# first to arrive would read the load as lower than it is and draft a round (a Medusa request would start
+# a tree). 50 ms covers a client's turnaround here many times over and delays the schedule's reaction to
+# a load that really falls by at most that long.
+INFLIGHT_HOLD_MS = 50
+
+
+def held_count(
+    live: int, ends: Sequence[tuple[int, int]], now_ns: int, hold_ms: float = INFLIGHT_HOLD_MS
+) -> int:
+    """The in-flight count a schedule reads: the live count, or, when larger, the count just before a request
+    ended (that request included) for `ends` = (end time ns, count then) no older than hold_ms. A request
+    that replaces one that just ended thus sees the load it replaces; a lone client (count 1 before its
+    request ended) still reads 1."""
+    hold_ns = hold_ms * 1e6
+    recent = [count for end_ns, count in ends if 0 <= now_ns - end_ns < hold_ns]
+    return max([live, *recent])
 
 
 class ScheduleError(ValueError):

@@ -24,7 +24,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from specbuild.client.metrics import UNARY_BASELINE, UNARY_SCHEDULE
+from specbuild.client.load_bench import FIXED_K_BAR, ONE_CALL_BAR, bar_verdict
+from specbuild.client.metrics import UNARY_BASELINE, UNARY_BASELINE_AGAIN, UNARY_SCHEDULE
 from specbuild.core import theory
 from specbuild.core.methods import method_of
 
@@ -267,23 +268,32 @@ def load_table(bench_json: Path) -> tuple[str, list[dict[str, Any]], list[str]] 
             inproc = local["points"].get(f"{c}/{'baseline' if label == UNARY_BASELINE else label}") or {}
             row = {
                 "conc": c,
-                "mode": "target alone" if label == UNARY_BASELINE else label,
+                "mode": {UNARY_BASELINE: "target alone", UNARY_BASELINE_AGAIN: "target alone again"}.get(
+                    label, label
+                ),
                 "Triton tok/s": _cell(served, ".1f"),
                 "Triton meas/pred": _cell(ratio),
                 "in-process tok/s": _cell(inproc.get("tokens_per_s"), ".1f"),
                 "in-process meas/pred": _cell(inproc.get("measured_over_predicted")),
             }
+            if label == UNARY_BASELINE_AGAIN:  # A/A: the spread of two runs of one configuration
+                row["A/A: again / target alone (Triton)"] = _cell(point.get("a_a"))
             if label in ("schedule", UNARY_SCHEDULE):  # streamed, and in one call per request
                 row["sched K"] = chosen.get(str(c), chosen.get(c))
             if label == UNARY_SCHEDULE:  # against the one-call baseline, one call against one call
-                row["sched (1 call) / 1-call (Triton)"] = _cell(
-                    point.get("schedule_unary_over_baseline_unary")
-                )
+                one_call = point.get("schedule_unary_over_baseline_unary")
+                row["sched (1 call) / 1-call (Triton)"] = _cell(one_call)
+                if point.get("a_a"):  # the bar read against the spread of no difference
+                    row[f"1-call bar (>= {ONE_CALL_BAR})"] = bar_verdict(one_call, point["a_a"])
             if label == "schedule":
                 if served_sched and chosen_in_process:  # an in-process curve chose another schedule
                     row["in-process sched K"] = chosen_in_process.get(str(c), chosen_in_process.get(c))
                 row["sched / 1-call (Triton)"] = _cell(point.get("schedule_over_baseline_unary"))
                 row["sched / fixed K (Triton)"] = _cell(point.get("schedule_over_best_fixed"))
+                if point.get("a_a"):
+                    row[f"fixed-K bar (>= {FIXED_K_BAR})"] = bar_verdict(
+                        point.get("schedule_over_best_fixed"), point["a_a"], FIXED_K_BAR
+                    )
                 over = local.get("schedule_over_fixed", {})
                 row["sched / fixed K (in-process)"] = _cell(over.get(str(c), over.get(c)))
             rows.append(row)

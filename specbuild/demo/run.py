@@ -422,6 +422,7 @@ def stage_load_bench(url: str, prompts: Path, calibration: Path, out: Path, opts
         "--waves",
         str(opts.load_waves),
         "--no-streamed-baseline",  # the streamed baseline (one call per token) is in the bench above
+        "--aa-baseline",  # the one-call baseline twice per round: the spread of no difference (A/A)
     )
 
 

@@ -16,7 +16,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from specbuild.core.methods import Method
-from specbuild.core.schedule import PLAIN_ROUND_TOKENS
+from specbuild.core.schedule import INFLIGHT_HOLD_MS, PLAIN_ROUND_TOKENS
 from specbuild.model_repo import tensors as T
 
 BACKENDS = ("tensorrtllm", "python")
@@ -170,6 +170,7 @@ def engine_config(layout: RepoLayout, engine: EngineModel):
         params["medusa_choices"] = engine.medusa_choices
     if engine.draft_len_schedule:
         params["draft_len_schedule"] = engine.draft_len_schedule
+        params["inflight_hold_ms"] = str(INFLIGHT_HOLD_MS)  # the local engine's count (core/schedule.py)
     _set_params(config, params)
     return config
 
@@ -242,6 +243,7 @@ def bls_config(layout: RepoLayout):
                 {
                     "draft_len_schedule": layout.draft_len_schedule,
                     "plain_round_tokens": str(PLAIN_ROUND_TOKENS),
+                    "inflight_hold_ms": str(INFLIGHT_HOLD_MS),
                 }
                 if layout.draft_len_schedule
                 else {}

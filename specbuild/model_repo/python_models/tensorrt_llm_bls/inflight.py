@@ -9,13 +9,19 @@ mapped by every instance (`/dev/shm` when present, else the temp folder):
   that request's final response is sent (or it failed / was cancelled); readers sum, without a lock,
   the counts of slots whose process is alive (aligned int32 stores; a round may read a count one
   request early or late, which only moves that round's K by one threshold);
+* beside each slot, (end time, count): when a request ends, its instance writes the monotonic clock
+  (system-wide) and the total just before the request left (it included), the larger of the two when
+  its previous end is less than the hold old; `held_total` is the larger of the live total and the
+  counts of ends within the hold (core/schedule.held_count), so a request that replaces one that just
+  ended reads the load it replaces;
 * the file is named by the server process (the stubs' parent), the repository and the model, so two
   servers, or two repositories, never share a count; the last instance to end removes it, and a new
   instance removes the files of servers that are gone (killed before their instances could end).
 
 Semantics: `total()` = requests being handled by the BLS instances of this server and model at the
-moment of reading, including the caller's own. Requests still waiting in Triton's queue are not counted
-(the engines do not see them either).
+moment of reading, including the caller's own; `held_total(hold_ms)` = that, or the count when a request
+ended less than hold_ms ago if larger (what the schedule reads). Requests still waiting in Triton's queue
+are not counted (the engines do not see them either).
 """
 
 from __future__ import annotations
@@ -27,12 +33,16 @@ import mmap
 import os
 import tempfile
 import threading
+import time
 
 import numpy as np
 
+from specbuild.core.schedule import INFLIGHT_HOLD_MS, held_count
+
 SLOTS = 1024  # >= serving.bls_instance_count's bound (core/spec.py _RANGES)
 SLOT_BYTES = 8  # pid int32 + count int32
-SIZE = SLOTS * SLOT_BYTES
+END_BYTES = 16  # per slot, after all slots: end time ns int64 + count then int64
+SIZE = SLOTS * (SLOT_BYTES + END_BYTES)
 
 
 PREFIX = "specbuild-bls-inflight-"  # PREFIX<server pid>-<key>
@@ -86,7 +96,11 @@ class InflightCounter:
             if os.fstat(fd).st_size < SIZE:
                 os.ftruncate(fd, SIZE)
             self._map = mmap.mmap(fd, SIZE)
-            self._slots = np.frombuffer(self._map, dtype=np.int32).reshape(SLOTS, 2)  # [slot, (pid, count)]
+            self._slots = np.frombuffer(self._map, dtype=np.int32, count=2 * SLOTS).reshape(
+                SLOTS, 2
+            )  # [slot, (pid, count)]
+            # [slot, (end time ns, count then)]
+            self._ends = np.frombuffer(self._map, dtype=np.int64, offset=SLOTS * SLOT_BYTES).reshape(SLOTS, 2)
             self.slot = self._claim()
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -98,6 +112,7 @@ class InflightCounter:
             pid = int(self._slots[i, 0])
             if pid == me or not _alive(pid):
                 self._slots[i, 1] = 0
+                self._ends[i] = 0
                 self._slots[i, 0] = me
                 return i
         raise RuntimeError(f"tensorrt_llm_bls: no free in-flight slot in {self.path} ({SLOTS} instances)")
@@ -108,8 +123,17 @@ class InflightCounter:
         busy = np.flatnonzero(self._slots[:, 1] > 0)
         return int(sum(int(self._slots[i, 1]) for i in busy if _alive(int(self._slots[i, 0]))))
 
+    def held_total(self, hold_ms: float = INFLIGHT_HOLD_MS) -> int:
+        """What the schedule reads: total(), or the count when a request ended less than hold_ms ago if
+        larger (module docstring)."""
+        ended = np.flatnonzero(self._ends[:, 0] > 0)
+        ends = [
+            (int(self._ends[i, 0]), int(self._ends[i, 1])) for i in ended if _alive(int(self._slots[i, 0]))
+        ]
+        return held_count(self.total(), ends, time.monotonic_ns(), hold_ms)
+
     @contextlib.contextmanager
-    def handling(self):
+    def handling(self, hold_ms: float = INFLIGHT_HOLD_MS):
         """Count one request while the block runs."""
         with self._lock:
             self._count += 1
@@ -118,6 +142,12 @@ class InflightCounter:
             yield
         finally:
             with self._lock:
+                now, before = time.monotonic_ns(), self.total()  # this request included
+                last_ns, last = (int(v) for v in self._ends[self.slot])
+                if last_ns and now - last_ns < hold_ms * 1e6:  # an end within the hold: keep the larger count
+                    before = max(before, last)
+                self._ends[self.slot, 1] = before
+                self._ends[self.slot, 0] = now
                 self._count -= 1
                 self._slots[self.slot, 1] = self._count
 
@@ -127,8 +157,9 @@ class InflightCounter:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._slots[self.slot] = 0
+            self._ends[self.slot] = 0
             empty = not bool((self._slots[:, 0] != 0).any())
-            del self._slots
+            del self._slots, self._ends
             self._map.close()
             if empty:
                 with contextlib.suppress(FileNotFoundError):

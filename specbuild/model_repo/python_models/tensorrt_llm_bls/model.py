@@ -205,7 +205,7 @@ class TritonPythonModel:
             import specbuild.engines.reference.sampling  # noqa: F401
         # Load-aware K (core/schedule.py): the schedule applies to requests that leave num_draft_tokens out;
         # the in-flight count is shared by every instance of this model (inflight.py).
-        from specbuild.core.schedule import AcceptanceGuard, DraftSchedule
+        from specbuild.core.schedule import INFLIGHT_HOLD_MS, AcceptanceGuard, DraftSchedule
 
         schedule, guard = param(config, "draft_len_schedule"), param(config, "acceptance_guard")
         self.schedule = (
@@ -216,6 +216,8 @@ class TritonPythonModel:
         window, _, floor = (guard or "").partition(":")
         self.guard = AcceptanceGuard(int(window), float(floor)) if guard else None
         self.plain_tokens = int(param(config, "plain_round_tokens", "1"))
+        # the count a round reads stays for this long at what it was when a request ended (inflight.py)
+        self.hold_ms = float(param(config, "inflight_hold_ms", str(INFLIGHT_HOLD_MS)))
         # Detokenizing here (the postprocessing model's tokenizer and options, so the text is the same) saves
         # an IPC round trip to `postprocessing` per streamed round and per final response.
         self.tokenizer = None
@@ -335,7 +337,7 @@ class TritonPythonModel:
                 responder = TimedResponder(request, request.get_response_sender(), timers)
             try:
                 if self.inflight is not None:
-                    with self.inflight.handling():
+                    with self.inflight.handling(self.hold_ms):
                         self._handle(request, responder, timers)
                 else:
                     self._handle(request, responder, timers)
@@ -408,7 +410,9 @@ class TritonPythonModel:
         stream_baseline = opts.stream and opts.num_draft_tokens == 0 and not self.target_decoupled
         if self.drafter_factory is not None and (opts.num_draft_tokens > 0 or stream_baseline):
             # the loop's stop hook asks after every round: a cancelled request ends within one round
-            k_of = (lambda: self.schedule.k_for(self.inflight.total())) if scheduled else None
+            k_of = (
+                (lambda: self.schedule.k_for(self.inflight.held_total(self.hold_ms))) if scheduled else None
+            )
             tokens, stats, shared = speculate(
                 call,
                 opts,

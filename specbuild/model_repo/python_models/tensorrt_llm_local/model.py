@@ -48,6 +48,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 import triton_python_backend_utils as pb_utils
 
@@ -61,6 +62,8 @@ from responder import POLL_S, Responder, cancelled_error  # noqa: E402
 from spec_metrics import SpecMetrics  # noqa: E402
 from step_scheduler import StepScheduler, plain_k  # noqa: E402
 from words import find_stop, param, stop_at_words  # noqa: E402
+
+from specbuild.core.schedule import INFLIGHT_HOLD_MS, held_count  # noqa: E402
 
 DEFAULT_TORCH_THREADS = "1"  # per engine model process; SPECBUILD_TORCH_THREADS overrides
 DEFAULT_TOKENS_PER_BLOCK = 32  # KV block size the perf counters are reported in (TRT-LLM's default)
@@ -90,6 +93,8 @@ class TritonPythonModel:
         # request admitted while the schedule's K for the requests in flight is 0 decodes as a plain row
         # (core/schedule.py, step_scheduler.py)
         schedule = param(config, "draft_len_schedule")
+        # the count a request is admitted with stays this long at what it was when a request was answered
+        self.hold_ms = float(param(config, "inflight_hold_ms", str(INFLIGHT_HOLD_MS)))
         if schedule and self.engine.speculates:
             from specbuild.core.schedule import DraftSchedule
 
@@ -129,6 +134,7 @@ class TritonPythonModel:
         # response goes through its response sender on the engine's thread (the Python backend allows
         # exactly one, with the final flag).
         self._holding, self._holding_lock = 0, threading.Lock()  # requests read and not answered yet
+        self._ends: list[tuple[int, int]] = []  # (answered at ns, holding then) within the hold
         self._outbox = None
         if self.decoupled:
             self._outbox = Outbox(f"{self.name}-responses", on_error=self._send_failed)
@@ -145,8 +151,10 @@ class TritonPythonModel:
 
     def _in_flight(self) -> int:
         """Requests this model holds: read by execute and not answered yet (queued for the worker, rows,
-        whole jobs)."""
-        return self._holding
+        whole jobs), or what it held when a request was answered less than hold_ms ago if more
+        (core/schedule.held_count: a request that replaces one just answered sees the load it replaces)."""
+        with self._holding_lock:
+            return held_count(self._holding, self._ends, time.monotonic_ns(), self.hold_ms)
 
     def _tree_k(self, in_flight: int) -> int:
         """K of a request admitted with `in_flight` requests in flight (step_scheduler.py): the repository's
@@ -176,6 +184,8 @@ class TritonPythonModel:
     def _answer(self, job: Job) -> None:
         """A job that ended: its final response (decoupled: on the outbox, after its streamed chunks)."""
         with self._holding_lock:
+            now = time.monotonic_ns()
+            self._ends = [e for e in self._ends if now - e[0] < self.hold_ms * 1e6] + [(now, self._holding)]
             self._holding -= 1
         if self._outbox is None:
             self._send_final(job.responder, self._final(job))
