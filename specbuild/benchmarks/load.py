@@ -422,9 +422,8 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
                 # the same schedule in one unary call per request: its K=0 batches then answer once per
                 # request, like the one-call baseline (streamed, they send one response per token)
                 modes.append((sched.grpc_url, UNARY_SCHEDULE, None))
-            modes.append(
-                (dt.grpc_url, UNARY_BASELINE_AGAIN, 0)
-            )  # A/A: at the round's other end from the first
+            # A/A: the one-call baseline again, at the round's other end from the first
+            modes.append((dt.grpc_url, UNARY_BASELINE_AGAIN, 0))
             runs = served_rounds(
                 held,
                 tune_texts,
