@@ -148,6 +148,17 @@ def test_load_summary_ratio_is_the_median_of_per_round_ratios():
     assert "measured_over_predicted" not in load_summary([plain])[0]["modes"]["K=2"]
 
 
+def _round_run(mode: str, r: int, thr: float, *, k: int, c: int):
+    """A bench run of round r as load_summary reads it (throughput only)."""
+    return SimpleNamespace(
+        mode=mode,
+        num_draft_tokens=k,
+        concurrency=c,
+        temperature=0.0,
+        metrics={"round": r, "output_token_throughput": thr, "request_latency": {"avg": 1.0}},
+    )
+
+
 def test_the_schedule_in_one_call_is_compared_with_the_one_call_baseline():
     """Medusa's like-for-like: the schedule sent unary (its K=0 batches answer once per request) over the
     target alone in one call, the median of per-round ratios; a unary run calibrates from latencies."""
@@ -156,13 +167,7 @@ def test_the_schedule_in_one_call_is_compared_with_the_one_call_baseline():
     from specbuild.client.served_model import calibrate
 
     def run(mode, r, thr):
-        return SimpleNamespace(
-            mode=mode,
-            num_draft_tokens=8,
-            concurrency=8,
-            temperature=0.0,
-            metrics={"round": r, "output_token_throughput": thr, "request_latency": {"avg": 1.0}},
-        )
+        return _round_run(mode, r, thr, k=8, c=8)
 
     runs = [run(UNARY_BASELINE, 0, 100), run(UNARY_SCHEDULE, 0, 95), run("schedule", 0, 60)]
     runs += [run(UNARY_BASELINE, 1, 50), run(UNARY_SCHEDULE, 1, 55), run("schedule", 1, 30)]
@@ -186,13 +191,7 @@ def test_the_a_a_ratio_is_the_one_call_baseline_again_over_itself_per_round():
     from specbuild.client.metrics import UNARY_BASELINE, UNARY_BASELINE_AGAIN, UNARY_MODES
 
     def run(mode, r, thr):
-        return SimpleNamespace(
-            mode=mode,
-            num_draft_tokens=0,
-            concurrency=2,
-            temperature=0.0,
-            metrics={"round": r, "output_token_throughput": thr, "request_latency": {"avg": 1.0}},
-        )
+        return _round_run(mode, r, thr, k=0, c=2)
 
     runs = [run(UNARY_BASELINE, 0, 100), run(UNARY_BASELINE_AGAIN, 0, 90), run("schedule-unary", 0, 99)]
     runs += [run(UNARY_BASELINE, 1, 50), run(UNARY_BASELINE_AGAIN, 1, 60), run("schedule-unary", 1, 50)]

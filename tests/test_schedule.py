@@ -351,18 +351,25 @@ def _worker(path, started, release, done):
     done.release()
 
 
+def _instances(target, path, n: int):
+    """n BLS-instance processes running target(path, started, b, c) (forked), each past its first
+    `started.release()`; returns the three semaphores and the processes."""
+    ctx = multiprocessing.get_context("fork")
+    started, b, c = ctx.Semaphore(0), ctx.Semaphore(0), ctx.Semaphore(0)
+    procs = [ctx.Process(target=target, args=(path, started, b, c)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        assert started.acquire(timeout=30)
+    return started, b, c, procs
+
+
 def test_inflight_counter_is_shared_between_processes(tmp_path):
     inflight = _inflight()
     path = inflight.counter_path(str(tmp_path), "tensorrt_llm_bls", server_pid=os.getpid())
     assert path != inflight.counter_path(str(tmp_path), "tensorrt_llm_bls", server_pid=os.getpid() + 1)
     me = inflight.InflightCounter(path)
-    ctx = multiprocessing.get_context("fork")
-    started, release, done = ctx.Semaphore(0), ctx.Semaphore(0), ctx.Semaphore(0)
-    procs = [ctx.Process(target=_worker, args=(path, started, release, done)) for _ in range(3)]
-    for p in procs:
-        p.start()
-    for _ in procs:
-        assert started.acquire(timeout=30)
+    started, release, done, procs = _instances(_worker, path, 3)
     assert me.total() == 3  # three other instances handle one request each
     with me.handling():
         assert me.total() == 4
@@ -511,13 +518,7 @@ def test_a_request_that_replaces_ones_that_just_ended_reads_their_load(tmp_path)
     inflight = _inflight()
     path = inflight.counter_path(str(tmp_path), "tensorrt_llm_bls", server_pid=os.getpid())
     me = inflight.InflightCounter(path)
-    ctx = multiprocessing.get_context("fork")
-    started, ended, stay = ctx.Semaphore(0), ctx.Semaphore(0), ctx.Semaphore(0)
-    procs = [ctx.Process(target=_end_and_stay, args=(path, started, ended, stay)) for _ in range(2)]
-    for p in procs:
-        p.start()
-    for _ in procs:
-        assert started.acquire(timeout=30)
+    started, ended, stay, procs = _instances(_end_and_stay, path, 2)
     assert me.total() == 2
     for _ in procs:
         ended.release()
