@@ -52,6 +52,18 @@ PLAIN_ROUND_TOKENS = 64
 INFLIGHT_HOLD_MS = 50
 
 
+def record_end(
+    last: tuple[int, int], count: int, now_ns: int, hold_ms: float = INFLIGHT_HOLD_MS
+) -> tuple[int, int]:
+    """The (end time ns, count then) to keep when a request ends with `count` in flight (it included),
+    given the last one kept (0, 0 for none): the larger count when the last end is within the hold, so
+    requests that end together one after the other keep the count before the first of them left."""
+    last_ns, last_count = last
+    if last_ns and now_ns - last_ns < hold_ms * 1e6:
+        count = max(count, last_count)
+    return now_ns, count
+
+
 def held_count(
     live: int, ends: Sequence[tuple[int, int]], now_ns: int, hold_ms: float = INFLIGHT_HOLD_MS
 ) -> int:

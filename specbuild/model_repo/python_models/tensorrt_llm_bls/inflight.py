@@ -37,7 +37,7 @@ import time
 
 import numpy as np
 
-from specbuild.core.schedule import INFLIGHT_HOLD_MS, held_count
+from specbuild.core.schedule import INFLIGHT_HOLD_MS, held_count, record_end
 
 SLOTS = 1024  # >= serving.bls_instance_count's bound (core/spec.py _RANGES)
 SLOT_BYTES = 8  # pid int32 + count int32
@@ -142,10 +142,10 @@ class InflightCounter:
             yield
         finally:
             with self._lock:
-                now, before = time.monotonic_ns(), self.total()  # this request included
-                last_ns, last = (int(v) for v in self._ends[self.slot])
-                if last_ns and now - last_ns < hold_ms * 1e6:  # an end within the hold: keep the larger count
-                    before = max(before, last)
+                last = (int(self._ends[self.slot, 0]), int(self._ends[self.slot, 1]))
+                now, before = record_end(
+                    last, self.total(), time.monotonic_ns(), hold_ms
+                )  # this one included
                 self._ends[self.slot, 1] = before
                 self._ends[self.slot, 0] = now
                 self._count -= 1

@@ -63,7 +63,7 @@ from spec_metrics import SpecMetrics  # noqa: E402
 from step_scheduler import StepScheduler, plain_k  # noqa: E402
 from words import find_stop, param, stop_at_words  # noqa: E402
 
-from specbuild.core.schedule import INFLIGHT_HOLD_MS, held_count  # noqa: E402
+from specbuild.core.schedule import INFLIGHT_HOLD_MS, held_count, record_end  # noqa: E402
 
 DEFAULT_TORCH_THREADS = "1"  # per engine model process; SPECBUILD_TORCH_THREADS overrides
 DEFAULT_TOKENS_PER_BLOCK = 32  # KV block size the perf counters are reported in (TRT-LLM's default)
@@ -134,7 +134,7 @@ class TritonPythonModel:
         # response goes through its response sender on the engine's thread (the Python backend allows
         # exactly one, with the final flag).
         self._holding, self._holding_lock = 0, threading.Lock()  # requests read and not answered yet
-        self._ends: list[tuple[int, int]] = []  # (answered at ns, holding then) within the hold
+        self._end = (0, 0)  # (last answered at ns, holding then): core/schedule.record_end
         self._outbox = None
         if self.decoupled:
             self._outbox = Outbox(f"{self.name}-responses", on_error=self._send_failed)
@@ -154,7 +154,7 @@ class TritonPythonModel:
         whole jobs), or what it held when a request was answered less than hold_ms ago if more
         (core/schedule.held_count: a request that replaces one just answered sees the load it replaces)."""
         with self._holding_lock:
-            return held_count(self._holding, self._ends, time.monotonic_ns(), self.hold_ms)
+            return held_count(self._holding, [self._end], time.monotonic_ns(), self.hold_ms)
 
     def _tree_k(self, in_flight: int) -> int:
         """K of a request admitted with `in_flight` requests in flight (step_scheduler.py): the repository's
@@ -184,8 +184,7 @@ class TritonPythonModel:
     def _answer(self, job: Job) -> None:
         """A job that ended: its final response (decoupled: on the outbox, after its streamed chunks)."""
         with self._holding_lock:
-            now = time.monotonic_ns()
-            self._ends = [e for e in self._ends if now - e[0] < self.hold_ms * 1e6] + [(now, self._holding)]
+            self._end = record_end(self._end, self._holding, time.monotonic_ns(), self.hold_ms)
             self._holding -= 1
         if self._outbox is None:
             self._send_final(job.responder, self._final(job))
