@@ -404,3 +404,34 @@ def test_a_request_right_after_two_were_answered_reads_two_and_runs_no_tree(medu
         assert int(_answer(alone)[1]["total_draft_tokens"].reshape(-1)[0]) > 0  # the tree
     finally:
         model.hold_ms = 0
+
+
+def _sent_on(request) -> list[str]:
+    """Record the thread each of a fake request's responses is sent on."""
+    names, send = [], request.sender.send
+
+    def recorded(response=None, flags=0):
+        names.append(threading.current_thread().name)
+        return send(response, flags)
+
+    request.sender.send = recorded
+    return names
+
+
+def test_a_decoupled_request_that_does_not_stream_is_answered_on_the_engine_thread(medusa):
+    """Decoupled (Medusa): a request that does not stream gets its one response on the engine's thread, not
+    handed to the outbox's, where it would wait behind other requests' streamed chunks; a streamed
+    request's chunks and its final response still go out on the outbox's thread, final last."""
+    model = medusa.models["tensorrt_llm"]
+    engine = model.engine
+    ids = [5, 17, 99, 3, 44, 12]
+    unary, streamed = _perf_request(ids, 6), _perf_request(ids, 6, stream=True)
+    unary_on, streamed_on = _sent_on(unary), _sent_on(streamed)
+    for request in (unary, streamed):  # one at a time: each runs the tree alone (K(1) = 8)
+        medusa.infer_batch("tensorrt_llm", [], requests=[request])
+        assert request.sender.done.wait(30)
+    assert unary_on == [f"{model.name}-engine"]
+    tokens, _, chunks = _answer(streamed)
+    assert chunks > 0 and set(streamed_on) == {f"{model.name}-responses"}
+    want = engine.generate(ids, SamplingParams(max_tokens=6, end_id=-1), speculative=False).token_ids
+    assert tokens == _answer(unary)[0] == want  # the greedy tokens, either way

@@ -20,10 +20,12 @@ selects the Medusa tree. What each input does: local_core.py.
   a plain row after the step in which that count turns K to 0 (step_scheduler.py);
 * responses: each request's responses go through its response sender. Decoupled (Medusa
   repositories): each generated chunk is sent as it is produced when `streaming` is true; the last
-  response carries COMPLETE_FINAL (and the perf outputs). The chunks' sends and the final responses go out
-  on a thread of their own (engine_worker.Outbox), in the order the engine produced them, while the
-  engine runs its next step (each send and its cancellation ask is an IPC round trip); a streamed
-  request's stop hook reads the answer of its last send's ask instead of asking again. Not decoupled
+  response carries COMPLETE_FINAL (and the perf outputs). A streamed request's chunks and its final
+  response go out on a thread of their own (engine_worker.Outbox), in the order the engine produced them,
+  while the engine runs its next step (each send and its cancellation ask is an IPC round trip); a
+  streamed request's stop hook reads the answer of its last send's ask instead of asking again. A request
+  that does not stream is answered on the engine's thread (its one response: nothing to order it after,
+  and no hand-over to another thread, _answer). Not decoupled
   (draft/target repositories: the BLS calls round by round): exactly one response per request, with the
   final flag, as the Python backend of tritonserver 2.51 lets a non-decoupled model answer (its stub
   refuses more: "Non-decoupled model cannot send more than one response");
@@ -128,11 +130,11 @@ class TritonPythonModel:
         self.max_batch = max(1, int(config.get("max_batch_size") or 1))  # rows the worker decodes together
         # One worker runs the requests execute() read, step by step (in-flight batching: StepScheduler);
         # on an engine that speculates by itself (Medusa's tree) a request whose tree is on at admission
-        # runs whole between steps, one with K=0 is a plain row. Decoupled, a streamed chunk's send and
-        # every final response go out on a thread of their own, in the order the engine produced them,
-        # while the engine runs its next step (engine_worker.Outbox); not decoupled, each request's one
-        # response goes through its response sender on the engine's thread (the Python backend allows
-        # exactly one, with the final flag).
+        # runs whole between steps, one with K=0 is a plain row. Decoupled, a streamed request's chunks
+        # and final response go out on a thread of their own, in the order the engine produced them,
+        # while the engine runs its next step (engine_worker.Outbox); a request that does not stream
+        # (decoupled or not) gets its one response through its response sender on the engine's thread
+        # (_answer; not decoupled, the Python backend allows exactly one, with the final flag).
         self._holding, self._holding_lock = 0, threading.Lock()  # requests read and not answered yet
         self._end = (0, 0)  # (last answered at ns, holding then): core/schedule.record_end
         self._outbox = None
@@ -182,11 +184,15 @@ class TritonPythonModel:
             self._send_final(job.responder, self._error(RuntimeError("the model is being unloaded")))
 
     def _answer(self, job: Job) -> None:
-        """A job that ended: its final response (decoupled: on the outbox, after its streamed chunks)."""
+        """A job that ended: its final response. A streamed one's goes on the outbox, after its chunks; a
+        request that streamed nothing (not decoupled, or decoupled and not streaming) is answered here,
+        on the engine's thread, as the non-decoupled model answers: its one response waits behind no other
+        request's streamed chunks on the outbox, and its client (a closed loop's worker) can send its next
+        request sooner (docs/serving.md, "The Medusa c=8 lead measured apart")."""
         with self._holding_lock:
             self._end = record_end(self._end, self._holding, time.monotonic_ns(), self.hold_ms)
             self._holding -= 1
-        if self._outbox is None:
+        if self._outbox is None or not job.req.streaming:
             self._send_final(job.responder, self._final(job))
         else:
             self._outbox.put(lambda: self._send_final(job.responder, self._final(job)))
