@@ -81,25 +81,25 @@ def load_summary(runs) -> list[dict[str, Any]]:
                     ratio_max=max(ratios),
                 )
         if UNARY_BASELINE_AGAIN in modes and UNARY_BASELINE in modes:  # A/A: one configuration twice
-            row["a_a"] = _median_ratio(
+            row["a_a"] = median_ratio(
                 _per_round(modes[UNARY_BASELINE_AGAIN]), _per_round(modes[UNARY_BASELINE])
             )
         if SCHEDULE_MODE in modes:
             sched = _per_round(modes[SCHEDULE_MODE])
             if BASELINE_MODE in modes:
                 base = _per_round(modes[BASELINE_MODE])
-                row["schedule_over_baseline"] = _median_ratio(sched, base)
+                row["schedule_over_baseline"] = median_ratio(sched, base)
             if UNARY_BASELINE in modes:  # the target alone in one call per request (no per-token round trip)
-                row["schedule_over_baseline_unary"] = _median_ratio(sched, _per_round(modes[UNARY_BASELINE]))
+                row["schedule_over_baseline_unary"] = median_ratio(sched, _per_round(modes[UNARY_BASELINE]))
             if UNARY_SCHEDULE in modes and UNARY_BASELINE in modes:  # both in one call per request
-                row["schedule_unary_over_baseline_unary"] = _median_ratio(
+                row["schedule_unary_over_baseline_unary"] = median_ratio(
                     _per_round(modes[UNARY_SCHEDULE]), _per_round(modes[UNARY_BASELINE])
                 )
             fixed = [label for label in modes if label.startswith("K=")]
             if fixed:
                 best = max(fixed, key=lambda label: row["modes"][label]["throughput_median"])
                 row["best_fixed"] = best
-                row["schedule_over_best_fixed"] = _median_ratio(sched, _per_round(modes[best]))
+                row["schedule_over_best_fixed"] = median_ratio(sched, _per_round(modes[best]))
         rows.append(row)
     return rows
 
@@ -123,7 +123,8 @@ def _per_round(runs) -> dict[int, float]:
     return {int(r.metrics.get("round", i)): r.metrics["output_token_throughput"] for i, r in enumerate(runs)}
 
 
-def _median_ratio(a: dict[int, float], b: dict[int, float]) -> dict[str, float] | None:
+def median_ratio(a: dict[int, float], b: dict[int, float]) -> dict[str, float] | None:
+    """a / b per round (rounds in both): median, extremes and how many (None: no round in both)."""
     ratios = [a[i] / b[i] for i in a if i in b and b[i] > 0]
     if not ratios:
         return None
