@@ -32,6 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
+from specbuild.client.bench import run_once
 from specbuild.client.load_bench import ONE_CALL_BAR, bar_verdict, median_ratio
 from specbuild.client.options import BenchConfig, load_prompts
 from specbuild.core.errors import SpecbuildError
@@ -91,8 +94,6 @@ def summarize(results: dict[tuple[int, int, str], RunResult], bar: float) -> dic
 def process_cpu_s(pid: int) -> dict[str, float]:
     """CPU seconds (user + system) so far of `pid`'s process tree, summed by process name (a Python
     backend stub's name carries its model's: triton_python_backend_stub ... per model instance)."""
-    import psutil  # noqa: PLC0415 - only with --a-pid / --b-pid
-
     totals: dict[str, float] = {}
     root = psutil.Process(pid)
     for proc in [root, *root.children(recursive=True)]:
@@ -136,8 +137,6 @@ def run_ab(
 
 
 def _served_run(prompts: tuple[str, ...], max_tokens: int, waves: int, timeout_s: float):
-    from specbuild.client.bench import run_once  # noqa: PLC0415 - the client stack, for real runs only
-
     def run(arm: Arm, c: int) -> float:
         config = BenchConfig(
             url=arm.url,
