@@ -130,9 +130,17 @@ def test_a_client_that_gives_up_stops_the_engine(e2e_servers, greedy):
     server = e2e_servers["draft_target"]
     rid = uuid.uuid4().hex
     client = grpcclient.InferenceServerClient(server.grpc_url)
+    # The deadline is a quarter of what the whole request takes on this CPU, timed first: a fixed 0.3 s
+    # outlasted the 400 tokens on a fast x86 (the request ended before it, and nothing was cancelled).
+    started = time.perf_counter()
+    client.infer("tensorrt_llm", _engine_inputs(greedy, streaming=False))
+    whole_s = time.perf_counter() - started
     with pytest.raises(InferenceServerException, match="(?i)deadline"):
         client.infer(
-            "tensorrt_llm", _engine_inputs(greedy, streaming=False), request_id=rid, client_timeout=0.3
+            "tensorrt_llm",
+            _engine_inputs(greedy, streaming=False),
+            request_id=rid,
+            client_timeout=whole_s / 4,
         )
     client.close()
     pattern = rf"tensorrt_llm: request '{rid}' cancelled after (\d+) tokens"
