@@ -349,6 +349,29 @@ def test_a_medusa_tree_goes_on_as_a_plain_row_once_the_load_turns_k_to_zero(medu
     assert int(late_out["total_draft_tokens"].reshape(-1)[0]) == 0
 
 
+def test_a_medusa_tree_starts_from_the_prefix_cache_and_leaves_its_kv_there(medusa):
+    """A tree request takes its prompt's KV from the engine's prefix cache, as a plain row does (the
+    batch manager's block reuse serves every context phase), and leaves the prompt and the tokens it took
+    there: the same prompt again prefills one token, and a row that goes on from the tree's output
+    (a schedule's K=0) prefills only its last token. Before, every tree prefilled its whole prompt into a
+    sequence of its own, and a tree that went on as a row prefilled the prompt and its output again."""
+    engine = medusa.models["tensorrt_llm"].engine
+    ids = [9, 31, 4, 4, 60, 2, 18, 77]  # a prompt no other test sends
+    params = SamplingParams(max_tokens=12, end_id=-1)
+    cache = engine.prefix_cache
+    first = engine.generate(ids, params, speculative=True)
+    assert first.stats.drafted > 0  # the tree ran
+    before = cache.reused_tokens
+    again = engine.generate(ids, params, speculative=True)
+    assert cache.reused_tokens - before == len(ids) - 1  # all of the prompt but the token it feeds
+    assert again.token_ids == first.token_ids == engine.generate(ids, params, speculative=False).token_ids
+    head = first.token_ids[:5]  # what a paused tree hands its row (job.head)
+    before = cache.reused_tokens
+    row = engine.generate(ids + head, SamplingParams(max_tokens=3, end_id=-1), speculative=False)
+    assert cache.reused_tokens - before == len(ids) + len(head) - 1
+    assert row.token_ids == first.token_ids[5:8]
+
+
 def test_a_row_asks_triton_about_cancellation_once_per_check_period_not_every_step(medusa):
     """A running row asks Triton whether its request was cancelled (an IPC round trip on the engine's
     thread) at most every cancellation_check_period_ms (the repository's 100), as the C++ backend checks,

@@ -171,6 +171,11 @@ class ReferenceEngine:
         self.medusa_choices = medusa_choices
         self.method_options = dict(method_options) if method_options else None
         self.method = Method(method) if method is not None else None
+        # Room for every row of a full batch twice over (running sequences and the ones just finished), so
+        # concurrent sequences never evict each other's KV (runners.PrefixCache). Made before the speculator:
+        # a tree speculator (Medusa) starts each request from it too.
+        batch = int((build_config or {}).get("max_batch_size") or 0)
+        self.prefix_cache = PrefixCache(target, max_entries=max(DEFAULT_PREFIX_CACHE_ENTRIES, 2 * batch))
         self.speculator = None
         if self.method is not None:
             factory = method_of(self.method).reference_decoder
@@ -190,10 +195,6 @@ class ReferenceEngine:
             if build_config
             else EngineLimits.from_positions(target.cfg.max_position_embeddings)
         )
-        # Room for every row of a full batch twice over (running sequences and the ones just finished), so
-        # concurrent sequences never evict each other's KV (runners.PrefixCache).
-        batch = int((build_config or {}).get("max_batch_size") or 0)
-        self.prefix_cache = PrefixCache(target, max_entries=max(DEFAULT_PREFIX_CACHE_ENTRIES, 2 * batch))
         self._lock = threading.RLock()
         self._tokenizer = None
 

@@ -31,7 +31,7 @@ from specbuild.core.generation import SpecStats
 from specbuild.core.medusa_choices import MedusaChoices, default_tree
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.engines.reference.model import LlamaModel
-from specbuild.engines.reference.runners import CachedSequence
+from specbuild.engines.reference.runners import CachedSequence, PrefixCache
 from specbuild.engines.reference.sampling import make_generator, probs_from_logits, sample
 from specbuild.engines.reference.speculative import StopHook, emit, stop_ids
 
@@ -141,6 +141,7 @@ def walk_tree(
         node = chosen
 
 
+@torch.inference_mode()  # the prefix cache's sequences hold inference tensors (grown inside forward passes)
 def medusa_generate(
     model: LlamaModel,
     heads: MedusaHeads,
@@ -150,12 +151,21 @@ def medusa_generate(
     *,
     on_tokens=None,
     stop: StopHook | None = None,
+    seq: CachedSequence | None = None,
 ) -> tuple[list[int], SpecStats]:
-    """Generate with Medusa; `params.end_id` resolved by the caller. Returns (new token ids, stats)."""
+    """Generate with Medusa; `params.end_id` resolved by the caller. Returns (new token ids, stats).
+
+    `seq`: the sequence to run in (a prefix-cache entry: the prompt's cached prefix is not recomputed,
+    and the entry is left holding the prompt and the tokens taken but the last, as a plain request
+    leaves it); None: a fresh one."""
     gen = make_generator(params.seed)
     stops = stop_ids(params)
-    seq = CachedSequence(model, capacity=len(prompt_ids) + params.max_tokens + tree.num_nodes + 1)
-    hidden = seq.feed(list(prompt_ids), 1)[0]  # [H] prefill
+    room = len(prompt_ids) + params.max_tokens + tree.num_nodes + 1  # the sequence at its longest
+    if seq is None:
+        seq = CachedSequence(model, capacity=room)
+    else:
+        seq.cache.reserve(room)  # grown once, not by doubling in the loop
+    hidden = seq.feed(list(prompt_ids), 1)[0]  # [H] prefill (of what the entry does not hold)
     out: list[int] = []
     stats = SpecStats(target_passes=1)
     root = sample(probs_from_logits(model.logits(hidden), params), gen)
@@ -182,21 +192,40 @@ def medusa_generate(
 
 
 class MedusaSpeculator:
-    """Medusa in-process: the tree step of `medusa_generate`, one request at a time."""
+    """Medusa in-process: the tree step of `medusa_generate`, one request at a time. With the engine's
+    `prefix_cache`, each request starts from its best entry and leaves its KV there, as a plain request
+    does (the batch manager's block reuse serves every request's context phase, whatever decodes it):
+    a repeated prompt, a later turn, or a tree request that goes on as a plain row (a schedule's K=0,
+    tensorrt_llm_local/step_scheduler.py) then does not prefill again what the tree already holds."""
 
     batched = False
 
-    def __init__(self, target: LlamaModel, choices: MedusaChoices):
+    def __init__(self, target: LlamaModel, choices: MedusaChoices, prefix_cache: PrefixCache | None = None):
         self.target = target
         self.heads = MedusaHeads(target)
         self.tree = TreeBuffers.from_choices(choices, num_heads=target.cfg.num_medusa_heads)
+        self.prefix_cache = prefix_cache
 
     def generate(self, prompt_ids, params, *, num_draft_tokens=0, on_tokens=None, stop=None, guard=None):
         """num_draft_tokens is unused: the tree fixes what is drafted; so is the acceptance guard (the tree
         step has no plain round; TensorRT-LLM's Medusa engines cannot switch speculation off either)."""
-        return medusa_generate(
-            self.target, self.heads, self.tree, prompt_ids, params, on_tokens=on_tokens, stop=stop
-        )
+        seq = self.prefix_cache.acquire(list(prompt_ids)) if self.prefix_cache is not None else None
+        if seq is not None:
+            self.prefix_cache.hold(seq)  # its own until it ends
+        try:
+            return medusa_generate(
+                self.target,
+                self.heads,
+                self.tree,
+                prompt_ids,
+                params,
+                on_tokens=on_tokens,
+                stop=stop,
+                seq=seq,
+            )
+        finally:
+            if seq is not None:
+                self.prefix_cache.release(seq)
 
     def generate_batch(
         self,
@@ -210,8 +239,8 @@ class MedusaSpeculator:
         guard=None,
         prefix_cache=None,
     ):
-        """One request after the other (a tree cannot run in lockstep here); prefix_cache is unused, as in
-        generate()."""
+        """One request after the other (a tree cannot run in lockstep here), each from the prefix cache the
+        speculator was made with (the argument is that same engine cache: unused)."""
         return [
             self.generate(
                 p,
@@ -234,4 +263,4 @@ def medusa_speculator(engine) -> MedusaSpeculator:
         if engine.medusa_choices is not None
         else default_tree(engine.target.cfg.num_medusa_heads)
     )
-    return MedusaSpeculator(engine.target, MedusaChoices.parse(choices))
+    return MedusaSpeculator(engine.target, MedusaChoices.parse(choices), prefix_cache=engine.prefix_cache)
