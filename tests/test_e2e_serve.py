@@ -288,3 +288,31 @@ def test_multiturn_workload_reports_prefix_reuse_of_target_and_draft(servers):
     (row,) = compare_reuse(runs)
     assert row["target_reused_blocks_off"] == base["target"]["reused_blocks"]
     assert row["verdict"].startswith("speculation")
+
+
+def test_a_session_keeps_one_stream_and_opens_a_fresh_one_after_a_timeout(servers, baseline):
+    """Streamed requests of one Session share one gRPC stream (session_stream.py); a request that times
+    out closes it (cancelling its work) and the next request opens a fresh one and gets exact tokens."""
+    from specbuild.client.remote import Session
+    from specbuild.core.errors import ClientError
+    from specbuild.core.sampling_params import SamplingParams
+
+    params = SamplingParams(max_tokens=MAX_TOKENS)
+    with Session(servers["medusa"].grpc_url) as session:  # decoupled: every request goes on the stream
+        opened = []
+        start = session.client.start_stream
+
+        def counted(**kw):
+            opened.append(True)
+            return start(**kw)
+
+        session.client.start_stream = counted
+        for prompt in PROMPTS[:3]:
+            result = session.generate(prompt, params, stream=True)
+            assert result.token_ids == baseline[prompt][1]
+        assert len(opened) == 1 and session.stream.is_open
+        with pytest.raises(ClientError, match="no complete answer"):
+            session.generate(PROMPTS[3], params, timeout_s=0.01)
+        assert not session.stream.is_open
+        assert session.generate(PROMPTS[0], params).token_ids == baseline[PROMPTS[0]][1]
+        assert len(opened) == 2

@@ -7,7 +7,6 @@ request's stop hook reads its sends' cancellation answers instead of asking Trit
 from __future__ import annotations
 
 import shutil
-import sys
 import threading
 
 import numpy as np
@@ -133,9 +132,46 @@ def test_a_slow_send_does_not_hold_up_the_engine_and_responses_keep_their_order(
 def test_a_streamed_requests_stop_hook_reuses_its_sends_cancellation_answers(llmapi, monkeypatch):
     server, model = llmapi
     # a stop hook that asked Triton would now ask at every step
-    monkeypatch.setattr(sys.modules[type(model).__module__], "POLL_S", 0.0)
+    monkeypatch.setattr(model, "check_period_s", 0.0)
     request = CountingRequest(_inputs(stream=True))
     sent = _run(server, request)
     # one ask when the request starts, then every data response and the final one ask afresh before
     # they go out; a stop hook that asked too would add one a step
     assert request.asks == len(sent) + 1, f"{request.asks} asks for {len(sent)} responses"
+
+
+def test_a_one_call_request_asks_about_cancellation_once_per_check_period_not_every_step(llmapi):
+    """A request that is not streamed has no sends to read answers from: its stop hook asks Triton (an
+    IPC round trip on the engine's thread) at most every cancellation_check_period_ms (model.yaml's
+    triton_config, 100 as upstream's cancellation loop), not every POLL_S (10 ms), which cost 4.5% of the
+    engine thread here. Steps are slowed to >= 15 ms, so asking every POLL_S would ask at every step."""
+    import time
+
+    server, model = llmapi
+    assert model.check_period_s == 0.1  # the generated model.yaml's triton_config
+    hook, calls = model._hook, []
+
+    def slowed(job):
+        stop = hook(job)
+
+        def slow_stop(out, start):
+            calls.append(start)
+            time.sleep(0.015)
+            return stop(out, start)
+
+        return slow_stop
+
+    model._hook = slowed
+    try:
+        inputs = _inputs(stream=False) | {"sampling_param_max_tokens": np.array([40], dtype=np.int32)}
+        request = CountingRequest(inputs)
+        t0 = time.monotonic()
+        sent = _run(server, request)
+        elapsed = time.monotonic() - t0
+    finally:
+        del model._hook
+    assert len(sent) == 1 and len(list(_out(sent[-1][0], "output_ids"))) == 40
+    steps = len(calls)
+    # one ask when the request starts, one per period of its run, the final response's own
+    assert request.asks <= elapsed / model.check_period_s + 3, (request.asks, elapsed)
+    assert steps >= 2 * (elapsed / model.check_period_s + 3), "too few steps to tell the cadences apart"

@@ -30,6 +30,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from specbuild.client.request import KV, Chunk, build_inputs, build_llmapi_inputs, parse_response
+from specbuild.client.session_stream import SessionStream
 from specbuild.core.errors import ClientError, SpecbuildError
 from specbuild.core.generation import GenerationResult, SpecStats
 from specbuild.core.methods import Method, SpeculationMethod, method_of, parse_method
@@ -360,17 +361,11 @@ def request_inputs(info: ModelInfo, prompt, params, *, stream, num_draft_tokens,
     return out
 
 
-def _run_stream(client, info: ModelInfo, inputs, *, timeout_s: float, on_text) -> _Collector:
+def _run_stream(stream: SessionStream, info: ModelInfo, inputs, *, timeout_s: float, on_text) -> _Collector:
     collector = _Collector(on_text, cumulative=info.interface == LLMAPI_INTERFACE)
-    client.start_stream(callback=collector.callback)
+    clean = False
     try:
-        try:
-            client.async_stream_infer(
-                info.name, inputs, request_id=uuid.uuid4().hex, enable_empty_final_response=True
-            )
-        except InferenceServerException as exc:  # the stream broke before the request went out
-            collector.error = collector.error or _error_text(exc)
-            return collector
+        stream.send(info.name, inputs, collector.callback)
         if not collector.done.wait(timeout_s):
             raise ClientError(
                 f"no complete answer from {info.name!r} within {timeout_s:g} s",
@@ -378,8 +373,9 @@ def _run_stream(client, info: ModelInfo, inputs, *, timeout_s: float, on_text) -
                 found=f"{len(collector.chunks)} partial responses",
                 fix="raise --timeout, lower --max-tokens, or check the server log",
             )
+        clean = collector.error is None
     finally:
-        client.stop_stream(cancel_requests=collector.error is not None or not collector.done.is_set())
+        stream.release(clean=clean)  # a request that went wrong closes the stream and cancels its work
     return collector
 
 
@@ -539,9 +535,11 @@ def _result(collector: _Collector, *, t0: float, params: SamplingParams, repo: R
 class Session:
     """One connection to a running tritonserver and the served model's description, read once.
 
-    `generate` sends one request at a time over the session's channel (a stream per request, so a
-    failed or timed-out request is cancelled without touching the next). `specbuild bench` keeps one
-    session per worker thread: no reconnect and no model-metadata refetch per request.
+    `generate` sends one request at a time over the session's channel, streamed requests (and every
+    request to a decoupled model) on one gRPC stream kept open across them (session_stream.py: a failed
+    or timed-out request closes it, cancelling its work, and the next request opens a fresh one).
+    `specbuild bench` keeps one session per worker thread: no reconnect and no model-metadata refetch
+    per request.
     """
 
     def __init__(self, url: str, model: str | None = None):
@@ -552,9 +550,13 @@ class Session:
         except BaseException:
             self.client.close()
             raise
+        self.stream = SessionStream(self.client)
 
     def close(self) -> None:
-        self.client.close()
+        try:
+            self.stream.close()
+        finally:
+            self.client.close()
 
     def __enter__(self) -> Session:
         return self
@@ -595,7 +597,7 @@ class Session:
         t0 = time.monotonic()
         if stream or info.decoupled:
             collector = _run_stream(
-                self.client, info, inputs, timeout_s=timeout_s, on_text=on_text if stream else None
+                self.stream, info, inputs, timeout_s=timeout_s, on_text=on_text if stream else None
             )
         else:
             collector = _run_unary(self.client, info, inputs, timeout_s=timeout_s)
