@@ -64,11 +64,12 @@ def _run_both(repo, tmp_path, seen, greedy):
     for folder, speculate in ((without_speculation(repo, tmp_path / "plain"), False), (repo, True)):
         model = FakeServer(folder).models["tensorrt_llm"]
         assert model.speculate is speculate
-        generate = model.engine.generate
-        model.engine.generate = lambda *a, generate=generate, **kw: (
-            seen.append(kw["speculative"]) or generate(*a, **kw)
-        )
-        (response,) = model.execute([_fake_request(PROMPTS[0])])
+        run = model.engine.run  # what the engine process is asked to do
+        model.engine.run = lambda *a, run=run, **kw: seen.append(kw["speculative"]) or run(*a, **kw)
+        try:
+            (response,) = model.execute([_fake_request(PROMPTS[0])])
+        finally:
+            model.finalize()
         ids = response.output_tensors[[t.name() for t in response.output_tensors].index("output_ids")]
         assert ids.as_numpy().tolist() == greedy(PROMPTS[0], MAX_TOKENS)[1]
         assert np.asarray(ids.as_numpy()).dtype == np.int32

@@ -7,6 +7,7 @@ request's stop hook reads its sends' cancellation answers instead of asking Trit
 from __future__ import annotations
 
 import shutil
+import sys
 import threading
 
 import numpy as np
@@ -101,16 +102,14 @@ def test_a_slow_send_does_not_hold_up_the_engine_and_responses_keep_their_order(
     whole = list(_out(final[-1][0], "output_ids"))
     assert len(whole) == MAX_TOKENS
 
-    generated = threading.Event()  # the engine ran the request to its end
-    generate = model.engine.generate
+    generated = threading.Event()  # the engine process ran the request to its end
+    done = model._done
 
-    def watched(*args, **kwargs):
-        try:
-            return generate(*args, **kwargs)
-        finally:
-            generated.set()
+    def watched(job, result):
+        done(job, result)
+        generated.set()
 
-    monkeypatch.setattr(model.engine, "generate", watched)
+    monkeypatch.setattr(model, "_done", watched)
     hold = threading.Event()
     request = CountingRequest(_inputs(stream=True), hold=hold)
     server._validate("tensorrt_llm", request.inputs)
@@ -141,27 +140,22 @@ def test_a_streamed_requests_stop_hook_reuses_its_sends_cancellation_answers(llm
 
 
 def test_a_one_call_request_asks_about_cancellation_once_per_check_period_not_every_step(llmapi):
-    """A request that is not streamed has no sends to read answers from: its stop hook asks Triton (an
-    IPC round trip on the engine's thread) at most every cancellation_check_period_ms (model.yaml's
-    triton_config, 100 as upstream's cancellation loop), not every POLL_S (10 ms), which cost 4.5% of the
-    engine thread here. Steps are slowed to >= 15 ms, so asking every POLL_S would ask at every step."""
+    """A request that is not streamed has no sends to read answers from: after each step the worker asks
+    Triton (an IPC round trip) at most every cancellation_check_period_ms (model.yaml's triton_config, 100
+    as upstream's cancellation loop), not every POLL_S (10 ms), which cost 4.5% of the engine's time here.
+    Each step's check is slowed to >= 15 ms, so asking every POLL_S would ask at every step."""
     import time
 
     server, model = llmapi
     assert model.check_period_s == 0.1  # the generated model.yaml's triton_config
-    hook, calls = model._hook, []
+    ended, calls = model._ended, []
 
-    def slowed(job):
-        stop = hook(job)
+    def slowed(job):  # the worker's thread, after each step of the request
+        calls.append(job)
+        time.sleep(0.015)
+        return ended(job)
 
-        def slow_stop(out, start):
-            calls.append(start)
-            time.sleep(0.015)
-            return stop(out, start)
-
-        return slow_stop
-
-    model._hook = slowed
+    model._ended = slowed
     try:
         inputs = _inputs(stream=False) | {"sampling_param_max_tokens": np.array([40], dtype=np.int32)}
         request = CountingRequest(inputs)
@@ -169,9 +163,72 @@ def test_a_one_call_request_asks_about_cancellation_once_per_check_period_not_ev
         sent = _run(server, request)
         elapsed = time.monotonic() - t0
     finally:
-        del model._hook
+        del model._ended
     assert len(sent) == 1 and len(list(_out(sent[-1][0], "output_ids"))) == 40
     steps = len(calls)
     # one ask when the request starts, one per period of its run, the final response's own
     assert request.asks <= elapsed / model.check_period_s + 3, (request.asks, elapsed)
     assert steps >= 2 * (elapsed / model.check_period_s + 3), "too few steps to tell the cadences apart"
+
+
+def _engine_process(model):
+    """The EngineProcess class of the model's folder (its modules are imported from there)."""
+    return sys.modules[type(model.engine).__module__]
+
+
+def test_the_engine_runs_in_a_process_of_its_own_and_streams_each_step(llmapi, greedy):
+    """engine_child.py: the model's Triton process only sends responses; the engine's steps come back as
+    they are made, and their tokens are the greedy ones."""
+    import os
+
+    _, model = llmapi
+    engine = model.engine
+    assert engine.proc.pid != os.getpid() and engine.proc.poll() is None
+    ids = list(model.tokenizer(PROMPT)["input_ids"])
+    params = model._params(type("R", (), {"greedy": True, "max_new": MAX_TOKENS, "seed": None})())
+    steps: list[list[int]] = []
+    (result,) = engine.run(
+        [{"ids": ids, "params": params.to_dict(), "stops": []}],
+        speculative=True,
+        k=model.k,
+        on_tokens=lambda i, new, ns: steps.append(new),
+        stop=lambda i: False,
+    )
+    assert sum(steps, []) == result["tokens"] == greedy(PROMPT, MAX_TOKENS)[1]
+    assert len(steps) > 1 and result["drafted"] > 0  # one event a speculative step
+
+
+def test_an_aborted_row_ends_at_its_next_step_with_what_it_produced(llmapi, greedy):
+    _, model = llmapi
+    ids = list(model.tokenizer(PROMPT)["input_ids"])
+    params = model._params(type("R", (), {"greedy": True, "max_new": 40, "seed": None})())
+    steps: list[list[int]] = []
+    (result,) = model.engine.run(
+        [{"ids": ids, "params": params.to_dict(), "stops": []}],
+        speculative=False,
+        k=None,
+        on_tokens=lambda i, new, ns: steps.append(new),
+        stop=lambda i: True,  # stop after the first step
+    )
+    assert result["tokens"] == sum(steps, [])
+    assert 1 <= len(result["tokens"]) < 40  # the abort reached the engine within a few steps, not at the end
+    assert result["tokens"] == greedy(PROMPT, 40)[1][: len(result["tokens"])]
+
+
+def test_a_dead_engine_process_and_an_unloadable_engine_are_clear_errors(llmapi):
+    _, model = llmapi
+    module = _engine_process(model)
+    other = module.EngineProcess(model.engine.engine_path, threads=1)
+    other.proc.kill()
+    other.proc.wait()
+    with pytest.raises(module.EngineProcessError, match="the engine process is gone"):
+        other.run(
+            [{"ids": [1, 2], "params": {"max_tokens": 2}, "stops": []}],
+            speculative=False,
+            k=None,
+            on_tokens=lambda *a: None,
+            stop=lambda i: False,
+        )
+    other.close()
+    with pytest.raises(module.EngineProcessError, match="did not load: .*no-such-build"):
+        module.EngineProcess("/no-such-build", threads=1)

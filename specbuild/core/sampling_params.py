@@ -61,3 +61,8 @@ class SamplingParams:
         d = asdict(self)
         d["stop_token_ids"] = list(self.stop_token_ids)
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> SamplingParams:
+        """The inverse of to_dict (JSON has no tuples); every value is validated again."""
+        return cls(**{**d, "stop_token_ids": tuple(d.get("stop_token_ids", ()))})

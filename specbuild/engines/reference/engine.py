@@ -57,6 +57,7 @@ from specbuild.engines.reference.runners import (
 from specbuild.engines.reference.sampling import make_generator, probs_from_logits
 from specbuild.engines.reference.session import DecodeSession, Row
 from specbuild.engines.reference.speculative import StopHook
+from specbuild.engines.reference.text import decode, load_tokenizer
 
 MEDUSA_ARCHITECTURE = "MedusaForCausalLM"  # what a TensorRT-LLM Medusa checkpoint declares
 
@@ -232,35 +233,7 @@ class ReferenceEngine:
     @property
     def tokenizer(self):
         if self._tokenizer is None:
-            if self.tokenizer_dir is None:
-                raise EngineError(
-                    "no tokenizer for this engine",
-                    expected="a build folder (tokenizer_dir) or a checkpoint converted by specbuild",
-                    found="no tokenizer_dir",
-                    fix="pass the `specbuild compile` output folder, or token ids instead of text",
-                )
-            if not self.tokenizer_dir.is_dir():
-                raise EngineError(
-                    f"the engine's tokenizer folder {self.tokenizer_dir} does not exist",
-                    expected="the tokenizer folder the build recorded (its tokenizer_dir)",
-                    found="no such folder",
-                    fix="restore that folder, or re-run `specbuild compile` with the model folder in place",
-                )
-            # transformers takes ~2 s to import; engines that only ever see token ids (the Triton models) skip
-            # it.
-            from transformers import AutoTokenizer  # noqa: PLC0415
-
-            try:
-                self._tokenizer = AutoTokenizer.from_pretrained(
-                    str(self.tokenizer_dir), trust_remote_code=False
-                )
-            except (OSError, ValueError) as exc:
-                raise EngineError(
-                    f"cannot load the tokenizer in {self.tokenizer_dir}",
-                    expected="tokenizer.json / tokenizer_config.json",
-                    found=" ".join(str(exc).split())[:300],
-                    fix="restore the tokenizer files, or re-run `specbuild compile`",
-                ) from None
+            self._tokenizer = load_tokenizer(self.tokenizer_dir)
         return self._tokenizer
 
     def end_ids(self) -> tuple[int, ...]:
@@ -572,7 +545,7 @@ class ReferenceEngine:
         return list(self.tokenizer(text)["input_ids"])
 
     def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return decode(self.tokenizer, ids)
 
     def _result(self, ids, params, stats, *, speculative: bool, seconds: float) -> GenerationResult:
         text = self.decode(ids) if self.tokenizer_dir is not None else ""

@@ -208,8 +208,9 @@ class RequestCounters:
     reused_blocks: int = 0  # KV blocks of the prompt found in the prefix cache / newly allocated
     new_blocks: int = 0
 
-    def token(self) -> None:
-        now = time.time_ns()
+    def token(self, now_ns: int | None = None) -> None:
+        """A step's tokens were made now (or at now_ns: the engine's clock, time.time_ns())."""
+        now = time.time_ns() if now_ns is None else now_ns
         self.first_token_ns = self.first_token_ns or now
         self.last_token_ns = now
 

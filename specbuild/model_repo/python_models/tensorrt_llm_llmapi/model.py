@@ -8,22 +8,29 @@ the LLM-API tensor interface (what each input does: llmapi_core.py).
   max_draft_len the K of every request; without it the target decodes alone, as
   the LLM API does without speculation). The config.pbtxt parameter `reference_engine` names the
   `compile --flow llmapi --engine reference` build the engine loads.
+* the engine runs in a process of its own (engine_child.py, started and spoken to by engine_process.py),
+  as the LLM API runs its executor in a worker process on one GPU: this process only reads requests,
+  tokenizes, detokenizes and sends responses, so none of that stalls the engine (in one process, each
+  response's IPC hand-overs of the GIL cost the engine 12% of a streamed request; docs/serving.md).
 * decoupled (specbuild's repositories): `execute` hands the requests to one worker thread and returns,
   so concurrent requests reach the engine together: requests waiting when a batch starts decode
   together (up to max_batch_size; the engine's lockstep batch, draft/target included), later ones in the
   next batch. This is the reference engine's batching, not TensorRT-LLM's in-flight batching, which
-  admits requests between steps.
+  admits requests between steps. The worker thread sends each batch to the engine process and reads its
+  steps as they come.
 * responses (decoupled): one thread of their own (engine_worker.Outbox) builds and sends them, in the
   order the engine produced them: a streamed step's response (its cumulative text detokenized, the
   tensors, the cancellation ask and the send, each ask and send an IPC round trip to the server) is
   built and sent while the engine runs the next step; the final response goes the same way, after the
-  request's last step. A streamed request's stop hook reads the answer of its last send's ask instead
-  of asking again (each step's send asks afresh); a request that is not streamed is asked at most
-  every cancellation_check_period_ms (triton_config; 100 as upstream's cancellation loop).
+  request's last step. After each step the worker asks whether the request should stop (`_ended`): a
+  streamed request reads the answer of its last send's ask instead of asking again (each step's send
+  asks afresh); a request that is not streamed is asked at most every cancellation_check_period_ms
+  (triton_config; 100 as upstream's cancellation loop). A request that should stop is aborted in the
+  engine process, which ends it at its next step.
 * not decoupled: each request runs inside `execute`.
-* cancellation: Triton's (the client gone) ends the work within a step and writes nothing but the final
+* cancellation: Triton's (the client gone) ends the work within a step or two and writes nothing but the final
   flag (writing outputs for a gone client is what the 2.51 frontend can crash on, responder.py); a
-  `stop` request ends the requests with its id within a step: they end with what they produced and
+  `stop` request ends the requests with its id within a step or two: they end with what they produced and
   finish_reason "cancelled" (the LLM API's CompletionOutput value for an aborted request; whether
   upstream's model sends that final output or an error is UNVERIFIED), and the stop request itself is
   answered "Request cancelled by client" (CANCELLED), as upstream.
@@ -44,6 +51,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
+from engine_process import EngineProcess, EngineProcessError  # noqa: E402
 from engine_worker import ActiveRequests, EngineWorker, Outbox  # noqa: E402
 from llmapi_core import (  # noqa: E402
     Job,
@@ -57,7 +65,9 @@ from llmapi_core import (  # noqa: E402
 )
 from responder import Responder  # noqa: E402
 from spec_metrics import SpecMetrics  # noqa: E402
-from words import param, stop_at_words  # noqa: E402
+from words import param  # noqa: E402
+
+from specbuild.engines.reference.text import decode  # noqa: E402
 
 DEFAULT_TORCH_THREADS = "1"
 DEFAULT_TOKENS_PER_BLOCK = 32  # KvCacheConfig.tokens_per_block default
@@ -86,12 +96,9 @@ class TritonPythonModel:
         return auto_complete_model_config
 
     def initialize(self, args):
-        import torch
-
         from specbuild.core.llmapi_facts import DECODINGS, release
-        from specbuild.engines.reference.engine import ReferenceEngine
+        from specbuild.engines.reference.text import load_tokenizer
 
-        torch.set_num_threads(int(os.environ.get("SPECBUILD_TORCH_THREADS", DEFAULT_TORCH_THREADS)))
         config = json.loads(args["model_config"])
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         options = _read_options()
@@ -99,12 +106,19 @@ class TritonPythonModel:
         path = param(config, "reference_engine")
         if not path:
             raise pb_utils.TritonModelException("parameter reference_engine is required by the local model")
-        self.engine = ReferenceEngine.load(path)
+        # the engine runs in a process of its own (engine_child.py: why), warmed up before it says ready
+        threads = int(os.environ.get("SPECBUILD_TORCH_THREADS", DEFAULT_TORCH_THREADS))
+        try:
+            self.engine = EngineProcess(path, threads=threads)
+        except EngineProcessError as exc:
+            raise pb_utils.TritonModelException(f"tensorrt_llm: {exc}") from None
+        info = self.engine.info
+        self.tokenizer = load_tokenizer(info.tokenizer_dir)
         spec_cfg = options.get("speculative_config") or {}
         version = param(config, "trtllm_version", "1.2.1")
         want = None
-        if self.engine.method is not None and self.engine.method.value in DECODINGS:
-            cls = release(version).classes[DECODINGS[self.engine.method.value].config_class]
+        if info.method is not None and info.method in DECODINGS:
+            cls = release(version).classes[DECODINGS[info.method].config_class]
             want = cls.decoding_type
         if spec_cfg and spec_cfg.get("decoding_type") != want:
             raise pb_utils.TritonModelException(
@@ -117,12 +131,11 @@ class TritonPythonModel:
             )
         # No speculative_config: the LLM API decodes with the target alone (a deployment without
         # speculation), even when the reference build has a draft.
-        self.speculate = bool(spec_cfg) and self.engine.speculates
+        self.speculate = bool(spec_cfg) and info.speculates
         self.k = int(spec_cfg.get("max_draft_len") or 0)
-        if self.engine.speculates and self.k > self.engine.num_draft_tokens:
+        if info.speculates and self.k > info.num_draft_tokens:
             raise pb_utils.TritonModelException(
-                f"speculative_config.max_draft_len {self.k} exceeds the build's "
-                f"{self.engine.num_draft_tokens}"
+                f"speculative_config.max_draft_len {self.k} exceeds the build's {info.num_draft_tokens}"
             )
         self.limits = LlmApiLimits.from_options(options)
         kv = options.get("kv_cache_config") or {}
@@ -135,7 +148,6 @@ class TritonPythonModel:
         self.check_period_s = (DEFAULT_CHECK_PERIOD_MS if period_ms is None else int(period_ms)) / 1000
         self._active = ActiveRequests()  # request id -> its running jobs (for stop requests)
         self.metrics = SpecMetrics(config.get("name", "tensorrt_llm"))  # trtllm-serve's spec-decode series
-        self._warm_up()
         self._worker = self._outbox = None
         if self.decoupled:  # decoupled: one worker runs the requests execute() read, one thread answers
             self._outbox = Outbox("llmapi-responses", on_error=self._send_failed)
@@ -146,17 +158,13 @@ class TritonPythonModel:
                 lambda job: self._outbox.put(lambda: job.responder.finish(self._final(job))),
             )
 
-    def _warm_up(self) -> None:
-        from specbuild.core.sampling_params import SamplingParams
-
-        self.engine.generate([0], SamplingParams(max_tokens=2, end_id=-1), speculative=self.speculate)
-
     def finalize(self):
         if self._worker is not None:
             left = self._worker.close()
             self._outbox.close()  # the responses the engine produced go out first, in order
             for job in left:  # never leave a request without its final response
                 job.responder.finish(self._error("the model is being unloaded"))
+        self.engine.close()
         self.metrics.close()  # what is still pending goes out
 
     @staticmethod
@@ -214,7 +222,7 @@ class TritonPythonModel:
         return self._cancelled_error()
 
     def _parse(self, request, get, responder: Responder) -> Job:
-        tok = self.engine.tokenizer
+        tok = self.tokenizer
         req = parse_request(
             get,
             encode=lambda text: list(tok(text)["input_ids"]),
@@ -228,7 +236,7 @@ class TritonPythonModel:
             req=req,
             responder=responder,
             perf=Perf(arrival_ns=req.arrival_ns),
-            reused_before=self.engine.prefix_cache.reused_tokens,
+            reused_before=self.engine.reused,
         )
         self._active.add(req.request_id, job)
         return job
@@ -246,23 +254,19 @@ class TritonPythonModel:
             seed=req.seed,
         )
 
-    def _hook(self, job: Job):
-        words = stop_at_words(job.req.stop_sequences)
-        # A streamed request's every step is sent, and each send asks Triton afresh (on the outbox's
-        # thread): the hook reads that answer instead of asking again. Otherwise it asks at most every
-        # cancellation_check_period_ms, as upstream's model checks its requests: asking every POLL_S
-        # (10 ms) cost a one-call request 4.5% of the engine thread's time on this machine (py-spy,
-        # 2026-12-03).
+    def _ended(self, job: Job) -> bool:
+        """Should the job's row stop (asked after each of its steps; the engine process ends it at its next
+        step): a `stop` request named it, or Triton cancelled it. A streamed request's every step is sent,
+        and each send asks Triton afresh (on the outbox's thread): this reads that answer instead of asking
+        again. Otherwise it asks at most every cancellation_check_period_ms, as upstream's model checks its
+        requests: asking every POLL_S (10 ms) cost a one-call request 4.5% of the engine's time on this
+        machine (py-spy, 2026-12-03)."""
         max_age_s = float("inf") if job.req.streaming and self.decoupled else self.check_period_s
-
-        def stop(out, start):
-            if job.stopped or job.responder.ended(max_age_s=max_age_s):
-                return len(out)
-            return words(out, start) if words else None
-
-        return stop
+        return job.stopped or job.responder.ended(max_age_s=max_age_s)
 
     def _run(self, jobs: list[Job]) -> None:
+        """The jobs the worker took together: the ones without stop strings as one batch (they decode
+        together), the others one by one (the engine process ends each at its stop words)."""
         for job in jobs:
             job.perf.scheduled()
         live = [j for j in jobs if not j.responder.ended()]
@@ -270,63 +274,58 @@ class TritonPythonModel:
             if job not in live:
                 job.ran = True
         plain = [j for j in live if not j.req.stop_sequences]
+        batches = [plain] if len(plain) > 1 else []
+        batches += [[j] for j in live if not any(j in b for b in batches)]
         try:
-            if len(plain) > 1:
-                hooks = [self._hook(j) for j in plain]
-                try:
-                    results = self.engine.generate_batch(
-                        [j.req.prompt_ids for j in plain],
-                        [self._params(j.req) for j in plain],
-                        speculative=self.speculate,
-                        num_draft_tokens=self.k if self.speculate else None,
-                        on_tokens=lambda i, new: self._on_tokens(plain[i], new),
-                        stop=lambda i, out, start: hooks[i](out, start),
-                    )
-                except Exception as exc:  # noqa: BLE001 - every request of the batch gets the error
-                    for job in plain:
-                        job.error, job.ran = exc, True
-                else:
-                    for job, result in zip(plain, results, strict=True):
-                        self._done(job, result)
-            for job in live:
-                if not job.ran:
-                    try:
-                        result = self.engine.generate(
-                            job.req.prompt_ids,
-                            self._params(job.req),
-                            speculative=self.speculate,
-                            num_draft_tokens=self.k if self.speculate else None,
-                            on_tokens=lambda new, job=job: self._on_tokens(job, new),
-                            stop=self._hook(job),
-                        )
-                    except Exception as exc:  # noqa: BLE001 - the request's error response
-                        job.error = exc
-                        job.ran = True
-                    else:
-                        self._done(job, result)
+            for batch in batches:
+                self._run_batch(batch)
         finally:
             for job in jobs:
                 self._active.remove(job.req.request_id, job)
 
-    def _done(self, job: Job, result) -> None:
-        # the engine's counter is read here, on the engine's thread (the final response is built on the
-        # outbox's thread while the engine runs the next request)
-        job.reused = self.engine.prefix_cache.reused_tokens - job.reused_before
-        job.tokens, job.ran = list(result.token_ids), True
-        job.perf.accepted, job.perf.drafted = result.stats.accepted, result.stats.drafted
-        job.steps = result.stats.steps  # (accepted, drafted) per verification step, for the metrics
-        job.finish = result.finish_reason
+    def _run_batch(self, batch: list[Job]) -> None:
+        rows = [
+            {
+                "ids": list(j.req.prompt_ids),
+                "params": self._params(j.req).to_dict(),
+                "stops": [list(words) for words in j.req.stop_sequences],
+            }
+            for j in batch
+        ]
+        try:
+            results = self.engine.run(
+                rows,
+                speculative=self.speculate,
+                k=self.k if self.speculate else None,
+                on_tokens=lambda i, new, ns: self._on_tokens(batch[i], new, ns),
+                stop=lambda i: self._ended(batch[i]),
+            )
+        except EngineProcessError as exc:  # every request of the batch gets the error
+            for job in batch:
+                job.error, job.ran = exc, True
+        else:
+            for job, result in zip(batch, results, strict=True):
+                self._done(job, result)
+
+    def _done(self, job: Job, result: dict) -> None:
+        # the engine's counter as its last batch reported it, read on the worker's thread (the final
+        # response is built on the outbox's thread while the engine runs the next request)
+        job.reused = self.engine.reused - job.reused_before
+        job.tokens, job.ran = list(result["tokens"]), True
+        job.perf.accepted, job.perf.drafted = int(result["accepted"]), int(result["drafted"])
+        job.steps = [tuple(step) for step in result["steps"]]  # (accepted, drafted) per step, for the metrics
+        job.finish = result["finish"]
 
     def _text(self, job: Job, tokens: list[int]) -> str:
-        text = self.engine.decode(tokens)
+        text = decode(self.tokenizer, tokens)
         return (job.req.prompt + text) if not job.req.exclude_input else text
 
-    def _on_tokens(self, job: Job, new: list[int]) -> None:
-        job.perf.token()
+    def _on_tokens(self, job: Job, new: list[int], ns: int) -> None:
+        job.perf.token(ns)
         job.tokens += list(new)
         if job.req.streaming and new and not job.stopped:
-            # built and sent on the outbox's thread while the engine runs its next step (streaming is
-            # decoupled only): the cumulative text of the tokens so far, the step's new tokens
+            # built and sent on the outbox's thread while the worker reads the engine's next step
+            # (streaming is decoupled only): the cumulative text of the tokens so far, the step's new tokens
             self._outbox.put(functools.partial(self._send_step, job, len(job.tokens), list(new)))
 
     def _send_step(self, job: Job, n: int, new: list[int]) -> None:

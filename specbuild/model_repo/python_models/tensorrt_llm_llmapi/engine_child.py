@@ -1,0 +1,169 @@
+"""The local LLM-API model's engine process: the reference engine, alone in a process of its own.
+
+Why a process: the model's Triton process builds and sends a streamed response every engine step, and
+each send and cancellation ask is an IPC round trip that leaves and retakes the GIL. With the engine in
+the same process every such hand-over stalled the engine's thread (py-spy, 2026-12-03: 6.5% of its time
+waiting for the GIL after torch ops; streamed requests 12% slower in the engine than one-call ones).
+TensorRT-LLM's LLM API does the same for the same reason: on one GPU it runs the executor in a worker
+process ("Partition the workload to multiple process for streaming performance",
+tensorrt_llm/executor/executor.py GenerationExecutor.create, read at 005bc848).
+
+Started by engine_process.py as `python engine_child.py ENGINE_PATH TORCH_THREADS`. Protocol: JSON
+lines, commands on stdin, events on stdout (the child's own prints go to stderr, the server's log):
+* events: {"e": "ready", ...what the engine is} once loaded and warmed up, or {"e": "failed", "msg"};
+  per batch, {"e": "tok", "rid", "row", "new", "ns"} for each step's new tokens of a row, then
+  {"e": "done", "rid", "results": [...], "reused"} or {"e": "error", "rid", "msg"};
+* commands: {"op": "gen", "rid", "rows": [{"ids", "params", "stops"}], "speculative", "k"} (one batch:
+  its rows decode together), {"op": "abort", "rid", "row"} (that row ends at its next step, with what it
+  produced), {"op": "close"} (or end of stdin).
+No pickle: both sides are this project's code, and JSON is all they exchange.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import sys
+import threading
+import time
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+from words import stop_at_words  # noqa: E402
+
+
+class Events:
+    """The event channel (the process's original stdout), one whole line per write."""
+
+    def __init__(self, fd: int):
+        self._out = os.fdopen(fd, "wb", buffering=0)
+        self._lock = threading.Lock()
+
+    def send(self, event: dict) -> None:
+        line = (json.dumps(event, separators=(",", ":")) + "\n").encode()
+        with self._lock:
+            self._out.write(line)
+
+
+class Child:
+    """Runs the batches the Triton process sends, one at a time, and the aborts that name their rows."""
+
+    def __init__(self, engine, events: Events):
+        self.engine, self.events = engine, events
+        self.batches: queue.SimpleQueue = queue.SimpleQueue()
+        self.aborted: set[tuple[int, int]] = set()  # (rid, row); read on the engine's thread at each step
+
+    def read_commands(self, stream) -> None:
+        """stdin's thread: batches to the queue, aborts to the set; close or EOF ends the process."""
+        for line in stream:
+            command = json.loads(line)
+            op = command.get("op")
+            if op == "gen":
+                self.batches.put(command)
+            elif op == "abort":
+                self.aborted.add((int(command["rid"]), int(command["row"])))
+            elif op == "close":
+                break
+        self.batches.put(None)
+
+    def serve(self) -> None:
+        while (command := self.batches.get()) is not None:
+            self.run(command)
+
+    def run(self, command: dict) -> None:
+        from specbuild.core.sampling_params import SamplingParams  # noqa: PLC0415 - after the engine loaded
+
+        rid, rows = int(command["rid"]), command["rows"]
+        prompts = [row["ids"] for row in rows]
+        params = [SamplingParams.from_dict(row["params"]) for row in rows]
+        words = [stop_at_words(row["stops"]) for row in rows]
+        events = self.events
+
+        def on_tokens(i: int, new) -> None:
+            events.send({"e": "tok", "rid": rid, "row": i, "new": list(new), "ns": time.time_ns()})
+
+        def stop(i: int, out, start):
+            if (rid, i) in self.aborted:
+                return len(out)
+            return words[i](out, start) if words[i] else None
+
+        options = {"speculative": bool(command["speculative"]), "num_draft_tokens": command.get("k")}
+        try:
+            if len(rows) > 1:
+                results = self.engine.generate_batch(
+                    prompts, params, on_tokens=on_tokens, stop=stop, **options
+                )
+            else:
+                results = [
+                    self.engine.generate(
+                        prompts[0],
+                        params[0],
+                        on_tokens=lambda new: on_tokens(0, new),
+                        stop=lambda out, start: stop(0, out, start),
+                        **options,
+                    )
+                ]
+        except Exception as exc:  # noqa: BLE001 - the batch's error; the process goes on
+            events.send({"e": "error", "rid": rid, "msg": f"{type(exc).__name__}: {exc}"})
+        else:
+            events.send(
+                {
+                    "e": "done",
+                    "rid": rid,
+                    "results": [_result(r) for r in results],
+                    "reused": self.engine.prefix_cache.reused_tokens,
+                }
+            )
+        finally:
+            self.aborted -= {(rid, i) for i in range(len(rows))}
+
+
+def _result(result) -> dict:
+    stats = result.stats
+    return {
+        "tokens": list(result.token_ids),
+        "accepted": stats.accepted,
+        "drafted": stats.drafted,
+        "steps": [list(step) for step in stats.steps],
+        "finish": result.finish_reason,
+    }
+
+
+def main(argv: list[str]) -> int:
+    engine_path, threads = argv[1], int(argv[2])
+    events = Events(os.dup(1))
+    os.dup2(2, 1)  # a stray print (a library's) must never break the event channel
+    try:
+        import torch  # noqa: PLC0415
+
+        from specbuild.core.sampling_params import SamplingParams  # noqa: PLC0415
+        from specbuild.engines.reference.engine import ReferenceEngine  # noqa: PLC0415
+
+        torch.set_num_threads(threads)
+        engine = ReferenceEngine.load(engine_path)
+        # the first request must not pay for torch's lazy initialisation
+        engine.generate([0], SamplingParams(max_tokens=2, end_id=-1), speculative=engine.speculates)
+    except Exception as exc:  # noqa: BLE001 - the Triton process reports it and fails to load
+        events.send({"e": "failed", "msg": f"{type(exc).__name__}: {exc}"})
+        return 1
+    events.send(
+        {
+            "e": "ready",
+            "method": engine.method.value if engine.method is not None else None,
+            "speculates": engine.speculates,
+            "num_draft_tokens": engine.num_draft_tokens,
+            "tokenizer_dir": str(engine.tokenizer_dir) if engine.tokenizer_dir is not None else None,
+            "reused": engine.prefix_cache.reused_tokens,
+        }
+    )
+    child = Child(engine, events)
+    threading.Thread(target=child.read_commands, args=(sys.stdin,), daemon=True).start()
+    child.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
