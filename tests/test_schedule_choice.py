@@ -104,6 +104,37 @@ def test_predict_served_reports_medians_spread_and_the_rule():
     assert "every repeat" in pred["decisions"][0]["reason"]
 
 
+def test_a_server_where_no_k_pays_at_one_request_is_served_with_speculation_off():
+    """The served curve finds K=0 (the one-call target alone) faster than every K at c=1, as on a fast CPU
+    where each BLS round pays two IPC calls (make demo, 2026-12-03: x1.22): the spec keeps no schedule
+    (TensorRT-LLM's draft_len_schedule keeps K at 1 at max_draft_len) and the repository is to serve
+    SERVED_OFF, so requests that leave num_draft_tokens out never draft, instead of the fixed K."""
+    from specbuild.client.serve_curve import predict_served
+    from specbuild.core.schedule import SERVED_OFF, DraftSchedule
+
+    curve = {
+        "requests": 2,
+        "concurrency": [1, 2],
+        "ks": [2],
+        "repeats": 2,
+        "points": {
+            "1/0": [_point(80.0), _point(82.0)],
+            "1/2": [_point(50.0, 0.08, [10, 10]), _point(52.0, 0.08, [10, 10])],  # 0.8 s against 0.5
+            "2/0": [_point(150.0), _point(150.0)],
+            "2/2": [_point(90.0, 0.05, [10, 10]), _point(90.0, 0.05, [10, 10])],
+        },
+    }
+    pred = predict_served(curve, [0.9, 0.9])
+    assert pred["chosen"] == {1: 0, 2: 0} and pred["schedule"] is None
+    assert pred["repository_schedule"] == SERVED_OFF and SERVED_OFF in pred["notes"][0]
+    served = DraftSchedule.from_text(SERVED_OFF, max_draft_len=2, first_is_max=False)
+    assert [served.k_for(n) for n in (1, 2, 8, 64)] == [0, 0, 0, 0]
+    # where a K pays at c=1, the repository serves the spec's own schedule
+    curve["points"]["1/2"] = [_point(120.0, 0.02, [10, 10]), _point(121.0, 0.02, [10, 10])]
+    pred = predict_served(curve, [0.9, 0.9])
+    assert pred["schedule"] == {1: 2, 2: 0} and pred["repository_schedule"] == "1:2,2:0"
+
+
 def test_predict_served_predicts_the_requests_the_measured_runs_sent():
     from specbuild.client.serve_curve import predict_served
     from specbuild.client.served_model import predicted_tokens_per_s

@@ -39,7 +39,7 @@ from specbuild.client.bench import run_once
 from specbuild.client.metrics import UNARY_BASELINE
 from specbuild.client.options import BenchConfig, run_length
 from specbuild.client.served_model import calibrate, predicted_tokens_per_s
-from specbuild.core.schedule import DraftSchedule, schedule_steps
+from specbuild.core.schedule import SERVED_OFF, DraftSchedule, schedule_steps
 from specbuild.core.schedule_choice import RULE, choose, round_order, spread
 from specbuild.core.theory import tokens_per_pass_chain
 
@@ -153,11 +153,17 @@ def predict_served(
     sizes = sorted(curve["concurrency"])
     notes = []
     if chosen[sizes[0]] == 0:
-        notes.append("no K > 0 beats the baseline at the smallest concurrency: speculation does not pay here")
+        notes.append(
+            "no K > 0 beats the baseline at the smallest concurrency: speculation does not pay on this "
+            f"server at any load; serve it off: `specbuild repo BUILD --schedule {SERVED_OFF}` (requests "
+            "that leave num_draft_tokens out get the target alone)"
+        )
         schedule = None
+        repository_schedule = SERVED_OFF
     else:
         steps = schedule_steps(sizes, chosen)
         schedule = DraftSchedule.parse(steps, max_draft_len=chosen[sizes[0]]).to_dict()
+        repository_schedule = DraftSchedule.parse(steps, max_draft_len=chosen[sizes[0]]).to_text()
     return {
         "mode": mode,
         "rule": RULE,
@@ -171,6 +177,10 @@ def predict_served(
             for d in decisions
         ],
         "schedule": schedule,
+        # what the repository that was measured should serve (`specbuild repo --schedule`): the spec's
+        # schedule, or SERVED_OFF where the spec cannot say it (TensorRT-LLM's draft_len_schedule keeps K at
+        # one request in flight at max_draft_len; an engine-flow repository's BLS may serve K=0 there)
+        "repository_schedule": repository_schedule,
         "notes": notes,
         "median_round_ms": statistics.median(
             p["round_s"] * 1e3 for ps in curve["points"].values() for p in _repeats(ps) if "round_s" in p

@@ -50,6 +50,11 @@ PLAIN_ROUND_TOKENS = 64
 # a tree). 50 ms covers a client's turnaround here many times over and delays the schedule's reaction to
 # a load that really falls by at most that long.
 INFLIGHT_HOLD_MS = 50
+# A repository schedule that never drafts (`specbuild repo --schedule 1:0`): what an engine-flow repository
+# serves when its served cost curve finds no K > 0 that beats the target alone even at one request in
+# flight (client/serve_curve.py). The spec cannot hold it: TensorRT-LLM's draft_len_schedule keeps K at 1
+# at max_draft_len.
+SERVED_OFF = "1:0"
 
 
 def record_end(

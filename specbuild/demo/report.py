@@ -308,6 +308,12 @@ def load_table(bench_json: Path) -> tuple[str, list[dict[str, Any]], list[str]] 
             f"this server) through Triton, in-process schedule {sched.get('schedule')} (the in-process cost "
             "curve) in-process"
         )
+    elif served_sched and served_sched.get("schedule") is None and served_sched.get("repository_schedule"):
+        source = (
+            f"served schedule {served_sched['repository_schedule']}: off at every load (tune --schedule "
+            "--url: no K > 0 beat the one-call target alone at one request in flight through this server; "
+            "the repository carries it, the spec and the in-process engine keep the fixed K)"
+        )
     elif served_sched:
         source = (
             f"served schedule {served_sched.get('schedule')} (tune --schedule --url: the cost curve through "

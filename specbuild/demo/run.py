@@ -54,6 +54,7 @@ from rich.console import Console
 from specbuild.client.load_bench import LOAD_WAVES
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.methods import Method
+from specbuild.core.schedule import SERVED_OFF
 from specbuild.core.spec import PATH_KEYS
 from specbuild.demo.models import (
     DEFAULT_CACHE,
@@ -250,13 +251,16 @@ def stage_check_and_tune(spec: Path, prompts: Path, max_tokens: int) -> None:
     run_cli("tune", str(spec), "--prompts", str(prompts), "--max-tokens", str(max_tokens), "--write")
 
 
-def stage_served_schedule(spec: Path, url: str, prompts: Path, schedule: Path, opts: DemoOptions) -> None:
+def stage_served_schedule(
+    spec: Path, url: str, prompts: Path, schedule: Path, opts: DemoOptions
+) -> str | None:
     """`tune --schedule --url`: the cost curve measured through the running server (client/serve_curve.py:
     per concurrency and K, closed-loop runs of `prompts`, 3 interleaved repeats, the one-call baseline as
     K=0) and the schedule it implies, written into the spec (comments kept). The in-process curve's
     schedule prices a lockstep batch; the served engines batch in flight, so the one-call baseline
     scales better than that curve says (docs/schedule.md). Report and plot in SCHEDULE/served.json,
-    served_predicted.png."""
+    served_predicted.png. Returns the schedule the repository must be laid out with when the spec cannot
+    hold it (core/schedule.SERVED_OFF: speculation off at every load), else None (the spec has it)."""
     plot = schedule / "served_predicted.png"
     report = run_cli(
         "tune",
@@ -283,10 +287,17 @@ def stage_served_schedule(spec: Path, url: str, prompts: Path, schedule: Path, o
     sched = json.loads(report)["details"].get("schedule") or {}
     for decision in sched.get("decisions", []):
         print(f"  c={decision['concurrency']}: {decision['reason']}")
+    off = sched.get("schedule") is None and sched.get("repository_schedule") == SERVED_OFF
+    shown = (
+        f"{SERVED_OFF} (off at every load: the repository is laid out with --schedule {SERVED_OFF})"
+        if off
+        else sched.get("schedule")
+    )
     print(
-        f"served schedule (requests in flight -> K): {sched.get('schedule')}; cost curve measured in "
+        f"served schedule (requests in flight -> K): {shown}; cost curve measured in "
         f"{sched.get('curve', {}).get('seconds', 0):.0f} s; predicted: {_relative(str(plot))}"
     )
+    return SERVED_OFF if off else None
 
 
 def stage_compile(spec: Path, out: Path) -> Path:
@@ -303,9 +314,11 @@ def stage_compile(spec: Path, out: Path) -> Path:
     return build
 
 
-def stage_repo(build: Path, out: Path) -> Path:
+def stage_repo(build: Path, out: Path, schedule: str | None = None) -> Path:
+    """`specbuild repo` (Python backend); `schedule`: a repository schedule the spec cannot hold."""
     repo = out / "repo"
-    run_cli("repo", str(build), "--out", str(repo), "--backend", "python", "--force")
+    extra = ["--schedule", schedule] if schedule is not None else []
+    run_cli("repo", str(build), "--out", str(repo), "--backend", "python", "--force", *extra)
     return repo
 
 
@@ -510,10 +523,10 @@ def run_mode(mode: str, spec: Path, family, opts: DemoOptions, ledger: Ledger) -
             ledger.stage(f"{mode}: served cost curve and schedule"),
             serving(repo, out / "tritonserver-curve.log") as url,
         ):
-            stage_served_schedule(spec, url, calibration, schedule, opts)
+            served_off = stage_served_schedule(spec, url, calibration, schedule, opts)
         with ledger.stage(f"{mode}: compile and repository again (the served schedule)"):
             build = stage_compile(spec, out)
-            repo = stage_repo(build, out)
+            repo = stage_repo(build, out, schedule=served_off)
         with ledger.stage(f"{mode}: in-process check of the cost model"):  # no server: a quiet CPU
             stage_in_process_check(build, prompts, calibration, schedule, opts)
     with ledger.stage(f"{mode}: serve, generate, bench"), serving(repo, out / "tritonserver.log") as url:
