@@ -41,6 +41,8 @@ from specbuild.client.load_bench import (
     LOAD_WAVES,
     SCHEDULE_MODE,
     bar_verdict,
+    bars_of,
+    decision_text,
     load_summary,
     load_table_lines,
 )
@@ -132,13 +134,23 @@ def in_process(
 
 
 def served_rounds(
-    held, tune, modes, rounds: int, max_tokens: int, console, *, tree_k=None, waves: int = LOAD_WAVES
+    held,
+    tune,
+    modes,
+    rounds: int,
+    max_tokens: int,
+    console,
+    *,
+    tree_k=None,
+    waves: int = LOAD_WAVES,
+    max_rounds: int = 0,
 ) -> list:
     """`rounds` interleaved rounds through the servers: every (c, mode) runs the tune prompts (the
     calibration: client/serve_curve.calibrate) and right after them the held-out prompts, whose run
     carries the calibration's prediction (metrics["predicted_tokens_per_s"]). `modes`: (server URL,
     bench mode, num_draft_tokens to send or None); `tree_k`: the K a Medusa tree's runs are labelled with
-    (its requests send none)."""
+    (its requests send none). `max_rounds`: after `rounds`, one more round at each c whose schedule bars
+    the sign test leaves undecided (client/load_bench.bar_decision), up to that many rounds."""
 
     def config(url, prompts):
         return BenchConfig(
@@ -153,8 +165,9 @@ def served_rounds(
 
     largest = tree_k or max(k for _, m, k in modes if m == FIXED_MODE)
     runs = []
-    for r in range(rounds):
-        for c in CONCURRENCY:
+    open_c, r = list(CONCURRENCY), 0
+    while open_c:
+        for c in open_c:
             for url, mode, k in round_order(modes, r):  # reversed every other round
                 common = dict(mode=mode, temperature=0.0, concurrency=c, k=k, advance=lambda: None)
                 cal = run_once(config(url, tune), **common)
@@ -167,7 +180,19 @@ def served_rounds(
                     run.num_draft_tokens = largest
                 runs.append(run)
             console.print(f"round {r + 1}/{rounds} c={c} done", markup=False)
+        r += 1
+        if r >= rounds:
+            open_c = [] if r >= max_rounds else undecided(runs)
     return runs
+
+
+def undecided(runs) -> list[int]:
+    """The concurrencies where a bar of the schedule is still undecided by the sign test."""
+    return [
+        row["concurrency"]
+        for row in load_summary(runs)
+        if any(d["verdict"] == "undecided" for d in bars_of(row).values())
+    ]
 
 
 def predicted_rates(prediction: dict, *, baseline_label: str = "baseline") -> dict[tuple[int, str], float]:
@@ -197,6 +222,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompts", type=int, default=8, help="held-out demo prompts per run")
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (medians reported)")
+    parser.add_argument(
+        "--max-rounds",
+        type=int,
+        default=0,
+        help="after --rounds, one more round at each c whose bars the sign test leaves undecided, up to "
+        "this many (0: no more)",
+    )
     parser.add_argument(
         "--waves",
         type=int,
@@ -294,25 +326,33 @@ def main(argv: list[str] | None = None) -> None:
         plot(served, out / "predicted_served.png")
         loads["after the served curve"] = _load()
         result["served_prediction"] = served
-        text = ",".join(f"{n}:{k}" for n, k in served["schedule"].items()) if served["schedule"] else "off"
+        # the repository's schedule: the spec's, or speculation off where no K pays at one request in flight
+        text = served["repository_schedule"]
         result["served_schedule"] = text
         console.print(f"served schedule: {text}")
         repo = generate_repo(build, out / "repo", backend="python", force=True, schedule=text)
         with TritonServer(repo, _server_options()) as server:
             url = server.grpc_url
             modes = [(url, BASELINE_MODE, 0), (url, UNARY_BASELINE, 0)] + [(url, FIXED_MODE, k) for k in ks]
-            if served["schedule"]:  # streamed, and in one call per request (against the one-call baseline)
-                modes += [(url, SCHEDULE_MODE, None), (url, UNARY_SCHEDULE, None)]
+            # streamed, and in one call per request (against the one-call baseline)
+            modes += [(url, SCHEDULE_MODE, None), (url, UNARY_SCHEDULE, None)]
             modes.append((url, UNARY_BASELINE_AGAIN, 0))  # A/A: at the round's other end from the first
             runs = served_rounds(
-                held, tune_texts[:8], modes, args.rounds, args.max_tokens, console, waves=args.waves
+                held,
+                tune_texts[:8],
+                modes,
+                args.rounds,
+                args.max_tokens,
+                console,
+                waves=args.waves,
+                max_rounds=args.max_rounds,
             )
         loads["after Triton"] = _load()
         context = {
             "url": "local Triton (bench-load)",
             "mode": args.method,
-            "draft_len_schedule": text if served["schedule"] else None,
-            "rounds": args.rounds,
+            "draft_len_schedule": text,
+            "rounds": max(run.metrics["round"] for run in runs) + 1,
             "max_tokens": args.max_tokens,
             "prompts": len(held),
         }
@@ -433,6 +473,7 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
                 console,
                 tree_k=tree_k,
                 waves=args.waves,
+                max_rounds=args.max_rounds,
             )
         loads["after Triton"] = _load()
     rows = load_summary(runs)  # with measured / predicted per mode (median of per-round ratios)
@@ -511,8 +552,9 @@ def markdown(result: dict) -> str:
             + " | schedule / baseline | schedule / one-call baseline | schedule / best fixed K |"
             + (" schedule (one call) / one-call baseline |" if one_call else "")
             + (" A/A: one-call baseline again / itself |" if a_a else "")
+            + " bars (sign test over the rounds) |"
         )
-        lines.append("|---" * (len(labels) + 4 + one_call + a_a) + "|")
+        lines.append("|---" * (len(labels) + 5 + one_call + a_a) + "|")
         for row in result["triton"]:
             cells = []
             for label in labels:
@@ -533,6 +575,8 @@ def markdown(result: dict) -> str:
             if a_a:
                 aa = row.get("a_a")
                 cells.append(f"{aa['median']:.3f} ({aa['min']:.2f}-{aa['max']:.2f})" if aa else "")
+            bars = row.get("bars", {})  # load_summary's sign test of each bar (none in older results)
+            cells.append("; ".join(f"{n.replace('_', '-')}: {decision_text(d)}" for n, d in bars.items()))
             lines.append(f"| {row['concurrency']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -45,6 +45,16 @@ def bench(
             "--rounds", help="Interleaved repeats of every run; load.json reports medians and spread."
         ),
     ] = 1,
+    max_rounds: Annotated[
+        int,
+        typer.Option(
+            "--max-rounds",
+            help="With a schedule: after --rounds, one more round at each concurrency whose bars "
+            "(schedule >= 0.97 x the one-call baseline, >= 0.95 x the best fixed K) the sign test over "
+            "the rounds leaves undecided, up to this many rounds (0: no more). 5 rounds decide at the "
+            "earliest.",
+        ),
+    ] = 0,
     fixed_k: Annotated[
         str,
         typer.Option(
@@ -144,6 +154,7 @@ def bench(
         num_draft_tokens=num_draft_tokens,
         timeout_s=timeout,
         rounds=rounds,
+        max_rounds=max_rounds,
         fixed_ks=tuple(parse_csv_numbers(fixed_k, int, "--fixed-k")) if fixed_k else (),
         metrics_url=metrics_url,
         workload=workload,

@@ -34,7 +34,7 @@ import tritonclient.grpc as grpcclient
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from tritonclient.utils import InferenceServerException
 
-from specbuild.client.load_bench import BASELINE_MODE, SCHEDULE_MODE, bench_modes
+from specbuild.client.load_bench import BASELINE_MODE, SCHEDULE_MODE, bars_of, bench_modes, load_summary
 from specbuild.client.metrics import (
     UNARY_BASELINE,
     UNARY_BASELINE_AGAIN,
@@ -139,6 +139,20 @@ def _plan(config: BenchConfig, repo, k: int):
     ]
 
 
+def _more_rounds(config: BenchConfig, repo, k: int, runs: list[RunSummary], done: int) -> list:
+    """The next round's plan, for the (T, c) points whose schedule bars are still undecided by the sign
+    test (load_bench.bar_decision) after `done` rounds; empty at --max-rounds or when all are decided."""
+    if done >= config.max_rounds:
+        return []
+    open_points = {
+        (row["temperature"], row["concurrency"])
+        for row in load_summary(runs)
+        if any(d["verdict"] == "undecided" for d in bars_of(row).values())
+    }
+    plan = _plan(replace(config, rounds=done + 1), repo, k)
+    return [p for p in plan if p[0] == done and p[1:3] in open_points]
+
+
 def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], dict]:
     """Every (temperature, concurrency, mode) run with a progress bar; returns runs and context."""
     client = connect(config.url)
@@ -184,6 +198,43 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
         return len(run_prompts(config.prompts, c, config.waves))
 
     runs: list[RunSummary] = []
+
+    def one(round_: int, temperature: float, concurrency: int, mode: str, kk: int | None, advance) -> None:
+        before = scrape(config.metrics_url) if config.metrics_url else None
+        common = dict(
+            mode=mode,
+            temperature=temperature,
+            concurrency=concurrency,
+            k=kk,
+            stats_k=stats_k,
+            rounds_known=rounds_known,
+        )
+        if config.workload == "multiturn":
+            run = run_multiturn(config, **common, advance=advance)
+        else:
+            prediction = None
+            if config.calibration_prompts:  # right before the run: the machine's speed of that moment
+                cal = run_once(
+                    replace(config, prompts=config.calibration_prompts), **common, advance=lambda: None
+                )
+                prediction = predicted_tokens_per_s(calibrate(cal), concurrency, per_run(concurrency))
+            run = run_once(config, **common, advance=advance)
+            if prediction is not None:
+                run.metrics["predicted_tokens_per_s"] = prediction
+        if before is not None:
+            run.metrics["prometheus_check"] = settled_check(
+                config.metrics_url,
+                before,
+                drafted=sum(r.drafted for r in run.records),
+                accepted=sum(r.accepted for r in run.records),
+                steps=sum(len(r.rounds) for r in run.records) if repo.bls_drives_loop else None,
+            )
+        if mode in (SCHEDULE_MODE, UNARY_SCHEDULE):  # K per round follows the load: the largest K
+            run.num_draft_tokens = repo.num_draft_tokens
+        if config.rounds > 1 or config.max_rounds > 1:
+            run.metrics["round"] = round_
+        runs.append(run)
+
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -193,42 +244,15 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
         transient=False,
     ) as progress:
         bar = progress.add_task("bench", total=sum(per_run(p[2]) for p in plan))
-        for round_, temperature, concurrency, mode, kk in plan:
-            progress.update(bar, description=f"{mode:11s} T={temperature:g} c={concurrency}")
-            before = scrape(config.metrics_url) if config.metrics_url else None
-            common = dict(
-                mode=mode,
-                temperature=temperature,
-                concurrency=concurrency,
-                k=kk,
-                stats_k=stats_k,
-                rounds_known=rounds_known,
-            )
-            if config.workload == "multiturn":
-                run = run_multiturn(config, **common, advance=lambda: progress.advance(bar))
-            else:
-                prediction = None
-                if config.calibration_prompts:  # right before the run: the machine's speed of that moment
-                    cal = run_once(
-                        replace(config, prompts=config.calibration_prompts), **common, advance=lambda: None
-                    )
-                    prediction = predicted_tokens_per_s(calibrate(cal), concurrency, per_run(concurrency))
-                run = run_once(config, **common, advance=lambda: progress.advance(bar))
-                if prediction is not None:
-                    run.metrics["predicted_tokens_per_s"] = prediction
-            if before is not None:
-                run.metrics["prometheus_check"] = settled_check(
-                    config.metrics_url,
-                    before,
-                    drafted=sum(r.drafted for r in run.records),
-                    accepted=sum(r.accepted for r in run.records),
-                    steps=sum(len(r.rounds) for r in run.records) if repo.bls_drives_loop else None,
-                )
-            if mode in (SCHEDULE_MODE, UNARY_SCHEDULE):  # K per round follows the load: the largest K
-                run.num_draft_tokens = repo.num_draft_tokens
-            if config.rounds > 1:
-                run.metrics["round"] = round_
-            runs.append(run)
+        done_rounds = config.rounds
+        while plan:
+            for round_, temperature, concurrency, mode, kk in plan:
+                progress.update(bar, description=f"{mode:11s} T={temperature:g} c={concurrency} r={round_}")
+                one(round_, temperature, concurrency, mode, kk, lambda: progress.advance(bar))
+            plan = _more_rounds(config, repo, k, runs, done_rounds)
+            if plan:
+                done_rounds += 1
+                progress.update(bar, total=progress.tasks[0].total + sum(per_run(p[2]) for p in plan))
     attach_speedups(runs, cost_ratio=cost_ratio)
     context = {
         "url": config.url,
@@ -251,7 +275,8 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
         "num_draft_tokens": k if repo.bls_drives_loop else (repo.num_draft_tokens or None),
         "metrics_url": config.metrics_url,
         "draft_len_schedule": repo.draft_len_schedule or None,
-        "rounds": config.rounds,
+        "rounds": done_rounds,
+        "max_rounds": config.max_rounds or config.rounds,
     }
     return runs, context
 

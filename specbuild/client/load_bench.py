@@ -19,6 +19,7 @@ and latency against concurrency.
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,9 @@ LOAD_WAVES = 4
 # the bars the schedule is held to (issue #16; docs/schedule.md "Reading the bars on a noisy host")
 ONE_CALL_BAR = 0.97  # schedule / the target alone, both in one call per request
 FIXED_K_BAR = 0.95  # schedule / the best fixed K, both streamed
+# bar_decision: the sign test's one-sided level. 5 rounds all on one side of a bar is the fewest that
+# decides (2^-5 = 0.031); fewer rounds leave every bar undecided.
+SIGN_ALPHA = 0.05
 
 
 def bench_modes(repo, k: int | None, fixed_ks: tuple[int, ...] = ()) -> list[tuple[str, int | None]]:
@@ -100,6 +104,9 @@ def load_summary(runs) -> list[dict[str, Any]]:
                 best = max(fixed, key=lambda label: row["modes"][label]["throughput_median"])
                 row["best_fixed"] = best
                 row["schedule_over_best_fixed"] = median_ratio(sched, _per_round(modes[best]))
+            bars = bars_of(row)
+            if bars:  # the sign test of each bar over the rounds (bar_decision)
+                row["bars"] = bars
         rows.append(row)
     return rows
 
@@ -119,13 +126,46 @@ def bar_verdict(
     return "missed"
 
 
+def bar_decision(ratio: dict[str, float] | None, bar: float, alpha: float = SIGN_ALPHA) -> dict | None:
+    """Is the median of the per-round ratios at or above the bar, at level alpha: the exact sign test
+    (no assumption about the spread's shape; the rounds are paired runs of one minute each, independent
+    of each other). With n rounds and s of them at or above the bar, under "the median is the bar" S is
+    Binomial(n, 1/2): "met" when P(S >= s) <= alpha, "missed" when P(S <= s) <= alpha, else "undecided"
+    (more rounds may decide it: `bench --max-rounds`). None when the ratio was not measured."""
+    if not ratio or "ratios" not in ratio:
+        return None
+    n = len(ratio["ratios"])
+    s = sum(1 for r in ratio["ratios"] if r >= bar)
+    p_met = sum(math.comb(n, i) for i in range(s, n + 1)) / 2**n
+    p_missed = sum(math.comb(n, i) for i in range(s + 1)) / 2**n
+    verdict = "met" if p_met <= alpha else "missed" if p_missed <= alpha else "undecided"
+    return {"verdict": verdict, "bar": bar, "at_or_above": s, "rounds": n, "p": min(p_met, p_missed)}
+
+
+def bars_of(row: dict[str, Any]) -> dict[str, dict]:
+    """The schedule's bars at one (T, c) with their sign-test decisions: the one-call bar (schedule in one
+    call / the one-call baseline; streamed over streamed where no one-call runs exist) and the fixed-K
+    bar (schedule / the best fixed K)."""
+    one_call = row.get("schedule_unary_over_baseline_unary") or row.get("schedule_over_baseline")
+    out = {}
+    for name, ratio, bar in (
+        ("one_call", one_call, ONE_CALL_BAR),
+        ("fixed_k", row.get("schedule_over_best_fixed"), FIXED_K_BAR),
+    ):
+        decision = bar_decision(ratio, bar)
+        if decision is not None:
+            out[name] = decision
+    return out
+
+
 def _per_round(runs) -> dict[int, float]:
     return {int(r.metrics.get("round", i)): r.metrics["output_token_throughput"] for i, r in enumerate(runs)}
 
 
 def median_ratio(a: dict[int, float], b: dict[int, float]) -> dict[str, float] | None:
-    """a / b per round (rounds in both): median, extremes and how many (None: no round in both)."""
-    ratios = [a[i] / b[i] for i in a if i in b and b[i] > 0]
+    """a / b per round (rounds in both): median, extremes, how many and each round's, in round order (None:
+    no round in both)."""
+    ratios = [a[i] / b[i] for i in sorted(a) if i in b and b[i] > 0]
     if not ratios:
         return None
     return {
@@ -133,6 +173,7 @@ def median_ratio(a: dict[int, float], b: dict[int, float]) -> dict[str, float] |
         "min": min(ratios),
         "max": max(ratios),
         "rounds": len(ratios),
+        "ratios": ratios,
     }
 
 
@@ -163,7 +204,15 @@ def load_table_lines(rows: list[dict[str, Any]]) -> list[str]:
                     f"    {what}{extra}: {r['median']:.3f} (median of {r['rounds']} rounds, "
                     f"{r['min']:.3f}-{r['max']:.3f})"
                 )
+        for name, d in row.get("bars", {}).items():
+            lines.append(f"    {name.replace('_', '-')} bar {d['bar']}: {decision_text(d)}")
     return lines
+
+
+def decision_text(d: dict) -> str:
+    """'met (5 of 5 rounds >= 0.97, sign test p=0.031)'."""
+    rounds = f"{d['at_or_above']} of {d['rounds']} rounds >= {d['bar']}"
+    return f"{d['verdict']} ({rounds}, sign test p={d['p']:.3f})"
 
 
 def plot_load(rows: list[dict[str, Any]], out: Path) -> list[Path]:

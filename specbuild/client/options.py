@@ -38,6 +38,9 @@ class BenchConfig:
     seed: int = 0  # T > 0 requests use seed + prompt index: runs are repeatable
     timeout_s: float = DEFAULT_TIMEOUT_S
     rounds: int = 1  # interleaved repeats of every (temperature, concurrency, mode) run (medians reported)
+    # load-aware benches: after `rounds`, one more round at each (T, c) whose schedule bars the sign test
+    # leaves undecided (client/load_bench.bar_decision), up to this many rounds in all (0: no more)
+    max_rounds: int = 0
     fixed_ks: tuple[int, ...] = ()  # extra fixed K runs beside the repository's K (load-aware benches)
     metrics_url: str | None = None  # the server's Prometheus endpoint: cross-check the speculative counters
     workload: str = "single"  # single | multiturn
@@ -90,6 +93,11 @@ class BenchConfig:
             )
         if not 1 <= self.rounds <= 100:
             raise ClientError(f"--rounds must be in 1..100, got {self.rounds}", fix="pass --rounds 3")
+        if self.max_rounds and not self.rounds <= self.max_rounds <= 100:
+            raise ClientError(
+                f"--max-rounds must be in --rounds ({self.rounds})..100, got {self.max_rounds}",
+                fix=f"pass --max-rounds {max(self.rounds, 8)}, or leave it out",
+            )
         if not 1 <= self.waves <= MAX_WAVES:
             raise ClientError(f"--waves must be in 1..{MAX_WAVES}, got {self.waves}", fix="pass --waves 4")
         if any(k < 1 for k in self.fixed_ks):

@@ -24,7 +24,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from specbuild.client.load_bench import FIXED_K_BAR, ONE_CALL_BAR, bar_verdict
+from specbuild.client.load_bench import FIXED_K_BAR, ONE_CALL_BAR, bar_verdict, decision_text
 from specbuild.client.metrics import UNARY_BASELINE, UNARY_BASELINE_AGAIN, UNARY_SCHEDULE
 from specbuild.core import theory
 from specbuild.core.methods import method_of
@@ -223,6 +223,18 @@ def _cell(spread: dict[str, float] | None, fmt: str = ".2f") -> str:
     return f"{m:{fmt}} ({lo:{fmt}}-{hi:{fmt}})"
 
 
+def _bar_cell(point: dict, name: str, ratio: dict | None, bar: float) -> str:
+    """A bar's reading: against the A/A spread (client/load_bench.bar_verdict) and, over the rounds, the
+    sign test (bar_decision; `bench --max-rounds` adds rounds where it is undecided)."""
+    parts = []
+    if point.get("a_a"):
+        parts.append(bar_verdict(ratio, point["a_a"], bar))
+    decision = point.get("bars", {}).get(name)
+    if decision:
+        parts.append(f"sign test: {decision_text(decision)}")
+    return "; ".join(p for p in parts if p)
+
+
 def load_table(bench_json: Path) -> tuple[str, list[dict[str, Any]], list[str]] | None:
     """(title, rows, plots) of a load-aware bench: per concurrency and mode (the target alone, the
     repository's K, the schedule) the tokens/s through Triton and in-process, each as median (range) of
@@ -283,17 +295,15 @@ def load_table(bench_json: Path) -> tuple[str, list[dict[str, Any]], list[str]] 
             if label == UNARY_SCHEDULE:  # against the one-call baseline, one call against one call
                 one_call = point.get("schedule_unary_over_baseline_unary")
                 row["sched (1 call) / 1-call (Triton)"] = _cell(one_call)
-                if point.get("a_a"):  # the bar read against the spread of no difference
-                    row[f"1-call bar (>= {ONE_CALL_BAR})"] = bar_verdict(one_call, point["a_a"])
+                row[f"1-call bar (>= {ONE_CALL_BAR})"] = _bar_cell(point, "one_call", one_call, ONE_CALL_BAR)
             if label == "schedule":
                 if served_sched and chosen_in_process:  # an in-process curve chose another schedule
                     row["in-process sched K"] = chosen_in_process.get(str(c), chosen_in_process.get(c))
                 row["sched / 1-call (Triton)"] = _cell(point.get("schedule_over_baseline_unary"))
                 row["sched / fixed K (Triton)"] = _cell(point.get("schedule_over_best_fixed"))
-                if point.get("a_a"):
-                    row[f"fixed-K bar (>= {FIXED_K_BAR})"] = bar_verdict(
-                        point.get("schedule_over_best_fixed"), point["a_a"], FIXED_K_BAR
-                    )
+                row[f"fixed-K bar (>= {FIXED_K_BAR})"] = _bar_cell(
+                    point, "fixed_k", point.get("schedule_over_best_fixed"), FIXED_K_BAR
+                )
                 over = local.get("schedule_over_fixed", {})
                 row["sched / fixed K (in-process)"] = _cell(over.get(str(c), over.get(c)))
             rows.append(row)

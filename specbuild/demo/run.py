@@ -105,6 +105,9 @@ class DemoOptions:
     tune_max_tokens: int = 48
     schedule_concurrency: str = "1,2,4,8"  # draft/target: tune --schedule batch sizes and the load bench
     load_rounds: int = 3  # interleaved rounds of the load bench, served and in-process (medians, spread)
+    # the served load bench adds rounds (bench --max-rounds) where the sign test over the rounds leaves a
+    # bar of the schedule undecided (client/load_bench.bar_decision; 5 rounds decide at the earliest)
+    load_max_rounds: int = 8
     load_waves: int = LOAD_WAVES  # served curve and load bench: a run at c sends >= load_waves x c requests
     modes: tuple[str, ...] = MODES
     llmapi: bool = True  # also serve the draft/target spec through the LLM-API interface (bench at c=1)
@@ -430,6 +433,8 @@ def stage_load_bench(url: str, prompts: Path, calibration: Path, out: Path, opts
         load,
         "--rounds",
         str(opts.load_rounds),
+        "--max-rounds",
+        str(max(opts.load_max_rounds, opts.load_rounds)),
         "--calibrate",
         str(calibration),
         "--waves",
