@@ -311,7 +311,13 @@ def load_table(bench_json: Path) -> tuple[str, list[dict[str, Any]], list[str]] 
         return None
     columns = dict.fromkeys(k for row in rows for k in row)
     rows = [{k: row.get(k, "") for k in columns} for row in rows]
-    rounds = json.loads((folder / "load.json").read_text()).get("context", {}).get("rounds")
+    counts = sorted({m["rounds"] for point in points for m in point["modes"].values() if "rounds" in m})
+    # bench --max-rounds: more rounds only where the sign test left a bar undecided
+    rounds = (
+        f"{counts[0]}-{counts[-1]}"
+        if len(counts) > 1
+        else json.loads((folder / "load.json").read_text()).get("context", {}).get("rounds")
+    )
     if served_sched and sched:
         source = (
             f"served schedule {served_sched.get('schedule')} (tune --schedule --url: the cost curve through "
