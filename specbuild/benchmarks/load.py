@@ -179,7 +179,8 @@ def served_rounds(
                 if mode in (SCHEDULE_MODE, UNARY_SCHEDULE) or (mode == FIXED_MODE and k is None):
                     run.num_draft_tokens = largest
                 runs.append(run)
-            console.print(f"round {r + 1}/{rounds} c={c} done", markup=False)
+            extra = f" (more: a bar still undecided; up to {max_rounds})" if r >= rounds else ""
+            console.print(f"round {r + 1}/{rounds}{extra} c={c} done", markup=False)
         r += 1
         if r >= rounds:
             open_c = [] if r >= max_rounds else undecided(runs)
