@@ -232,3 +232,19 @@ def test_a_dead_engine_process_and_an_unloadable_engine_are_clear_errors(llmapi)
     other.close()
     with pytest.raises(module.EngineProcessError, match="did not load: .*no-such-build"):
         module.EngineProcess("/no-such-build", threads=1)
+
+
+def test_a_dead_engine_process_fails_its_requests_and_is_started_again(llmapi, greedy):
+    """The engine process dies (killed here): the requests it was running get an error that says so, no
+    request hangs, and the model starts it again, so the next request is answered in full."""
+    server, model = llmapi
+    old = model.engine
+    old.proc.kill()
+    old.proc.wait()
+    failed = _run(server, CountingRequest(_inputs(stream=False)))
+    (response, flags) = failed[-1]
+    assert flags == FINAL and response.has_error()
+    assert "the engine process is gone" in response.error().message()
+    assert model.engine is not old and model.engine.alive and model.restarts == 1
+    answered = _run(server, CountingRequest(_inputs(stream=False)))
+    assert list(_out(answered[-1][0], "output_ids")) == greedy(PROMPT, MAX_TOKENS)[1]

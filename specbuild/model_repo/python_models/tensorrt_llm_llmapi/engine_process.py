@@ -54,7 +54,7 @@ class EngineProcess:
     """One child process running the engine at `engine_path`."""
 
     def __init__(self, engine_path: str, *, threads: int, ready_timeout_s: float = READY_TIMEOUT_S):
-        self.engine_path = engine_path
+        self.engine_path, self.threads = engine_path, threads
         self.proc = subprocess.Popen(  # noqa: S603 - our own script, argv built here
             [python_executable(), CHILD, engine_path, str(threads)],
             stdin=subprocess.PIPE,
@@ -109,6 +109,10 @@ class EngineProcess:
                 return event["results"]
             elif kind == "error" and event["rid"] == rid:
                 raise EngineProcessError(event["msg"])
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
 
     def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
         """Ask the child to end after its running batch; kill it if it does not within timeout_s."""

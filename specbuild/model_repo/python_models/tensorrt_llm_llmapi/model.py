@@ -72,6 +72,7 @@ from specbuild.engines.reference.text import decode  # noqa: E402
 DEFAULT_TORCH_THREADS = "1"
 DEFAULT_TOKENS_PER_BLOCK = 32  # KvCacheConfig.tokens_per_block default
 DEFAULT_CHECK_PERIOD_MS = 100  # upstream's cancellation_check_period_ms when triton_config has none
+MAX_ENGINE_RESTARTS = 3  # a dead engine process is started again this often at most (_restart_if_gone)
 CANCELLED_MESSAGE = "Request cancelled by client"
 
 
@@ -112,6 +113,7 @@ class TritonPythonModel:
             self.engine = EngineProcess(path, threads=threads)
         except EngineProcessError as exc:
             raise pb_utils.TritonModelException(f"tensorrt_llm: {exc}") from None
+        self.restarts = 0  # times the engine process was started again after it died
         info = self.engine.info
         self.tokenizer = load_tokenizer(info.tokenizer_dir)
         spec_cfg = options.get("speculative_config") or {}
@@ -303,9 +305,25 @@ class TritonPythonModel:
         except EngineProcessError as exc:  # every request of the batch gets the error
             for job in batch:
                 job.error, job.ran = exc, True
+            self._restart_if_gone(exc)
         else:
             for job, result in zip(batch, results, strict=True):
                 self._done(job, result)
+
+    def _restart_if_gone(self, exc: EngineProcessError) -> None:
+        """A dead engine process is started again (its requests got the error), at most
+        MAX_ENGINE_RESTARTS times: a crash that repeats leaves every later request with the error."""
+        if self.engine.alive or self.restarts >= MAX_ENGINE_RESTARTS:
+            return
+        self.restarts += 1
+        pb_utils.Logger.log_error(
+            f"tensorrt_llm: {exc}; starting it again ({self.restarts} of {MAX_ENGINE_RESTARTS})"
+        )
+        self.engine.close()
+        try:
+            self.engine = EngineProcess(self.engine.engine_path, threads=self.engine.threads)
+        except EngineProcessError as again:
+            pb_utils.Logger.log_error(f"tensorrt_llm: the engine process did not start again: {again}")
 
     def _done(self, job: Job, result: dict) -> None:
         # the engine's counter as its last batch reported it, read on the worker's thread (the final
