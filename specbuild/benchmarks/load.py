@@ -41,10 +41,10 @@ from specbuild.client.load_bench import (
     LOAD_WAVES,
     SCHEDULE_MODE,
     bar_verdict,
-    bars_of,
     decision_text,
     load_summary,
     load_table_lines,
+    undecided_points,
 )
 from specbuild.client.metrics import UNARY_BASELINE, UNARY_BASELINE_AGAIN, UNARY_SCHEDULE
 from specbuild.client.options import BenchConfig, load_prompts
@@ -183,17 +183,8 @@ def served_rounds(
             console.print(f"round {r + 1}/{rounds}{extra} c={c} done", markup=False)
         r += 1
         if r >= rounds:
-            open_c = [] if r >= max_rounds else undecided(runs)
+            open_c = [] if r >= max_rounds else sorted(c for _, c in undecided_points(load_summary(runs)))
     return runs
-
-
-def undecided(runs) -> list[int]:
-    """The concurrencies where a bar of the schedule is still undecided by the sign test."""
-    return [
-        row["concurrency"]
-        for row in load_summary(runs)
-        if any(d["verdict"] == "undecided" for d in bars_of(row).values())
-    ]
 
 
 def predicted_rates(prediction: dict, *, baseline_label: str = "baseline") -> dict[tuple[int, str], float]:

@@ -34,7 +34,13 @@ import tritonclient.grpc as grpcclient
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from tritonclient.utils import InferenceServerException
 
-from specbuild.client.load_bench import BASELINE_MODE, SCHEDULE_MODE, bars_of, bench_modes, load_summary
+from specbuild.client.load_bench import (
+    BASELINE_MODE,
+    SCHEDULE_MODE,
+    bench_modes,
+    load_summary,
+    undecided_points,
+)
 from specbuild.client.metrics import (
     UNARY_BASELINE,
     UNARY_BASELINE_AGAIN,
@@ -144,11 +150,7 @@ def _more_rounds(config: BenchConfig, repo, k: int, runs: list[RunSummary], done
     test (load_bench.bar_decision) after `done` rounds; empty at --max-rounds or when all are decided."""
     if done >= config.max_rounds:
         return []
-    open_points = {
-        (row["temperature"], row["concurrency"])
-        for row in load_summary(runs)
-        if any(d["verdict"] == "undecided" for d in bars_of(row).values())
-    }
+    open_points = undecided_points(load_summary(runs))
     plan = _plan(replace(config, rounds=done + 1), repo, k)
     return [p for p in plan if p[0] == done and p[1:3] in open_points]
 

@@ -158,6 +158,16 @@ def bars_of(row: dict[str, Any]) -> dict[str, dict]:
     return out
 
 
+def undecided_points(rows: list[dict[str, Any]]) -> set[tuple[float, int]]:
+    """(T, c) of load_summary's rows where a bar of the schedule is still undecided by the sign test:
+    where `bench --max-rounds` adds a round."""
+    return {
+        (row["temperature"], row["concurrency"])
+        for row in rows
+        if any(d["verdict"] == "undecided" for d in row.get("bars", {}).values())
+    }
+
+
 def _per_round(runs) -> dict[int, float]:
     return {int(r.metrics.get("round", i)): r.metrics["output_token_throughput"] for i, r in enumerate(runs)}
 

@@ -162,8 +162,8 @@ def predict_served(
         repository_schedule = SERVED_OFF
     else:
         steps = schedule_steps(sizes, chosen)
-        schedule = DraftSchedule.parse(steps, max_draft_len=chosen[sizes[0]]).to_dict()
-        repository_schedule = DraftSchedule.parse(steps, max_draft_len=chosen[sizes[0]]).to_text()
+        parsed = DraftSchedule.parse(steps, max_draft_len=chosen[sizes[0]])
+        schedule, repository_schedule = parsed.to_dict(), parsed.to_text()
     return {
         "mode": mode,
         "rule": RULE,

@@ -34,6 +34,8 @@ if _HERE not in sys.path:
 
 from words import stop_at_words  # noqa: E402
 
+from specbuild.core.sampling_params import SamplingParams  # noqa: E402 - torch-free
+
 
 class Events:
     """The event channel (the process's original stdout), one whole line per write."""
@@ -74,8 +76,6 @@ class Child:
             self.run(command)
 
     def run(self, command: dict) -> None:
-        from specbuild.core.sampling_params import SamplingParams  # noqa: PLC0415 - after the engine loaded
-
         rid, rows = int(command["rid"]), command["rows"]
         prompts = [row["ids"] for row in rows]
         params = [SamplingParams.from_dict(row["params"]) for row in rows]
@@ -139,7 +139,6 @@ def main(argv: list[str]) -> int:
     try:
         import torch  # noqa: PLC0415
 
-        from specbuild.core.sampling_params import SamplingParams  # noqa: PLC0415
         from specbuild.engines.reference.engine import ReferenceEngine  # noqa: PLC0415
 
         torch.set_num_threads(threads)

@@ -328,7 +328,7 @@ class TritonPythonModel:
     def _done(self, job: Job, result: dict) -> None:
         # the engine's counter as its last batch reported it, read on the worker's thread (the final
         # response is built on the outbox's thread while the engine runs the next request)
-        job.reused = self.engine.reused - job.reused_before
+        job.reused = max(0, self.engine.reused - job.reused_before)  # >= 0 across a restarted engine
         job.tokens, job.ran = list(result["tokens"]), True
         job.perf.accepted, job.perf.drafted = int(result["accepted"]), int(result["drafted"])
         job.steps = [tuple(step) for step in result["steps"]]  # (accepted, drafted) per step, for the metrics
