@@ -102,10 +102,13 @@ def get_output_tensor_by_name(response, name):
 class FakeServer:
     """Loads every model of a repository folder; `infer(model, inputs)` returns its responses."""
 
-    def __init__(self, repo: Path):
+    def __init__(self, repo: Path, *, engine_process: bool = False):
+        """engine_process: the local engine models run their engine in a child process, as served (False:
+        inside this process, where a test can reach `model.engine` and the scheduler's internals)."""
         from specbuild.model_repo.configs import parse_text
 
         self.repo = Path(repo)
+        self.engine_process = engine_process
         self.configs = {p.parent.name: parse_text(p.read_text()) for p in self.repo.glob("*/config.pbtxt")}
         self.calls: list[tuple[str, dict]] = []  # (model, inputs) of every request, in order
         self.log: list[str] = []  # pb_utils.Logger warnings and errors
@@ -122,8 +125,12 @@ class FakeServer:
         """What Triton passes to a model instance's initialize()."""
         from google.protobuf.json_format import MessageToDict
 
+        config = MessageToDict(self.configs[name], preserving_proto_field_name=True)
+        params = config.setdefault("parameters", {})
+        if "gpt_model_path" in params and "engine_process" not in params:  # a local engine model
+            params["engine_process"] = {"string_value": str(self.engine_process).lower()}
         return {
-            "model_config": json.dumps(MessageToDict(self.configs[name], preserving_proto_field_name=True)),
+            "model_config": json.dumps(config),
             "model_name": name,
             "model_repository": str(self.repo / name),
             "model_version": "1",

@@ -53,7 +53,7 @@ def _tokens(request) -> list[int]:
 def _held_step(model, gate: threading.Event, running: threading.Event):
     """Wrap the scheduler's decode step: its second call waits for `gate` (a request is submitted while
     the long one is mid-generation)."""
-    session = model._worker._sched.session
+    session = model.host.core._worker._sched.session
     step, calls = session.step, []
 
     def held():
@@ -153,7 +153,7 @@ def medusa(tmp_path_factory, tiny_target):
     server = FakeServer(repo)
     # a request these tests send alone is alone, however soon after the last test's requests it comes
     # (the hold on the count: test_a_request_right_after_two_were_answered_reads_two_and_runs_no_tree)
-    server.models["tensorrt_llm"].hold_ms = 0
+    server.models["tensorrt_llm"].host.core.hold_ms = 0
     yield server
     torch.set_num_threads(threads)
 
@@ -175,7 +175,8 @@ def _answer(request) -> tuple[list[int], dict, int]:
 def _held_tokens(model, when, gate: threading.Event, reached: threading.Event):
     """Wrap the model's per-step token callback (the engine's thread): once `when(job, tokens so far)`
     holds, set `reached` and wait for `gate` there, so the engine stands still meanwhile."""
-    on_tokens, seen = model._on_tokens, {}
+    core = model.host.core  # the engine host (engine_host.EngineHost), in this process here
+    on_tokens, seen = core._on_tokens, {}
 
     def held(job, new):
         seen[id(job)] = seen.get(id(job), 0) + len(new)
@@ -184,8 +185,8 @@ def _held_tokens(model, when, gate: threading.Event, reached: threading.Event):
             gate.wait(30)
         return on_tokens(job, new)
 
-    model._on_tokens = held
-    return lambda: delattr(model, "_on_tokens")
+    core._on_tokens = held
+    return lambda: delattr(core, "_on_tokens")
 
 
 def _perf_request(ids, n, *, stream=False):
@@ -290,7 +291,8 @@ def test_streamed_sends_do_not_hold_the_engine_and_keep_their_order(medusa):
         send(response, flags)
 
     long.sender.send = stuck
-    on_tokens, seen = model._on_tokens, []
+    core = model.host.core
+    on_tokens, seen = core._on_tokens, []
 
     def counted(job, new):  # the engine's thread: count the long request's tokens as they are produced
         if job.req.max_new == LONG:
@@ -299,14 +301,14 @@ def test_streamed_sends_do_not_hold_the_engine_and_keep_their_order(medusa):
                 produced.set()
         return on_tokens(job, new)
 
-    model._on_tokens = counted
+    core._on_tokens = counted
     try:
         assert model.execute([long, other]) is None
         assert sending.wait(30)
         assert produced.wait(30)  # every token while the first send is still stuck
         assert not long.sender.responses
     finally:
-        del model._on_tokens
+        del core._on_tokens
         gate.set()
     assert long.sender.done.wait(60) and other.sender.done.wait(60)
     tokens, _, chunks = _answer(long)
@@ -373,10 +375,10 @@ def test_a_medusa_tree_starts_from_the_prefix_cache_and_leaves_its_kv_there(medu
 
 
 def test_a_row_asks_triton_about_cancellation_once_per_check_period_not_every_step(medusa):
-    """A running row asks Triton whether its request was cancelled (an IPC round trip on the engine's
-    thread) at most every cancellation_check_period_ms (the repository's 100), as the C++ backend checks,
-    not at every step: asking every ~10 ms step cost the decoupled Medusa model 5-10% of its throughput
-    at c = 2-4. Steps are slowed to >= 12 ms here, so asking every POLL_S (10 ms) would ask ~LONG times."""
+    """A running row is asked whether Triton cancelled it (an IPC round trip, on the model's watcher thread)
+    at most every cancellation_check_period_ms (the repository's 100), as the C++ backend checks, not at
+    every step: asking every ~10 ms step cost the decoupled Medusa model 5-10% of its throughput at
+    c = 2-4. Steps are slowed to >= 12 ms here, so asking every POLL_S (10 ms) would ask ~LONG times."""
     import time
 
     model = medusa.models["tensorrt_llm"]
@@ -385,19 +387,20 @@ def test_a_row_asks_triton_about_cancellation_once_per_check_period_not_every_st
     ids, other_ids = [5, 17, 99, 3, 44, 12], [7, 7, 8, 21]
     long, other = _perf_request(ids, LONG), _perf_request(other_ids, 2)  # 2 in flight: K(2) = 0, rows
     counted = _Counted(long)
-    on_tokens = model._on_tokens
+    core = model.host.core
+    on_tokens = core._on_tokens
 
     def slowed(job, new):  # the engine's thread, once a step per row
         if job.req.max_new == LONG:
             time.sleep(0.012)
         return on_tokens(job, new)
 
-    model._on_tokens = slowed
+    core._on_tokens = slowed
     try:
         assert model.execute([long, other]) is None
         assert long.sender.done.wait(60) and other.sender.done.wait(60)
     finally:
-        del model._on_tokens
+        del core._on_tokens
     tokens, out, _ = _answer(long)
     plain = engine.generate(ids, SamplingParams(max_tokens=LONG, end_id=-1), speculative=False)
     assert tokens == plain.token_ids
@@ -411,22 +414,23 @@ def test_a_request_right_after_two_were_answered_reads_two_and_runs_no_tree(medu
     but is admitted with the count they left (core/schedule.held_count), so K(2) = 0: a plain row, not
     the tree; once the hold is over a lone request runs its tree again."""
     model = medusa.models["tensorrt_llm"]
+    core = model.host.core  # the engine host holds the count
     a, b = _perf_request([9, 8, 7], 2), _perf_request([7, 7, 8, 21], 2)
-    model.hold_ms = 60_000
+    core.hold_ms = 60_000
     try:
         assert model.execute([a, b]) is None
         assert a.sender.done.wait(30) and b.sender.done.wait(30)
-        assert model._in_flight() == 2  # none held now; two when the first of them was answered
+        assert core._in_flight() == 2  # none held now; two when the first of them was answered
         late = _perf_request([5, 17, 99, 3, 44, 12], 4)
         medusa.infer_batch("tensorrt_llm", [], requests=[late])
         assert int(_answer(late)[1]["total_draft_tokens"].reshape(-1)[0]) == 0  # a plain row
-        model.hold_ms = 0  # the hold is over
-        assert model._in_flight() == 0
+        core.hold_ms = 0  # the hold is over
+        assert core._in_flight() == 0
         alone = _perf_request([5, 17, 99, 3, 44, 12], 4)
         medusa.infer_batch("tensorrt_llm", [], requests=[alone])
         assert int(_answer(alone)[1]["total_draft_tokens"].reshape(-1)[0]) > 0  # the tree
     finally:
-        model.hold_ms = 0
+        core.hold_ms = 0
 
 
 def _sent_on(request) -> list[str]:

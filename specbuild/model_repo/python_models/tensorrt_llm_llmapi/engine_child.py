@@ -32,28 +32,16 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
+from child_channel import EventWriter, child_stdout  # noqa: E402
 from words import stop_at_words  # noqa: E402
 
 from specbuild.core.sampling_params import SamplingParams  # noqa: E402 - torch-free
 
 
-class Events:
-    """The event channel (the process's original stdout), one whole line per write."""
-
-    def __init__(self, fd: int):
-        self._out = os.fdopen(fd, "wb", buffering=0)
-        self._lock = threading.Lock()
-
-    def send(self, event: dict) -> None:
-        line = (json.dumps(event, separators=(",", ":")) + "\n").encode()
-        with self._lock:
-            self._out.write(line)
-
-
 class Child:
     """Runs the batches the Triton process sends, one at a time, and the aborts that name their rows."""
 
-    def __init__(self, engine, events: Events):
+    def __init__(self, engine, events: EventWriter):
         self.engine, self.events = engine, events
         self.batches: queue.SimpleQueue = queue.SimpleQueue()
         self.aborted: set[tuple[int, int]] = set()  # (rid, row); read on the engine's thread at each step
@@ -134,8 +122,7 @@ def _result(result) -> dict:
 
 def main(argv: list[str]) -> int:
     engine_path, threads = argv[1], int(argv[2])
-    events = Events(os.dup(1))
-    os.dup2(2, 1)  # a stray print (a library's) must never break the event channel
+    events = child_stdout()
     try:
         import torch  # noqa: PLC0415
 

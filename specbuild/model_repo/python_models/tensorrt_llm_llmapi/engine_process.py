@@ -8,24 +8,15 @@ starting a real child on a tiny build.
 from __future__ import annotations
 
 import itertools
-import json
 import os
-import select
-import shutil
-import subprocess
-import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from child_channel import READY_TIMEOUT_S, ChildError, ChildProcess
+
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine_child.py")
-READY_TIMEOUT_S = 600.0  # loading and warming up the engine (seconds on a starved CPU, never minutes)
-CLOSE_TIMEOUT_S = 10.0
-
-
-class EngineProcessError(RuntimeError):
-    """The engine process failed to start, failed a batch, or is gone."""
+EngineProcessError = ChildError  # the engine process failed to start, failed a batch, or is gone
 
 
 @dataclass(frozen=True)
@@ -38,39 +29,15 @@ class EngineInfo:
     tokenizer_dir: Path | None
 
 
-def python_executable() -> str:
-    """The interpreter to start the child with: this process's, else the `python3` on PATH (inside the
-    Python backend's stub, sys.executable is the stub's binary; the stub itself takes its Python from the
-    `python3` on PATH)."""
-    if Path(sys.executable).name.startswith("python"):
-        return sys.executable
-    found = shutil.which("python3")
-    if found is None:
-        raise EngineProcessError("no python3 on PATH to start the engine process with")
-    return found
-
-
 class EngineProcess:
-    """One child process running the engine at `engine_path`."""
+    """One child process running the engine at `engine_path` (common/child_channel.py: the plumbing)."""
 
     def __init__(self, engine_path: str, *, threads: int, ready_timeout_s: float = READY_TIMEOUT_S):
         self.engine_path, self.threads = engine_path, threads
-        self.proc = subprocess.Popen(  # noqa: S603 - our own script, argv built here
-            [python_executable(), CHILD, engine_path, str(threads)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
+        self.child = ChildProcess(CHILD, [engine_path, str(threads)], ready_timeout_s=ready_timeout_s)
+        self.proc = self.child.proc
         self._rids = itertools.count(1)
-        self._write = threading.Lock()
-        try:
-            if not select.select([self.proc.stdout], [], [], ready_timeout_s)[0]:
-                raise EngineProcessError(f"the engine process was not ready within {ready_timeout_s:g} s")
-            ready = self._next()
-            if ready.get("e") != "ready":
-                raise EngineProcessError(f"the engine did not load: {ready.get('msg', ready)}")
-        except BaseException:
-            self.close()
-            raise
+        ready = self.child.ready
         self.info = EngineInfo(
             method=ready["method"],
             speculates=bool(ready["speculates"]),
@@ -112,40 +79,14 @@ class EngineProcess:
 
     @property
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return self.child.alive
 
-    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
-        """Ask the child to end after its running batch; kill it if it does not within timeout_s."""
-        try:
-            self._send({"op": "close"})
-        except EngineProcessError:
-            pass
-        try:
-            self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            try:
-                pipe.close()
-            except OSError:  # what a gone child never read
-                pass
+    def close(self) -> None:
+        """Ask the child to end after its running batch; kill it if it does not in time."""
+        self.child.close()
 
     def _send(self, command: dict) -> None:
-        line = (json.dumps(command, separators=(",", ":")) + "\n").encode()
-        with self._write:
-            try:
-                self.proc.stdin.write(line)
-                self.proc.stdin.flush()
-            except (BrokenPipeError, ValueError, OSError):
-                raise EngineProcessError(self._gone()) from None
+        self.child.send(command)
 
     def _next(self) -> dict:
-        line = self.proc.stdout.readline()
-        if not line:
-            raise EngineProcessError(self._gone())
-        return json.loads(line)
-
-    def _gone(self) -> str:
-        code = self.proc.poll()
-        return f"the engine process is gone (exit code {code}; its log is the server's)"
+        return self.child.next()

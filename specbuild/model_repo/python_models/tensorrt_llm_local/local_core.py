@@ -34,9 +34,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from child_channel import pack_array, unpack_array
 from engine_worker import RequestCounters
 from trtllm_semantics import check_sampling, sampling_params
 from words import scalar, word_lists
+
+from specbuild.core.sampling_params import SamplingParams
 
 Get = Callable[[str], "np.ndarray | None"]
 
@@ -155,6 +158,22 @@ def parse_request(
     )
 
 
+def request_to_wire(req: LocalRequest) -> dict:
+    """A request as the engine process reads it (JSON: engine_host.py); request_from_wire reverses it."""
+    wire = dataclasses.asdict(dataclasses.replace(req, params=None, draft_logits=None))
+    wire["params"] = req.params.to_dict()
+    wire["draft_logits"] = None if req.draft_logits is None else pack_array(req.draft_logits)
+    return wire
+
+
+def request_from_wire(wire: dict) -> LocalRequest:
+    fields = dict(wire)
+    fields["params"] = SamplingParams.from_dict(wire["params"])
+    fields["draft_logits"] = None if wire["draft_logits"] is None else unpack_array(wire["draft_logits"])
+    fields["stop_sequences"] = tuple(tuple(int(t) for t in w) for w in wire["stop_sequences"])
+    return LocalRequest(**fields)
+
+
 def token_outputs(tokens: list[int], req: LocalRequest, *, with_prompt: bool) -> dict[str, np.ndarray]:
     """output_ids [1, 1, n] and sequence_length [1, 1] (prompt first when it is not excluded), and the
     token counts the request asked for."""
@@ -219,3 +238,4 @@ class Job:
     steps: list = field(default_factory=list)  # (accepted, drafted) of its verification steps (metrics)
     head: list = field(default_factory=list)  # tokens its tree produced before it went on as a plain row
     paused: bool = False  # its tree stopped because the load turned the schedule's K to 0 (a row goes on)
+    jid: int = 0  # its number between the model and its engine host (engine_host.py)

@@ -5,52 +5,54 @@ ensemble, pre/postprocessing and BLS are identical in local and production repos
 `gpt_model_path` (a reference engine folder) with ReferenceEngine; `medusa_choices` (backend form)
 selects the Medusa tree. What each input does: local_core.py.
 
+* the engine runs in a process of its own (engine_host.py: why; host_link.py: the link; the parameter
+  `engine_process` "false" keeps it in this process). This process reads the requests, answers them
+  and asks Triton about cancellation; the engine process runs them;
 * scheduling, per step as TensorRT-LLM's batch manager (in-flight batching): `execute` only reads the
-  requests and hands them to one worker thread (engine_worker.EngineWorker), so it returns at once
-  and later requests (new ones, and `stop` requests for running ones) are read while the engine works,
-  as the C++ backend's enqueue is. Before every step the worker admits waiting requests while fewer
-  than max_batch_size run (step_scheduler.StepScheduler): a plain request becomes a row of the engine's
-  DecodeSession (prefilled from the prefix cache when admitted, one token per step, answered the step it
-  ends in), verification requests (draft_input_ids: the BLS rounds of concurrent requests) admitted
-  together run as one batched target pass between steps (ReferenceEngine.verify_external_batch: rows of
-  their own length), and a generation-logits request runs alone between steps. On an engine that
-  speculates by itself (Medusa's tree) a request is a plain row when the repository's draft_len_schedule
-  (a specbuild parameter) gives K=0 for the requests the model holds (read, not yet answered, queued ones
-  included) at its admission, else its tree runs between steps, one request after another, and goes on as
-  a plain row after the step in which that count turns K to 0 (step_scheduler.py);
+  requests and hands them to the engine host, so it returns at once and later requests (new ones, and
+  `stop` requests for running ones) are read while the engine works, as the C++ backend's enqueue is.
+  Before every step the host admits waiting requests while fewer than max_batch_size run
+  (step_scheduler.StepScheduler): a plain request becomes a row of the engine's DecodeSession (prefilled
+  from the prefix cache when admitted, one token per step, answered the step it ends in), verification
+  requests (draft_input_ids: the BLS rounds of concurrent requests) admitted together run as one batched
+  target pass between steps (ReferenceEngine.verify_external_batch: rows of their own length), and a
+  generation-logits request runs alone between steps. On an engine that speculates by itself (Medusa's
+  tree) a request is a plain row when the repository's draft_len_schedule (a specbuild parameter) gives
+  K=0 for the requests the engine holds (received, not yet done, queued ones included) at its admission,
+  else its tree runs between steps, one request after another, and goes on as a plain row after the step
+  in which that count turns K to 0 (step_scheduler.py);
 * responses: each request's responses go through its response sender. Decoupled (Medusa
   repositories): each generated chunk is sent as it is produced when `streaming` is true; the last
   response carries COMPLETE_FINAL (and the perf outputs). A streamed request's chunks and its final
-  response go out on a thread of their own (engine_worker.Outbox), in the order the engine produced them,
-  while the engine runs its next step (each send and its cancellation ask is an IPC round trip); a
-  streamed request's stop hook reads the answer of its last send's ask instead of asking again. A request
-  that does not stream is answered on the engine's thread (its one response: nothing to order it after,
-  and no hand-over to another thread, _answer). Not decoupled
-  (draft/target repositories: the BLS calls round by round): exactly one response per request, with the
-  final flag, as the Python backend of tritonserver 2.51 lets a non-decoupled model answer (its stub
-  refuses more: "Non-decoupled model cannot send more than one response");
-* cancellation: a request is asked about (responder.py: an IPC round trip each) when it starts, reusing
-  an answer younger than POLL_S (its arrival counts as one: Triton hands over no request it knows
-  cancelled), so a short call (a BLS draft or verify round) does not ask at its start; a running request
-  is asked at most every `cancellation_check_period_ms` (this model's parameter, 100 by default, as the
-  C++ backend checks), so a cancelled one ends within that period or a step, a stopped one (a `stop`
-  request: no ask) at the next step. A cancelled decoupled request gets a
-  flags-only final response, a cancelled non-decoupled one a CANCELLED error; no outputs are written for
-  either;
+  response go out on a thread of their own (engine_worker.Outbox), in the order the engine produced them.
+  A request that does not stream is answered on the thread that reads the engine's events (its one
+  response: nothing to order it after). Not decoupled (draft/target repositories: the BLS calls round by
+  round): exactly one response per request, with the final flag, as the Python backend of tritonserver
+  2.51 lets a non-decoupled model answer (its stub refuses more: "Non-decoupled model cannot send more
+  than one response");
+* cancellation: a request is asked about (responder.py: an IPC round trip each) when it is answered,
+  reusing an answer younger than POLL_S (its arrival counts as one: Triton hands over no request it knows
+  cancelled), so a short call (a BLS draft or verify round) asks nothing; a running request is asked at
+  most every `cancellation_check_period_ms` (this model's parameter, 100 by default, as the C++ backend
+  checks) by a watcher thread, and a streamed one at each send; a cancelled one ends at the engine's next
+  step after that, a stopped one (a `stop` request: no ask) at the next step. A cancelled decoupled
+  request gets a flags-only final response, a cancelled non-decoupled one a CANCELLED error; no outputs
+  are written for either;
 * draft_input_ids: external verification through the engine's prefix cache, so the BLS's growing
   prefix is not recomputed each round (enable_kv_cache_reuse);
 * limits: the engine folder's config.json build_config (specbuild.core.engine_limits, with this model's
   `enable_chunked_context` parameter), enforced as the backend does.
 """
 
+
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import sys
 import threading
-import time
 
 import triton_python_backend_utils as pb_utils
 
@@ -58,60 +60,56 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from engine_worker import ActiveRequests, EngineWorker, Outbox  # noqa: E402
-from local_core import Job, Perf, cut, is_stop_request, parse_request, token_outputs  # noqa: E402
+from child_channel import ChildError, unpack_array  # noqa: E402
+from engine_worker import ActiveRequests, Outbox  # noqa: E402
+from host_link import ProcessHost, ThreadHost  # noqa: E402
+from local_core import Job, Perf, is_stop_request, parse_request, request_to_wire, token_outputs  # noqa: E402
 from responder import POLL_S, Responder, cancelled_error  # noqa: E402
 from spec_metrics import SpecMetrics  # noqa: E402
-from step_scheduler import StepScheduler, plain_k  # noqa: E402
-from words import find_stop, param, stop_at_words  # noqa: E402
+from words import param  # noqa: E402
 
-from specbuild.core.schedule import INFLIGHT_HOLD_MS, held_count, record_end  # noqa: E402
+from specbuild.core.schedule import INFLIGHT_HOLD_MS  # noqa: E402
 
-DEFAULT_TORCH_THREADS = "1"  # per engine model process; SPECBUILD_TORCH_THREADS overrides
+DEFAULT_TORCH_THREADS = "1"  # per engine process; SPECBUILD_TORCH_THREADS overrides
 DEFAULT_TOKENS_PER_BLOCK = 32  # KV block size the perf counters are reported in (TRT-LLM's default)
 # A request without end_id has no end token: TensorRT-LLM's decoder takes `mEndId.value_or(-1)`
 # (batch_manager createNewDecoderRequests / generateRequestOptions), so it never stops at the model's eos.
 NO_END_ID = -1
+MAX_ENGINE_RESTARTS = 3  # a dead engine process is started again this often at most (_live_host)
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        import torch
-
         from specbuild.core.engine_limits import EngineLimits
-        from specbuild.engines.reference.engine import ReferenceEngine
-
-        # Several stub processes (draft, target, BLS, pre/post) share the CPU: torch's default of one
-        # thread per core in each of them oversubscribes it (measured 50x slower on 2 loaded cores).
-        torch.set_num_threads(int(os.environ.get("SPECBUILD_TORCH_THREADS", DEFAULT_TORCH_THREADS)))
+        from specbuild.core.safe_io import read_json
 
         config = json.loads(args["model_config"])
         self.name = config.get("name", "tensorrt_llm")
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         path = param(config, "gpt_model_path")
-        choices = param(config, "medusa_choices") or None
-        self.engine = ReferenceEngine.load(path, medusa_choices=choices)
-        # specbuild addition (the C++ backend has no such parameter): on a self-drafting engine (Medusa) a
-        # request admitted while the schedule's K for the requests in flight is 0 decodes as a plain row
-        # (core/schedule.py, step_scheduler.py)
-        schedule = param(config, "draft_len_schedule")
-        # the count a request is admitted with stays this long at what it was when a request was answered
-        self.hold_ms = float(param(config, "inflight_hold_ms", str(INFLIGHT_HOLD_MS)))
-        if schedule and self.engine.speculates:
-            from specbuild.core.schedule import DraftSchedule
-
-            self.engine.schedule = DraftSchedule.from_text(
-                schedule, max_draft_len=self.engine.num_draft_tokens
-            )
+        self.max_batch = max(1, int(config.get("max_batch_size") or 1))  # rows the engine decodes together
+        # what the engine host is started with (engine_host.load_engine / EngineHost)
+        self.host_options = {
+            "name": self.name,
+            "path": path,
+            "medusa_choices": param(config, "medusa_choices") or None,
+            # specbuild addition (the C++ backend has no such parameter): on a self-drafting engine (Medusa)
+            # a request admitted while the schedule's K for the requests in flight is 0 decodes as a plain
+            # row (core/schedule.py, step_scheduler.py)
+            "schedule": param(config, "draft_len_schedule") or None,
+            # the count a request is admitted with stays this long at what it was when one was answered
+            "hold_ms": float(param(config, "inflight_hold_ms", str(INFLIGHT_HOLD_MS))),
+            "max_batch": self.max_batch,
+            "threads": int(os.environ.get("SPECBUILD_TORCH_THREADS", DEFAULT_TORCH_THREADS)),
+        }
+        self.engine_process = param(config, "engine_process", "true").lower() != "false"
         self.exclude_default = param(config, "exclude_input_in_output", "false").lower() == "true"
-        # how often a row asks Triton whether its request was cancelled, as the C++ backend checks its
+        # how often a running request is asked whether Triton cancelled it, as the C++ backend checks its
         # requests every cancellation_check_period_ms (its default 100 when the parameter is absent)
         self.row_poll_s = int(param(config, "cancellation_check_period_ms", "") or 100) / 1000
         names = {t["name"] for t in config["input"]}
         self.seed_name = "seed" if "seed" in names else "random_seed"
         self.min_tokens_name = "min_tokens" if "min_tokens" in names else "min_length"
-        from specbuild.core.safe_io import read_json
-
         build = read_json(os.path.join(path, "config.json"), kind="config").get("build_config") or {}
         self.tokens_per_block = int(
             (build.get("plugin_config") or {}).get("tokens_per_block") or DEFAULT_TOKENS_PER_BLOCK
@@ -122,90 +120,54 @@ class TritonPythonModel:
             if build.get("max_seq_len")
             else None
         )
-        # draft tokens a self-drafting engine (Medusa's tree) adds per step; 0 when drafts come in the request
-        self.engine_draft_len = self.engine.draft_per_step() if self.limits else 0
         self.metrics = SpecMetrics(self.name)
         self._active = ActiveRequests()  # request id -> its running jobs (for stop requests)
-        self._warm_up()
-        self.max_batch = max(1, int(config.get("max_batch_size") or 1))  # rows the worker decodes together
-        # One worker runs the requests execute() read, step by step (in-flight batching: StepScheduler);
-        # on an engine that speculates by itself (Medusa's tree) a request whose tree is on at admission
-        # runs whole between steps, one with K=0 is a plain row. Decoupled, a streamed request's chunks
-        # and final response go out on a thread of their own, in the order the engine produced them,
-        # while the engine runs its next step (engine_worker.Outbox); a request that does not stream
-        # (decoupled or not) gets its one response through its response sender on the engine's thread
+        self._jobs: dict[int, Job] = {}  # jid -> a job handed to the engine host and not answered yet
+        self._jids = itertools.count(1)
+        self._lock = threading.Lock()  # _jobs, the host and its restarts
+        # Decoupled, a streamed request's chunks and final response go out on a thread of their own, in the
+        # order the engine produced them (engine_worker.Outbox); a request that does not stream (decoupled
+        # or not) gets its one response through its response sender on the thread that read its end
         # (_answer; not decoupled, the Python backend allows exactly one, with the final flag).
-        self._holding, self._holding_lock = 0, threading.Lock()  # requests read and not answered yet
-        self._end = (0, 0)  # (last answered at ns, holding then): core/schedule.record_end
-        self._outbox = None
-        if self.decoupled:
-            self._outbox = Outbox(f"{self.name}-responses", on_error=self._send_failed)
-        self._worker = EngineWorker(
-            f"{self.name}-engine",
-            self.max_batch,
-            finish=self._answer,
-            scheduler=StepScheduler(
-                self,
-                tree_k=self._tree_k if self.engine.speculates else plain_k,
-                in_flight=self._in_flight,
-            ),
-        )
+        self._outbox = Outbox(f"{self.name}-responses", on_error=self._send_failed) if self.decoupled else None
+        self.restarts = 0  # times the engine process was started again after it died
+        try:
+            self.host = self._start_host()
+        except ChildError as exc:
+            raise pb_utils.TritonModelException(f"{self.name}: {exc}") from None
+        info = self.host.info
+        self.speculates = bool(info["speculates"])
+        # draft tokens a self-drafting engine (Medusa's tree) adds per step; 0 when drafts come in the request
+        self.engine_draft_len = int(info["draft_per_step"]) if self.limits else 0
+        self._closing = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name=f"{self.name}-cancellation", daemon=True)
+        self._watcher.start()
 
-    def _in_flight(self) -> int:
-        """Requests this model holds: read by execute and not answered yet (queued for the worker, rows,
-        whole jobs), or what it held when a request was answered less than hold_ms ago if more
-        (core/schedule.held_count: a request that replaces one just answered sees the load it replaces)."""
-        with self._holding_lock:
-            return held_count(self._holding, [self._end], time.monotonic_ns(), self.hold_ms)
+    @property
+    def engine(self):
+        """The engine, where it runs in this process (engine_process "false"); None in the engine process."""
+        return getattr(self.host, "engine", None)
 
-    def _tree_k(self, in_flight: int) -> int:
-        """K of a request admitted with `in_flight` requests in flight (step_scheduler.py): the repository's
-        draft_len_schedule (core/schedule.py), else always the engine's tree (TensorRT-LLM's Medusa engines
-        cannot switch it off)."""
-        schedule = self.engine.schedule
-        return self.engine.num_draft_tokens if schedule is None else schedule.k_for(in_flight)
-
-    def _warm_up(self) -> None:
-        """One tiny generation and verification at load: the first request must not pay for torch's
-        lazy initialisation (seconds on a busy CPU, which would distort TTFT measurements)."""
-        from specbuild.core.sampling_params import SamplingParams
-
-        params = SamplingParams(max_tokens=2, end_id=-1)
-        self.engine.generate([0], params, speculative=True)
-        if not self.engine.speculates:  # an engine the BLS drives verifies drafts
-            self.engine.verify_external([0], [0], None, params=params)
+    def _start_host(self):
+        kind = ProcessHost if self.engine_process else ThreadHost
+        return kind(self.host_options, self._on_event)
 
     def finalize(self):
-        left = self._worker.close()
+        self._closing.set()
+        self.host.close()  # its unfinished requests are done with an error, answered here
         if self._outbox is not None:
             self._outbox.close()  # the responses the engine produced go out first, in order
         self.metrics.close()  # what is still pending goes out
+        with self._lock:
+            left, self._jobs = list(self._jobs.values()), {}
         for job in left:  # never leave a request without its final response
             self._send_final(job.responder, self._error(RuntimeError("the model is being unloaded")))
 
-    def _answer(self, job: Job) -> None:
-        """A job that ended: its final response. A streamed one's goes on the outbox, after its chunks; a
-        request that streamed nothing (not decoupled, or decoupled and not streaming) is answered here,
-        on the engine's thread, as the non-decoupled model answers: its one response waits behind no other
-        request's streamed chunks on the outbox, and its client (a closed loop's worker) can send its next
-        request sooner (docs/serving.md, "The Medusa c=8 lead measured apart")."""
-        with self._holding_lock:
-            self._end = record_end(self._end, self._holding, time.monotonic_ns(), self.hold_ms)
-            self._holding -= 1
-        if self._outbox is None or not job.req.streaming:
-            self._send_final(job.responder, self._final(job))
-        else:
-            self._outbox.put(lambda: self._send_final(job.responder, self._final(job)))
-
-    @staticmethod
-    def _send_failed(exc: BaseException) -> None:
-        pb_utils.Logger.log_error(f"tensorrt_llm (local): a response could not be sent: {exc}")
-
     # ---- Triton entry point ---------------------------------------------------------------------
     def execute(self, requests):
-        """Read the requests and hand them to the worker; every response goes out through its request's
-        response sender, so execute returns at once and Triton hands over the next requests while the
-        engine runs (they join the running batch at its next step)."""
+        """Read the requests and hand them to the engine host; every response goes out through its
+        request's response sender, so execute returns at once and Triton hands over the next requests
+        while the engine runs (they join the running batch at its next step)."""
         jobs = []
         for request in requests:
             responder = Responder(request, request.get_response_sender()).handed_over()
@@ -219,10 +181,105 @@ class TritonPythonModel:
                 self._send_final(responder, self._error(exc))
                 continue
             jobs.append(job)
-        with self._holding_lock:
-            self._holding += len(jobs)
-        self._worker.submit(jobs)
+        for job in jobs:
+            self._submit(job)
         return None
+
+    def _submit(self, job: Job) -> None:
+        wire = request_to_wire(job.req)
+        with self._lock:
+            job.jid = next(self._jids)
+            self._jobs[job.jid] = job
+            try:
+                self._live_host().submit(job.jid, wire)
+                return
+            except ChildError as exc:
+                self._jobs.pop(job.jid, None)
+                job.error = exc
+        self._active.remove(job.req.request_id, job)
+        self._send_final(job.responder, self._error(job.error))
+
+    def _live_host(self):
+        """The engine host, started again if its process died (at most MAX_ENGINE_RESTARTS times: a crash
+        that repeats leaves every later request with the error). Called with _lock held."""
+        if self.host.alive:
+            return self.host
+        if self.restarts >= MAX_ENGINE_RESTARTS:
+            raise ChildError(f"the engine process died {self.restarts + 1} times; not started again")
+        self.restarts += 1
+        pb_utils.Logger.log_error(
+            f"{self.name}: the engine process died; starting it again ({self.restarts} of {MAX_ENGINE_RESTARTS})"
+        )
+        self.host.close()
+        self.host = self._start_host()
+        return self.host
+
+    # ---- the engine's events (the host's reader thread; in ThreadHost, the engine's thread) -------------
+    def _on_event(self, event: dict) -> None:
+        kind = event.get("e")
+        if kind == "tok":
+            job = self._jobs.get(event["jid"])
+            if job is not None and self._outbox is not None:
+                chunk = token_outputs(event["new"], job.req, with_prompt=False)
+                self._outbox.put(functools.partial(self._send_chunk, job, chunk))
+        elif kind == "done":
+            with self._lock:
+                job = self._jobs.pop(event["jid"], None)
+            if job is not None:
+                _apply_done(job, event)
+                self._active.remove(job.req.request_id, job)
+                self._answer(job)
+        elif kind == "log":
+            pb_utils.Logger.log_info(event["msg"])
+        elif kind == "gone":  # the engine process died: every request it held fails, saying so
+            pb_utils.Logger.log_error(f"{self.name}: {event['msg']}")
+            with self._lock:
+                jobs, self._jobs = list(self._jobs.values()), {}
+            for job in jobs:
+                job.error = ChildError(event["msg"])
+                self._active.remove(job.req.request_id, job)
+                self._answer(job)
+
+    def _watch(self) -> None:
+        """Every cancellation_check_period_ms: ask Triton about each running request whose last answer is
+        older than that (a streamed request's sends ask afresh), and end the cancelled ones at the engine's
+        next step."""
+        while not self._closing.wait(self.row_poll_s):
+            with self._lock:
+                jobs = [job for job in self._jobs.values() if not job.cancelled]
+            for job in jobs:
+                if job.responder.cancelled(max_age_s=self.row_poll_s):
+                    self._cancel(job)
+
+    def _cancel(self, job: Job) -> None:
+        job.cancelled = True
+        try:
+            self.host.cancel(job.jid)
+        except ChildError:  # the process is gone: its "gone" event answers the request
+            pass
+
+    def _answer(self, job: Job) -> None:
+        """A job that ended: its final response. A streamed one's goes on the outbox, after its chunks; a
+        request that streamed nothing (not decoupled, or decoupled and not streaming) is answered here, as
+        the non-decoupled model answers: its one response waits behind no other request's streamed chunks
+        on the outbox, and its client (a closed loop's worker) can send its next request sooner
+        (docs/serving.md, "The Medusa c=8 lead measured apart")."""
+        if self._outbox is None or not job.req.streaming:
+            self._send_final(job.responder, self._final(job))
+        else:
+            self._outbox.put(lambda: self._send_final(job.responder, self._final(job)))
+
+    @staticmethod
+    def _send_failed(exc: BaseException) -> None:
+        pb_utils.Logger.log_error(f"tensorrt_llm (local): a response could not be sent: {exc}")
+
+    def _send_chunk(self, job: Job, chunk: dict) -> None:
+        """One streamed chunk (on the outbox's thread): a stopped request's chunks go out (what it produced
+        before the stop), a cancelled one's do not (Responder.send asks Triton afresh)."""
+        if not job.responder.send(
+            pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in chunk.items()])
+        ):
+            self._cancel(job)  # the client is gone: the engine ends the request at its next step
 
     def _final(self, job: Job):
         try:
@@ -248,6 +305,10 @@ class TritonPythonModel:
             )
         for job in self._active.named(request_id):
             job.responder.stopped = True
+            try:
+                self.host.stop(job.jid)
+            except ChildError:  # the process is gone: its "gone" event answers the request
+                pass
         return self._send_final(responder, pb_utils.InferenceResponse(output_tensors=[]))
 
     def _error(self, exc: Exception):
@@ -272,177 +333,17 @@ class TritonPythonModel:
                 "exceeds max_seq_len "
                 f"({self.limits.max_seq_len}); output length lowered to {req.max_new}, as TensorRT-LLM does"
             )
-        job = Job(
-            req=req,
-            responder=responder,
-            perf=Perf(arrival_ns=req.arrival_ns),
-        )
+        job = Job(req=req, responder=responder, perf=Perf(arrival_ns=req.arrival_ns))
         self._active.add(req.request_id, job)
         return job
 
-    # ---- running requests -----------------------------------------------------------------------
-    def _run_jobs(self, jobs: list[Job]) -> None:
-        """The one-pass and whole jobs of a step (StepScheduler): the verifications in one batched pass,
-        then every other job alone, to its end, one after another."""
-        try:
-            # several verifications (the BLS rounds of concurrent requests): one batched target pass
-            verify = [j for j in jobs if j.req.draft_ids is not None and not j.req.generation_logits]
-            if len(verify) > 1:
-                self._run_verify_batch(verify)
-            for job in jobs:
-                if not job.ran and job.error is None:
-                    self._run_one(job)
-        finally:
-            for job in jobs:
-                self._active.remove(job.req.request_id, job)
-
-    def _ended(self, job: Job) -> None:
-        """Mark the request ended early (cancelled by Triton, or stopped by a `stop` request)."""
-        job.cancelled = True
-
-    def _log_end(self, job: Job) -> None:
-        how = "cancelled" if job.responder.cancelled() else "stopped"
-        pb_utils.Logger.log_info(
-            f"{self.name}: request '{job.req.request_id}' {how} after {len(job.tokens)} tokens"
-        )
-
-    def _stop_hook(self, job: Job):
-        """The engine's stop hook for `job` (speculative.StopHook), asked after every step: a cancelled or
-        stopped request (one Triton round trip per step, so it ends within a step) keeps what it produced;
-        a multi-token stop word ends it right after the word."""
-        words = stop_at_words(job.req.stop_sequences)
-        # A streamed request's every step is sent, and each send asks Triton afresh (on the outbox's thread):
-        # the hook reads that answer instead of asking again. Otherwise it asks at most every
-        # cancellation_check_period_ms (row_poll_s), as the C++ backend does: an ask is an IPC round trip
-        # on the engine's thread, and asking every POLL_S (about every step) cost the decoupled Medusa model
-        # 5-10% at c = 2-4 (docs/model_repo.md).
-        max_age_s = float("inf") if job.req.streaming else self.row_poll_s
-
-        def stop(out: list[int], start: int) -> int | None:
-            if job.cancelled or job.responder.ended(max_age_s=max_age_s):
-                self._ended(job)
-                return len(out)
-            if not words:
-                return None
-            head = job.head  # a row that goes on after its tree: a word may begin in the tree's tokens
-            end = words(head + out, len(head) + start)
-            return None if end is None else end - len(head)
-
-        return stop
-
-    def _run_one(self, job: Job) -> None:
-        before = self.engine.prefix_cache.reused_tokens  # this request's own prefix reuse: its run only
-        try:
-            self._run(job)
-            job.reused_tokens = self.engine.prefix_cache.reused_tokens - before
-        except Exception as exc:  # noqa: BLE001 - the request's error response
-            job.error = exc
-        if job.cancelled:
-            self._log_end(job)
-        job.ran = True
-
-    def _on_tokens(self, job: Job, new: list[int]) -> None:
-        job.perf.token()
-        if job.req.streaming and new and not job.cancelled:  # streaming: decoupled only (_parse)
-            chunk = token_outputs(new, job.req, with_prompt=False)
-            self._outbox.put(functools.partial(self._send_chunk, job, chunk))
-
-    def _send_chunk(self, job: Job, chunk: dict) -> None:
-        """One streamed chunk (on the outbox's thread): a stopped request's chunks go out (what it produced
-        before the stop), a cancelled one's do not (Responder.send asks Triton afresh)."""
-        if not job.responder.send(
-            pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in chunk.items()])
-        ):
-            self._ended(job)  # the client is gone: the stop hook ends the generation at the next step
-
-    def _run_verify_batch(self, jobs: list[Job]) -> None:
-        """Verification requests of one execute() in one target pass (ReferenceEngine.verify_external_batch:
-        rows of their own length, each from its own prefix-cache entry; the same tokens as one by one)."""
-        live = [j for j in jobs if not j.responder.ended(max_age_s=POLL_S)]
-        for job in jobs:
-            if job not in live:  # cancelled while it waited
-                self._ended(job)
-                job.ran = True
-        if not live:
-            return
-        for job in live:
-            job.perf.token()
-        try:
-            results = self.engine.verify_external_batch(
-                [j.req.prompt_ids for j in live],
-                [j.req.draft_ids for j in live],
-                [j.req.draft_logits for j in live],
-                params=[j.req.params for j in live],
-            )
-        except Exception as exc:  # noqa: BLE001 - every request of the pass gets the error
-            for job in live:
-                job.error, job.ran = exc, True
-            return
-        for job, (tokens, reused) in zip(live, results, strict=True):
-            self._verified(job, tokens)
-            job.reused_tokens, job.ran = reused, True
-
-    def _verified(self, job: Job, tokens: list[int]) -> None:
-        """Record a verification's result: the accepted drafts + one target token, cut like the backend."""
-        req, perf = job.req, job.perf
-        tokens = cut(tokens, req.params, req.max_new)
-        end = find_stop(tokens, req.stop_sequences) if req.stop_sequences else None
-        job.tokens = tokens[:end] if end is not None else tokens
-        perf.token()
-        perf.drafted = len(req.draft_ids)
-        perf.accepted = min(max(0, len(job.tokens) - 1), perf.drafted)
-        job.steps = [(perf.accepted, perf.drafted)]
-
-    def _pausing(self, job: Job, stop):
-        """A tree request's stop hook under a schedule: after each tree step, once the requests in flight
-        have the schedule's K at 0, the tree stops there (job.paused) and the request goes on as a plain
-        row (step_scheduler.py); it never goes back to the tree."""
-
-        def pausing(out: list[int], start: int) -> int | None:
-            end = stop(out, start)
-            if end is None and self._tree_k(self._in_flight()) == 0:
-                job.paused = True
-                return len(out)
-            return end
-
-        return pausing
-
-    def _run(self, job: Job) -> Job:
-        req, perf = job.req, job.perf
-        if job.responder.ended(max_age_s=POLL_S):  # cancelled while it waited
-            self._ended(job)
-            return job
-        if req.draft_ids is not None:
-            perf.token()
-            tokens = self.engine.verify_external(
-                req.prompt_ids, req.draft_ids, req.draft_logits, params=req.params
-            )
-            self._verified(job, tokens)
-            return job
-        stop = self._stop_hook(job)
-        if not req.generation_logits and self.engine.schedule is not None:
-            stop = self._pausing(job, stop)
-        on_tokens = lambda new: self._on_tokens(job, new)  # noqa: E731
-        if req.generation_logits:
-            result, logits = self.engine.generate_with_logits(
-                req.prompt_ids, req.params, on_tokens=on_tokens, stop=stop
-            )
-            job.extra["generation_logits"] = logits.float().numpy()[None, None]  # [1, 1, n, V]
-        else:
-            result = self.engine.generate(
-                req.prompt_ids, req.params, speculative=True, on_tokens=on_tokens, stop=stop
-            )
-        job.tokens = result.token_ids
-        perf.accepted, perf.drafted = result.stats.accepted, result.stats.drafted
-        job.steps = result.stats.steps
-        return job
-
+    # ---- the final response ---------------------------------------------------------------------
     def _finish(self, job: Job):
         """The request's final response: its outputs, its error, or (cancelled) nothing to write."""
         req, perf = job.req, job.perf
         if job.responder.cancelled(max_age_s=POLL_S):  # the client is gone: write nothing
             return None if self.decoupled else cancelled_error(self.name)
-        if job.cancelled:  # stopped by a `stop` request: what it produced so far, as the backend answers
+        if job.cancelled and job.error is None:  # stopped by a `stop` request: what it produced so far
             return self._outputs(job, job.tokens)
         if job.error is not None:
             return self._error(job.error)
@@ -467,6 +368,21 @@ class TritonPythonModel:
         if req.perf:
             outputs.update(job.perf.outputs())
         return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in outputs.items()])
+
+
+def _apply_done(job: Job, event: dict) -> None:
+    """A job's result from the engine host (engine_host._done_event)."""
+    perf = job.perf
+    job.tokens = list(event["tokens"])
+    job.cancelled = job.cancelled or bool(event["cancelled"])
+    if event["error"] is not None:
+        job.error = RuntimeError(event["error"])
+    job.reused_tokens = int(event["reused_tokens"])
+    job.steps = [tuple(step) for step in event["steps"]]
+    perf.accepted, perf.drafted = int(event["accepted"]), int(event["drafted"])
+    perf.scheduled_ns = int(event["scheduled_ns"])
+    perf.first_token_ns, perf.last_token_ns = int(event["first_token_ns"]), int(event["last_token_ns"])
+    job.extra = {name: unpack_array(packed) for name, packed in event["extra"].items()}
 
 
 def _getter(request):

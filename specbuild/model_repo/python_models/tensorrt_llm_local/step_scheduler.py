@@ -23,15 +23,14 @@ loop whose rows ended together sent its next requests one by one into trees that
 back to one tree request at a time: bench-load medusa 0.70 of the one-call baseline at c=4, 0.90 with
 the switch.) An engine that decodes plainly (draft/target, n-gram: the BLS drafts) has tree_k = 0.
 
-Plain Python over the model's methods (no Triton calls of its own); copied beside model.py.
+Plain Python over the engine host's methods (engine_host.EngineHost: no Triton calls); copied beside
+model.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-
-from responder import POLL_S
 
 
 def plain_k(in_flight: int) -> int:
@@ -41,7 +40,8 @@ def plain_k(in_flight: int) -> int:
 
 class StepScheduler:
     """The rows, whole jobs and verifications of one local engine model (see the module docstring).
-    `model`: the TritonPythonModel (its _run_jobs, _on_tokens, _stop_hook, _ended, _log_end, _active)."""
+    `model`: the engine host (engine_host.EngineHost: its engine, _run_jobs, _on_tokens, _stop_hook, _ended,
+    _log_end, _active)."""
 
     def __init__(
         self, model, *, tree_k: Callable[[int], int] = plain_k, in_flight: Callable[[], int] | None = None
@@ -64,7 +64,7 @@ class StepScheduler:
         for job in jobs:
             if job.req.draft_ids is not None or job.req.generation_logits or tree:
                 self.waiting.append(job)
-            elif job.responder.ended(max_age_s=POLL_S):  # cancelled or stopped while it waited
+            elif job.responder.ended():  # cancelled or stopped while it waited
                 self.model._ended(job)
                 job.ran = True
                 self.done.append(job)

@@ -1,0 +1,144 @@
+"""A local engine model's engine process: start it, exchange JSON lines with it, stop it.
+
+Both local engine models run their engine in a child process (tensorrt_llm_local/engine_host.py,
+tensorrt_llm_llmapi/engine_child.py say why and what they exchange). This module is the plumbing they
+share: commands go to the child's stdin and events come from its stdout, one JSON object a line; the
+child's own prints go to stderr (the server's log). No pickle: both sides are this project's code, and
+JSON is all they exchange; arrays travel as base64 of their bytes with dtype and shape (`pack_array`).
+
+Plain Python (no Triton, no torch): copied into every model folder like the other common modules.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+
+READY_TIMEOUT_S = 600.0  # loading and warming up the engine (seconds on a starved CPU, never minutes)
+CLOSE_TIMEOUT_S = 10.0
+ARRAY_DTYPES = ("float32", "float16", "int32", "int64")  # what pack_array / unpack_array carry
+
+
+class ChildError(RuntimeError):
+    """The engine process failed to start, failed a batch, or is gone."""
+
+
+def python_executable() -> str:
+    """The interpreter to start the child with: this process's, else the `python3` on PATH (inside the
+    Python backend's stub, sys.executable is the stub's binary; the stub itself takes its Python from the
+    `python3` on PATH)."""
+    if Path(sys.executable).name.startswith("python"):
+        return sys.executable
+    found = shutil.which("python3")
+    if found is None:
+        raise ChildError("no python3 on PATH to start the engine process with")
+    return found
+
+
+def pack_array(array: np.ndarray) -> dict:
+    """An array as JSON: dtype, shape and its bytes in base64 (C order)."""
+    array = np.ascontiguousarray(array)
+    if array.dtype.name not in ARRAY_DTYPES:
+        raise ValueError(f"an array of dtype {array.dtype} cannot cross to the engine process")
+    return {"dtype": array.dtype.name, "shape": list(array.shape), "b64": base64.b64encode(array).decode()}
+
+
+def unpack_array(packed: dict) -> np.ndarray:
+    dtype = str(packed["dtype"])
+    if dtype not in ARRAY_DTYPES:
+        raise ValueError(f"an array of dtype {dtype!r} from the engine process")
+    data = base64.b64decode(packed["b64"])
+    return np.frombuffer(data, dtype=dtype).reshape([int(n) for n in packed["shape"]]).copy()
+
+
+class EventWriter:
+    """The child's event channel (its original stdout), one whole line per write, from any thread."""
+
+    def __init__(self, fd: int):
+        self._out = os.fdopen(fd, "wb", buffering=0)
+        self._lock = threading.Lock()
+
+    def send(self, event: dict) -> None:
+        line = (json.dumps(event, separators=(",", ":")) + "\n").encode()
+        with self._lock:
+            self._out.write(line)
+
+
+def child_stdout() -> EventWriter:
+    """In the child: the event channel on the process's stdout, and stdout itself pointed at stderr, so a
+    stray print (a library's) never breaks the channel."""
+    events = EventWriter(os.dup(1))
+    os.dup2(2, 1)
+    return events
+
+
+class ChildProcess:
+    """`python SCRIPT ARGS...` with JSON lines both ways; ready once its first event is {"e": "ready"}."""
+
+    def __init__(self, script: str, args: list[str], *, ready_timeout_s: float = READY_TIMEOUT_S):
+        self.proc = subprocess.Popen(  # noqa: S603 - our own script, argv built by the caller
+            [python_executable(), script, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        self._write = threading.Lock()
+        try:
+            if not select.select([self.proc.stdout], [], [], ready_timeout_s)[0]:
+                raise ChildError(f"the engine process was not ready within {ready_timeout_s:g} s")
+            ready = self.next()
+            if ready.get("e") != "ready":
+                raise ChildError(f"the engine did not load: {ready.get('msg', ready)}")
+        except BaseException:
+            self.close()
+            raise
+        self.ready = ready
+
+    def send(self, command: dict) -> None:
+        line = (json.dumps(command, separators=(",", ":")) + "\n").encode()
+        with self._write:
+            try:
+                self.proc.stdin.write(line)
+                self.proc.stdin.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                raise ChildError(self.gone()) from None
+
+    def next(self) -> dict:
+        """The next event (blocks); ChildError once the process is gone."""
+        line = self.proc.stdout.readline()
+        if not line:
+            raise ChildError(self.gone())
+        return json.loads(line)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Ask the child to end after its running work; kill it if it does not within timeout_s."""
+        try:
+            self.send({"op": "close"})
+        except ChildError:
+            pass
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()
+            except OSError:  # what a gone child never read
+                pass
+
+    def gone(self) -> str:
+        code = self.proc.poll()
+        return f"the engine process is gone (exit code {code}; its log is the server's)"

@@ -1,0 +1,382 @@
+"""The engine side of the local `tensorrt_llm` model: the reference engine and its in-flight batching
+(step_scheduler.py), in a process of its own.
+
+Why a process: the model's Triton process reads requests and builds and sends every response (a streamed
+request's every step), and each of those is Python work that holds the GIL. With the engine in the same
+process, that work shared one interpreter with the engine's steps: streamed K=0 rows of the Medusa
+repository ran 12-25% slower than the same rows answered in one call (their stub spent 0.72-0.89 CPU s a
+run against 0.61, bench 2026-12-03, docs/serving.md), and the LLM-API model, which moved its engine out
+first (engine_child.py), went from 0.80 to 0.89 of in-process for the streamed target alone. TensorRT-LLM's
+LLM API does the same for the same reason ("Partition the workload to multiple process for streaming
+performance", tensorrt_llm/executor/executor.py GenerationExecutor.create, read at 005bc848); the C++
+backend runs its executor on threads of its own, outside the GIL.
+
+Started by host_link.ProcessHost as `python engine_host.py OPTIONS_JSON` (common/child_channel.py: the
+plumbing). Protocol, one JSON object a line:
+* events: {"e": "ready", "speculates", "num_draft_tokens", "draft_per_step", "reused"} once the engine is
+  loaded and warmed up (or {"e": "failed", "msg"}); {"e": "tok", "jid", "new"} for each step's tokens of
+  a streamed request; {"e": "done", "jid", ...its result: _done_event} when a request ended;
+  {"e": "log", "msg"} for the server's log;
+* commands: {"op": "job", "jid", "req": local_core.request_to_wire(...)} (a request to run),
+  {"op": "stop", "jid"} (a `stop` request named it: it ends at its next step and keeps what it produced),
+  {"op": "cancel", "jid"} (Triton cancelled it: it ends at its next step), {"op": "close"} (or end of
+  stdin).
+The same EngineHost also runs inside the model's process (host_link.ThreadHost: the `engine_process`
+parameter "false"), with the events handed over directly: what the fake-Triton tests drive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+from child_channel import child_stdout, pack_array  # noqa: E402
+from engine_worker import ActiveRequests, EngineWorker  # noqa: E402
+from local_core import Job, Perf, cut, request_from_wire  # noqa: E402
+from step_scheduler import StepScheduler, plain_k  # noqa: E402
+from words import find_stop, stop_at_words  # noqa: E402
+
+from specbuild.core.schedule import INFLIGHT_HOLD_MS, held_count, record_end  # noqa: E402
+
+
+class Flags:
+    """A running request's end flags on the engine's side (the Triton side asks Triton and says so):
+    what the scheduler and the stop hooks read where the in-process model asked its Responder."""
+
+    def __init__(self):
+        self.stopped = False  # a `stop` request named it (its outputs so far still go out)
+        self.gone = False  # Triton cancelled it (no outputs)
+
+    def ended(self, max_age_s: float = 0.0) -> bool:
+        return self.stopped or self.gone
+
+    def cancelled(self, max_age_s: float = 0.0) -> bool:
+        return self.gone
+
+
+class EngineHost:
+    """The engine and the requests it runs. `emit(event)` hands each event to the Triton side (a pipe
+    write in the engine process; a call in ThreadHost), from the engine's thread."""
+
+    def __init__(
+        self,
+        engine,
+        emit: Callable[[dict], None],
+        *,
+        name: str = "tensorrt_llm",
+        max_batch: int = 1,
+        hold_ms: float = INFLIGHT_HOLD_MS,
+    ):
+        self.engine, self.emit, self.name = engine, emit, name
+        self.hold_ms = hold_ms  # the count a request is admitted with stays this long at what it was
+        self._active = ActiveRequests()  # request id -> running jobs (the scheduler keeps it current)
+        self._jobs: dict[int, Job] = {}  # jid -> a job received and not done
+        self._lock = threading.Lock()
+        self._holding = 0  # requests received and not done (queued for admission included)
+        self._end = (0, 0)  # (last done at ns, holding then): core/schedule.record_end
+        self._worker = EngineWorker(
+            f"{name}-engine",
+            max(1, int(max_batch)),
+            finish=self._done,
+            scheduler=StepScheduler(
+                self,
+                tree_k=self._tree_k if engine.speculates else plain_k,
+                in_flight=self._in_flight,
+            ),
+        )
+
+    # ---- commands ---------------------------------------------------------------------------------
+    def submit(self, jid: int, wire: dict) -> None:
+        req = request_from_wire(wire)
+        job = Job(req=req, responder=Flags(), perf=Perf(arrival_ns=req.arrival_ns))
+        job.jid = jid
+        with self._lock:
+            self._jobs[jid] = job
+            self._holding += 1
+        self._active.add(req.request_id, job)
+        self._worker.submit([job])
+
+    def stop(self, jid: int) -> None:
+        job = self._jobs.get(jid)
+        if job is not None:
+            job.responder.stopped = True
+
+    def cancel(self, jid: int) -> None:
+        job = self._jobs.get(jid)
+        if job is not None:
+            job.responder.gone = True
+
+    def close(self) -> None:
+        """Stop after the running step; the jobs that never ended are done with an error."""
+        for job in self._worker.close():
+            job.error = RuntimeError("the model is being unloaded")
+            self._done(job)
+
+    # ---- the schedule -----------------------------------------------------------------------------
+    def _in_flight(self) -> int:
+        """Requests this engine holds: received and not done (queued for admission, rows, whole jobs), or
+        what it held when a request was done less than hold_ms ago if more (core/schedule.held_count: a
+        request that replaces one just answered sees the load it replaces)."""
+        with self._lock:
+            return held_count(self._holding, [self._end], time.monotonic_ns(), self.hold_ms)
+
+    def _tree_k(self, in_flight: int) -> int:
+        """K of a request admitted with `in_flight` requests in flight (step_scheduler.py): the repository's
+        draft_len_schedule (core/schedule.py), else always the engine's tree (TensorRT-LLM's Medusa engines
+        cannot switch it off)."""
+        schedule = self.engine.schedule
+        return self.engine.num_draft_tokens if schedule is None else schedule.k_for(in_flight)
+
+    # ---- a request's end ----------------------------------------------------------------------------
+    def _done(self, job: Job) -> None:
+        """A job ended (EngineWorker's finish, on the engine's thread): its result to the Triton side."""
+        with self._lock:
+            self._end = record_end(self._end, self._holding, time.monotonic_ns(), self.hold_ms)
+            self._holding -= 1
+            self._jobs.pop(job.jid, None)
+        self.emit(_done_event(job))
+
+    # ---- what the scheduler calls (step_scheduler.StepScheduler's `model`) ------------------------------
+    def _run_jobs(self, jobs: list[Job]) -> None:
+        """The one-pass and whole jobs of a step: the verifications in one batched pass, then every other
+        job alone, to its end, one after another."""
+        try:
+            # several verifications (the BLS rounds of concurrent requests): one batched target pass
+            verify = [j for j in jobs if j.req.draft_ids is not None and not j.req.generation_logits]
+            if len(verify) > 1:
+                self._run_verify_batch(verify)
+            for job in jobs:
+                if not job.ran and job.error is None:
+                    self._run_one(job)
+        finally:
+            for job in jobs:
+                self._active.remove(job.req.request_id, job)
+
+    def _ended(self, job: Job) -> None:
+        """Mark the request ended early (cancelled by Triton, or stopped by a `stop` request)."""
+        job.cancelled = True
+
+    def _log_end(self, job: Job) -> None:
+        how = "cancelled" if job.responder.cancelled() else "stopped"
+        self.emit(
+            {"e": "log", "msg": f"{self.name}: request '{job.req.request_id}' {how} after {len(job.tokens)} tokens"}
+        )
+
+    def _stop_hook(self, job: Job):
+        """The engine's stop hook for `job` (speculative.StopHook), asked after every step: a cancelled or
+        stopped request keeps what it produced; a multi-token stop word ends it right after the word."""
+        words = stop_at_words(job.req.stop_sequences)
+
+        def stop(out: list[int], start: int) -> int | None:
+            if job.cancelled or job.responder.ended():
+                self._ended(job)
+                return len(out)
+            if not words:
+                return None
+            head = job.head  # a row that goes on after its tree: a word may begin in the tree's tokens
+            end = words(head + out, len(head) + start)
+            return None if end is None else end - len(head)
+
+        return stop
+
+    def _run_one(self, job: Job) -> None:
+        before = self.engine.prefix_cache.reused_tokens  # this request's own prefix reuse: its run only
+        try:
+            self._run(job)
+            job.reused_tokens = self.engine.prefix_cache.reused_tokens - before
+        except Exception as exc:  # noqa: BLE001 - the request's error response
+            job.error = exc
+        if job.cancelled:
+            self._log_end(job)
+        job.ran = True
+
+    def _on_tokens(self, job: Job, new: list[int]) -> None:
+        job.perf.token()
+        if job.req.streaming and new and not job.cancelled:
+            self.emit({"e": "tok", "jid": job.jid, "new": [int(t) for t in new]})
+
+    def _run_verify_batch(self, jobs: list[Job]) -> None:
+        """Verification requests admitted together in one target pass (ReferenceEngine.verify_external_batch:
+        rows of their own length, each from its own prefix-cache entry; the same tokens as one by one)."""
+        live = [j for j in jobs if not j.responder.ended()]
+        for job in jobs:
+            if job not in live:  # cancelled while it waited
+                self._ended(job)
+                job.ran = True
+        if not live:
+            return
+        for job in live:
+            job.perf.token()
+        try:
+            results = self.engine.verify_external_batch(
+                [j.req.prompt_ids for j in live],
+                [j.req.draft_ids for j in live],
+                [j.req.draft_logits for j in live],
+                params=[j.req.params for j in live],
+            )
+        except Exception as exc:  # noqa: BLE001 - every request of the pass gets the error
+            for job in live:
+                job.error, job.ran = exc, True
+            return
+        for job, (tokens, reused) in zip(live, results, strict=True):
+            self._verified(job, tokens)
+            job.reused_tokens, job.ran = reused, True
+
+    def _verified(self, job: Job, tokens: list[int]) -> None:
+        """Record a verification's result: the accepted drafts + one target token, cut like the backend."""
+        req, perf = job.req, job.perf
+        tokens = cut(tokens, req.params, req.max_new)
+        end = find_stop(tokens, req.stop_sequences) if req.stop_sequences else None
+        job.tokens = tokens[:end] if end is not None else tokens
+        perf.token()
+        perf.drafted = len(req.draft_ids)
+        perf.accepted = min(max(0, len(job.tokens) - 1), perf.drafted)
+        job.steps = [(perf.accepted, perf.drafted)]
+
+    def _pausing(self, job: Job, stop):
+        """A tree request's stop hook under a schedule: after each tree step, once the requests in flight
+        have the schedule's K at 0, the tree stops there (job.paused) and the request goes on as a plain
+        row (step_scheduler.py); it never goes back to the tree."""
+
+        def pausing(out: list[int], start: int) -> int | None:
+            end = stop(out, start)
+            if end is None and self._tree_k(self._in_flight()) == 0:
+                job.paused = True
+                return len(out)
+            return end
+
+        return pausing
+
+    def _run(self, job: Job) -> Job:
+        req, perf = job.req, job.perf
+        if job.responder.ended():  # cancelled while it waited
+            self._ended(job)
+            return job
+        if req.draft_ids is not None:
+            perf.token()
+            tokens = self.engine.verify_external(
+                req.prompt_ids, req.draft_ids, req.draft_logits, params=req.params
+            )
+            self._verified(job, tokens)
+            return job
+        stop = self._stop_hook(job)
+        if not req.generation_logits and self.engine.schedule is not None:
+            stop = self._pausing(job, stop)
+        on_tokens = lambda new: self._on_tokens(job, new)  # noqa: E731
+        if req.generation_logits:
+            result, logits = self.engine.generate_with_logits(
+                req.prompt_ids, req.params, on_tokens=on_tokens, stop=stop
+            )
+            job.extra["generation_logits"] = logits.float().numpy()[None, None]  # [1, 1, n, V]
+        else:
+            result = self.engine.generate(
+                req.prompt_ids, req.params, speculative=True, on_tokens=on_tokens, stop=stop
+            )
+        job.tokens = result.token_ids
+        perf.accepted, perf.drafted = result.stats.accepted, result.stats.drafted
+        job.steps = result.stats.steps
+        return job
+
+
+def _done_event(job: Job) -> dict:
+    """A job's result as the Triton side reads it (host_link.apply_done)."""
+    perf = job.perf
+    return {
+        "e": "done",
+        "jid": job.jid,
+        "tokens": [int(t) for t in job.tokens],
+        "cancelled": job.cancelled,
+        "error": None if job.error is None else f"{job.error}",
+        "reused_tokens": int(job.reused_tokens),
+        "steps": [[int(a), int(d)] for a, d in job.steps],
+        "accepted": int(perf.accepted),
+        "drafted": int(perf.drafted),
+        "scheduled_ns": perf.scheduled_ns,
+        "first_token_ns": perf.first_token_ns,
+        "last_token_ns": perf.last_token_ns,
+        "extra": {name: pack_array(value) for name, value in job.extra.items()},
+    }
+
+
+def load_engine(options: dict):
+    """The reference engine of `options` (host_link.host_options), its schedule set, warmed up: the first
+    request must not pay for torch's lazy initialisation (seconds on a busy CPU, which would distort TTFT
+    measurements)."""
+    import torch  # noqa: PLC0415
+
+    from specbuild.core.sampling_params import SamplingParams  # noqa: PLC0415
+    from specbuild.engines.reference.engine import ReferenceEngine  # noqa: PLC0415
+
+    # Several processes (draft, target, BLS, pre/post) share the CPU: torch's default of one thread per
+    # core in each of them oversubscribes it (measured 50x slower on 2 loaded cores).
+    torch.set_num_threads(int(options["threads"]))
+    engine = ReferenceEngine.load(options["path"], medusa_choices=options.get("medusa_choices") or None)
+    # specbuild addition (the C++ backend has no such parameter): on a self-drafting engine (Medusa) a
+    # request admitted while the schedule's K for the requests in flight is 0 decodes as a plain row
+    if options.get("schedule") and engine.speculates:
+        from specbuild.core.schedule import DraftSchedule  # noqa: PLC0415
+
+        engine.schedule = DraftSchedule.from_text(options["schedule"], max_draft_len=engine.num_draft_tokens)
+    params = SamplingParams(max_tokens=2, end_id=-1)
+    engine.generate([0], params, speculative=True)
+    if not engine.speculates:  # an engine the BLS drives verifies drafts
+        engine.verify_external([0], [0], None, params=params)
+    return engine
+
+
+def ready_event(engine) -> dict:
+    return {
+        "e": "ready",
+        "speculates": engine.speculates,
+        "num_draft_tokens": engine.num_draft_tokens,
+        "draft_per_step": engine.draft_per_step(),
+        "reused": engine.prefix_cache.reused_tokens,
+    }
+
+
+def read_commands(host: EngineHost, stream) -> None:
+    """The engine process's stdin: each command to the host, until close or end of input."""
+    for line in stream:
+        command = json.loads(line)
+        op = command.get("op")
+        if op == "job":
+            host.submit(int(command["jid"]), command["req"])
+        elif op == "stop":
+            host.stop(int(command["jid"]))
+        elif op == "cancel":
+            host.cancel(int(command["jid"]))
+        elif op == "close":
+            break
+
+
+def main(argv: list[str]) -> int:
+    options = json.loads(argv[1])
+    events = child_stdout()
+    try:
+        engine = load_engine(options)
+    except Exception as exc:  # noqa: BLE001 - the Triton process reports it and fails to load
+        events.send({"e": "failed", "msg": f"{type(exc).__name__}: {exc}"})
+        return 1
+    host = EngineHost(
+        engine,
+        events.send,
+        name=options.get("name", "tensorrt_llm"),
+        max_batch=int(options.get("max_batch", 1)),
+        hold_ms=float(options.get("hold_ms", INFLIGHT_HOLD_MS)),
+    )
+    events.send(ready_event(engine))
+    read_commands(host, sys.stdin)
+    host.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
