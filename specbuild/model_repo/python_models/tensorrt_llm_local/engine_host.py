@@ -167,7 +167,10 @@ class EngineHost:
     def _log_end(self, job: Job) -> None:
         how = "cancelled" if job.responder.cancelled() else "stopped"
         self.emit(
-            {"e": "log", "msg": f"{self.name}: request '{job.req.request_id}' {how} after {len(job.tokens)} tokens"}
+            {
+                "e": "log",
+                "msg": f"{self.name}: request '{job.req.request_id}' {how} after {len(job.tokens)} tokens",
+            }
         )
 
     def _stop_hook(self, job: Job):

@@ -44,7 +44,6 @@ selects the Medusa tree. What each input does: local_core.py.
   `enable_chunked_context` parameter), enforced as the backend does.
 """
 
-
 from __future__ import annotations
 
 import functools
@@ -129,7 +128,9 @@ class TritonPythonModel:
         # order the engine produced them (engine_worker.Outbox); a request that does not stream (decoupled
         # or not) gets its one response through its response sender on the thread that read its end
         # (_answer; not decoupled, the Python backend allows exactly one, with the final flag).
-        self._outbox = Outbox(f"{self.name}-responses", on_error=self._send_failed) if self.decoupled else None
+        self._outbox = (
+            Outbox(f"{self.name}-responses", on_error=self._send_failed) if self.decoupled else None
+        )
         self.restarts = 0  # times the engine process was started again after it died
         try:
             self.host = self._start_host()
@@ -208,7 +209,8 @@ class TritonPythonModel:
             raise ChildError(f"the engine process died {self.restarts + 1} times; not started again")
         self.restarts += 1
         pb_utils.Logger.log_error(
-            f"{self.name}: the engine process died; starting it again ({self.restarts} of {MAX_ENGINE_RESTARTS})"
+            f"{self.name}: the engine process died; starting it again "
+            f"({self.restarts} of {MAX_ENGINE_RESTARTS})"
         )
         self.host.close()
         self.host = self._start_host()
@@ -241,10 +243,11 @@ class TritonPythonModel:
                 self._answer(job)
 
     def _watch(self) -> None:
-        """Every cancellation_check_period_ms: ask Triton about each running request whose last answer is
-        older than that (a streamed request's sends ask afresh), and end the cancelled ones at the engine's
-        next step."""
-        while not self._closing.wait(self.row_poll_s):
+        """Ask Triton about each running request whose last answer is older than
+        cancellation_check_period_ms (a streamed request's sends ask afresh), and end the cancelled ones at
+        the engine's next step. The loop looks every POLL_S, so a request is asked within POLL_S of its
+        period's end (looking is free; each ask is an IPC round trip)."""
+        while not self._closing.wait(min(POLL_S, self.row_poll_s)):
             with self._lock:
                 jobs = [job for job in self._jobs.values() if not job.cancelled]
             for job in jobs:

@@ -1,0 +1,208 @@
+"""The local tensorrt_llm model as it is served: its engine in a process of its own (engine_host.py,
+host_link.ProcessHost), spoken to in JSON lines. The answers are those of the same engine inside the model's
+process (host_link.ThreadHost, what the other fake-Triton tests drive): plain and speculative, greedy and
+seeded sampling through the BLS (draft generation logits and draft logits cross the pipe as arrays),
+streamed Medusa chunks, a `stop` request; a killed engine process fails its requests with an error that says
+so and is started again. Real tritonserver runs of the same model: the e2e tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import numpy as np
+import pytest
+from fake_triton import FakeServer, Request, collect, stop_request, text_request
+from repo_builds import cached_build
+
+from specbuild.core.sampling_params import SamplingParams
+from specbuild.model_repo.generate import generate_repo
+
+pytestmark = pytest.mark.numeric  # float results through CPU kernels (greedy and seeded equality)
+
+PROMPT = "def add(a, b):"
+N = 8
+
+
+def _close(server: FakeServer) -> None:
+    for model in server.models.values():
+        if hasattr(model, "host"):
+            model.finalize()
+
+
+@pytest.fixture(scope="module")
+def dt(tmp_path_factory, tiny_target, tiny_draft):
+    """(in this process, in an engine process): the same draft/target repository served both ways."""
+    import torch
+
+    threads = torch.get_num_threads()
+    build = cached_build(tmp_path_factory, "dt", "draft_target", target=tiny_target, draft=tiny_draft)
+    repo = generate_repo(build, tmp_path_factory.mktemp("host-dt") / "repo", backend="python")
+    here, there = FakeServer(repo), FakeServer(repo, engine_process=True)
+    yield here, there
+    _close(there)
+    _close(here)
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def medusa(tmp_path_factory, tiny_target):
+    import torch
+
+    threads = torch.get_num_threads()
+    build = cached_build(tmp_path_factory, "medusa", "medusa", target=tiny_target)
+    repo = generate_repo(build, tmp_path_factory.mktemp("host-medusa") / "repo", backend="python")
+    server = FakeServer(repo, engine_process=True)
+    yield server
+    _close(server)
+    torch.set_num_threads(threads)
+
+
+def _child_pid(server: FakeServer, model: str = "tensorrt_llm") -> int:
+    return server.models[model].host.child.proc.pid
+
+
+def test_the_models_engines_run_in_processes_of_their_own(dt):
+    _, there = dt
+    pids = {_child_pid(there, name) for name in ("tensorrt_llm", "tensorrt_llm_draft")}
+    assert len(pids) == 2 and os.getpid() not in pids
+    assert there.models["tensorrt_llm"].engine is None  # nothing of the engine in the model's process
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"num_draft_tokens": 0},
+        {"num_draft_tokens": 3, "return_perf_metrics": True},
+        {"num_draft_tokens": 3, "use_draft_logits": True},  # generation and draft logits cross the pipe
+        {"num_draft_tokens": 3, "use_draft_logits": True, "temperature": 0.9, "top_p": 1.0, "seed": 7},
+        {"num_draft_tokens": 3, "stream": True},
+    ],
+    ids=["target-alone", "speculative", "draft-logits", "seeded-sampling", "streamed"],
+)
+def test_an_engine_process_answers_as_the_engine_in_the_models_process(dt, kw):
+    here, there = dt
+    want = collect(here.infer("tensorrt_llm_bls", text_request(PROMPT, N, **kw)))
+    got = collect(there.infer("tensorrt_llm_bls", text_request(PROMPT, N, **kw)))
+    assert got["tokens"] == want["tokens"] and got["text"] == want["text"] and len(got["tokens"]) == N
+    if "return_perf_metrics" in kw:
+        for key in ("total_draft_tokens", "total_accepted_draft_tokens"):
+            assert got["perf"][key] == want["perf"][key]
+        assert (
+            got["perf"]["arrival_time_ns"]
+            <= got["perf"]["first_token_time_ns"]
+            <= got["perf"]["last_token_time_ns"]
+        )
+
+
+def test_generation_logits_cross_the_pipe_exactly(dt):
+    """The draft model's generation logits (float32 [1, 1, n, V]) come back from the engine process as the
+    engine computed them: the same bits as the same engine in this process (one torch thread in both, so the
+    same kernels), through base64 of the raw bytes."""
+    here, there = dt
+    ids = here.models["preprocessing"].tokenizer.encode(PROMPT)
+    inputs = {
+        "input_ids": np.array([ids], dtype=np.int32),
+        "input_lengths": np.array([[len(ids)]], dtype=np.int32),
+        "request_output_len": np.array([[3]], dtype=np.int32),
+        "return_generation_logits": np.array([[True]]),
+    }
+    (want,) = here.infer("tensorrt_llm_draft", inputs)
+    (got,) = there.infer("tensorrt_llm_draft", inputs)
+    out_want = {t.name(): t.as_numpy() for t in want.output_tensors}
+    out_got = {t.name(): t.as_numpy() for t in got.output_tensors}
+    vocab = here.models["tensorrt_llm"].engine.target.cfg.vocab_size
+    assert out_got["generation_logits"].shape == (1, 1, 3, vocab)
+    assert out_got["generation_logits"].dtype == np.float32
+    assert np.array_equal(out_got["generation_logits"], out_want["generation_logits"])
+    assert np.array_equal(out_got["output_ids"], out_want["output_ids"])
+
+
+def _long(ids, n, *, request_id=""):
+    return Request(
+        {
+            "input_ids": np.array([ids], dtype=np.int32),
+            "input_lengths": np.array([[len(ids)]], dtype=np.int32),
+            "request_output_len": np.array([[n]], dtype=np.int32),
+            "exclude_input_in_output": np.array([[True]]),
+            "streaming": np.array([[True]]),
+        },
+        request_id=request_id,
+    )
+
+
+def _streamed(request) -> list[int]:
+    sent = request.sender.responses
+    assert sent[-1][1] == 1 and all(flags == 0 for _, flags in sent[:-1])  # COMPLETE_FINAL last, once
+    tokens = []
+    for response, _ in sent:
+        assert response is None or not response.has_error(), response.error().message()
+        if response is not None:
+            out = {t.name(): t.as_numpy() for t in response.output_tensors}
+            if "output_ids" in out:
+                tokens += out["output_ids"].reshape(-1)[: int(out["sequence_length"].reshape(-1)[0])].tolist()
+    return tokens
+
+
+def test_medusa_streams_from_its_engine_process_and_a_stop_request_ends_it(medusa, tiny_target):
+    """A streamed Medusa request's chunks come from the engine process's per-step events, in order, the
+    tree's greedy output; a `stop` request read while a long one runs ends it early with a prefix of it."""
+    from specbuild.engines.reference.engine import ReferenceEngine
+
+    model = medusa.models["tensorrt_llm"]
+    engine = ReferenceEngine.load(model.host_options["path"])  # the same build, in this process
+    ids = [5, 17, 99, 3, 44, 12]
+    whole = _long(ids, 40)
+    medusa.infer_batch("tensorrt_llm", [], requests=[whole])
+    greedy = engine.generate(ids, SamplingParams(max_tokens=100, end_id=-1), speculative=False).token_ids
+    tokens = _streamed(whole)
+    assert tokens == greedy[:40] and len(whole.sender.responses) > 2  # several chunks, then the final one
+
+    stopped = _long(ids, 100, request_id="stop-me")
+    assert model.execute([stopped]) is None
+    stop = stop_request("stop-me")
+    model.execute([stop])
+    assert stop.sender.done.wait(30) and stopped.sender.done.wait(60)
+    tokens = _streamed(stopped)
+    assert len(tokens) < 100 and tokens == greedy[: len(tokens)]
+
+
+def test_a_killed_engine_process_fails_its_request_and_is_started_again(dt):
+    """The engine process dies while a request runs: that request gets an error that says so (never a hang);
+    the model starts the engine again at the next request, which is answered exactly."""
+    here, there = dt
+    model = there.models["tensorrt_llm"]
+    ids = here.models["preprocessing"].tokenizer.encode(PROMPT)
+    inputs = {
+        "input_ids": np.array([ids], dtype=np.int32),
+        "input_lengths": np.array([[len(ids)]], dtype=np.int32),
+        "request_output_len": np.array([[60]], dtype=np.int32),
+        "exclude_input_in_output": np.array([[True]]),
+    }
+    request = Request(dict(inputs))
+    first = _child_pid(there)
+    os.kill(first, signal.SIGSTOP)  # the request is read and handed over, the engine stands still
+    assert model.execute([request]) is None
+    os.kill(first, signal.SIGKILL)
+    assert request.sender.done.wait(30)
+    ((response, _),) = request.sender.responses
+    assert response.has_error() and "the engine process is gone" in response.error().message()
+
+    (again,) = there.infer("tensorrt_llm", inputs)
+    assert _child_pid(there) != first and model.restarts == 1
+    (want,) = here.infer("tensorrt_llm", inputs)
+    assert not again.has_error(), again.error().message()
+    get = lambda r: {t.name(): t.as_numpy() for t in r.output_tensors}["output_ids"].tolist()  # noqa: E731
+    assert get(again) == get(want)
+
+
+def test_an_engine_that_does_not_load_fails_with_its_reason(dt, tmp_path):
+    """A build the engine process cannot load: starting the host fails with the engine's own reason (the
+    model's initialize turns it into the load error Triton logs)."""
+    _, there = dt
+    module = sys.modules[type(there.models["tensorrt_llm"]).__module__]
+    with pytest.raises(module.ChildError, match="did not load: .*no-such-build"):
+        module.ProcessHost(
+            {"path": str(tmp_path / "no-such-build"), "threads": 1, "hold_ms": 0}, lambda e: None
+        )
