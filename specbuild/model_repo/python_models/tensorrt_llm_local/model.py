@@ -124,6 +124,7 @@ class TritonPythonModel:
         self._jobs: dict[int, Job] = {}  # jid -> a job handed to the engine host and not answered yet
         self._jids = itertools.count(1)
         self._lock = threading.Lock()  # _jobs, the host and its restarts
+        self._running = threading.Condition(self._lock)  # notified when a job is handed over, and at close
         # Decoupled, a streamed request's chunks and final response go out on a thread of their own, in the
         # order the engine produced them (engine_worker.Outbox); a request that does not stream (decoupled
         # or not) gets its one response through its response sender on the thread that read its end
@@ -155,6 +156,8 @@ class TritonPythonModel:
 
     def finalize(self):
         self._closing.set()
+        with self._running:
+            self._running.notify_all()
         self.host.close()  # its unfinished requests are done with an error, answered here
         if self._outbox is not None:
             self._outbox.close()  # the responses the engine produced go out first, in order
@@ -191,6 +194,7 @@ class TritonPythonModel:
         with self._lock:
             job.jid = next(self._jids)
             self._jobs[job.jid] = job
+            self._running.notify()
             try:
                 self._live_host().submit(job.jid, wire)
                 return
@@ -245,14 +249,18 @@ class TritonPythonModel:
     def _watch(self) -> None:
         """Ask Triton about each running request whose last answer is older than
         cancellation_check_period_ms (a streamed request's sends ask afresh), and end the cancelled ones at
-        the engine's next step. The loop looks every POLL_S, so a request is asked within POLL_S of its
-        period's end (looking is free; each ask is an IPC round trip)."""
-        while not self._closing.wait(min(POLL_S, self.row_poll_s)):
-            with self._lock:
+        the engine's next step. While requests run the loop looks every POLL_S, so a request is asked within
+        POLL_S of its period's end (looking is free; each ask is an IPC round trip); with none it sleeps."""
+        period = min(POLL_S, self.row_poll_s)
+        while not self._closing.is_set():
+            with self._running:
+                while not self._jobs and not self._closing.is_set():
+                    self._running.wait()
                 jobs = [job for job in self._jobs.values() if not job.cancelled]
             for job in jobs:
                 if job.responder.cancelled(max_age_s=self.row_poll_s):
                     self._cancel(job)
+            self._closing.wait(period)
 
     def _cancel(self, job: Job) -> None:
         job.cancelled = True
