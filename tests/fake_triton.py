@@ -317,14 +317,17 @@ def text_request(
 
 
 def collect(responses) -> dict:
-    """Concatenate text deltas and token ids of a response stream; keep the last perf outputs."""
-    text, tokens, perf = "", [], {}
+    """Concatenate text deltas and token ids of a response stream; keep the last perf outputs. chunks: the
+    token count of each response that carried tokens."""
+    text, tokens, perf, chunks = "", [], {}, []
     for r in responses:
         assert not r.has_error(), r.error().message()
         out = {t.name(): t.as_numpy() for t in r.output_tensors}
         text += out["text_output"].reshape(-1)[0].decode() if "text_output" in out else ""
         if "output_ids" in out:
-            tokens += out["output_ids"].reshape(-1)[: int(out["sequence_length"].reshape(-1)[0])].tolist()
+            new = out["output_ids"].reshape(-1)[: int(out["sequence_length"].reshape(-1)[0])].tolist()
+            tokens += new
+            chunks += [len(new)] if new else []
         for key in (
             "acceptance_rate",
             "total_accepted_draft_tokens",
@@ -336,4 +339,4 @@ def collect(responses) -> dict:
         ):
             if key in out:
                 perf[key] = out[key].reshape(-1)[0].item()
-    return {"text": text, "tokens": tokens, "perf": perf, "responses": len(list(responses))}
+    return {"text": text, "tokens": tokens, "perf": perf, "responses": len(list(responses)), "chunks": chunks}

@@ -1,6 +1,6 @@
 """The BLS's engine calls per round, counted through the fake Python backend (fake_triton): a K=0 round
 of the load-aware schedule is ONE target call for up to plain_round_tokens tokens (not one call per
-token), and greedy output stays the target's."""
+token; streamed, 1, 2, 4, ... tokens), and greedy output stays the target's."""
 
 from __future__ import annotations
 
@@ -50,9 +50,24 @@ def test_a_k0_round_is_one_target_call_for_many_tokens(off_server, stream):
     want = s.models["tensorrt_llm"].engine.generate(ids, SamplingParams(max_tokens=N)).token_ids
     assert got["tokens"] == want
     assert _calls(s, "tensorrt_llm_draft") == before_draft  # no drafting at K=0
-    # K=0 rounds ask for plain_round_tokens target tokens per call (before the fix: one call per token)
-    assert _calls(s, "tensorrt_llm") - before_target == math.ceil(N / PLAIN_ROUND_TOKENS)
+    # K=0 rounds ask for plain_round_tokens target tokens per call (before the fix: one call per token);
+    # streamed, 1, 2, 4, ... of them: the first token after one target step (its TTFT), few calls in all
+    if stream:
+        sizes = _doubling(N, PLAIN_ROUND_TOKENS)
+        assert got["chunks"] == sizes and sizes[:3] == [1, 2, 4]
+        assert _calls(s, "tensorrt_llm") - before_target == len(sizes) < N
+    else:
+        assert _calls(s, "tensorrt_llm") - before_target == math.ceil(N / PLAIN_ROUND_TOKENS)
     assert got["perf"]["total_draft_tokens"] == 0
+
+
+def _doubling(n: int, limit: int) -> list[int]:
+    """Token counts of the K=0 rounds of a streamed request of n tokens: 1, 2, 4, ... up to limit."""
+    sizes, size = [], 1
+    while sum(sizes) < n:
+        sizes.append(min(size, limit, n - sum(sizes)))
+        size *= 2
+    return sizes
 
 
 # ---- batched verification in the local engine model ---------------------------------------------------

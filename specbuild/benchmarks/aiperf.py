@@ -7,8 +7,9 @@ What runs, per round (rounds interleave the tools, so load changes hit both alik
   the chat flow gets a pass-through chat template (the demo tokenizer has none): a single user message
   renders as its own text, so chat and completions send the same tokens as `bench`;
 * `aiperf profile --endpoint-type {completions,chat} --streaming --concurrency {1,4}` with speculation on
-  (the repository's K) and off (`num_draft_tokens: 0` through --extra-inputs), temperature 0, the bench
-  prompts as a `single_turn` dataset (output_length = --max-tokens, sampled in order),
+  (the repository's K, sent as `num_draft_tokens` through --extra-inputs, so a repository's load-aware
+  schedule does not pick another K than the other tools run) and off (`num_draft_tokens: 0`),
+  temperature 0, the bench prompts as a `single_turn` dataset (output_length = --max-tokens, sampled in order),
   `--use-server-token-count` (token counts from the server's usage) and, for chat (AIPerf 0.13.0 allows
   it there only), `--per-chunk-usage` (the first chunk's real token count in ITL), `--tokenizer` the
   repository's local tokenizer folder (HF_HUB_OFFLINE must NOT be set: AIPerf 0.13.0 then mistakes a
@@ -83,15 +84,18 @@ def aiperf_command(
     dataset: Path,
     requests: int,
     tokenizer: str,
-    speculative: bool,
+    num_draft_tokens: int,
     artifacts: Path,
     payload_template: Path | None = None,
 ) -> list[str]:
+    """num_draft_tokens: K sent with every request (0: speculation off); the template's payload carries it."""
     if endpoint == TEMPLATE:  # Triton's generate extension: the template carries every request field
         extra: dict = {"payload_template": str(payload_template), "response_field": "text_output"}
         counting: list[str] = []  # no usage in Triton's answer: AIPerf counts with the tokenizer
     else:
-        extra = {"temperature": 0} if speculative else {"temperature": 0, "num_draft_tokens": 0}
+        # K explicit either way: a repository with a load-aware schedule would otherwise pick K by load,
+        # and every tool of the table must run the same rounds
+        extra = {"temperature": 0, "num_draft_tokens": num_draft_tokens}
         # token counts from the server's usage; per-chunk usage gives ITL the first chunk's real size
         # (AIPerf 0.13.0 injects continuous_usage_stats on the chat endpoint only: it refuses the flag
         # for completions, whose ITL then divides by OSL - 1)
@@ -251,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
                                 dataset=dataset,
                                 requests=len(prompts),
                                 tokenizer=tokenizer,
-                                speculative=spec,
+                                num_draft_tokens=k if spec else 0,
                                 artifacts=artifacts,
                                 payload_template=payload,
                             )
