@@ -9,7 +9,8 @@ What runs, per round (rounds interleave the tools, so load changes hit both alik
 * `aiperf profile --endpoint-type {completions,chat} --streaming --concurrency {1,4}` with speculation on
   (the repository's K, sent as `num_draft_tokens` through --extra-inputs, so a repository's load-aware
   schedule does not pick another K than the other tools run) and off (`num_draft_tokens: 0`),
-  temperature 0, the bench prompts as a `single_turn` dataset (output_length = --max-tokens, sampled in order),
+  temperature 0, the bench prompts as a `single_turn` dataset (output_length = --max-tokens, sampled
+  in order),
   `--use-server-token-count` (token counts from the server's usage) and, for chat (AIPerf 0.13.0 allows
   it there only), `--per-chunk-usage` (the first chunk's real token count in ITL), `--tokenizer` the
   repository's local tokenizer folder (HF_HUB_OFFLINE must NOT be set: AIPerf 0.13.0 then mistakes a
