@@ -60,17 +60,17 @@ class EngineProcess:
         at its next step (it keeps what it produced). Returns each row's result (engine_child._result);
         EngineProcessError when the engine failed the batch or the process is gone."""
         rid = next(self._rids)
-        self._send({"op": "gen", "rid": rid, "rows": rows, "speculative": speculative, "k": k})
+        self.child.send({"op": "gen", "rid": rid, "rows": rows, "speculative": speculative, "k": k})
         aborted: set[int] = set()
         while True:
-            event = self._next()
+            event = self.child.next()
             kind = event.get("e")
             if kind == "tok" and event["rid"] == rid:
                 row = int(event["row"])
                 on_tokens(row, event["new"], int(event["ns"]))
                 if row not in aborted and stop(row):
                     aborted.add(row)
-                    self._send({"op": "abort", "rid": rid, "row": row})
+                    self.child.send({"op": "abort", "rid": rid, "row": row})
             elif kind == "done" and event["rid"] == rid:
                 self.reused = int(event["reused"])
                 return event["results"]
@@ -84,9 +84,3 @@ class EngineProcess:
     def close(self) -> None:
         """Ask the child to end after its running batch; kill it if it does not in time."""
         self.child.close()
-
-    def _send(self, command: dict) -> None:
-        self.child.send(command)
-
-    def _next(self) -> dict:
-        return self.child.next()

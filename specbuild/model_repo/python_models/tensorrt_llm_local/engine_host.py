@@ -39,7 +39,7 @@ if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
 from child_channel import child_stdout, pack_array  # noqa: E402
-from engine_worker import ActiveRequests, EngineWorker  # noqa: E402
+from engine_worker import EngineWorker  # noqa: E402
 from local_core import Job, Perf, cut, request_from_wire  # noqa: E402
 from step_scheduler import StepScheduler, plain_k  # noqa: E402
 from words import find_stop, stop_at_words  # noqa: E402
@@ -55,10 +55,10 @@ class Flags:
         self.stopped = False  # a `stop` request named it (its outputs so far still go out)
         self.gone = False  # Triton cancelled it (no outputs)
 
-    def ended(self, max_age_s: float = 0.0) -> bool:
+    def ended(self) -> bool:
         return self.stopped or self.gone
 
-    def cancelled(self, max_age_s: float = 0.0) -> bool:
+    def cancelled(self) -> bool:
         return self.gone
 
 
@@ -77,8 +77,7 @@ class EngineHost:
     ):
         self.engine, self.emit, self.name = engine, emit, name
         self.hold_ms = hold_ms  # the count a request is admitted with stays this long at what it was
-        self._active = ActiveRequests()  # request id -> running jobs (the scheduler keeps it current)
-        self._jobs: dict[int, Job] = {}  # jid -> a job received and not done
+        self._jobs: dict[int, Job] = {}  # jid -> a job received and not done (`stop` and `cancel` name jids)
         self._lock = threading.Lock()
         self._holding = 0  # requests received and not done (queued for admission included)
         self._end = (0, 0)  # (last done at ns, holding then): core/schedule.record_end
@@ -101,7 +100,6 @@ class EngineHost:
         with self._lock:
             self._jobs[jid] = job
             self._holding += 1
-        self._active.add(req.request_id, job)
         self._worker.submit([job])
 
     def stop(self, jid: int) -> None:
@@ -148,17 +146,13 @@ class EngineHost:
     def _run_jobs(self, jobs: list[Job]) -> None:
         """The one-pass and whole jobs of a step: the verifications in one batched pass, then every other
         job alone, to its end, one after another."""
-        try:
-            # several verifications (the BLS rounds of concurrent requests): one batched target pass
-            verify = [j for j in jobs if j.req.draft_ids is not None and not j.req.generation_logits]
-            if len(verify) > 1:
-                self._run_verify_batch(verify)
-            for job in jobs:
-                if not job.ran and job.error is None:
-                    self._run_one(job)
-        finally:
-            for job in jobs:
-                self._active.remove(job.req.request_id, job)
+        # several verifications (the BLS rounds of concurrent requests): one batched target pass
+        verify = [j for j in jobs if j.req.draft_ids is not None and not j.req.generation_logits]
+        if len(verify) > 1:
+            self._run_verify_batch(verify)
+        for job in jobs:
+            if not job.ran and job.error is None:
+                self._run_one(job)
 
     def _ended(self, job: Job) -> None:
         """Mark the request ended early (cancelled by Triton, or stopped by a `stop` request)."""

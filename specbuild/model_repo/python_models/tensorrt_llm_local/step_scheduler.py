@@ -41,7 +41,7 @@ def plain_k(in_flight: int) -> int:
 class StepScheduler:
     """The rows, whole jobs and verifications of one local engine model (see the module docstring).
     `model`: the engine host (engine_host.EngineHost: its engine, _run_jobs, _on_tokens, _stop_hook, _ended,
-    _log_end, _active)."""
+    _log_end)."""
 
     def __init__(
         self, model, *, tree_k: Callable[[int], int] = plain_k, in_flight: Callable[[], int] | None = None
@@ -87,8 +87,6 @@ class StepScheduler:
             paused = [job for job in waiting if job.paused and _goes_on(job)]
             self.done += [job for job in waiting if job not in paused]
             if paused:
-                for job in paused:  # still running: a `stop` request finds it
-                    self.model._active.add(job.req.request_id, job)
                 self._add([(job, _rest(job)) for job in paused], continued=True)
         answer_first = bool(self.done) and not self._skipped
         self._skipped = answer_first and len(self.session) > 0
@@ -105,8 +103,6 @@ class StepScheduler:
             for row in ended:
                 self._ended(*self.rows.pop(id(row)))
         done, self.done = self.done, []
-        for job in done:
-            self.model._active.remove(job.req.request_id, job)
         return done
 
     def active(self) -> int:
