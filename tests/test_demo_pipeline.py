@@ -169,7 +169,7 @@ def test_summary_has_the_load_aware_table(tmp_path):
             "concurrency": c,
             "modes": {
                 "baseline-unary": mode_(base, 1.0),
-                "K=4": mode_(k4, 0.9),
+                "K=4": {**mode_(k4, 0.9), "measured_over_cost_model": spread(0.96, 0.93, 0.99)},
                 "schedule": mode_(sched, 1.1),
             },
             "schedule_over_baseline_unary": spread(sched / base, 1.0, 1.2),
@@ -185,7 +185,11 @@ def test_summary_has_the_load_aware_table(tmp_path):
                 "tokens_per_s": spread(80.0, 78.0, 82.0),
                 "measured_over_predicted": spread(0.97, 0.9, 1.0),
             },
-            "1/schedule": {"tokens_per_s": spread(200.0, 200.0, 200.0), "measured_over_predicted": None},
+            "1/schedule": {
+                "tokens_per_s": spread(200.0, 200.0, 200.0),
+                "measured_over_predicted": None,
+                "measured_over_cost_model": spread(1.02, 1.0, 1.05),
+            },
         },
         "schedule_over_fixed": {"1": spread(1.01, 0.99, 1.03)},
     }
@@ -207,6 +211,10 @@ def test_summary_has_the_load_aware_table(tmp_path):
     assert by[1, "target alone"]["in-process tok/s"] == "80.0 (78.0-82.0)"
     assert by[1, "target alone"]["in-process meas/pred"] == "0.97 (0.90-1.00)"
     assert by[1, "K=4"]["Triton meas/pred"] == "0.90 (0.85-0.95)" and by[1, "K=4"]["in-process tok/s"] == "-"
+    # the same prediction with each run's own rounds (the cost model alone), where a run carried it
+    assert by[1, "K=4"]["Triton meas/pred, own rounds"] == "0.96 (0.93-0.99)"
+    assert by[1, "schedule"]["in-process meas/pred, own rounds"] == "1.02 (1.00-1.05)"
+    assert by[1, "target alone"]["Triton meas/pred, own rounds"] == ""  # no rounds: the column stays empty
     assert by[1, "schedule"]["in-process tok/s"] == "200.0" and by[1, "schedule"]["sched K"] == 4
     assert by[1, "schedule"]["sched / fixed K (in-process)"] == "1.01 (0.99-1.03)"
     assert (

@@ -122,6 +122,39 @@ def test_served_calibration_predicts_the_closed_loop():
     assert predicted_tokens_per_s(unary, 2, 2) == pytest.approx(80 / (0.25 * 0.55 + 0.75 * 1.05), rel=0.03)
 
 
+def test_the_cost_model_alone_takes_the_runs_own_rounds():
+    """A held-out run whose prompts accept more (fewer rounds a request) than the calibration's: the
+    prediction with the run's own rounds keeps the calibration's times and removes exactly that difference."""
+    from specbuild.client.metrics import UNARY_BASELINE
+    from specbuild.client.served_model import calibrate, predicted_tokens_per_s, with_rounds_of
+
+    cal_metrics = {"output_token_throughput": 1.0}
+    cal = calibrate(
+        SimpleNamespace(
+            mode="speculative",
+            records=[_record(0.1, 0.1 + 11 * 0.05, 12, 40)] * 2,
+            metrics={"output_token_throughput": 1.0},
+        )
+    )
+    # held out: the same times, 10 rounds a request instead of 12
+    held = calibrate(
+        SimpleNamespace(
+            mode="speculative",
+            records=[_record(0.1, 0.1 + 9 * 0.05, 10, 40)] * 2,
+            metrics={"output_token_throughput": 1.0},
+        )
+    )
+    measured = 2 * 40 / (2 * (0.1 + 9 * 0.05))  # one worker, two requests
+    assert measured / predicted_tokens_per_s(cal, 1, 2) == pytest.approx(0.65 / 0.55)  # the prompts' part
+    own = with_rounds_of(cal, held)
+    assert own["round_s"] == cal["round_s"] and own["rounds"] == [10, 10]
+    assert measured / predicted_tokens_per_s(own, 1, 2) == pytest.approx(1.0)  # the cost model: exact
+    unary = calibrate(
+        SimpleNamespace(mode=UNARY_BASELINE, records=[_record(0.1, 0.6, 1, 40)], metrics=cal_metrics)
+    )
+    assert with_rounds_of(unary, held) is None and with_rounds_of(cal, unary) is None  # no rounds: none
+
+
 def test_load_summary_ratio_is_the_median_of_per_round_ratios():
     from specbuild.client.load_bench import load_summary
 
@@ -143,6 +176,12 @@ def test_load_summary_ratio_is_the_median_of_per_round_ratios():
     m = rows[0]["modes"]["K=2"]
     assert m["measured_over_predicted"] == pytest.approx(1.0)
     assert (m["ratio_min"], m["ratio_max"]) == (pytest.approx(0.9), pytest.approx(1.2))
+    assert "measured_over_cost_model" not in m  # no run carried the own-rounds prediction
+    runs = [run(0, 90, 100), run(1, 120, 100)]
+    for r, own in zip(runs, (90, 100), strict=True):
+        r.metrics["predicted_own_rounds_tokens_per_s"] = own
+    own = load_summary(runs)[0]["modes"]["K=2"]["measured_over_cost_model"]
+    assert (own["median"], own["min"], own["max"], own["n"]) == (pytest.approx(1.1), 1.0, 1.2, 2)
     # runs without a prediction (no --calibrate) have no ratio
     plain = run(0, 90, None)
     assert "measured_over_predicted" not in load_summary([plain])[0]["modes"]["K=2"]

@@ -155,4 +155,6 @@ def test_tune_schedule_end_to_end(tmp_path, tiny_target, tiny_draft):
         assert point["tokens_per_s"]["n"] == 2 and point["predicted_tokens_per_s"]["n"] == 2
         ratio = point["measured_over_predicted"]
         assert ratio["n"] == 2 and ratio["min"] <= ratio["median"] <= ratio["max"] and ratio["min"] > 0
+        own = point["measured_over_cost_model"]  # the same with the run's own rounds
+        assert own["n"] == 2 and own["min"] <= own["median"] <= own["max"] and own["min"] > 0
     assert set(result["schedule_over_fixed"]) == ({1, 2} if sched["schedule"] else set())

@@ -112,25 +112,37 @@ def in_process(
     rounds: int,
     max_tokens: int,
     tune_prompts: list[list[int]],
-) -> dict[tuple[int, str], list[tuple[float, float]]]:
-    """(c, label) -> per round (measured tokens/s on the held-out `prompts`, predicted tokens/s) in
+) -> dict[tuple[int, str], list[tuple[float, float, float]]]:
+    """(c, label) -> per round (measured tokens/s on the held-out `prompts`, predicted tokens/s, predicted
+    with the held-out run's own rounds: holdout.calibrated_run) in
     lockstep batches of c; labels baseline, K=k, schedule. Each round times every point twice back to
     back: the cost model calibrated on the tune prompts (tuning/cost_curve.time_loop: first tokens,
     round time, rounds per prompt) predicts the held-out run that follows, so a load change between
     rounds moves both sides alike."""
     torch.set_num_threads(1)  # as the server's engine processes
     engine = ReferenceEngine.load(build)
-    out: dict[tuple[int, str], list[tuple[float, float]]] = {}
+    out: dict[tuple[int, str], list[tuple[float, float, float]]] = {}
     modes = [("baseline", False, None)] + [(f"K={k}", True, k) for k in ks] + [("schedule", True, None)]
     engine.generate_batch(prompts[:2], SamplingParams(max_tokens=4), num_draft_tokens=ks[-1])  # warm-up
     for r in range(rounds):
         for c in CONCURRENCY:
             for label, speculative, k in round_order(modes, r):  # reversed every other round
-                pair = calibrated_run(
+                triple = calibrated_run(
                     engine, tune_prompts, prompts, c, k, max_tokens, speculative=speculative
                 )
-                out.setdefault((c, label), []).append(pair)
+                out.setdefault((c, label), []).append(triple)
     return out
+
+
+# The second ratio of a speculative cell: measured over the prediction with the run's own rounds (the
+# calibration's times; holdout.calibrated_run, served_model.with_rounds_of): the cost model's own error,
+# without the held-out prompts' acceptance against the tune prompts'.
+OWN_ROUNDS_NOTE = "; then over the prediction with the run's own rounds: the cost model alone"
+
+
+def _ratios(over_predicted: float, over_cost_model: float | None) -> str:
+    own = f"; {over_cost_model:.2f}" if over_cost_model else ""
+    return f" ({over_predicted:.2f}{own})"
 
 
 def served_rounds(
@@ -292,15 +304,16 @@ def main(argv: list[str] | None = None) -> None:
     }
     result["in_process"] = {}
     for (c, label), v in local.items():
-        measured = [m for m, _ in v]
+        measured = [m for m, _, _ in v]
         result["in_process"][f"{c}/{label}"] = {
             "tokens_per_s_median": statistics.median(measured),
             "min": min(measured),
             "max": max(measured),
-            "predicted_median": statistics.median(p for _, p in v),
-            "measured_over_predicted": statistics.median(m / p for m, p in v),
-            "ratio_min": min(m / p for m, p in v),
-            "ratio_max": max(m / p for m, p in v),
+            "predicted_median": statistics.median(p for _, p, _ in v),
+            "measured_over_predicted": statistics.median(m / p for m, p, _ in v),
+            "ratio_min": min(m / p for m, p, _ in v),
+            "ratio_max": max(m / p for m, p, _ in v),
+            "measured_over_cost_model": statistics.median(m / own for m, _, own in v),
         }
     if not args.skip_triton:
         acceptance, tokens = round_tokens(report)
@@ -516,7 +529,7 @@ def markdown(result: dict) -> str:
     if local:
         lines += [
             "## In-process (reference engine, lockstep batches of c), tokens/s, median of rounds "
-            "(measured/predicted, median of per-round ratios)",
+            f"(measured/predicted, median of per-round ratios{OWN_ROUNDS_NOTE})",
             "",
         ]
         labels = list(dict.fromkeys(key.split("/", 1)[1] for key in local))
@@ -526,13 +539,18 @@ def markdown(result: dict) -> str:
             cells = []
             for label in labels:
                 m = local.get(f"{c}/{label}")
-                ratio = f" ({m['measured_over_predicted']:.2f})" if m and m["measured_over_predicted"] else ""
+                ratio = (
+                    _ratios(m["measured_over_predicted"], m.get("measured_over_cost_model"))
+                    if m and m["measured_over_predicted"]
+                    else ""
+                )
                 cells.append(f"{m['tokens_per_s_median']:.1f}{ratio}" if m else "")
             lines.append(f"| {c} | " + " | ".join(cells) + " |")
     if "triton" in result:
         lines += [
             "",
-            "## Through the local Triton (`bench`, interleaved rounds), tokens/s (measured/predicted)",
+            "## Through the local Triton (`bench`, interleaved rounds), tokens/s "
+            f"(measured/predicted{OWN_ROUNDS_NOTE})",
             "",
         ]
         labels = list(dict.fromkeys(label for row in result["triton"] for label in row["modes"]))
@@ -552,7 +570,11 @@ def markdown(result: dict) -> str:
             for label in labels:
                 m = row["modes"].get(label)
                 ratio = (
-                    f" ({m['measured_over_predicted']:.2f})" if m and m.get("measured_over_predicted") else ""
+                    _ratios(
+                        m["measured_over_predicted"], (m.get("measured_over_cost_model") or {}).get("median")
+                    )
+                    if m and m.get("measured_over_predicted")
+                    else ""
                 )
                 cells.append(f"{m['throughput_median']:.1f}{ratio}" if m else "")
             sb, sf = row.get("schedule_over_baseline"), row.get("schedule_over_best_fixed")

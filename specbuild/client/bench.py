@@ -55,7 +55,7 @@ from specbuild.client.multiturn import run_multiturn
 from specbuild.client.options import BenchConfig, run_prompts
 from specbuild.client.prometheus import scrape, settled_check
 from specbuild.client.remote import LLMAPI_INTERFACE, connect, model_info
-from specbuild.client.served_model import calibrate, predicted_tokens_per_s
+from specbuild.client.served_model import calibrate, predicted_tokens_per_s, with_rounds_of
 from specbuild.client.workers import Workers, send
 from specbuild.core.errors import ClientError
 from specbuild.core.schedule_choice import round_order
@@ -214,15 +214,22 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
         if config.workload == "multiturn":
             run = run_multiturn(config, **common, advance=advance)
         else:
-            prediction = None
+            cal_point = None
             if config.calibration_prompts:  # right before the run: the machine's speed of that moment
                 cal = run_once(
                     replace(config, prompts=config.calibration_prompts), **common, advance=lambda: None
                 )
-                prediction = predicted_tokens_per_s(calibrate(cal), concurrency, per_run(concurrency))
+                cal_point = calibrate(cal)
             run = run_once(config, **common, advance=advance)
-            if prediction is not None:
-                run.metrics["predicted_tokens_per_s"] = prediction
+            if cal_point is not None:
+                run.metrics["predicted_tokens_per_s"] = predicted_tokens_per_s(
+                    cal_point, concurrency, per_run(concurrency)
+                )
+                own = with_rounds_of(cal_point, calibrate(run))  # the cost model alone (served_model.py)
+                if own is not None:
+                    run.metrics["predicted_own_rounds_tokens_per_s"] = predicted_tokens_per_s(
+                        own, concurrency, per_run(concurrency)
+                    )
         if before is not None:
             run.metrics["prometheus_check"] = settled_check(
                 config.metrics_url,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from specbuild.client.metrics import UNARY_BASELINE, UNARY_BASELINE_AGAIN, UNARY_SCHEDULE  # one-call runs
+from specbuild.core.schedule_choice import spread
 
 BASELINE_MODE, FIXED_MODE, SCHEDULE_MODE = "baseline", "speculative", "schedule"
 # load benches (make demo's served curve and load table, make bench-load): a run at concurrency c sends
@@ -84,6 +85,13 @@ def load_summary(runs) -> list[dict[str, Any]]:
                     ratio_min=min(ratios),
                     ratio_max=max(ratios),
                 )
+            own = [
+                r.metrics["output_token_throughput"] / r.metrics["predicted_own_rounds_tokens_per_s"]
+                for r in rs
+                if r.metrics.get("predicted_own_rounds_tokens_per_s")
+            ]
+            if own:  # the same with the run's own rounds (served_model.with_rounds_of): the cost model alone
+                row["modes"][label]["measured_over_cost_model"] = spread(own)
         if UNARY_BASELINE_AGAIN in modes and UNARY_BASELINE in modes:  # A/A: one configuration twice
             row["a_a"] = median_ratio(
                 _per_round(modes[UNARY_BASELINE_AGAIN]), _per_round(modes[UNARY_BASELINE])
@@ -197,6 +205,11 @@ def load_table_lines(rows: list[dict[str, Any]]) -> list[str]:
                 f" measured/predicted {m['measured_over_predicted']:.2f} "
                 f"({m['ratio_min']:.2f}-{m['ratio_max']:.2f})"
                 if m.get("measured_over_predicted")
+                else ""
+            )
+            + (
+                f" (with its own rounds {m['measured_over_cost_model']['median']:.2f})"
+                if m.get("measured_over_cost_model")
                 else ""
             )
             for label, m in row["modes"].items()

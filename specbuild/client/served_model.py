@@ -5,6 +5,9 @@ prompts: tokens and latency per request; streamed runs also the median time to t
 median round time ((latency - TTFT) / (rounds - 1): the BLS's draft and verify calls with their IPC,
 the engines' passes, all of it) and each request's rounds. `predicted_tokens_per_s` turns it into the
 tokens/s of n such requests sent by c closed-loop workers (core/load_model: the expected makespan).
+`with_rounds_of` keeps a calibration's times and takes another run's rounds and tokens: its prediction
+is the cost model's alone, without the difference between the two prompt sets' acceptance (a speculative
+run's rounds per request are what its prompts accept; the times are what the model claims to know).
 """
 
 from __future__ import annotations
@@ -46,3 +49,10 @@ def predicted_tokens_per_s(point: dict[str, Any], concurrency: int, requests: in
     else:
         seconds = closed_loop_durations_s(point["latency_s"], workers=concurrency, requests=requests)
     return requests * statistics.fmean(point["tokens"]) / seconds
+
+
+def with_rounds_of(point: dict[str, Any], run_point: dict[str, Any]) -> dict[str, Any] | None:
+    """The calibrated point with the rounds and tokens of another run's (both streamed: None otherwise)."""
+    if "round_s" not in point or "rounds" not in run_point:
+        return None
+    return {**point, "rounds": run_point["rounds"], "tokens": run_point["tokens"]}

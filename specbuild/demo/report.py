@@ -288,6 +288,11 @@ def load_table(bench_json: Path) -> tuple[str, list[dict[str, Any]], list[str]] 
                 "in-process tok/s": _cell(inproc.get("tokens_per_s"), ".1f"),
                 "in-process meas/pred": _cell(inproc.get("measured_over_predicted")),
             }
+            # measured over the prediction with the run's own rounds (the calibration's times): the cost
+            # model's own error, without the held-out prompts' acceptance against the tune prompts'
+            if m.get("measured_over_cost_model") or inproc.get("measured_over_cost_model"):
+                row["Triton meas/pred, own rounds"] = _cell(m.get("measured_over_cost_model"))
+                row["in-process meas/pred, own rounds"] = _cell(inproc.get("measured_over_cost_model"))
             if label == UNARY_BASELINE_AGAIN:  # A/A: the spread of two runs of one configuration
                 row["A/A: again / target alone (Triton)"] = _cell(point.get("a_a"))
             if label in ("schedule", UNARY_SCHEDULE):  # streamed, and in one call per request
@@ -340,7 +345,9 @@ def load_table(bench_json: Path) -> tuple[str, list[dict[str, Any]], list[str]] 
     title = (
         f"{source}: tokens/s, median (range) of {rounds or '?'} interleaved rounds; measured / predicted "
         "against the cost model calibrated on the tune prompts right before each run (through Triton: the "
-        "served model, `bench --calibrate`; in-process: the lockstep loop, tuning/holdout.py)"
+        "served model, `bench --calibrate`; in-process: the lockstep loop, tuning/holdout.py); 'own rounds': "
+        "the same prediction with each run's own rounds per request, the cost model's error without the "
+        "held-out prompts' acceptance against the tune prompts'"
     )
     plots = [
         str(p)

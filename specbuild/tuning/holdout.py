@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -41,12 +42,19 @@ def calibrated_run(
     max_tokens: int,
     *,
     speculative: bool,
-) -> tuple[float, float]:
-    """(measured, predicted) tokens/s of `prompts` in lockstep batches of c, predicted by the lockstep model
-    calibrated on `calibration` right before (same c, K and mode)."""
+) -> tuple[float, float, float]:
+    """(measured, predicted, predicted with the run's own rounds) tokens/s of `prompts` in lockstep batches of
+    c, predicted by the lockstep model calibrated on `calibration` right before (same c, K and mode). The
+    third keeps the calibration's times and takes the run's rounds and tokens: the cost model's own error,
+    without the two prompt sets' difference in acceptance."""
     cal = time_loop(engine, [list(p) for p in calibration], c, k, max_tokens, speculative=speculative)
     run = time_loop(engine, [list(p) for p in prompts], c, k, max_tokens, speculative=speculative)
-    return run.tokens_per_s, cal.predicted_tokens_per_s(c, len(prompts))
+    own = replace(cal, rounds=run.rounds, tokens=run.tokens)
+    return (
+        run.tokens_per_s,
+        cal.predicted_tokens_per_s(c, len(prompts)),
+        own.predicted_tokens_per_s(c, len(prompts)),
+    )
 
 
 def check(
@@ -68,33 +76,35 @@ def check(
         modes.append((SCHEDULE, True, None))  # num_draft_tokens None: the build's schedule
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the served engine processes and tune's cost curve
-    measured: dict[tuple[int, str], list[tuple[float, float]]] = {}  # (measured, predicted) per round
+    # (measured, predicted, predicted with the run's own rounds) per round
+    measured: dict[tuple[int, str], list[tuple[float, float, float]]] = {}
     try:
         time_loop(engine, [list(p) for p in prompts[:2]], 2, fixed_k, 4)  # warm-up
         start = time.monotonic()
         for r in range(rounds):
             for c in concurrency:
                 for label, speculative, k in modes:
-                    pair = calibrated_run(
+                    triple = calibrated_run(
                         engine, calibration, prompts, c, k, max_tokens, speculative=speculative
                     )
-                    measured.setdefault((c, label), []).append(pair)
+                    measured.setdefault((c, label), []).append(triple)
             log(f"in-process round {r + 1}/{rounds} done")
         seconds = time.monotonic() - start
     finally:
         torch.set_num_threads(threads)
     points: dict[str, Any] = {}
-    for (c, label), pairs in measured.items():
+    for (c, label), runs in measured.items():
         points[f"{c}/{label}"] = {
-            "tokens_per_s": spread([m for m, _ in pairs]),
-            "predicted_tokens_per_s": spread([p for _, p in pairs]),
-            "measured_over_predicted": spread([m / p for m, p in pairs]),
+            "tokens_per_s": spread([m for m, _, _ in runs]),
+            "predicted_tokens_per_s": spread([p for _, p, _ in runs]),
+            "measured_over_predicted": spread([m / p for m, p, _ in runs]),
+            "measured_over_cost_model": spread([m / own for m, _, own in runs]),
         }
     over_fixed = {}
     if has_schedule:
         for c in concurrency:
             per_round = zip(measured[c, SCHEDULE], measured[c, f"K={fixed_k}"], strict=True)
-            over_fixed[c] = spread([s / f for (s, _), (f, _) in per_round])
+            over_fixed[c] = spread([s[0] / f[0] for s, f in per_round])
     return {
         "rounds": rounds,
         "max_tokens": max_tokens,
