@@ -11,17 +11,24 @@ Copied into every Python model of a generated repository. A decoupled model's re
   #7840 / #8034 fix races of this family in later releases).
 
 `cancelled()` asks Triton (`response_sender.is_cancelled()` / `request.is_cancelled()`, what the 2.51
-Python backend stub offers). Each ask is an IPC round trip from the stub to the server, so the hot
-loops ask with `max_age_s` (the answer of an ask younger than that is reused): the engine models'
-per-step stop hooks at most every POLL_S (a local engine model counts a request's arrival as an answer:
-`handed_over`; the LLM-API model's streamed requests reuse their sends' answers), the BLS once per round
-(before the round's first engine call). `send` always asks afresh, so no data response is written for a
-request known cancelled.
+Python backend stub offers). **No ask after the final response, and none while it is sent**: the Python
+backend's server side deletes the request's response factory as it handles the final flag (python_be.cc,
+ResponseSendDecoupled), and an ask names that factory (TRITONBACKEND_ResponseFactoryIsCancelled), so an ask
+from another thread (a model's cancellation watcher) that lands after the final send reads freed memory:
+tritonserver 2.51 died of signal 11 in TRITONBACKEND_ResponseFactoryIsCancelled in a `make demo` at c=8
+(2026-12-03 14:47 UTC). The asks and the sends take one lock, and once closed the last answer stands.
+
+Each ask is an IPC round trip from the stub to the server, so the hot loops ask with `max_age_s` (the
+answer of an ask younger than that is reused): the engine models' per-step stop hooks at most every POLL_S
+(a local engine model counts a request's arrival as an answer: `handed_over`; the LLM-API model's streamed
+requests reuse their sends' answers), the BLS once per round (before the round's first engine call).
+`send` always asks afresh, so no data response is written for a request known cancelled.
 Cancelled work stops within one round (BLS) or POLL_S (an engine call).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 import triton_python_backend_utils as pb_utils
@@ -43,6 +50,8 @@ class Responder:
         self._cancelled = False
         self._asked = float("-inf")  # time.monotonic() of the last ask
         self.asks = 0  # asks that went to Triton (each one an IPC round trip)
+        # an ask and the final send never overlap, and no ask follows the final send (module docstring)
+        self._lock = threading.Lock()
 
     def handed_over(self) -> Responder:
         """Triton just handed the request to `execute`: count that as an answer "not cancelled" for the
@@ -61,10 +70,16 @@ class Responder:
         max_age_s > 0: the last answer is reused when it is younger than that."""
         if self._cancelled:
             return True
-        now = time.monotonic()
-        if max_age_s > 0 and now - self._asked < max_age_s:
+        if max_age_s > 0 and time.monotonic() - self._asked < max_age_s:
             return False
-        self._asked = now
+        with self._lock:
+            return self._ask()
+
+    def _ask(self) -> bool:
+        """One ask to Triton, with the lock held; none once the final response went out (the last answer)."""
+        if self.closed or self._cancelled:
+            return self._cancelled
+        self._asked = time.monotonic()
         self.asks += 1
         try:
             source = self.sender if self.sender is not None else self.request
@@ -75,30 +90,36 @@ class Responder:
 
     def send(self, response) -> bool:
         """A non-final data response; nothing is sent (False) once cancelled or closed."""
-        if self.closed or self.cancelled():
+        if self._cancelled:
             return False
-        self.sender.send(response)
-        return True
+        with self._lock:
+            if self.closed or self._ask():
+                return False
+            self.sender.send(response)
+            return True
 
     def finish(self, response=None) -> None:
         """The final response (at most once): flags only when there is nothing to send or the request is
         cancelled."""
-        if self.closed:
-            return
-        self.closed = True
-        if response is not None and not self.cancelled():
-            self.sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        else:
-            self.sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        with self._lock:
+            if self.closed:
+                return
+            write = response is not None and not self._ask()
+            self.closed = True
+            if write:
+                self.sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            else:
+                self.sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def finish_one(self, response) -> None:
         """A non-decoupled request's one response, with the final flag (at most once): the Python backend
         lets a non-decoupled model answer through the response sender, exactly one response each (a
         cancelled request's is its CANCELLED error, which writes no outputs)."""
-        if self.closed:
-            return
-        self.closed = True
-        self.sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            self.sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
 
 def cancelled_error(model: str):

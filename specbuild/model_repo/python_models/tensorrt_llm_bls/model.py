@@ -133,10 +133,10 @@ class TimedResponder(Responder):
         super().__init__(request, sender)
         self.timers = timers
 
-    def cancelled(self, max_age_s: float = 0.0) -> bool:
+    def _ask(self) -> bool:
         asks, t0 = self.asks, time.perf_counter_ns()
         try:
-            return super().cancelled(max_age_s)
+            return super()._ask()
         finally:
             if self.asks != asks:
                 self.timers.add_ask(time.perf_counter_ns() - t0)
