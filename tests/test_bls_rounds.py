@@ -1,6 +1,6 @@
 """The BLS's engine calls per round, counted through the fake Python backend (fake_triton): a K=0 round
 of the load-aware schedule is ONE target call for up to plain_round_tokens tokens (not one call per
-token; streamed, 1, 2, 4, ... tokens), and greedy output stays the target's."""
+token; streamed, 1, g, g^2, ... tokens), and greedy output stays the target's."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from fake_triton import FakeServer, collect, text_request
 from repo_builds import cached_build
 
 from specbuild.core.sampling_params import SamplingParams
-from specbuild.core.schedule import PLAIN_ROUND_TOKENS
+from specbuild.core.schedule import PLAIN_ROUND_GROWTH, PLAIN_ROUND_TOKENS
 from specbuild.model_repo.generate import generate_repo
 
 pytestmark = pytest.mark.numeric  # float results through CPU kernels (greedy equality)
@@ -38,9 +38,15 @@ def _calls(server, model: str) -> int:
     return sum(1 for name, _ in server.calls if name == model)
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_a_k0_round_is_one_target_call_for_many_tokens(off_server, stream):
+@pytest.mark.parametrize(
+    ("stream", "growth"), [(False, None), (True, None), (True, 2)]
+)  # None: the repository's plain_round_growth
+def test_a_k0_round_is_one_target_call_for_many_tokens(off_server, stream, growth, monkeypatch):
     s = off_server
+    bls = s.models["tensorrt_llm_bls"]
+    assert bls.plain_growth == PLAIN_ROUND_GROWTH  # the repository's parameter
+    if growth is not None:
+        monkeypatch.setattr(bls, "plain_growth", growth)
     before_target, before_draft = _calls(s, "tensorrt_llm"), _calls(s, "tensorrt_llm_draft")
     # num_draft_tokens left out: the schedule applies (K=0 here); stream=True is the streamed baseline path
     got = collect(
@@ -51,22 +57,23 @@ def test_a_k0_round_is_one_target_call_for_many_tokens(off_server, stream):
     assert got["tokens"] == want
     assert _calls(s, "tensorrt_llm_draft") == before_draft  # no drafting at K=0
     # K=0 rounds ask for plain_round_tokens target tokens per call (before the fix: one call per token);
-    # streamed, 1, 2, 4, ... of them: the first token after one target step (its TTFT), few calls in all
+    # streamed, 1, g, g^2, ... of them: the first token after one target step (its TTFT), few calls in all
     if stream:
-        sizes = _doubling(N, PLAIN_ROUND_TOKENS)
-        assert got["chunks"] == sizes and sizes[:3] == [1, 2, 4]
+        sizes = _growing(N, PLAIN_ROUND_TOKENS, growth or PLAIN_ROUND_GROWTH)
+        assert got["chunks"] == sizes
+        assert sizes == ([1, 2, 4, 5] if growth == 2 else [1, 8, 3])  # N = 12; the default g is 8
         assert _calls(s, "tensorrt_llm") - before_target == len(sizes) < N
     else:
         assert _calls(s, "tensorrt_llm") - before_target == math.ceil(N / PLAIN_ROUND_TOKENS)
     assert got["perf"]["total_draft_tokens"] == 0
 
 
-def _doubling(n: int, limit: int) -> list[int]:
-    """Token counts of the K=0 rounds of a streamed request of n tokens: 1, 2, 4, ... up to limit."""
+def _growing(n: int, limit: int, growth: int) -> list[int]:
+    """Token counts of the K=0 rounds of a streamed request of n tokens: 1, g, g^2, ... up to limit."""
     sizes, size = [], 1
     while sum(sizes) < n:
         sizes.append(min(size, limit, n - sum(sizes)))
-        size *= 2
+        size *= growth
     return sizes
 
 

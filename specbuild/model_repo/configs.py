@@ -16,7 +16,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from specbuild.core.methods import Method
-from specbuild.core.schedule import INFLIGHT_HOLD_MS, PLAIN_ROUND_TOKENS
+from specbuild.core.schedule import INFLIGHT_HOLD_MS, PLAIN_ROUND_GROWTH, PLAIN_ROUND_TOKENS
 from specbuild.model_repo import tensors as T
 
 BACKENDS = ("tensorrtllm", "python")
@@ -243,6 +243,7 @@ def bls_config(layout: RepoLayout):
                 {
                     "draft_len_schedule": layout.draft_len_schedule,
                     "plain_round_tokens": str(PLAIN_ROUND_TOKENS),
+                    "plain_round_growth": str(PLAIN_ROUND_GROWTH),
                     "inflight_hold_ms": str(INFLIGHT_HOLD_MS),
                 }
                 if layout.draft_len_schedule

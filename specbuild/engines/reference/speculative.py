@@ -220,15 +220,15 @@ def speculative_generate(
     k_of: Callable[[], int] | None = None,
     guard=None,
     plain_tokens: int = 1,
-    grow_plain: bool = False,
+    plain_growth: int | None = None,
 ) -> tuple[list[int], SpecStats]:
     """Generate up to params.max_tokens tokens after prompt_ids; return (new token ids, stats).
 
     k_of(): this round's K (None: num_draft_tokens every round); guard: an AcceptanceGuard; plain_tokens:
     target tokens a K=0 round asks of a verifier with `plain` (one call; the schedule is asked again
-    after it). grow_plain (a streamed request): the K=0 rounds ask 1, 2, 4, ... tokens, doubling up to
+    after it). plain_growth g (a streamed request): the K=0 rounds ask 1, g, g^2, ... tokens, up to
     plain_tokens, so the first token comes after one target step, as without speculation, and a long
-    answer still takes few calls (7 for 64 tokens, against 1 and 64)."""
+    answer still takes few calls (g = 8: 3 for 64 tokens, against 1 and 64)."""
     req = SpecRequest(
         prompt_ids, params, num_draft_tokens=num_draft_tokens, on_tokens=on_tokens, stop=stop, guard=guard
     )
@@ -237,7 +237,7 @@ def speculative_generate(
     while not req.finished:
         k = req.next_k(k_of() if k_of is not None else None)
         if k == 0 and plain is not None and (k_of is not None or req.stats.guard_stopped):
-            n = min(plain_tokens, 2**plain_rounds) if grow_plain else plain_tokens
+            n = min(plain_tokens, plain_growth**plain_rounds) if plain_growth else plain_tokens
             plain_rounds += 1
             req.take_plain(plain(req.ids, min(n, req.room), params))
             continue

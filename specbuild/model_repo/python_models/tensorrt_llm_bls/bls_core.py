@@ -567,6 +567,7 @@ def speculate(
     k_of: Callable[[], int] | None = None,
     guard=None,
     plain_tokens: int = 1,
+    plain_growth: int | None = None,
 ):
     """Run the shared speculative loop over the Triton models; returns (new tokens, SpecStats, shared state).
 
@@ -577,8 +578,8 @@ def speculate(
 
     k_of(): each round's K (the repository's schedule for the requests in flight; None: the request's
     num_draft_tokens every round); guard: the repository's acceptance guard; plain_tokens: target tokens
-    one K=0 round asks for (a streamed request's K=0 rounds start at one token and double up to it:
-    speculative_generate's grow_plain).
+    one K=0 round asks for (a streamed request's K=0 rounds start at one token and grow by plain_growth
+    up to it: speculative_generate's plain_growth).
     Stop words: single-token ones are stop ids of the loop; longer ones end it through its stop hook
     right after their last token (the engines also stop at them inside one call). `stop` is the
     caller's own hook (cancellation), asked after every round too.
@@ -599,6 +600,6 @@ def speculate(
         k_of=k_of,
         guard=guard,
         plain_tokens=plain_tokens,
-        grow_plain=opts.stream,  # a streamed request's first K=0 round is one token (its TTFT)
+        plain_growth=plain_growth if opts.stream else None,  # a streamed K=0 round starts at one token
     )
     return list(tokens), stats, shared

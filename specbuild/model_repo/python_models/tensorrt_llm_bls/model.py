@@ -205,7 +205,12 @@ class TritonPythonModel:
             import specbuild.engines.reference.sampling  # noqa: F401
         # Load-aware K (core/schedule.py): the schedule applies to requests that leave num_draft_tokens out;
         # the in-flight count is shared by every instance of this model (inflight.py).
-        from specbuild.core.schedule import INFLIGHT_HOLD_MS, AcceptanceGuard, DraftSchedule
+        from specbuild.core.schedule import (
+            INFLIGHT_HOLD_MS,
+            PLAIN_ROUND_GROWTH,
+            AcceptanceGuard,
+            DraftSchedule,
+        )
 
         schedule, guard = param(config, "draft_len_schedule"), param(config, "acceptance_guard")
         self.schedule = (
@@ -216,6 +221,8 @@ class TritonPythonModel:
         window, _, floor = (guard or "").partition(":")
         self.guard = AcceptanceGuard(int(window), float(floor)) if guard else None
         self.plain_tokens = int(param(config, "plain_round_tokens", "1"))
+        # a streamed request's K=0 rounds ask 1, g, g^2, ... tokens up to plain_tokens (core/schedule.py)
+        self.plain_growth = int(param(config, "plain_round_growth", str(PLAIN_ROUND_GROWTH)))
         # the count a round reads stays for this long at what it was when a request ended (inflight.py)
         self.hold_ms = float(param(config, "inflight_hold_ms", str(INFLIGHT_HOLD_MS)))
         # Detokenizing here (the postprocessing model's tokenizer and options, so the text is the same) saves
@@ -427,6 +434,7 @@ class TritonPythonModel:
                 k_of=k_of,
                 guard=self.guard,
                 plain_tokens=self.plain_tokens,
+                plain_growth=self.plain_growth,
             )
             perf = perf_outputs(
                 stats=stats,
