@@ -284,6 +284,20 @@ def stop_request(request_id: str) -> Request:
     )
 
 
+def engine_request(ids, n, *, exclude_input_in_output=True, **extra):
+    """tensorrt_llm inputs; exclude_input_in_output None omits it (the model's parameter: false)."""
+    inputs = {
+        "input_ids": np.array([ids], dtype=np.int32),
+        "input_lengths": np.array([[len(ids)]], dtype=np.int32),
+        "request_output_len": np.array([[n]], dtype=np.int32),
+    }
+    if exclude_input_in_output is not None:
+        inputs["exclude_input_in_output"] = np.array([[exclude_input_in_output]])
+    for key, value in extra.items():
+        inputs[key] = np.asarray(value)
+    return inputs
+
+
 def text_request(
     text: str, max_tokens: int, *, exclude_input_in_output: bool | None = True, **extra
 ) -> dict[str, np.ndarray]:

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 import pytest
-from fake_triton import FakeServer, Request, collect, stop_request, text_request
+from fake_triton import FakeServer, Request, collect, engine_request, stop_request, text_request
 from repo_builds import cached_build
 
 from specbuild.core.sampling_params import SamplingParams
@@ -102,12 +102,7 @@ def test_generation_logits_cross_the_pipe_exactly(dt):
     same kernels), through base64 of the raw bytes."""
     here, there = dt
     ids = here.models["preprocessing"].tokenizer.encode(PROMPT)
-    inputs = {
-        "input_ids": np.array([ids], dtype=np.int32),
-        "input_lengths": np.array([[len(ids)]], dtype=np.int32),
-        "request_output_len": np.array([[3]], dtype=np.int32),
-        "return_generation_logits": np.array([[True]]),
-    }
+    inputs = engine_request(ids, 3, exclude_input_in_output=None, return_generation_logits=[[True]])
     (want,) = here.infer("tensorrt_llm_draft", inputs)
     (got,) = there.infer("tensorrt_llm_draft", inputs)
     out_want = {t.name(): t.as_numpy() for t in want.output_tensors}
@@ -120,16 +115,7 @@ def test_generation_logits_cross_the_pipe_exactly(dt):
 
 
 def _long(ids, n, *, request_id=""):
-    return Request(
-        {
-            "input_ids": np.array([ids], dtype=np.int32),
-            "input_lengths": np.array([[len(ids)]], dtype=np.int32),
-            "request_output_len": np.array([[n]], dtype=np.int32),
-            "exclude_input_in_output": np.array([[True]]),
-            "streaming": np.array([[True]]),
-        },
-        request_id=request_id,
-    )
+    return Request(engine_request(ids, n, streaming=[[True]]), request_id=request_id)
 
 
 def _streamed(request) -> list[int]:
@@ -174,12 +160,7 @@ def test_a_killed_engine_process_fails_its_request_and_is_started_again(dt):
     here, there = dt
     model = there.models["tensorrt_llm"]
     ids = here.models["preprocessing"].tokenizer.encode(PROMPT)
-    inputs = {
-        "input_ids": np.array([ids], dtype=np.int32),
-        "input_lengths": np.array([[len(ids)]], dtype=np.int32),
-        "request_output_len": np.array([[60]], dtype=np.int32),
-        "exclude_input_in_output": np.array([[True]]),
-    }
+    inputs = engine_request(ids, 60)
     request = Request(dict(inputs))
     first = _child_pid(there)
     os.kill(first, signal.SIGSTOP)  # the request is read and handed over, the engine stands still

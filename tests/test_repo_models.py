@@ -8,7 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
-from fake_triton import FakeServer, collect, stop_request, text_request
+from fake_triton import FakeServer, collect, engine_request, stop_request, text_request
 from repo_builds import cached_build
 
 from specbuild.core.sampling_params import SamplingParams
@@ -172,20 +172,6 @@ def test_ngram_bls_pool_is_shared_by_instances_of_one_server(servers):
     again = type(first)()
     again.initialize(s.init_args("tensorrt_llm_bls"))
     assert again.drafter_factory.public.path == factory.public.path
-
-
-def engine_request(ids, n, *, exclude_input_in_output=True, **extra):
-    """tensorrt_llm inputs; exclude_input_in_output None omits it (the model's parameter: false)."""
-    inputs = {
-        "input_ids": np.array([ids], dtype=np.int32),
-        "input_lengths": np.array([[len(ids)]], dtype=np.int32),
-        "request_output_len": np.array([[n]], dtype=np.int32),
-    }
-    if exclude_input_in_output is not None:
-        inputs["exclude_input_in_output"] = np.array([[exclude_input_in_output]])
-    for key, value in extra.items():
-        inputs[key] = np.asarray(value)
-    return inputs
 
 
 def outputs(response):

@@ -134,17 +134,6 @@ def in_process(
     return out
 
 
-# The second ratio of a speculative cell: measured over the prediction with the run's own rounds (the
-# calibration's times; holdout.calibrated_run, served_model.with_rounds_of): the cost model's own error,
-# without the held-out prompts' acceptance against the tune prompts'.
-OWN_ROUNDS_NOTE = "; then over the prediction with the run's own rounds: the cost model alone"
-
-
-def _ratios(over_predicted: float, over_cost_model: float | None) -> str:
-    own = f"; {over_cost_model:.2f}" if over_cost_model else ""
-    return f" ({over_predicted:.2f}{own})"
-
-
 def served_rounds(
     held,
     tune,
@@ -506,6 +495,17 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
     for line in load_table_lines(rows):
         console.print(line, markup=False)
     console.print((out / "load.md").read_text(), markup=False)
+
+
+# The second ratio of a speculative cell: measured over the prediction with the run's own rounds (the
+# calibration's times; holdout.calibrated_run, served_model.with_rounds_of): the cost model's own error,
+# without the held-out prompts' acceptance against the tune prompts'.
+OWN_ROUNDS_NOTE = "; then over the prediction with the run's own rounds: the cost model alone"
+
+
+def _ratios(over_predicted: float, over_cost_model: float | None) -> str:
+    own = f"; {over_cost_model:.2f}" if over_cost_model else ""
+    return f" ({over_predicted:.2f}{own})"
 
 
 def markdown(result: dict) -> str:

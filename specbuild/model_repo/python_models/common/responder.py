@@ -50,7 +50,7 @@ class Responder:
         self._cancelled = False
         self._asked = float("-inf")  # time.monotonic() of the last ask
         self.asks = 0  # asks that went to Triton (each one an IPC round trip)
-        # an ask and the final send never overlap, and no ask follows the final send (module docstring)
+        # asks and sends take turns, and no ask follows the final send (module docstring)
         self._lock = threading.Lock()
 
     def handed_over(self) -> Responder:
