@@ -51,6 +51,7 @@ from specbuild.client.remote import Session
 from specbuild.client.report import table, write_report
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.generation import GenerationResult
+from specbuild.core.llmapi_facts import LLMAPI_VERSIONS, decoding_class
 from specbuild.core.methods import Method
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.core.spec import spec_from_dict
@@ -136,6 +137,10 @@ def build_repo(
 
 LLMAPI_OPTIONS_FILE = Path("tensorrt_llm") / "1" / "model.yaml"  # = model_repo/tensors.py LLMAPI_OPTIONS
 LLMAPI_CONFIG_FILE = Path("tensorrt_llm") / "config.pbtxt"
+
+
+# draft/target's decoding_type on every LLM-API release specbuild writes (DraftTarget 1.2.1, Draft_Target 1.4)
+DRAFT_TARGET_SPELLINGS = {decoding_class("draft_target", v).decoding_type for v in LLMAPI_VERSIONS}
 
 
 def llmapi_speculation(repo: Path) -> dict:
@@ -353,7 +358,7 @@ def check_setup(
         spec = llmapi_speculation(repo)
         want_k = k if mode == "speculative" else 0
         if mode == "speculative" and (
-            spec.get("decoding_type") != "Draft_Target" or spec.get("max_draft_len") != k
+            spec.get("decoding_type") not in DRAFT_TARGET_SPELLINGS or spec.get("max_draft_len") != k
         ):
             problems.append(f"model.yaml speculative_config {spec}")
         if mode == "baseline" and spec:

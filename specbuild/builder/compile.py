@@ -25,7 +25,13 @@ from specbuild.builder.resolve import resolve_model
 from specbuild.core.artifacts import RoleRecord
 from specbuild.core.errors import BuildError
 from specbuild.core.llmapi_facts import DECODINGS, Flow, release
-from specbuild.core.llmapi_launch import ServeLimits, trtllm_serve_argv
+from specbuild.core.llmapi_launch import (
+    PREFLIGHT_FILE,
+    ServeLimits,
+    preflight_argv,
+    preflight_source,
+    trtllm_serve_argv,
+)
 from specbuild.core.manifest import atomic_output_dir, write_manifest
 from specbuild.core.methods import method_of
 from specbuild.core.safe_io import atomic_write_text
@@ -263,7 +269,7 @@ def compile_llmapi(
     report = _preflight(spec)
     models = llmapi_models(spec)
     options = llmapi_options(spec, report.plan, models={k: str(v) for k, v in models.items()})
-    installed = check_installed(options, spec.trtllm_version)
+    installed = check_installed(options, spec.trtllm_version, model=str(models["target"]))
     argv = trtllm_serve_argv(
         str(models["target"]),
         str(out / OPTIONS_FILE),
@@ -280,8 +286,12 @@ def compile_llmapi(
             "Dynamo --extra-engine-args.\n"
         )
         (tmp / OPTIONS_FILE).write_text(header + yaml.safe_dump(options, sort_keys=False))
+        (tmp / PREFLIGHT_FILE).write_text(preflight_source())
+        preflight = preflight_argv(
+            str(out / PREFLIGHT_FILE), str(out / OPTIONS_FILE), version=spec.trtllm_version, model=argv[2]
+        )
         script = tmp / SERVE_SCRIPT
-        script.write_text(_serve_script(spec, argv))
+        script.write_text(_serve_script(spec, argv, preflight))
         script.chmod(0o755)
         rel = release(spec.trtllm_version)
         (tmp / "plan.json").write_text(
@@ -291,10 +301,11 @@ def compile_llmapi(
                     "trtllm_version": spec.trtllm_version,
                     "mode": spec.mode.value,
                     "gpu_host_only": True,
-                    "decoding_type": options["speculative_config"]["decoding_type"],
+                    "decoding_type": (options.get("speculative_config") or {}).get("decoding_type"),
                     "options_file": OPTIONS_FILE,
                     "options": options,
                     "trtllm_serve": {"argv": argv, "command": shlex.join(argv)},
+                    "preflight": preflight,
                     "image": rel.image,
                     "memory": {
                         "kv_cache_free_gpu_memory_fraction": report.plan.kv_fraction_total,
@@ -303,7 +314,7 @@ def compile_llmapi(
                     },
                     "checked_against": f"tensorrt_llm {installed} (installed)"
                     if installed
-                    else list(rel.sources),
+                    else [fact.cite() for fact in rel.sources],
                 },
                 indent=2,
             )
@@ -342,13 +353,14 @@ def compile_llmapi(
                 "options_file": OPTIONS_FILE,
                 "models": {k: str(v) for k, v in models.items()},
                 "trtllm_serve": argv,
+                "preflight": preflight,
                 "installed_check": installed,
             },
         )
     return out
 
 
-def _serve_script(spec, argv: list[str]) -> str:
+def _serve_script(spec, argv: list[str], preflight: list[str]) -> str:
     return "\n".join(
         [
             "#!/usr/bin/env bash",
@@ -362,6 +374,8 @@ def _serve_script(spec, argv: list[str]) -> str:
             'command -v trtllm-serve >/dev/null || { echo "trtllm-serve not found: run this on a GPU host '
             "with "
             f'tensorrt_llm {spec.trtllm_version}" >&2; exit 1; }}',
+            "# the installed release's own parser on the options first: stops in seconds, naming the key",
+            shlex.join(preflight),
             f"exec {shlex.join(argv)}",
             "",
         ]

@@ -1,39 +1,41 @@
 """The LLM-API options of a spec: `trtllm-serve --config`, Triton's `model.yaml`, Dynamo's engine args.
 
-`llmapi_options(spec, plan, models=...)` builds the dict from the spec, its method's decoding
-(core/llmapi_facts.py DECODINGS) and the memory plan (`kv_cache_config.free_gpu_memory_fraction` and
-`max_tokens`: one pool for every model); `check_options` (core) refuses any key not recorded for the
-targeted version. When `tensorrt_llm` is importable, `check_installed` compares the keys with the
-installed classes' pydantic `model_fields` instead and fails loudly on a mismatch.
+`llmapi_options(spec, plan, models=...)` builds the dict from the spec, its method's config class on the
+targeted release (core/llmapi_facts.py) and the memory plan (`kv_cache_config.free_gpu_memory_fraction`
+and `max_tokens`: one pool for every model); `check_options` (core) refuses any key not recorded for the
+targeted version. When `tensorrt_llm` is importable, `check_installed` runs the installed release's own
+parser on the options (core/llmapi_preflight.py: the function trtllm-serve calls on `--config`, then the
+args class) and reports its error verbatim with the key.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from specbuild.builder.memory_plan import MemoryPlan, effective_max_num_tokens
 from specbuild.core.errors import BuildError
-from specbuild.core.llmapi_facts import DECODINGS, check_options, release
+from specbuild.core.llmapi_facts import DECODINGS, check_options, decoding_class, release, two_model
+from specbuild.core.llmapi_preflight import Refusal, installed_version, validate
 from specbuild.core.methods import method_of
-from specbuild.core.schedule import guard_of, schedule_of
+from specbuild.core.schedule import DraftSchedule, guard_of, schedule_of
 from specbuild.core.spec import BuildSpec
 
 OPTIONS_FILE = "llmapi_options.yaml"  # trtllm-serve --config / Dynamo --extra-engine-args
 SERVE_SCRIPT = "serve.sh"
-ARGS_MODULE = "tensorrt_llm.llmapi.llm_args"
 
 
 def speculative_config(spec: BuildSpec, models: dict[str, str]) -> dict[str, Any]:
     """`speculative_config` of the spec's method, spelled for its TensorRT-LLM version."""
     decoding = DECODINGS[spec.mode.value]
-    cls = release(spec.trtllm_version).classes[decoding.config_class]
+    rel = release(spec.trtllm_version)
+    cls = decoding_class(spec.mode.value, spec.trtllm_version)
     out: dict[str, Any] = {
         "decoding_type": cls.decoding_type,
         "max_draft_len": spec.speculation.max_draft_len,
     }
     if decoding.model_section is not None:
         out["speculative_model"] = models[decoding.model_section]
+    out.update(rel.fixed.get(cls.name, {}))  # 1.2.1 EAGLE-3: eagle3_one_model: true
     method = method_of(spec)
     section = getattr(spec, method.section) if method.section else None
     for field, key in decoding.section_keys.items():
@@ -53,7 +55,7 @@ def load_keys(spec: BuildSpec) -> dict[str, Any]:
     release's kill switch, which is server-wide and permanent, unlike specbuild's per-request guard."""
     rule = release(spec.trtllm_version).schedule
     out: dict[str, Any] = {}
-    schedule, guard = schedule_of(spec), guard_of(spec)
+    schedule, guard = runtime_schedule(spec), guard_of(spec)
     if schedule is not None and len(schedule.steps) > 1:
         if rule.style == "from":
             out["draft_len_schedule"] = schedule.to_dict()
@@ -66,6 +68,22 @@ def load_keys(spec: BuildSpec) -> dict[str, Any]:
         else:  # mean acceptance length = 1 + accepted per step = 1 + rate x K when each step drafts K
             out[rule.guard_threshold] = round(1.0 + guard.min_acceptance * spec.speculation.max_draft_len, 6)
     return out
+
+
+def runtime_schedule(spec: BuildSpec) -> DraftSchedule | None:
+    """The spec's schedule as the targeted release runs it: each K raised to the release's floor for the
+    method (core/llmapi_facts.py ScheduleRule.floors; 1.4 runs draft/target at K=1 where the spec says 0),
+    equal neighbours merged. The options write this, so they say what will run."""
+    schedule = schedule_of(spec)
+    if schedule is None:
+        return None
+    rule = release(spec.trtllm_version).schedule
+    steps: dict[int, int] = {}
+    for n, k in schedule.steps:
+        k = rule.runtime_k(spec.mode.value, k)
+        if not steps or list(steps.values())[-1] != k:
+            steps[n] = k
+    return DraftSchedule(tuple(steps.items()))
 
 
 def llmapi_options(
@@ -100,9 +118,13 @@ def llmapi_options(
         return_perf_metrics=True,  # acceptance in the Triton perf outputs and per-request metrics
         enable_iter_perf_stats=True,  # trtllm-serve /metrics: trtllm_spec_decode_* per iteration
     )
+    schedule = schedule_of(spec)
+    if schedule is not None and schedule.off:  # `tune` measured that speculation does not pay: target alone
+        require_valid(out, spec.trtllm_version)
+        return out
     decoding = DECODINGS[spec.mode.value]
-    if decoding.two_model or not decoding.overlap_scheduler:
-        # as the Draft_Target examples of both lines set it; NGram: what the executor does anyway
+    if two_model(spec.mode.value, spec.trtllm_version) or not decoding.overlap_scheduler:
+        # as the two-model draft/target examples of 1.2 set it; NGram: what the executor does anyway
         out["disable_overlap_scheduler"] = True
     out["speculative_config"] = speculative_config(spec, models)
     require_valid(out, spec.trtllm_version)
@@ -124,75 +146,30 @@ def require_valid(options: dict[str, Any], version: str) -> None:
 # ---- the installed tensorrt_llm ------------------------------------------------------------------
 
 
-def check_installed(options: dict[str, Any], version: str) -> str | None:
-    """When tensorrt_llm is importable: its version must be `version`, and every key of `options` a
-    field (pydantic model_fields) of the installed class it lands in. Returns the installed version
-    (None: not installed, the recorded facts decide)."""
-    try:
-        trtllm = importlib.import_module("tensorrt_llm")
-    except ImportError:
+def check_installed(options: dict[str, Any], version: str, *, model: str) -> str | None:
+    """When tensorrt_llm is importable: its version must be `version`, and its own parser (the function
+    trtllm-serve calls on --config, then the args class; core/llmapi_preflight.py) must accept `options`.
+    Returns the installed version (None: not installed, the recorded facts decide)."""
+    installed = installed_version()
+    if installed is None:
         return None
-    installed = str(getattr(trtllm, "__version__", "?"))
     if installed != version:
         raise BuildError(
             f"tensorrt_llm {installed} is installed here, the spec targets {version}",
-            expected=f"tensorrt_llm {version} (its config classes decide which keys are valid)",
+            expected=f"tensorrt_llm {version} (its parser decides which options are valid)",
             found=installed,
             fix=f'set trtllm_version: "{installed}" if it is supported, or compile where tensorrt_llm '
             f"{version} (or none) is installed",
         )
-    args = importlib.import_module(ARGS_MODULE)
-    problems: list[str] = []
-    _compare(options, _cls(args, "TorchLlmArgs", problems), args, "", problems)
-    if problems:
+    parser = release(version).parser
+    try:
+        validate(options, model=model, parser=parser.function, args_class=parser.args_class)
+    except Refusal as refusal:
         raise BuildError(
-            f"the installed tensorrt_llm {installed} disagrees with the recorded LLM-API keys",
-            expected="every written key a field of the installed config class",
-            found="; ".join(problems),
+            f"the installed tensorrt_llm {installed} refuses {refusal.key}",
+            expected=f"options {parser.function} and {parser.args_class} accept",
+            found=f"{refusal.key}: {refusal.error}",
             fix="the recorded facts (core/llmapi_facts.py) are wrong for this build of TensorRT-LLM: report "
-            "it with the installed version",
-        )
+            "it with the installed version and this error",
+        ) from None
     return installed
-
-
-NESTED = {"kv_cache_config": "KvCacheConfig"}
-
-
-def _cls(module, name: str, problems: list[str]):
-    cls = getattr(module, name, None)
-    if cls is None or not hasattr(cls, "model_fields"):
-        problems.append(f"{ARGS_MODULE} has no pydantic class {name}")
-        return None
-    return cls
-
-
-def _compare(values: dict[str, Any], cls, module, prefix: str, problems: list[str]) -> None:
-    if cls is None:
-        return
-    fields = cls.model_fields
-    for key, value in values.items():
-        where = f"{prefix}{key}"
-        if key not in fields:
-            problems.append(f"{where}: not a field of {cls.__name__}")
-            continue
-        if key in NESTED:
-            _compare(value, _cls(module, NESTED[key], problems), module, where + ".", problems)
-        elif key == "speculative_config":
-            _compare(
-                value,
-                _decoding_class(module, value.get("decoding_type"), problems),
-                module,
-                where + ".",
-                problems,
-            )
-
-
-def _decoding_class(module, decoding_type: str, problems: list[str]):
-    """The installed class whose decoding_type field defaults to `decoding_type`."""
-    for name in dir(module):
-        cls = getattr(module, name)
-        field = getattr(cls, "model_fields", {}).get("decoding_type") if isinstance(cls, type) else None
-        if field is not None and getattr(field, "default", None) == decoding_type:
-            return cls
-    problems.append(f"speculative_config.decoding_type: no installed class takes {decoding_type!r}")
-    return None

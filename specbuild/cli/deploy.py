@@ -151,6 +151,7 @@ def deploy(
                 )
         files = dynamo_graph(
             opts,
+            version=s.trtllm_version,
             name=name or s.name,
             model_path=pod_model(s, s.target.model, root),
             image=image,

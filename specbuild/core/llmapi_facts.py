@@ -3,29 +3,27 @@
 One home for: `Flow` (the spec's `flow:`, engine | llmapi), the TensorRT-LLM versions the LLM-API
 flow is generated for (`LLMAPI_VERSIONS`), every option key specbuild writes into an LLM-API options
 file (`trtllm-serve --config`, Triton's `model.yaml`, Dynamo's `--extra-engine-args`) with its type,
-its bounds and where it was read, the `decoding_type` spelling of each speculation method, the
-`trtllm-serve` flags specbuild passes, the NGC image of each release, and the method x flow x version
-matrix (`support`).
+its bounds and where it was read, the `decoding_type` spelling of each speculation method per release,
+how each release parses the file (`Parser`: the function trtllm-serve calls on `--config`, then the
+args class), the load-aware keys and their runtime floors (`ScheduleRule`), the `trtllm-serve` flags
+specbuild passes, the NGC image of each release, and the method x flow x version matrix (`support`).
 
-Sources (the TensorRT-LLM repository is too large to mirror; files were read through the code index,
-so each fact names the file and the commit or index id it was read at):
-* LINE_1_2 ("1.2.1"): `tensorrt_llm/llmapi/llm_args.py` index id 7019226376, the Literal-discriminated
-  style that predates 1.3 (it has PARD and `acceptance_window`; a warning mentions "release 1.3"). The
-  v1.2.1 tag itself could not be read: this snapshot stands in for it (UNVERIFIED against the tag).
-  The Triton tutorial for the 1.2.1 containers (triton-inference-server/tutorials @4fe2b90, 2026-04-21)
-  uses the same spellings (`decoding_type: Eagle3`, `Draft_Target`, `speculative_model`).
-* LINE_1_4 ("1.4.0rc4"): `llm_args.py` @ 0004396720054fd8e205cbf616f21f0b57c6b412 (main, Aug-Sep 2026,
-  read for BaseLlmArgs, TorchLlmArgs and KvCacheConfig) and the Sphinx signatures of the 1.4.0rc4 API
-  reference (nvidia.github.io/TensorRT-LLM/1.4.0rc4/llm-api/reference/<Class>.html: TorchLlmArgs,
-  KvCacheConfig, NGramDecodingConfig, Eagle3DecodingConfig, MTPDecodingConfig).
-* `trtllm-serve`: `tensorrt_llm/commands/serve.py` index id 4219957788 (1.2 era) and the newer
-  `add_serve_options` (index id 59679953799).
+Every class, parser and rule carries its source (`core/llmapi_sources.py` `Fact`: repository, path,
+revision, verified | inferred); `release_facts(version)` lists them and `specbuild doctor --facts`
+prints them. The two parser styles:
+* 1.2.1 ("registry"): `update_llm_args_with_extra_dict` sends `speculative_config` through
+  `DecodingBaseConfig.from_dict`, a registry keyed MTP, Medusa, Eagle, Lookahead, NGram, DraftTarget,
+  SaveState, UserProvided, AUTO; `decoding_type` is a ClassVar of each class. Draft/target is
+  `DraftTarget`, EAGLE-3 is `Eagle` (EagleDecodingConfig; `eagle3_one_model` True: the one-model path).
+* 1.4.0rc4 ("literal"): `decoding_type` is a Literal field and TorchLlmArgs validates
+  `speculative_config` as a discriminated union: `Draft_Target`, `Eagle3`, `NGram`.
 
 Rules the facts encode (docs/llmapi.md has the table):
 * speculation runs in the PyTorch backend; Medusa has no PyTorch path (MedusaDecodingConfig.
   supports_backend excludes "pytorch" in 1.2; the class is gone with the TensorRT backend in 1.3+);
-* EAGLE-3 has no engine path (TrtLlmArgs refuses `Eagle3`: "only supported on the PyTorch backend");
-* the engine flow (trtllm-build + the C++ `tensorrtllm` Triton backend) ends with the 1.2.x line.
+* EAGLE-3 has no engine path (TrtLlmArgs refuses it: "only supported on the PyTorch backend");
+* the engine flow (trtllm-build + the C++ `tensorrtllm` Triton backend) ends with the 1.2.x line;
+* `eagle3_one_model: false` / `mtp_eagle_one_model: false` are never written (two-model is gone on 1.4).
 
 Torch-free, no I/O at import.
 """
@@ -37,6 +35,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from specbuild.core import llmapi_sources as S
+from specbuild.core.llmapi_sources import Fact
 from specbuild.core.trtllm_facts import known_versions, parse_version
 
 LINE_1_2 = "1.2.1"
@@ -78,7 +78,7 @@ def parse_flow(value: object) -> Flow:
 class Key:
     """One field of an LLM-API config class that specbuild writes."""
 
-    kind: str  # "int" | "float" | "bool" | "str" | "path" | "set[int]" | "literal" | "class"
+    kind: str  # "int" | "float" | "bool" | "str" | "path" | "set[int]" | "literal" | "class" | "schedule"
     ge: float | None = None  # inclusive lower bound
     gt: float | None = None  # exclusive lower bound
     le: float | None = None  # inclusive upper bound
@@ -89,12 +89,13 @@ class Key:
 
 @dataclass(frozen=True)
 class ConfigClass:
-    """A pydantic config class of `tensorrt_llm.llmapi.llm_args`: the keys specbuild writes into it."""
+    """A config class of `tensorrt_llm.llmapi.llm_args`: the keys specbuild writes into it."""
 
     name: str  # the class name in tensorrt_llm.llmapi.llm_args
     keys: dict[str, Key]
-    source: str
-    decoding_type: str | None = None  # the Literal of `decoding_type` (speculative config classes)
+    source: Fact
+    decoding_type: str | None = None  # the spelling of `decoding_type` this release parses
+    classvar: bool = False  # decoding_type is a ClassVar (dispatched by a registry), not a pydantic field
     required: tuple[str, ...] = ()  # keys its validators require (speculative_model, max_draft_len > 0)
 
 
@@ -124,13 +125,13 @@ _KV = {
 }
 _DECODING_BASE = {
     "decoding_type": Key("literal"),
-    "max_draft_len": Key("int", gt=0, note="> 0 for Draft_Target, Eagle3 and NGram (after-validators)"),
+    "max_draft_len": Key("int", gt=0, note="> 0 for draft/target, EAGLE-3 and NGram (validators)"),
     "speculative_model": Key(
         "path", note="AliasChoices('speculative_model', 'speculative_model_dir') in both lines read"
     ),
 }
 _NGRAM = {
-    "max_matching_ngram_size": Key("int", gt=0, note="PositiveInt = 2"),
+    "max_matching_ngram_size": Key("int", gt=0, note="> 0 (TorchLlmArgs validator)"),
     "is_keep_all": Key("bool"),
     "is_use_oldest": Key("bool"),
     "is_public_pool": Key("bool"),
@@ -138,18 +139,19 @@ _NGRAM = {
 _EAGLE3 = {
     "eagle3_layers_to_capture": Key("set[int]", note="None: (1, L//2 - 1, L - 4) of an L-layer target")
 }
-# Load-aware K (core/schedule.py). Both lines read: `max_concurrency` ("speculation disabled at batch sizes
-# above this value"), `draft_len_schedule: dict[int, int]` (batch size -> K, 0: off); the kill switch was
-# renamed (not aliased) between them.
-_LOAD_1_2 = {  # snapshot A (index id 7019226376), DecodingBaseConfig
-    "max_concurrency": Key("int", ge=0, note="Optional[NonNegativeInt]"),
+# 1.2.1's EagleDecodingConfig serves EAGLE-3: eagle3_one_model selects the one-model path (default True)
+_EAGLE_1_2 = {**_EAGLE3, "eagle3_one_model": Key("bool", note="True: one model (False: the two-model path)")}
+# Load-aware K (core/schedule.py): `max_concurrency` and `draft_len_schedule` (batch size -> K), and the
+# kill switch, renamed (not aliased) between the lines.
+_LOAD_1_2 = {
+    "max_concurrency": Key("int", ge=0, note="Optional[int]"),
     "draft_len_schedule": Key("schedule", note="'batch_size >= key uses value'; key 1 == max_draft_len"),
     "acceptance_window": Key("int", ge=0, note="rolling window over the last N completed requests; 0: off"),
     "acceptance_length_threshold": Key(
         "float", ge=0.0, note="mean acceptance length below which speculation is off for good"
     ),
 }
-_LOAD_1_4 = {  # snapshot C @0004396 + the 1.4.0rc4 signatures, DecodingBaseConfig
+_LOAD_1_4 = {
     "max_concurrency": Key("int", gt=0, note="Optional[PositiveInt]; exclusive with draft_len_schedule"),
     "draft_len_schedule": Key(
         "schedule", note="'batch size <= key uses value'; smallest key == max_draft_len; 0 past the largest"
@@ -158,45 +160,65 @@ _LOAD_1_4 = {  # snapshot C @0004396 + the 1.4.0rc4 signatures, DecodingBaseConf
     "acceptance_rate_threshold": Key("float", ge=0.0, le=1.0, note="accepted / drafted; off for good below"),
 }
 _REJECTION = {
-    "use_rejection_sampling": Key(
-        "bool", note="1.3+: lossless sampling for one-model Draft_Target / Eagle3 (not NGram)"
-    )
+    "use_rejection_sampling": Key("bool", note="1.3+: lossless sampling for one-model Draft_Target / Eagle3")
 }
 
-_SRC_A = "tensorrt_llm/llmapi/llm_args.py, index id 7019226376 (pre-1.3 Literal style; v1.2.1 tag UNVERIFIED)"
-_SRC_C = (
-    "tensorrt_llm/llmapi/llm_args.py @0004396720054fd8e205cbf616f21f0b57c6b412 and the 1.4.0rc4 API "
-    "reference signature (nvidia.github.io/TensorRT-LLM/1.4.0rc4/llm-api/reference/{cls}.html)"
-)
 
-
-def _classes(source: str, *, rejection: bool, load: dict[str, Key]) -> dict[str, ConfigClass]:
-    def src(cls: str) -> str:
-        return source.format(cls=cls)
-
-    base = {**_DECODING_BASE, **load}
-    extra = dict(_REJECTION) if rejection else {}
+def _classes_1_2() -> dict[str, ConfigClass]:
+    base, src = {**_DECODING_BASE, **_LOAD_1_2}, S.TRANSCRIPT_1_2
     return {
-        "TorchLlmArgs": ConfigClass("TorchLlmArgs", _TOP, src("TorchLlmArgs")),
-        "KvCacheConfig": ConfigClass("KvCacheConfig", _KV, src("KvCacheConfig")),
+        "TorchLlmArgs": ConfigClass("TorchLlmArgs", _TOP, src),
+        "KvCacheConfig": ConfigClass("KvCacheConfig", _KV, src),
         "DraftTargetDecodingConfig": ConfigClass(
             "DraftTargetDecodingConfig",
-            {**base, **extra},
-            src("DraftTargetDecodingConfig"),
+            base,
+            S.REGISTRY_1_2,
+            decoding_type="DraftTarget",  # the registry key; the class's ClassVar says "Draft_Target"
+            classvar=True,
+            required=("max_draft_len", "speculative_model"),
+        ),
+        "NGramDecodingConfig": ConfigClass(
+            "NGramDecodingConfig",
+            {k: v for k, v in {**base, **_NGRAM}.items() if k != "speculative_model"},
+            S.REGISTRY_1_2,
+            decoding_type="NGram",
+            classvar=True,
+            required=("max_draft_len",),
+        ),
+        "EagleDecodingConfig": ConfigClass(
+            "EagleDecodingConfig",
+            {**base, **_EAGLE_1_2},
+            S.EAGLE_1_2,
+            decoding_type="Eagle",
+            classvar=True,
+            required=("max_draft_len", "speculative_model"),
+        ),
+    }
+
+
+def _classes_1_4() -> dict[str, ConfigClass]:
+    base, src = {**_DECODING_BASE, **_LOAD_1_4}, S.DOCS_1_4
+    return {
+        "TorchLlmArgs": ConfigClass("TorchLlmArgs", _TOP, src),
+        "KvCacheConfig": ConfigClass("KvCacheConfig", _KV, src),
+        "DraftTargetDecodingConfig": ConfigClass(
+            "DraftTargetDecodingConfig",
+            {**base, **_REJECTION},
+            src,
             decoding_type="Draft_Target",
             required=("max_draft_len", "speculative_model"),
         ),
         "NGramDecodingConfig": ConfigClass(
             "NGramDecodingConfig",
             {k: v for k, v in {**base, **_NGRAM}.items() if k != "speculative_model"},
-            src("NGramDecodingConfig"),
+            src,
             decoding_type="NGram",
             required=("max_draft_len",),
         ),
         "Eagle3DecodingConfig": ConfigClass(
             "Eagle3DecodingConfig",
-            {**base, **_EAGLE3, **extra},
-            src("Eagle3DecodingConfig"),
+            {**base, **_EAGLE3, **_REJECTION},
+            src,
             decoding_type="Eagle3",
             required=("max_draft_len", "speculative_model"),
         ),
@@ -204,14 +226,37 @@ def _classes(source: str, *, rejection: bool, load: dict[str, Key]) -> dict[str,
 
 
 @dataclass(frozen=True)
+class Parser:
+    """How a release reads an options file: `function` is what trtllm-serve calls on `--config`
+    (`update_llm_args_with_extra_dict(llm_args, options)`), then `args_class(**merged)` validates."""
+
+    style: str  # "registry": DecodingBaseConfig.from_dict dispatch; "literal": a discriminated union
+    function: str  # "module:function"
+    args_class: str  # "module:Class"
+    source: Fact
+
+
+@dataclass(frozen=True)
 class ScheduleRule:
-    """How one release spells and validates the load-aware keys (DecodingBaseConfig)."""
+    """How one release spells, validates and runs the load-aware keys (DecodingBaseConfig)."""
 
     style: str  # "from": {n: K} = from n requests on (1.2); "upto": up to n requests (1.3+)
     guard_window: str  # the kill switch's window key
     guard_threshold: str  # ... and its threshold key
     guard_measure: str  # "length": mean acceptance length (1 + accepted per step); "rate": accepted / drafted
     exclusive: bool  # max_concurrency and draft_len_schedule may not both be set
+    # method -> min_runtime_draft_len: the K the runtime runs when the schedule resolves lower. None: the
+    # release has no floor (K=0 skips the drafter, whose state then goes stale: COLLAPSE)
+    floors: dict[str, int] | None
+    source: Fact
+
+    def runtime_k(self, method: str, k: int) -> int:
+        """The K this release runs when its schedule resolves to `k` for `method`."""
+        return k if self.floors is None else max(k, self.floors.get(method, 0))
+
+    def collapses(self, method: str) -> bool:
+        """True where a K=0 phase loses acceptance for the rest of the request (pre-fix, not NGram)."""
+        return self.floors is None and method != "ngram"
 
 
 @dataclass(frozen=True)
@@ -220,19 +265,41 @@ class LlmApiRelease:
 
     version: str
     classes: dict[str, ConfigClass]
+    methods: dict[str, str]  # speculation method -> its config class
+    parser: Parser
     schedule: ScheduleRule
     serve_flags: tuple[str, ...]  # the trtllm-serve flags specbuild passes (all accepted by this release)
     serve_config_flag: str  # the flag naming the options YAML
     image: str  # the NGC TensorRT-LLM release container (trtllm-serve inside)
-    sources: tuple[str, ...] = field(default=())
+    pin: Fact  # how the release itself was pinned
+    fixed: dict[str, dict[str, Any]] = field(default_factory=dict)  # class -> keys always written
+    two_model: tuple[str, ...] = ()  # methods that still run as two models on this release
     notes: tuple[str, ...] = field(default=())
 
     def decoding_class(self, decoding_type: str) -> ConfigClass | None:
         return next((c for c in self.classes.values() if c.decoding_type == decoding_type), None)
 
+    def method_class(self, method: str) -> ConfigClass | None:
+        name = self.methods.get(method)
+        return self.classes.get(name) if name else None
+
     @property
     def decoding_types(self) -> tuple[str, ...]:
         return tuple(c.decoding_type for c in self.classes.values() if c.decoding_type)
+
+    @property
+    def sources(self) -> tuple[Fact, ...]:
+        seen: list[Fact] = [self.pin]
+        for fact in (
+            *(c.source for c in self.classes.values()),
+            self.parser.source,
+            self.schedule.source,
+            S.RELEASE_IMAGES,
+            S.SERVE_1_2,
+        ):
+            if fact not in seen:
+                seen.append(fact)
+        return tuple(seen)
 
 
 # trtllm-serve flags (1.2-era serve.py, index id 4219957788: --free_gpu_memory_fraction has the long alias
@@ -251,50 +318,82 @@ SERVE_FLAGS = (
     "--config",
 )
 RELEASE_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release"  # tag = the TensorRT-LLM version (containers.html)
+_METHODS_1_2 = {
+    "draft_target": "DraftTargetDecodingConfig",
+    "ngram": "NGramDecodingConfig",
+    "eagle3": "EagleDecodingConfig",
+}
+_METHODS_1_4 = {**_METHODS_1_2, "eagle3": "Eagle3DecodingConfig"}
 
 LLMAPI_VERSIONS: dict[str, LlmApiRelease] = {
     LINE_1_2: LlmApiRelease(
         version=LINE_1_2,
-        classes=_classes(_SRC_A, rejection=False, load=_LOAD_1_2),
+        classes=_classes_1_2(),
+        methods=_METHODS_1_2,
+        parser=Parser(
+            "registry",
+            "tensorrt_llm.llmapi.llm_utils:update_llm_args_with_extra_dict",
+            "tensorrt_llm.llmapi.llm_args:TorchLlmArgs",
+            S.SERVE_1_2,
+        ),
         schedule=ScheduleRule(
             style="from",
             guard_window="acceptance_window",
             guard_threshold="acceptance_length_threshold",
             guard_measure="length",
             exclusive=False,
+            floors=None,
+            source=S.COLLAPSE,
         ),
         serve_flags=SERVE_FLAGS,
         serve_config_flag="--config",
         image=f"{RELEASE_IMAGE}:{LINE_1_2}",
-        sources=(_SRC_A, "tensorrt_llm/commands/serve.py, index id 4219957788 (1.2 era)"),
+        pin=S.PIN_1_2,
+        fixed={"EagleDecodingConfig": {"eagle3_one_model": True}},
+        two_model=("draft_target",),
         notes=(
+            "decoding_type spellings: DraftTarget, Eagle (EAGLE-3, eagle3_one_model: true), NGram; "
+            "Draft_Target and Eagle3 raise 'Invalid decoding type'",
             "kill switch keys of this line: acceptance_window / acceptance_length_threshold (over completed "
             "requests, acceptance length; specbuild writes them from speculation.guard)",
-            "draft_len_schedule: 'batch_size >= key uses value', key 1 required and == max_draft_len",
+            "draft_len_schedule: 'batch_size >= key uses value', key 1 required and == max_draft_len; no "
+            "runtime floor: a K=0 phase may cost the rest of a request its acceptance (pre-fix)",
             "no use_rejection_sampling: sampled draft/target on this line is refused by specbuild",
         ),
     ),
     LINE_1_4: LlmApiRelease(
         version=LINE_1_4,
-        classes=_classes(_SRC_C, rejection=True, load=_LOAD_1_4),
+        classes=_classes_1_4(),
+        methods=_METHODS_1_4,
+        parser=Parser(
+            "literal",
+            "tensorrt_llm.llmapi.llm_args:update_llm_args_with_extra_dict",
+            "tensorrt_llm.llmapi.llm_args:TorchLlmArgs",
+            S.MAIN_1_4,
+        ),
         schedule=ScheduleRule(
             style="upto",
             guard_window="acceptance_rate_window_size",
             guard_threshold="acceptance_rate_threshold",
             guard_measure="rate",
             exclusive=True,
+            floors={"draft_target": 1, "eagle3": 0, "ngram": 0},
+            source=S.FLOOR,
         ),
         serve_flags=SERVE_FLAGS,
         serve_config_flag="--config",
         image=f"{RELEASE_IMAGE}:{LINE_1_4}",
-        sources=(_SRC_C, "tensorrt_llm/commands/serve.py add_serve_options, index id 59679953799"),
+        pin=S.DOCS_1_4,
         notes=(
+            "decoding_type spellings: Draft_Target, Eagle3, NGram (Literal discriminators); DraftTarget "
+            "fails the union",
             "kill switch keys renamed: acceptance_rate_window_size / acceptance_rate_threshold (over "
             "iterations, accepted / drafted; specbuild writes them from speculation.guard)",
-            "draft_len_schedule: 'batch size <= key uses value', smallest key == max_draft_len, K=0 past the "
-            "largest key; exclusive with max_concurrency. Newer main floors one-engine modes (Draft_Target "
-            "one-model, Eagle3 one-model) at K=1 (tests/unittest min_runtime_draft_len, release UNVERIFIED)",
-            "eagle3_one_model, eagle_choices, num_eagle_layers are absent from the 1.4.0rc4 signature",
+            "draft_len_schedule: 'batch size <= key uses value', smallest key == max_draft_len; exclusive "
+            "with max_concurrency. The runtime floors K at min_runtime_draft_len: draft/target runs K=1 "
+            "where the schedule says 0; Eagle3 one-model and NGram go to 0 (Eagle3 keeps its drafter warm)",
+            "eagle_choices and num_eagle_layers are gone, spec_dec_variant is new (not written); no "
+            "two-model path: eagle3_one_model: false raises",
             "Medusa and Lookahead are gone with the TensorRT backend",
         ),
     ),
@@ -312,43 +411,86 @@ def release(version: str) -> LlmApiRelease:
     return found
 
 
+def release_facts(version: str) -> list[tuple[str, str, Fact]]:
+    """(topic, value, source) for every upstream fact specbuild writes for `version`."""
+    rel = release(version)
+    out: list[tuple[str, str, Fact]] = [("release pin", rel.version, rel.pin)]
+    out.append(
+        ("parser", f"{rel.parser.style}: {rel.parser.function} -> {rel.parser.args_class}", rel.parser.source)
+    )
+    for method, name in rel.methods.items():
+        cls = rel.classes[name]
+        spelled = f"{name} decoding_type {cls.decoding_type}" + (
+            " (ClassVar)" if cls.classvar else " (field)"
+        )
+        fixed = rel.fixed.get(name)
+        out.append((f"method {method}", spelled + (f", writes {fixed}" if fixed else ""), cls.source))
+        out.append((f"{name} keys", ", ".join(k for k in cls.keys if k != "decoding_type"), cls.source))
+    for name in ("TorchLlmArgs", "KvCacheConfig"):
+        out.append((f"{name} keys", ", ".join(rel.classes[name].keys), rel.classes[name].source))
+    rule = rel.schedule
+    floors = (
+        "none (pre-fix)" if rule.floors is None else ", ".join(f"{m} {k}" for m, k in rule.floors.items())
+    )
+    out.append(("draft_len_schedule", f"{rule.style}; min_runtime_draft_len: {floors}", rule.source))
+    out.append(
+        (
+            "kill switch",
+            f"{rule.guard_window} / {rule.guard_threshold}",
+            rel.classes[rel.methods["ngram"]].source,
+        )
+    )
+    out.append(("two-model", ", ".join(rel.two_model) or "none", S.TWO_MODEL))
+    out.append(("trtllm-serve flags", " ".join(rel.serve_flags), S.SERVE_1_2))
+    out.append(("image", rel.image, S.RELEASE_IMAGES))
+    return out
+
+
 # ---- methods on the LLM-API flow ----------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Decoding:
-    """How one speculation method is written as `speculative_config`."""
+    """How one speculation method is written as `speculative_config` (its class: `LlmApiRelease.methods`)."""
 
-    config_class: str  # e.g. "NGramDecodingConfig"
     # spec section field -> speculative_config key, copied when the section has the field
     section_keys: dict[str, str] = field(default_factory=dict)
     model_section: str | None = None  # the spec section whose folder becomes speculative_model
-    two_model: bool = False  # a separate draft model (disable_overlap_scheduler, its own weights)
     # False: the PyTorch executor turns the overlap scheduler off for this mode by itself
     # (SpeculativeDecodingMode.support_overlap_scheduler), so the options say disable_overlap_scheduler
     overlap_scheduler: bool = True
 
 
 DECODINGS: dict[str, Decoding] = {
-    "draft_target": Decoding("DraftTargetDecodingConfig", model_section="draft", two_model=True),
+    "draft_target": Decoding(model_section="draft"),
     # K is speculation.max_draft_len; the spec's ngram: section is NGramDecodingConfig's four fields, whose
     # names and defaults are the same in both lines read (core/methods/ngram.py). NGram is not among the
     # modes of SpeculativeDecodingMode.support_overlap_scheduler in any _torch/speculative/interface.py read
     # (index ids 2550156383, 735060080, 10039271475, 55097849426, 57352998664, oldest to newest style): the
     # executor turns the overlap scheduler off for it, so the options say so.
     "ngram": Decoding(
-        "NGramDecodingConfig",
         section_keys={
             k: k for k in ("max_matching_ngram_size", "is_keep_all", "is_use_oldest", "is_public_pool")
         },
         overlap_scheduler=False,
     ),
     "eagle3": Decoding(
-        "Eagle3DecodingConfig",
-        section_keys={"layers_to_capture": "eagle3_layers_to_capture"},
-        model_section="eagle3",
+        section_keys={"layers_to_capture": "eagle3_layers_to_capture"}, model_section="eagle3"
     ),
 }
+
+
+def decoding_class(method: str, version: str) -> ConfigClass | None:
+    """The config class `method` is written as on `version` (None: no LLM-API path)."""
+    rel = LLMAPI_VERSIONS.get(str(version))
+    return rel.method_class(method) if rel else None
+
+
+def two_model(method: str, version: str) -> bool:
+    """A separate draft model on this release (its own weights; the options disable the overlap scheduler
+    as the two-model examples of the 1.2 line do)."""
+    rel = LLMAPI_VERSIONS.get(str(version))
+    return bool(rel) and method in rel.two_model
 
 
 @dataclass(frozen=True)
@@ -386,8 +528,8 @@ def support(method: str, flow: Flow, version: str) -> Support:
         if method == "eagle3":
             return Support(
                 False,
-                "EAGLE-3 runs only on the PyTorch backend (TrtLlmArgs refuses decoding_type Eagle3: "
-                "'only supported on the PyTorch backend')",
+                "EAGLE-3 runs only on the PyTorch backend (TrtLlmArgs refuses it: 'only supported on the "
+                "PyTorch backend')",
                 f'flow: llmapi (trtllm_version "{LINE_1_2}" or "{LINE_1_4}")',
             )
         return Support(True)
@@ -411,17 +553,13 @@ def support(method: str, flow: Flow, version: str) -> Support:
             f'flow: engine with trtllm_version: "{LINE_1_2}", or mode: eagle3 (the LLM API\'s head-based '
             "drafter)",
         )
-    decoding = DECODINGS.get(method)
-    if decoding is None:
+    cls = decoding_class(method, version)
+    if method not in DECODINGS or cls is None:
         return Support(
             False,
-            f"specbuild has no LLM-API mapping for {method}",
+            f"specbuild has no LLM-API mapping for {method} on TensorRT-LLM {version}",
             f"mode: {' | '.join(DECODINGS)}",
         )
-    rel = release(version)
-    cls = rel.classes.get(decoding.config_class)
-    if cls is None:
-        return Support(False, f"TensorRT-LLM {version} has no {decoding.config_class}", "another method")
     return Support(True, decoding_type=cls.decoding_type)
 
 

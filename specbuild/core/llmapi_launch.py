@@ -24,11 +24,14 @@ Torch-free.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
+from specbuild.core import llmapi_preflight
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.llmapi_facts import release
 
 TRTLLM_SERVE = "trtllm-serve"
+PREFLIGHT_FILE = "specbuild_preflight.py"  # core/llmapi_preflight.py, copied next to every LLM-API launch
 LLMAPI_LAUNCH = "trtllm-llmapi-launch"
 CONTAINER_TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
 DEFAULT_HOST = "127.0.0.1"
@@ -108,6 +111,27 @@ def trtllm_serve_argv(
             found=" ".join(unknown),
             fix="report this bug",
         )
+    return argv
+
+
+def preflight_source() -> str:
+    """The text of core/llmapi_preflight.py, written as PREFLIGHT_FILE next to each launch (the
+    containers have no specbuild)."""
+    return Path(llmapi_preflight.__file__).read_text(encoding="utf-8")
+
+
+def preflight_argv(
+    script: str, options_file: str, *, version: str, model: str | None = None, drop: tuple[str, ...] = ()
+) -> list[str]:
+    """`python3 SCRIPT ...`: the installed release's own parser on the options file, before the server
+    starts (exit 2 names the refused key, upstream's error and the installed version)."""
+    parser = release(version).parser
+    argv = ["python3", script, "--options", options_file, "--version", version]
+    argv += ["--parser", parser.function, "--args", parser.args_class]
+    if model:
+        argv += ["--model", model]
+    for key in drop:
+        argv += ["--drop", key]
     return argv
 
 

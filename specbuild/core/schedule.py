@@ -5,7 +5,8 @@ Schedule semantics (the spec's spelling, the same as TensorRT-LLM 1.2's `draft_l
 `{1: 4, 3: 2, 6: 0}` means "from 1 request in flight draft K=4, from 3 K=2, from 6 no speculation":
 a round with n requests in flight drafts `k_for(n)` = the value of the largest key <= n. Key 1 is
 required and maps to `max_draft_len` (TensorRT-LLM requires the same of its schedule), values lie in
-0..max_draft_len. K=0 rounds are plain target steps.
+0..max_draft_len. K=0 rounds are plain target steps. The one exception is `{1: 0}` (OFF): speculation off
+at every load, what `tune --schedule --write` leaves when no K > 0 pays.
 
 Where n comes from:
 * the reference engine's in-process batch: the rows still decoding in that round;
@@ -56,11 +57,12 @@ PLAIN_ROUND_GROWTH = 8
 # a tree). 50 ms covers a client's turnaround here many times over and delays the schedule's reaction to
 # a load that really falls by at most that long.
 INFLIGHT_HOLD_MS = 50
-# A repository schedule that never drafts (`specbuild repo --schedule 1:0`): what an engine-flow repository
-# serves when its served cost curve finds no K > 0 that beats the target alone even at one request in
-# flight (client/serve_curve.py). The spec cannot hold it: TensorRT-LLM's draft_len_schedule keeps K at 1
-# at max_draft_len.
+# A schedule that never drafts: `specbuild repo --schedule 1:0`, or the spec's `speculation.schedule:
+# {1: 0}` (OFF). What `tune --schedule --write` leaves when no K > 0 beats the target alone even at one
+# request in flight: the engine flow's BLS drafts 0 at every load, the LLM-API options have no
+# speculative_config (TensorRT-LLM's draft_len_schedule cannot say "off at 1": its key 1 is max_draft_len).
 SERVED_OFF = "1:0"
+OFF = {1: 0}
 
 
 def record_end(
@@ -124,6 +126,8 @@ class DraftSchedule:
             steps[n] = k
         if 1 not in steps:
             raise ScheduleError(f"no threshold 1: add 1: {max_draft_len} (one request in flight)")
+        if steps == {1: 0}:  # OFF: speculation off at every load (what `tune --schedule` writes when none pays)
+            return cls(((1, 0),))
         if first_is_max and steps[1] != max_draft_len:
             raise ScheduleError(
                 f"threshold 1 -> K={steps[1]}: one request in flight must use max_draft_len "
@@ -135,6 +139,11 @@ class DraftSchedule:
     @classmethod
     def fixed(cls, k: int) -> DraftSchedule:
         return cls(((1, k),))
+
+    @property
+    def off(self) -> bool:
+        """K=0 at every load: the target alone (the LLM-API options then leave out speculative_config)."""
+        return all(k == 0 for _, k in self.steps)
 
     def k_for(self, in_flight: int) -> int:
         """K for a round with `in_flight` requests (counting this one; below 1 counts as 1)."""

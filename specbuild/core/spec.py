@@ -20,7 +20,7 @@ import yaml
 
 from specbuild.core.errors import SpecError
 from specbuild.core.hf_config import FLOAT_DTYPES
-from specbuild.core.llmapi_facts import DECODINGS, LLMAPI_VERSIONS, Flow, parse_flow, release, support
+from specbuild.core.llmapi_facts import LLMAPI_VERSIONS, Flow, decoding_class, parse_flow, support
 from specbuild.core.medusa_choices import DEFAULT_TREE, MedusaChoices
 from specbuild.core.methods import SECTIONS, Method, Tunable, method_of, parse_method
 from specbuild.core.methods import ngram as _ngram
@@ -599,14 +599,13 @@ def _check_combination(spec: BuildSpec, where: str) -> None:
             "set build.weight_only: none and point target.model at a quantized checkpoint",
         )
     if spec.speculation.use_logits:
-        decoding = DECODINGS.get(spec.mode.value)
-        cls = release(spec.trtllm_version).classes.get(decoding.config_class) if decoding else None
+        cls = decoding_class(spec.mode.value, spec.trtllm_version)
         if cls is None or "use_rejection_sampling" not in cls.keys:
             name = cls.name if cls else "speculative config"
             offering = [
                 v
                 for v, rel in LLMAPI_VERSIONS.items()
-                if decoding and "use_rejection_sampling" in rel.classes[decoding.config_class].keys
+                if "use_rejection_sampling" in getattr(rel.method_class(spec.mode.value), "keys", {})
             ]
             _fail(
                 where,

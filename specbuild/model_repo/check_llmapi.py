@@ -18,7 +18,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from specbuild.core.errors import SpecbuildError
-from specbuild.core.llmapi_facts import DECODINGS, LLMAPI_VERSIONS, Flow, check_options, release, support
+from specbuild.core.llmapi_facts import LLMAPI_VERSIONS, Flow, check_options, decoding_class, support
 from specbuild.core.manifest import MANIFEST
 from specbuild.core.safe_io import read_json, read_text, shorten
 from specbuild.model_repo import tensors as T
@@ -223,8 +223,8 @@ def _check_method(repo: _Repo, options: dict[str, Any], mode: str, version: str)
             f"use {found.alternative}",
         )
         return
-    decoding = DECODINGS.get(mode)
-    want = release(version).classes[decoding.config_class].decoding_type if decoding else None
+    cls = decoding_class(mode, version)
+    want = cls.decoding_type if cls else None
     have = _spec(options).get("decoding_type")
     if have != want:
         repo.fail(

@@ -5,7 +5,8 @@ Layout: tensorrt_llm/config.pbtxt (the upstream tensor table of the targeted Ten
 Python backend) and tensorrt_llm/1/model.yaml (the build's LLM-API options plus `model` and
 `triton_config`: every key except triton_config becomes an `LLM(...)` argument).
 * llmapi (production): 1/model.py is upstream's, taken at launch from the serving container
-  (/app/all_models/llmapi, matched to its TensorRT-LLM; `serve --print-launch` stages it);
+  (/app/all_models/llmapi, matched to its TensorRT-LLM; `serve --print-launch` stages it); 1/ also holds
+  specbuild_preflight.py, which the launch runs on model.yaml with the container's own parser first;
 * llmapi-local: 1/model.py is specbuild's stand-in running the reference engine (the build's reference
   engines, `compile --flow llmapi --engine reference`) behind the same tensors, plus the token ids of
   each response (output_ids, a specbuild addition).
@@ -23,6 +24,7 @@ import yaml
 from specbuild.core.artifacts import REPO_KIND, BuildManifest
 from specbuild.core.errors import RepoError
 from specbuild.core.llmapi_facts import LLMAPI_VERSIONS, check_options
+from specbuild.core.llmapi_launch import PREFLIGHT_FILE, preflight_source
 from specbuild.core.manifest import atomic_output_dir, write_manifest
 from specbuild.core.safe_io import read_text
 from specbuild.model_repo.configs import LLMAPI_BACKENDS, LlmApiLayout, llmapi_config, to_text
@@ -123,6 +125,8 @@ def generate_llmapi_repo(
             "every key but "
             "triton_config is an LLM() argument.\n" + yaml.safe_dump(options, sort_keys=False)
         )
+        if not local:  # the launch runs it before tritonserver (serve/llmapi_launch.py)
+            (folder / "1" / PREFLIGHT_FILE).write_text(preflight_source())
         if local:
             # the engine-flow local model's spec-decode metrics: one definition for both local models
             shared = [PYTHON_MODELS / "tensorrt_llm_local" / "spec_metrics.py"]

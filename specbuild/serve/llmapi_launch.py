@@ -23,8 +23,10 @@ from specbuild.core.artifacts import BuildManifest, RepoManifest, read_artifact
 from specbuild.core.errors import ServerError
 from specbuild.core.llmapi_facts import Flow
 from specbuild.core.llmapi_launch import (
+    PREFLIGHT_FILE,
     llmapi_docker_argv,
     llmapi_launch_argv,
+    preflight_argv,
     release_image,
     triton_llmapi_argv,
 )
@@ -123,16 +125,22 @@ def _trtllm_serve_lines(build: BuildManifest, *, tag, host, port, nodes, gpus, l
     models = {k: str(v) for k, v in (info.get("models") or {}).items()}
     mounts = [(str(build.folder), str(build.folder)), *_model_mounts(models)]
     image = release_image(build.spec.trtllm_version, tag=tag)
+    preflight = list(info.get("preflight") or [])
+    if not preflight:
+        raise ServerError(
+            f"{build.folder} records no preflight (a build from before the container preflight)",
+            fix="re-run `specbuild compile --flow llmapi`",
+        )
+    command = ["bash", "-c", f"{shlex.join(preflight)} && exec {shlex.join(serve)}"]
     lines = [
         LaunchLine(
             f"trtllm-serve (OpenAI API on {host}:{port}) in the TensorRT-LLM "
-            f"{build.spec.trtllm_version} release "
-            "container",
-            llmapi_docker_argv(image, mounts=mounts) + serve,
+            f"{build.spec.trtllm_version} release container, after the options preflight",
+            llmapi_docker_argv(image, mounts=mounts) + command,
         )
     ]
     world = int(build.spec.target.tp_size) * int(build.spec.target.pp_size)
-    multi = _multi_node(serve, world=world, nodes=nodes, gpus=gpus, launcher=launcher)
+    multi = _multi_node(command, world=world, nodes=nodes, gpus=gpus, launcher=launcher)
     return lines + ([multi] if multi else [])
 
 
@@ -162,9 +170,17 @@ def _triton_lines(repo: RepoManifest, *, tag, host, ports, nodes, gpus, launcher
     image = container_image(repo.trtllm_version, tag=tag)
     grpc, http, metrics = ports
     server = triton_llmapi_argv(STAGED_REPO, host=host, grpc_port=grpc, http_port=http, metrics_port=metrics)
+    version_dir = f"{STAGED_REPO}/{LLMAPI_MODEL}/1"
+    preflight = preflight_argv(
+        f"{version_dir}/{PREFLIGHT_FILE}",
+        f"{version_dir}/{LLMAPI_OPTIONS}",
+        version=repo.trtllm_version,
+        drop=("triton_config",),
+    )
     stage = (
         f"rm -rf {STAGED_REPO} && cp -R {shlex.quote(folder)} {STAGED_REPO} && "
-        f"cp {CONTAINER_LLMAPI_MODEL}/*.py {STAGED_REPO}/{LLMAPI_MODEL}/1/ && exec {shlex.join(server)}"
+        f"cp {CONTAINER_LLMAPI_MODEL}/*.py {version_dir}/ && {shlex.join(preflight)} && "
+        f"exec {shlex.join(server)}"
     )
     docker = llmapi_docker_argv(image, mounts=mounts)
     lines = [

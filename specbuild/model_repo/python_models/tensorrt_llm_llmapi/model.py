@@ -97,7 +97,7 @@ class TritonPythonModel:
         return auto_complete_model_config
 
     def initialize(self, args):
-        from specbuild.core.llmapi_facts import DECODINGS, release
+        from specbuild.core.llmapi_facts import decoding_class
         from specbuild.engines.reference.text import load_tokenizer
 
         config = json.loads(args["model_config"])
@@ -119,8 +119,8 @@ class TritonPythonModel:
         spec_cfg = options.get("speculative_config") or {}
         version = param(config, "trtllm_version", "1.2.1")
         want = None
-        if info.method is not None and info.method in DECODINGS:
-            cls = release(version).classes[DECODINGS[info.method].config_class]
+        cls = decoding_class(info.method, version) if info.method is not None else None
+        if cls is not None:
             want = cls.decoding_type
         if spec_cfg and spec_cfg.get("decoding_type") != want:
             raise pb_utils.TritonModelException(

@@ -1,0 +1,3 @@
+"""Stand-in of tensorrt_llm 1.4.0rc4 for the LLM-API parser tests (tests/fake_trtllm/README.md)."""
+
+__version__ = "1.4.0rc4"
