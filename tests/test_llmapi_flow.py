@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -56,8 +54,10 @@ def test_matrix_refuses_with_reason_and_alternative(method, flow, version, reaso
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_matrix_supports_the_llmapi_methods(version):
-    for method, decoding in (("draft_target", "Draft_Target"), ("ngram", "NGram"), ("eagle3", "Eagle3")):
-        assert support(method, Flow.LLMAPI, version).decoding_type == decoding
+    spelled = FIELDS[version]["decoding_types"]  # 1.2.1: the from_dict registry keys; 1.4: the Literals
+    for method in ("draft_target", "ngram", "eagle3"):
+        cls = release(version).methods[method]
+        assert support(method, Flow.LLMAPI, version).decoding_type == spelled[cls]
     assert support("draft_target", Flow.ENGINE, "1.2.1").ok and support("medusa", Flow.ENGINE, "1.2.1").ok
 
 
@@ -90,7 +90,8 @@ def _walk(options: dict, version: str):
             yield from (("KvCacheConfig", k) for k in value)
         if key == "speculative_config":
             cls = by_type[value["decoding_type"]]
-            yield from ((cls, k) for k in value)
+            classvar = fields["classvar_decoding_type"]  # 1.2.1: the registry pops it, not a field
+            yield from ((cls, k) for k in value if not (classvar and k == "decoding_type"))
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -107,7 +108,8 @@ def test_compile_flow_llmapi_writes_options_and_command(version, tmp_path):
         assert key in FIELDS[version][cls], (version, cls, key)
     assert check_options(options, version) == []
     spec_cfg = options["speculative_config"]
-    assert spec_cfg["decoding_type"] == "Draft_Target" and spec_cfg["max_draft_len"] == 5
+    assert spec_cfg["decoding_type"] == FIELDS[version]["decoding_types"]["DraftTargetDecodingConfig"]
+    assert spec_cfg["max_draft_len"] == 5
     assert spec_cfg["speculative_model"].endswith("llama-3.2-1b-instruct")
     assert options["backend"] == "pytorch" and options["tensor_parallel_size"] == 4
     # kv_cache_config from the memory plan of the LLM-API flow (one pool for target + draft)
@@ -249,81 +251,15 @@ def test_llmapi_ngram_refuses_use_logits_on_every_version(version, tmp_path):
 
 
 def test_check_options_refuses_other_versions_spellings():
-    assert check_options({"speculative_config": {"decoding_type": "DraftTarget"}}, "1.2.1")
+    assert check_options({"speculative_config": {"decoding_type": "Draft_Target"}}, "1.2.1")
+    assert check_options({"speculative_config": {"decoding_type": "Eagle3"}}, "1.2.1")
+    assert check_options({"speculative_config": {"decoding_type": "DraftTarget"}}, "1.4.0rc4")
     assert check_options({"speculative_config": {"decoding_type": "Medusa", "max_draft_len": 3}}, "1.4.0rc4")
     assert check_options({"kv_cache_config": {"free_gpu_memory_fraction": 1.5}}, "1.2.1")
     assert check_options({"build_config": {}}, "1.2.1")  # a TrtLlmArgs key: forbidden on TorchLlmArgs
 
 
-# ---- the installed tensorrt_llm ------------------------------------------------------------------
-
-
-def _fake_trtllm(monkeypatch, version: str, *, drop: str | None = None) -> None:
-    """tensorrt_llm + tensorrt_llm.llmapi.llm_args with pydantic-like classes (model_fields) from the
-    upstream field lists, optionally without one field."""
-    fields = FIELDS["1.4.0rc4" if version.startswith("1.4") else "1.2.1"]
-
-    def cls(name: str, keys, decoding: str | None = None):
-        mf = {k: types.SimpleNamespace(default=None) for k in keys if k != drop}
-        if decoding:
-            mf["decoding_type"] = types.SimpleNamespace(default=decoding)
-        return type(name, (), {"model_fields": mf})
-
-    args = types.ModuleType("tensorrt_llm.llmapi.llm_args")
-    args.TorchLlmArgs = cls("TorchLlmArgs", fields["TorchLlmArgs"])
-    args.KvCacheConfig = cls("KvCacheConfig", fields["KvCacheConfig"])
-    for name, decoding in fields["decoding_types"].items():
-        setattr(args, name, cls(name, fields[name], decoding))
-    pkg = types.ModuleType("tensorrt_llm")
-    pkg.__version__ = version
-    llmapi = types.ModuleType("tensorrt_llm.llmapi")
-    llmapi.llm_args = args
-    pkg.llmapi = llmapi
-    for name, module in (
-        ("tensorrt_llm", pkg),
-        ("tensorrt_llm.llmapi", llmapi),
-        ("tensorrt_llm.llmapi.llm_args", args),
-    ):
-        monkeypatch.setitem(sys.modules, name, module)
-
-
-def _options(version: str) -> dict:
-    from specbuild.builder.compile import llmapi_models
-    from specbuild.builder.llmapi import llmapi_options
-    from specbuild.builder.memory_plan import plan_memory
-
-    spec = load_spec(EXAMPLE, overrides={"flow": "llmapi", "trtllm_version": version})
-    return llmapi_options(spec, plan_memory(spec), models={k: str(v) for k, v in llmapi_models(spec).items()})
-
-
-@pytest.mark.parametrize("version", VERSIONS)
-def test_installed_classes_are_compared(monkeypatch, version):
-    from specbuild.builder.llmapi import check_installed
-
-    options = _options(version)
-    assert check_installed(options, version) is None  # not installed here: the recorded facts decide
-    _fake_trtllm(monkeypatch, version)
-    assert check_installed(options, version) == version
-    _fake_trtllm(monkeypatch, version, drop="speculative_model")
-    with pytest.raises(BuildError, match=r"speculative_config\.speculative_model: not a field"):
-        check_installed(options, version)
-    _fake_trtllm(monkeypatch, version, drop="max_tokens")
-    with pytest.raises(BuildError, match=r"kv_cache_config\.max_tokens"):
-        check_installed(options, version)
-    other = "1.4.0rc4" if version == "1.2.1" else "1.2.1"
-    _fake_trtllm(monkeypatch, other)
-    with pytest.raises(BuildError, match=f"tensorrt_llm {other} is installed here"):
-        check_installed(options, version)
-
-
-def test_compile_fails_loudly_on_an_installed_mismatch(monkeypatch, tmp_path):
-    from specbuild.builder.compile import compile_spec
-
-    _fake_trtllm(monkeypatch, "1.2.1", drop="disable_overlap_scheduler")
-    spec = load_spec(EXAMPLE, overrides={"flow": "llmapi"})
-    with pytest.raises(BuildError, match="disable_overlap_scheduler"):
-        compile_spec(spec, tmp_path / "b")
-    assert not (tmp_path / "b").exists()
+# ---- the installed tensorrt_llm: tests/test_llmapi_parsers.py (stand-ins of each release's parser) ----
 
 
 # ---- EAGLE-3 -------------------------------------------------------------------------------------
@@ -404,10 +340,11 @@ def test_eagle3_checkpoint_checked_against_the_target(tmp_path, tiny_target):
 
     out = compile_spec(load_spec(tmp_path / "e3.yaml"), tmp_path / "build")
     cfg_out = yaml.safe_load((out / "llmapi_options.yaml").read_text())["speculative_config"]
-    assert cfg_out == {
-        "decoding_type": "Eagle3",
+    assert cfg_out == {  # 1.2.1: EagleDecodingConfig, the one-model path said explicitly
+        "decoding_type": "Eagle",
         "max_draft_len": 3,
         "speculative_model": str(head.resolve()),
+        "eagle3_one_model": True,
         "eagle3_layers_to_capture": [0, 1],
     }
     with pytest.raises(BuildError, match="does not run EAGLE-3"):
@@ -418,7 +355,8 @@ def test_eagle3_checkpoint_checked_against_the_target(tmp_path, tiny_target):
     repo = generate_repo(out, tmp_path / "repo")  # Triton's LLM-API model for a GPU container
     assert check_repo(repo) == []
     model_yaml = yaml.safe_load((repo / "tensorrt_llm" / "1" / "model.yaml").read_text())
-    assert model_yaml["speculative_config"]["decoding_type"] == "Eagle3"
+    assert model_yaml["speculative_config"]["decoding_type"] == "Eagle"
+    assert (repo / "tensorrt_llm" / "1" / "specbuild_preflight.py").is_file()  # the launch runs it first
 
 
 @pytest.mark.parametrize(
@@ -516,8 +454,12 @@ def test_repo_backend_llmapi_and_repo_check(tmp_path, version):
     # tampering: a 1.x spelling of another line, an unknown key, a changed tensor, the matrix
     path = repo / "tensorrt_llm" / "1" / "model.yaml"
     text = path.read_text()
+    other = "Draft_Target" if version == "1.2.1" else "DraftTarget"
+    mine = FIELDS[version]["decoding_types"]["DraftTargetDecodingConfig"]
     path.write_text(
-        text.replace("Draft_Target", "DraftTarget").replace("enable_block_reuse", "enable_blok_reuse")
+        text.replace(f"decoding_type: {mine}", f"decoding_type: {other}").replace(
+            "enable_block_reuse", "enable_blok_reuse"
+        )
     )
     pbtxt = repo / "tensorrt_llm" / "config.pbtxt"
     pbtxt.write_text(
@@ -527,7 +469,7 @@ def test_repo_backend_llmapi_and_repo_check(tmp_path, version):
         )
     )
     found = "\n".join(str(f) for f in check_repo(repo))
-    assert "DraftTarget" in found and "enable_blok_reuse" in found and "sampling_param_top_k" in found
+    assert other in found and "enable_blok_reuse" in found and "sampling_param_top_k" in found
     result = CliRunner().invoke(app, ["repo", "check", str(repo)])
     assert result.exit_code == 1
 
@@ -563,16 +505,22 @@ def test_print_launch_for_builds_and_repositories(tmp_path):
     docker, multi = (shlex.split(line) for line in lines)
     image = docker.index("nvcr.io/nvidia/tensorrt-llm/release:1.2.1")
     assert docker[:2] == ["docker", "run"] and "--ipc" in docker and f"{build}:{build}:ro" in docker
-    serve = docker[image + 1 :]
-    plan = json.loads((build / "plan.json").read_text())["trtllm_serve"]["argv"]
-    assert serve[:3] == plan[:3] and serve[serve.index("--port") + 1] == "9000"  # the build's command
+    command = docker[image + 1 :]
+    assert command[:2] == ["bash", "-c"]
+    preflight, serve = (shlex.split(part) for part in command[2].split(" && exec "))
+    plan = json.loads((build / "plan.json").read_text())
+    assert serve[:3] == plan["trtllm_serve"]["argv"][:3] and serve[serve.index("--port") + 1] == "9000"
+    assert preflight == plan["preflight"] and preflight[1] == str(build / "specbuild_preflight.py")
     assert multi[:5] == ["srun", "-N", "2", "--ntasks-per-node=2", "--mpi=pmix"]
-    assert multi[5] == "trtllm-llmapi-launch" and multi[6:] == serve
+    assert multi[5] == "trtllm-llmapi-launch" and multi[6:] == command
     out = runner.invoke(app, ["serve", str(repo), "--print-launch"]).output
     [line] = [line for line in out.splitlines() if not line.startswith("#")]
     argv = shlex.split(line)
     assert "nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3" in argv
     assert "/app/all_models/llmapi/tensorrt_llm/1/*.py" in argv[-1] and "tritonserver" in argv[-1]
+    # the container's parser on model.yaml before tritonserver starts
+    assert argv[-1].index("specbuild_preflight.py --options") < argv[-1].index("exec /opt/tritonserver")
+    assert "--drop triton_config" in argv[-1]
 
 
 def test_argv_builders_refuse_unknown_flags_and_launchers():

@@ -215,3 +215,12 @@ def test_serve_sh_preflight_stops_a_wrong_key_before_loading(version, tmp_path):
         ["bash", str(build / "serve.sh")], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 2 and not marker.exists() and f"this container has {other}" in done.stderr
+
+
+def test_compile_on_another_release_stops_and_writes_nothing(installed, tmp_path):
+    from specbuild.builder.compile import compile_spec
+
+    installed("1.4.0rc4")
+    with pytest.raises(BuildError, match="tensorrt_llm 1.4.0rc4 is installed here"):
+        compile_spec(load_spec(_spec("1.2.1", "draft_target", tmp_path)), tmp_path / "b")
+    assert not (tmp_path / "b").exists()
