@@ -187,6 +187,9 @@ def test_seed_two_nodes_on_vllm_validates():
     assert json.loads(cmd[-1])["model"] == "/models/llama-3.2-1b-instruct"
 
 
+DYNAMO_IMAGE = "registry.example/dynamo-trtllm:tensorrt-llm-1.2.1"  # a runtime built on 1.2.1 (not listed)
+
+
 def test_seed_two_nodes_on_dynamo_validates():
     from specbuild.deploy.dynamo import dynamo_graph
 
@@ -199,13 +202,21 @@ def test_seed_two_nodes_on_dynamo_validates():
         "kv_cache_config": {"free_gpu_memory_fraction": 0.85, "enable_block_reuse": False},
         "disable_overlap_scheduler": True,
         "speculative_config": {
-            "decoding_type": "Draft_Target",
+            "decoding_type": "DraftTarget",
             "speculative_model": "/models/llama-3.2-1b-instruct",
             "max_draft_len": 5,
         },
     }
     spec = _spec(SEED)
-    files = dynamo_graph(options, name=spec.name, model_path="/models/llama-3.3-70b-instruct", tp=4, nodes=2)
+    files = dynamo_graph(
+        options,
+        version="1.2.1",
+        image=DYNAMO_IMAGE,
+        name=spec.name,
+        model_path="/models/llama-3.3-70b-instruct",
+        tp=4,
+        nodes=2,
+    )
     assert validate_all(files) == {"ConfigMap": 1, "DynamoGraphDeployment": 1}
     cm, dgd = files["20-dynamo.yaml"]
     import yaml
@@ -410,6 +421,8 @@ def test_cli_dynamo_builds_the_options_compile_writes(tmp_path):
         "dynamo",
         "--models-claim",
         "models",
+        "--image",
+        DYNAMO_IMAGE,
         "--out",
         str(tmp_path / "k"),
     ]
@@ -437,7 +450,8 @@ def test_dynamo_engine_options_for_ngram(tmp_path):
     from specbuild.cli import app
 
     spec = _seed_as(tmp_path, "ngram", flow="llmapi", ngram={"max_matching_ngram_size": 3})
-    r = CliRunner().invoke(app, ["deploy", str(spec), "--engine", "dynamo", "--out", str(tmp_path / "k")])
+    args = ["deploy", str(spec), "--engine", "dynamo", "--image", DYNAMO_IMAGE, "--out", str(tmp_path / "k")]
+    r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     cm, dgd = list(yaml.safe_load_all((tmp_path / "k" / "20-dynamo.yaml").read_text()))
     assert validate_all({"20-dynamo.yaml": [cm, dgd]}) == {"ConfigMap": 1, "DynamoGraphDeployment": 1}
@@ -451,3 +465,29 @@ def test_dynamo_engine_options_for_ngram(tmp_path):
         "is_public_pool": True,
     }
     assert engine["disable_overlap_scheduler"] is True
+
+
+def test_dynamo_pairs_the_image_with_the_options_release():
+    """Each Dynamo runtime ships one TensorRT-LLM (deploy/dynamo.py DYNAMO_TRTLLM, Dynamo's support matrix):
+    no listed image ships 1.2.1, so no default; a listed image of another release is refused; an unlisted
+    image runs the options preflight before the worker."""
+    from specbuild.core.errors import DeployError
+    from specbuild.deploy.dynamo import DYNAMO_TRTLLM, RUNTIME_IMAGE, dynamo_graph
+
+    options = {"speculative_config": {"decoding_type": "NGram", "max_draft_len": 3}}
+    kw = {"name": "x", "model_path": "/models/t"}
+    with pytest.raises(DeployError) as exc:
+        dynamo_graph(options, version="1.2.1", **kw)
+    assert "no Dynamo tensorrtllm-runtime image ships TensorRT-LLM 1.2.1" in exc.value.message()
+    assert "--image" in exc.value.fix
+    assert DYNAMO_TRTLLM["0.7.0.post1"] == "1.2.0rc3"  # the old default: predates the speculative_model alias
+    with pytest.raises(DeployError, match="ships TensorRT-LLM 1.2.0rc3, the options are written for 1.2.1"):
+        dynamo_graph(options, version="1.2.1", image=f"{RUNTIME_IMAGE}:0.7.0.post1", **kw)
+    cm, dgd = dynamo_graph(options, version="1.2.1", image=DYNAMO_IMAGE, **kw)["20-dynamo.yaml"]
+    main = dgd["spec"]["services"]["TRTLLMWorker"]["extraPodSpec"]["mainContainer"]
+    assert main["command"][:2] == ["/bin/sh", "-c"] and "preflight.py" in cm["data"]
+    script = main["command"][2]
+    assert script.index(
+        "/specbuild-config/preflight.py --options /specbuild-config/engine.yaml"
+    ) < script.index("exec python3 -m dynamo.trtllm")
+    assert "--version 1.2.1" in script and "--model /models/t" in script

@@ -17,6 +17,7 @@ from specbuild.core.llmapi_facts import check_options, release
 DATA = Path(__file__).parent / "data"
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "llama33-70b-1b.yaml"
 FIELDS = json.loads((DATA / "llmapi_fields.json").read_text())["versions"]
+MBS = yaml.safe_load(EXAMPLE.read_text())["build"]["max_batch_size"]
 
 
 def _compile(tmp_path, version, speculation):
@@ -37,7 +38,12 @@ def _compile(tmp_path, version, speculation):
     ("version", "schedule", "guard_keys"),
     [
         ("1.2.1", {1: 5, 3: 2, 6: 0}, {"acceptance_window": 8, "acceptance_length_threshold": 2.5}),
-        ("1.4.0rc4", {2: 5, 5: 2}, {"acceptance_rate_window_size": 8, "acceptance_rate_threshold": 0.3}),
+        # 1.4 floors draft/target at K=1 (min_runtime_draft_len): the options say the K=1 that will run
+        (
+            "1.4.0rc4",
+            {2: 5, 5: 2, MBS: 1},
+            {"acceptance_rate_window_size": 8, "acceptance_rate_threshold": 0.3},
+        ),
     ],
 )
 def test_schedule_and_guard_spelled_per_version(tmp_path, version, schedule, guard_keys):
@@ -49,17 +55,19 @@ def test_schedule_and_guard_spelled_per_version(tmp_path, version, schedule, gua
     assert cfg["draft_len_schedule"] == schedule
     assert {k: cfg[k] for k in guard_keys} == guard_keys
     assert "max_concurrency" not in cfg  # 1.3+: exclusive with the schedule; 1.2: the schedule says it all
-    for key in cfg:  # upstream declares every written key for this version
-        assert key in FIELDS[version]["DraftTargetDecodingConfig"], (version, key)
+    for key in cfg:  # upstream declares every written key for this version (1.2.1: decoding_type a ClassVar)
+        if not (key == "decoding_type" and FIELDS[version]["classvar_decoding_type"]):
+            assert key in FIELDS[version]["DraftTargetDecodingConfig"], (version, key)
     assert check_options({"speculative_config": cfg}, version) == []
-    # the same schedule read back the version's way gives the spec's K at every batch size
+    # the same schedule read back the version's way gives the K the release runs at every batch size
+    rule = release(version).schedule
     for n in range(1, 9):
-        spec_k = 5 if n < 3 else 2 if n < 6 else 0
+        spec_k = rule.runtime_k("draft_target", 5 if n < 3 else 2 if n < 6 else 0)
         if release(version).schedule.style == "from":
             got = cfg["draft_len_schedule"][max(k for k in cfg["draft_len_schedule"] if k <= n)]
         else:
             keys = [k for k in cfg["draft_len_schedule"] if k >= n]
-            got = cfg["draft_len_schedule"][min(keys)] if keys else 0
+            got = cfg["draft_len_schedule"][min(keys)] if keys else rule.runtime_k("draft_target", 0)
         assert got == spec_k, (version, n)
 
 
@@ -86,7 +94,7 @@ def test_no_schedule_no_keys(tmp_path):
 def test_check_options_applies_the_versions_validators(version, cfg, problem):
     options = {
         "speculative_config": {
-            "decoding_type": "Draft_Target",
+            "decoding_type": release(version).method_class("draft_target").decoding_type,
             "max_draft_len": 4,
             "speculative_model": "/d",
             **cfg,
@@ -99,7 +107,7 @@ def test_check_options_applies_the_versions_validators(version, cfg, problem):
 def test_1_2_allows_max_concurrency_beside_the_schedule():
     options = {
         "speculative_config": {
-            "decoding_type": "Draft_Target",
+            "decoding_type": "DraftTarget",
             "max_draft_len": 4,
             "speculative_model": "/d",
             "draft_len_schedule": {1: 4, 4: 0},
