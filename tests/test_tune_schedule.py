@@ -158,3 +158,47 @@ def test_tune_schedule_end_to_end(tmp_path, tiny_target, tiny_draft):
         own = point["measured_over_cost_model"]  # the same with the run's own rounds
         assert own["n"] == 2 and own["min"] <= own["median"] <= own["max"] and own["min"] > 0
     assert set(result["schedule_over_fixed"]) == ({1, 2} if sched["schedule"] else set())
+
+
+def test_write_when_speculation_never_pays_leaves_a_spec_that_does_not_speculate(tmp_path):
+    """A draft that never agrees (acceptance 0 at every position): no K > 0 beats K=0 even at one request
+    in flight. `--write` must leave what the measurement says, speculation off on every flow, and say so
+    (it used to write max_draft_len 1 and no schedule: a spec that speculates at every load)."""
+    from pathlib import Path
+
+    import yaml
+
+    from specbuild.builder.compile import llmapi_models
+    from specbuild.builder.llmapi import llmapi_options
+    from specbuild.builder.memory_plan import plan_memory
+    from specbuild.cli.tuning import written_lines
+    from specbuild.core.schedule import schedule_of
+    from specbuild.core.spec import load_spec
+    from specbuild.tuning.cost_curve import predict
+    from specbuild.tuning.tune import _write
+    from specbuild.tuning.tune_report import Setting, TuneReport
+
+    pred = predict(_curve(8), [0.0, 0.0, 0.0, 0.0])
+    assert pred.chosen[1] == 0 and any("does not pay" in n for n in pred.notes)
+    example = Path(__file__).resolve().parents[1] / "examples" / "llama33-70b-1b.yaml"
+    raw = yaml.safe_load(example.read_text())
+    for section in ("target", "draft"):
+        raw[section]["model"] = str(example.parent / raw[section]["model"])
+    spec_path = tmp_path / "s.yaml"
+    spec_path.write_text(yaml.safe_dump(raw))
+    report = TuneReport(
+        "draft_target",
+        "draft_len",
+        Setting("chosen", 1, 1.0, 0.9, 1),
+        Setting("current", 5, 1.0, 0.7, 5),
+        details={"schedule": pred.to_dict()},
+    )
+    written = _write(spec_path, report, inputs={})
+    spec = load_spec(spec_path)
+    assert spec.speculation.schedule == {1: 0} and schedule_of(spec).off
+    assert all(schedule_of(spec).k_for(n) == 0 for n in (1, 2, 8))  # the BLS / reference engine: K=0
+    assert any("speculation off" in line for line in written_lines(written))
+    for version in ("1.2.1", "1.4.0rc4"):  # the LLM-API flow: the target alone
+        s = load_spec(spec_path, overrides={"flow": "llmapi", "trtllm_version": version})
+        options = llmapi_options(s, plan_memory(s), models={k: str(v) for k, v in llmapi_models(s).items()})
+        assert "speculative_config" not in options and "disable_overlap_scheduler" not in options

@@ -422,6 +422,18 @@ def _format_served(sched: dict) -> list[str]:
     return lines
 
 
+def written_lines(report) -> list[str]:
+    """What `--write` left in the spec, in words."""
+    lines = [f"spec updated ({report.written})"]
+    if report.details.get("speculation_off"):
+        lines.append(
+            "speculation off: wrote speculation.schedule: {1: 0} (no K > 0 beat the target alone at the "
+            "smallest load): the engine flow's BLS drafts 0 at every load, the LLM-API options have no "
+            "speculative_config"
+        )
+    return lines
+
+
 def format_ngram_report(report) -> str:
     d = report.details
     lines = [
@@ -453,7 +465,7 @@ def format_ngram_report(report) -> str:
     if d.get("schedule"):
         lines += format_schedule(d["schedule"])
     if report.written:
-        lines.append(f"spec updated ({report.written})")
+        lines += written_lines(report)
     return "\n".join(lines)
 
 
@@ -527,5 +539,5 @@ def format_tune_report(report) -> str:
     if d.get("profile_written"):
         lines.append(f"wrote the speculation profile {d['profile_written']}")
     if report.written:
-        lines.append(f"spec updated ({report.written})")
+        lines += written_lines(report)
     return "\n".join(lines)

@@ -28,6 +28,7 @@ from specbuild.core.errors import TrainingError
 from specbuild.core.medusa_choices import MedusaChoices
 from specbuild.core.methods import Tunable, method_of, resolve_name
 from specbuild.core.safe_io import check_writable, guard_output
+from specbuild.core.schedule import OFF
 from specbuild.core.spec import load_spec
 from specbuild.core.speculation_profile import SpeculationProfile, build_profile, read_speculation_profile
 from specbuild.core.speculation_profile import write_profile as save_profile
@@ -403,12 +404,32 @@ def round_tokens(report: TuneReport) -> tuple[list[float], dict[int, float] | No
     return list(d.get("acceptance_per_position", [])), None
 
 
+def speculation_pays(sched: dict[str, Any] | None) -> bool:
+    """False when the measured schedule chose K=0 at the smallest batch size (or concurrency): no K > 0
+    beats the target alone even with one request in flight, so speculation pays at no load."""
+    if not sched or not sched.get("chosen"):
+        return True
+    chosen = {int(n): k for n, k in sched["chosen"].items()}
+    return chosen[min(chosen)] != 0
+
+
 def _write(spec_path: Path, report: TuneReport, *, inputs: dict[str, Any]) -> TuneReport:
     tunable = Tunable[report.tunes.upper()]
     edits = tunable.assignments(report.chosen.value)
     sched = report.details.get("schedule")
     kept = True
-    if sched is not None and sched["schedule"] is not None:
+    if not speculation_pays(sched):
+        # the measurement says off: the spec's OFF schedule ({1: 0}) serves the target alone on every
+        # flow (the BLS drafts 0; the LLM-API options leave speculative_config out), never a spec that
+        # speculates against the printed conclusion
+        for section, key, value in edits:
+            if section != "speculation":
+                kept = set_spec_value(spec_path, section, key, value, inputs=inputs) and kept
+        together = {key: value for section, key, value in edits if section == "speculation"}
+        together["schedule"] = dict(OFF)
+        kept = set_spec_values(spec_path, "speculation", together, inputs=inputs) and kept
+        report = replace(report, details={**report.details, "speculation_off": True})
+    elif sched is not None and sched["schedule"] is not None:
         schedule = {int(n): k for n, k in sched["schedule"].items()}
         together = {key: value for section, key, value in edits if section == "speculation"}
         if tunable is not Tunable.TREE:  # K at 1 request in flight is the schedule's first K
