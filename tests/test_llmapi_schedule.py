@@ -115,3 +115,50 @@ def test_1_2_allows_max_concurrency_beside_the_schedule():
         }
     }
     assert check_options(options, "1.2.1") == []
+
+
+def _spec_with(tmp_path, version, speculation, mode="draft_target"):
+    from specbuild.core.spec import load_spec
+
+    raw = yaml.safe_load(EXAMPLE.read_text())
+    raw.update(flow="llmapi", trtllm_version=version, speculation=speculation)
+    for section in ("target", "draft"):
+        raw[section]["model"] = str(EXAMPLE.parent / raw[section]["model"])
+    if mode != "draft_target":
+        del raw["draft"]
+        raw["mode"] = mode
+    path = tmp_path / f"{version}-{mode}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return load_spec(path)
+
+
+@pytest.mark.parametrize(
+    ("version", "mode", "status", "text"),
+    [
+        ("1.4.0rc4", "draft_target", "warn", "floors draft_target at K=1"),  # K=0 runs as K=1
+        ("1.2.1", "draft_target", "warn", "no min_runtime_draft_len floor"),  # the pre-fix collapse
+        ("1.2.1", "ngram", "pass", "runs 1:5,3:2,6:0"),  # no drafter state to go stale
+        ("1.4.0rc4", "ngram", "pass", "runs 1:5,3:2,6:0"),  # floor 0
+    ],
+)
+def test_check_says_what_the_release_runs_of_the_schedule(tmp_path, version, mode, status, text):
+    from specbuild.builder.schedule_checks import schedule_row
+
+    spec = _spec_with(tmp_path, version, {"max_draft_len": 5, "schedule": {1: 5, 3: 2, 6: 0}}, mode)
+    row = schedule_row(spec)
+    assert row.status == status and text in row.found, row
+
+
+def test_plan_curve_follows_the_runtime_k(tmp_path):
+    """`plan`'s schedule curve uses the K the release runs: on 1.4 draft/target's K=0 tier runs K=1, a K
+    the curves do not hold (left out, said); on 1.2.1 it runs K=0, the baseline's point."""
+    from specbuild.core import capacity as C
+    from specbuild.planning.plan import schedule_curves
+
+    base = C.Curve("baseline", "predicted", 4, tuple(C.Point(c, 100.0 * c) for c in (1, 2, 4, 8)))
+    spec_c = C.Curve("speculative", "predicted", 4, tuple(C.Point(c, 150.0 * c) for c in (1, 2, 4, 8)))
+    speculation = {"max_draft_len": 5, "schedule": {1: 5, 3: 0}}
+    [old] = schedule_curves(_spec_with(tmp_path, "1.2.1", speculation), base, spec_c)
+    assert [p.tokens_per_s for p in old.points] == [150.0, 300.0, 400.0, 800.0]
+    [new] = schedule_curves(_spec_with(tmp_path, "1.4.0rc4", speculation), base, spec_c)
+    assert [p.concurrency for p in new.points] == [1, 2] and "c=4 (K=1)" in new.detail

@@ -24,6 +24,7 @@ from specbuild.builder.memory_plan import (
     pp_layers,
 )
 from specbuild.builder.resolve import resolve_model
+from specbuild.builder.schedule_checks import schedule_row
 from specbuild.builder.tokenizer_checks import check_tokenizers
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.hf_config import SUPPORTED_ARCHITECTURES, HFModelConfig
@@ -64,6 +65,9 @@ class CheckReport:
 
 def run_checks(spec: BuildSpec, *, runtime_reserve_gib: float = RUNTIME_RESERVE_GIB) -> CheckReport:
     out: list[CheckResult] = [flow_row(spec)]
+    row = schedule_row(spec)
+    if row is not None:
+        out.append(row)
     target = _load(spec, "target", spec.target, out)
     draft = _load(spec, "draft", spec.draft, out) if spec.draft else None
     for m in (target, draft):

@@ -126,7 +126,7 @@ class DraftSchedule:
             steps[n] = k
         if 1 not in steps:
             raise ScheduleError(f"no threshold 1: add 1: {max_draft_len} (one request in flight)")
-        if steps == {1: 0}:  # OFF: speculation off at every load (what `tune --schedule` writes when none pays)
+        if steps == {1: 0}:  # OFF: speculation off at every load (`tune --schedule` when none pays)
             return cls(((1, 0),))
         if first_is_max and steps[1] != max_draft_len:
             raise ScheduleError(

@@ -14,8 +14,8 @@ speedup, labelled "profile".
 A replica: the target's TP x PP GPUs alone for the baseline; `spec.num_gpus` with speculation (the
 draft shares the target's GPUs unless serving.num_gpus gives it more).
 
-Load-aware schedule: when the spec carries a load-aware K schedule (issue 16), `schedule_curves` is the
-one place that turns it into a third curve; until then it returns none and the plan says so.
+Load-aware schedule: when the spec carries a load-aware K schedule, `schedule_curves` turns the schedule
+the serving runtime will run (the release's K floor on the LLM-API flow) into a third curve.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from specbuild.builder.memory_plan import plan_memory
+from specbuild.builder.schedule_checks import served_schedule
 from specbuild.client.report import BenchRow, read_bench_json
 from specbuild.core import capacity as C
 from specbuild.core import roofline as R
@@ -192,16 +193,41 @@ def make_plan(spec: BuildSpec, req: PlanRequest) -> CapacityPlan:
 
 
 def schedule_curves(spec: BuildSpec, base: C.Curve, spec_curve: C.Curve) -> tuple[C.Curve, ...]:
-    """The hook for the load-aware K schedule (issue 16): a curve named "speculative (schedule)" built
-    from the spec's schedule once the spec has one. The spec has no schedule field yet: none."""
-    schedule = getattr(spec.speculation, "schedule", None)
-    if not schedule:
+    """ "speculative (schedule)": at each concurrency the curve of the K the serving runtime runs there
+    (builder/schedule_checks.served_schedule: on the LLM-API flow the release's floor, e.g. 1.4 runs
+    draft/target at K=1 where the spec says 0): the speculative point where it runs the spec's K, the
+    baseline's where it runs K=0. A K between them was not measured or predicted: that concurrency is
+    left out and the curve's detail says so."""
+    schedule = served_schedule(spec)
+    if schedule is None:
         return ()
-    raise PlanError(
-        "the spec has a load-aware K schedule that `specbuild plan` cannot read yet",
-        expected="a plan for the spec's one K",
-        found=f"speculation.schedule: {schedule!r}",
-        fix="plan without the schedule for now (remove it from a copy of the spec)",
+    k = int(spec.speculation.max_draft_len or 0)
+    base_at = {p.concurrency: p for p in base.points}
+    points, missing = [], []
+    for p in spec_curve.points:
+        if p.concurrency is None:
+            raise PlanError(
+                "a load-aware K schedule needs throughput per concurrency",
+                expected="--bench or the prediction (per concurrency)",
+                found="stated figures without a concurrency",
+                fix="plan with --bench, or without --stated",
+            )
+        runs = schedule.k_for(p.concurrency)
+        if runs == k:
+            points.append(p)
+        elif runs == 0 and p.concurrency in base_at:
+            points.append(base_at[p.concurrency])
+        else:
+            missing.append(f"c={p.concurrency} (K={runs})")
+    if not points:
+        return ()
+    detail = f"the schedule as it runs: {schedule.to_text()}" + (
+        f"; left out, no curve at that K: {', '.join(missing)}" if missing else ""
+    )
+    return (
+        C.Curve(
+            "speculative (schedule)", spec_curve.source, spec_curve.gpus_per_replica, tuple(points), detail
+        ),
     )
 
 

@@ -14,7 +14,7 @@ max_draft_len, exclusive with max_concurrency).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Optional, Set, Union
+from typing import Annotated, Literal
 
 from pydantic import (
     AliasChoices,
@@ -32,16 +32,16 @@ class StrictBaseModel(BaseModel):
 
 
 class DecodingBaseConfig(StrictBaseModel):
-    max_draft_len: Optional[NonNegativeInt] = None
-    max_total_draft_tokens: Optional[int] = None
-    speculative_model: Optional[Union[str, Path]] = Field(
+    max_draft_len: NonNegativeInt | None = None
+    max_total_draft_tokens: int | None = None
+    speculative_model: str | Path | None = Field(
         default=None, validation_alias=AliasChoices("speculative_model", "speculative_model_dir")
     )
-    max_concurrency: Optional[PositiveInt] = None
-    draft_len_schedule: Optional[dict[int, int]] = None
-    load_format: Optional[str] = None
-    acceptance_rate_window_size: Optional[NonNegativeInt] = None
-    acceptance_rate_threshold: Annotated[Optional[float], Field(ge=0.0, le=1.0)] = None
+    max_concurrency: PositiveInt | None = None
+    draft_len_schedule: dict[int, int] | None = None
+    load_format: str | None = None
+    acceptance_rate_window_size: NonNegativeInt | None = None
+    acceptance_rate_threshold: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
     use_rejection_sampling: bool = False
 
     @model_validator(mode="after")
@@ -86,10 +86,10 @@ class NGramDecodingConfig(DecodingBaseConfig):
 
 class EagleDecodingConfig(DecodingBaseConfig):
     decoding_type: Literal["Eagle"] = "Eagle"
-    use_dynamic_tree: Optional[bool] = False
-    dynamic_tree_max_topK: Optional[int] = None
-    max_non_leaves_per_layer: Optional[int] = None
-    eagle3_layers_to_capture: Optional[Set[int]] = None
+    use_dynamic_tree: bool | None = False
+    dynamic_tree_max_topK: int | None = None
+    max_non_leaves_per_layer: int | None = None
+    eagle3_layers_to_capture: set[int] | None = None
     eagle3_model_arch: Literal["llama3", "mistral_large3"] = "llama3"
 
 
@@ -107,34 +107,34 @@ class Eagle3DecodingConfig(EagleDecodingConfig):
 
 
 SpeculativeConfig = Annotated[
-    Union[DraftTargetDecodingConfig, Eagle3DecodingConfig, EagleDecodingConfig, NGramDecodingConfig],
+    DraftTargetDecodingConfig | Eagle3DecodingConfig | EagleDecodingConfig | NGramDecodingConfig,
     Field(discriminator="decoding_type"),
 ]
 
 
 class KvCacheConfig(StrictBaseModel):
     enable_block_reuse: bool = True
-    max_tokens: Optional[int] = None
-    free_gpu_memory_fraction: Optional[float] = 0.9
+    max_tokens: int | None = None
+    free_gpu_memory_fraction: float | None = 0.9
     dtype: str = "auto"
 
 
 class TorchLlmArgs(StrictBaseModel):
-    model: Union[str, Path]
+    model: str | Path
     backend: Literal["pytorch"] = "pytorch"
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     dtype: str = "auto"
     trust_remote_code: bool = False
-    max_batch_size: Optional[int] = None
-    max_num_tokens: Optional[int] = 8192
-    max_seq_len: Optional[int] = None
+    max_batch_size: int | None = None
+    max_num_tokens: int | None = 8192
+    max_seq_len: int | None = None
     enable_chunked_prefill: bool = False
     disable_overlap_scheduler: bool = False
     return_perf_metrics: bool = False
     enable_iter_perf_stats: bool = False
     kv_cache_config: KvCacheConfig = Field(default_factory=KvCacheConfig)
-    speculative_config: Optional[SpeculativeConfig] = None
+    speculative_config: SpeculativeConfig | None = None
 
 
 def update_llm_args_with_extra_dict(

@@ -13,7 +13,7 @@ validate_speculative_config asserts (max_draft_len > 0, the draft model required
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Literal, Optional, Set, Union
+from typing import ClassVar, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -23,16 +23,16 @@ class StrictBaseModel(BaseModel):
 
 
 class DecodingBaseConfig(StrictBaseModel):
-    max_draft_len: Optional[int] = None
-    max_total_draft_tokens: Optional[int] = None
-    speculative_model: Optional[Union[str, Path]] = Field(
+    max_draft_len: int | None = None
+    max_total_draft_tokens: int | None = None
+    speculative_model: str | Path | None = Field(
         default=None, validation_alias=AliasChoices("speculative_model", "speculative_model_dir")
     )
-    max_concurrency: Optional[int] = None
-    draft_len_schedule: Optional[dict[int, int]] = None
-    load_format: Optional[str] = None
-    acceptance_window: Optional[int] = None
-    acceptance_length_threshold: Optional[float] = None
+    max_concurrency: int | None = None
+    draft_len_schedule: dict[int, int] | None = None
+    load_format: str | None = None
+    acceptance_window: int | None = None
+    acceptance_length_threshold: float | None = None
 
     @field_validator("acceptance_window")
     @classmethod
@@ -109,15 +109,15 @@ class AutoDecodingConfig(DecodingBaseConfig):
 
 
 class EagleDecodingConfig(DecodingBaseConfig):
-    eagle_choices: Optional[list[list[int]]] = None
-    greedy_sampling: Optional[bool] = True
-    posterior_threshold: Optional[float] = None
-    use_dynamic_tree: Optional[bool] = False
-    dynamic_tree_max_topK: Optional[int] = None
-    num_eagle_layers: Optional[int] = None
-    max_non_leaves_per_layer: Optional[int] = None
-    eagle3_one_model: Optional[bool] = True
-    eagle3_layers_to_capture: Optional[Set[int]] = None
+    eagle_choices: list[list[int]] | None = None
+    greedy_sampling: bool | None = True
+    posterior_threshold: float | None = None
+    use_dynamic_tree: bool | None = False
+    dynamic_tree_max_topK: int | None = None
+    num_eagle_layers: int | None = None
+    max_non_leaves_per_layer: int | None = None
+    eagle3_one_model: bool | None = True
+    eagle3_layers_to_capture: set[int] | None = None
     eagle3_model_arch: Literal["llama3", "mistral_large3"] = "llama3"
     decoding_type: ClassVar[str] = "Eagle"
 
@@ -136,38 +136,37 @@ class DraftTargetDecodingConfig(DecodingBaseConfig):
 
 class KvCacheConfig(StrictBaseModel):
     enable_block_reuse: bool = True
-    max_tokens: Optional[int] = None
-    free_gpu_memory_fraction: Optional[float] = 0.9
+    max_tokens: int | None = None
+    free_gpu_memory_fraction: float | None = 0.9
     dtype: str = "auto"
 
 
-SpeculativeConfig = Optional[
-    Union[
-        DraftTargetDecodingConfig,
-        EagleDecodingConfig,
-        LookaheadDecodingConfig,
-        MedusaDecodingConfig,
-        MTPDecodingConfig,
-        NGramDecodingConfig,
-        UserProvidedDecodingConfig,
-        SaveHiddenStatesDecodingConfig,
-        AutoDecodingConfig,
-    ]
-]
+SpeculativeConfig = (  # the 1.2 union: from_dict already built the instance
+    DraftTargetDecodingConfig
+    | EagleDecodingConfig
+    | LookaheadDecodingConfig
+    | MedusaDecodingConfig
+    | MTPDecodingConfig
+    | NGramDecodingConfig
+    | UserProvidedDecodingConfig
+    | SaveHiddenStatesDecodingConfig
+    | AutoDecodingConfig
+    | None
+)
 
 
 class TorchLlmArgs(StrictBaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
-    model: Union[str, Path]
+    model: str | Path
     backend: Literal["pytorch"] = "pytorch"
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     dtype: str = "auto"
     trust_remote_code: bool = False
-    max_batch_size: Optional[int] = None
-    max_num_tokens: Optional[int] = 8192
-    max_seq_len: Optional[int] = None
+    max_batch_size: int | None = None
+    max_num_tokens: int | None = 8192
+    max_seq_len: int | None = None
     enable_chunked_prefill: bool = False
     disable_overlap_scheduler: bool = False
     return_perf_metrics: bool = False
