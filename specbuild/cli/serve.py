@@ -167,13 +167,27 @@ def serve(
 @command("doctor")
 def doctor(
     as_json: AsJson = False,
+    facts: Annotated[
+        bool,
+        typer.Option(
+            "--facts",
+            help="Print every upstream fact specbuild writes for the LLM-API flow, per TensorRT-LLM version, "
+            "with where it was read (repository, path, revision) and whether it is verified or INFERRED.",
+        ),
+    ] = False,
+    version: Annotated[
+        str | None, typer.Option("--version", help="--facts: only this TensorRT-LLM version.")
+    ] = None,
 ) -> None:
     """Report the environment: Python, torch (+CUDA, GPUs), tensorrt_llm and trtllm-build (GPU hosts only),
     the local tritonserver binary from the nvidia-pytriton wheel, its Python backend stub and the libpython
-    the stub loads.
+    the stub loads. `--facts`: the recorded upstream facts instead.
 
     Exit code 1 when something required is missing (a fail row).
     """
+    if facts:
+        _print_facts(version, as_json)
+        return
     from specbuild.serve.doctor import run_doctor
 
     rows = run_doctor()
@@ -185,3 +199,49 @@ def doctor(
         render_doctor(rows, console())
     if any(r.status == "fail" for r in rows):
         raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def _print_facts(version: str | None, as_json: bool) -> None:
+    from specbuild.core.errors import SpecbuildError
+    from specbuild.core.llmapi_facts import LLMAPI_VERSIONS, release_facts
+    from specbuild.deploy.dynamo import DYNAMO_TRTLLM, PAIRING_SOURCE
+
+    if version is not None and version not in LLMAPI_VERSIONS:
+        raise SpecbuildError(
+            f"no recorded facts for TensorRT-LLM {version}",
+            expected=" | ".join(LLMAPI_VERSIONS),
+            found=version,
+            fix="pass one of the versions above, or leave --version out",
+        )
+    versions = [version] if version else list(LLMAPI_VERSIONS)
+    rows = {
+        v: [
+            {
+                "topic": t,
+                "value": value,
+                "status": f.status,
+                "source": f.cite(),
+                "repo": f.repo,
+                "path": f.path,
+                "at": f.at,
+            }
+            for t, value, f in [
+                *release_facts(v),
+                (
+                    "Dynamo tensorrtllm-runtime images that ship it",
+                    ", ".join(tag for tag, ships in DYNAMO_TRTLLM.items() if ships == v) or "none",
+                    PAIRING_SOURCE,
+                ),
+            ]
+        ]
+        for v in versions
+    }
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    for v, facts in rows.items():
+        inferred = sum(r["status"] != "verified" for r in facts)
+        typer.echo(f"TensorRT-LLM {v}: {len(facts)} facts, {inferred} INFERRED")
+        for r in facts:
+            mark = "verified" if r["status"] == "verified" else "INFERRED"
+            typer.echo(f"  [{mark}] {r['topic']}: {r['value']}\n      source: {r['source']}")

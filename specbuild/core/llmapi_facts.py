@@ -97,6 +97,7 @@ class ConfigClass:
     decoding_type: str | None = None  # the spelling of `decoding_type` this release parses
     classvar: bool = False  # decoding_type is a ClassVar (dispatched by a registry), not a pydantic field
     required: tuple[str, ...] = ()  # keys its validators require (speculative_model, max_draft_len > 0)
+    fields_source: Fact | None = None  # where its field list was read, when not `source`
 
 
 # The top-level keys (TorchLlmArgs / BaseLlmArgs). `model` is the positional MODEL of trtllm-serve, so it
@@ -173,6 +174,7 @@ def _classes_1_2() -> dict[str, ConfigClass]:
             "DraftTargetDecodingConfig",
             base,
             S.REGISTRY_1_2,
+            fields_source=S.TRANSCRIPT_1_2,
             decoding_type="DraftTarget",  # the registry key; the class's ClassVar says "Draft_Target"
             classvar=True,
             required=("max_draft_len", "speculative_model"),
@@ -181,6 +183,7 @@ def _classes_1_2() -> dict[str, ConfigClass]:
             "NGramDecodingConfig",
             {k: v for k, v in {**base, **_NGRAM}.items() if k != "speculative_model"},
             S.REGISTRY_1_2,
+            fields_source=S.TRANSCRIPT_1_2,
             decoding_type="NGram",
             classvar=True,
             required=("max_draft_len",),
@@ -189,6 +192,7 @@ def _classes_1_2() -> dict[str, ConfigClass]:
             "EagleDecodingConfig",
             {**base, **_EAGLE_1_2},
             S.EAGLE_1_2,
+            fields_source=S.TRANSCRIPT_1_2,
             decoding_type="Eagle",
             classvar=True,
             required=("max_draft_len", "speculative_model"),
@@ -272,6 +276,7 @@ class LlmApiRelease:
     serve_config_flag: str  # the flag naming the options YAML
     image: str  # the NGC TensorRT-LLM release container (trtllm-serve inside)
     pin: Fact  # how the release itself was pinned
+    serve_source: Fact  # where the trtllm-serve flags were read
     fixed: dict[str, dict[str, Any]] = field(default_factory=dict)  # class -> keys always written
     two_model: tuple[str, ...] = ()  # methods that still run as two models on this release
     notes: tuple[str, ...] = field(default=())
@@ -294,8 +299,9 @@ class LlmApiRelease:
             *(c.source for c in self.classes.values()),
             self.parser.source,
             self.schedule.source,
+            *(c.fields_source for c in self.classes.values() if c.fields_source),
             S.RELEASE_IMAGES,
-            S.SERVE_1_2,
+            self.serve_source,
         ):
             if fact not in seen:
                 seen.append(fact)
@@ -349,6 +355,7 @@ LLMAPI_VERSIONS: dict[str, LlmApiRelease] = {
         serve_config_flag="--config",
         image=f"{RELEASE_IMAGE}:{LINE_1_2}",
         pin=S.PIN_1_2,
+        serve_source=S.SERVE_1_2,
         fixed={"EagleDecodingConfig": {"eagle3_one_model": True}},
         two_model=("draft_target",),
         notes=(
@@ -384,6 +391,7 @@ LLMAPI_VERSIONS: dict[str, LlmApiRelease] = {
         serve_config_flag="--config",
         image=f"{RELEASE_IMAGE}:{LINE_1_4}",
         pin=S.DOCS_1_4,
+        serve_source=S.SERVE_1_4,
         notes=(
             "decoding_type spellings: Draft_Target, Eagle3, NGram (Literal discriminators); DraftTarget "
             "fails the union",
@@ -425,7 +433,8 @@ def release_facts(version: str) -> list[tuple[str, str, Fact]]:
         )
         fixed = rel.fixed.get(name)
         out.append((f"method {method}", spelled + (f", writes {fixed}" if fixed else ""), cls.source))
-        out.append((f"{name} keys", ", ".join(k for k in cls.keys if k != "decoding_type"), cls.source))
+        keys = ", ".join(k for k in cls.keys if k != "decoding_type")
+        out.append((f"{name} keys", keys, cls.fields_source or cls.source))
     for name in ("TorchLlmArgs", "KvCacheConfig"):
         out.append((f"{name} keys", ", ".join(rel.classes[name].keys), rel.classes[name].source))
     rule = rel.schedule
@@ -441,7 +450,7 @@ def release_facts(version: str) -> list[tuple[str, str, Fact]]:
         )
     )
     out.append(("two-model", ", ".join(rel.two_model) or "none", S.TWO_MODEL))
-    out.append(("trtllm-serve flags", " ".join(rel.serve_flags), S.SERVE_1_2))
+    out.append(("trtllm-serve flags", " ".join(rel.serve_flags), rel.serve_source))
     out.append(("image", rel.image, S.RELEASE_IMAGES))
     return out
 

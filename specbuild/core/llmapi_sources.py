@@ -127,6 +127,14 @@ LITERAL_UNION = Fact(
     "Eagle3 ('Eagle3'), NGram, ...], Field(discriminator='decoding_type')]",
 )
 
+SERVE_1_4 = Fact(
+    "NVIDIA/TensorRT-LLM",
+    "tensorrt_llm/commands/serve.py add_serve_options",
+    "code-index id 59679953799 (newer than 1.2, no commit recorded)",
+    INFERRED,
+    "keeps --tp_size/--pp_size/--kv_cache_free_gpu_memory_fraction/--config",
+)
+
 # ---- the field moved (landscape-2026-q4) ---------------------------------------------------------------
 
 FLOOR = Fact(
