@@ -405,9 +405,12 @@ def round_tokens(report: TuneReport) -> tuple[list[float], dict[int, float] | No
 
 
 def speculation_pays(sched: dict[str, Any] | None) -> bool:
-    """False when the measured schedule chose K=0 at the smallest batch size (or concurrency): no K > 0
-    beats the target alone even with one request in flight, so speculation pays at no load."""
-    if not sched or not sched.get("chosen"):
+    """False when the in-process cost curve chose K=0 at the smallest batch size: no K > 0 beats the target
+    alone even with one request in flight, whatever serves it (the draft's acceptance and the loop's
+    cost, measured on the reference engine). A served curve (`--url`) that finds the same speaks for that
+    engine-flow repository only (its BLS round trips): it says `repo --schedule 1:0`, the spec keeps
+    speculating for the flows that speculate inside the engine (docs/schedule.md)."""
+    if not sched or not sched.get("chosen") or sched.get("curve", {}).get("kind") == "served":
         return True
     chosen = {int(n): k for n, k in sched["chosen"].items()}
     return chosen[min(chosen)] != 0
