@@ -12,7 +12,9 @@ from specbuild.core.spec import spec_from_dict
 from specbuild.core.trtllm_facts import validate_argv
 from specbuild.engines.trtllm.plan import build_plan, build_script, effective_build_config
 
-FLAGS = json.loads((Path(__file__).parent / "data" / "trtllm_build_flags.json").read_text())["flags"]
+# trtllm-build's arguments as read upstream (tests/data/trtllm_build_flags_upstream.json: build.py and
+# plugin.py), not specbuild's own record (specbuild/data/trtllm_build_flags.json)
+FLAGS = json.loads((Path(__file__).parent / "data" / "trtllm_build_flags_upstream.json").read_text())["flags"]
 
 COMMON = [
     "--gemm_plugin",
@@ -206,3 +208,20 @@ def test_build_script_runs_the_plan(tmp_path):
         text=True,
     )
     assert missing.returncode == 1 and "GPU host" in missing.stderr
+
+
+def test_specbuilds_flag_record_agrees_with_upstream():
+    """specbuild/data/trtllm_build_flags.json (what build_argv checks against) against the flags read
+    upstream: every recorded flag exists, store_true flags are bool on both sides, and where upstream
+    lists the choices, specbuild's are the same."""
+    from specbuild.core.trtllm_facts import _accepted_flags
+
+    ours = _accepted_flags()
+    assert set(ours) <= set(FLAGS), set(ours) - set(FLAGS)
+    for flag, kind in ours.items():
+        up = FLAGS[flag]
+        assert (kind == "bool") == (up == "bool"), (flag, kind, up)
+        if isinstance(up, list):
+            assert kind == up, (flag, kind, up)
+        if up == "int":
+            assert kind == "int", (flag, kind)
