@@ -40,7 +40,7 @@ def llmapi(tmp_path_factory, tiny_target, tiny_draft):
     for name, folder in {"target": tiny_target, "draft": tiny_draft}.items():
         shutil.copytree(folder, root / name)
     build = compile_spec(load_spec(root / "spec.yaml"), root / "build", engine="reference")
-    repo = generate_repo(build, root / "repo", backend="llmapi-local")
+    repo = generate_repo(build, root / "repo", backend="llmapi-local", decoupled=True)  # these tests stream
     # what the model's auto_complete_config sets from model.yaml's triton_config (the fake does not call it)
     triton = yaml.safe_load((repo / "tensorrt_llm" / "1" / "model.yaml").read_text())["triton_config"]
     assert triton["decoupled"] is True

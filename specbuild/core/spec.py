@@ -121,6 +121,10 @@ class ServingSection:
     # max_num_tokens); on: max_seq_len - 1, run max_num_tokens at a time (needs paged context FMHA, always
     # built).
     enable_chunked_context: bool = False
+    # The repository entry model's transaction policy (the BLS, or the LLM-API model): true streams, false
+    # answers unary gRPC / HTTP infer. None: the flow's default (engine true; llmapi false, as upstream's
+    # model.yaml); `repo --decoupled / --no-decoupled` overrides it (model_repo/transaction.py).
+    decoupled: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,9 @@
-"""Triton Python model `tensorrt_llm_bls` (decoupled): text in, text out, draft/target speculation.
+"""Triton Python model `tensorrt_llm_bls`: text in, text out, draft/target speculation.
+
+Decoupled or not, as the repository chose (model_repo/transaction.py): decoupled, a request may stream
+(stream=true); not decoupled, each request gets exactly one response (unary gRPC ModelInfer, HTTP infer)
+and stream=true is refused with the C++ backend's "Streaming is only supported if model is deployed
+using decoupled mode." (a cancelled request's one response is a CANCELLED error).
 
 * num_draft_tokens > 0 (or the repository's default when the request omits it) and a drafter
   configured (`bls_drafter`, named by the repository's method): the shared speculative loop
@@ -58,7 +63,7 @@ from bls_core import (  # noqa: E402
     speculate,
 )
 from inflight import InflightCounter, counter_path, remove_stale  # noqa: E402
-from responder import POLL_S, Responder  # noqa: E402
+from responder import POLL_S, Responder, cancelled_error  # noqa: E402
 from words import flag, param  # noqa: E402
 
 # A folder: each request's timers (RequestTimers) are appended to FOLDER/bls-<pid>.jsonl (bench-serve reads
@@ -186,6 +191,8 @@ class TritonPythonModel:
             if drafter
             else None
         )
+        # decoupled (the repository's choice, model_repo/transaction.py): streams; else one response each
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         self.target_decoupled = flag(param(config, "tensorrt_llm_decoupled", "false"))
         self.default_k = int(param(config, "default_num_draft_tokens", "0"))
         self.default_use_logits = flag(param(config, "default_use_draft_logits", "false"))
@@ -345,22 +352,25 @@ class TritonPythonModel:
             try:
                 if self.inflight is not None:
                     with self.inflight.handling(self.hold_ms):
-                        self._handle(request, responder, timers)
+                        final = self._handle(request, responder, timers)
                 else:
-                    self._handle(request, responder, timers)
+                    final = self._handle(request, responder, timers)
             except Cancelled:
                 pb_utils.Logger.log_info(f"tensorrt_llm_bls: request '{request.request_id()}' cancelled")
-                responder.finish()  # flags only: the client is gone
+                final = None  # decoupled: flags only (the client is gone); else the CANCELLED error
             except Exception as exc:  # every failure becomes the request's error response
-                responder.finish(
-                    pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}"))
-                )
+                final = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}"))
+            if self.decoupled:
+                responder.finish(final)
+            else:  # the one response a non-decoupled model sends, through its response sender
+                responder.finish_one(final if final is not None else cancelled_error("tensorrt_llm_bls"))
             if timers is not None:
                 timers.write(os.path.join(self.timings, f"bls-{os.getpid()}.jsonl"))
         return None
 
     # ---- one request ----------------------------------------------------------------------------
-    def _handle(self, request, responder: Responder, timers: RequestTimers | None = None) -> None:
+    def _handle(self, request, responder: Responder, timers: RequestTimers | None = None):
+        """One request, its streamed responses sent; returns its final response."""
         arrival = time.time_ns()
 
         def get(name):
@@ -374,6 +384,8 @@ class TritonPythonModel:
             seed_name=self.seed_name,
             min_tokens_name=self.min_tokens_name,
         )
+        if opts.stream and not self.decoupled:  # the C++ backend's words for the same refusal
+            raise ValueError("Streaming is only supported if model is deployed using decoupled mode.")
         rounds = RoundGate(responder)
         call = self._caller(responder, rounds, timers)
         prep = preprocess(call, opts)
@@ -463,7 +475,7 @@ class TritonPythonModel:
         }
         if opts.return_perf_metrics:
             outputs.update(perf)
-        responder.finish(self._response(outputs))
+        return self._response(outputs)
 
     def _detokenizer(self, call):
         """tokens -> text: the BLS's own tokenizer when it has one, else a call to `postprocessing`."""
