@@ -20,7 +20,10 @@ Responses: text_output is flat (one string per request: `as_numpy("text_output")
 are deltas (concatenate them); output_ids / sequence_length are the token ids of each response (the
 prompt first in a non-streamed answer when exclude_input_in_output is false, upstream's default); the
 last response carries the COMPLETE_FINAL flag, the remaining text and, with return_perf_metrics, the
-perf outputs (return_num_input_tokens / return_num_output_tokens: the token counts).
+perf outputs (return_num_input_tokens / return_num_output_tokens: the token counts). With
+return_perf_metrics every streamed response carries every perf output too, as upstream's backend fills
+them on each response (model_instance_state.cc fillTritonResponse): the loop's counters and times so
+far, or (the target streams: Medusa) what tensorrt_llm sent with those tokens.
 
 Limits: with the engines' limits in its parameters (`max_prompt_tokens`, `max_total_tokens`, from the
 engines' build_config) the BLS refuses a prompt or prompt + max_tokens the engines would refuse or cut.
@@ -59,8 +62,8 @@ from bls_core import (  # noqa: E402
     new_tokens,
     perf_outputs,
     preprocess,
-    running_totals,
     speculate,
+    streamed_perf,
 )
 from inflight import InflightCounter, counter_path, remove_stale  # noqa: E402
 from responder import POLL_S, Responder, cancelled_error  # noqa: E402
@@ -411,14 +414,27 @@ class TritonPythonModel:
             rounds.next_round()
             return gone[0] or responder.cancelled(max_age_s=float("inf"))
 
-        def on_tokens(tokens, shared=None):
+        def on_tokens(tokens, shared=None, target_perf=None):
+            """One round's (or the target's streamed response's) tokens; streamed, sent with every perf
+            output as upstream's backend fills them on each response (the loop's counters so far, or
+            what the streaming target sent with these tokens)."""
             times["first"] = times["first"] or time.time_ns()
             times["last"] = time.time_ns()
             if opts.stream and not gone[0]:
                 delta = text.push(tokens)
                 outputs = {"text_output": _text_output(delta), **_token_outputs(tokens), **counts(tokens)}
-                if shared is not None and opts.return_perf_metrics:  # this round's counters, exactly
-                    outputs.update(running_totals(shared))
+                if opts.return_perf_metrics:
+                    if shared is not None:
+                        outputs.update(
+                            streamed_perf(
+                                shared,
+                                arrival_ns=arrival,
+                                first_token_ns=times["first"],
+                                last_token_ns=times["last"],
+                            )
+                        )
+                    elif target_perf:
+                        outputs.update(target_perf)
                 gone[0] = not responder.send(self._response(outputs))
 
         scheduled = self.schedule is not None and not opts.k_given
@@ -449,7 +465,9 @@ class TritonPythonModel:
                 plain_growth=self.plain_growth,
             )
             perf = perf_outputs(
-                stats=stats,
+                accepted=stats.accepted,
+                drafted=stats.drafted,
+                guard_stopped=stats.guard_stopped,
                 arrival_ns=arrival,
                 first_scheduled_ns=shared.first_call_ns,
                 first_token_ns=times["first"],
@@ -504,9 +522,10 @@ class TritonPythonModel:
         for out in responses:
             new = new_tokens(out)
             tokens += new
+            now = {name: out[name] for name in PERF_OUTPUTS if out.get(name) is not None}
             if new:
-                on_tokens(new)
+                on_tokens(new, target_perf=now)  # forwarded as upstream's BLS forwards each response
                 if ended():
                     raise Cancelled
-            perf.update({name: out[name] for name in PERF_OUTPUTS if name in out})
+            perf.update(now)
         return tokens, perf
