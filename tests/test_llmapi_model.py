@@ -250,10 +250,10 @@ def test_a_dead_engine_process_fails_its_requests_and_is_started_again(llmapi, g
     assert list(_out(answered[-1][0], "output_ids")) == greedy(PROMPT, MAX_TOKENS)[1]
 
 
-# The perf outputs as upstream's model.py builds them (triton_backend/all_models/llmapi/tensorrt_llm/1/model.py
-# `_create_response`, NVIDIA/TensorRT-LLM b35ac1b6): np.asarray([value], dtype=self.output_dtype), the dtype
-# of text_output (TYPE_STRING -> object), so the container answers BYTES holding str(value) -- upstream's
-# docs/llmapi.md shows `"acceptance_rate": "0.0"`, `"total_draft_tokens": "0"` from a real server.
+# The perf outputs as upstream's model.py builds them (triton_backend/all_models/llmapi/tensorrt_llm/1/
+# model.py `_create_response`, NVIDIA/TensorRT-LLM b35ac1b6): np.asarray([value], dtype=self.output_dtype),
+# the dtype of text_output (TYPE_STRING -> object), so the container answers BYTES holding str(value) --
+# upstream's docs/llmapi.md shows `"acceptance_rate": "0.0"`, `"total_draft_tokens": "0"` from a real server.
 LLMAPI_PERF = (
     "kv_cache_reused_block",
     "kv_cache_hit_rate",
@@ -274,7 +274,7 @@ FLOATS = {"kv_cache_hit_rate", "acceptance_rate"}
 def test_perf_outputs_are_strings_as_the_container_sends_them(llmapi):
     server, _ = llmapi
     inputs = {**_inputs(stream=False), "sampling_param_return_perf_metrics": np.array([True])}
-    (response, _), = _run(server, Request(inputs))[-1:]
+    ((response, _),) = _run(server, Request(inputs))[-1:]
     for name in LLMAPI_PERF:
         value = _out(response, name)
         assert value.dtype == object and value.shape == (1,), (name, value.dtype)  # BYTES [1]

@@ -565,5 +565,7 @@ def test_every_streamed_bls_response_carries_every_perf_output(servers, name, k)
     if name == "dt":  # (the n-gram pool drafts 0..k per round: maybe none for an unseen prompt)
         assert (final["total_draft_tokens"] > 0) == (k > 0)
     for row in seen:
-        rate = row["total_accepted_draft_tokens"] / row["total_draft_tokens"] if row["total_draft_tokens"] else 0
+        rate = (
+            row["total_accepted_draft_tokens"] / row["total_draft_tokens"] if row["total_draft_tokens"] else 0
+        )
         assert row["acceptance_rate"] == pytest.approx(rate)  # float32 of a ratio of small ints (rel 1e-6)

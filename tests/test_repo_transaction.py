@@ -66,7 +66,9 @@ def _bls_decoupled(repo) -> bool:
     return config.model_transaction_policy.decoupled
 
 
-@pytest.mark.parametrize(("args", "want"), [((), True), (("--no-decoupled",), False), (("--decoupled",), True)])
+@pytest.mark.parametrize(
+    ("args", "want"), [((), True), (("--no-decoupled",), False), (("--decoupled",), True)]
+)
 def test_repo_writes_the_policy_and_says_what_it_serves(dt_build, tmp_path, args, want):
     result = CliRunner().invoke(app, ["repo", str(dt_build), "--out", str(tmp_path / "r"), *args])
     assert result.exit_code == 0, result.output
@@ -102,7 +104,9 @@ def test_a_bls_that_is_not_decoupled_answers_once_and_refuses_to_stream(unary_bl
     assert got["perf"]["total_draft_tokens"] > 0
     (refused,) = unary.infer("tensorrt_llm_bls", text_request(PROMPT, N, stream=True, **kw))
     assert refused.has_error()
-    assert "Streaming is only supported if model is deployed using decoupled mode" in refused.error().message()
+    assert (
+        "Streaming is only supported if model is deployed using decoupled mode" in refused.error().message()
+    )
 
 
 def test_a_cancelled_request_to_a_unary_bls_gets_the_cancelled_error(unary_bls):
@@ -131,9 +135,10 @@ def unary_llmapi(tmp_path_factory, tiny_target, tiny_draft):
         shutil.copytree(folder, root / name)
     build = compile_spec(load_spec(root / "spec.yaml"), root / "build", engine="reference")
     repo = generate_repo(build, root / "repo", backend="llmapi-local")  # the default
-    assert yaml.safe_load((repo / "tensorrt_llm" / "1" / "model.yaml").read_text())["triton_config"][
-        "decoupled"
-    ] is False
+    assert (
+        yaml.safe_load((repo / "tensorrt_llm" / "1" / "model.yaml").read_text())["triton_config"]["decoupled"]
+        is False
+    )
     server = FakeServer(repo)  # no policy in config.pbtxt (as upstream): not decoupled
     yield server
     server.models["tensorrt_llm"].finalize()
@@ -150,4 +155,6 @@ def test_the_llmapi_model_by_default_answers_unary_requests_and_refuses_streamin
     text = next(t.as_numpy() for t in response.output_tensors if t.name() == "text_output")
     assert text.shape == (1,) and text[0]
     (refused,) = unary_llmapi.infer("tensorrt_llm", {**inputs, "streaming": np.array([True])})
-    assert refused.has_error() and "Streaming is only supported in decoupled mode." in refused.error().message()
+    assert (
+        refused.has_error() and "Streaming is only supported in decoupled mode." in refused.error().message()
+    )

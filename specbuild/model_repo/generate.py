@@ -44,7 +44,6 @@ from specbuild.model_repo.configs import (
     to_text,
 )
 from specbuild.model_repo.llmapi_repo import generate_llmapi_repo
-from specbuild.model_repo.transaction import decoupled_of
 from specbuild.model_repo.tensors import (
     DEFAULT_LOGITS_DTYPE,
     DRAFT_MODEL,
@@ -52,6 +51,7 @@ from specbuild.model_repo.tensors import (
     ROLE_MODELS,
     TARGET_MODEL,
 )
+from specbuild.model_repo.transaction import decoupled_of
 
 PYTHON_MODELS = Path(__file__).parent / "python_models"
 # The torch-light modules the BLS needs for the shared speculative loop. Production containers do not

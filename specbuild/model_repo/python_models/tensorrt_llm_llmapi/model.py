@@ -12,10 +12,10 @@ the LLM-API tensor interface (what each input does: llmapi_core.py).
   as the LLM API runs its executor in a worker process on one GPU: this process only reads requests,
   tokenizes, detokenizes and sends responses, so none of that stalls the engine (in one process, each
   response's IPC hand-overs of the GIL cost the engine 12% of a streamed request; docs/serving.md).
-* decoupled (triton_config.decoupled: the repository's choice): `execute` hands the requests to one worker thread and returns,
-  so concurrent requests reach the engine together: requests waiting when a batch starts decode
-  together (up to max_batch_size; the engine's lockstep batch, draft/target included), later ones in the
-  next batch. This is the reference engine's batching, not TensorRT-LLM's in-flight batching, which
+* decoupled (triton_config.decoupled: the repository's choice): `execute` hands the requests to one
+  worker thread and returns, so concurrent requests reach the engine together: requests waiting when a
+  batch starts decode together (up to max_batch_size; the engine's lockstep batch, draft/target
+  included), later ones in the next batch. This is the reference engine's batching, not TensorRT-LLM's in-flight batching, which
   admits requests between steps. The worker thread sends each batch to the engine process and reads its
   steps as they come.
 * responses (decoupled): one thread of their own (engine_worker.Outbox) builds and sends them, in the
