@@ -15,9 +15,9 @@ the LLM-API tensor interface (what each input does: llmapi_core.py).
 * decoupled (triton_config.decoupled: the repository's choice): `execute` hands the requests to one
   worker thread and returns, so concurrent requests reach the engine together: requests waiting when a
   batch starts decode together (up to max_batch_size; the engine's lockstep batch, draft/target
-  included), later ones in the next batch. This is the reference engine's batching, not TensorRT-LLM's in-flight batching, which
-  admits requests between steps. The worker thread sends each batch to the engine process and reads its
-  steps as they come.
+  included), later ones in the next batch. This is the reference engine's batching, not TensorRT-LLM's
+  in-flight batching, which admits requests between steps. The worker thread sends each batch to the
+  engine process and reads its steps as they come.
 * responses (decoupled): one thread of their own (engine_worker.Outbox) builds and sends them, in the
   order the engine produced them: a streamed step's response (its cumulative text detokenized, the
   tensors, the cancellation ask and the send, each ask and send an IPC round trip to the server) is
