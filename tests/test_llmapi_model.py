@@ -6,7 +6,6 @@ request's stop hook reads its sends' cancellation answers instead of asking Trit
 
 from __future__ import annotations
 
-import shutil
 import sys
 import threading
 
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 from fake_triton import FINAL, FakeServer, Request
-from repo_builds import EXAMPLES
+from repo_builds import compile_tiny_llmapi
 
 pytestmark = pytest.mark.numeric  # greedy tokens through CPU kernels
 
@@ -27,19 +26,11 @@ def llmapi(tmp_path_factory, tiny_target, tiny_draft):
     """(fake server, its tensorrt_llm model) of the tiny draft/target spec on the LLM-API flow."""
     import torch
 
-    from specbuild.builder.compile import compile_spec
-    from specbuild.core.spec import load_spec
     from specbuild.model_repo.generate import generate_repo
 
     threads = torch.get_num_threads()  # the local model pins its torch threads; restore after
     root = tmp_path_factory.mktemp("llmapi-model")
-    raw = yaml.safe_load((EXAMPLES / "draft-target.yaml").read_text())
-    raw["build"].update(max_seq_len=128, max_input_len=64)
-    raw["flow"] = "llmapi"
-    (root / "spec.yaml").write_text(yaml.safe_dump(raw))
-    for name, folder in {"target": tiny_target, "draft": tiny_draft}.items():
-        shutil.copytree(folder, root / name)
-    build = compile_spec(load_spec(root / "spec.yaml"), root / "build", engine="reference")
+    build = compile_tiny_llmapi(root, target=tiny_target, draft=tiny_draft)
     repo = generate_repo(build, root / "repo", backend="llmapi-local", decoupled=True)  # these tests stream
     # what the model's auto_complete_config sets from model.yaml's triton_config (the fake does not call it)
     triton = yaml.safe_load((repo / "tensorrt_llm" / "1" / "model.yaml").read_text())["triton_config"]

@@ -7,13 +7,11 @@ clients against real servers."""
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 import yaml
 from fake_triton import FakeServer, Request, collect, text_request
-from repo_builds import EXAMPLES, cached_build
+from repo_builds import EXAMPLES, cached_build, compile_tiny_llmapi
 from typer.testing import CliRunner
 
 from specbuild.cli import app
@@ -122,18 +120,9 @@ def unary_llmapi(tmp_path_factory, tiny_target, tiny_draft):
     """The local LLM-API model with upstream's default policy (not decoupled)."""
     import torch
 
-    from specbuild.builder.compile import compile_spec
-    from specbuild.core.spec import load_spec
-
     threads = torch.get_num_threads()
     root = tmp_path_factory.mktemp("unary-llmapi")
-    raw = yaml.safe_load((EXAMPLES / "draft-target.yaml").read_text())
-    raw["build"].update(max_seq_len=128, max_input_len=64)
-    raw["flow"] = "llmapi"
-    (root / "spec.yaml").write_text(yaml.safe_dump(raw))
-    for name, folder in {"target": tiny_target, "draft": tiny_draft}.items():
-        shutil.copytree(folder, root / name)
-    build = compile_spec(load_spec(root / "spec.yaml"), root / "build", engine="reference")
+    build = compile_tiny_llmapi(root, target=tiny_target, draft=tiny_draft)
     repo = generate_repo(build, root / "repo", backend="llmapi-local")  # the default
     assert (
         yaml.safe_load((repo / "tensorrt_llm" / "1" / "model.yaml").read_text())["triton_config"]["decoupled"]
