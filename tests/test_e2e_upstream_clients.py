@@ -30,23 +30,13 @@ from functools import partial
 
 import numpy as np
 import pytest
+from test_repo_models import UPSTREAM_PERF as UPSTREAM_PERF_TYPES
 
 pytestmark = pytest.mark.slow
 
 PROMPTS = ["The quick brown fox", "def main():"]
 N = 10
-UPSTREAM_PERF = (  # run_inference's requested outputs with --return-perf-metrics, in its order
-    "kv_cache_alloc_new_blocks",
-    "kv_cache_reused_blocks",
-    "kv_cache_alloc_total_blocks",
-    "arrival_time_ns",
-    "first_scheduled_time_ns",
-    "first_token_time_ns",
-    "last_token_time_ns",
-    "acceptance_rate",
-    "total_accepted_draft_tokens",
-    "total_draft_tokens",
-)
+UPSTREAM_PERF = tuple(UPSTREAM_PERF_TYPES)  # run_inference's requested outputs, in its order
 
 
 @pytest.fixture(scope="module")
