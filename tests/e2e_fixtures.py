@@ -134,9 +134,10 @@ def greedy(e2e_engine):
     return run
 
 
-def _llmapi_server(root: Path, example: str, models: dict[str, Path]):
+def _llmapi_server(root: Path, example: str, models: dict[str, Path], *, decoupled: bool = True):
     """`compile --flow llmapi --engine reference` of examples/tiny/EXAMPLE -> `repo --backend llmapi-local`
-    -> a tritonserver serving the LLM-API interface; yields (build, repository, server)."""
+    (decoupled: these tests stream) -> a tritonserver serving the LLM-API interface; yields (build,
+    repository, server)."""
     import yaml
     from repo_builds import EXAMPLES
 
@@ -152,7 +153,7 @@ def _llmapi_server(root: Path, example: str, models: dict[str, Path]):
     for name, folder in models.items():
         shutil.copytree(folder, root / name)
     build = compile_spec(load_spec(root / "spec.yaml"), root / "build", engine="reference")
-    repo = generate_repo(build, root / "repo", backend="llmapi-local")
+    repo = generate_repo(build, root / "repo", backend="llmapi-local", decoupled=decoupled)
     opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
     server = TritonServer(repo, opts).launch().wait_ready()
     try:

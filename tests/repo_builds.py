@@ -46,6 +46,24 @@ def compile_tiny(
     return compile_spec(load_spec(workdir / spec_name), workdir / "build", engine=engine)
 
 
+def compile_tiny_llmapi(workdir: Path, *, target: Path, draft: Path) -> Path:
+    """examples/tiny/draft-target.yaml on the LLM-API flow with reference engines (what the local LLM-API
+    model serves), max_seq_len 128."""
+    import yaml
+
+    from specbuild.builder.compile import compile_spec
+    from specbuild.core.spec import load_spec
+
+    raw = yaml.safe_load((EXAMPLES / "draft-target.yaml").read_text())
+    raw["build"].update(max_seq_len=128, max_input_len=64)
+    raw["flow"] = "llmapi"
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "spec.yaml").write_text(yaml.safe_dump(raw))
+    for name, folder in {"target": target, "draft": draft}.items():
+        shutil.copytree(folder, workdir / name)
+    return compile_spec(load_spec(workdir / "spec.yaml"), workdir / "build", engine="reference")
+
+
 _BUILDS: dict[tuple, Path] = {}
 
 

@@ -209,7 +209,9 @@ def test_unshard_gives_back_every_hf_tensor(models, tmp_path, model, tp, pp):
 def test_cast_round_trip(models, tmp_path, dtype):
     """Casting goes through the assembled-tensor path (scratch buffers) for every split kind."""
     src = models["mqa_oddvocab"]
+    threads = torch.get_num_threads()
     out = convert_checkpoint(src, tmp_path / "ckpt", tp_size=4, pp_size=2, dtype=dtype)
+    assert torch.get_num_threads() == threads  # one torch thread while converting, then as it was
     back, _, _ = unshard(out)
     for name, t in hf_tensors(src).items():
         assert torch.equal(back[name], t.to(getattr(torch, dtype))), name

@@ -43,3 +43,23 @@ def test_writer_refuses_what_was_not_planned(tmp_path):
     with pytest.raises(ConversionError, match="missing 1 tensor"):
         with StreamingWriter(tmp_path / "b.safetensors", entries) as w:
             w.write("x", [torch.zeros(2, 2)])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_count_nonfinite_is_exact_across_passes(dtype):
+    """The masked maximum only says whether a pass holds a NaN/Inf; the count must still be exact, on
+    both sides of a pass boundary and in a short last pass."""
+    import torch
+
+    from specbuild.engines.trtllm import finite
+
+    n = finite._CHUNK * 2 + 5  # two full passes and a short one
+    t = torch.zeros(n, dtype=getattr(torch, dtype))
+    spots = [0, finite._CHUNK - 1, finite._CHUNK, n - 1]
+    for i, v in zip(spots, [float("nan"), float("inf"), float("-inf"), float("nan")], strict=True):
+        t[i] = v
+    t[7] = torch.finfo(t.dtype).max  # the largest finite value: all exponent bits but one
+    raw = t.view(torch.uint8).numpy().tobytes()
+    assert finite.count_nonfinite(raw, dtype) == len(spots)
+    ones = torch.ones(3, dtype=t.dtype).view(torch.uint8).numpy().tobytes()
+    assert finite.count_nonfinite(ones, dtype) == 0

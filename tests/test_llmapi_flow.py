@@ -441,7 +441,7 @@ def test_repo_backend_llmapi_and_repo_check(tmp_path, version):
     model_yaml = yaml.safe_load((repo / "tensorrt_llm" / "1" / "model.yaml").read_text())
     assert model_yaml["triton_config"] == {
         "max_batch_size": 0,
-        "decoupled": True,
+        "decoupled": False,  # upstream model.yaml's default (model_repo/transaction.py)
         "cancellation_check_period_ms": 100,
     }
     assert model_yaml["model"].endswith("llama-3.3-70b-instruct")

@@ -6,7 +6,6 @@ request's stop hook reads its sends' cancellation answers instead of asking Trit
 
 from __future__ import annotations
 
-import shutil
 import sys
 import threading
 
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 from fake_triton import FINAL, FakeServer, Request
-from repo_builds import EXAMPLES
+from repo_builds import compile_tiny_llmapi
 
 pytestmark = pytest.mark.numeric  # greedy tokens through CPU kernels
 
@@ -27,20 +26,12 @@ def llmapi(tmp_path_factory, tiny_target, tiny_draft):
     """(fake server, its tensorrt_llm model) of the tiny draft/target spec on the LLM-API flow."""
     import torch
 
-    from specbuild.builder.compile import compile_spec
-    from specbuild.core.spec import load_spec
     from specbuild.model_repo.generate import generate_repo
 
     threads = torch.get_num_threads()  # the local model pins its torch threads; restore after
     root = tmp_path_factory.mktemp("llmapi-model")
-    raw = yaml.safe_load((EXAMPLES / "draft-target.yaml").read_text())
-    raw["build"].update(max_seq_len=128, max_input_len=64)
-    raw["flow"] = "llmapi"
-    (root / "spec.yaml").write_text(yaml.safe_dump(raw))
-    for name, folder in {"target": tiny_target, "draft": tiny_draft}.items():
-        shutil.copytree(folder, root / name)
-    build = compile_spec(load_spec(root / "spec.yaml"), root / "build", engine="reference")
-    repo = generate_repo(build, root / "repo", backend="llmapi-local")
+    build = compile_tiny_llmapi(root, target=tiny_target, draft=tiny_draft)
+    repo = generate_repo(build, root / "repo", backend="llmapi-local", decoupled=True)  # these tests stream
     # what the model's auto_complete_config sets from model.yaml's triton_config (the fake does not call it)
     triton = yaml.safe_load((repo / "tensorrt_llm" / "1" / "model.yaml").read_text())["triton_config"]
     assert triton["decoupled"] is True
@@ -248,3 +239,43 @@ def test_a_dead_engine_process_fails_its_requests_and_is_started_again(llmapi, g
     assert model.engine is not old and model.engine.alive and model.restarts == 1
     answered = _run(server, CountingRequest(_inputs(stream=False)))
     assert list(_out(answered[-1][0], "output_ids")) == greedy(PROMPT, MAX_TOKENS)[1]
+
+
+# The perf outputs as upstream's model.py builds them (triton_backend/all_models/llmapi/tensorrt_llm/1/
+# model.py `_create_response`, NVIDIA/TensorRT-LLM b35ac1b6): np.asarray([value], dtype=self.output_dtype),
+# the dtype of text_output (TYPE_STRING -> object), so the container answers BYTES holding str(value) --
+# upstream's docs/llmapi.md shows `"acceptance_rate": "0.0"`, `"total_draft_tokens": "0"` from a real server.
+LLMAPI_PERF = (
+    "kv_cache_reused_block",
+    "kv_cache_hit_rate",
+    "kv_cache_alloc_new_blocks",
+    "kv_cache_alloc_total_blocks",
+    "kv_cache_missed_block",
+    "arrival_time_ns",
+    "first_scheduled_time_ns",
+    "first_token_time_ns",
+    "last_token_time_ns",
+    "acceptance_rate",
+    "total_accepted_draft_tokens",
+    "total_draft_tokens",
+)
+FLOATS = {"kv_cache_hit_rate", "acceptance_rate"}
+
+
+def test_perf_outputs_are_strings_as_the_container_sends_them(llmapi):
+    server, _ = llmapi
+    inputs = {**_inputs(stream=False), "sampling_param_return_perf_metrics": np.array([True])}
+    ((response, _),) = _run(server, Request(inputs))[-1:]
+    for name in LLMAPI_PERF:
+        value = _out(response, name)
+        assert value.dtype == object and value.shape == (1,), (name, value.dtype)  # BYTES [1]
+        text = value[0].decode() if isinstance(value[0], bytes) else value[0]
+        assert isinstance(text, str), (name, type(value[0]))
+        if name in FLOATS:
+            assert "." in text and 0.0 <= float(text) <= 1.0, (name, text)  # str(float): "0.0", "0.75"
+        else:
+            assert text.isdigit(), (name, text)  # str(int)
+    drafted = int(_out(response, "total_draft_tokens")[0])
+    accepted = int(_out(response, "total_accepted_draft_tokens")[0])
+    assert drafted > 0 and float(_out(response, "acceptance_rate")[0]) == pytest.approx(accepted / drafted)
+    assert int(_out(response, "arrival_time_ns")[0]) % 1000 == 0  # a timedelta's microseconds, in ns

@@ -518,3 +518,54 @@ def test_a_finished_stream_iterator_is_dropped_later_on_the_models_thread(server
     model.parking.release()  # what finalize does
     gc.collect()
     assert made[1]() is None and len(model.parking) == 0
+
+
+# Every perf output upstream's end_to_end_grpc_client.py reads, with `result.as_numpy(name)[0][0]`, from EVERY
+# response when run with `--return-perf-metrics` (tensorrtllm_backend r25.05 c2e65b88,
+# inflight_batcher_llm/client/end_to_end_grpc_client.py: a missing one is None[0] -> TypeError), with the
+# type the C++ backend writes it in (model_instance_state.cc fillTritonResponse, processStats: int32 counts,
+# int64 ns since the epoch, float32 rate; the same at r25.05 and at NVIDIA/TensorRT-LLM 0c8de69a).
+UPSTREAM_PERF = {
+    "kv_cache_alloc_new_blocks": np.int32,
+    "kv_cache_reused_blocks": np.int32,
+    "kv_cache_alloc_total_blocks": np.int32,
+    "arrival_time_ns": np.int64,
+    "first_scheduled_time_ns": np.int64,
+    "first_token_time_ns": np.int64,
+    "last_token_time_ns": np.int64,
+    "acceptance_rate": np.float32,
+    "total_accepted_draft_tokens": np.int32,
+    "total_draft_tokens": np.int32,
+}
+
+
+@pytest.mark.parametrize(("name", "k"), [("dt", 3), ("ngram", 3), ("dt", 0)])  # k 0: the streamed baseline
+def test_every_streamed_bls_response_carries_every_perf_output(servers, name, k):
+    """The backend fills the perf outputs on every response it sends (fillTritonResponse runs for each),
+    so each streamed BLS response carries all of them: the request's counters and times so far."""
+    s = servers[name]
+    responses = s.infer(
+        "tensorrt_llm_bls", text_request(PROMPT, N, num_draft_tokens=k, stream=True, return_perf_metrics=True)
+    )
+    assert len(responses) > 2
+    seen = []
+    for r in responses:
+        out = {t.name(): t.as_numpy() for t in r.output_tensors}
+        for perf, dtype in UPSTREAM_PERF.items():
+            assert perf in out, (perf, len(seen))
+            assert out[perf].shape == (1, 1) and out[perf].dtype == dtype, (perf, out[perf].dtype)
+        seen.append({perf: out[perf][0][0].item() for perf in UPSTREAM_PERF})
+    for before, after in zip(seen, seen[1:], strict=False):  # running counters: they never go back
+        assert before["total_draft_tokens"] <= after["total_draft_tokens"]
+        assert before["total_accepted_draft_tokens"] <= after["total_accepted_draft_tokens"]
+        assert before["first_token_time_ns"] == after["first_token_time_ns"] > 0
+        assert before["last_token_time_ns"] <= after["last_token_time_ns"]
+    final = seen[-1]
+    assert seen[-2]["total_draft_tokens"] == final["total_draft_tokens"]  # the last round's are the totals
+    if name == "dt":  # (the n-gram pool drafts 0..k per round: maybe none for an unseen prompt)
+        assert (final["total_draft_tokens"] > 0) == (k > 0)
+    for row in seen:
+        rate = (
+            row["total_accepted_draft_tokens"] / row["total_draft_tokens"] if row["total_draft_tokens"] else 0
+        )
+        assert row["acceptance_rate"] == pytest.approx(rate)  # float32 of a ratio of small ints (rel 1e-6)

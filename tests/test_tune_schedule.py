@@ -148,8 +148,9 @@ def test_tune_schedule_end_to_end(tmp_path, tiny_target, tiny_draft):
         max_tokens=8,
         log=lambda _: None,
     )
-    assert (engine.schedule is not None) == (sched["schedule"] is not None)  # the build carries it
-    labels = ["baseline", "K=2"] + (["schedule"] if sched["schedule"] else [])
+    written = spec.speculation.schedule is not None  # measured, or {1: 0} (speculation off)
+    assert (engine.schedule is not None) == written  # the build carries it
+    labels = ["baseline", "K=2"] + (["schedule"] if written else [])
     assert set(result["points"]) == {f"{c}/{label}" for c in (1, 2) for label in labels}
     for point in result["points"].values():
         assert point["tokens_per_s"]["n"] == 2 and point["predicted_tokens_per_s"]["n"] == 2
@@ -157,7 +158,7 @@ def test_tune_schedule_end_to_end(tmp_path, tiny_target, tiny_draft):
         assert ratio["n"] == 2 and ratio["min"] <= ratio["median"] <= ratio["max"] and ratio["min"] > 0
         own = point["measured_over_cost_model"]  # the same with the run's own rounds
         assert own["n"] == 2 and own["min"] <= own["median"] <= own["max"] and own["min"] > 0
-    assert set(result["schedule_over_fixed"]) == ({1, 2} if sched["schedule"] else set())
+    assert set(result["schedule_over_fixed"]) == ({1, 2} if written else set())
 
 
 def test_write_when_speculation_never_pays_leaves_a_spec_that_does_not_speculate(tmp_path):

@@ -131,7 +131,7 @@ def build_repo(
     spec = spec_from_dict(raw, source=root / "spec.yaml")
     build = compile_spec(spec, root / "build", engine="reference", force=True)
     backend = "python" if flow == "engine" else "llmapi-local"
-    repo = generate_repo(build, root / "repo", backend=backend, force=True)
+    repo = generate_repo(build, root / "repo", backend=backend, force=True, decoupled=True)  # it streams
     return build, repo, prompts
 
 

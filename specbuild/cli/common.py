@@ -106,10 +106,21 @@ def debug_enabled() -> bool:
     return os.environ.get("SPECBUILD_DEBUG", "") not in ("", "0")
 
 
+# Columns of stdout when it is not a terminal (a log, a pipe, CliRunner) and COLUMNS does not say: rich would
+# squeeze every table into 80 and cut its headers ("so…"); this wide, each table keeps its natural width
+# (rich pads no line to the console's width: the tables do not expand, text is soft-wrapped).
+PIPE_WIDTH = 100_000
+
+
 def console():
+    """stdout's console: a terminal's own width (or COLUMNS), else PIPE_WIDTH: full-width tables in logs
+    and pipes."""
     from rich.console import Console
 
-    return Console(stderr=False, highlight=False, soft_wrap=True)
+    out = Console(stderr=False, highlight=False, soft_wrap=True)
+    if out.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return out
+    return Console(stderr=False, highlight=False, soft_wrap=True, width=PIPE_WIDTH)
 
 
 def err_console():

@@ -158,6 +158,17 @@ def build(
             "speculation.guard; off: none).",
         ),
     ] = None,
+    decoupled: Annotated[
+        bool | None,
+        typer.Option(
+            "--decoupled/--no-decoupled",
+            help="The transaction policy of the model clients call (tensorrt_llm_bls; tensorrt_llm of an "
+            "LLM-API repository). Decoupled: it streams over gRPC, and unary gRPC ModelInfer / HTTP infer "
+            "are refused; not decoupled: one response per request on every endpoint, no streaming. "
+            "Default: the spec's serving.decoupled, else true for the engine flow and false for the LLM-API "
+            "flow (upstream's model.yaml).",
+        ),
+    ] = None,
     force: Force = False,
 ) -> None:
     """Lay out ensemble, preprocessing, postprocessing, tensorrt_llm, tensorrt_llm_draft (draft/target) and
@@ -179,8 +190,21 @@ def build(
         tokenizer_dir=tokenizer_dir,
         schedule=schedule,
         guard=guard,
+        decoupled=decoupled,
     )
     console().print(f"wrote {path}")
+    console().print(entry_policy(path))
+
+
+def entry_policy(repo: Path) -> str:
+    """What the written repository's entry model serves (its transaction policy, from its manifest)."""
+    from specbuild.core.artifacts import read_repo_manifest
+    from specbuild.model_repo.transaction import serves
+
+    layout = read_repo_manifest(repo).layout
+    if layout.get("flow") == "llmapi":
+        return serves("tensorrt_llm", bool(layout["decoupled"]))
+    return serves("tensorrt_llm_bls", bool(layout["bls_decoupled"]))
 
 
 @group_command(repo_app, "check")

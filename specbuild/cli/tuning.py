@@ -173,8 +173,8 @@ def tune_cmd(
         typer.Option(
             "--write",
             help="Update the spec: speculation.max_draft_len (draft/target; n-gram with "
-            "ngram.max_matching_ngram_size) or medusa.choices (Medusa). A narrow in-place edit that "
-            "keeps comments; falls back to a full rewrite (comments lost) for unusual layouts, and says so.",
+            "ngram.max_matching_ngram_size) or medusa.choices (Medusa). A round-trip YAML edit that "
+            "keeps comments, key order and layout; nothing is written unless the result is a valid spec.",
         ),
     ] = default(TuneOptions, "write"),
     max_tokens: Annotated[

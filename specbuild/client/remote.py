@@ -576,6 +576,14 @@ class Session:
     ) -> GenerationResult:
         """One request; `on_text` receives streamed text pieces as they arrive."""
         info = self.info
+        if stream and not info.decoupled and info.name in (BLS, LLMAPI_MODEL):
+            raise ClientError(
+                f"model {info.name!r} is not decoupled: it answers each request once and cannot stream",
+                expected="a decoupled model (model_transaction_policy decoupled: true) for streaming",
+                found="decoupled: false (the repository's transaction policy)",
+                fix="write the repository with `specbuild repo BUILD --decoupled`, or request without "
+                "streaming",
+            )
         if info.max_total_tokens is not None and params.max_tokens >= info.max_total_tokens:
             raise ClientError(
                 f"max_tokens {params.max_tokens} cannot fit the engines' sequence limit",

@@ -24,7 +24,7 @@ from specbuild.core.llmapi_facts import LLMAPI_VERSIONS, Flow, decoding_class, p
 from specbuild.core.medusa_choices import DEFAULT_TREE, MedusaChoices
 from specbuild.core.methods import SECTIONS, Method, Tunable, method_of, parse_method
 from specbuild.core.methods import ngram as _ngram
-from specbuild.core.safe_io import InputFileError, atomic_write_text, read_text, shorten
+from specbuild.core.safe_io import InputFileError, read_text, shorten
 from specbuild.core.schedule import DraftSchedule, ScheduleError
 from specbuild.core.trtllm_facts import DEFAULT_TRTLLM_VERSION, known_versions
 
@@ -121,6 +121,10 @@ class ServingSection:
     # max_num_tokens); on: max_seq_len - 1, run max_num_tokens at a time (needs paged context FMHA, always
     # built).
     enable_chunked_context: bool = False
+    # The repository entry model's transaction policy (the BLS, or the LLM-API model): true streams, false
+    # answers unary gRPC / HTTP infer. None: the flow's default (engine true; llmapi false, as upstream's
+    # model.yaml); `repo --decoupled / --no-decoupled` overrides it (model_repo/transaction.py).
+    decoupled: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -316,17 +320,6 @@ def _with_schedule(spec: BuildSpec, where: str) -> BuildSpec:
             f"use only 0 and {sp.max_draft_len} as K",
         )
     return dataclasses.replace(spec, speculation=dataclasses.replace(sp, schedule=schedule.to_dict()))
-
-
-def save_spec_yaml(spec: BuildSpec, path: Path, *, inputs: dict[str, Any] | None = None) -> None:
-    """Write a spec back (used by `tune --write`); keeps relative model paths as given."""
-    d = spec.to_dict()
-    d.pop("source", None)
-    for key in SECTIONS:
-        if d.get(key) is None:
-            d.pop(key, None)
-
-    atomic_write_text(path, yaml.safe_dump(d, sort_keys=False), inputs=inputs, option="the spec")
 
 
 # ---- generic schema walk --------------------------------------------------------------------------

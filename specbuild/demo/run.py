@@ -562,7 +562,8 @@ def run_llmapi(spec: Path, family, opts: DemoOptions, ledger: Ledger) -> Path:
         print(options.read_text().rstrip())
         print(f"--- {_relative(str(build / 'serve.sh'))} runs on a GPU host: ---")
         print(json.loads((build / "plan.json").read_text())["trtllm_serve"]["command"])
-        run_cli("repo", str(build), "--out", str(repo), "--backend", "llmapi-local", "--force")
+        # decoupled: the demo streams (the LLM-API repository's default is upstream's unary policy)
+        run_cli("repo", str(build), "--out", str(repo), "--backend", "llmapi-local", "--decoupled", "--force")
         run_cli("repo", "check", str(repo))
     prompts = prompts_subset(
         family.prompts, out / "bench_prompts.jsonl", opts.bench_prompts, skip=opts.tune_prompts

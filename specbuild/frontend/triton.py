@@ -130,12 +130,19 @@ class TritonBridge:
         stop_words: tuple[str, ...] = (),
         timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> AsyncIterator[Chunk]:
-        """The BLS's streamed responses of one request, as they arrive (the last one has `final`).
+        """The BLS's streamed responses of one request, as they arrive (the last one has `final`; a model
+        that is not decoupled sends one).
         Closing the iterator early cancels the request on the server."""
         info = self.served.info
         try:
             inputs = request_inputs(
-                info, prompt, params, stream=True, num_draft_tokens=num_draft_tokens, stop_words=stop_words
+                # a model that is not decoupled answers once: the whole text as one chunk
+                info,
+                prompt,
+                params,
+                stream=info.decoupled,
+                num_draft_tokens=num_draft_tokens,
+                stop_words=stop_words,
             )
         except ClientError as exc:
             raise OpenAIError(exc.what, param="prompt") from None

@@ -78,6 +78,7 @@ class RepoLayout:
     # Load-aware K (core/schedule.py), as BLS parameters: "1:4,3:2,6:0" / "8:0.3" ("" when off)
     draft_len_schedule: str = ""
     acceptance_guard: str = ""
+    bls_decoupled: bool = True  # the BLS's transaction policy (model_repo/transaction.py)
     bls_parameters: tuple[tuple[str, str], ...] = ()  # BLS: its drafter's own parameters (the method's)
     accumulate_tokens: bool = True  # BLS: detokenize streamed tokens with their context
     bls_detokenizes: bool = True  # BLS: its own tokenizer (postprocessing's) instead of a call per round
@@ -216,10 +217,11 @@ def ensemble_config(layout: RepoLayout):
 
 
 def bls_config(layout: RepoLayout):
-    """The BLS: decoupled so it can stream (accepted tokens per round, or the Medusa stream)."""
+    """The BLS: decoupled to stream (accepted tokens per round, or the Medusa stream), else unary
+    (layout.bls_decoupled: model_repo/transaction.py)."""
     pb = _pb()
     config = pb.ModelConfig(name="tensorrt_llm_bls", backend="python", max_batch_size=layout.max_batch_size)
-    config.model_transaction_policy.decoupled = True
+    config.model_transaction_policy.decoupled = layout.bls_decoupled
     _add_tensors(config, T.bls_interface(layout.names, logits_dtype=layout.logits_dtype))
     config.instance_group.add(count=layout.bls_instance_count, kind=pb.ModelInstanceGroup.KIND_CPU)
     _set_params(
@@ -300,6 +302,7 @@ class LlmApiLayout:
     default_num_draft_tokens: int  # speculative_config.max_draft_len (what the client reports as K)
     reference_engine: str | None = None  # local: the build folder the reference engine loads
     instance_count: int = 1  # upstream: 1 (the LLM batches in flight itself)
+    decoupled: bool = False  # model.yaml's triton_config.decoupled (not in config.pbtxt, as upstream)
 
 
 def llmapi_config(layout: LlmApiLayout):

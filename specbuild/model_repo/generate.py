@@ -51,6 +51,7 @@ from specbuild.model_repo.tensors import (
     ROLE_MODELS,
     TARGET_MODEL,
 )
+from specbuild.model_repo.transaction import decoupled_of
 
 PYTHON_MODELS = Path(__file__).parent / "python_models"
 # The torch-light modules the BLS needs for the shared speculative loop. Production containers do not
@@ -172,9 +173,11 @@ def plan_layout(
     tokenizer_dir: str | None = None,
     schedule: str | None = None,
     guard: str | None = None,
+    decoupled: bool | None = None,
 ) -> RepoLayout:
     """`schedule`: "n:K,..." replacing the spec's speculation.schedule ("off": none; None: the spec's);
-    `guard`: "window:min_acceptance" replacing its speculation.guard (same conventions)."""
+    `guard`: "window:min_acceptance" replacing its speculation.guard (same conventions); `decoupled`: the
+    BLS's transaction policy (None: the spec's, else the flow's default; model_repo/transaction.py)."""
     spec = build.spec
     if backend not in BACKENDS:
         raise RepoError(
@@ -251,6 +254,7 @@ def plan_layout(
         default_use_draft_logits=roles["target"].gather_generation_logits and loop,
         draft_len_schedule=schedule.to_text() if loop and schedule is not None else "",
         acceptance_guard=guard_text(guard) if loop and guard is not None else "",
+        bls_decoupled=decoupled_of(spec, decoupled),
         **_bls_limits(build),
     )
 
@@ -325,9 +329,11 @@ def generate_repo(
     tokenizer_dir: str | None = None,
     schedule: str | None = None,
     guard: str | None = None,
+    decoupled: bool | None = None,
 ) -> Path:
     """Write the Triton model repository for BUILD_DIR into OUT. backend None: tensorrtllm when the
-    build used TensorRT-LLM, python (the reference engine) otherwise. schedule: see plan_layout."""
+    build used TensorRT-LLM, python (the reference engine) otherwise. schedule, guard, decoupled: see
+    plan_layout (decoupled: the LLM-API model's too)."""
     manifest = read_build_manifest(build_dir)
     if manifest.flow is Flow.LLMAPI:
         return generate_llmapi_repo(
@@ -336,6 +342,7 @@ def generate_repo(
             backend=backend or ("llmapi-local" if manifest.engine_built else "llmapi"),
             trtllm_version=trtllm_version,
             force=force,
+            decoupled=decoupled_of(manifest.spec, decoupled),
         )
     if backend in LLMAPI_BACKENDS:
         raise RepoError(
@@ -355,6 +362,7 @@ def generate_repo(
         tokenizer_dir=tokenizer_dir,
         schedule=schedule,
         guard=guard,
+        decoupled=decoupled,
     )
     configs = all_configs(layout)
     out = Path(out)

@@ -32,9 +32,12 @@ from specbuild.model_repo.tensors import LLMAPI_MODEL, LLMAPI_OPTIONS
 
 PYTHON_MODELS = Path(__file__).parent / "python_models"
 LOCAL_MODEL = "tensorrt_llm_llmapi"  # python_models/ folder of the local stand-in
-# triton_config keys upstream model.py reads: decoupled and max_batch_size (required), the cancellation poll
-# (default 100 ms). Decoupled: streaming responses, and concurrent requests reach the model at once.
-TRITON_CONFIG = {"max_batch_size": 0, "decoupled": True, "cancellation_check_period_ms": 100}
+
+
+def triton_config(decoupled: bool) -> dict[str, Any]:
+    """The triton_config keys upstream model.py reads: decoupled and max_batch_size (required), the
+    cancellation poll (default 100 ms). decoupled: the repository's choice (model_repo/transaction.py)."""
+    return {"max_batch_size": 0, "decoupled": decoupled, "cancellation_check_period_ms": 100}
 
 
 def read_options(manifest: BuildManifest) -> dict[str, Any]:
@@ -53,7 +56,7 @@ def read_options(manifest: BuildManifest) -> dict[str, Any]:
     return options
 
 
-def model_yaml(manifest: BuildManifest) -> dict[str, Any]:
+def model_yaml(manifest: BuildManifest, *, decoupled: bool) -> dict[str, Any]:
     """model.yaml: model first, the build's options, then triton_config."""
     models = (manifest.llmapi or {}).get("models") or {}
     options = read_options(manifest)
@@ -69,12 +72,18 @@ def model_yaml(manifest: BuildManifest) -> dict[str, Any]:
     return {
         "model": str(models.get("target") or manifest.tokenizer_dir),
         **options,
-        "triton_config": TRITON_CONFIG,
+        "triton_config": triton_config(decoupled),
     }
 
 
 def generate_llmapi_repo(
-    manifest: BuildManifest, out: Path, *, backend: str, trtllm_version: str | None, force: bool
+    manifest: BuildManifest,
+    out: Path,
+    *,
+    backend: str,
+    trtllm_version: str | None,
+    force: bool,
+    decoupled: bool,
 ) -> Path:
     if backend not in LLMAPI_BACKENDS:
         raise RepoError(
@@ -103,13 +112,14 @@ def generate_llmapi_repo(
             found=f"engine: {manifest.engine_kind}",
             fix="re-run compile with --engine reference, or generate --backend llmapi for a GPU container",
         )
-    options = model_yaml(manifest)
+    options = model_yaml(manifest, decoupled=decoupled)
     layout = LlmApiLayout(
         mode=manifest.spec.mode,
         trtllm_version=version,
         local=local,
         default_num_draft_tokens=int(options["speculative_config"]["max_draft_len"]),
         reference_engine=str(manifest.folder) if local else None,
+        decoupled=decoupled,
     )
     inputs = {
         "build folder": manifest.folder,

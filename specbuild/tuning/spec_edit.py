@@ -1,156 +1,145 @@
-"""`tune --write`: change one key of a build spec in place, keeping the user's comments and layout.
+"""`tune --write`: set keys of a build spec in place, keeping the user's comments and layout.
 
-The edit is textual and narrow: the `key:` line inside a top-level `section:` (plus the indented
-continuation lines of its old value) becomes `key: <flow YAML value>`. The result is re-loaded with
-the spec loader and must carry exactly the intended value; if not (an unusual layout), the spec is
-rewritten whole with core.spec.save_spec_yaml, which drops comments, and the caller is told.
+The spec is edited with ruamel.yaml's round-trip loader and dumper, which keep comments, key order,
+quoting and flow or block style of everything not edited (the indentation is the file's own, guessed by
+ruamel). New values are written in flow style (`choices: [[0], [0, 0]]`, `schedule: {1: 4, 4: 0}`). The
+edited text is then read back the way every spec is read (yaml.safe_load through the spec loader) and must
+be a valid spec carrying exactly the new values, or nothing is written. The file is replaced in one
+rename (safe_io.atomic_write_text).
 """
 
 from __future__ import annotations
 
-import json
-import re
+import io
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import yaml
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import YAMLError
 
+from specbuild.core.errors import SpecError
 from specbuild.core.safe_io import atomic_write_text
-from specbuild.core.spec import load_spec, parse_spec_yaml, read_spec_text, save_spec_yaml, spec_from_dict
+from specbuild.core.spec import parse_spec_yaml, read_spec_text, spec_from_dict
+
+Edit = tuple[str, str, Any]  # (section, key, value): section.key = value
+MAX_LINE = 4096  # ruamel folds longer flow values at 80 columns otherwise; a Medusa tree stays one line
 
 
 def set_spec_value(
     path: Path, section: str, key: str, value: Any, *, inputs: dict[str, Any] | None = None
-) -> bool:
-    """Set section.key = value in the YAML spec at `path`. Returns True when comments were kept.
-
-    The spec is replaced in one rename (safe_io.atomic_write_text): a read-only spec or a full disk
-    is a clear error and leaves the spec as it was. `inputs` (the files tune read) may not be the spec.
-    """
-
-    text = read_spec_text(path)
-    edited = edit_text(text, section, key, value)
-    try:
-        raw = yaml.safe_load(edited)
-        ok = isinstance(raw, dict) and raw.get(section, {}).get(key) == value
-        if ok:
-            spec_from_dict(raw, source=path)  # still a valid spec
-    except Exception:  # any parse/validation failure: fall back to a full rewrite
-        ok = False
-    if ok:
-        atomic_write_text(path, edited, inputs=inputs, option="the spec")
-        return True
-    spec = load_spec(path)
-    raw = parse_spec_yaml(text, where=str(path))
-    raw.setdefault(section, {})[key] = value
-    spec = spec_from_dict(raw, source=spec.source)
-    save_spec_yaml(spec, path, inputs=inputs)
-    return False
+) -> None:
+    """Set section.key = value in the YAML spec at `path` (see edit_spec)."""
+    edit_spec(path, [(section, key, value)], inputs=inputs)
 
 
 def set_spec_values(
     path: Path, section: str, values: dict[str, Any], *, inputs: dict[str, Any] | None = None
-) -> bool:
+) -> None:
     """Several keys of one section at once (they may only be valid together, e.g. max_draft_len and the
-    schedule whose K at 1 must equal it). Returns True when comments were kept."""
+    schedule whose K at 1 must equal it)."""
+    edit_spec(path, [(section, key, value) for key, value in values.items()], inputs=inputs)
+
+
+def edit_spec(path: Path, edits: Iterable[Edit], *, inputs: dict[str, Any] | None = None) -> None:
+    """Apply every edit in one write; `inputs` (the files tune read) may not be the spec. A spec the
+    edits would make invalid, or whose text would read back differently, is left as it was (SpecError)."""
+    edits = list(edits)
     text = read_spec_text(path)
-    edited = text
-    for key, value in values.items():
-        edited = edit_text(edited, section, key, value)
-    try:
-        raw = yaml.safe_load(edited)
-        ok = isinstance(raw, dict) and all(raw.get(section, {}).get(k) == v for k, v in values.items())
-        if ok:
-            spec_from_dict(raw, source=path)
-    except Exception:  # any parse/validation failure: fall back to a full rewrite
-        ok = False
-    if ok:
-        atomic_write_text(path, edited, inputs=inputs, option="the spec")
-        return True
-    spec = load_spec(path)
-    raw = parse_spec_yaml(text, where=str(path))
-    raw.setdefault(section, {}).update(values)
-    save_spec_yaml(spec_from_dict(raw, source=spec.source), path, inputs=inputs)
-    return False
-
-
-def _flow_value(value: Any) -> str:
-    """Flow YAML of a value: JSON, except that a mapping with integer keys keeps them integers."""
-    if isinstance(value, dict) and value and all(isinstance(k, int) for k in value):
-        return "{" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in value.items()) + "}"
-    return json.dumps(value)
-
-
-def edit_text(text: str, section: str, key: str, value: Any) -> str:
-    """The narrow textual edit (see the module docstring); value written as flow YAML (JSON)."""
-    flow = _flow_value(value)
-    lines = text.splitlines(keepends=True)
-    start = next(
-        (i for i, ln in enumerate(lines) if re.match(rf"^{re.escape(section)}\s*:\s*(#.*)?$", ln)), None
-    )
-    if start is None:
-        flow_line = next(
-            (i for i, ln in enumerate(lines) if re.match(rf"^{re.escape(section)}\s*:\s*{{", ln)), None
+    edited = edit_text(text, edits, where=str(path))
+    raw = parse_spec_yaml(edited, where=str(path))  # the spec loader's safe_load
+    wrong = [
+        f"{section}.{key}"
+        for section, key, value in edits
+        if not isinstance(raw, dict)
+        or not isinstance(raw.get(section), dict)
+        or raw[section].get(key) != value
+    ]
+    if wrong:
+        raise SpecError(
+            f"{path}: the edited spec does not read back as written",
+            expected=", ".join(f"{s}.{k}: {v!r}" for s, k, v in edits),
+            found=f"{', '.join(wrong)} read back differently",
+            fix="set these keys by hand (the spec was not changed)",
         )
-        if flow_line is not None:
-            return (
-                "".join(lines[:flow_line])
-                + _edit_flow_line(lines[flow_line], section, key, value)
-                + "".join(lines[flow_line + 1 :])
-            )
-        sep = "" if text.endswith("\n") or not text else "\n"
-        return f"{text}{sep}{section}:\n  {key}: {flow}\n"
-    end = start + 1
-    while end < len(lines) and (
-        not lines[end].strip() or lines[end][0] in " \t" or lines[end].lstrip().startswith("#")
-    ):
-        end += 1
-    child_indent = next(
-        (
-            len(ln) - len(ln.lstrip())
-            for ln in lines[start + 1 : end]
-            if ln.strip() and not ln.lstrip().startswith("#")
-        ),
-        2,
-    )
-    pad = " " * child_indent
-    for i in range(start + 1, end):
-        if re.match(rf"^{pad}{re.escape(key)}\s*:", lines[i]):
-            j = i + 1
-            while (
-                j < end
-                and lines[j].strip()
-                and (
-                    len(lines[j]) - len(lines[j].lstrip()) > child_indent
-                    or lines[j].lstrip().startswith("- ")
-                )
-            ):
-                j += 1
-            comment = re.search(r"\s+#.*$", lines[i].rstrip("\n")) if j == i + 1 else None
-            tail = comment.group(0) if comment and _scalar_line(lines[i]) else ""
-            return "".join(lines[:i]) + f"{pad}{key}: {flow}{tail}\n" + "".join(lines[j:])
-    return "".join(lines[: start + 1]) + f"{pad}{key}: {flow}\n" + "".join(lines[start + 1 :])
+    spec_from_dict(raw, source=path)  # still a valid spec (SpecError otherwise; the file is untouched)
+    atomic_write_text(path, edited, inputs=inputs, option="the spec")
 
 
-def _scalar_line(line: str) -> bool:
-    """A `key: value  # comment` line whose value has no quotes or brackets (so '#' starts a comment)."""
-    value = line.split(":", 1)[1]
-    return not any(ch in value.split("#", 1)[0] for ch in "'\"[]{}")
+def edit_text(text: str, edits: Iterable[Edit], *, where: str = "<spec>") -> str:
+    """The spec's text with each section.key set to its value (a missing section or key is added at
+    the end of its mapping), everything else as it was."""
+    yaml = YAML()  # round-trip
+    yaml.width = MAX_LINE
+    mapping, offset = _indentation(text)
+    yaml.indent(mapping=mapping, sequence=offset + 2, offset=offset)  # "- " is two columns
+    yaml.explicit_start = _first_content_line(text).startswith("---")
+    try:
+        data = yaml.load(text)
+    except YAMLError as exc:
+        raise SpecError(
+            f"{where}: not valid YAML", expected="a YAML mapping", found=str(exc).splitlines()[0]
+        ) from None
+    if data is None:
+        data = CommentedMap()
+    if not isinstance(data, CommentedMap):
+        raise SpecError(f"{where}: the spec must be a mapping", found=type(data).__name__)
+    _keep_anchors(data)
+    for section, key, value in edits:
+        if not isinstance(data.get(section), CommentedMap):
+            data[section] = CommentedMap()
+        data[section][key] = _flow(value)
+    out = io.StringIO()
+    yaml.dump(data, out)
+    return out.getvalue()
 
 
-def _edit_flow_line(line: str, section: str, key: str, value: Any) -> str:
-    """`section: {a: 1, key: old}  # note` -> the same mapping with key set, the comment kept."""
-    body = line.split(":", 1)[1]
-    close = body.rfind("}")
-    mapping = yaml.safe_load(body[: close + 1])
-    comment = body[close + 1 :].rstrip("\n")
-    mapping[key] = value
-    items = ", ".join(
-        f"{k}: {_flow_value(v) if not isinstance(v, str) else _plain_scalar(v)}" for k, v in mapping.items()
-    )
-    return f"{section}: {{{items}}}{comment}\n"
+def _indentation(text: str) -> tuple[int, int]:
+    """(mapping indent, block sequence dash offset) of the spec as written: the columns of the first
+    nested mapping key and of the first block sequence's dash, each under a `key:` line of its own
+    (ruamel's own guess takes the sequence's indent for the mapping's: it would re-indent a spec whose
+    lists are indented further than its mappings)."""
+    mapping = offset = None
+    parent = None  # indent of the last `key:` line without a value on it
+    for line in text.splitlines():
+        body = line.strip()
+        if not body or body.startswith("#") or body.startswith("---"):
+            continue
+        col = len(line) - len(line.lstrip(" "))
+        if parent is not None and col > parent:
+            if body.startswith("- "):
+                offset = col - parent if offset is None else offset
+            elif mapping is None:
+                mapping = col - parent
+        parent = col if body.split("#", 1)[0].rstrip().endswith(":") else None
+        if mapping is not None and offset is not None:
+            break
+    return mapping or 2, offset if offset is not None else 0
 
 
-def _plain_scalar(value: str) -> str:
-    """A string as a YAML flow scalar (quoted only when it must be)."""
-    return yaml.safe_dump(value, default_style=None).strip().removesuffix("...").strip()
+def _first_content_line(text: str) -> str:
+    return next((ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")), "")
+
+
+def _keep_anchors(node: Any) -> None:
+    """ruamel drops an anchor no alias uses (specs may not hold aliases): write each back as it was."""
+    anchor = getattr(node, "anchor", None)
+    if anchor is not None and anchor.value:
+        node.yaml_set_anchor(anchor.value, always_dump=True)
+    children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+    for child in children:
+        _keep_anchors(child)
+
+
+def _flow(value: Any) -> Any:
+    """A new value as ruamel writes it in flow style (lists and mappings, nested too)."""
+    if isinstance(value, dict):
+        node = CommentedMap((k, _flow(v)) for k, v in value.items())
+        node.fa.set_flow_style()
+        return node
+    if isinstance(value, (list, tuple)):
+        node = CommentedSeq(_flow(v) for v in value)
+        node.fa.set_flow_style()
+        return node
+    return value

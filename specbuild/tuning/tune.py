@@ -60,7 +60,7 @@ from specbuild.tuning.profile_engine import (
 )
 from specbuild.tuning.profile_medusa import medusa_ranks
 from specbuild.tuning.progress import Reporter
-from specbuild.tuning.spec_edit import set_spec_value, set_spec_values
+from specbuild.tuning.spec_edit import edit_spec
 from specbuild.tuning.tune_ngram import measure as measure_ngram
 from specbuild.tuning.tune_options import TuneOptions
 from specbuild.tuning.tune_report import Setting, TuneReport
@@ -417,32 +417,21 @@ def speculation_pays(sched: dict[str, Any] | None) -> bool:
 
 
 def _write(spec_path: Path, report: TuneReport, *, inputs: dict[str, Any]) -> TuneReport:
+    """The chosen setting (and a measured schedule) into the spec, in one write (spec_edit.py)."""
     tunable = Tunable[report.tunes.upper()]
-    edits = tunable.assignments(report.chosen.value)
+    edits = list(tunable.assignments(report.chosen.value))
     sched = report.details.get("schedule")
-    kept = True
     if not speculation_pays(sched):
         # the measurement says off: the spec's OFF schedule ({1: 0}) serves the target alone on every
         # flow (the BLS drafts 0; the LLM-API options leave speculative_config out), never a spec that
         # speculates against the printed conclusion
-        for section, key, value in edits:
-            if section != "speculation":
-                kept = set_spec_value(spec_path, section, key, value, inputs=inputs) and kept
-        together = {key: value for section, key, value in edits if section == "speculation"}
-        together["schedule"] = dict(OFF)
-        kept = set_spec_values(spec_path, "speculation", together, inputs=inputs) and kept
+        edits.append(("speculation", "schedule", dict(OFF)))
         report = replace(report, details={**report.details, "speculation_off": True})
     elif sched is not None and sched["schedule"] is not None:
         schedule = {int(n): k for n, k in sched["schedule"].items()}
-        together = {key: value for section, key, value in edits if section == "speculation"}
         if tunable is not Tunable.TREE:  # K at 1 request in flight is the schedule's first K
-            together["max_draft_len"] = schedule[1]
-        together["schedule"] = schedule
-        for section, key, value in edits:
-            if section != "speculation":
-                kept = set_spec_value(spec_path, section, key, value, inputs=inputs) and kept
-        kept = set_spec_values(spec_path, "speculation", together, inputs=inputs) and kept
-    else:
-        for section, key, value in edits:
-            kept = set_spec_value(spec_path, section, key, value, inputs=inputs) and kept
-    return replace(report, written="kept comments" if kept else "rewrote the spec (comments lost)")
+            edits = [e for e in edits if e[:2] != ("speculation", "max_draft_len")]
+            edits.append(("speculation", "max_draft_len", schedule[1]))
+        edits.append(("speculation", "schedule", schedule))
+    edit_spec(spec_path, edits, inputs=inputs)
+    return replace(report, written="kept comments")

@@ -22,7 +22,7 @@ class TuneReport:
     chosen: Setting
     current: Setting
     details: dict[str, Any] = field(default_factory=dict)
-    written: str | None = None  # "kept comments" | "rewrote the spec (comments lost)" | None
+    written: str | None = None  # "kept comments" once --write updated the spec, else None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

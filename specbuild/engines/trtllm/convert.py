@@ -95,7 +95,7 @@ def convert_checkpoint(
     )
     sources = {MODEL_SOURCE: src, HEADS_SOURCE: heads.source if heads else None}
     inputs = {"HF model": hf_dir, "Medusa heads": medusa.heads_dir if medusa is not None else None}
-    with atomic_output_dir(out_dir, force=force, inputs=inputs) as tmp:
+    with atomic_output_dir(out_dir, force=force, inputs=inputs) as tmp, _one_torch_thread():
         config_text = json.dumps(plan.config, indent=2) + "\n"
         (tmp / "config.json").write_text(config_text)
         hashes = {"config.json": hashlib.sha256(config_text.encode()).hexdigest()}
@@ -197,6 +197,20 @@ class _Counter:
         self.done += nbytes
         if self.callback:
             self.callback(self.done, self.total, name)
+
+
+@contextlib.contextmanager
+def _one_torch_thread():
+    """torch on one thread while converting (restored after). The only torch work is assembling tensors
+    (memory-bound copies and casts); with its thread pool, each copy wakes OpenMP workers that then
+    spin-wait and take the cores the sha256 threads need (`make bench-convert` reports the conversion's
+    CPU time)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _write_stage(

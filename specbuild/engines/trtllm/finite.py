@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import mmap
 import struct
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -24,17 +25,28 @@ _EXPONENT = {
 }
 
 
-_CHUNK = 1 << 22  # elements per pass: temporaries stay at a few MiB whatever the tensor size
+_CHUNK = 1 << 22  # elements per pass: the scratch stays at a few MiB whatever the tensor size
+_scratch = threading.local()  # per thread: one reused buffer (a fresh one per pass page-faults each time)
 
 
 def count_nonfinite(buffer, dtype: str) -> int:
-    """Elements of `buffer` (little-endian `dtype` values) that are NaN or +-Inf."""
+    """Elements of `buffer` (little-endian `dtype` values) that are NaN or +-Inf.
+
+    Each pass masks the exponent bits into a reused buffer and takes its maximum: `bits & mask` is at
+    most `mask`, and equals it exactly for a non-finite value, so only a pass that holds one counts."""
     kind, mask = _EXPONENT[dtype]
     bits = np.frombuffer(buffer, dtype=kind)  # [n], a view of the bytes
     m = kind(mask)
-    return sum(
-        int(np.count_nonzero((bits[i : i + _CHUNK] & m) == m)) for i in range(0, bits.shape[0], _CHUNK)
-    )
+    scratch = getattr(_scratch, kind.__name__, None)
+    if scratch is None:
+        scratch = np.empty(_CHUNK, dtype=kind)  # [CHUNK]
+        setattr(_scratch, kind.__name__, scratch)
+    bad = 0
+    for i in range(0, bits.shape[0], _CHUNK):
+        masked = np.bitwise_and(bits[i : i + _CHUNK], m, out=scratch[: min(_CHUNK, bits.shape[0] - i)])
+        if masked.shape[0] and masked.max() == m:
+            bad += int(np.count_nonzero(masked == m))
+    return bad
 
 
 def nonfinite_error(label: str, dtype: str, count: int) -> CheckpointError:

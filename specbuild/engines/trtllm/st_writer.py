@@ -9,9 +9,11 @@ start, contiguous, no gaps). `safetensors.safe_open` / `load_file` read it like 
 A tensor is written from parts: tensors (bytes through Python) or `FileRange`s of a source file,
 copied with `os.copy_file_range` inside the kernel (a plain read/write loop where the kernel or file
 system refuses). The file's sha256 is computed while writing, on a helper thread (hashlib releases the
-GIL) that reads the same bytes, so the manifest needs no second pass over the output. The same pass
-checks that every value is finite (`finite.py`): a NaN or Inf weight stops the conversion, naming the
-tensor, instead of an engine that generates token 0 forever.
+GIL) that reads the same bytes, so the manifest needs no second pass over the output; the writing
+never waits for the hash of a file range (only a part in memory waits for the previous one's, which
+bounds memory), so with one writer per TP rank file the files are hashed in parallel while they are
+written. The same pass checks that every value is finite (`finite.py`): a NaN or Inf weight stops the
+conversion, naming the tensor, instead of an engine that generates token 0 forever.
 """
 
 from __future__ import annotations
@@ -62,8 +64,9 @@ class StreamingWriter:
         self._next = 0
         self._file: BinaryIO | None = None
         self._hash = hashlib.sha256()
-        self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sha256")
-        self._pending: Future | None = None
+        self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sha256")  # FIFO: in file order
+        self._pending: list[Future] = []  # hash jobs submitted and not yet seen to finish
+        self._last_bytes: Future | None = None  # the hash job of the last part written from memory
         self._fds: dict[
             Path, int
         ] = {}  # source files of FileRange parts (shared by both threads: pread only)
@@ -90,18 +93,29 @@ class StreamingWriter:
         return self
 
     def _emit(self, part, *, check: tuple[str, str] | None = None) -> None:
-        """Hash `part` on the helper thread while writing it here; at most one part is in flight.
+        """Write `part` here while the helper thread hashes it (in file order: one FIFO thread).
 
-        `check` = (tensor label, dtype): a FileRange's values are checked for NaN/Inf on that thread."""
+        A FileRange holds no memory, so its hash job never holds up the writing: the writer runs ahead
+        of the hash and the two overlap fully. A part in memory (an assembled tensor: a Scratch buffer,
+        reused two tensors later) waits for the previous such part's hash first, which bounds memory
+        to the two buffers. `check` = (tensor label, dtype): the part's values are checked for NaN/Inf
+        on that thread."""
         assert self._file is not None
-        if self._pending is not None:
-            self._pending.result()  # in order, and bounds memory to the part being written
+        self._reap()
         if isinstance(part, FileRange):
-            self._pending = self._hasher.submit(self._hash_range, part, check)
+            self._pending.append(self._hasher.submit(self._hash_range, part, check))
             self._copy_range(part)
         else:
-            self._pending = self._hasher.submit(self._hash_bytes, part, check)
+            if self._last_bytes is not None:
+                self._last_bytes.result()  # (raises a failed check at once)
+            self._last_bytes = self._hasher.submit(self._hash_bytes, part, check)
+            self._pending.append(self._last_bytes)
             self._file.write(part)
+
+    def _reap(self) -> None:
+        """Drop finished hash jobs, raising the first failure (a non-finite value stops the writing)."""
+        while self._pending and self._pending[0].done():
+            self._pending.pop(0).result()
 
     def _fd(self, path: Path) -> int:
         if path not in self._fds:
@@ -192,11 +206,14 @@ class StreamingWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         assert self._file is not None
         self._file.close()
-        if self._pending is not None:
-            self._pending.result()
-        self._hasher.shutdown()
-        for fd in self._fds.values():
-            os.close(fd)
+        try:
+            for job in self._pending:  # in order: the first failure is the one reported
+                if exc_type is None:
+                    job.result()
+        finally:  # a failed write: the jobs not started are dropped, the running one ends first
+            self._hasher.shutdown(cancel_futures=exc_type is not None)
+            for fd in self._fds.values():
+                os.close(fd)
         self.sha256 = self._hash.hexdigest()
         if exc_type is None and self._next != len(self.entries):
             missing = [e.name for e in self.entries[self._next :]]

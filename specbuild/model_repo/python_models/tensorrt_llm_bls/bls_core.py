@@ -441,18 +441,23 @@ def _kv_figures(out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def perf_outputs(
     *,
-    stats,
+    accepted: int,
+    drafted: int,
     arrival_ns: int,
     first_scheduled_ns: int | None,
     first_token_ns: int | None,
     last_token_ns: int | None,
     kv: dict[str, np.ndarray],
     draft_kv: dict[str, np.ndarray] | None = None,
+    guard_stopped: bool | None = None,
 ) -> dict[str, np.ndarray]:
-    """The perf outputs of a whole speculative request (SpecStats `stats`), batch dim included.
+    """The perf outputs of a speculative request so far (accepted / drafted draft tokens), batch dim
+    included: every one upstream's backend fills on a response (model_instance_state.cc
+    fillTritonResponse), as it does on every response of the request, streamed ones included.
 
     kv: the target's KV-cache figures of its first call (the prompt's prefix reuse); draft_kv: the
-    draft's, as draft_kv_cache_* (None: no draft model ran)."""
+    draft's, as draft_kv_cache_* (None: no draft model ran); guard_stopped: whether the acceptance guard
+    stopped drafting (the final response's speculation_stopped; None: not known yet, left out)."""
 
     def one(value, dtype):
         return np.array([[value]], dtype=dtype)
@@ -462,11 +467,13 @@ def perf_outputs(
         "first_scheduled_time_ns": one(first_scheduled_ns or arrival_ns, np.int64),
         "first_token_time_ns": one(first_token_ns or 0, np.int64),
         "last_token_time_ns": one(last_token_ns or 0, np.int64),
-        "acceptance_rate": one(stats.acceptance_rate, np.float32),
-        "total_accepted_draft_tokens": one(stats.accepted, np.int32),
-        "total_draft_tokens": one(stats.drafted, np.int32),
-        "speculation_stopped": one(stats.guard_stopped, bool),  # specbuild addition: the acceptance guard
+        # SpecStats.acceptance_rate's definition: the backend's totalAccepted / totalDraft
+        "acceptance_rate": one(accepted / drafted if drafted else 0.0, np.float32),
+        "total_accepted_draft_tokens": one(accepted, np.int32),
+        "total_draft_tokens": one(drafted, np.int32),
     }
+    if guard_stopped is not None:
+        out["speculation_stopped"] = one(guard_stopped, bool)  # specbuild addition: the acceptance guard
     for name in KV_OUTPUTS:
         out[name] = np.asarray(kv[name], dtype=np.int32).reshape(1, 1) if name in kv else one(0, np.int32)
     for name in KV_OUTPUTS if draft_kv is not None else ():
@@ -477,13 +484,22 @@ def perf_outputs(
     return out
 
 
-def running_totals(shared: _Shared) -> dict[str, np.ndarray]:
-    """What a streamed speculative response carries with return_perf_metrics: the request's counters so
-    far, so a client gets each round's drafted and accepted tokens exactly (the final response: totals)."""
-    return {
-        "total_accepted_draft_tokens": np.array([[shared.accepted]], dtype=np.int32),
-        "total_draft_tokens": np.array([[shared.drafted]], dtype=np.int32),
-    }
+def streamed_perf(
+    shared: _Shared, *, arrival_ns: int, first_token_ns: int | None, last_token_ns: int | None
+) -> dict[str, np.ndarray]:
+    """What a streamed speculative response carries with return_perf_metrics: every perf output, with
+    the request's counters so far (a client gets each round's drafted and accepted tokens exactly as the
+    differences of two responses; the final response: the totals)."""
+    return perf_outputs(
+        accepted=shared.accepted,
+        drafted=shared.drafted,
+        arrival_ns=arrival_ns,
+        first_scheduled_ns=shared.first_call_ns,
+        first_token_ns=first_token_ns,
+        last_token_ns=last_token_ns,
+        kv=shared.first_perf.get("target", {}),
+        draft_kv=shared.first_perf.get("draft"),
+    )
 
 
 class RequestTimers:
@@ -572,7 +588,7 @@ def speculate(
     """Run the shared speculative loop over the Triton models; returns (new tokens, SpecStats, shared state).
 
     `on_tokens(tokens, shared)` gets each round's emitted tokens and the request's shared state (its
-    running totals: running_totals()).
+    running totals: streamed_perf()).
 
     `drafter_factory` makes the repository's drafter (its `bls_drafter` parameter: `drafter_factory()`).
 

@@ -1,4 +1,9 @@
-"""Triton Python model `tensorrt_llm_bls` (decoupled): text in, text out, draft/target speculation.
+"""Triton Python model `tensorrt_llm_bls`: text in, text out, draft/target speculation.
+
+Decoupled or not, as the repository chose (model_repo/transaction.py): decoupled, a request may stream
+(stream=true); not decoupled, each request gets exactly one response (unary gRPC ModelInfer, HTTP infer)
+and stream=true is refused with the C++ backend's "Streaming is only supported if model is deployed
+using decoupled mode." (a cancelled request's one response is a CANCELLED error).
 
 * num_draft_tokens > 0 (or the repository's default when the request omits it) and a drafter
   configured (`bls_drafter`, named by the repository's method): the shared speculative loop
@@ -15,7 +20,10 @@ Responses: text_output is flat (one string per request: `as_numpy("text_output")
 are deltas (concatenate them); output_ids / sequence_length are the token ids of each response (the
 prompt first in a non-streamed answer when exclude_input_in_output is false, upstream's default); the
 last response carries the COMPLETE_FINAL flag, the remaining text and, with return_perf_metrics, the
-perf outputs (return_num_input_tokens / return_num_output_tokens: the token counts).
+perf outputs (return_num_input_tokens / return_num_output_tokens: the token counts). With
+return_perf_metrics every streamed response carries every perf output too, as upstream's backend fills
+them on each response (model_instance_state.cc fillTritonResponse): the loop's counters and times so
+far, or (the target streams: Medusa) what tensorrt_llm sent with those tokens.
 
 Limits: with the engines' limits in its parameters (`max_prompt_tokens`, `max_total_tokens`, from the
 engines' build_config) the BLS refuses a prompt or prompt + max_tokens the engines would refuse or cut.
@@ -54,11 +62,11 @@ from bls_core import (  # noqa: E402
     new_tokens,
     perf_outputs,
     preprocess,
-    running_totals,
     speculate,
+    streamed_perf,
 )
 from inflight import InflightCounter, counter_path, remove_stale  # noqa: E402
-from responder import POLL_S, Responder  # noqa: E402
+from responder import POLL_S, Responder, cancelled_error  # noqa: E402
 from words import flag, param  # noqa: E402
 
 # A folder: each request's timers (RequestTimers) are appended to FOLDER/bls-<pid>.jsonl (bench-serve reads
@@ -186,6 +194,8 @@ class TritonPythonModel:
             if drafter
             else None
         )
+        # decoupled (the repository's choice, model_repo/transaction.py): streams; else one response each
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         self.target_decoupled = flag(param(config, "tensorrt_llm_decoupled", "false"))
         self.default_k = int(param(config, "default_num_draft_tokens", "0"))
         self.default_use_logits = flag(param(config, "default_use_draft_logits", "false"))
@@ -345,22 +355,25 @@ class TritonPythonModel:
             try:
                 if self.inflight is not None:
                     with self.inflight.handling(self.hold_ms):
-                        self._handle(request, responder, timers)
+                        final = self._handle(request, responder, timers)
                 else:
-                    self._handle(request, responder, timers)
+                    final = self._handle(request, responder, timers)
             except Cancelled:
                 pb_utils.Logger.log_info(f"tensorrt_llm_bls: request '{request.request_id()}' cancelled")
-                responder.finish()  # flags only: the client is gone
+                final = None  # decoupled: flags only (the client is gone); else the CANCELLED error
             except Exception as exc:  # every failure becomes the request's error response
-                responder.finish(
-                    pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}"))
-                )
+                final = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}"))
+            if self.decoupled:
+                responder.finish(final)
+            else:  # the one response a non-decoupled model sends, through its response sender
+                responder.finish_one(final if final is not None else cancelled_error("tensorrt_llm_bls"))
             if timers is not None:
                 timers.write(os.path.join(self.timings, f"bls-{os.getpid()}.jsonl"))
         return None
 
     # ---- one request ----------------------------------------------------------------------------
-    def _handle(self, request, responder: Responder, timers: RequestTimers | None = None) -> None:
+    def _handle(self, request, responder: Responder, timers: RequestTimers | None = None):
+        """One request, its streamed responses sent; returns its final response."""
         arrival = time.time_ns()
 
         def get(name):
@@ -374,6 +387,8 @@ class TritonPythonModel:
             seed_name=self.seed_name,
             min_tokens_name=self.min_tokens_name,
         )
+        if opts.stream and not self.decoupled:  # the C++ backend's words for the same refusal
+            raise ValueError("Streaming is only supported if model is deployed using decoupled mode.")
         rounds = RoundGate(responder)
         call = self._caller(responder, rounds, timers)
         prep = preprocess(call, opts)
@@ -399,14 +414,27 @@ class TritonPythonModel:
             rounds.next_round()
             return gone[0] or responder.cancelled(max_age_s=float("inf"))
 
-        def on_tokens(tokens, shared=None):
+        def on_tokens(tokens, shared=None, target_perf=None):
+            """One round's (or the target's streamed response's) tokens; streamed, sent with every perf
+            output as upstream's backend fills them on each response (the loop's counters so far, or
+            what the streaming target sent with these tokens)."""
             times["first"] = times["first"] or time.time_ns()
             times["last"] = time.time_ns()
             if opts.stream and not gone[0]:
                 delta = text.push(tokens)
                 outputs = {"text_output": _text_output(delta), **_token_outputs(tokens), **counts(tokens)}
-                if shared is not None and opts.return_perf_metrics:  # this round's counters, exactly
-                    outputs.update(running_totals(shared))
+                if opts.return_perf_metrics:
+                    if shared is not None:
+                        outputs.update(
+                            streamed_perf(
+                                shared,
+                                arrival_ns=arrival,
+                                first_token_ns=times["first"],
+                                last_token_ns=times["last"],
+                            )
+                        )
+                    elif target_perf:
+                        outputs.update(target_perf)
                 gone[0] = not responder.send(self._response(outputs))
 
         scheduled = self.schedule is not None and not opts.k_given
@@ -437,7 +465,9 @@ class TritonPythonModel:
                 plain_growth=self.plain_growth,
             )
             perf = perf_outputs(
-                stats=stats,
+                accepted=stats.accepted,
+                drafted=stats.drafted,
+                guard_stopped=stats.guard_stopped,
                 arrival_ns=arrival,
                 first_scheduled_ns=shared.first_call_ns,
                 first_token_ns=times["first"],
@@ -463,7 +493,7 @@ class TritonPythonModel:
         }
         if opts.return_perf_metrics:
             outputs.update(perf)
-        responder.finish(self._response(outputs))
+        return self._response(outputs)
 
     def _detokenizer(self, call):
         """tokens -> text: the BLS's own tokenizer when it has one, else a call to `postprocessing`."""
@@ -492,9 +522,10 @@ class TritonPythonModel:
         for out in responses:
             new = new_tokens(out)
             tokens += new
+            now = {name: out[name] for name in PERF_OUTPUTS if out.get(name) is not None}
             if new:
-                on_tokens(new)
+                on_tokens(new, target_perf=now)  # forwarded as upstream's BLS forwards each response
                 if ended():
                     raise Cancelled
-            perf.update({name: out[name] for name in PERF_OUTPUTS if name in out})
+            perf.update(now)
         return tokens, perf

@@ -19,9 +19,11 @@ b35ac1b6 (1.2.0rc2) and 044a90d2; docs/llmapi.md), and what this model does:
   engine step with the cumulative text_output (upstream sends `output.text`, which is cumulative);
 * return_finish_reason / return_stop_reason: str() of the value, as upstream;
 * sampling_param_return_perf_metrics: kv_cache_* and *_time_ns and the speculative counters
-  acceptance_rate / total_accepted_draft_tokens / total_draft_tokens of the whole request. Sent with
-  the types config.pbtxt declares (upstream builds them with text_output's numpy dtype, so real servers
-  answer strings: clients parse both);
+  acceptance_rate / total_accepted_draft_tokens / total_draft_tokens of the whole request, as the
+  container sends them: upstream's `_create_response` (model.py at b35ac1b6) builds each one with
+  text_output's numpy dtype (object), so they go out as BYTES holding the value's str() ("0.0", "12"),
+  although config.pbtxt declares INT32 / INT64 / FP32 for them (the Python backend sends what the model
+  builds); times at the microseconds of the timedelta upstream converts;
 * stop = true: ends the in-flight requests with the same request id (upstream aborts them);
 * output_ids (specbuild addition): the token ids of the response (streamed: the step's new tokens).
 
@@ -198,21 +200,31 @@ class Perf(RequestCounters):
     """The LLM-API model's perf outputs for one request (counters: common/engine_worker.py)."""
 
     def outputs(self) -> dict[str, np.ndarray]:
+        """Each as upstream's model.py builds it: `np.asarray([value], dtype=self.output_dtype)`, the
+        numpy dtype of text_output (TYPE_STRING: object), so the Python backend sends the value's str()
+        as BYTES ("0.0", "1"), whatever config.pbtxt declares (module docstring)."""
         total = self.reused_blocks + self.new_blocks
-        return {
-            "kv_cache_reused_block": np.array([self.reused_blocks], dtype=np.int32),
-            "kv_cache_missed_block": np.array([self.new_blocks], dtype=np.int32),
-            "kv_cache_alloc_new_blocks": np.array([self.new_blocks], dtype=np.int32),
-            "kv_cache_alloc_total_blocks": np.array([total], dtype=np.int32),
-            "kv_cache_hit_rate": np.array([self.reused_blocks / total if total else 0.0], dtype=np.float32),
-            "arrival_time_ns": np.array([self.arrival_ns], dtype=np.int64),
-            "first_scheduled_time_ns": np.array([self.scheduled_ns or self.arrival_ns], dtype=np.int64),
-            "first_token_time_ns": np.array([self.first_token_ns], dtype=np.int64),
-            "last_token_time_ns": np.array([self.last_token_ns], dtype=np.int64),
-            "acceptance_rate": np.array([self.acceptance_rate], dtype=np.float32),
-            "total_accepted_draft_tokens": np.array([self.accepted], dtype=np.int32),
-            "total_draft_tokens": np.array([self.drafted], dtype=np.int32),
+        values = {
+            "kv_cache_reused_block": self.reused_blocks,
+            "kv_cache_hit_rate": self.reused_blocks / total if total else 0.0,
+            "kv_cache_alloc_new_blocks": self.new_blocks,
+            "kv_cache_alloc_total_blocks": total,
+            "kv_cache_missed_block": self.new_blocks,
+            # timing_metrics are datetime.timedelta (microseconds) turned into ns by pd.Timedelta(...).value
+            "arrival_time_ns": _micros(self.arrival_ns),
+            "first_scheduled_time_ns": _micros(self.scheduled_ns or self.arrival_ns),
+            "first_token_time_ns": _micros(self.first_token_ns),
+            "last_token_time_ns": _micros(self.last_token_ns),
+            # a C++ float read through the bindings: its float32 value as a Python float
+            "acceptance_rate": float(np.float32(self.acceptance_rate)),
+            "total_accepted_draft_tokens": self.accepted,
+            "total_draft_tokens": self.drafted,
         }
+        return {name: np.array([str(value)], dtype=object) for name, value in values.items()}  # [1] BYTES
+
+
+def _micros(ns: int) -> int:
+    return int(ns) // 1000 * 1000
 
 
 def text_outputs(text: str, token_ids: list[int]) -> dict[str, np.ndarray]:

@@ -12,12 +12,12 @@ the LLM-API tensor interface (what each input does: llmapi_core.py).
   as the LLM API runs its executor in a worker process on one GPU: this process only reads requests,
   tokenizes, detokenizes and sends responses, so none of that stalls the engine (in one process, each
   response's IPC hand-overs of the GIL cost the engine 12% of a streamed request; docs/serving.md).
-* decoupled (specbuild's repositories): `execute` hands the requests to one worker thread and returns,
-  so concurrent requests reach the engine together: requests waiting when a batch starts decode
-  together (up to max_batch_size; the engine's lockstep batch, draft/target included), later ones in the
-  next batch. This is the reference engine's batching, not TensorRT-LLM's in-flight batching, which
-  admits requests between steps. The worker thread sends each batch to the engine process and reads its
-  steps as they come.
+* decoupled (triton_config.decoupled: the repository's choice): `execute` hands the requests to one
+  worker thread and returns, so concurrent requests reach the engine together: requests waiting when a
+  batch starts decode together (up to max_batch_size; the engine's lockstep batch, draft/target
+  included), later ones in the next batch. This is the reference engine's batching, not TensorRT-LLM's
+  in-flight batching, which admits requests between steps. The worker thread sends each batch to the
+  engine process and reads its steps as they come.
 * responses (decoupled): one thread of their own (engine_worker.Outbox) builds and sends them, in the
   order the engine produced them: a streamed step's response (its cumulative text detokenized, the
   tensors, the cancellation ask and the send, each ask and send an IPC round trip to the server) is
@@ -27,7 +27,8 @@ the LLM-API tensor interface (what each input does: llmapi_core.py).
   asks afresh); a request that is not streamed is asked at most every cancellation_check_period_ms
   (triton_config; 100 as upstream's cancellation loop). A request that should stop is aborted in the
   engine process, which ends it at its next step.
-* not decoupled: each request runs inside `execute`.
+* not decoupled (upstream model.yaml's default): each request runs inside `execute` and gets its one
+  response from it; a streaming request is refused with upstream's message.
 * cancellation: Triton's (the client gone) ends the work within a step or two and writes nothing but the final
   flag (writing outputs for a gone client is what the 2.51 frontend can crash on, responder.py); a
   `stop` request ends the requests with its id within a step or two: they end with what they produced and
