@@ -203,3 +203,10 @@ def test_write_when_speculation_never_pays_leaves_a_spec_that_does_not_speculate
         s = load_spec(spec_path, overrides={"flow": "llmapi", "trtllm_version": version})
         options = llmapi_options(s, plan_memory(s), models={k: str(v) for k, v in llmapi_models(s).items()})
         assert "speculative_config" not in options and "disable_overlap_scheduler" not in options
+    from specbuild.builder.compile import compile_spec
+    from specbuild.model_repo.check import check_repo
+    from specbuild.model_repo.generate import generate_repo
+
+    build = compile_spec(load_spec(spec_path, overrides={"flow": "llmapi"}), tmp_path / "build")
+    assert "speculative_config" not in yaml.safe_load((build / "llmapi_options.yaml").read_text())
+    assert check_repo(generate_repo(build, tmp_path / "repo")) == []  # Triton's LLM-API model: target alone

@@ -223,6 +223,8 @@ def _check_method(repo: _Repo, options: dict[str, Any], mode: str, version: str)
             f"use {found.alternative}",
         )
         return
+    if "speculative_config" not in options:  # the target alone (speculation.schedule {1: 0}): valid
+        return
     cls = decoding_class(mode, version)
     want = cls.decoding_type if cls else None
     have = _spec(options).get("decoding_type")

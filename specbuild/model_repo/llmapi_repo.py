@@ -117,7 +117,8 @@ def generate_llmapi_repo(
         mode=manifest.spec.mode,
         trtllm_version=version,
         local=local,
-        default_num_draft_tokens=int(options["speculative_config"]["max_draft_len"]),
+        # no speculative_config (speculation.schedule {1: 0}): the target alone, K = 0
+        default_num_draft_tokens=int((options.get("speculative_config") or {}).get("max_draft_len", 0)),
         reference_engine=str(manifest.folder) if local else None,
         decoupled=decoupled,
     )

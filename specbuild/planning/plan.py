@@ -137,8 +137,13 @@ def make_plan(spec: BuildSpec, req: PlanRequest) -> CapacityPlan:
     else:
         base, spec_curve, cost_ratio = _predicted(spec, req, gpu, profile, k, notes)
     curves = (base, spec_curve, *schedule_curves(spec, base, spec_curve))
-    if len(curves) == 2:
+    if spec.speculation.schedule is None:
         notes.append("no load-aware K schedule in the spec: speculation runs at its one K at every load")
+    elif len(curves) == 2:
+        notes.append(
+            f"the schedule as it runs ({served_schedule(spec).to_text()}) uses no K the curves hold "
+            "(the spec's K or 0): no schedule curve"
+        )
     sizings = {
         c.name: C.size(req.traffic, c, req.objective, utilisation=req.utilisation, price_per_gpu_hour=price)
         for c in curves
