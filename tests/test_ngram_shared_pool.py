@@ -16,6 +16,7 @@ COMMON = BLS.parent / "common"
 sys.path[:0] = [str(BLS), str(COMMON)]
 
 import ngram_store  # noqa: E402
+import private_dir  # noqa: E402
 
 from specbuild.engines.reference.ngram import NGramConfig, NGramRequest  # noqa: E402
 
@@ -70,8 +71,8 @@ def test_the_pool_is_trimmed_to_its_bound(tmp_path, monkeypatch):
 
 
 def test_pool_files_are_per_server_and_stale_ones_go(tmp_path):
-    live = ngram_store.server_pool_path("/repo/tensorrt_llm_bls", root=str(tmp_path))
-    other = ngram_store.server_pool_path("/other/tensorrt_llm_bls", root=str(tmp_path))
+    live = ngram_store.server_pool_path("/repo/tensorrt_llm_bls", folder=tmp_path / "pool")
+    other = ngram_store.server_pool_path("/other/tensorrt_llm_bls", folder=tmp_path / "pool")
     assert live != other and live.parent == other.parent and str(os.getppid()) in live.name
     live.parent.mkdir()
     live.write_bytes(b"")
@@ -87,7 +88,8 @@ def test_an_unusable_pool_file_falls_back_to_an_own_pool(tmp_path, monkeypatch):
 
     blocked = tmp_path / "file"
     blocked.write_text("not a folder")
-    monkeypatch.setattr(ngram_store.tempfile, "gettempdir", lambda: str(blocked))
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(private_dir.tempfile, "gettempdir", lambda: str(blocked))
     logged: list[str] = []
     factory = bls_core.NGramDrafter.configure(
         lambda key, default: {"ngram_max_matching_ngram_size": "4"}.get(key, default),
@@ -102,7 +104,8 @@ def test_an_unusable_pool_file_falls_back_to_an_own_pool(tmp_path, monkeypatch):
 def test_private_pools_are_not_shared(tmp_path, monkeypatch, public):
     import bls_core
 
-    monkeypatch.setattr(ngram_store.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(private_dir.tempfile, "gettempdir", lambda: str(tmp_path))
     factory = bls_core.NGramDrafter.configure(
         lambda key, default: {"ngram_is_public_pool": public}.get(key, default),
         model_dir=str(tmp_path / "model"),

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 Pattern = tuple[int, ...]
@@ -155,6 +155,13 @@ class NGramRequest:
         self.lookups += 1
         self.hits += bool(draft)
         return draft
+
+    def privately(self) -> NGramRequest:
+        """This request with a pool of its own from now on (the shared one could not be used): empty, so
+        its next round scans the whole sequence again; the counts carry on."""
+        own = NGramRequest(replace(self.config, is_public_pool=False), self.k)
+        own.lookups, own.hits = self.lookups, self.hits
+        return own
 
     def _sizes(self, length: int) -> range:
         return range(min(self.config.max_matching_ngram_size, length - 1), 0, -1)

@@ -336,32 +336,54 @@ class NGramDrafter:
     no model and no engine call. Its pool: the server's shared one (ngram_store.py) with
     is_public_pool, else the request's own, gone with it.
 
+    The shared pool never fails a request: a round that cannot use it (locked by another process
+    beyond ngram_store.BUSY_TIMEOUT_S, or any SQLite error) continues the request with a pool of its own,
+    and `count(reason)` is told (the BLS's `specbuild_ngram_pool_fallbacks_total`): "locked" or
+    "error" once for such a request, "unusable" for every request of an instance whose shared pool
+    could not be opened. Drafts get worse; outputs stay exact.
+
     `configure` reads the repository's ngram_* BLS parameters once per model instance and returns the
     factory the BLS calls per request."""
 
     forward_passes = 0
 
-    def __init__(self, shared: _Shared, config: NGramConfig, public):
+    def __init__(self, shared: _Shared, config: NGramConfig, public, count: Callable[[str], None]):
         self.request = NGramRequest(config, shared.opts.num_draft_tokens, public)
+        self.count = count
 
     def propose(self, ids, k, params):
-        return self.request.propose(list(ids), k), None
+        try:
+            return self.request.propose(list(ids), k), None
+        except sqlite3.Error as exc:  # the shared pool only: a private pool raises nothing of SQLite's
+            self.count("locked" if "locked" in str(exc) else "error")  # "database is locked": SQLITE_BUSY
+            self.request = self.request.privately()
+            return self.request.propose(list(ids), k), None
 
     @classmethod
-    def configure(cls, parameter: Callable[[str, str], str], *, model_dir: str, log=print):
+    def configure(
+        cls,
+        parameter: Callable[[str, str], str],
+        *,
+        model_dir: str,
+        log=print,
+        count: Callable[[str], None] = lambda reason: None,
+    ):
         config = NGramConfig(
             max_matching_ngram_size=int(parameter("ngram_max_matching_ngram_size", "2")),
             is_keep_all=flag(parameter("ngram_is_keep_all", "true")),
             is_use_oldest=flag(parameter("ngram_is_use_oldest", "true")),
             is_public_pool=flag(parameter("ngram_is_public_pool", "true")),
         )
-        public = None
+        public, unusable = None, False
         if config.is_public_pool:
             public = open_public_pool(model_dir, log=log)
+            unusable = public is None
             public = PatternPool() if public is None else public
 
         def factory(shared: _Shared, draft_model: str | None) -> NGramDrafter:
-            return cls(shared, config, public)
+            if unusable:
+                count("unusable")
+            return cls(shared, config, public, count)
 
         factory.config, factory.public = config, public
         factory.draft_logits = False  # no draft distribution: torch is never needed
@@ -370,21 +392,31 @@ class NGramDrafter:
 
 def open_public_pool(model_dir: str, *, log=print):
     """The pool shared by this server's BLS instances, or None (then each instance keeps its own)."""
-    path = server_pool_path(model_dir)
+    path = None
     try:
+        path = server_pool_path(model_dir)
         remove_stale(path.parent)
         return SharedPatternStore(path)
     except (OSError, sqlite3.Error) as exc:
-        log(f"tensorrt_llm_bls: n-gram pool {path} unusable ({exc}); this instance keeps its own pool")
+        where = path if path is not None else "folder"
+        log(f"tensorrt_llm_bls: n-gram pool {where} unusable ({exc}); this instance keeps its own pool")
         return None
 
 
-def drafter_factory(name: str, parameter: Callable[[str, str], str], *, model_dir: str, log=print):
+def drafter_factory(
+    name: str,
+    parameter: Callable[[str, str], str],
+    *,
+    model_dir: str,
+    log=print,
+    count: Callable[[str], None] = lambda reason: None,
+):
     """The repository's drafter ("bls_core:Class", its `bls_drafter` parameter) as a factory
-    (shared, draft_model) -> Drafter: the class itself, or what its `configure` returns."""
+    (shared, draft_model) -> Drafter: the class itself, or what its `configure` returns. `count(reason)`:
+    the drafter's fallback counter (NGramDrafter)."""
     drafter = globals()[name.partition(":")[2]]
     configure = getattr(drafter, "configure", None)
-    return configure(parameter, model_dir=model_dir, log=log) if configure else drafter
+    return configure(parameter, model_dir=model_dir, log=log, count=count) if configure else drafter
 
 
 class TritonVerifier:

@@ -65,6 +65,7 @@ from bls_core import (  # noqa: E402
     speculate,
     streamed_perf,
 )
+from bls_metrics import FallbackCounter  # noqa: E402
 from inflight import InflightCounter, counter_path, remove_stale  # noqa: E402
 from responder import POLL_S, Responder, cancelled_error  # noqa: E402
 from words import flag, param  # noqa: E402
@@ -184,12 +185,14 @@ class TritonPythonModel:
         # the repository's method names its BLS drafter ("bls_core:TritonDrafter"; empty: the target
         # speculates)
         drafter = param(config, "bls_drafter")
+        self.fallbacks = FallbackCounter(args.get("model_name", "tensorrt_llm_bls"))
         self.drafter_factory = (
             bls_core.drafter_factory(
                 drafter,
                 lambda key, default: param(config, key, default),
                 model_dir=args.get("model_repository", _HERE),
                 log=pb_utils.Logger.log_warn,
+                count=self.fallbacks.count,
             )
             if drafter
             else None
@@ -255,6 +258,7 @@ class TritonPythonModel:
 
     def finalize(self):
         self.parking.release()  # the stub dropped its references before finalize (its FinalizeRequest)
+        self.fallbacks.close()
         if self.inflight is not None:
             self.inflight.close()
 

@@ -10,13 +10,17 @@ database (stdlib, file locking across processes) that every instance of the serv
   order (upstream: in batch order within a step);
 * bounded: at most `max_patterns` rows, the least recently used trimmed every `TRIM_EVERY` sessions,
   and `max_matches` continuations per pattern (ngram.add_match), as the in-memory pool;
-* it is a cache: `synchronous=OFF`, no durability. Its file is `<tmp>/specbuild-ngram/<key>.sqlite3`,
-  `key` = the server process (the instances' parent: its pid and start time) and the model folder, so
-  two servers never share one and a restarted server starts empty; files of servers that are gone are
-  removed when an instance starts.
-* if the file cannot be used (read-only /tmp, a damaged database), the instance falls back to an
-  in-memory pool of its own and logs why: drafts get worse, outputs stay exact (speculation is lossless
-  whatever the drafts).
+* it is a cache: `synchronous=OFF`, no durability. Its file is `<pool folder>/<key>.sqlite3`, `key` =
+  the server process (the instances' parent: its pid and start time) and the model folder, so two
+  servers never share one and a restarted server starts empty; files of servers that are gone are
+  removed when an instance starts. The pool folder is this user's private one (private_dir.py:
+  `$XDG_RUNTIME_DIR/specbuild-ngram`, else `<tmp>/specbuild-ngram-<uid>`, 0700, owner and mode
+  checked); the file is created 0600 and opened without following a symlink;
+* if the pool cannot be used (read-only tmp, a damaged database, a folder or file that is not
+  private), the instance falls back to an in-memory pool of its own and logs why; a round that finds
+  the file locked for longer than BUSY_TIMEOUT_S (another process holding it) makes the BLS continue
+  that request with a private pool (bls_core.NGramDrafter). Either way drafts get worse, outputs stay
+  exact (speculation is lossless whatever the drafts).
 
 Plain Python (sqlite3, array): runs in the production container, where specbuild is not installed.
 """
@@ -26,18 +30,23 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
-import tempfile
 import threading
 import time
 from array import array
 from contextlib import contextmanager
 from pathlib import Path
 
+from private_dir import UnsafePathError, open_private_file, private_folder, refuse_symlink
+
 from specbuild.engines.reference.ngram import DEFAULT_MAX_MATCHES, DEFAULT_MAX_PATTERNS, Matches, Pattern
 
 TRIM_EVERY = 64  # sessions between two row counts (each count is a table scan)
-BUSY_TIMEOUT_S = 10.0  # waiting for another instance's round (milliseconds in practice)
+# Waiting for another instance's round, which holds the file for well under a millisecond of work; a
+# wait this long means a process holds it for good (a stopped instance, a sqlite3 shell): the request
+# then continues with a private pool (bls_core.NGramDrafter) instead of failing.
+BUSY_TIMEOUT_S = 1.0
 POOL_DIR = "specbuild-ngram"
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")  # opened by name by SQLite beside the database
 
 
 def _pack(tokens: Pattern) -> bytes:
@@ -71,10 +80,7 @@ class SharedPatternStore:
         self, path: Path, *, max_patterns: int = DEFAULT_MAX_PATTERNS, max_matches: int = DEFAULT_MAX_MATCHES
     ):
         self.path, self.max_patterns, self.max_matches = Path(path), max_patterns, max_matches
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._db = sqlite3.connect(
-            str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-        )
+        self._db = _connect_private(self.path)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=OFF")
         self._db.execute(
@@ -134,6 +140,24 @@ class SharedPatternStore:
         self._db.close()
 
 
+def _connect_private(path: Path) -> sqlite3.Connection:
+    """SQLite on `path` only when it is this user's private regular file (created 0600), never through a
+    symlink: checked on an fd opened with O_NOFOLLOW, and the name still names that file once SQLite
+    has opened it (SQLite opens by name)."""
+    fd = open_private_file(path)
+    try:
+        for suffix in SQLITE_SIDE_FILES:
+            refuse_symlink(Path(f"{path}{suffix}"))
+        db = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        checked, named = os.fstat(fd), os.lstat(path)
+        if (checked.st_dev, checked.st_ino) != (named.st_dev, named.st_ino):
+            db.close()
+            raise UnsafePathError(f"{path} was replaced while it was opened: refused")
+        return db
+    finally:
+        os.close(fd)
+
+
 def _start_time(pid: int) -> str:
     """A process's start time (clock ticks since boot, /proc/<pid>/stat field 22); "" when unknown."""
     try:
@@ -143,11 +167,12 @@ def _start_time(pid: int) -> str:
     return stat.rsplit(")", 1)[-1].split()[19]  # fields after the command name start at field 3
 
 
-def server_pool_path(model_dir: str, *, server_pid: int | None = None, root: str | None = None) -> Path:
-    """The pool file of this server's instances of the model in `model_dir`."""
+def server_pool_path(model_dir: str, *, server_pid: int | None = None, folder: Path | None = None) -> Path:
+    """The pool file of this server's instances of the model in `model_dir`, in `folder` (default: this
+    user's private pool folder, created and checked now: UnsafePathError when it is not private)."""
     pid = os.getppid() if server_pid is None else server_pid  # the stub's parent: tritonserver
     digest = hashlib.sha256(os.path.realpath(model_dir).encode()).hexdigest()[:16]
-    folder = Path(root or tempfile.gettempdir()) / POOL_DIR
+    folder = private_folder(POOL_DIR) if folder is None else Path(folder)
     return folder / f"{pid}-{_start_time(pid) or 'x'}-{digest}.sqlite3"
 
 
