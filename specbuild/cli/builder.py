@@ -14,6 +14,8 @@ import typer
 from specbuild.cli.common import (
     EXIT_CHECK_FAILED,
     GPU_NOTE,
+    INPUT,
+    OUT_DIR,
     AsJson,
     Force,
     SpecArg,
@@ -77,6 +79,7 @@ def inspect(
             help="A model folder (config.json, weights, tokenizer) or a hub id in the local Hugging Face "
             "cache."
         ),
+        INPUT("model"),
     ],
     as_json: AsJson = False,
     check_values: bool = typer.Option(
@@ -114,6 +117,7 @@ def compile_cmd(
             help="Output folder: target/, draft/, plan.json, build.sh, specbuild.json (flow llmapi: "
             "llmapi_options.yaml, serve.sh, plan.json, specbuild.json).",
         ),
+        OUT_DIR,
     ],
     flow: Annotated[
         str | None,
@@ -191,6 +195,7 @@ def verify(
         typer.Argument(
             metavar="DIR", help="A folder written by specbuild (checkpoint, build, engine, repository)."
         ),
+        INPUT("folder"),
     ],
 ) -> None:
     """Re-hash every file of DIR and of every artifact folder nested in it against their specbuild.json

@@ -10,7 +10,17 @@ from typing import Annotated
 
 import typer
 
-from specbuild.cli.common import MaxTokens, NumDraftTokens, Timeout, Url, command, console, parse_csv_numbers
+from specbuild.cli.common import (
+    INPUT,
+    OUT_DIR,
+    MaxTokens,
+    NumDraftTokens,
+    Timeout,
+    Url,
+    command,
+    console,
+    parse_csv_numbers,
+)
 from specbuild.client import options as B
 
 _csv = lambda values: ",".join(f"{v:g}" for v in values)  # noqa: E731
@@ -26,6 +36,7 @@ def bench(
             help='JSONL with a "prompt" field per line, or '
             "plain text with one prompt per line (default: the bundled prompt set).",
         ),
+        INPUT("--prompts file"),
     ] = None,
     concurrency: str = typer.Option(
         _csv(B.DEFAULT_CONCURRENCY), "--concurrency", help="Concurrent requests, comma list."
@@ -36,7 +47,7 @@ def bench(
     ),
     num_draft_tokens: NumDraftTokens = None,
     out: Annotated[
-        Path, typer.Option("--out", help="Folder for bench.json, bench.csv and PNG plots.")
+        Path, typer.Option("--out", help="Folder for bench.json, bench.csv and PNG plots."), OUT_DIR
     ] = B.DEFAULT_OUT,
     timeout: Timeout = B.DEFAULT_TIMEOUT_S,
     rounds: Annotated[
@@ -123,6 +134,7 @@ def bench(
             "with its concurrency and mode: the served cost model's calibration; each run then reports "
             "measured / predicted tokens/s (load.json: median of the rounds' ratios).",
         ),
+        INPUT("--calibrate file"),
     ] = None,
 ) -> None:
     """Benchmark speculation off (target alone) vs on, per temperature and concurrency, through Triton.

@@ -18,6 +18,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from specbuild.cli.paths import INPUT, OUT_DIR, OUT_FILE, SPEC  # noqa: F401 - the roles commands declare
 from specbuild.core.errors import SpecbuildError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -44,6 +45,7 @@ SpecArg = Annotated[
     typer.Argument(
         metavar="SPEC", help="Build spec (YAML). Model paths in it are relative to the spec file."
     ),
+    SPEC,
 ]
 Url = Annotated[str, typer.Option("--url", help="gRPC address of a running Triton server, HOST:PORT.")]
 MaxTokens = Annotated[int, typer.Option("--max-tokens", help="New tokens per request (prompt excluded).")]
@@ -130,15 +132,25 @@ def err_console():
 
 
 def handle_errors(fn: F) -> F:
-    """Map SpecbuildError (and Ctrl-C) to a clear message and a non-zero exit; traceback only with --debug."""
+    """Check the command's declared paths (cli/paths.py) before it runs, and map SpecbuildError, any
+    OSError no stage turned into one, and Ctrl-C to a clear message and a non-zero exit; traceback only
+    with --debug."""
+    from specbuild.cli.paths import check_paths  # noqa: PLC0415 - beside its use
+
+    signature = inspect.signature(fn)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            check_paths(fn, signature.bind_partial(*args, **kwargs).arguments)
             return fn(*args, **kwargs)
-        except SpecbuildError as exc:
+        except (SpecbuildError, OSError) as exc:
             if debug_enabled():
                 raise
+            if isinstance(exc, OSError):
+                from specbuild.core.output_checks import file_system_error
+
+                exc = file_system_error(exc)
             err_console().print(f"[bold red]error:[/] {exc.message()}", markup=True)
             raise typer.Exit(EXIT_ERROR) from None
         except KeyboardInterrupt:

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from specbuild.cli.common import Force, command, console
+from specbuild.cli.common import INPUT, OUT_DIR, Force, SpecArg, command, console
 from specbuild.core.errors import DeployError
 
 ENGINES = ("triton", "vllm", "dynamo")
@@ -20,8 +20,10 @@ ENGINES = ("triton", "vllm", "dynamo")
 
 @command("deploy")
 def deploy(
-    spec: Annotated[Path, typer.Argument(help="Build spec (YAML).")],
-    out: Annotated[Path | None, typer.Option("--out", help="Folder for the manifests (created).")] = None,
+    spec: SpecArg,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Folder for the manifests (created)."), OUT_DIR
+    ] = None,
     engine: Annotated[
         str, typer.Option("--engine", help="triton (engine flow) | vllm | dynamo (LLM-API flow).")
     ] = "triton",
@@ -54,6 +56,7 @@ def deploy(
         typer.Option(
             "--options", help="dynamo: an LLM-API options YAML to use instead of the one built from the spec."
         ),
+        INPUT("--options file"),
     ] = None,
     models_claim: Annotated[
         str | None,

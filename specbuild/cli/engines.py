@@ -11,19 +11,22 @@ from typing import Annotated
 
 import typer
 
-from specbuild.cli.common import GPU_NOTE, Force, command, console, progress_bar
+from specbuild.cli.common import GPU_NOTE, INPUT, OUT_DIR, Force, command, console, progress_bar
 
 
 @command("convert", GPU_NOTE)
 def convert(
     hf_model: Annotated[
-        str, typer.Argument(help="HF model folder (config.json + *.safetensors) or a cached hub id.")
+        str,
+        typer.Argument(help="HF model folder (config.json + *.safetensors) or a cached hub id."),
+        INPUT("HF model"),
     ],
     out: Annotated[
         Path,
         typer.Option(
             "--out", help="Output folder for the TensorRT-LLM checkpoint (must not exist unless --force)."
         ),
+        OUT_DIR,
     ],
     dtype: Annotated[
         str | None,
@@ -43,6 +46,7 @@ def convert(
             "--medusa",
             help="Folder with HF Medusa heads (medusa_lm_head.safetensors or .pt, optional config.json).",
         ),
+        INPUT("Medusa heads"),
     ] = None,
     num_medusa_heads: Annotated[
         int | None,

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from specbuild.cli.common import NumDraftTokens, command, console, err_console
+from specbuild.cli.common import INPUT, NumDraftTokens, command, console, err_console
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.sampling_params import SamplingParams
 
@@ -37,6 +37,7 @@ def generate(
             help="Run in-process on CPU: a `specbuild compile` output folder, an engine folder or a "
             "TensorRT-LLM checkpoint.",
         ),
+        INPUT("engine folder"),
     ] = None,
     url: Annotated[
         str | None,

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from specbuild.cli.common import AsJson, command, console
+from specbuild.cli.common import INPUT, OUT_DIR, AsJson, SpecArg, command, console
 from specbuild.core.errors import PlanError
 
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9}
@@ -51,7 +51,7 @@ def _pair(text: str | None, option: str) -> tuple:
 
 @command("plan")
 def plan(
-    spec: Annotated[Path, typer.Argument(help="Build spec (YAML).")],
+    spec: SpecArg,
     tokens_per_day: Annotated[
         str | None,
         typer.Option("--tokens-per-day", help="Tokens a day, e.g. 100M (generated tokens; see --counts)."),
@@ -98,11 +98,14 @@ def plan(
         str | None, typer.Option("--gpu", help="h100 | h200 | a100 (default: from serving.gpu_memory_gb).")
     ] = None,
     bench: Annotated[
-        Path | None, typer.Option("--bench", help="Measured: a `specbuild bench` bench.json.")
+        Path | None,
+        typer.Option("--bench", help="Measured: a `specbuild bench` bench.json."),
+        INPUT("--bench file"),
     ] = None,
     baseline_bench: Annotated[
         Path | None,
         typer.Option("--baseline-bench", help="The baseline runs, when --bench has none (Medusa)."),
+        INPUT("--baseline-bench file"),
     ] = None,
     profile: Annotated[
         Path | None,
@@ -112,6 +115,7 @@ def plan(
             "speculation_profile.json "
             "(`bench`, `tune --save-profile`, ModelOpt's specdec_bench).",
         ),
+        INPUT("--profile file"),
     ] = None,
     stated: Annotated[
         str | None, typer.Option("--stated", help="Stated tok/s per GPU: BASE,SPEC (e.g. 45,105).")
@@ -123,7 +127,9 @@ def plan(
     claim: Annotated[
         str | None, typer.Option("--claim", help="Check a claim 'BASE,SPEC' GPUs, e.g. 16,8.")
     ] = None,
-    out: Annotated[Path | None, typer.Option("--out", help="Folder for plan.json and plan.png.")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Folder for plan.json and plan.png."), OUT_DIR
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """GPUs, replicas and cost for a traffic, with and without speculation, from a bench report

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperGroup
 
-from specbuild.cli.common import EXIT_CHECK_FAILED, Force, console, group, group_command
+from specbuild.cli.common import EXIT_CHECK_FAILED, INPUT, OUT_DIR, Force, console, group, group_command
 
 
 class _DefaultToBuild(TyperGroup):
@@ -98,10 +98,14 @@ repo_app = group(
 @group_command(repo_app, "build")
 def build(
     build_dir: Annotated[
-        Path, typer.Argument(help="The folder `specbuild compile` wrote (specbuild.json kind build).")
+        Path,
+        typer.Argument(help="The folder `specbuild compile` wrote (specbuild.json kind build)."),
+        INPUT("build folder"),
     ],
     out: Annotated[
-        Path, typer.Option("--out", help="Model repository folder to write (must not exist unless --force).")
+        Path,
+        typer.Option("--out", help="Model repository folder to write (must not exist unless --force)."),
+        OUT_DIR,
     ],
     backend: Annotated[
         str | None,
@@ -209,7 +213,11 @@ def entry_policy(repo: Path) -> str:
 
 @group_command(repo_app, "check")
 def check(
-    repo: Annotated[Path, typer.Argument(help="A model repository written by `specbuild repo`.")],
+    repo: Annotated[
+        Path,
+        typer.Argument(help="A model repository written by `specbuild repo`."),
+        INPUT("model repository"),
+    ],
 ) -> None:
     """Parse every config.pbtxt as inference.ModelConfig and check the repository against its engines.
 

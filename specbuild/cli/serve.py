@@ -11,13 +11,15 @@ from typing import Annotated
 
 import typer
 
-from specbuild.cli.common import EXIT_CHECK_FAILED, AsJson, command, console, err_console
+from specbuild.cli.common import EXIT_CHECK_FAILED, INPUT, OUT_FILE, AsJson, command, console, err_console
 from specbuild.serve import server as S  # stdlib-only at import: the defaults
 
 
 @command("serve")
 def serve(
-    repo: Annotated[Path, typer.Argument(help="Model repository (from `specbuild repo`).")],
+    repo: Annotated[
+        Path, typer.Argument(help="Model repository (from `specbuild repo`)."), INPUT("model repository")
+    ],
     grpc_port: int = typer.Option(
         S.DEFAULT_GRPC_PORT, "--grpc-port", help="gRPC port (clients: --url HOST:PORT)."
     ),
@@ -36,6 +38,7 @@ def serve(
     log_file: Annotated[
         Path | None,
         typer.Option("--log-file", help="Write the server log here instead of following it on stderr."),
+        OUT_FILE,
     ] = None,
     log_verbose: int = typer.Option(0, "--log-verbose", help="tritonserver --log-verbose level (0 = quiet)."),
     print_launch: bool = typer.Option(
@@ -73,6 +76,7 @@ def serve(
             help="A Hugging Face Jinja chat template for /v1/chat/completions (default: the tokenizer's; "
             "without one chat requests are refused).",
         ),
+        INPUT("chat template"),
     ] = None,
     nodes: int = typer.Option(
         1, "--nodes", help="With --print-launch, LLM-API flow: nodes; > 1 adds the trtllm-llmapi-launch line."

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from specbuild.cli.common import AsJson, command, console
+from specbuild.cli.common import INPUT, OUT_DIR, OUT_FILE, SPEC, AsJson, command, console
 from specbuild.tuning.config import TrainConfig, default
 from specbuild.tuning.tune_options import TuneOptions
 
@@ -19,7 +19,9 @@ from specbuild.tuning.tune_options import TuneOptions
 @command("train-medusa")
 def train_medusa_cmd(
     model: Annotated[
-        str, typer.Argument(help="Base model: a Hugging Face folder (or a cached hub id). It stays frozen.")
+        str,
+        typer.Argument(help="Base model: a Hugging Face folder (or a cached hub id). It stays frozen."),
+        INPUT("base model"),
     ],
     data: Annotated[
         Path,
@@ -28,6 +30,7 @@ def train_medusa_cmd(
             help="Training text: a .txt file (one document or prompt per non-empty line) or .jsonl (field "
             '"text" or "prompt").',
         ),
+        INPUT("training data"),
     ],
     out: Annotated[
         Path,
@@ -36,6 +39,7 @@ def train_medusa_cmd(
             help="Output folder for the heads (HF Medusa format: medusa_lm_head.safetensors + config.json), "
             "written atomically.",
         ),
+        OUT_DIR,
     ],
     num_heads: Annotated[
         int, typer.Option("--num-heads", help="Medusa heads; head h predicts token t+h+2.")
@@ -159,7 +163,9 @@ def format_accuracy_table(metrics: dict) -> str:
 
 @command("tune")
 def tune_cmd(
-    spec: Annotated[Path, typer.Argument(help="Build spec (YAML), mode draft_target, medusa or ngram.")],
+    spec: Annotated[
+        Path, typer.Argument(help="Build spec (YAML), mode draft_target, medusa or ngram."), SPEC
+    ],
     prompts: Annotated[
         Path | None,
         typer.Option(
@@ -167,6 +173,7 @@ def tune_cmd(
             help='Prompts to profile on: .txt (one per non-empty line) or .jsonl ("text" or "prompt"). Use '
             "prompts like the traffic you will serve. Not with --profile.",
         ),
+        INPUT("--prompts file"),
     ] = None,
     write: Annotated[
         bool,
@@ -211,6 +218,7 @@ def tune_cmd(
             help="Held-out prompts: run the engine's greedy speculative loop with the chosen and current "
             "settings (draft/target: every K) and print measured tokens per pass next to the prediction.",
         ),
+        INPUT("--eval-prompts file"),
     ] = default(TuneOptions, "eval_prompts"),  # noqa: B008
     engine: Annotated[
         Path | None,
@@ -218,6 +226,7 @@ def tune_cmd(
             "--engine",
             help="Run this `specbuild compile` output instead of converting the spec's checkpoints.",
         ),
+        INPUT("--engine folder"),
     ] = default(TuneOptions, "engine"),  # noqa: B008
     schedule: Annotated[
         bool,
@@ -257,6 +266,7 @@ def tune_cmd(
     plot_path: Annotated[
         Path | None,
         typer.Option("--plot", help="--schedule: save the predicted throughput per K and concurrency here."),
+        OUT_FILE,
     ] = None,
     profile: Annotated[
         Path | None,
@@ -266,6 +276,7 @@ def tune_cmd(
             "bench` or `tune --save-profile` on a GPU host): choose K from its acceptance instead of "
             "profiling here (draft/target).",
         ),
+        INPUT("--profile file"),
     ] = None,
     cost_ratio: Annotated[
         float | None,
@@ -282,6 +293,7 @@ def tune_cmd(
             help="Write this measurement as a ModelOpt-style speculation_profile.json (conditional and "
             "marginal acceptance per position, mean acceptance length, cost ratio).",
         ),
+        OUT_FILE,
     ] = None,
     as_json: AsJson = False,
 ) -> None:

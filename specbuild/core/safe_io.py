@@ -248,29 +248,33 @@ def _real(path: str | Path) -> Path:
 
 
 _OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}  # only ever a write's fault
 
 
 @contextlib.contextmanager
 def output_errors(out: str | Path, *, scratch: Path | None = None, option: str = "--out") -> Iterator[None]:
     """Turn a failed write (disk full, read-only folder, no permission) under `out` into OutputError.
 
-    `scratch` is the temporary folder being written (its files are named in the OSError).
-    Errors about other files (an input that cannot be read) are reported as such.
+    `scratch` is the temporary folder being written (its files are named in the OSError). A copy names
+    its source first and its destination second (shutil's ENOSPC names both): the write is found by
+    either name, and a full or read-only disk is always the output's. Other errors about other files
+    (an input that cannot be read) are reported as such.
     """
     try:
         yield
     except OSError as exc:
         if exc.errno not in _OUTPUT_ERRNOS:
             raise
-        name = str(exc.filename or "")
-        writing = not name or _is_output_path(name, _real(out), scratch)
-        if not writing:
+        names = [str(n) for n in (exc.filename, exc.filename2) if n]
+        written = [n for n in names if _is_output_path(n, _real(out), scratch)]
+        if names and not written and exc.errno not in _DISK_ERRNOS:
             raise InputFileError(
-                f"cannot read {name}",
+                f"cannot read {names[0]}",
                 expected="a readable input",
                 found=exc.strerror or str(exc),
                 fix="check the file and its permissions",
             ) from None
+        name = (written or names[-1:] or [""])[0]
         raise OutputError(
             f"cannot write {out}: {exc.strerror or exc}",
             expected="a writable folder with enough free space",

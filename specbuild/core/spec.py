@@ -22,7 +22,7 @@ from specbuild.core.errors import SpecError
 from specbuild.core.hf_config import FLOAT_DTYPES
 from specbuild.core.llmapi_facts import LLMAPI_VERSIONS, Flow, decoding_class, parse_flow, support
 from specbuild.core.medusa_choices import DEFAULT_TREE, MedusaChoices
-from specbuild.core.methods import SECTIONS, Method, Tunable, method_of, parse_method
+from specbuild.core.methods import METHODS, SECTIONS, Method, Tunable, method_of, parse_method
 from specbuild.core.methods import ngram as _ngram
 from specbuild.core.safe_io import InputFileError, read_text, shorten
 from specbuild.core.schedule import DraftSchedule, ScheduleError
@@ -30,8 +30,9 @@ from specbuild.core.trtllm_facts import DEFAULT_TRTLLM_VERSION, known_versions
 
 DTYPES = FLOAT_DTYPES
 QUANT = ("none", "int8", "int4")  # weight-only; trtllm-build quantizes float weights (trtllm.md 2.2)
-# The key of each section that names a model folder or hub id (relative paths: from the spec's folder).
-PATH_KEYS = {"target": "model", "draft": "model", "medusa": "heads", "eagle3": "model"}
+# The key of each section that names a model folder or hub id (relative paths: from the spec's folder):
+# the target's, and each method's (its `model_key`).
+PATH_KEYS = {"target": "model", **{m.section: m.model_key for m in METHODS.values() if m.model_key}}
 MAX_STRING = 4096  # characters of any string value (paths, names)
 INT32_MAX = 2**31 - 1  # TensorRT shapes and the backend's request fields are int32
 MAX_BATCH_SIZE = 65536  # far above any served batch; TensorRT-LLM sizes per-slot buffers by it
@@ -149,6 +150,18 @@ class BuildSpec:
     @property
     def base_dir(self) -> Path:
         return self.source.parent if self.source else Path.cwd()
+
+    def inputs(self) -> dict[str, Path]:
+        """What a command reading this spec reads, label -> path: the spec file, the target's folder and
+        the method's other folders (`extra_models`); model references that name no path here (a hub id)
+        are left out. Commands never write over them (cli/paths.py)."""
+        out: dict[str, Path] = {"build spec": self.source} if self.source else {}
+        for label, ref in {"target model": self.target.model, **method_of(self).extra_models(self)}.items():
+            path = Path(ref).expanduser()
+            path = path if path.is_absolute() else self.base_dir / path
+            if path.exists() or path.is_symlink():
+                out[label] = path
+        return out
 
     @property
     def num_gpus(self) -> int:

@@ -78,6 +78,10 @@ class SpeculationMethod:
         return self.profile_name or self.name
 
     section_required: bool = True  # False: a spec may leave the section out (the loader fills its defaults)
+    # the key of `section` naming a folder the runtime loads besides the target (the draft model, the
+    # Medusa heads, the EAGLE-3 draft), and what messages call it; None: the method loads no other folder
+    model_key: str | None = None
+    model_label: str = ""
     # every round drafts min(K, tokens left - 1) (a client can rebuild the rounds); False: 0..K (n-gram)
     drafts_every_round: bool = True
 
@@ -93,6 +97,12 @@ class SpeculationMethod:
         """The spec's section of this method as a plain dict (what its drafters are configured with)."""
         section = getattr(spec, self.section) if self.section else None
         return dataclasses.asdict(section) if section is not None else None
+
+    def extra_models(self, spec: BuildSpec) -> dict[str, str]:
+        """The folders besides the target's that serving this spec loads: label -> the spec's reference
+        (a folder relative to the spec file, or a hub id). The target is every method's input."""
+        section = getattr(spec, self.section) if self.section and self.model_key else None
+        return {self.model_label: getattr(section, self.model_key)} if section is not None else {}
 
     def bls_parameters(self, spec: BuildSpec) -> dict[str, str]:
         """Extra string parameters of the BLS model its drafter reads (`bls_drafter`'s `configure`)."""

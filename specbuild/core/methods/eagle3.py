@@ -46,6 +46,8 @@ EAGLE3 = Eagle3(
     title="EAGLE-3",
     section="eagle3",
     section_example="eagle3: {model: <EAGLE-3 draft folder>}",
+    model_key="model",
+    model_label="EAGLE-3 draft model",
     # EAGLE is the closest engine-flow mode (EAGLE-1/2); the matrix refuses EAGLE-3 on the engine flow,
     # so no engine is ever built with it.
     target_mode=SpeculativeDecodingMode.EAGLE,
