@@ -74,11 +74,13 @@ def test_more_rounds_go_only_where_a_bar_is_undecided_and_stop_at_max_rounds():
     from specbuild.client.options import BenchConfig
 
     repo = SimpleNamespace(has_baseline=True, draft_len_schedule="1:4,2:0")
-    config = BenchConfig(url="x", prompts=("p",), concurrency=(1, 2), rounds=5, max_rounds=7)
+    config = BenchConfig(url="127.0.0.1:8001", prompts=("p",), concurrency=(1, 2), rounds=5, max_rounds=7)
     # c=1: every round well above both bars (decided); c=2: the one-call ratio alternates around 0.97
     runs = _rounds(5, c=1, sched_over_base=[1.02]) + _rounds(5, c=2, sched_over_base=[1.0, 0.9])
     plan = _more_rounds(config, repo, 4, runs, 5)
     assert plan and {p[2] for p in plan} == {2} and {p[0] for p in plan} == {5}
     assert {p[3] for p in plan} >= {UNARY_BASELINE, UNARY_SCHEDULE, SCHEDULE_MODE}
     assert _more_rounds(config, repo, 4, runs, 7) == []  # --max-rounds reached
-    assert _more_rounds(BenchConfig(url="x", prompts=("p",), rounds=5), repo, 4, runs, 5) == []  # off
+    assert (
+        _more_rounds(BenchConfig(url="127.0.0.1:8001", prompts=("p",), rounds=5), repo, 4, runs, 5) == []
+    )  # off

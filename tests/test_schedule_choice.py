@@ -165,7 +165,7 @@ def test_interleaved_rounds_alternate_their_order():
     assert {sum(v) for v in pos.values()} == {2}
     # bench's plan: the modes of one concurrency reversed in the second round
     repo = SimpleNamespace(has_baseline=True, draft_len_schedule="1:2,4:0")
-    config = BenchConfig(url="x", prompts=("p",), concurrency=(1,), rounds=2, fixed_ks=(1, 2))
+    config = BenchConfig(url="127.0.0.1:8001", prompts=("p",), concurrency=(1,), rounds=2, fixed_ks=(1, 2))
     plan = _plan(config, repo, 2)
     first = [(m, k) for r, _, _, m, k in plan if r == 0]
     second = [(m, k) for r, _, _, m, k in plan if r == 1]
@@ -174,10 +174,12 @@ def test_interleaved_rounds_alternate_their_order():
     assert (
         ("baseline-unary", 0) in first and ("schedule", None) in first and ("schedule-unary", None) in first
     )
-    no_unary = _plan(BenchConfig(url="x", prompts=("p",), concurrency=(1,), unary_baseline=False), repo, 2)
+    no_unary = _plan(
+        BenchConfig(url="127.0.0.1:8001", prompts=("p",), concurrency=(1,), unary_baseline=False), repo, 2
+    )
     assert "schedule-unary" not in {m for _, _, _, m, _ in no_unary}
     # --aa-baseline: the one-call baseline again, at the other end of each round from the first (A/A)
-    one_t = dict(url="x", prompts=("p",), concurrency=(1,), temperatures=(0.0,), rounds=2)
+    one_t = dict(url="127.0.0.1:8001", prompts=("p",), concurrency=(1,), temperatures=(0.0,), rounds=2)
     aa = _plan(BenchConfig(**one_t, aa_baseline=True), repo, 2)
     for r in (0, 1):
         order = [m for rr, _, _, m, _ in aa if rr == r]

@@ -53,9 +53,20 @@ def check(
     Works from config.json alone (weights absent: a warning), on any machine, without a GPU. Exit code 1
     when a check fails, 2 when the spec itself is invalid.
     """
+    import math
+
     from specbuild.builder.memory_plan import RUNTIME_RESERVE_GIB
     from specbuild.builder.preflight import run_checks
-    from specbuild.core.spec import load_spec
+    from specbuild.core.errors import SpecbuildError
+    from specbuild.core.spec import MAX_GPU_MEMORY_GB, load_spec
+
+    if reserve_gib is not None and not (math.isfinite(reserve_gib) and 0 <= reserve_gib <= MAX_GPU_MEMORY_GB):
+        raise SpecbuildError(
+            f"--reserve-gib {reserve_gib} is not a memory size",
+            expected=f"GiB per GPU kept for the runtime: a finite number in 0..{MAX_GPU_MEMORY_GB:g}",
+            found=str(reserve_gib),
+            fix=f"pass --reserve-gib {RUNTIME_RESERVE_GIB:g}, or leave it out",
+        )
 
     loaded = load_spec(spec, validate_tree=False)  # the tree becomes a row of the table
     report = run_checks(

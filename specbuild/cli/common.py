@@ -161,9 +161,12 @@ def handle_errors(fn: F) -> F:
 
 
 def parse_csv_numbers(text: str, kind: type, option: str) -> list:
-    """Parse '1,2,4' (or '0,0.8') into numbers; a bad item is a SpecbuildError naming the option."""
-    items = [t.strip() for t in text.split(",") if t.strip()]
+    """Parse '1,2,4' (or '0,0.8') into numbers; a bad or empty item ('1,,2') is a SpecbuildError naming
+    the option."""
+    items = [t.strip() for t in text.split(",")]
     try:
+        if "" in items:
+            raise ValueError("an empty item")
         return [kind(t) for t in items]
     except ValueError:
         raise SpecbuildError(

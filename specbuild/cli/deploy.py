@@ -88,13 +88,16 @@ def deploy(
             found=engine,
             fix="use --engine triton, vllm or dynamo",
         )
-    if nodes < 1 or replicas < 0:
+    if nodes < 1 or replicas < 1 or (max_replicas is not None and max_replicas < replicas):
         raise DeployError(
             "impossible layout",
-            expected="--nodes >= 1, --replicas >= 0",
-            found=f"--nodes {nodes}, --replicas {replicas}",
+            expected="--nodes >= 1, --replicas >= 1 (the HPA scales from it), --max-replicas >= --replicas",
+            found=f"--nodes {nodes}, --replicas {replicas}, --max-replicas {max_replicas}",
             fix="fix the numbers",
         )
+    from specbuild.deploy.k8s import check_quantity
+
+    check_quantity(storage, option="--storage")
     s = load_spec(spec)
     extra: dict[str, str] = {}
     notes: list[str] = []
@@ -178,7 +181,7 @@ def deploy(
         readme=readme_for(s, engine, files, commands, notes, nodes=nodes),
         extra=extra,
         force=force,
-        inputs={"build spec": spec, "--options": options},
+        inputs={**s.inputs(), "--options file": options},  # also checked before the command ran
     )
     c = console()
     for n in notes:

@@ -7,6 +7,7 @@ Thin: options -> SamplingParams -> generate_local / generate_remote. Heavy impor
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -103,6 +104,24 @@ def generate(
             found=f"--engine {engine} --url {url}",
             fix="pass --engine build/NAME to run locally, or --url 127.0.0.1:8001",
         )
+    if url is not None:
+        from specbuild.core.addresses import grpc_address
+
+        grpc_address(url, option="--url")
+    if not (timeout > 0 and math.isfinite(timeout)):
+        raise SpecbuildError(
+            f"--timeout must be a finite number of seconds > 0, got {timeout}",
+            expected="seconds one request may take",
+            found=str(timeout),
+            fix=f"pass --timeout {DEFAULT_TIMEOUT_S:g}",
+        )
+    if num_draft_tokens is not None and num_draft_tokens < 0:
+        raise SpecbuildError(
+            f"--num-draft-tokens must be >= 0, got {num_draft_tokens}",
+            expected="draft tokens per round (0: the target alone)",
+            found=str(num_draft_tokens),
+            fix="pass --num-draft-tokens 4, or leave it out for the build's K",
+        )
     if model is not None and model not in REMOTE_MODELS:
         raise SpecbuildError(
             f"unknown --model {model!r}",
@@ -150,9 +169,10 @@ def generate(
         return
     out.print("" if shown else result.text, markup=False)  # a client that did not stream: print it all now
     s = result.stats
+    # in-process the passes are counted; a server reports only the drafts (its passes stay unknown)
+    passes = f", target passes {s.target_passes}, draft passes {s.draft_passes}" if url is None else ""
     err_console().print(
         f"{len(result.token_ids)} tokens, finish={result.finish_reason}, speculative={result.speculative}, "
-        f"accepted {s.accepted}/{s.drafted} drafts (rate {s.acceptance_rate:.2f}), "
-        f"target passes {s.target_passes}, draft passes {s.draft_passes}",
+        f"accepted {s.accepted}/{s.drafted} drafts (rate {s.acceptance_rate:.2f}){passes}",
         markup=False,
     )

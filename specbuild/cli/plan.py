@@ -49,6 +49,21 @@ def _pair(text: str | None, option: str) -> tuple:
     return tuple(values) if len(values) == 2 else (values[0], None)
 
 
+def _gpu_counts(text: str | None) -> tuple[int, int] | None:
+    """--claim 'BASE,SPEC' -> two whole GPU counts (PlanRequest checks they are >= 1)."""
+    pair = _pair(text, "--claim")
+    if pair is None:
+        return None
+    if any(v is None or not float(v).is_integer() for v in pair):
+        raise PlanError(
+            "--claim: expected two whole GPU counts",
+            expected="BASE,SPEC, e.g. 16,8",
+            found=text,
+            fix="write --claim 16,8",
+        )
+    return int(pair[0]), int(pair[1])
+
+
 @command("plan")
 def plan(
     spec: SpecArg,
@@ -139,7 +154,6 @@ def plan(
     from specbuild.planning.plan import PlanRequest, make_plan
     from specbuild.planning.report import PLOT, render, write_json, write_plot
 
-    claim_pair = _pair(claim, "--claim")
     request = PlanRequest(
         traffic=C.make_traffic(
             input_len=input_len,
@@ -159,7 +173,7 @@ def plan(
         stated=_pair(stated, "--stated"),
         alpha=alpha,
         temperature=temperature,
-        claim=(int(claim_pair[0]), int(claim_pair[1] or 0)) if claim_pair else None,
+        claim=_gpu_counts(claim),
     )
     result = make_plan(load_spec(spec), request)
     if out is not None:

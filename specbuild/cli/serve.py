@@ -97,6 +97,11 @@ def serve(
     """
     import sys
 
+    if openai_port is not None:
+        from specbuild.core.addresses import check_port
+        from specbuild.core.errors import ServerError
+
+        check_port(openai_port, option="--openai-port", error=ServerError)
     if print_launch:
         from specbuild.serve.llmapi_launch import format_lines, is_llmapi, llmapi_launch_lines
 

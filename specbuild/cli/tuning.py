@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from specbuild.cli.common import INPUT, OUT_DIR, OUT_FILE, SPEC, AsJson, command, console
+from specbuild.cli.common import INPUT, OUT_DIR, OUT_FILE, SPEC, AsJson, command, console, parse_csv_numbers
 from specbuild.tuning.config import TrainConfig, default
 from specbuild.tuning.tune_options import TuneOptions
 
@@ -314,6 +314,11 @@ def tune_cmd(
     from specbuild.tuning.progress import RichReporter
     from specbuild.tuning.tune import tune_spec
 
+    if url is not None:
+        from specbuild.core.addresses import grpc_address
+
+        grpc_address(url, option="--url")  # now, not after the profiling
+
     options = TuneOptions(
         prompts=prompts,
         max_tokens=max_tokens,
@@ -326,7 +331,7 @@ def tune_cmd(
         write=write,
         schedule=schedule,
         mode=mode,
-        concurrency=parse_concurrency(concurrency),
+        concurrency=tuple(parse_csv_numbers(concurrency, int, "--concurrency")),
         plot=plot_path,
         profile=profile,
         cost_ratio=cost_ratio,
@@ -360,20 +365,6 @@ def tune_cmd(
         print(json.dumps(report.to_dict(), indent=2))
         return
     console().print(format_tune_report(report), markup=False)
-
-
-def parse_concurrency(text: str) -> tuple[int, ...]:
-    from specbuild.core.errors import TrainingError
-
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise TrainingError(
-            f"--concurrency {text!r}",
-            expected="comma-separated batch sizes, e.g. 1,2,4,8",
-            found=text,
-            fix="pass --concurrency 1,2,4,8",
-        ) from None
 
 
 def format_schedule(sched: dict) -> list[str]:

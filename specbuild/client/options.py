@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from specbuild.core.addresses import grpc_address, http_url
 from specbuild.core.errors import ClientError
 from specbuild.core.sampling_params import DEFAULT_MAX_TOKENS, SamplingParams
 
@@ -111,6 +112,9 @@ class BenchConfig:
             )
         for t in self.temperatures:  # the same checks a request's SamplingParams makes, before any run starts
             SamplingParams(max_tokens=self.max_tokens, temperature=t)
+        grpc_address(self.url, option="--url")
+        if self.metrics_url is not None:
+            http_url(self.metrics_url, option="--metrics-url")
 
 
 def run_prompts(prompts: tuple[str, ...], concurrency: int, waves: int = 1) -> tuple[str, ...]:

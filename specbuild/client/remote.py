@@ -31,6 +31,7 @@ from tritonclient.utils import InferenceServerException
 
 from specbuild.client.request import KV, Chunk, build_inputs, build_llmapi_inputs, parse_response
 from specbuild.client.session_stream import SessionStream
+from specbuild.core.addresses import grpc_address
 from specbuild.core.errors import ClientError, SpecbuildError
 from specbuild.core.generation import GenerationResult, SpecStats
 from specbuild.core.methods import Method, SpeculationMethod, method_of, parse_method
@@ -142,17 +143,8 @@ _DEAD_STUB = re.compile(r"Stub process '(?P<instance>[^']+)' is not healthy")
 
 
 def normalize_url(url: str) -> str:
-    """'grpc://host:port' or 'host:port' -> 'host:port'."""
-    url = url.strip().removeprefix("grpc://").rstrip("/")
-    host, _, port = url.rpartition(":")
-    if not host or not port.isdigit():
-        raise ClientError(
-            f"cannot read the server address {url!r}",
-            expected="HOST:PORT of the gRPC endpoint, e.g. 127.0.0.1:8001",
-            found=url,
-            fix="pass --url 127.0.0.1:8001",
-        )
-    return url
+    """'grpc://host:port' or 'host:port' -> 'host:port', checked (core/addresses.py)."""
+    return grpc_address(url, option="--url")
 
 
 def _error_text(exc: Exception) -> str:
@@ -208,7 +200,7 @@ def repo_info(client) -> RepoInfo:
             fix="regenerate the repository with this specbuild (`specbuild repo BUILD --out REPO --force`)",
         ) from None
     k = param("default_num_draft_tokens")
-    return RepoInfo(method, int(k) if k.isdigit() else 0, draft_len_schedule=param("draft_len_schedule"))
+    return RepoInfo(method, int(k) if k.isdecimal() else 0, draft_len_schedule=param("draft_len_schedule"))
 
 
 def llmapi_repo_info(config: dict) -> RepoInfo:
@@ -225,7 +217,10 @@ def llmapi_repo_info(config: dict) -> RepoInfo:
         method = None
     k = param("default_num_draft_tokens")
     return RepoInfo(
-        method, int(k) if k.isdigit() else 0, LLMAPI_INTERFACE, trtllm_version=param("trtllm_version") or None
+        method,
+        int(k) if k.isdecimal() else 0,
+        LLMAPI_INTERFACE,
+        trtllm_version=param("trtllm_version") or None,
     )
 
 
@@ -281,7 +276,7 @@ def model_info(client, model: str | None) -> ModelInfo:
         inputs,
         decoupled,
         repo,
-        max_total_tokens=int(total) if total.isdigit() else None,
+        max_total_tokens=int(total) if total.isdecimal() else None,
         outputs=frozenset(o["name"] for o in meta.get("outputs", [])),
     )
 

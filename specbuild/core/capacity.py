@@ -156,6 +156,20 @@ class Objective:
     itl_p99_ms: float | None = None
     latency_p99_ms: float | None = None
 
+    def __post_init__(self) -> None:
+        for option, limit in (
+            ("--ttft-p99-ms", self.ttft_p99_ms),
+            ("--itl-p99-ms", self.itl_p99_ms),
+            ("--latency-p99-ms", self.latency_p99_ms),
+        ):
+            if limit is not None and not (math.isfinite(limit) and limit > 0):
+                raise _bad(
+                    f"impossible latency objective {option}",
+                    expected="a finite number of milliseconds > 0",
+                    found=limit,
+                    fix=f"e.g. {option} 500, or leave it out",
+                )
+
     def check(self, point: Point) -> tuple[bool, list[str]]:
         """(met, notes): a limit on a latency the point does not know is noted, not failed."""
         ok, notes = True, []

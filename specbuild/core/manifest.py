@@ -40,15 +40,16 @@ def atomic_output_dir(
     """Yield a temporary folder that becomes `final` only if the block completes.
 
     `inputs` (label -> path) are what the command reads: `final` may not equal, contain or lie inside
-    any of them (safe_io.guard_output), with or without `force`. An existing `final` is refused unless
-    `force`; with `force` it is replaced only after the new folder is complete. Temporary folders left
-    by a killed earlier run for the same `final` are removed first. A full disk or a read-only folder
-    is an OutputError naming the file.
+    any of them (safe_io.guard_output), with or without `force`. An existing `final` (a symlink, even a
+    dangling one, included) is refused unless `force`; with `force` it is replaced only after the new
+    folder is complete (a symlink is replaced by the folder: the folder it pointed to is left as it
+    was). Temporary folders left by a killed earlier run for the same `final` are removed first. A full
+    disk or a read-only folder is an OutputError naming the file.
     """
     final = Path(final)
     if inputs:
         guard_output(final, inputs, option=option)
-    if final.exists() and not force:
+    if os.path.lexists(final) and not force:
         raise OutputExistsError(
             f"output folder {final} already exists",
             expected="a path that does not exist yet",
@@ -67,11 +68,11 @@ def atomic_output_dir(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     with output_errors(final, scratch=tmp):
-        if final.exists() or final.is_symlink():
+        if os.path.lexists(final):
             old = final.parent / f".{final.name}{_OLD}{os.getpid()}"
             final.rename(old)
             tmp.rename(final)
-            shutil.rmtree(old, ignore_errors=True)
+            _remove(old)
         else:
             tmp.rename(final)
 
@@ -95,10 +96,19 @@ def remove_stale_partials(final: Path) -> list[Path]:
         for marker in (_PARTIAL, _OLD):
             if rest.startswith(marker):
                 pid = rest[len(marker) :].split("-", 1)[0]
-                if pid.isdigit() and not _alive(int(pid)) and p.is_dir() and not p.is_symlink():
-                    shutil.rmtree(p, ignore_errors=True)
+                if pid.isdecimal() and not _alive(int(pid)) and (p.is_dir() or p.is_symlink()):
+                    _remove(p)
                     removed.append(p)
     return removed
+
+
+def _remove(path: Path) -> None:
+    """Delete a replaced output: a folder with what it holds, a symlink itself (never what it points to)."""
+    if path.is_symlink() or not path.is_dir():
+        with contextlib.suppress(OSError):
+            path.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:

@@ -163,12 +163,15 @@ class DraftSchedule:
 
     @classmethod
     def from_text(cls, text: str, *, max_draft_len: int, first_is_max: bool = True) -> DraftSchedule:
-        pairs = {}
+        pairs: dict[int, str] = {}
         for part in text.split(","):
             n, sep, k = part.partition(":")
             if not sep:
                 raise ScheduleError(f"schedule {text!r}: expected 'n:K,n:K'")
-            pairs[n.strip()] = k.strip()
+            threshold = _int(n.strip(), what="a threshold")
+            if threshold in pairs:  # a dict would keep the last one silently
+                raise ScheduleError(f"threshold {threshold} appears twice")
+            pairs[threshold] = k.strip()
         return cls.parse(pairs, max_draft_len=max_draft_len, first_is_max=first_is_max)
 
     @property
@@ -212,7 +215,7 @@ def _int(value: Any, *, what: str) -> int:
         raise ScheduleError(f"{what} must be an integer, got {value!r}")
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():  # not "²"
         return int(value.strip())
     raise ScheduleError(f"{what} must be an integer, got {value!r}")
 

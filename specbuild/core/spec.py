@@ -37,6 +37,7 @@ MAX_STRING = 4096  # characters of any string value (paths, names)
 INT32_MAX = 2**31 - 1  # TensorRT shapes and the backend's request fields are int32
 MAX_BATCH_SIZE = 65536  # far above any served batch; TensorRT-LLM sizes per-slot buffers by it
 MAX_GPU_MEMORY_GB = 1024.0  # per GPU, GiB; the largest GPUs have 288 GB
+MAX_DRAFT_LEN = 256  # speculation.max_draft_len: far above any useful K (and every tree specbuild builds)
 
 
 @dataclass(frozen=True)
@@ -541,7 +542,7 @@ _RANGES: dict[tuple[str, str], tuple[int, int, str]] = {
     ("medusa", "num_layers"): (1, 64, "1"),
     ("speculation", "max_draft_len"): (
         1,
-        256,
+        MAX_DRAFT_LEN,
         "4-8 for draft/target, 3-5 for n-gram, the tree size for Medusa",
     ),
     ("build", "max_batch_size"): (1, MAX_BATCH_SIZE, "8"),

@@ -32,6 +32,26 @@ def k8s_name(name: str) -> str:
     return out
 
 
+# A resource.Quantity (k8s.io/apimachinery/pkg/api/resource/quantity.go): a decimal number and a binary
+# (Ki..Ei), decimal (n, u, m, k, M..E) or exponent (e3, E-2) suffix.
+_QUANTITY = re.compile(
+    r"\+?(?P<number>[0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?"
+)
+
+
+def check_quantity(text: str, *, option: str) -> str:
+    """`text` when it is a positive Kubernetes quantity (1Ti, 500Gi, 2e12)."""
+    match = _QUANTITY.fullmatch(text)
+    if not match or float(match["number"]) == 0:
+        raise DeployError(
+            f"{option}: {text[:80]!r} is not a size Kubernetes reads",
+            expected="a positive quantity: a number with a suffix Ki Mi Gi Ti Pi Ei, k M G T P E, or e<exp>",
+            found=text[:80],
+            fix=f"e.g. {option} 1Ti or {option} 500Gi",
+        )
+    return text
+
+
 def meta(name: str, labels: dict[str, str], **extra: Any) -> dict[str, Any]:
     return {"name": name, "labels": dict(labels), **extra}
 

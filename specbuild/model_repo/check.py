@@ -251,7 +251,7 @@ def _check_speculation(repo: _Repo, engines: dict[str, dict]) -> None:
                 f"{draft_name or drafter}",
                 "rebuild the target with --speculative_decoding_mode draft_tokens_external --max_draft_len K",
             )
-        if k is not None and k.isdigit() and int(k) > max_draft_len:
+        if k is not None and k.isdecimal() and int(k) > max_draft_len:
             repo.fail(
                 "tensorrt_llm_bls/config.pbtxt",
                 "parameters.default_num_draft_tokens",

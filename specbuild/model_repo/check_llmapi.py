@@ -11,6 +11,7 @@ reference build it loads; production repositories take 1/model.py from the servi
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -21,6 +22,7 @@ from specbuild.core.errors import SpecbuildError
 from specbuild.core.llmapi_facts import LLMAPI_VERSIONS, Flow, check_options, decoding_class, support
 from specbuild.core.manifest import MANIFEST
 from specbuild.core.safe_io import read_json, read_text, shorten
+from specbuild.core.spec import MAX_DRAFT_LEN
 from specbuild.model_repo import tensors as T
 from specbuild.model_repo.configs import parse_text
 
@@ -61,6 +63,7 @@ def check_llmapi(repo: _Repo) -> None:
     if options is None:
         return
     _check_options(repo, options, version)
+    _check_draft_len(repo, options, cfg, m)
     mode = m.mode.value if m is not None else (_param(cfg, "speculation_method") if cfg is not None else "")
     _check_method(repo, options, mode, version)
     if cfg is not None and m is not None and _param(cfg, "speculation_method") not in ("", mode):
@@ -154,7 +157,7 @@ def _check_interface(repo: _Repo, cfg, version: str | None, *, local: bool) -> N
 
 def _options(repo: _Repo) -> dict[str, Any] | None:
     path = repo.root / OPTIONS
-    if not path.is_file():
+    if not os.path.lexists(path):  # anything else there (a symlink to /dev/zero) is read_text's to refuse
         repo.fail(OPTIONS, "-", "missing: the LLM-API model reads its LLM() options there", "regenerate")
         return None
     try:
@@ -205,6 +208,31 @@ def _check_options(repo: _Repo, options: dict[str, Any], version: str) -> None:
                 key,
                 f"{value} holds no config.json",
                 "point it at the HF folder (mounted in the container)",
+            )
+
+
+def _check_draft_len(repo: _Repo, options: dict[str, Any], cfg, m) -> None:
+    """speculative_config.max_draft_len within the spec's range and equal to the K the repository
+    records (config.pbtxt's default_num_draft_tokens, what clients report; the manifest's spec)."""
+    k = _spec(options).get("max_draft_len")
+    if not isinstance(k, int) or isinstance(k, bool):
+        return  # absent or mistyped: check_options reported it
+    where = "speculative_config.max_draft_len"
+    if not 1 <= k <= MAX_DRAFT_LEN:
+        repo.fail(
+            OPTIONS, where, f"{k}, outside 1..{MAX_DRAFT_LEN}", "regenerate the repository from the spec"
+        )
+        return
+    recorded = {}
+    if cfg is not None and _param(cfg, "default_num_draft_tokens").isdecimal():
+        recorded["config.pbtxt default_num_draft_tokens"] = int(_param(cfg, "default_num_draft_tokens"))
+    spec_k = ((m.spec or {}).get("speculation") or {}).get("max_draft_len") if m is not None else None
+    if isinstance(spec_k, int):
+        recorded["the manifest's speculation.max_draft_len"] = spec_k
+    for what, value in recorded.items():
+        if value != k:
+            repo.fail(
+                OPTIONS, where, f"{k}, but {what} is {value}", "regenerate the repository from the spec"
             )
 
 

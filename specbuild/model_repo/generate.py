@@ -260,8 +260,15 @@ def plan_layout(
 
 
 def _schedule_option(text: str, max_draft_len: int) -> DraftSchedule | None:
-    if text.strip().lower() in ("", "off", "none"):
+    if text.strip().lower() in ("off", "none"):
         return None
+    if not text.strip():
+        raise RepoError(
+            "--schedule is empty",
+            expected=f"requests in flight -> K, e.g. 1:{max_draft_len},4:0, or off (no schedule)",
+            found=repr(text),
+            fix="pass --schedule off to serve without a schedule, or leave the option out for the spec's",
+        )
     try:
         return DraftSchedule.from_text(text, max_draft_len=max_draft_len, first_is_max=False)
     except ScheduleError as exc:
@@ -274,7 +281,7 @@ def _schedule_option(text: str, max_draft_len: int) -> DraftSchedule | None:
 
 
 def _guard_option(text: str) -> AcceptanceGuard | None:
-    if text.strip().lower() in ("", "off", "none"):
+    if text.strip().lower() in ("off", "none"):
         return None
     window, _, floor = text.partition(":")
     try:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from specbuild.core.addresses import check_port
 from specbuild.core.errors import ServerError
 from specbuild.serve.bundle import TritonBundle, check_libpython, find_bundle
 from specbuild.serve.server_watch import (
@@ -142,13 +143,7 @@ def check_ports_free(options: ServerOptions) -> None:
                 fix=f"pass another --{name}-port",
             )
         seen[port] = name
-        if not 0 < port < 65536:
-            raise ServerError(
-                f"--{name}-port {port} is not a port number",
-                expected="1 .. 65535",
-                found=str(port),
-                fix=f"pass --{name}-port with a free port",
-            )
+        check_port(port, option=f"--{name}-port", error=ServerError)
         family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
         with socket.socket(family, socket.SOCK_STREAM) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -19,11 +19,38 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specbuild.core.errors import EngineError
 from specbuild.core.generation import GenerationResult
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.engines.reference.engine import ReferenceEngine
 
 __all__ = ["GenerationResult", "ReferenceEngine", "SamplingParams", "generate_local"]
+
+
+class TextStream:
+    """Tokens in, text out as it becomes final: the running total is decoded (a character may span
+    tokens: byte-level BPE splits a multi-byte UTF-8 character into one token per byte), and text that
+    ends in U+FFFD (an incomplete character) is held back until the next tokens complete it; `flush`
+    sends what is left at the end (a character the generation really left incomplete included)."""
+
+    def __init__(self, decode, on_text):
+        self.decode, self.on_text = decode, on_text
+        self.tokens: list[int] = []
+        self.shown = ""
+
+    def push(self, tokens: list[int]) -> None:
+        self.tokens.extend(tokens)
+        text = self.decode(self.tokens)
+        if not text.endswith("\ufffd"):
+            self._send(text)
+
+    def flush(self) -> None:
+        self._send(self.decode(self.tokens) if self.tokens else "")
+
+    def _send(self, text: str) -> None:
+        if len(text) > len(self.shown) and text.startswith(self.shown):
+            self.on_text(text[len(self.shown) :])
+            self.shown = text
 
 
 def generate_local(
@@ -46,23 +73,26 @@ def generate_local(
         if isinstance(path_or_engine, ReferenceEngine)
         else ReferenceEngine.load(path_or_engine)
     )
+    k_max = engine.num_draft_tokens  # the build's max_draft_len
+    if speculative and engine.speculates and num_draft_tokens is not None and num_draft_tokens > k_max:
+        raise EngineError(  # the runtime refuses more drafts than max_draft_len: say so with the K asked
+            f"num_draft_tokens {num_draft_tokens} exceeds the build's max_draft_len {k_max}",
+            expected=f"draft tokens per round in 0..{k_max}",
+            found=str(num_draft_tokens),
+            fix=f"pass --num-draft-tokens {k_max} or less; a larger K needs a build with a larger "
+            "speculation.max_draft_len",
+        )
     ids = engine.encode(prompt)
     engine.check_request(len(ids), params.max_tokens)  # refuse up front what the engine would cut short
-    on_tokens = None
-    if on_text is not None:
-        sent: list[int] = []
-        shown = [""]
-
-        def on_tokens(
-            tokens: list[int],
-        ) -> None:  # decode the running total so multi-token characters stay whole
-            sent.extend(tokens)
-            text = engine.decode(sent)
-            on_text(text[len(shown[0]) :])
-            shown[0] = text
-
+    stream = TextStream(engine.decode, on_text) if on_text is not None else None
     result = engine.generate(
-        ids, params, speculative=speculative, num_draft_tokens=num_draft_tokens, on_tokens=on_tokens
+        ids,
+        params,
+        speculative=speculative,
+        num_draft_tokens=num_draft_tokens,
+        on_tokens=stream.push if stream else None,
     )
+    if stream is not None:
+        stream.flush()
     result.prompt_tokens = len(ids)
     return result

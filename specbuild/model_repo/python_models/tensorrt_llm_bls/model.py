@@ -393,6 +393,12 @@ class TritonPythonModel:
         )
         if opts.stream and not self.decoupled:  # the C++ backend's words for the same refusal
             raise ValueError("Streaming is only supported if model is deployed using decoupled mode.")
+        if opts.k_given and self.drafter_factory is not None and opts.num_draft_tokens > self.default_k:
+            # the engines refuse more drafts than their max_draft_len: say so with the number asked for
+            raise ValueError(
+                f"num_draft_tokens ({opts.num_draft_tokens}) exceeds the engines' maximum draft tokens "
+                f"length ({self.default_k})"
+            )
         rounds = RoundGate(responder)
         call = self._caller(responder, rounds, timers)
         prep = preprocess(call, opts)

@@ -181,7 +181,7 @@ def remove_stale(folder: Path) -> None:
     for path in folder.glob("*.sqlite3*"):
         pid, _, rest = path.name.partition("-")
         start = rest.partition("-")[0]
-        if not pid.isdigit() or start == "x":
+        if not pid.isdecimal() or start == "x":
             continue
         if _start_time(int(pid)) != start:
             try:
