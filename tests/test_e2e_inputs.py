@@ -39,7 +39,7 @@ def test_a_k_above_max_draft_len_is_refused_with_the_k_asked_for(server):
     """The BLS drafted min(99, tokens left - 1) = 7 and the target refused "7", not the 99 asked for."""
     result = run("generate", "--url", server.grpc_url, "--prompt", "hi", "--num-draft-tokens", "99")
     assert result.exit_code == 2, result.output
-    assert "num_draft_tokens (99) exceeds the engines' maximum draft tokens length (4)" in result.stderr
+    assert "Draft tokens length (99) exceeds maximum draft tokens length (4)" in result.stderr
     ok = run(
         "generate", "--url", server.grpc_url, "--prompt", "hi", "--num-draft-tokens", "4", "--max-tokens", "8"
     )

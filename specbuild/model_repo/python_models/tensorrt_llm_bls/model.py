@@ -394,10 +394,11 @@ class TritonPythonModel:
         if opts.stream and not self.decoupled:  # the C++ backend's words for the same refusal
             raise ValueError("Streaming is only supported if model is deployed using decoupled mode.")
         if opts.k_given and self.drafter_factory is not None and opts.num_draft_tokens > self.default_k:
-            # the engines refuse more drafts than their max_draft_len: say so with the number asked for
+            # the engines refuse more drafts than their max_draft_len (the backend's words), but a round
+            # drafts at most the tokens left: refuse now, quoting the number asked for
             raise ValueError(
-                f"num_draft_tokens ({opts.num_draft_tokens}) exceeds the engines' maximum draft tokens "
-                f"length ({self.default_k})"
+                f"Draft tokens length ({opts.num_draft_tokens}) exceeds maximum draft tokens length "
+                f"({self.default_k}): num_draft_tokens {opts.num_draft_tokens} asked for"
             )
         rounds = RoundGate(responder)
         call = self._caller(responder, rounds, timers)
