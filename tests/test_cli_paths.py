@@ -274,3 +274,19 @@ def test_an_os_error_no_stage_typed_is_one_clear_message(capsys):
     assert exit_info.value.exit_code == 2
     err = capsys.readouterr().err
     assert "No space left on device: /data/out/plan.png" in err and "ENOSPC" in err and "Traceback" not in err
+
+
+def test_the_spec_is_read_with_the_commands_overrides(tmp_path):
+    """`compile SPEC --flow llmapi` of an EAGLE-3 spec without `flow:` is valid only with the override: the
+    check before the command reads the spec the same way (and still finds the EAGLE-3 draft)."""
+    models = {m: tmp_path / m for m in MODELS}
+    spec = spec_file(tmp_path, "eagle3", models)
+    raw = yaml.safe_load(spec.read_text())
+    raw.pop("flow")
+    spec.write_text(yaml.safe_dump(raw))
+    result = CliRunner().invoke(
+        app, ["compile", str(spec), "--flow", "llmapi", "--out", str(models["eagle"])]
+    )
+    assert result.exit_code == 2 and "is the EAGLE-3 draft model" in result.output, result.output
+    result = CliRunner().invoke(app, ["compile", str(spec), "--flow", "llmapi", "--out", str(tmp_path / "b")])
+    assert "flow engine" not in result.output, result.output  # it fails later, on the dummy models

@@ -49,6 +49,9 @@ class Declared:
 INPUT, SPEC = Declared(Role.INPUT), Declared(Role.SPEC)
 OUT_DIR, OUT_FILE = Declared(Role.OUT_DIR), Declared(Role.OUT_FILE)
 OUTPUTS = (Role.OUT_DIR, Role.OUT_FILE)
+# Options that replace a top-level key of the spec before it is validated (`compile --flow llmapi`): the
+# spec is read the way the command reads it.
+SPEC_OVERRIDES = ("flow", "trtllm_version")
 
 
 @dataclass(frozen=True)
@@ -110,12 +113,13 @@ def declared_inputs(declared: dict[str, Param], values: dict[str, Any]) -> dict[
     from specbuild.core.spec import load_spec
 
     inputs: dict[str, Path] = {}
+    overrides = {key: values.get(key) for key in SPEC_OVERRIDES}
     for name, p in declared.items():
         value = values.get(name)
         if value is None or p.role in OUTPUTS:
             continue
         if p.role is Role.SPEC:
-            inputs.update(load_spec(value, validate_tree=False).inputs())
+            inputs.update(load_spec(value, validate_tree=False, overrides=overrides).inputs())
         elif os.path.lexists(os.path.expanduser(str(value))):
             inputs[p.label] = Path(os.path.expanduser(str(value)))
     return inputs
