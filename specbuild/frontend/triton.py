@@ -47,6 +47,7 @@ class ServedModel:
 
     info: ModelInfo
     tokenizer_dir: str | None  # preprocessing's tokenizer_dir parameter (a local folder for local repos)
+    max_prompt_tokens: int | None = None  # the served model's max_prompt_tokens parameter (the BLS's)
 
     @property
     def llmapi(self) -> bool:
@@ -80,14 +81,20 @@ def describe(url: str) -> ServedModel:
     client = connect(url)
     try:
         info = model_info(client, None)
-        try:
-            params = client.get_model_config("preprocessing", as_json=True)["config"].get("parameters", {})
-            tokenizer = (params.get("tokenizer_dir") or {}).get("string_value") or None
-        except InferenceServerException:
-            tokenizer = None
+        tokenizer = _parameter(client, "preprocessing", "tokenizer_dir")
+        prompt_limit = _parameter(client, info.name, "max_prompt_tokens")
     finally:
         client.close()
-    return ServedModel(info, tokenizer)
+    limit = int(prompt_limit) if prompt_limit and prompt_limit.isdigit() else None
+    return ServedModel(info, tokenizer, limit)
+
+
+def _parameter(client, model: str, key: str) -> str | None:
+    try:
+        params = client.get_model_config(model, as_json=True)["config"].get("parameters", {})
+    except InferenceServerException:
+        return None
+    return (params.get(key) or {}).get("string_value") or None
 
 
 class TritonBridge:
@@ -148,7 +155,7 @@ class TritonBridge:
         cumulative = self.served.llmapi  # text_output holds the whole text so far
         previous = ""
         client = await self._acquire()
-        finished, healthy = False, True
+        finished = False
         try:
             client.start_stream(callback=callback)
             client.async_stream_infer(
@@ -169,11 +176,26 @@ class TritonBridge:
                 finished = chunk.final
                 yield chunk
         finally:
+            self._close(loop, client, cancel=not finished)
+
+    def _close(self, loop: asyncio.AbstractEventLoop, client, *, cancel: bool) -> None:
+        """Stop the client's stream (an unfinished request is cancelled on the server) in a thread, and
+        give the client back to the pool after. Nothing here awaits: a caller that is being cancelled
+        (its HTTP client went away; anyio cancels every await of a cancelled scope again) cannot skip
+        the stop or leak the pool's slot."""
+
+        def stop():  # a worker thread
             try:
-                await asyncio.to_thread(client.stop_stream, cancel_requests=not finished)
+                client.stop_stream(cancel_requests=cancel)
+                healthy = True
             except Exception:  # noqa: BLE001 - a broken channel: drop this client, keep the pool going
                 healthy = False
-            self._release(client, healthy=healthy)
+            try:
+                loop.call_soon_threadsafe(lambda: self._release(client, healthy=healthy))
+            except RuntimeError:  # the loop is closed (the frontend stopped): nothing to give back to
+                client.close()
+
+        loop.run_in_executor(None, stop)
 
 
 def _openai_error(url: str, model: str, error, timeout_s: float) -> OpenAIError:
