@@ -298,7 +298,12 @@ def _finish(stopper: P.StopText, tokens: int, req: GenerationRequest) -> str:
 
 
 def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    return {status: {"model": S.ErrorResponse, "description": ERROR_TEXT[status]} for status in statuses}
+    """OpenAI's error object as JSON, whatever the route's own media type (/metrics: text)."""
+    schema = {"$ref": "#/components/schemas/ErrorResponse"}
+    return {
+        status: {"description": ERROR_TEXT[status], "content": {"application/json": {"schema": schema}}}
+        for status in statuses
+    }
 
 
 ERROR_TEXT = {
@@ -309,6 +314,11 @@ ERROR_TEXT = {
     503: "Triton or the engines are gone",
     504: "no response from Triton within the timeout",
 }
+
+
+# one server-sent event of a stream: `data:` a chunk's JSON (a response object whose choices carry deltas),
+# or the final `[DONE]`
+SSE_EVENT = {"type": "object", "properties": {"data": {"type": "string"}}, "required": ["data"]}
 
 
 def _generation_doc(request_model, response_model) -> dict[str, Any]:
@@ -323,7 +333,7 @@ def _generation_doc(request_model, response_model) -> dict[str, Any]:
             200: {
                 "model": response_model,
                 "description": "the answer; `stream: true`: SSE `data: {json}` chunks, then `data: [DONE]`",
-                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                "content": {"text/event-stream": {"schema": SSE_EVENT}},
             },
             **_errors(400, 404, 413, 500, 503, 504),
         },
@@ -335,7 +345,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     if app.openapi_schema is None:
         doc = get_openapi(title=app.title, version=app.version, routes=app.routes)
         schemas = doc.setdefault("components", {}).setdefault("schemas", {})
-        for model in (S.CompletionRequest, S.ChatCompletionRequest):
+        for model in (S.CompletionRequest, S.ChatCompletionRequest, S.ErrorResponse):
             own = model.model_json_schema(ref_template="#/components/schemas/{model}")
             schemas.update(own.pop("$defs", {}))
             schemas[model.__name__] = own

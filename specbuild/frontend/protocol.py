@@ -233,8 +233,6 @@ def parse_completion(body: Any, served: str, max_context_tokens: int | None) -> 
     """A /v1/completions body (JSON bytes or a parsed object) -> the checked request, or OpenAIError."""
     req = _validate(CompletionRequest, body, "/v1/completions")
     prompt = req.prompt if isinstance(req.prompt, str) else req.prompt[0]
-    if not prompt:
-        raise _fail("'prompt' is empty", "prompt")
     max_tokens = _max_tokens(req.max_tokens, "max_tokens", max_context_tokens)
     return _common(req, "completion", served, prompt, max_tokens, echo=bool(req.echo))
 

@@ -22,6 +22,7 @@ ROLES = ("system", "user", "assistant", "developer")
 INT32_MAX = 2**31 - 1
 
 StopWord = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]
+Text = Annotated[str, Field(min_length=1)]
 Zero = Annotated[float, Field(ge=0, le=0)]  # a penalty at its default
 One = Annotated[int, Field(ge=1, le=1)]  # n / best_of at their default
 
@@ -67,7 +68,7 @@ class _Generation(BaseModel):
 
 
 class CompletionRequest(_Generation):
-    prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)] = Field(
+    prompt: Text | Annotated[list[Text], Field(min_length=1, max_length=1)] = Field(
         description="a string, or a list of one string (no token ids, no batches)"
     )
     echo: bool | None = None
