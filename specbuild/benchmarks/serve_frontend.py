@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import http.client
 import json
+import multiprocessing
 import statistics
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
+
+import psutil
 
 from specbuild.client.remote import Session
 from specbuild.core.errors import SpecbuildError
@@ -69,6 +72,44 @@ class FrontendClient:
         return "".join(text), tokens
 
 
+def _serve(grpc_url: str, port: int, ready, stop) -> None:  # the child process
+    frontend = start_frontend(grpc_url, FrontendOptions(port=port), default_name=MODEL)
+    ready.set()
+    stop.wait()
+    frontend.stop()
+
+
+class FrontendProcess:
+    """The frontend in its own process, as `serve` runs it apart from its clients (in the benchmark's
+    process the client threads would share its interpreter lock)."""
+
+    def __init__(self, grpc_url: str, start_timeout_s: float = 120.0):
+        context = multiprocessing.get_context("spawn")
+        port = free_port()
+        self._ready, self._stop = context.Event(), context.Event()
+        self._process = context.Process(
+            target=_serve, args=(grpc_url, port, self._ready, self._stop), daemon=True
+        )
+        self._process.start()
+        if not self._ready.wait(start_timeout_s):
+            self.stop()
+            raise SpecbuildError("bench-serve: the OpenAI frontend did not start", found=f"port {port}")
+        self.url = f"http://127.0.0.1:{port}/v1"
+        self.pid = self._process.pid
+
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) the frontend's process used so far."""
+        times = psutil.Process(self.pid).cpu_times()
+        return times.user + times.system
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._process.join(timeout=15)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()
+
+
 def _pass(run: Callable[[str], tuple[str, int]], prompts: list[str], concurrency: int) -> tuple[float, list]:
     """All prompts at `concurrency` -> (tokens/s, answers in prompt order)."""
     started = time.perf_counter()
@@ -88,8 +129,10 @@ def measure_frontend(
     rounds: int = 3,
 ) -> dict:
     """{concurrency: {direct_tokens_per_s, frontend_tokens_per_s, ratio (median), ratio_per_round,
-    ratio_spread [min, max]}} on the server at `grpc_url`."""
-    frontend = start_frontend(grpc_url, FrontendOptions(port=free_port()), default_name=MODEL)
+    ratio_spread [min, max], frontend_cpu_ms_per_token / _per_request}} on the server at `grpc_url`. The
+    frontend's CPU per token is the figure that load does not blur: on a machine whose cores the engines
+    need, it is what the frontend takes from them."""
+    frontend = FrontendProcess(grpc_url)
     http_client = FrontendClient(frontend.url)
     local = threading.local()
     sessions: list[Session] = []
@@ -111,12 +154,17 @@ def measure_frontend(
             for run in sides.values():  # warm-up: connections, sessions, first-call costs
                 _pass(run, prompts[: max(c, 1)], c)
             rates: dict[str, list[float]] = {side: [] for side in sides}
+            cpu_s, tokens = 0.0, 0
             for r in range(rounds):
                 order = list(sides) if r % 2 == 0 else list(reversed(sides))
                 answers = {}
                 for side in order:
+                    before = frontend.cpu_s()
                     rate, answers[side] = _pass(sides[side], prompts, c)
                     rates[side].append(rate)
+                    if side == "frontend":
+                        cpu_s += frontend.cpu_s() - before
+                        tokens += sum(n for _, n in answers[side])
                 _check_same(answers, prompts)
             ratios = [f / d for f, d in zip(rates["frontend"], rates["direct"], strict=True)]
             out[c] = {
@@ -125,6 +173,9 @@ def measure_frontend(
                 "ratio": round(statistics.median(ratios), 3),
                 "ratio_per_round": [round(x, 3) for x in ratios],
                 "ratio_spread": [round(min(ratios), 3), round(max(ratios), 3)],
+                # the frontend process's own CPU (user + system) per generated token and per request
+                "frontend_cpu_ms_per_token": round(cpu_s * 1e3 / max(tokens, 1), 3),
+                "frontend_cpu_ms_per_request": round(cpu_s * 1e3 / (rounds * len(prompts)), 3),
             }
     finally:
         frontend.stop()
@@ -149,6 +200,7 @@ def format_frontend(found: dict) -> list[str]:
     for c, row in found.items():
         lines.append(
             f"  c={c}: direct {row['direct_tokens_per_s']} tok/s, frontend {row['frontend_tokens_per_s']} "
-            f"tok/s, ratio {row['ratio']} (rounds {row['ratio_per_round']})"
+            f"tok/s, ratio {row['ratio']} (rounds {row['ratio_per_round']}); frontend CPU "
+            f"{row['frontend_cpu_ms_per_token']} ms/token, {row['frontend_cpu_ms_per_request']} ms/request"
         )
     return lines

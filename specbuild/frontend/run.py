@@ -43,9 +43,12 @@ class RunningFrontend:
         return self._thread.is_alive()
 
     def stop(self) -> None:
+        try:
+            self._bridge.close()  # on the serving loop, before it ends
+        except Exception:  # noqa: BLE001 - stopping goes on: the channel dies with the loop
+            pass
         self._server.should_exit = True
         self._thread.join(timeout=10)
-        self._bridge.close()
 
 
 def _manifest_tokenizer(repo: Path | None) -> str | None:
