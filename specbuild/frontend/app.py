@@ -24,7 +24,6 @@ from contextlib import aclosing
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -34,6 +33,7 @@ from specbuild.core.spec_records import vllm_spec_metrics
 from specbuild.frontend import protocol as P
 from specbuild.frontend import schema as S
 from specbuild.frontend.chat import ChatTemplate
+from specbuild.frontend.openapi import errors_doc, generation_doc, openapi_document
 from specbuild.frontend.protocol import GenerationRequest, OpenAIError
 from specbuild.frontend.triton import TritonBridge
 
@@ -297,62 +297,6 @@ def _finish(stopper: P.StopText, tokens: int, req: GenerationRequest) -> str:
     return "stop" if stopper.stopped or tokens < req.max_tokens else "length"
 
 
-def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAI's error object as JSON, whatever the route's own media type (/metrics: text)."""
-    schema = {"$ref": "#/components/schemas/ErrorResponse"}
-    return {
-        status: {"description": ERROR_TEXT[status], "content": {"application/json": {"schema": schema}}}
-        for status in statuses
-    }
-
-
-ERROR_TEXT = {
-    400: "the request is refused (OpenAI's error object names the field in `param`)",
-    404: "the model is not served here, or the route does not exist",
-    413: "the body is larger than 8 MiB",
-    500: "an error of the frontend itself",
-    503: "Triton or the engines are gone",
-    504: "no response from Triton within the timeout",
-}
-
-
-# one server-sent event of a stream: `data:` a chunk's JSON (a response object whose choices carry deltas),
-# or the final `[DONE]`
-SSE_EVENT = {"type": "object", "properties": {"data": {"type": "string"}}, "required": ["data"]}
-
-
-def _generation_doc(request_model, response_model) -> dict[str, Any]:
-    """A generation route's OpenAPI entry: its body is read and validated by the route itself (bounded,
-    any content type), so the request schema is declared here from the same pydantic model."""
-    ref = {"$ref": f"#/components/schemas/{request_model.__name__}"}
-    return {
-        "openapi_extra": {
-            "requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}
-        },
-        "responses": {
-            200: {
-                "model": response_model,
-                "description": "the answer; `stream: true`: SSE `data: {json}` chunks, then `data: [DONE]`",
-                "content": {"text/event-stream": {"schema": SSE_EVENT}},
-            },
-            **_errors(400, 404, 413, 500, 503, 504),
-        },
-    }
-
-
-def _openapi(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's document of the routes, with the generation routes' request models in its components."""
-    if app.openapi_schema is None:
-        doc = get_openapi(title=app.title, version=app.version, routes=app.routes)
-        schemas = doc.setdefault("components", {}).setdefault("schemas", {})
-        for model in (S.CompletionRequest, S.ChatCompletionRequest, S.ErrorResponse):
-            own = model.model_json_schema(ref_template="#/components/schemas/{model}")
-            schemas.update(own.pop("$defs", {}))
-            schemas[model.__name__] = own
-        app.openapi_schema = doc
-    return app.openapi_schema
-
-
 def create_app(frontend: Frontend) -> FastAPI:
     app = FastAPI(
         title="specbuild OpenAI-compatible frontend",
@@ -361,7 +305,7 @@ def create_app(frontend: Frontend) -> FastAPI:
         redoc_url=None,
         openapi_url="/openapi.json",
     )
-    app.openapi = lambda: _openapi(app)
+    app.openapi = lambda: openapi_document(app)
 
     @app.exception_handler(OpenAIError)
     async def openai_error(request: Request, exc: OpenAIError):  # noqa: ARG001 - FastAPI's signature
@@ -385,7 +329,7 @@ def create_app(frontend: Frontend) -> FastAPI:
     @app.get(
         "/metrics",
         response_class=PlainTextResponse,
-        responses={200: {"content": {"text/plain": {}}}, **_errors(404, 503)},
+        responses={200: {"content": {"text/plain": {}}}, **errors_doc(404, 503)},
     )
     async def metrics():
         """Triton's Prometheus page (its nv_* series and the engines' trtllm_spec_decode_* ones) at the
@@ -428,11 +372,11 @@ def create_app(frontend: Frontend) -> FastAPI:
             body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
         )
 
-    @app.post("/v1/completions", **_generation_doc(S.CompletionRequest, S.CompletionResponse))
+    @app.post("/v1/completions", **generation_doc(S.CompletionRequest, S.CompletionResponse))
     async def completions(request: Request):
         return await generate(request, "completion")
 
-    @app.post("/v1/chat/completions", **_generation_doc(S.ChatCompletionRequest, S.ChatCompletionResponse))
+    @app.post("/v1/chat/completions", **generation_doc(S.ChatCompletionRequest, S.ChatCompletionResponse))
     async def chat_completions(request: Request):
         return await generate(request, "chat")
 
