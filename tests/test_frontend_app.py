@@ -167,3 +167,16 @@ def test_a_client_that_goes_away_stops_its_request(stream):
         assert status == 200 and json.loads(body)["choices"][0]["text"] == "t0 t1 "
     finally:
         s.stop()
+
+
+def test_bench_serve_reads_the_frontends_stream_and_refuses_a_different_answer(server):
+    from specbuild.benchmarks.serve_frontend import FrontendClient, _check_same
+    from specbuild.core.errors import SpecbuildError
+    from specbuild.core.sampling_params import SamplingParams
+
+    client = FrontendClient(f"http://127.0.0.1:{server.port}/v1", model=MODEL)
+    answers = [client.complete("p", SamplingParams(max_tokens=n), 0) for n in (3, 5)]  # one connection
+    assert answers == [("t0 t1 t2 ", 3), ("t0 t1 t2 t3 t4 ", 5)]
+    _check_same({"direct": answers, "frontend": answers}, ["a", "b"])
+    with pytest.raises(SpecbuildError, match="answered otherwise"):
+        _check_same({"direct": answers, "frontend": [answers[0], ("t0", 1)]}, ["a", "b"])

@@ -27,13 +27,14 @@ from specbuild.core.sampling_params import SamplingParams
 from specbuild.frontend.run import FrontendOptions, start_frontend
 from specbuild.serve.server import free_port
 
-MODEL = "bench"
+MODEL = "bench"  # the served model id the benchmark gives the frontend
 
 
 class FrontendClient:
     """One keep-alive HTTP connection per worker thread; a streamed completion -> (text, tokens)."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, model: str = MODEL):
+        self.model = model
         address = urlparse(url)
         self.host, self.port = address.hostname, address.port
         self._local = threading.local()
@@ -45,7 +46,7 @@ class FrontendClient:
 
     def complete(self, prompt: str, params: SamplingParams, k: int) -> tuple[str, int]:
         body = {
-            "model": MODEL,
+            "model": self.model,
             "prompt": prompt,
             "max_tokens": params.max_tokens,
             "temperature": params.temperature,
