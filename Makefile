@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-isa demo demo-real lint clean bench-convert bench-reference bench-serve bench-load aiperf
+.PHONY: setup test test-isa demo demo-real lint clean bench-convert bench-reference bench-serve bench-load aiperf fuzz
 
 setup: $(STAMP)
 
@@ -18,6 +18,15 @@ $(STAMP): pyproject.toml
 
 test: setup
 	$(BIN)/python -m pytest -q tests
+
+# The hostile-input runs of `make test`, longer: schemathesis against the OpenAI frontend on a real
+# tritonserver (FUZZ_EXAMPLES per route) and the hypothesis properties of the readers (FUZZ_PROPERTY_EXAMPLES
+# each); FUZZ_SEED picks another seeded run.
+FUZZ_EXAMPLES ?= 1000
+FUZZ_PROPERTY_EXAMPLES ?= 5000
+fuzz: setup
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_PROPERTY_EXAMPLES=$(FUZZ_PROPERTY_EXAMPLES) \
+		$(BIN)/python -m pytest -q -s tests/test_openai_fuzz.py tests/test_properties.py
 
 # The numeric tests (marker `numeric`) once per CPU kernel family this machine can run (ATen AVX2 /
 # AVX-512 / default, oneDNN ISA ceilings, oneMKL's reproducible GEMM): float results differ in the

@@ -13,7 +13,9 @@ the same machine load), with and without speculation:
   target alone, as an LLM-API deployment without speculation).
 What is compared is checked equal: same K, method, max tokens and sampling (greedy), and every response's
 tokens identical to the engine flow's in-process target alone (greedy speculation is exact).
-Then, on the engine flow, the `bench` sweep (speculation off/on per concurrency) writes its report into OUT.
+Then, on the engine flow, the OpenAI frontend's tokens/s over direct-to-Triton's at each
+`--frontend-concurrency` (serve_frontend.py: interleaved rounds, the ratio's spread), and the `bench` sweep
+(speculation off/on per concurrency) writes its report into OUT.
 
     python -m specbuild.benchmarks.serve [--out build/bench-serve] [--flow both] [--prompts 8]
         [--max-tokens 48] [--threads 1] [--repeats 3] [--floor]
@@ -44,6 +46,7 @@ from rich.console import Console
 from tritonclient.grpc import InferenceServerClient
 
 from specbuild.benchmarks.ipc_floor import format_floor, measure
+from specbuild.benchmarks.serve_frontend import format_frontend, measure_frontend
 from specbuild.builder.compile import compile_spec
 from specbuild.client.bench import run_bench
 from specbuild.client.options import BenchConfig, default_prompts_file, load_prompts
@@ -475,6 +478,17 @@ def run_engine_flow(
                         engine_ms={"draft": b["draft"]["total"], "target": b["target"]["total"]},
                     )
                 flow["modes"][arm.mode] = row
+            if args.frontend_concurrency:  # the OpenAI frontend on the same server: its cost as a ratio
+                found = measure_frontend(
+                    server.grpc_url,
+                    prompts,
+                    params,
+                    k=args.num_draft_tokens,
+                    concurrency=tuple(int(c) for c in args.frontend_concurrency.split(",")),
+                    rounds=args.repeats,
+                )
+                flow["frontend"] = found
+                console.print("\n".join(format_frontend(found)))
             if args.concurrency:
                 config = BenchConfig(
                     url=server.grpc_url,
@@ -577,6 +591,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--concurrency", default="1,2,4", help="engine-flow bench sweep concurrencies ('' skips the sweep)"
+    )
+    parser.add_argument(
+        "--frontend-concurrency",
+        default="1,4",
+        help="concurrencies of the OpenAI frontend / direct-to-Triton ratio (engine flow; '' skips it)",
     )
     parser.add_argument(
         "--random-models",

@@ -112,7 +112,10 @@ def read_bytes(path: str | Path, *, kind: str, what: str | None = None) -> bytes
         raise _too_large(path, label, limit, st.st_size)
     try:
         with open(path, "rb") as f:
-            data = f.read(limit + 1)
+            # read(n) allocates n bytes first: ask for the size stat saw, then for what it grew by
+            data = f.read(st.st_size + 1)
+            if len(data) > st.st_size:
+                data += f.read(limit + 1 - len(data))
     except OSError as exc:
         raise InputFileError(
             f"cannot read {label} {path}",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,8 +94,15 @@ def safetensors_header(path: str | Path) -> dict[str, dict]:
             (n,) = struct.unpack("<Q", raw)
             if n > _MAX_HEADER:
                 raise ValueError(f"header length {n} is implausible")
+            if n > os.fstat(f.fileno()).st_size - 8:  # before read(n), which allocates n bytes
+                raise ValueError(f"header length {n} runs past the end of the file")
             header = json.loads(f.read(n))
-    except (OSError, ValueError) as exc:
+            if not isinstance(header, dict):
+                raise ValueError(f"the header is a JSON {type(header).__name__}, not an object")
+            for name, entry in header.items():
+                if name != "__metadata__" and not _is_entry(entry):
+                    raise ValueError(f"tensor {name[:80]!r} has no dtype / integer shape / data_offsets")
+    except (OSError, ValueError, RecursionError) as exc:
         raise CheckpointError(
             f"cannot read the safetensors header of {path}",
             expected="a safetensors file (8-byte length + JSON header)",
@@ -102,6 +110,21 @@ def safetensors_header(path: str | Path) -> dict[str, dict]:
             fix="re-download the file; a truncated download leaves a broken header",
         ) from None
     return {k: v for k, v in header.items() if k != "__metadata__"}
+
+
+def _is_entry(entry: object) -> bool:
+    """A tensor's header entry: {"dtype": str, "shape": [int, ...], "data_offsets": [int, int]}."""
+
+    def ints(value: object) -> bool:
+        return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value)
+
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("dtype"), str)
+        and ints(entry.get("shape"))
+        and ints(entry.get("data_offsets"))
+        and len(entry["data_offsets"]) == 2
+    )
 
 
 def safetensors_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:

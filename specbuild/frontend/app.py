@@ -24,13 +24,16 @@ from contextlib import aclosing
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from specbuild.client.remote import request_steps
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.core.spec_records import vllm_spec_metrics
 from specbuild.frontend import protocol as P
+from specbuild.frontend import schema as S
 from specbuild.frontend.chat import ChatTemplate
+from specbuild.frontend.openapi import errors_doc, generation_doc, openapi_document
 from specbuild.frontend.protocol import GenerationRequest, OpenAIError
 from specbuild.frontend.triton import TritonBridge
 
@@ -44,19 +47,45 @@ def _error(exc: OpenAIError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status)
 
 
-async def _body(request: Request) -> Any:
-    size = int(request.headers.get("content-length") or 0)
-    if size > MAX_BODY_BYTES:
+async def _body(request: Request) -> bytes:
+    """The request body, read whole up to MAX_BODY_BYTES (any content type: it is parsed as JSON)."""
+    size = request.headers.get("content-length") or "0"
+    if not size.isdigit() or int(size) > MAX_BODY_BYTES:
         raise OpenAIError(f"the request body is larger than {MAX_BODY_BYTES // 2**20} MiB", status=413)
     data = bytearray()
     async for part in request.stream():
         data += part
         if len(data) > MAX_BODY_BYTES:
             raise OpenAIError(f"the request body is larger than {MAX_BODY_BYTES // 2**20} MiB", status=413)
+    return bytes(data)
+
+
+async def _until_disconnect(request: Request) -> None:
+    """Returns when the HTTP client goes away (the body was read whole: the next ASGI message is the
+    disconnect, or comes after the response)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_gone(request: Request, work):
+    """Await `work` while watching the connection: a client that goes away cancels it (the bridge then
+    cancels the request on Triton) and raises ClientGone."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_until_disconnect(request))
     try:
-        return json.loads(data)
-    except ValueError as exc:
-        raise OpenAIError(f"the request body is not valid JSON: {exc}") from None
+        done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:  # also when this handler is cancelled
+        watch.cancel()
+        if not task.done():
+            task.cancel()
+    if task in done:
+        return task.result()
+    await asyncio.gather(task, return_exceptions=True)  # let the bridge close the request
+    raise ClientGone
+
+
+class ClientGone(Exception):
+    """The HTTP client went away before its answer: nothing to send."""
 
 
 def _fetch(url: str) -> str:
@@ -71,6 +100,14 @@ def _sse(obj: dict[str, Any]) -> str:
     return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
 
 
+def _longest_token(tokenizer) -> int | None:
+    """Characters of the tokenizer's longest vocabulary entry: byte-level entries spell each byte as one
+    character, SentencePiece ones each character as itself, so no token covers more of a text."""
+    if tokenizer is None:
+        return None
+    return max(map(len, tokenizer.get_vocab()), default=None)
+
+
 class Frontend:
     """The app's state: the served model, the Triton bridge, the chat template."""
 
@@ -81,6 +118,13 @@ class Frontend:
         self.metrics_url = metrics_url  # Triton's Prometheus page, served again at /metrics
         self.created = P.now()
         self.max_total = bridge.served.info.max_total_tokens
+        self.max_prompt_tokens = bridge.served.max_prompt_tokens or self.max_total
+        self.longest_token = _longest_token(chat.tokenizer)
+        self.max_prompt_chars = (
+            self.max_prompt_tokens * self.longest_token
+            if self.max_prompt_tokens and self.longest_token
+            else None
+        )
 
     # ---- request -> Triton ----------------------------------------------------------------------
     def _k(self, req: GenerationRequest) -> int | None:
@@ -116,9 +160,9 @@ class Frontend:
             end_id=NO_END_ID if req.ignore_eos else None,
         )
 
-    def _fit(self, req: GenerationRequest, explicit: bool) -> GenerationRequest:
+    def _fit(self, req: GenerationRequest) -> GenerationRequest:
         """A chat request without max tokens gets what fits the engines' limit after its prompt."""
-        if explicit or self.max_total is None or self.chat.tokenizer is None:
+        if not req.fit or self.max_total is None or self.chat.tokenizer is None:
             return req
         n = len(self.chat.tokenizer(req.prompt, add_special_tokens=True)["input_ids"])
         room = self.max_total - n
@@ -128,14 +172,26 @@ class Frontend:
             )
         return GenerationRequest(**{**req.__dict__, "max_tokens": min(req.max_tokens, room)})
 
-    def parse(self, body: Any, kind: str) -> GenerationRequest:
+    def _check_length(self, req: GenerationRequest) -> None:
+        """Refuse a prompt that cannot fit by its characters alone, before anything tokenizes it: each
+        token covers at most `longest token` characters of the text, so more than limit x that many
+        characters are more than `limit` tokens."""
+        if self.max_prompt_chars is not None and len(req.prompt) > self.max_prompt_chars:
+            raise OpenAIError(
+                f"the prompt has {len(req.prompt)} characters; at most {self.max_prompt_tokens} tokens fit "
+                f"(the engines' input limit), which no text over {self.max_prompt_chars} characters makes "
+                f"with this tokenizer (no token covers more than {self.longest_token})",
+                param="messages" if req.kind == "chat" else "prompt",
+                code="context_length_exceeded",
+            )
+
+    def parse(self, body: bytes, kind: str) -> GenerationRequest:
         if kind == "completion":
-            return P.parse_completion(body, self.model_id, self.max_total)
-        req = P.parse_chat(body, self.model_id, self.max_total, self.chat.render)
-        explicit = isinstance(body, dict) and (
-            body.get("max_completion_tokens") is not None or body.get("max_tokens") is not None
-        )
-        return self._fit(req, explicit)
+            req = P.parse_completion(body, self.model_id, self.max_total)
+        else:
+            req = P.parse_chat(body, self.model_id, self.max_total, self.chat.render)
+        self._check_length(req)
+        return self._fit(req)
 
     def _spec(self, chunks, k: int | None, max_tokens: int) -> dict[str, Any]:
         served = self.bridge.served
@@ -163,27 +219,26 @@ class Frontend:
     async def complete(self, req: GenerationRequest) -> dict[str, Any]:
         k = self._k(req)
         stopper = P.StopText(req.stop)
-        chunks, text, tokens, stopped = [], [], 0, False
+        chunks, text, tokens = [], [], 0
         prompt_tokens = self._prompt_tokens(req.prompt)
         stream = self.bridge.stream(req.prompt, self._params(req), num_draft_tokens=k, stop_words=req.stop)
-        async with aclosing(stream):  # leaving early (a stop string) cancels the request on the server
+        async with aclosing(stream):  # leaving early (a stop string, a client gone) cancels it on the server
             async for c in stream:
                 chunks.append(c)
                 tokens += len(c.token_ids)
                 prompt_tokens = c.counts.get("num_input_tokens", prompt_tokens)
                 text.append(stopper.push(c.text))
                 if stopper.stopped:
-                    stopped = True
                     break
         text.append(stopper.flush())
         body = ("" if not req.echo else req.prompt) + "".join(text)
-        finish = "stop" if stopped or tokens < req.max_tokens else "length"
         return P.full_response(
             req,
             P.new_id(req.kind),
             P.now(),
             text=body,
-            finish=finish,
+            finish=_finish(stopper, tokens, req),
+            stop_reason=stopper.matched,
             usage_=P.usage(prompt_tokens, tokens),
             metrics=self._spec(chunks, self._num_spec_tokens(k), req.max_tokens),
         )
@@ -194,7 +249,7 @@ class Frontend:
         k = self._k(req)
         rid, created = P.new_id(req.kind), P.now()
         stopper = P.StopText(req.stop)
-        chunks, tokens, stopped = [], 0, False
+        chunks, tokens = [], 0
         prompt_tokens = self._prompt_tokens(req.prompt)
 
         def usage():
@@ -217,12 +272,13 @@ class Frontend:
                 if piece:
                     yield _sse(P.chunk(req, rid, created, text=piece, usage_=usage()))
                 if stopper.stopped:
-                    stopped = True
                     break
         tail = stopper.flush()
-        finish = "stop" if stopped or tokens < req.max_tokens else "length"
         last = tail if (req.kind == "completion" or tail) else None
-        yield _sse(P.chunk(req, rid, created, text=last, finish=finish, usage_=usage()))
+        finish = _finish(stopper, tokens, req)
+        yield _sse(
+            P.chunk(req, rid, created, text=last, finish=finish, stop_reason=stopper.matched, usage_=usage())
+        )
         if req.include_usage:
             yield _sse(
                 P.chunk(
@@ -237,20 +293,44 @@ class Frontend:
         yield "data: [DONE]\n\n"
 
 
+def _finish(stopper: P.StopText, tokens: int, req: GenerationRequest) -> str:
+    return "stop" if stopper.stopped or tokens < req.max_tokens else "length"
+
+
 def create_app(frontend: Frontend) -> FastAPI:
     app = FastAPI(
-        title="specbuild OpenAI-compatible frontend", docs_url=None, redoc_url=None, openapi_url=None
+        title="specbuild OpenAI-compatible frontend",
+        version="1",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json",
     )
+    app.openapi = lambda: openapi_document(app)
 
     @app.exception_handler(OpenAIError)
     async def openai_error(request: Request, exc: OpenAIError):  # noqa: ARG001 - FastAPI's signature
         return _error(exc)
 
-    @app.get("/health")
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):  # noqa: ARG001
+        """Routing's own answers (no such route, wrong method) in OpenAI's error shape."""
+        error = OpenAIError(str(exc.detail), status=exc.status_code)
+        return JSONResponse(error.body(), status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception):  # noqa: ARG001
+        """A bug of the frontend: OpenAI's 500 object (the traceback goes to the server's log)."""
+        return _error(OpenAIError(f"internal error of the frontend: {type(exc).__name__}", status=500))
+
+    @app.get("/health", response_model=None, responses={200: {"model": S.Health}})
     async def health():
         return {"status": "ok"}
 
-    @app.get("/metrics")
+    @app.get(
+        "/metrics",
+        response_class=PlainTextResponse,
+        responses={200: {"content": {"text/plain": {}}}, **errors_doc(404, 503)},
+    )
     async def metrics():
         """Triton's Prometheus page (its nv_* series and the engines' trtllm_spec_decode_* ones) at the
         frontend's own address, as vLLM serves /metrics next to /v1: AIPerf scrapes <url>/metrics."""
@@ -262,42 +342,41 @@ def create_app(frontend: Frontend) -> FastAPI:
             raise OpenAIError(f"cannot read Triton's metrics: {exc}", status=503) from None
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", response_model=None, responses={200: {"model": S.ModelList}})
     async def models():
         card = P.model_card(frontend.model_id, frontend.created, frontend.max_total)
         return {"object": "list", "data": [card]}
 
     async def generate(request: Request, kind: str):
         req = frontend.parse(await _body(request), kind)
-        if not req.stream:
-            return JSONResponse(await frontend.complete(req))
-        events = frontend.stream(req)
-        try:  # the first event is produced before answering: a request the server refuses gets a 400
-            first = await events.__anext__()
-        except OpenAIError:
-            await events.aclose()
-            raise
+        try:
+            if not req.stream:
+                return JSONResponse(await _unless_gone(request, frontend.complete(req)))
+            events = frontend.stream(req)
+            # the first event is produced before answering: a request the server refuses gets a 400
+            first = await _unless_gone(request, events.__anext__())
+        except ClientGone:
+            return Response(status_code=499)  # nobody reads it (nginx's "client closed request")
 
         async def body():
             yield first
             try:
                 async for event in events:
                     yield event
-            except (
-                OpenAIError
-            ) as exc:  # after the 200: the error in a data event (the openai client raises it)
+            except OpenAIError as exc:  # after the 200: the error in a data event (the openai client raises)
                 yield _sse(exc.body())
                 yield "data: [DONE]\n\n"
 
+        # Starlette's streaming response watches the connection too: a client gone cancels the body
         return StreamingResponse(
             body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
         )
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", **generation_doc(S.CompletionRequest, S.CompletionResponse))
     async def completions(request: Request):
         return await generate(request, "completion")
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", **generation_doc(S.ChatCompletionRequest, S.ChatCompletionResponse))
     async def chat_completions(request: Request):
         return await generate(request, "chat")
 

@@ -1,57 +1,91 @@
-"""The OpenAI request bodies the frontend honours, checked field by field, and the response objects.
+"""The OpenAI request bodies the frontend accepts and the response objects.
 
 Shapes follow the OpenAI API as vLLM 0.33.0 serves it (vllm/entrypoints/openai/{completion,chat_completion}/
-protocol.py) and as the official `openai` client (3.57.0) reads it. A request is a JSON object; every
-field it sets is either honoured (HONOURED_*: what it does is below) or refused with HTTP 400 and
-OpenAI's error object {"error": {"message", "type": "invalid_request_error", "param", "code"}} -- a field
-specbuild cannot honour is never silently ignored, except `user` (an end-user id for abuse monitoring:
-no effect on the output) and the `null` / default value of a refused field (clients send defaults).
+protocol.py) and as the official `openai` client (3.57.0) reads it. A body is validated by its pydantic
+model (schema.py: the fields, their ranges, the defaults-only ones); every field it sets is either
+accepted or refused with HTTP 400 and OpenAI's error object {"error": {"message", "type":
+"invalid_request_error", "param", "code"}} -- a field specbuild cannot honour is never silently ignored,
+except `user` (an end-user id: no effect on the output). Every value an error echoes is bounded.
 
-Honoured (both endpoints unless said): model (must be the served id), prompt (completions: a string, or a
-list of one string), messages (chat: role system | user | assistant, string content or text parts),
-max_tokens (default 16, as vLLM's completions) / max_completion_tokens (chat), temperature (>= 0), top_p,
-top_k (vLLM extra), seed, stop (string or up to 4 strings: the text ends before the first one, as
-OpenAI), stream, stream_options {include_usage, continuous_usage_stats (vLLM's extension: usage on every
-chunk)}, n = 1, echo (completions: the prompt before the text), ignore_eos (vLLM extra: the end token
-does not stop the request), logprobs false / null and frequency_penalty / presence_penalty 0 (their
-defaults), and specbuild's `num_draft_tokens` (draft/target repositories: K for this request, 0 = the
-target alone).
+`stop_reason` is the stop string that ended the text, null otherwise (the end token, the length), as
+vLLM 0.33.0 sets it (vllm/v1/engine/output_processor.py: `stop_reason = stop_string`; the field's
+description in vllm/entrypoints/openai/completion/protocol.py, CompletionResponseChoice; read in the
+vllm-0.33.0 wheel, pinned).
 """
 
 from __future__ import annotations
 
-import math
+import reprlib
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-MAX_STOP = 4  # OpenAI's limit on stop sequences
-MAX_STOP_CHARS = 256  # a stop string longer than this is a mistake (and bounds the held-back text)
-DEFAULT_MAX_TOKENS = 16  # vLLM's CompletionRequest.max_tokens default (OpenAI's completions default)
-COMMON = {"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stream", "stream_options"}
-COMMON |= {"n", "user", "ignore_eos", "logprobs", "frequency_penalty", "presence_penalty", "num_draft_tokens"}
-HONOURED_COMPLETIONS = frozenset(COMMON | {"prompt", "echo", "best_of", "suffix", "logit_bias"})
-HONOURED_CHAT = frozenset(
-    COMMON
-    | {"messages", "max_completion_tokens", "top_logprobs", "logit_bias", "response_format", "tools"}
-    | {"tool_choice", "parallel_tool_calls"}
+from pydantic import BaseModel, ValidationError
+
+from specbuild.frontend.schema import (
+    DEFAULT_ONLY,
+    INT32_MAX,
+    MAX_STOP,
+    MAX_STOP_CHARS,
+    ChatCompletionRequest,
+    CompletionRequest,
 )
-# refused unless they carry their default (value -> accepted defaults)
-DEFAULT_ONLY = {
-    "n": (1, None),
-    "best_of": (1, None),
-    "logprobs": (False, None, 0),
-    "top_logprobs": (None, 0),
-    "frequency_penalty": (0, 0.0, None),
-    "presence_penalty": (0, 0.0, None),
-    "suffix": (None, ""),
-    "logit_bias": (None,),
-    "tools": (None,),
-    "tool_choice": (None, "none"),
-    "parallel_tool_calls": (None,),
+
+DEFAULT_MAX_TOKENS = 16  # vLLM's CompletionRequest.max_tokens default (OpenAI's completions default)
+
+
+class _Bounded(reprlib.Repr):
+    """repr with a few items per level and long strings cut: an error echoes what it refuses, bounded (a
+    100,000-key logit_bias is shown by its first keys)."""
+
+    def __init__(self):
+        super().__init__()
+        self.maxlevel, self.maxdict, self.maxlist, self.maxtuple = 2, 4, 4, 4
+        self.maxstring = self.maxother = 80
+        self.maxlong = 40
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 128:  # repr of a huge int is slow, and refused past 4300 digits
+            return f"<an integer of {x.bit_length()} bits>"
+        return super().repr_int(x, level)
+
+
+_SHOWN = _Bounded()
+MAX_NAME_CHARS = 64  # a field name echoed in a message or as `param`
+MAX_NAMES_SHOWN = 4  # unknown fields listed by name; the rest counted
+# the accepted value of each default-only field, as its error names it
+DEFAULT_TEXT = {
+    "n": "1",
+    "best_of": "1",
+    "logprobs": "false or 0",
+    "top_logprobs": "0",
+    "frequency_penalty": "0",
+    "presence_penalty": "0",
+    "logit_bias": "null",
+    "suffix": '""',
+    "tools": "null",
+    "tool_choice": '"none"',
+    "parallel_tool_calls": "null",
+    "response_format": '{"type": "text"}',
 }
-ROLES = ("system", "user", "assistant", "developer")
+
+
+# fields whose type is a union, described whole
+ONE_OF = {
+    "prompt": "a non-empty string or a list of one (token-id prompts and batches are not supported)",
+    "stop": f"a non-empty string or a list of at most {MAX_STOP}, each at most {MAX_STOP_CHARS} characters",
+}
+
+
+def shown(value: Any) -> str:
+    """repr(value), bounded (a few items per level, long strings cut in the middle)."""
+    return _SHOWN.repr(value)
+
+
+def _name(key: Any) -> str:
+    text = str(key)
+    return text if len(text) <= MAX_NAME_CHARS else text[: MAX_NAME_CHARS - 3] + "..."
 
 
 class OpenAIError(Exception):
@@ -90,178 +124,144 @@ class GenerationRequest:
     ignore_eos: bool = False
     num_draft_tokens: int | None = None
     messages: tuple[dict[str, str], ...] = field(default_factory=tuple)
+    fit: bool = False  # chat without max tokens: the app lowers max_tokens to what fits after the prompt
 
 
-def _number(body: dict, key: str, default, *, low=None, high=None, integer=False):
-    value = body.get(key)
-    if value is None:
-        return default
-    kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind) or (not integer and not math.isfinite(value)):
-        raise _fail(f"'{key}' must be {'an integer' if integer else 'a number'}, got {value!r}", key)
-    if (low is not None and value < low) or (high is not None and value > high):
-        bounds = f"{low if low is not None else '-inf'} .. {high if high is not None else 'inf'}"
-        raise _fail(f"'{key}' must be in {bounds}, got {value!r}", key)
-    return value
+def _path(loc: tuple) -> str:
+    """A pydantic error location as a field path: messages[0].role (union branch tags left out)."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif str(part).isidentifier():
+            out += f".{_name(part)}" if out else _name(part)
+    return out
 
 
-def _flag(body: dict, key: str) -> bool:
-    value = body.get(key)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise _fail(f"'{key}' must be true or false, got {value!r}", key)
-    return value
+def _unknown(model: type[BaseModel], names: list, endpoint: str) -> OpenAIError:
+    shown_names = ", ".join(repr(_name(k)) for k in names[:MAX_NAMES_SHOWN])
+    more = f" and {len(names) - MAX_NAMES_SHOWN} more" if len(names) > MAX_NAMES_SHOWN else ""
+    fields = [f for f in model.model_fields if f not in DEFAULT_ONLY]
+    fixed = [f for f in model.model_fields if f in DEFAULT_ONLY]
+    return _fail(
+        f"{endpoint}: unsupported parameter(s) {shown_names}{more}; specbuild's frontend accepts "
+        f"{', '.join(fields)}; and {', '.join(fixed)} only at their defaults",
+        _name(names[0]),
+        "unsupported_parameter",
+    )
 
 
-def _check_fields(body: dict, honoured: frozenset[str], endpoint: str) -> None:
-    unknown = sorted(set(body) - honoured)
-    if unknown:
-        raise _fail(
-            f"{endpoint}: unsupported parameter(s) {', '.join(unknown)}; specbuild's frontend honours "
-            f"{', '.join(sorted(honoured))}",
-            unknown[0],
-            "unsupported_parameter",
+def _invalid(exc: ValidationError) -> OpenAIError:
+    """A refused body as OpenAI's 400: a default-only field first, else the first problem (of a union's
+    failures, the one that is not a type mismatch). Every echoed value is bounded."""
+    errors = exc.errors(include_url=False, include_context=False)
+    located = [e for e in errors if e["loc"]]
+    if not located:  # the body itself: not JSON, nested too deep, or not an object
+        e = errors[0]
+        if e["type"] == "json_invalid":
+            return _fail(f"the request body is not valid JSON: {e['msg'].removeprefix('Invalid JSON: ')}")
+        return _fail(f"the request body must be a JSON object, got {shown(e.get('input'))}")
+    first = next((e for e in located if e["loc"][0] in DEFAULT_ONLY), located[0])
+    key = str(first["loc"][0])
+    if key in DEFAULT_ONLY and len(first["loc"]) <= 2:
+        return _fail(
+            f"'{_path(first['loc'])}' = {shown(first.get('input'))} is not supported (only its default: "
+            f"{DEFAULT_TEXT[key]}, or leave it out)",
+            key,
+            "unsupported_value",
         )
-    for key, defaults in DEFAULT_ONLY.items():
-        if key in body and not any(body[key] == d and type(body[key]) is type(d) for d in defaults):
-            if body[key] is None and None in defaults:
-                continue
-            raise _fail(
-                f"'{key}' = {body[key]!r} is not supported (only its default: "
-                f"{', '.join(repr(d) for d in defaults)})",
-                key,
-                "unsupported_value",
-            )
-    if endpoint.endswith("chat/completions") and body.get("response_format") not in (None, {"type": "text"}):
-        raise _fail(
-            "'response_format' other than text is not supported", "response_format", "unsupported_value"
-        )
+    if key in ONE_OF:  # a union: say what it takes, not why its first branch failed
+        got = shown(first.get("input")) if len(first["loc"]) == 2 else "something else"
+        return _fail(f"'{key}' must be {ONE_OF[key]}, got {got}", key)
+    same = [e for e in located if e["loc"][0] == first["loc"][0]]
+    first = next((e for e in same if not e["type"].endswith("_type")), first)
+    more = f" ({len(located) - 1} more problem(s) in this body)" if len(located) > 1 else ""
+    got = shown(first.get("input"))
+    return _fail(f"'{_path(first['loc'])}': {first['msg']}, got {got}{more}", _name(key))
 
 
-def _stop(body: dict) -> tuple[str, ...]:
-    stop = body.get("stop")
-    if stop is None:
-        return ()
-    words = (stop,) if isinstance(stop, str) else stop
-    if not isinstance(words, list | tuple) or not all(isinstance(w, str) and w for w in words):
-        raise _fail("'stop' must be a non-empty string or a list of them", "stop")
-    if len(words) > MAX_STOP or any(len(w) > MAX_STOP_CHARS for w in words):
-        raise _fail(f"'stop' takes at most {MAX_STOP} strings of at most {MAX_STOP_CHARS} characters", "stop")
-    return tuple(words)
+def _validate(model: type[BaseModel], body: Any, endpoint: str):
+    """The body (JSON bytes, or an already-parsed object) as `model`, or OpenAI's 400. From bytes the
+    parser is pydantic-core's, whose nesting limit (200 levels) refuses a deeper body with a 400."""
+    try:
+        if isinstance(body, bytes | bytearray | str):
+            req = model.model_validate_json(body)
+        else:
+            req = model.model_validate(body)
+    except ValidationError as exc:
+        raise _invalid(exc) from None
+    if req.model_extra:
+        raise _unknown(model, list(req.model_extra), endpoint)
+    return req
 
 
-def _stream_options(body: dict, stream: bool) -> tuple[bool, bool]:
-    options = body.get("stream_options")
-    if options is None:
-        return False, False
-    if not stream:
-        raise _fail("'stream_options' is only allowed when 'stream' is true", "stream_options")
-    if not isinstance(options, dict) or set(options) - {"include_usage", "continuous_usage_stats"}:
-        raise _fail(
-            "'stream_options' takes include_usage and continuous_usage_stats (true / false)", "stream_options"
-        )
-    include = _flag(options, "include_usage")
-    # vLLM: per-chunk usage only when both are set (api_utils.should_include_usage)
-    return include, include and _flag(options, "continuous_usage_stats")
-
-
-def _common(body: dict, kind: str, served: str, prompt: str, max_tokens: int, **extra) -> GenerationRequest:
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise _fail("'model' is required", "model")
-    if model != served:
+def _common(req, kind: str, served: str, prompt: str, max_tokens: int, **extra) -> GenerationRequest:
+    if req.model != served:
         raise OpenAIError(
-            f"The model `{model}` does not exist; this server serves `{served}` (GET /v1/models)",
+            f"The model `{_name(req.model)}` does not exist; this server serves `{served}` (GET /v1/models)",
             status=404,
             param="model",
             code="model_not_found",
         )
-    stream = _flag(body, "stream")
-    include, continuous = _stream_options(body, stream)
+    stream = bool(req.stream)
+    options = req.stream_options
+    if options is not None and not stream:
+        raise _fail("'stream_options' is only allowed when 'stream' is true", "stream_options")
+    include = bool(options and options.include_usage)
+    stop = req.stop if req.stop is not None else ()
     return GenerationRequest(
         kind=kind,
-        model=model,
+        model=req.model,
         prompt=prompt,
         max_tokens=max_tokens,
-        temperature=float(_number(body, "temperature", 1.0, low=0.0, high=2.0)),
-        top_p=float(_number(body, "top_p", 1.0, low=1e-9, high=1.0)),
-        top_k=max(0, int(_number(body, "top_k", 0, low=-1, high=2**31 - 1, integer=True))),  # -1: off
-        seed=_number(body, "seed", None, low=0, high=2**63 - 1, integer=True),
-        stop=_stop(body),
+        temperature=float(req.temperature if req.temperature is not None else 1.0),
+        top_p=float(req.top_p if req.top_p is not None else 1.0),
+        top_k=max(0, req.top_k or 0),  # -1: off
+        seed=req.seed,
+        stop=(stop,) if isinstance(stop, str) else tuple(stop),
         stream=stream,
         include_usage=include,
-        continuous_usage=continuous,
-        ignore_eos=_flag(body, "ignore_eos"),
-        num_draft_tokens=_number(body, "num_draft_tokens", None, low=0, high=2**31 - 1, integer=True),
+        # vLLM: per-chunk usage only when both are set (api_utils.should_include_usage)
+        continuous_usage=include and bool(options.continuous_usage_stats),
+        ignore_eos=bool(req.ignore_eos),
+        num_draft_tokens=req.num_draft_tokens,
         **extra,
     )
 
 
 def parse_completion(body: Any, served: str, max_context_tokens: int | None) -> GenerationRequest:
-    if not isinstance(body, dict):
-        raise _fail("the request body must be a JSON object")
-    _check_fields(body, HONOURED_COMPLETIONS, "/v1/completions")
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if not isinstance(prompt, str):
-        raise _fail(
-            "'prompt' must be a string (or a list of one string; token-id prompts and batches are not "
-            "supported)",
-            "prompt",
-        )
-    if not prompt:
-        raise _fail("'prompt' is empty", "prompt")
-    return _common(
-        body,
-        "completion",
-        served,
-        prompt,
-        _max_tokens(body, "max_tokens", max_context_tokens),
-        echo=_flag(body, "echo"),
-    )
+    """A /v1/completions body (JSON bytes or a parsed object) -> the checked request, or OpenAIError."""
+    req = _validate(CompletionRequest, body, "/v1/completions")
+    prompt = req.prompt if isinstance(req.prompt, str) else req.prompt[0]
+    max_tokens = _max_tokens(req.max_tokens, "max_tokens", max_context_tokens)
+    return _common(req, "completion", served, prompt, max_tokens, echo=bool(req.echo))
 
 
 def parse_chat(body: Any, served: str, max_context_tokens: int | None, render) -> GenerationRequest:
     """`render(messages) -> prompt text` applies the chat template (raises OpenAIError without one)."""
-    if not isinstance(body, dict):
-        raise _fail("the request body must be a JSON object")
-    _check_fields(body, HONOURED_CHAT, "/v1/chat/completions")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise _fail("'messages' must be a non-empty list", "messages")
-    clean = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in ROLES:
-            raise _fail(f"messages[{i}] needs a role in {', '.join(ROLES)}", "messages")
-        content = m.get("content")
-        if isinstance(content, list):  # text parts: [{"type": "text", "text": ...}]
-            if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
-                raise _fail(f"messages[{i}]: only text content parts are supported", "messages")
-            content = "".join(str(p.get("text", "")) for p in content)
-        if not isinstance(content, str):
-            raise _fail(f"messages[{i}].content must be a string or text parts", "messages")
-        if set(m) - {"role", "content", "name"}:
-            raise _fail(f"messages[{i}]: only role, content and name are supported", "messages")
-        clean.append({"role": m["role"], "content": content})
-    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    return _common(
-        body,
-        "chat",
-        served,
-        render(clean),
-        _max_tokens(body, key, max_context_tokens, default=None),
-        messages=tuple(clean),
-    )
+    req = _validate(ChatCompletionRequest, body, "/v1/chat/completions")
+    clean = [
+        {
+            "role": m.role,
+            "content": m.content if isinstance(m.content, str) else "".join(p.text for p in m.content),
+        }
+        for m in req.messages
+    ]
+    key = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+    value = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    max_tokens = _max_tokens(value, key, max_context_tokens, default=None)
+    return _common(req, "chat", served, render(clean), max_tokens, messages=tuple(clean), fit=value is None)
 
 
-def _max_tokens(body: dict, key: str, limit: int | None, default: int | None = DEFAULT_MAX_TOKENS) -> int:
-    high = (limit - 1) if limit else 2**31 - 1
-    value = _number(body, key, None, low=1, high=high, integer=True)
+def _max_tokens(
+    value: int | None, key: str, limit: int | None, default: int | None = DEFAULT_MAX_TOKENS
+) -> int:
+    high = (limit - 1) if limit else INT32_MAX
     if value is None:  # chat: OpenAI's default is "as many as fit"; the engines' limit bounds it
-        value = default if default is not None else min(high, 2**31 - 1)
-    return int(value)
+        return default if default is not None else high
+    if value > high:
+        raise _fail(f"'{key}' must be in 1 .. {high}, got {shown(value)}", key)
+    return value
 
 
 # ---- responses ---------------------------------------------------------------------------------------
@@ -299,6 +299,7 @@ def chunk(
     text: str | None = None,
     role: bool = False,
     finish: str | None = None,
+    stop_reason: str | None = None,
     usage_: dict | None = None,
     metrics: dict | None = None,
     empty: bool = False,
@@ -314,7 +315,7 @@ def chunk(
             delta["content"] = text
         obj, choice = "chat.completion.chunk", {"index": 0, "delta": delta, "logprobs": None}
     choice["finish_reason"] = finish
-    choice["stop_reason"] = None
+    choice["stop_reason"] = stop_reason
     out: dict[str, Any] = {
         "id": rid,
         "object": obj,
@@ -335,11 +336,18 @@ def full_response(
     *,
     text: str,
     finish: str,
+    stop_reason: str | None,
     usage_: dict,
     metrics: dict,
 ) -> dict[str, Any]:
     if req.kind == "completion":
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}
+        choice = {
+            "index": 0,
+            "text": text,
+            "logprobs": None,
+            "finish_reason": finish,
+            "stop_reason": stop_reason,
+        }
         obj = "text_completion"
     else:
         choice = {
@@ -347,7 +355,7 @@ def full_response(
             "message": {"role": "assistant", "content": text},
             "logprobs": None,
             "finish_reason": finish,
-            "stop_reason": None,
+            "stop_reason": stop_reason,
         }
         obj = "chat.completion"
     return {
@@ -368,21 +376,27 @@ def now() -> int:
 
 class StopText:
     """OpenAI's stop semantics on a text stream: the output ends before the first stop string; text that
-    could be the start of one is held back until it is known not to be."""
+    could be the start of one is held back until it is known not to be. `matched`: the stop string found
+    (the earliest in the text; of two at one place, the first listed)."""
 
     def __init__(self, stops: tuple[str, ...]):
         self.stops = stops
         self.hold = max((len(s) for s in stops), default=1) - 1
         self.buffer = ""
-        self.stopped = False
+        self.matched: str | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self.matched is not None
 
     def push(self, text: str) -> str:
         if self.stopped or not self.stops:
             return "" if self.stopped else text
         self.buffer += text
-        cut = min((i for i in (self.buffer.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
-            out, self.buffer, self.stopped = self.buffer[:cut], "", True
+        found = [(i, n) for n, i in enumerate(self.buffer.find(s) for s in self.stops) if i >= 0]
+        if found:
+            cut, n = min(found)
+            out, self.buffer, self.matched = self.buffer[:cut], "", self.stops[n]
             return out
         split = max(0, len(self.buffer) - self.hold)
         out, self.buffer = self.buffer[:split], self.buffer[split:]

@@ -43,9 +43,12 @@ class RunningFrontend:
         return self._thread.is_alive()
 
     def stop(self) -> None:
+        try:
+            self._bridge.close()  # on the serving loop, before it ends
+        except Exception:  # noqa: BLE001 - stopping goes on: the channel dies with the loop
+            pass
         self._server.should_exit = True
         self._thread.join(timeout=10)
-        self._bridge.close()
 
 
 def _manifest_tokenizer(repo: Path | None) -> str | None:
@@ -73,9 +76,14 @@ def start_frontend(grpc_url: str, options: FrontendOptions, *, default_name: str
     model = options.model_name or default_name
     bridge = TritonBridge(grpc_url, served, pool_size=options.pool_size)
     app = create_app(Frontend(bridge, chat, model, options.metrics_url))
-    config = uvicorn.Config(
-        app, host=options.host, port=options.port, log_level="warning", access_log=False, lifespan="off"
-    )
+    server, thread = serve_app(app, options.host, options.port)
+    host = f"[{options.host}]" if ":" in options.host else options.host
+    return RunningFrontend(server, thread, bridge, f"http://{host}:{options.port}/v1", model)
+
+
+def serve_app(app, host: str, port: int) -> tuple[uvicorn.Server, threading.Thread]:
+    """uvicorn serving `app` in a daemon thread, once it listens (else ServerError)."""
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="openai-frontend", daemon=True)
     thread.start()
@@ -84,7 +92,7 @@ def start_frontend(grpc_url: str, options: FrontendOptions, *, default_name: str
         if not thread.is_alive() or time.monotonic() > deadline:
             server.should_exit = True
             raise ServerError(
-                f"the OpenAI frontend did not start on {options.host}:{options.port}",
+                f"the OpenAI frontend did not start on {host}:{port}",
                 expected="a free port",
                 found="uvicorn stopped"
                 if not thread.is_alive()
@@ -92,5 +100,4 @@ def start_frontend(grpc_url: str, options: FrontendOptions, *, default_name: str
                 fix="pass another --openai-port",
             )
         time.sleep(0.05)
-    host = f"[{options.host}]" if ":" in options.host else options.host
-    return RunningFrontend(server, thread, bridge, f"http://{host}:{options.port}/v1", model)
+    return server, thread

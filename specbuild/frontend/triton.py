@@ -3,11 +3,11 @@ its `tensorrt_llm_bls` (engine-flow repositories), or the LLM-API `tensorrt_llm`
 repositories: client/remote.py `model_info` detects the interface from the model's metadata, the
 request tensors are that interface's, its cumulative text_output is turned into deltas).
 
-tritonclient's gRPC stream is callback-based (one stream per InferenceServerClient), so the bridge keeps
-a pool of clients (one gRPC channel each, opened on demand up to `pool_size`, reused across requests) and
-hands each response to the request's asyncio queue from tritonclient's thread. A request whose HTTP
-client goes away (or that hits a stop string) is cancelled on the server: its stream is stopped with
-`cancel_requests`, which Triton turns into the request's cancellation (the BLS then ends within a round).
+Requests go over one asyncio gRPC channel (grpc.aio with tritonclient's protobufs and its request
+builder), each a ModelStreamInfer call of its own, at most `pool_size` at a time: no thread per stream and
+no hop between threads per response (tritonclient's callback stream costs both). A request whose HTTP
+client goes away (or that hits a stop string) is cancelled on the server: its call is cancelled, which
+Triton turns into the request's cancellation (the BLS then ends within a round).
 The request tensors, the response parsing and the per-step counters are the gRPC client's
 (client/request.py, client/remote.py): one definition for bench, `generate --url` and this frontend.
 """
@@ -19,7 +19,9 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-import tritonclient.grpc as grpcclient
+import grpc
+from tritonclient.grpc import InferResult, service_pb2_grpc
+from tritonclient.grpc._utils import _get_inference_request  # tritonclient's own request builder
 from tritonclient.utils import InferenceServerException
 
 from specbuild.client.remote import (
@@ -38,6 +40,12 @@ from specbuild.core.sampling_params import SamplingParams
 from specbuild.frontend.protocol import OpenAIError
 
 DEFAULT_POOL = 64  # concurrent requests in flight (each holds one gRPC stream while it runs)
+# the message size limits tritonclient's channel sets (grpc/_client.py MAX_GRPC_MESSAGE_SIZE: Triton's)
+MAX_MESSAGE = 2**31 - 1
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE),
+    ("grpc.max_receive_message_length", MAX_MESSAGE),
+]
 DEFAULT_TIMEOUT_S = 600.0  # the longest silence between two responses of one request
 
 
@@ -47,6 +55,7 @@ class ServedModel:
 
     info: ModelInfo
     tokenizer_dir: str | None  # preprocessing's tokenizer_dir parameter (a local folder for local repos)
+    max_prompt_tokens: int | None = None  # the served model's max_prompt_tokens parameter (the BLS's)
 
     @property
     def llmapi(self) -> bool:
@@ -80,46 +89,55 @@ def describe(url: str) -> ServedModel:
     client = connect(url)
     try:
         info = model_info(client, None)
-        try:
-            params = client.get_model_config("preprocessing", as_json=True)["config"].get("parameters", {})
-            tokenizer = (params.get("tokenizer_dir") or {}).get("string_value") or None
-        except InferenceServerException:
-            tokenizer = None
+        tokenizer = _parameter(client, "preprocessing", "tokenizer_dir")
+        prompt_limit = _parameter(client, info.name, "max_prompt_tokens")
     finally:
         client.close()
-    return ServedModel(info, tokenizer)
+    limit = int(prompt_limit) if prompt_limit and prompt_limit.isdigit() else None
+    return ServedModel(info, tokenizer, limit)
+
+
+def _parameter(client, model: str, key: str) -> str | None:
+    try:
+        params = client.get_model_config(model, as_json=True)["config"].get("parameters", {})
+    except InferenceServerException:
+        return None
+    return (params.get(key) or {}).get("string_value") or None
 
 
 class TritonBridge:
+    """Streams requests to Triton over one asyncio gRPC channel (grpc.aio, tritonclient's protobufs):
+    each request is one bidirectional ModelStreamInfer call on it, at most `pool_size` at a time."""
+
     def __init__(self, url: str, served: ServedModel, *, pool_size: int = DEFAULT_POOL):
         self.url = normalize_url(url)
         self.served = served
         self.pool_size = pool_size
-        self._idle: list = []
-        self._opened = 0
+        self._channel: grpc.aio.Channel | None = None
+        self._stub = None
         self._slots: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
-    async def _acquire(self):
-        if self._slots is None:
+    def _connect(self):
+        """The channel, opened on the first request (on the serving event loop, which grpc.aio needs)."""
+        if self._stub is None:
+            self._channel = grpc.aio.insecure_channel(self.url, options=CHANNEL_OPTIONS)
+            self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
             self._slots = asyncio.Semaphore(self.pool_size)
-        await self._slots.acquire()
-        if self._idle:
-            return self._idle.pop()
-        self._opened += 1
-        return grpcclient.InferenceServerClient(url=self.url)
+            self._loop = asyncio.get_running_loop()
+        return self._stub
 
-    def _release(self, client, *, healthy: bool) -> None:
-        if healthy:
-            self._idle.append(client)
-        else:
-            client.close()
-            self._opened -= 1
-        self._slots.release()
+    async def aclose(self) -> None:
+        if self._channel is not None:
+            channel, self._channel, self._stub = self._channel, None, None
+            await channel.close()
 
     def close(self) -> None:
-        for client in self._idle:
-            client.close()
-        self._idle.clear()
+        """From another thread, while the serving loop runs: close the channel on it (cancelling what
+        still runs). A no-op before the first request."""
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            asyncio.run_coroutine_threadsafe(self.aclose(), loop).result(timeout=10)
 
     async def stream(
         self,
@@ -132,7 +150,8 @@ class TritonBridge:
     ) -> AsyncIterator[Chunk]:
         """The BLS's streamed responses of one request, as they arrive (the last one has `final`; a model
         that is not decoupled sends one).
-        Closing the iterator early cancels the request on the server."""
+        Closing the iterator early cancels the request on the server (its gRPC call is cancelled, which
+        Triton turns into the request's cancellation: the BLS then ends within a round)."""
         info = self.served.info
         try:
             inputs = request_inputs(
@@ -146,46 +165,55 @@ class TritonBridge:
             )
         except ClientError as exc:
             raise OpenAIError(exc.what, param="prompt") from None
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-
-        def callback(result=None, error=None):  # tritonclient's thread
-            loop.call_soon_threadsafe(queue.put_nowait, (result, error))
-
+        request = _get_inference_request(
+            model_name=info.name,
+            inputs=inputs,
+            model_version="",
+            request_id=uuid.uuid4().hex,
+            outputs=None,
+            sequence_id=0,
+            sequence_start=False,
+            sequence_end=False,
+            priority=0,
+            timeout=None,
+            parameters=None,
+        )
+        # a flags-only final response is sent too (what `enable_empty_final_response=True` sets)
+        request.parameters["triton_enable_empty_final_response"].bool_param = True
         cumulative = self.served.llmapi  # text_output holds the whole text so far
         previous = ""
-        client = await self._acquire()
-        finished, healthy = False, True
-        try:
-            client.start_stream(callback=callback)
-            client.async_stream_infer(
-                info.name, inputs, request_id=uuid.uuid4().hex, enable_empty_final_response=True
-            )
-            while not finished:
-                try:
-                    result, error = await asyncio.wait_for(queue.get(), timeout_s)
-                except TimeoutError:
-                    raise OpenAIError(
-                        f"no response from the server within {timeout_s:g} s", status=504
-                    ) from None
-                if error is not None:
-                    raise _openai_error(self.url, info.name, error, timeout_s)
-                chunk = parse_response(result)
-                if cumulative and chunk.text:
-                    chunk.text, previous = text_delta(previous, chunk.text), chunk.text
-                finished = chunk.final
-                yield chunk
-        finally:
+        stub = self._connect()
+        async with self._slots:
+            call = stub.ModelStreamInfer()
+            finished = False
             try:
-                await asyncio.to_thread(client.stop_stream, cancel_requests=not finished)
-            except Exception:  # noqa: BLE001 - a broken channel: drop this client, keep the pool going
-                healthy = False
-            self._release(client, healthy=healthy)
+                await call.write(request)  # the stream stays open for writing: no half-close mid-request
+                while not finished:
+                    response = await self._read(call, info.name, timeout_s)
+                    chunk = parse_response(InferResult(response.infer_response))
+                    if cumulative and chunk.text:
+                        chunk.text, previous = text_delta(previous, chunk.text), chunk.text
+                    finished = chunk.final
+                    yield chunk
+            finally:
+                call.cancel()  # no await: an unfinished request is cancelled on the server; a finished
+                # one's call ends (a cancelled caller's awaits would be cancelled again by anyio)
+
+    async def _read(self, call, model: str, timeout_s: float):
+        try:
+            response = await asyncio.wait_for(call.read(), timeout_s)
+        except TimeoutError:
+            raise OpenAIError(f"no response from the server within {timeout_s:g} s", status=504) from None
+        except grpc.aio.AioRpcError as exc:
+            raise _openai_error(self.url, model, exc.details() or str(exc.code()), timeout_s) from None
+        if response is grpc.aio.EOF:
+            raise OpenAIError("the server ended the stream before the request's final response", status=503)
+        if response.error_message:
+            raise _openai_error(self.url, model, response.error_message, timeout_s)
+        return response
 
 
-def _openai_error(url: str, model: str, error, timeout_s: float) -> OpenAIError:
-    text = getattr(error, "message", None)
-    text = text() if callable(text) else str(error)
+def _openai_error(url: str, model: str, text: str, timeout_s: float) -> OpenAIError:
     try:
         raise_request_error(url, model, " ".join(str(text).split()), timeout_s)
     except ClientError as exc:

@@ -1,0 +1,82 @@
+"""A client that goes away from the OpenAI frontend stops the engines, through a real tritonserver: the
+draft/target repository's engine step counter (`specbuild_spec_decode_num_steps_total`: one step per
+verification round) stops growing soon after the connection closes, for non-streamed and streamed
+completions, and the frontend's gRPC pool gets its client back each time (a pool of one serves the next)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from urllib.parse import urlparse
+
+import pytest
+from e2e_fixtures import K
+
+from specbuild.client.prometheus import scrape
+
+pytestmark = pytest.mark.slow
+
+LONG_OUTPUT = 400  # tokens: >= LONG_OUTPUT / (K + 1) = 100 verification rounds when nobody stops it
+
+
+def steps(url: str) -> float:
+    return scrape(url).steps
+
+
+def settled_steps(url: str, timeout_s: float = 20.0) -> float:
+    """The counter once it stopped moving (the engine model flushes it within 0.05 s of a step)."""
+    deadline = time.monotonic() + timeout_s
+    last = steps(url)
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = steps(url)
+        if now == last:
+            return now
+        last = now
+    raise AssertionError(f"the engine still steps {timeout_s:g} s after its client went away")
+
+
+@pytest.fixture(scope="module")
+def one_slot_frontend(e2e_servers):
+    from specbuild.frontend.run import FrontendOptions, start_frontend
+    from specbuild.serve.server import free_port
+
+    dt = e2e_servers["draft_target"]
+    frontend = start_frontend(dt.grpc_url, FrontendOptions(port=free_port(), pool_size=1), default_name="dt")
+    yield frontend, f"http://{dt.options.host}:{dt.options.metrics_port}/metrics"
+    frontend.stop()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_goes_away_stops_the_engine(one_slot_frontend, stream):
+    frontend, metrics = one_slot_frontend
+    address = urlparse(frontend.url)
+    body = {
+        "model": "dt",
+        "prompt": "The quick brown fox",
+        "max_tokens": LONG_OUTPUT,
+        "temperature": 0,
+        "ignore_eos": True,
+        "num_draft_tokens": K,
+        "stream": stream,
+    }
+    for _ in range(2):  # a pool of one: a slot lost by the first abandoned request would hang the second
+        before = settled_steps(metrics)
+        conn = http.client.HTTPConnection(address.hostname, address.port, timeout=60)
+        conn.request(
+            "POST", "/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+        deadline = time.monotonic() + 30
+        while steps(metrics) < before + 2:  # the request is running on the engines
+            assert time.monotonic() < deadline, "the request never started"
+            time.sleep(0.02)
+        conn.sock.close()  # the client goes away without reading
+        conn.close()
+        ran = settled_steps(metrics) - before
+        assert ran < LONG_OUTPUT / (K + 1) / 4, f"{ran:g} rounds after the client went away"
+    conn = http.client.HTTPConnection(address.hostname, address.port, timeout=60)
+    conn.request("POST", "/v1/completions", json.dumps({**body, "max_tokens": 4, "stream": False}).encode())
+    response = conn.getresponse()
+    assert response.status == 200 and json.loads(response.read())["usage"]["completion_tokens"] == 4
+    conn.close()
