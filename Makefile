@@ -46,26 +46,26 @@ $(REAL_STAMP): $(STAMP)
 
 demo-real: $(REAL_STAMP)
 	@echo "demo-real: starting (importing torch and transformers takes a few seconds)"
-	$(BIN)/python -m specbuild.demo.real_run $(ARGS)
+	$(BIN)/python -m lab.real.run $(ARGS)
 
 lint: setup
-	$(BIN)/ruff check specbuild tests
-	$(BIN)/ruff format --check specbuild tests
+	$(BIN)/ruff check specbuild lab tests
+	$(BIN)/ruff format --check specbuild lab tests
 	$(BIN)/lint-imports
 
 bench-convert: setup
-	$(BIN)/python -m specbuild.benchmarks.convert
+	$(BIN)/python -m lab.benchmarks.convert
 
 bench-reference: setup
-	$(BIN)/python -m specbuild.benchmarks.reference
+	$(BIN)/python -m lab.benchmarks.reference
 
 bench-serve: setup
-	$(BIN)/python -m specbuild.benchmarks.serve
+	$(BIN)/python -m lab.benchmarks.serve
 
 # The load-aware schedule on the demo family: tune --schedule, in-process and Triton runs over
 # concurrency 1,2,4,8 (baseline, each fixed K, the schedule; interleaved rounds) -> build/bench-load/load.md
 bench-load: setup
-	$(BIN)/python -m specbuild.benchmarks.load $(ARGS)
+	$(BIN)/python -m lab.benchmarks.load $(ARGS)
 
 # AIPerf 0.13.0 in its own environment (Python >= 3.11; heavy: pandas, datasets, scipy, ...), then its
 # completions and chat flows against `specbuild serve --openai-port` on the demo's draft/target
@@ -83,7 +83,7 @@ $(AIPERF_STAMP):
 	touch $@
 
 aiperf: setup $(AIPERF_STAMP)
-	$(BIN)/python -m specbuild.benchmarks.aiperf --aiperf $(AIPERF_VENV)/bin/aiperf
+	$(BIN)/python -m lab.benchmarks.aiperf --aiperf $(AIPERF_VENV)/bin/aiperf
 
 clean:
 	rm -rf build .pytest_cache

@@ -67,7 +67,7 @@ class ServerPool:
         self.servers = {}
 
     def _new(self, mode):
-        from specbuild.serve.server import ServerOptions, TritonServer, free_port
+        from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
 
         opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
         return TritonServer(self.builds[mode][1], opts).launch()
@@ -144,7 +144,7 @@ def _llmapi_server(root: Path, example: str, models: dict[str, Path], *, decoupl
     from specbuild.builder.compile import compile_spec
     from specbuild.core.spec import load_spec
     from specbuild.model_repo.generate import generate_repo
-    from specbuild.serve.server import ServerOptions, TritonServer, free_port
+    from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
 
     raw = yaml.safe_load((EXAMPLES / example).read_text())
     raw["build"].update(max_seq_len=MAX_SEQ_LEN, max_input_len=MAX_INPUT_LEN)

@@ -17,7 +17,7 @@ from specbuild.frontend.app import Frontend, create_app
 from specbuild.frontend.chat import ChatTemplate
 from specbuild.frontend.run import serve_app
 from specbuild.frontend.triton import ServedModel
-from specbuild.serve.server import free_port
+from specbuild.serve.tritonserver import free_port
 
 MODEL = "fake"
 

@@ -1,11 +1,11 @@
-"""benchmarks/ab.py: two servers compared in interleaved rounds (A, B, A again; reversed every other
+"""lab/benchmarks/ab.py: two servers compared in interleaved rounds (A, B, A again; reversed every other
 round), B / A read against the A/A of the same run, CPU seconds per run by model process."""
 
 from __future__ import annotations
 
 import pytest
 
-from specbuild.benchmarks import ab
+from lab.benchmarks import ab
 
 
 def test_every_round_runs_a_b_and_a_again_in_alternating_order():

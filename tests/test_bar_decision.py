@@ -1,5 +1,5 @@
-"""The schedule's bars read with the exact sign test over the rounds (client/load_bench.bar_decision), and
-`bench --max-rounds`: one more round only where a bar is still undecided (client/bench._more_rounds)."""
+"""The schedule's bars read with the exact sign test over the rounds (bench/load_bench.bar_decision), and
+`bench --max-rounds`: one more round only where a bar is still undecided (bench/bench._more_rounds)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from specbuild.client.load_bench import (
+from specbuild.bench.load_bench import (
     FIXED_K_BAR,
     ONE_CALL_BAR,
     SCHEDULE_MODE,
     bar_decision,
     load_summary,
 )
-from specbuild.client.metrics import UNARY_BASELINE, UNARY_SCHEDULE
+from specbuild.bench.metrics import UNARY_BASELINE, UNARY_SCHEDULE
 
 
 def _ratio(values):
@@ -70,8 +70,8 @@ def test_load_summary_reports_each_bars_decision():
 
 
 def test_more_rounds_go_only_where_a_bar_is_undecided_and_stop_at_max_rounds():
-    from specbuild.client.bench import _more_rounds
-    from specbuild.client.options import BenchConfig
+    from specbuild.bench.bench import _more_rounds
+    from specbuild.bench.options import BenchConfig
 
     repo = SimpleNamespace(has_baseline=True, draft_len_schedule="1:4,2:0")
     config = BenchConfig(url="127.0.0.1:8001", prompts=("p",), concurrency=(1, 2), rounds=5, max_rounds=7)

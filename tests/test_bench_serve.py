@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from specbuild.benchmarks import ipc_floor
-from specbuild.benchmarks.serve import (
+from lab.benchmarks import ipc_floor
+from lab.benchmarks.serve import (
     Arm,
     BenchServeError,
     bls_breakdown,
@@ -178,7 +178,7 @@ def test_engine_probe_times_both_pieces_on_a_real_engine(tmp_path_factory, tiny_
     import torch
     from repo_builds import cached_build
 
-    from specbuild.benchmarks.floor_models_probe import PIECES, time_engine_pieces
+    from lab.benchmarks.floor_models_probe import PIECES, time_engine_pieces
     from specbuild.engines.reference.engine import ReferenceEngine
 
     threads = torch.get_num_threads()

@@ -14,10 +14,10 @@ PROMPTS = ["The quick brown fox", "def main():"]
 
 
 def test_llmapi_repository_without_speculative_config_serves_the_target_alone(e2e_llmapi, greedy, tmp_path):
-    from specbuild.benchmarks.serve import llmapi_speculation, without_speculation
+    from lab.benchmarks.serve import llmapi_speculation, without_speculation
     from specbuild.client.remote import Session
     from specbuild.core.sampling_params import SamplingParams
-    from specbuild.serve.server import ServerOptions, TritonServer, free_port
+    from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
 
     _, repo, speculative = e2e_llmapi
     plain = without_speculation(repo, tmp_path / "plain")
@@ -59,7 +59,7 @@ def _run_both(repo, tmp_path, seen, greedy):
     import numpy as np
     from fake_triton import FakeServer
 
-    from specbuild.benchmarks.serve import without_speculation
+    from lab.benchmarks.serve import without_speculation
 
     for folder, speculate in ((without_speculation(repo, tmp_path / "plain"), False), (repo, True)):
         model = FakeServer(folder).models["tensorrt_llm"]

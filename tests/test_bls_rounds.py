@@ -12,8 +12,8 @@ import pytest
 from fake_triton import FakeServer, collect, text_request
 from repo_builds import cached_build
 
+from specbuild.core.perf.schedule import PLAIN_ROUND_GROWTH, PLAIN_ROUND_TOKENS
 from specbuild.core.sampling_params import SamplingParams
-from specbuild.core.schedule import PLAIN_ROUND_GROWTH, PLAIN_ROUND_TOKENS
 from specbuild.model_repo.generate import generate_repo
 
 pytestmark = pytest.mark.numeric  # float results through CPU kernels (greedy equality)

@@ -124,7 +124,7 @@ def test_train_medusa_out_on_the_base_model_is_refused_before_loading(model, tmp
 
 
 def test_atomic_write_refuses_to_replace_an_input(tmp_path):
-    from specbuild.core.safe_io import OutputError, atomic_write_text
+    from specbuild.core.formats.safe_io import OutputError, atomic_write_text
 
     prompts = tmp_path / "p.txt"
     prompts.write_text("keep me\n")
@@ -181,7 +181,7 @@ def test_a_long_wrong_value_is_echoed_bounded(tmp_path):
 
 
 def test_config_json_symlinked_to_dev_zero_is_refused(tmp_path):
-    from specbuild.core.hf_config import HFModelConfig
+    from specbuild.core.formats.hf_config import HFModelConfig
 
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").symlink_to("/dev/zero")
@@ -445,8 +445,8 @@ def test_write_errors_map_to_one_message(tmp_path, monkeypatch):
     """Portable (no mount): ENOSPC / EROFS raised while writing an output become OutputError."""
     import errno
 
-    from specbuild.core.manifest import atomic_output_dir
-    from specbuild.core.safe_io import OutputError
+    from specbuild.core.formats.manifest import atomic_output_dir
+    from specbuild.core.formats.safe_io import OutputError
 
     for code, text in ((errno.ENOSPC, "No space left on device"), (errno.EROFS, "Read-only file system")):
         with pytest.raises(OutputError, match=text), atomic_output_dir(tmp_path / "out") as tmp:

@@ -80,7 +80,7 @@ def test_seed_split_gives_equal_tokens_and_consistent_fractions(seed_plan):
 
 def test_kv_duplication_when_tp_exceeds_kv_heads():
     from specbuild.builder.memory_plan import engine_memory
-    from specbuild.core.hf_config import HFModelConfig
+    from specbuild.core.formats.hf_config import HFModelConfig
 
     cfg = HFModelConfig.from_hf(EXAMPLES / "models" / "llama-3.3-70b-instruct")
     e = engine_memory(
@@ -100,7 +100,7 @@ def test_kv_duplication_when_tp_exceeds_kv_heads():
 
 def test_pp_split_and_weight_only():
     from specbuild.builder.memory_plan import rank_weight_bytes
-    from specbuild.core.hf_config import HFModelConfig
+    from specbuild.core.formats.hf_config import HFModelConfig
 
     assert pp_layers(10, 4) == [3, 3, 2, 2]
     cfg = HFModelConfig.from_hf(EXAMPLES / "models" / "llama-3.3-70b-instruct")

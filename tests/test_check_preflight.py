@@ -333,7 +333,7 @@ def test_sliding_window_and_bad_config_values(tmp_path, tiny_target, tiny_draft)
 def test_medusa_heads_as_torch_pt_and_corrupt(tmp_path, tiny_target):
     import torch
 
-    from specbuild.core.medusa_heads import read_medusa_heads
+    from specbuild.core.formats.medusa_heads import read_medusa_heads
 
     folder = tmp_path / "pt"
     folder.mkdir()

@@ -40,8 +40,8 @@ def test_plan_table_keeps_its_width_off_a_terminal(tmp_path):
 def test_bench_table_keeps_its_width_off_a_terminal():
     from test_client_metrics import _runs
 
+    from specbuild.bench.report import table
     from specbuild.cli.common import console
-    from specbuild.client.report import table
 
     runner = CliRunner()
     with runner.isolation(

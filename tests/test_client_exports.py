@@ -8,12 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from specbuild.client.aiperf_export import metric_result, record_lines, run_export
-from specbuild.client.metrics import RequestRecord
-from specbuild.client.prometheus import SpecCounters, cross_check, parse_counters
-from specbuild.core.safe_io import InputFileError
-from specbuild.core.spec_records import aiperf_acceptance_record, vllm_spec_metrics
-from specbuild.core.speculation_profile import build_profile, read_speculation_profile, write_profile
+from specbuild.bench.aiperf_export import metric_result, record_lines, run_export
+from specbuild.bench.metrics import RequestRecord
+from specbuild.bench.prometheus import SpecCounters, cross_check, parse_counters
+from specbuild.core.formats.safe_io import InputFileError
+from specbuild.core.formats.spec_records import aiperf_acceptance_record, vllm_spec_metrics
+from specbuild.core.formats.speculation_profile import build_profile, read_speculation_profile, write_profile
 
 # three rounds of K = 3 accepting 3, 0, 2, then a last pass with no drafts (1 token left): not a step
 STEPS = ((3, 3), (0, 3), (2, 3), (0, 0))

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from specbuild.client.metrics import (
+from specbuild.bench.metrics import (
     RequestRecord,
     accepted_length_per_position,
     attach_speedups,
@@ -17,7 +17,7 @@ from specbuild.client.metrics import (
     summarize,
     summarize_run,
 )
-from specbuild.client.report import PLOTS, table, write_report
+from specbuild.bench.report import PLOTS, table, write_report
 
 
 def test_percentile_matches_numpy_linear():
@@ -89,7 +89,7 @@ def test_run_summary_and_speedups():
     assert spec.metrics["acceptance_rate"] == pytest.approx(0.5)  # float64, as above
     assert spec.metrics["mean_accepted_tokens_per_pass"] == pytest.approx(80 / 32)  # float64, as above
     assert spec.metrics["speedup_measured"] == pytest.approx(2.0)  # float64, as above
-    # rounds accepting 1, 2, 3, 0 of K = 3 test 2, 3, 3, 1 positions: alpha = 6 / 9 (core/theory.py),
+    # rounds accepting 1, 2, 3, 0 of K = 3 test 2, 3, 3, 1 positions: alpha = 6 / 9 (core/perf/theory.py),
     # then (1 - alpha^4) / (1 - alpha) tokens per pass / (3 * 0.1 + 1)
     alpha = 6 / 9
     assert spec.metrics["alpha"] == pytest.approx(alpha)  # float64, as above

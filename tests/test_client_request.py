@@ -7,14 +7,14 @@ import json
 import numpy as np
 import pytest
 
-from specbuild.client.options import default_prompts_file, load_prompts
+from specbuild.bench.options import default_prompts_file, load_prompts
 from specbuild.client.remote import generate_remote, normalize_url
 from specbuild.client.request import build_inputs
 from specbuild.core.errors import ClientError
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.model_repo import tensors
 from specbuild.model_repo.tensors import BLS, ENSEMBLE
-from specbuild.serve.server import free_port
+from specbuild.serve.tritonserver import free_port
 
 BLS_INPUTS = set(tensors.interface(BLS).input_names)
 ENS_INPUTS = set(tensors.interface(ENSEMBLE).input_names)
@@ -132,7 +132,7 @@ def test_bench_refuses_concurrency_zero():
 
 
 def test_a_run_sends_waves_times_concurrency_requests_cycling_the_prompts():
-    from specbuild.client.options import run_prompts
+    from specbuild.bench.options import run_prompts
 
     prompts = ("a", "b", "c")
     assert run_prompts(prompts, 1, 4) == ("a", "b", "c", "a")

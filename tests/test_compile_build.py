@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from specbuild.builder.compile import compile_spec
 from specbuild.cli import app
 from specbuild.core.errors import BuildError
-from specbuild.core.manifest import read_manifest, verify_manifest
+from specbuild.core.formats.manifest import read_manifest, verify_manifest
 from specbuild.core.spec import load_spec
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from specbuild.core.errors import BuildError
+from specbuild.core.facts.trtllm import validate_argv
 from specbuild.core.spec import spec_from_dict
-from specbuild.core.trtllm_facts import validate_argv
 from specbuild.engines.trtllm.plan import build_plan, build_script, effective_build_config
 
 # trtllm-build's arguments as read upstream (tests/data/trtllm_build_flags_upstream.json: build.py and
@@ -214,7 +214,7 @@ def test_specbuilds_flag_record_agrees_with_upstream():
     """specbuild/data/trtllm_build_flags.json (what build_argv checks against) against the flags read
     upstream: every recorded flag exists, store_true flags are bool on both sides, and where upstream
     lists the choices, specbuild's are the same."""
-    from specbuild.core.trtllm_facts import _accepted_flags
+    from specbuild.core.facts.trtllm import _accepted_flags
 
     ours = _accepted_flags()
     assert set(ours) <= set(FLAGS), set(ours) - set(FLAGS)

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from specbuild.core.manifest import read_manifest, verify_manifest
+from specbuild.core.formats.manifest import read_manifest, verify_manifest
 from specbuild.engines.trtllm.convert import convert_checkpoint
 from specbuild.engines.trtllm.medusa import MedusaHeadsSource
 

@@ -118,7 +118,7 @@ def test_micro_build_writes_a_complete_cached_family(tmp_path):
 
 
 def test_build_medusa_reuses_a_cached_entry_without_running_anything(tmp_path):
-    from specbuild.core.manifest import write_manifest
+    from specbuild.core.formats.manifest import write_manifest
 
     family = dm.DemoFamily(
         root=tmp_path,

@@ -273,7 +273,7 @@ def test_unknown_fields_are_caught():
 
 
 def test_vllm_command_for_the_seed_uses_the_named_versions_flags():
-    from specbuild.core.vllm_facts import VLLM_VERSION, vllm_facts
+    from specbuild.core.facts.vllm import VLLM_VERSION, vllm_facts
     from specbuild.deploy.vllm import gpu_memory_utilization, serve_argv
 
     spec = _spec(SEED)
@@ -316,7 +316,7 @@ def test_vllm_refuses_medusa_with_the_last_version():
     with pytest.raises(DeployError) as exc:
         serve_argv(_spec(MEDUSA))
     assert "0.32.0" in exc.value.found and "0.33.0" in exc.value.found
-    from specbuild.core.vllm_facts import vllm_facts
+    from specbuild.core.facts.vllm import vllm_facts
 
     assert "medusa" not in vllm_facts().speculative_methods
 
@@ -338,7 +338,7 @@ def _seed_as(tmp_path: Path, mode: str, **sections) -> Path:
 
 def test_vllm_maps_ngram_to_prompt_lookup(tmp_path):
     """mode ngram -> vLLM's ngram: K, the longest n-gram down to 1, no model; the pool flags unmapped."""
-    from specbuild.core.vllm_facts import vllm_facts
+    from specbuild.core.facts.vllm import vllm_facts
     from specbuild.deploy.vllm import gpu_memory_utilization, serve_argv, unmapped, vllm_manifests
 
     spec = _spec(_seed_as(tmp_path, "ngram", ngram={"max_matching_ngram_size": 3, "is_public_pool": False}))
@@ -359,7 +359,7 @@ def test_vllm_maps_ngram_to_prompt_lookup(tmp_path):
 
 
 def test_vllm_maps_eagle3_to_its_draft_head(tmp_path):
-    from specbuild.core.vllm_facts import vllm_facts
+    from specbuild.core.facts.vllm import vllm_facts
     from specbuild.deploy.vllm import check_argv, speculative_config, unmapped
 
     spec = _spec(_seed_as(tmp_path, "eagle3", eagle3={"model": "heads/e3", "layers_to_capture": [1, 39, 76]}))
@@ -395,8 +395,8 @@ def test_cli_deploy_writes_a_folder_and_keeps_an_existing_one(tmp_path):
 
 
 def test_every_method_is_mapped_to_vllm_or_refused():
+    from specbuild.core.facts.vllm import VLLM_METHODS, VLLM_REFUSED, vllm_facts
     from specbuild.core.methods import Method
-    from specbuild.core.vllm_facts import VLLM_METHODS, VLLM_REFUSED, vllm_facts
 
     for m in Method:
         assert (m.value in VLLM_METHODS) != (m.value in VLLM_REFUSED), m

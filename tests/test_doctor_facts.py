@@ -1,5 +1,5 @@
 """`specbuild doctor --facts`: every upstream fact per targeted version with its source and status;
-inferred ones marked. The facts module records a structured source for each (core/llmapi_sources.Fact)."""
+inferred ones marked. The facts module records a structured source for each (core/facts/llmapi_sources.Fact)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 from typer.testing import CliRunner
 
 from specbuild.cli import app
-from specbuild.core.llmapi_facts import LLMAPI_VERSIONS, release, release_facts
-from specbuild.core.llmapi_sources import INFERRED, VERIFIED, Fact
+from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, release, release_facts
+from specbuild.core.facts.llmapi_sources import INFERRED, VERIFIED, Fact
 
 
 def test_every_recorded_fact_has_a_structured_source():

@@ -63,9 +63,9 @@ def test_interface_detected_from_metadata(e2e_llmapi):
 
 
 def test_bench_runs_unchanged(e2e_llmapi, tmp_path):
-    from specbuild.client.bench import run_bench
-    from specbuild.client.options import BenchConfig
-    from specbuild.client.report import write_report
+    from specbuild.bench.bench import run_bench
+    from specbuild.bench.options import BenchConfig
+    from specbuild.bench.report import write_report
 
     _, _, server = e2e_llmapi
     config = BenchConfig(

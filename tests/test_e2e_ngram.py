@@ -120,8 +120,8 @@ def test_the_llmapi_interface_serves_ngram(e2e_llmapi_ngram, baseline):
     the reference engine's n-gram drafter: greedy equals the target alone, acceptance comes back."""
     import yaml
 
-    from specbuild.client.bench import run_bench
-    from specbuild.client.options import BenchConfig
+    from specbuild.bench.bench import run_bench
+    from specbuild.bench.options import BenchConfig
     from specbuild.client.remote import LLMAPI_INTERFACE, connect, model_info
     from specbuild.core.methods import Method
 

@@ -107,7 +107,7 @@ def hostile_tmp(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def hostile_server(e2e_builds, hostile_tmp):
-    from specbuild.serve.server import ServerOptions, TritonServer, free_port
+    from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
 
     tmp, _ = hostile_tmp
     saved = {k: os.environ.get(k) for k in ("TMPDIR", "XDG_RUNTIME_DIR")}

@@ -24,7 +24,7 @@ TEMPLATE = (
 @pytest.fixture(scope="module")
 def frontends(e2e_servers, tmp_path_factory):
     from specbuild.frontend.run import FrontendOptions, start_frontend
-    from specbuild.serve.server import free_port
+    from specbuild.serve.tritonserver import free_port
 
     template = tmp_path_factory.mktemp("chat") / "template.jinja"
     template.write_text(TEMPLATE)
@@ -203,7 +203,7 @@ def test_the_llmapi_interface_behind_the_same_api(e2e_llmapi, greedy):
     from specbuild.client.remote import generate_remote
     from specbuild.core.sampling_params import SamplingParams
     from specbuild.frontend.run import FrontendOptions, start_frontend
-    from specbuild.serve.server import free_port
+    from specbuild.serve.tritonserver import free_port
 
     _, repo, server = e2e_llmapi
     frontend = start_frontend(

@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 import pytest
 from e2e_fixtures import K
 
-from specbuild.client.prometheus import scrape
+from specbuild.bench.prometheus import scrape
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +40,7 @@ def settled_steps(url: str, timeout_s: float = 20.0) -> float:
 @pytest.fixture(scope="module")
 def one_slot_frontend(e2e_servers):
     from specbuild.frontend.run import FrontendOptions, start_frontend
-    from specbuild.serve.server import free_port
+    from specbuild.serve.tritonserver import free_port
 
     dt = e2e_servers["draft_target"]
     frontend = start_frontend(dt.grpc_url, FrontendOptions(port=free_port(), pool_size=1), default_name="dt")

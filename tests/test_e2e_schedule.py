@@ -19,7 +19,7 @@ PROMPTS = ["The quick brown fox", "Once upon a time", "def main():", "Speculativ
 @pytest.fixture(scope="module")
 def scheduled_server(e2e_builds, tmp_path_factory):
     from specbuild.model_repo.generate import generate_repo
-    from specbuild.serve.server import ServerOptions, TritonServer, free_port
+    from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
 
     build = e2e_builds["draft_target"][0]
     repo = generate_repo(

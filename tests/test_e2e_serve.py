@@ -147,9 +147,9 @@ def test_serve_refuses_a_busy_port(servers, builds):
 
 
 def test_bench_through_triton_writes_the_report(servers, tmp_path):
-    from specbuild.client.bench import run_bench
-    from specbuild.client.options import BenchConfig
-    from specbuild.client.report import PLOTS, write_report
+    from specbuild.bench.bench import run_bench
+    from specbuild.bench.options import BenchConfig
+    from specbuild.bench.report import PLOTS, write_report
 
     server = servers["draft_target"]
     config = BenchConfig(
@@ -231,8 +231,8 @@ def test_bench_without_num_draft_tokens_uses_the_repository_k(servers, builds):
     """K is what the build recorded (tune --write's choice): the BLS's default_num_draft_tokens."""
     import tritonclient.grpc as grpcclient
 
-    from specbuild.client.bench import run_bench
-    from specbuild.client.options import BenchConfig
+    from specbuild.bench.bench import run_bench
+    from specbuild.bench.options import BenchConfig
     from specbuild.client.remote import repo_info
     from specbuild.core.artifacts import read_build_manifest
     from specbuild.core.methods import Method
@@ -261,9 +261,9 @@ def test_bench_without_num_draft_tokens_uses_the_repository_k(servers, builds):
 def test_multiturn_workload_reports_prefix_reuse_of_target_and_draft(servers):
     """Conversations whose turns extend the previous context: the BLS reports each engine's prompt reuse
     (kv_cache_reused_blocks of the target, draft_kv_cache_reused_blocks of the draft)."""
-    from specbuild.client.bench import run_bench
-    from specbuild.client.multiturn import compare_reuse, render, user_turns
-    from specbuild.client.options import BenchConfig
+    from specbuild.bench.bench import run_bench
+    from specbuild.bench.multiturn import compare_reuse, render, user_turns
+    from specbuild.bench.options import BenchConfig
 
     assert user_turns(("a", "b", "c"), 2, 2) == [["a", "b"], ["c", "a"]]
     assert render("S", [("u1", " a1")], "u2") == "S\nUser: u1\nAssistant: a1\nUser: u2\nAssistant:"

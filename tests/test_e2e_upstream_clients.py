@@ -46,7 +46,7 @@ def unary_servers(tmp_path_factory, e2e_builds, tiny_target, tiny_draft):
     from e2e_fixtures import _llmapi_server
 
     from specbuild.model_repo.generate import generate_repo
-    from specbuild.serve.server import ServerOptions, TritonServer, free_port
+    from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
 
     build = e2e_builds["draft_target"][0]
     repo = generate_repo(

@@ -170,7 +170,7 @@ def test_a_client_that_goes_away_stops_its_request(stream):
 
 
 def test_bench_serve_reads_the_frontends_stream_and_refuses_a_different_answer(server):
-    from specbuild.benchmarks.serve_frontend import FrontendClient, _check_same
+    from lab.benchmarks.serve_frontend import FrontendClient, _check_same
     from specbuild.core.errors import SpecbuildError
     from specbuild.core.sampling_params import SamplingParams
 

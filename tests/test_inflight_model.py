@@ -411,7 +411,7 @@ def test_a_row_asks_triton_about_cancellation_once_per_check_period_not_every_st
 
 def test_a_request_right_after_two_were_answered_reads_two_and_runs_no_tree(medusa):
     """Two requests answered together (same length, one step): the one that replaces them arrives alone
-    but is admitted with the count they left (core/schedule.held_count), so K(2) = 0: a plain row, not
+    but is admitted with the count they left (core/perf/schedule.held_count), so K(2) = 0: a plain row, not
     the tree; once the hold is over a lone request runs its tree again."""
     model = medusa.models["tensorrt_llm"]
     core = model.host.core  # the engine host holds the count

@@ -88,7 +88,7 @@ def test_tune_checks_its_url_before_profiling(tmp_path, monkeypatch):
 
 
 def test_serve_ports_use_the_same_rule():
-    from specbuild.serve.server import ServerOptions, check_ports_free
+    from specbuild.serve.tritonserver import ServerOptions, check_ports_free
 
     with pytest.raises(ServerError, match="--grpc-port: '70000' is not a port number"):
         check_ports_free(ServerOptions(grpc_port=70000))
@@ -258,8 +258,8 @@ def test_streamed_text_never_splits_a_character(tokenizer_dir):
 
 def test_a_full_disk_while_repo_writes_is_not_blamed_on_a_source(tmp_path):
     """shutil's ENOSPC names the source first: `repo` said `cannot read <python model>`."""
-    from specbuild.core.manifest import atomic_output_dir
-    from specbuild.core.safe_io import InputFileError, OutputError
+    from specbuild.core.formats.manifest import atomic_output_dir
+    from specbuild.core.formats.safe_io import InputFileError, OutputError
 
     source = ROOT / "specbuild" / "model_repo" / "python_models" / "tensorrt_llm_bls" / "model.py"
     with pytest.raises(OutputError, match="No space left on device") as err:
@@ -290,7 +290,7 @@ def test_a_full_disk_under_repo_on_a_real_file_system(dt_build, tmp_path):
 
 def test_symlinked_outputs(tmp_path):
     """A dangling symlink was replaced without --force; --force onto a symlink left `.NAME.old-PID`."""
-    from specbuild.core.manifest import atomic_output_dir
+    from specbuild.core.formats.manifest import atomic_output_dir
 
     dangling = tmp_path / "dangling"
     dangling.symlink_to(tmp_path / "nowhere")

@@ -1,12 +1,12 @@
 """docs/llmapi.md's per-version table is the facts module's: what is written for each method on each
-release, how the release parses it, and what it was verified against (core/llmapi_facts.py). Regenerate
+release, how the release parses it, and what it was verified against (core/facts/llmapi.py). Regenerate
 the block with `python tests/test_llmapi_docs.py` after a facts change."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from specbuild.core.llmapi_facts import DECODINGS, LLMAPI_VERSIONS, release
+from specbuild.core.facts.llmapi import DECODINGS, LLMAPI_VERSIONS, release
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "llmapi.md"
 BEGIN, END = "<!-- facts table: tests/test_llmapi_docs.py -->", "<!-- end facts table -->"

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from specbuild.cli import app
 from specbuild.core.errors import BuildError, SpecError
-from specbuild.core.llmapi_facts import LLMAPI_VERSIONS, Flow, check_options, release, support
+from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, Flow, check_options, release, support
 from specbuild.core.spec import load_spec, spec_from_dict
 
 DATA = Path(__file__).parent / "data"
@@ -156,7 +156,7 @@ def test_rejection_sampling_only_where_the_version_has_it(tmp_path):
 @pytest.mark.parametrize("version", VERSIONS)
 def test_ngram_section_keys_are_upstream_keys(version):
     """The n-gram emission copies its section's fields verbatim: each must be an NGramDecodingConfig key."""
-    from specbuild.core.llmapi_facts import DECODINGS
+    from specbuild.core.facts.llmapi import DECODINGS
 
     keys = DECODINGS["ngram"].section_keys.values()
     assert set(keys) <= set(FIELDS[version]["NGramDecodingConfig"])
@@ -525,7 +525,7 @@ def test_print_launch_for_builds_and_repositories(tmp_path):
 
 def test_argv_builders_refuse_unknown_flags_and_launchers():
     from specbuild.core.errors import SpecbuildError
-    from specbuild.core.llmapi_launch import ServeLimits, llmapi_launch_argv, trtllm_serve_argv
+    from specbuild.core.launch import ServeLimits, llmapi_launch_argv, trtllm_serve_argv
 
     limits = ServeLimits(
         max_batch_size=8, max_num_tokens=8192, max_seq_len=4096, kv_cache_free_gpu_memory_fraction=0.9

@@ -1,4 +1,4 @@
-"""The local LLM-API model (tensorrt_llm_llmapi) through the fake Python backend: its streamed responses are
+"""The local LLM-API model (tensorrt_llm_llmapi_local) through the fake Python backend: its streamed responses are
 built and sent on a thread of their own (engine_worker.Outbox), so a slow send does not hold up the
 engine's next step, and they still go out in order with the protocol upstream's model speaks (one response
 a step: the cumulative text_output and the step's output_ids; the final response last). A streamed

@@ -18,7 +18,7 @@ from specbuild.builder.compile import llmapi_models
 from specbuild.builder.llmapi import check_installed, llmapi_options, speculative_config
 from specbuild.builder.memory_plan import plan_memory
 from specbuild.core.errors import BuildError
-from specbuild.core.llmapi_facts import decoding_class, release
+from specbuild.core.facts.llmapi import decoding_class, release
 from specbuild.core.llmapi_preflight import Refusal, validate
 from specbuild.core.spec import load_spec
 

@@ -1,5 +1,5 @@
 """The LLM-API emission of `speculation.schedule` / `speculation.guard`: `draft_len_schedule` and the
-kill-switch keys as each targeted TensorRT-LLM version spells and validates them (core/llmapi_facts.py
+kill-switch keys as each targeted TensorRT-LLM version spells and validates them (core/facts/llmapi.py
 ScheduleRule), every written key one of upstream's llm_args.py fields (tests/data/llmapi_fields.json)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from specbuild.cli import app
-from specbuild.core.llmapi_facts import check_options, release
+from specbuild.core.facts.llmapi import check_options, release
 
 DATA = Path(__file__).parent / "data"
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "llama33-70b-1b.yaml"
@@ -152,7 +152,7 @@ def test_check_says_what_the_release_runs_of_the_schedule(tmp_path, version, mod
 def test_plan_curve_follows_the_runtime_k(tmp_path):
     """`plan`'s schedule curve uses the K the release runs: on 1.4 draft/target's K=0 tier runs K=1, a K
     the curves do not hold (left out, said); on 1.2.1 it runs K=0, the baseline's point."""
-    from specbuild.core import capacity as C
+    from specbuild.core.perf import capacity as C
     from specbuild.planning.plan import schedule_curves
 
     base = C.Curve("baseline", "predicted", 4, tuple(C.Point(c, 100.0 * c) for c in (1, 2, 4, 8)))

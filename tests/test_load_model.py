@@ -1,5 +1,5 @@
-"""The cost model's load arithmetic (core/load_model.py), the in-process prediction from loop timings
-(tuning/cost_curve.py), the served calibration (client/serve_curve.py) and bench-load's measured /
+"""The cost model's load arithmetic (core/perf/concurrency.py), the in-process prediction from loop timings
+(tuning/cost_curve.py), the served calibration (bench/serve_curve.py) and bench-load's measured /
 predicted (median of per-round ratios): small cases with answers worked by hand."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from specbuild.core.load_model import closed_loop_durations_s, closed_loop_s, expected_max, lockstep_s
+from specbuild.core.perf.concurrency import closed_loop_durations_s, closed_loop_s, expected_max, lockstep_s
 
 
 def test_expected_max_of_draws():
@@ -100,14 +100,14 @@ def test_in_process_speculation_under_load_needs_a_win_in_every_repeat():
 
 
 def _record(ttft, latency, passes, tokens):
-    from specbuild.client.metrics import RequestRecord
+    from specbuild.bench.metrics import RequestRecord
 
     return RequestRecord(ttft_s=ttft, latency_s=latency, output_tokens=tokens, target_passes=passes)
 
 
 def test_served_calibration_predicts_the_closed_loop():
-    from specbuild.client.metrics import UNARY_BASELINE
-    from specbuild.client.serve_curve import calibrate, predicted_tokens_per_s
+    from specbuild.bench.metrics import UNARY_BASELINE
+    from specbuild.bench.serve_curve import calibrate, predicted_tokens_per_s
 
     recs = [_record(0.1, 0.1 + 9 * 0.05, 10, 40), _record(0.1, 0.1 + 19 * 0.05, 20, 40)]
     run = SimpleNamespace(mode="speculative", records=recs, metrics={"output_token_throughput": 1.0})
@@ -125,8 +125,8 @@ def test_served_calibration_predicts_the_closed_loop():
 def test_the_cost_model_alone_takes_the_runs_own_rounds():
     """A held-out run whose prompts accept more (fewer rounds a request) than the calibration's: the
     prediction with the run's own rounds keeps the calibration's times and removes exactly that difference."""
-    from specbuild.client.metrics import UNARY_BASELINE
-    from specbuild.client.served_model import calibrate, predicted_tokens_per_s, with_rounds_of
+    from specbuild.bench.cost_model import calibrate, predicted_tokens_per_s, with_rounds_of
+    from specbuild.bench.metrics import UNARY_BASELINE
 
     cal_metrics = {"output_token_throughput": 1.0}
     cal = calibrate(
@@ -156,7 +156,7 @@ def test_the_cost_model_alone_takes_the_runs_own_rounds():
 
 
 def test_load_summary_ratio_is_the_median_of_per_round_ratios():
-    from specbuild.client.load_bench import load_summary
+    from specbuild.bench.load_bench import load_summary
 
     def run(r, thr, pred):
         return SimpleNamespace(
@@ -201,9 +201,9 @@ def _round_run(mode: str, r: int, thr: float, *, k: int, c: int):
 def test_the_schedule_in_one_call_is_compared_with_the_one_call_baseline():
     """Medusa's like-for-like: the schedule sent unary (its K=0 batches answer once per request) over the
     target alone in one call, the median of per-round ratios; a unary run calibrates from latencies."""
-    from specbuild.client.load_bench import load_summary
-    from specbuild.client.metrics import UNARY_BASELINE, UNARY_MODES, UNARY_SCHEDULE
-    from specbuild.client.served_model import calibrate
+    from specbuild.bench.cost_model import calibrate
+    from specbuild.bench.load_bench import load_summary
+    from specbuild.bench.metrics import UNARY_BASELINE, UNARY_MODES, UNARY_SCHEDULE
 
     def run(mode, r, thr):
         return _round_run(mode, r, thr, k=8, c=8)
@@ -226,8 +226,8 @@ def test_the_a_a_ratio_is_the_one_call_baseline_again_over_itself_per_round():
     """bench --aa-baseline: the second one-call baseline run of each round over the first, the median of
     the per-round ratios (the spread of two runs of one configuration), sent unary like the first; it is
     never the reference of another ratio."""
-    from specbuild.client.load_bench import load_summary, load_table_lines
-    from specbuild.client.metrics import UNARY_BASELINE, UNARY_BASELINE_AGAIN, UNARY_MODES
+    from specbuild.bench.load_bench import load_summary, load_table_lines
+    from specbuild.bench.metrics import UNARY_BASELINE, UNARY_BASELINE_AGAIN, UNARY_MODES
 
     def run(mode, r, thr):
         return _round_run(mode, r, thr, k=0, c=2)
@@ -244,7 +244,7 @@ def test_the_a_a_ratio_is_the_one_call_baseline_again_over_itself_per_round():
 
 
 def test_a_bar_is_read_against_the_a_a_spread():
-    from specbuild.client.load_bench import bar_verdict
+    from specbuild.bench.load_bench import bar_verdict
 
     a_a = {"median": 1.0, "min": 0.94, "max": 1.08}  # two runs of one configuration: 0.94, and 1/1.08 = 0.926
     assert bar_verdict({"median": 0.98}, a_a) == "met"
@@ -255,7 +255,7 @@ def test_a_bar_is_read_against_the_a_a_spread():
 
 
 def test_machine_noise_spread_of_runs_of_equal_work():
-    from specbuild.benchmarks.machine_noise import spread
+    from lab.benchmarks.machine_noise import spread
 
     times = [1.0, 1.0, 2.0, 2.0, 1.0, 1.0]  # a slow patch in the middle
     one = spread(times, 1)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from specbuild.core.errors import SpecError
+from specbuild.core.facts.trtllm import SpeculativeDecodingMode
 from specbuild.core.methods import METHODS, Method, Tunable, method_of
 from specbuild.core.spec import NGramSection, spec_from_dict
-from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 
 BASE = {"name": "n", "mode": "ngram", "target": {"model": "target"}}
 

@@ -134,7 +134,7 @@ def _first_two_tokens(engine, prompt, trials, offset=0):
 def _exact_joint(target, prompt):
     """P(t1, t2) = p(t1 | prompt) p(t2 | prompt, t1) from the target's own logits at TEMPERATURE."""
     from specbuild.core.sampling_params import SamplingParams as P
-    from specbuild.engines.reference.runners import CachedSequence
+    from specbuild.engines.reference.cached_decode import CachedSequence
     from specbuild.engines.reference.sampling import probs_from_logits
 
     params = P(max_tokens=1, temperature=TEMPERATURE)
@@ -171,10 +171,10 @@ def test_sampled_output_follows_the_target(target):
     assert _chi2_pvalue(observed, probs) > 1e-3  # seeded: a false alarm would be 1 in 1000
 
     # The same test catches an engine that keeps its drafts without checking them.
-    import specbuild.engines.reference.runners as runners
+    import specbuild.engines.reference.cached_decode as cached_decode
 
-    real = runners.accept_draft
-    runners.accept_draft = (
+    real = cached_decode.accept_draft
+    cached_decode.accept_draft = (
         lambda drafts, probs_, target_probs, gen=None: (  # noqa: ARG005
             len(drafts),
             real([], None, target_probs[len(drafts) :], gen)[1],
@@ -183,6 +183,6 @@ def test_sampled_output_follows_the_target(target):
     try:
         bad, _ = _first_two_tokens(engine, prompt, 300, offset=TRIALS)
     finally:
-        runners.accept_draft = real
+        cached_decode.accept_draft = real
     observed, probs = _binned(bad, _exact_joint(target, prompt), 300)
     assert _chi2_pvalue(observed, probs) < 1e-6

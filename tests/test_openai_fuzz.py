@@ -47,7 +47,7 @@ COUNTS = {"cases": 0, "by_status": {}}
 @pytest.fixture(scope="module")
 def openai_schema(e2e_servers, tmp_path_factory):
     from specbuild.frontend.run import FrontendOptions, start_frontend
-    from specbuild.serve.server import free_port
+    from specbuild.serve.tritonserver import free_port
 
     template = tmp_path_factory.mktemp("fuzz") / "template.jinja"
     template.write_text(TEMPLATE)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from specbuild.core import capacity as C
-from specbuild.core import theory
 from specbuild.core.errors import PlanError
+from specbuild.core.perf import capacity as C
+from specbuild.core.perf import theory
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = ROOT / "examples" / "llama33-70b-1b.yaml"

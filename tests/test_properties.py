@@ -25,11 +25,11 @@ from hypothesis import strategies as st
 
 from specbuild.core.artifacts import read_artifact, read_repo_manifest
 from specbuild.core.errors import SpecbuildError
-from specbuild.core.manifest import MANIFEST, read_manifest
-from specbuild.core.medusa_choices import MedusaChoices
-from specbuild.core.safe_io import parse_json
+from specbuild.core.formats.manifest import MANIFEST, read_manifest
+from specbuild.core.formats.medusa_choices import MedusaChoices
+from specbuild.core.formats.safe_io import parse_json
+from specbuild.core.formats.weights import safetensors_header, safetensors_shapes
 from specbuild.core.spec import load_spec, spec_from_dict
-from specbuild.core.weights import safetensors_header, safetensors_shapes
 from specbuild.frontend.protocol import OpenAIError, StopText, parse_chat, parse_completion
 
 EXAMPLES = int(os.environ.get("FUZZ_PROPERTY_EXAMPLES", "150"))

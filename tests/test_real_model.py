@@ -26,7 +26,7 @@ CACHE = REPO / ".cache" / "real"
 def real_model():
     from importlib.util import find_spec
 
-    from specbuild.demo.real_model import MANIFEST, build_real_model, entry_key, sha256_file, wheel_path
+    from lab.real.model import MANIFEST, build_real_model, entry_key, sha256_file, wheel_path
 
     wheel = wheel_path(CACHE)
     if not wheel.is_file():
@@ -87,7 +87,7 @@ def test_real_model_converts_exactly_and_decodes_like_transformers(real_model, t
 
 def test_demo_tolerance_is_the_suites():
     """The demo's exactness lines use the suite's float32 reordering bound (one number, two readers)."""
-    from specbuild.demo.real_checks import EXACT_ULPS
+    from lab.real.checks import EXACT_ULPS
 
     assert EXACT_ULPS == REORDER_ULPS
 
@@ -100,7 +100,7 @@ class _Tok:
 
 
 def test_hub_config_drops_the_gguf_load_and_names_the_architecture():
-    from specbuild.demo.real_model import hub_config
+    from lab.real.model import hub_config
 
     raw = {
         "model_type": "llama",
@@ -120,16 +120,16 @@ def test_hub_config_drops_the_gguf_load_and_names_the_architecture():
 
 
 def test_hub_config_refuses_another_architecture():
+    from lab.real.model import hub_config
     from specbuild.core.errors import SpecbuildError
-    from specbuild.demo.real_model import hub_config
 
     with pytest.raises(SpecbuildError, match="not a Llama"):
         hub_config({"model_type": "gpt2"}, _Tok())
 
 
 def test_gguf_member_finds_one_bounded_file(tmp_path):
+    from lab.real.model import gguf_member
     from specbuild.core.errors import SpecbuildError
-    from specbuild.demo.real_model import gguf_member
 
     good = tmp_path / "good.whl"
     with zipfile.ZipFile(good, "w") as z:
@@ -147,7 +147,7 @@ def test_gguf_member_finds_one_bounded_file(tmp_path):
 
 
 def test_prompt_sets_are_fixed_disjoint_and_of_each_kind():
-    from specbuild.demo.real_prompts import prompt_sets
+    from lab.real.prompts import prompt_sets
 
     sets = prompt_sets(bench_size=4, train_size=32)
     assert sets == prompt_sets(bench_size=4, train_size=32)  # reproducible
@@ -180,7 +180,7 @@ def _bench(path: Path, method: str, runs: list[tuple[str, int, float]]) -> Path:
 
 
 def test_summary_measures_medusa_against_the_same_prompt_sets_baseline(tmp_path):
-    from specbuild.demo.real_run import summary_table
+    from lab.real.run import summary_table
 
     benches = {
         "draft_target": {
@@ -206,7 +206,7 @@ def test_summary_has_a_row_for_the_fixed_k_and_one_for_the_schedule(tmp_path):
     """bench runs a repository with speculation.schedule three ways per concurrency (baseline, fixed K,
     schedule): the summary keeps both speculative rows, each against the same baseline; Medusa (no
     baseline of its own, one run per concurrency) is labelled with its repository's schedule."""
-    from specbuild.demo.real_run import summary_table
+    from lab.real.run import summary_table
 
     def with_context(path: Path, **context) -> Path:
         body = json.loads(path.read_text())
@@ -239,7 +239,7 @@ def test_summary_compares_every_method_with_the_one_call_baseline(tmp_path):
     """bench's baseline-unary run (the target alone, one call per request) is the fair baseline: the streamed
     one pays one BLS -> target call per token. n-gram rows take their own; Medusa's (no target-alone mode)
     take n-gram's on the same prompts and concurrency; the summary shows both ratios."""
-    from specbuild.demo.real_run import COLUMNS, summary_markdown, summary_table
+    from lab.real.run import COLUMNS, summary_markdown, summary_table
 
     runs = [("baseline", 1, 10.0), ("baseline-unary", 1, 12.0), ("speculative", 1, 24.0)]
     runs += [("baseline", 4, 2.0), ("baseline-unary", 4, 16.0), ("speculative", 4, 8.0)]
@@ -259,7 +259,7 @@ def test_summary_compares_every_method_with_the_one_call_baseline(tmp_path):
 
 
 def test_the_streamed_answer_and_its_stats_go_into_the_summary():
-    from specbuild.demo.real_run import answer_record, summary_markdown
+    from lab.real.run import answer_record, summary_markdown
 
     prompt = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQuote:\n```x```<|im_end|>\n"
     prompt += "<|im_start|>assistant\n"

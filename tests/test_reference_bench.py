@@ -1,13 +1,13 @@
-"""The speedup theory (core/theory.py) and that both benchmarks use it the same way."""
+"""The speedup theory (core/perf/theory.py) and that both benchmarks use it the same way."""
 
 from __future__ import annotations
 
 import pytest
 
-from specbuild.benchmarks.reference import _row
-from specbuild.client.metrics import RequestRecord, attach_speedups, summarize_run
-from specbuild.core import theory
+from lab.benchmarks.reference import _row
+from specbuild.bench.metrics import RequestRecord, attach_speedups, summarize_run
 from specbuild.core.generation import SpecStats
+from specbuild.core.perf import theory
 
 
 def test_predicted_speedup_formula():

@@ -106,7 +106,7 @@ def _rounds(server, *, use_draft_logits: bool, temperature: float):
 def _expectation(server, rounds, *, use_draft_logits: bool, temperature: float):
     """(observed first-draft acceptance, mean p_target(first draft), expected acceptance, its
     standard error)."""
-    from specbuild.engines.reference.runners import CachedSequence
+    from specbuild.engines.reference.cached_decode import CachedSequence
     from specbuild.engines.reference.sampling import probs_from_logits
 
     target = server.models["tensorrt_llm"].engine.target

@@ -1,4 +1,4 @@
-"""Load-aware K: the spec key `speculation.schedule` (core/schedule.py), the acceptance guard, and their
+"""Load-aware K: the spec key `speculation.schedule` (core/perf/schedule.py), the acceptance guard, and their
 application in the reference engine's batch and the BLS loop — greedy output never changes."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from specbuild.core.errors import SpecError
-from specbuild.core.schedule import AcceptanceGuard, DraftSchedule, ScheduleError
+from specbuild.core.perf.schedule import AcceptanceGuard, DraftSchedule, ScheduleError
 from specbuild.core.spec import spec_from_dict
 
 BASE = {
@@ -450,7 +450,7 @@ def test_ngram_batch_schedule_keeps_greedy_output(models, baseline, table):
 
 
 def test_schedule_steps_put_thresholds_at_midpoints():
-    from specbuild.core.schedule import schedule_steps
+    from specbuild.core.perf.schedule import schedule_steps
 
     assert schedule_steps([1, 2, 4, 8], {1: 4, 2: 3, 4: 2, 8: 0}) == {1: 4, 2: 3, 3: 2, 6: 0}
     assert schedule_steps([1, 2, 4, 8], {1: 4, 2: 4, 4: 4, 8: 4}) == {1: 4}
@@ -491,7 +491,7 @@ def test_server_removes_the_counter_files_a_killed_server_leaves(tmp_path, monke
 
 
 def test_held_count_keeps_the_load_a_request_replaces():
-    from specbuild.core.schedule import held_count
+    from specbuild.core.perf.schedule import held_count
 
     ms = 1_000_000
     now = 10_000 * ms

@@ -1,12 +1,12 @@
-"""The served schedule's decision rule (core/schedule_choice.py) and its use in
-client/serve_curve.predict_served: K changes from the default (the largest K at the smallest
+"""The served schedule's decision rule (core/perf/schedule_choice.py) and its use in
+bench/serve_curve.predict_served: K changes from the default (the largest K at the smallest
 concurrency, the target alone at the others) only on a win in every interleaved repeat by more than 3%."""
 
 from __future__ import annotations
 
 import pytest
 
-from specbuild.core.schedule_choice import choose
+from specbuild.core.perf.schedule_choice import choose
 
 
 def chosen(rates):
@@ -79,7 +79,7 @@ def _point(throughput, round_s=None, rounds=None):
 
 
 def test_predict_served_reports_medians_spread_and_the_rule():
-    from specbuild.client.serve_curve import predict_served
+    from specbuild.bench.serve_curve import predict_served
 
     # c=1: one-call baseline 1 s per request; K=1: 20 rounds of 40 ms (0.8 s) in two repeats, one
     # repeat slowed to 60 ms; K=2 10 rounds of 50 ms in both (0.5 s): wins every repeat
@@ -109,8 +109,8 @@ def test_a_server_where_no_k_pays_at_one_request_is_served_with_speculation_off(
     where each BLS round pays two IPC calls (make demo, 2026-12-03: x1.22): the spec keeps no schedule
     (TensorRT-LLM's draft_len_schedule keeps K at 1 at max_draft_len) and the repository is to serve
     SERVED_OFF, so requests that leave num_draft_tokens out never draft, instead of the fixed K."""
-    from specbuild.client.serve_curve import predict_served
-    from specbuild.core.schedule import SERVED_OFF, DraftSchedule
+    from specbuild.bench.serve_curve import predict_served
+    from specbuild.core.perf.schedule import SERVED_OFF, DraftSchedule
 
     curve = {
         "requests": 2,
@@ -136,8 +136,8 @@ def test_a_server_where_no_k_pays_at_one_request_is_served_with_speculation_off(
 
 
 def test_predict_served_predicts_the_requests_the_measured_runs_sent():
-    from specbuild.client.serve_curve import predict_served
-    from specbuild.client.served_model import predicted_tokens_per_s
+    from specbuild.bench.cost_model import predicted_tokens_per_s
+    from specbuild.bench.serve_curve import predict_served
 
     # --waves 3 at c=2 with 2 prompts: each measured run sent 6 requests (three per worker); requests of
     # 1 s or 3 s: the makespan of 2 such requests on 2 workers is not a third of 6's
@@ -154,9 +154,9 @@ def test_predict_served_predicts_the_requests_the_measured_runs_sent():
 def test_interleaved_rounds_alternate_their_order():
     from types import SimpleNamespace
 
-    from specbuild.client.bench import _plan
-    from specbuild.client.options import BenchConfig
-    from specbuild.core.schedule_choice import round_order
+    from specbuild.bench.bench import _plan
+    from specbuild.bench.options import BenchConfig
+    from specbuild.core.perf.schedule_choice import round_order
 
     assert round_order("abc", 0) == ["a", "b", "c"] and round_order("abc", 1) == ["c", "b", "a"]
     # a load that grows through every round by 1 per run: each mode's mean position over two rounds is

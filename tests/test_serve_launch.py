@@ -40,7 +40,7 @@ def test_container_matches_trtllm_version():
 
 def test_container_map_follows_the_backend_dockerfile_pins():
     """r25.11 pins TensorRT-LLM 1.2.0rc2 and r26.03 1.2.0rc8 (ARG TENSORRTLLM_VER), not 1.0.3.2510 / 1.2.0."""
-    from specbuild.core.trtllm_facts import containers, known_versions
+    from specbuild.core.facts.trtllm import containers, known_versions
 
     assert containers("1.2.0rc2").tags == ("25.11",) and containers("1.2.0rc8").tags == ("26.03",)
     assert (

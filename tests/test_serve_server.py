@@ -11,7 +11,7 @@ import pytest
 
 from specbuild.core.errors import ServerError
 from specbuild.serve import bundle as bundle_mod
-from specbuild.serve.server import (
+from specbuild.serve.tritonserver import (
     ServerOptions,
     TritonServer,
     check_ports_free,
@@ -385,7 +385,7 @@ def test_serve_fails_loudly_when_a_model_process_dies(tmp_path):
 def test_free_port_never_hands_out_a_port_twice(monkeypatch):
     # The OS may offer a just-closed ephemeral port again; a server given it as gRPC and HTTP port fails
     # (seen in a full `make test`: both 60607). Force the OS side to repeat itself.
-    import specbuild.serve.server as server
+    import specbuild.serve.tritonserver as server
 
     offered = iter([50001, 50001, 50001, 50002])
 
@@ -454,7 +454,7 @@ def test_a_second_sigterm_while_serve_stops_neither_cuts_the_stop_short_nor_hide
 
     from rich.console import Console
 
-    from specbuild.serve import serving
+    from specbuild.serve import serve_command as serving
 
     stopped = []
 

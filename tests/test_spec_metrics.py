@@ -66,7 +66,7 @@ def test_steps_are_summed_and_flushed_in_few_updates(metrics):
     # one update per series (drafted, accepted, steps, 4 drafted positions, 3 accepted positions), not
     # 20 x (3 + 4 + 3)
     assert len(updates) <= 10, updates
-    from specbuild.core.trtllm_facts import PROMETHEUS_SPEC_DECODE as N
+    from specbuild.core.facts.trtllm import PROMETHEUS_SPEC_DECODE as N
 
     assert sum(m.value for (name, _), m in series.items() if name == N["num_draft_tokens"]) == 80
     assert sum(m.value for (name, _), m in series.items() if name == N["num_accepted_tokens"]) == 60

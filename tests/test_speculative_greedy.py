@@ -184,8 +184,8 @@ def test_sampling_is_seeded_and_self_draft_accepts_all(models):
 
 
 def test_external_verification_equals_in_process(models, baseline):
+    from specbuild.engines.reference.cached_decode import ModelDrafter
     from specbuild.engines.reference.engine import ReferenceEngine
-    from specbuild.engines.reference.runners import ModelDrafter
 
     target, near, _ = models
     engine = ReferenceEngine(target)
@@ -306,7 +306,7 @@ def test_medusa_oracle_heads_accept_long_paths(medusa_ckpt, baseline):
 
 
 def test_tree_buffers_shapes():
-    from specbuild.core.medusa_choices import MedusaChoices
+    from specbuild.core.formats.medusa_choices import MedusaChoices
     from specbuild.engines.reference.medusa import TreeBuffers
 
     tree = TreeBuffers.from_choices(

@@ -118,7 +118,7 @@ def test_loop_stops_at_stop_token_and_end_id():
 
 
 def _tree():
-    from specbuild.core.medusa_choices import MedusaChoices
+    from specbuild.core.formats.medusa_choices import MedusaChoices
     from specbuild.engines.reference.medusa import TreeBuffers
 
     return TreeBuffers.from_choices(MedusaChoices.parse([[0], [1], [0, 0]]), num_heads=2)

@@ -97,7 +97,7 @@ def test_output_is_the_hf_medusa_format(tmp_path, tiny_tied):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from specbuild.core.manifest import read_manifest, verify_manifest
+    from specbuild.core.formats.manifest import read_manifest, verify_manifest
     from specbuild.tuning.heads import load_heads
     from specbuild.tuning.train import train_medusa
 

@@ -95,7 +95,7 @@ def test_max_num_tokens_capped_before_the_speculative_increase():
 
 
 def test_max_num_tokens_floor_and_speculative_raise():
-    from specbuild.core.trtllm_facts import engine_limits
+    from specbuild.core.facts.trtllm import engine_limits
 
     # tiny engines: capped at batch x seq = 2 x 12 = 24, then raised to tokens_per_block 32 (context FMHA)
     assert (
@@ -200,7 +200,7 @@ def _heads_both_files(folder: Path, *, hidden: int, vocab: int) -> Path:
 
 
 def test_pt_takes_precedence_in_check_and_convert(tiny_target, tmp_path):
-    from specbuild.core.medusa_heads import read_medusa_heads
+    from specbuild.core.formats.medusa_heads import read_medusa_heads
     from specbuild.engines.trtllm.convert import convert_checkpoint
     from specbuild.engines.trtllm.medusa import MedusaHeadsSource
 
@@ -221,7 +221,7 @@ def test_check_and_convert_refuse_the_same_prefixed_keys(tiny_target, tmp_path):
     import torch
     from safetensors.torch import save_file
 
-    from specbuild.core.medusa_heads import read_medusa_heads
+    from specbuild.core.formats.medusa_heads import read_medusa_heads
     from specbuild.engines.trtllm.convert import convert_checkpoint
     from specbuild.engines.trtllm.medusa import MedusaHeadsSource
 

@@ -103,7 +103,7 @@ def family(tmp_path_factory, tokenizer_dir):
 
 
 def test_trained_heads_beat_untrained_heads_on_held_out_prompts(family):
-    from specbuild.core.medusa_choices import MedusaChoices
+    from specbuild.core.formats.medusa_choices import MedusaChoices
     from specbuild.tuning.data import encode
     from specbuild.tuning.heads import load_heads
     from specbuild.tuning.hf_base import load_base
@@ -244,9 +244,9 @@ def test_chosen_k_is_at_or_next_to_the_best_measured_k(family):
     )
     assert r.exit_code == 0 and json.loads(r.stdout)["details"]["cost_ratio"] == 0.5
     # ... and into `plan`: the same best K (the spec's, which tune --write set), the speedup at it
-    from specbuild.core import capacity as C
-    from specbuild.core import theory
     from specbuild.core.errors import PlanError
+    from specbuild.core.perf import capacity as C
+    from specbuild.core.perf import theory
     from specbuild.planning.plan import PlanRequest, make_plan
 
     spec = load_spec(spec_path)

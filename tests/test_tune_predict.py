@@ -6,10 +6,10 @@ import itertools
 
 import pytest
 
-from specbuild.core.medusa_choices import MedusaChoices
-from specbuild.core.theory import speedup as predicted_speedup
-from specbuild.core.theory import tokens_per_pass_chain as chain_tokens_per_pass
-from specbuild.core.theory import tokens_per_pass_iid as iid_tokens_per_pass
+from specbuild.core.formats.medusa_choices import MedusaChoices
+from specbuild.core.perf.theory import speedup as predicted_speedup
+from specbuild.core.perf.theory import tokens_per_pass_chain as chain_tokens_per_pass
+from specbuild.core.perf.theory import tokens_per_pass_iid as iid_tokens_per_pass
 from specbuild.tuning.predict import (
     accepted_lengths,
     choose_k,

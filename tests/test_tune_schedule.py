@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from specbuild.core.theory import tokens_per_pass_chain
+from specbuild.core.perf.theory import tokens_per_pass_chain
 
 
 def _curve(compute_bound_from: int):
@@ -173,7 +173,7 @@ def test_write_when_speculation_never_pays_leaves_a_spec_that_does_not_speculate
     from specbuild.builder.llmapi import llmapi_options
     from specbuild.builder.memory_plan import plan_memory
     from specbuild.cli.tuning import written_lines
-    from specbuild.core.schedule import schedule_of
+    from specbuild.core.perf.schedule import schedule_of
     from specbuild.core.spec import load_spec
     from specbuild.tuning.cost_curve import predict
     from specbuild.tuning.tune import _write

@@ -9,16 +9,16 @@ from pathlib import Path
 
 from rich.console import Console
 
-from specbuild.benchmarks.load import CONCURRENCY, _load, _server_options, write_spec
+from lab.benchmarks.load import CONCURRENCY, _load, _server_options, write_spec
 from specbuild.builder.compile import compile_spec
-from specbuild.client.bench import run_bench
-from specbuild.client.load_bench import load_summary, load_table_lines
-from specbuild.client.options import BenchConfig, load_prompts
-from specbuild.client.report import write_report
+from specbuild.bench.bench import run_bench
+from specbuild.bench.load_bench import load_summary, load_table_lines
+from specbuild.bench.options import BenchConfig, load_prompts
+from specbuild.bench.report import write_report
 from specbuild.core.spec import load_spec
 from specbuild.demo.models import build_family
 from specbuild.model_repo.generate import generate_repo
-from specbuild.serve.server import TritonServer
+from specbuild.serve.tritonserver import TritonServer
 
 out = Path(sys.argv[1])
 schedule = sys.argv[2]

@@ -3,16 +3,16 @@
 `bench --aa-baseline` compares modes of one server. When the two things to compare are two deployments
 (the Medusa repository's schedule against another repository's target alone; a model before and after a
 change), this runs, in every round, A, B and A again on the same prompts at the same concurrency (in
-reverse order every other round: core/schedule_choice.round_order), and reports per concurrency:
+reverse order every other round: core/perf/schedule_choice.round_order), and reports per concurrency:
 
-* B / A and A again / A: the median of the per-round ratios and their range (client/load_bench);
-* the bar's verdict, read against that A/A (client/load_bench.bar_verdict): met / within A/A / missed;
+* B / A and A again / A: the median of the per-round ratios and their range (bench/load_bench);
+* the bar's verdict, read against that A/A (bench/load_bench.bar_verdict): met / within A/A / missed;
 * the mean tokens/s of each arm;
 * with `--a-pid` / `--b-pid` (each server's `specbuild serve` process): the CPU seconds its process
   tree spent per run, by process (psutil). Equal CPU seconds for equal work say B did no more work
   than A, whatever its tokens/s; on this host the same work's CPU seconds still vary by ~10%.
 
-    python -m specbuild.benchmarks.ab --a 127.0.0.1:8001 --b 127.0.0.1:8011 \\
+    python -m lab.benchmarks.ab --a 127.0.0.1:8001 --b 127.0.0.1:8011 \\
         --a-mode baseline-unary --b-mode schedule-unary \\
         --prompts build/demo/draft_target/bench_prompts.jsonl \\
         --concurrency 8,4 --rounds 10 [--a-pid PID --b-pid PID] [--out ab.json]
@@ -34,11 +34,11 @@ from typing import Any
 
 import psutil
 
-from specbuild.client.bench import run_once
-from specbuild.client.load_bench import ONE_CALL_BAR, bar_verdict, median_ratio
-from specbuild.client.options import BenchConfig, load_prompts
+from specbuild.bench.bench import run_once
+from specbuild.bench.load_bench import ONE_CALL_BAR, bar_verdict, median_ratio
+from specbuild.bench.options import BenchConfig, load_prompts
 from specbuild.core.errors import SpecbuildError
-from specbuild.core.schedule_choice import round_order
+from specbuild.core.perf.schedule_choice import round_order
 
 MODES = {"baseline-unary": 0, "schedule-unary": None, "speculative": None}  # mode -> K sent (None: own)
 MAX_ROUNDS = 100
@@ -174,9 +174,7 @@ def table_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m specbuild.benchmarks.ab", description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m lab.benchmarks.ab", description=__doc__.split("\n")[0])
     parser.add_argument("--a", required=True, help="server A's gRPC address (host:port)")
     parser.add_argument("--b", required=True, help="server B's gRPC address")
     parser.add_argument("--a-mode", default="baseline-unary", choices=sorted(MODES))

@@ -22,7 +22,7 @@ What runs, per round (rounds interleave the tools, so load changes hit both alik
   `response_field: text_output` — the recipe that works on any Triton server, GPU hosts included; token
   counts are AIPerf's own (its tokenizer on the text: Triton's generate answer has no usage);
 * `specbuild bench` at the same concurrency on the same prompts (baseline and speculative), its records
-  summarised under AIPerf's names (client/aiperf_export.py: the same definitions).
+  summarised under AIPerf's names (bench/aiperf_export.py: the same definitions).
 
 A flow that fails is reported in the table (its log under build/aiperf/runs/) and the others go on.
 
@@ -42,13 +42,13 @@ import sys
 import time
 from pathlib import Path
 
-from specbuild.client.aiperf_export import run_export
-from specbuild.client.bench import run_bench
-from specbuild.client.options import BenchConfig, load_prompts
+from specbuild.bench.aiperf_export import run_export
+from specbuild.bench.bench import run_bench
+from specbuild.bench.options import BenchConfig, load_prompts
 from specbuild.core.errors import SpecbuildError
 from specbuild.frontend.run import FrontendOptions, start_frontend
 from specbuild.frontend.triton import describe
-from specbuild.serve.server import ServerOptions, TritonServer, free_port
+from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_REPO = REPO_ROOT / "build" / "demo" / "draft_target" / "repo"

@@ -8,7 +8,7 @@ floor any Python-backend BLS pays on this machine: the stub -> server -> stub ho
 `InferenceRequest.exec`, of a streamed response, of a cancellation ask, and the `pb_utils.Tensor`
 objects a call's inputs need. No engine, tokenizer or specbuild module runs inside the server.
 
-    python -m specbuild.benchmarks.ipc_floor REPO [--calls 200] [--prompt-len 40] [--draft-len 4]
+    python -m lab.benchmarks.ipc_floor REPO [--calls 200] [--prompt-len 40] [--draft-len 4]
 
 REPO: a draft/target repository (bench-serve's); its two engine configs are copied.
 """
@@ -28,10 +28,10 @@ import numpy as np
 import torch
 import tritonclient.grpc as grpcclient
 
-from specbuild.benchmarks.floor_models_probe import PIECES as PROBE_PIECES
-from specbuild.benchmarks.floor_models_probe import time_engine_pieces
+from lab.benchmarks.floor_models_probe import PIECES as PROBE_PIECES
+from lab.benchmarks.floor_models_probe import time_engine_pieces
 from specbuild.engines.reference.engine import ReferenceEngine
-from specbuild.serve.server import ServerOptions, TritonServer, free_port
+from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
 
 MODELS = Path(__file__).with_name("floor_models")
 PIECES = ("build", "draft", "target", "send", "cancel")  # = floor_models/caller.py PIECES
@@ -273,7 +273,7 @@ def format_floor(result: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m specbuild.benchmarks.ipc_floor", description=__doc__.split("\n\n")[0]
+        prog="python -m lab.benchmarks.ipc_floor", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("repo", type=Path, help="a draft/target repository (its engine configs are copied)")
     parser.add_argument("--out", type=Path, default=Path("build/ipc-floor"), help="floor repository folder")

@@ -8,14 +8,14 @@ For draft/target (the demo's trained target and distilled draft):
    baseline, every fixed K and the schedule, interleaved, `--rounds` rounds: measured / predicted per
    (c, K) (median of the per-round ratios);
 3. through the local Triton: the cost curve measured through a served repository (`tune --schedule
-   --url`'s measurement, client/serve_curve.py: round time and TTFT per (c, K), on the tune prompts)
+   --url`'s measurement, bench/serve_curve.py: round time and TTFT per (c, K), on the tune prompts)
    combined with the profiled acceptance into the served prediction and schedule; then a repository
    with that schedule (`repo --schedule`) and `bench --concurrency 1,2,4,8` with baseline, every fixed K
    and the schedule interleaved in `--rounds` rounds (load.json, load_T0.png), measured / predicted per
    (c, K) on the held-out prompts;
 4. `load.md`: the tables, with the machine load (`os.getloadavg`) before and after each part.
 
-    python -m specbuild.benchmarks.load [--method draft_target|ngram|medusa] [--out build/bench-load] \
+    python -m lab.benchmarks.load [--method draft_target|ngram|medusa] [--out build/bench-load] \
         [--prompts 8] [--max-tokens 48] [--rounds 2]
 """
 
@@ -33,9 +33,8 @@ import torch
 import yaml
 from rich.console import Console
 
-from specbuild.builder.compile import compile_spec
-from specbuild.client.bench import run_once
-from specbuild.client.load_bench import (
+from specbuild.bench.bench import run_once
+from specbuild.bench.load_bench import (
     BASELINE_MODE,
     FIXED_MODE,
     LOAD_WAVES,
@@ -46,25 +45,26 @@ from specbuild.client.load_bench import (
     load_table_lines,
     undecided_points,
 )
-from specbuild.client.metrics import UNARY_BASELINE, UNARY_BASELINE_AGAIN, UNARY_SCHEDULE
-from specbuild.client.options import BenchConfig, load_prompts
-from specbuild.client.report import write_report
-from specbuild.client.serve_curve import (
+from specbuild.bench.metrics import UNARY_BASELINE, UNARY_BASELINE_AGAIN, UNARY_SCHEDULE
+from specbuild.bench.options import BenchConfig, load_prompts
+from specbuild.bench.report import write_report
+from specbuild.bench.serve_curve import (
     REPEATS,
     calibrate,
     measure_served,
     predict_served,
     predicted_tokens_per_s,
 )
+from specbuild.builder.compile import compile_spec
 from specbuild.core.methods import Method, Tunable, method_of
+from specbuild.core.perf.schedule import DraftSchedule, schedule_steps
+from specbuild.core.perf.schedule_choice import choose, round_order
 from specbuild.core.sampling_params import SamplingParams
-from specbuild.core.schedule import DraftSchedule, schedule_steps
-from specbuild.core.schedule_choice import choose, round_order
 from specbuild.core.spec import load_spec
 from specbuild.demo.models import DEFAULT_CACHE, build_family, build_medusa
 from specbuild.engines.reference.engine import ReferenceEngine
 from specbuild.model_repo.generate import generate_repo
-from specbuild.serve.server import ServerOptions, TritonServer, free_port
+from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
 from specbuild.tuning.cost_curve import plot
 from specbuild.tuning.holdout import calibrated_run
 from specbuild.tuning.tune import round_tokens, tune_spec
@@ -100,7 +100,7 @@ def write_spec(out: Path, family, *, k: int, method: str = Method.DRAFT_TARGET.v
     path = out / "spec.yaml"
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(
-        "# written by specbuild.benchmarks.load; tune --schedule adds the schedule\n" + yaml.safe_dump(spec)
+        "# written by lab.benchmarks.load; tune --schedule adds the schedule\n" + yaml.safe_dump(spec)
     )
     return path
 
@@ -147,11 +147,11 @@ def served_rounds(
     max_rounds: int = 0,
 ) -> list:
     """`rounds` interleaved rounds through the servers: every (c, mode) runs the tune prompts (the
-    calibration: client/serve_curve.calibrate) and right after them the held-out prompts, whose run
+    calibration: bench/serve_curve.calibrate) and right after them the held-out prompts, whose run
     carries the calibration's prediction (metrics["predicted_tokens_per_s"]). `modes`: (server URL,
     bench mode, num_draft_tokens to send or None); `tree_k`: the K a Medusa tree's runs are labelled with
     (its requests send none). `max_rounds`: after `rounds`, one more round at each c whose schedule bars
-    the sign test leaves undecided (client/load_bench.bar_decision), up to that many rounds."""
+    the sign test leaves undecided (bench/load_bench.bar_decision), up to that many rounds."""
 
     def config(url, prompts):
         return BenchConfig(
@@ -209,7 +209,7 @@ def rewrite_markdown(out: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m specbuild.benchmarks.load", description=__doc__.split("\n\n")[0]
+        prog="python -m lab.benchmarks.load", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--prompts", type=int, default=8, help="held-out demo prompts per run")
@@ -367,10 +367,10 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
     model decodes a batch plainly where K(n) = 0 (three servers up together). The served cost curve of
     a tree is on or off: per concurrency, the tune prompts through the tree and through the one-call
     baseline, REPEATS interleaved sweeps, give the predicted throughput of each
-    (client/serve_curve.calibrate / predicted_tokens_per_s: the closed-loop makespan); the tree stays on
+    (bench/serve_curve.calibrate / predicted_tokens_per_s: the closed-loop makespan); the tree stays on
     at c=1 unless the baseline predicts more in every repeat by > 3%, and past c=1 only where it predicts
-    more than the baseline in every repeat by > 3% (core/schedule_choice), thresholds at the
-    midpoints (core/schedule.schedule_steps). Then `--rounds` interleaved rounds of the baselines, the
+    more than the baseline in every repeat by > 3% (core/perf/schedule_choice), thresholds at the
+    midpoints (core/perf/schedule.schedule_steps). Then `--rounds` interleaved rounds of the baselines, the
     tree, the schedule streamed and the schedule in one call per request (`schedule-unary`: its K=0
     batches answer once per request, like the one-call baseline), each run of the held-out prompts
     right after its calibration on the tune prompts."""
@@ -417,7 +417,7 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
 
     with TritonServer(dt_repo, _server_options()) as dt, TritonServer(tree_repo, _server_options()) as tree:
         measured: dict[int, dict[str, list[dict]]] = {}
-        for r in range(REPEATS):  # the sweep repeated, interleaved (as client/serve_curve.measure_served)
+        for r in range(REPEATS):  # the sweep repeated, interleaved (as bench/serve_curve.measure_served)
             for c in CONCURRENCY:
                 point = measured.setdefault(c, {"baseline": [], "tree": []})
                 sides = (
@@ -432,7 +432,7 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
         }
         # the tree is on at c=1 unless the one-call baseline wins every repeat by > 3%, and past c=1 only
         # where it wins every repeat against the baseline by > 3%; more load never turns it back on
-        # (core/schedule_choice)
+        # (core/perf/schedule_choice)
         decisions = choose(rates)
         chosen = {d.concurrency: d.chosen for d in decisions}
         steps = schedule_steps(list(CONCURRENCY), chosen)
@@ -498,7 +498,7 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
 
 
 # The second ratio of a speculative cell: measured over the prediction with the run's own rounds (the
-# calibration's times; holdout.calibrated_run, served_model.with_rounds_of): the cost model's own error,
+# calibration's times; holdout.calibrated_run, cost_model.with_rounds_of): the cost model's own error,
 # without the held-out prompts' acceptance against the tune prompts'.
 OWN_ROUNDS_NOTE = "; then over the prediction with the run's own rounds: the cost model alone"
 

@@ -7,7 +7,7 @@ probe times the same float32 matrix product in chunks for `--seconds` and report
 next (what an A/B comparison of two back-to-back runs of equal work would see). `bench --aa-baseline`
 measures the same thing through the server (two runs of the one-call baseline per round).
 
-    python -m specbuild.benchmarks.machine_noise [--seconds 40] [--out build/machine_noise.json]
+    python -m lab.benchmarks.machine_noise [--seconds 40] [--out build/machine_noise.json]
 """
 
 from __future__ import annotations

@@ -34,14 +34,14 @@ from pathlib import Path
 
 import torch
 
-from specbuild.core import theory
 from specbuild.core.generation import SpecStats
 from specbuild.core.methods import Method
+from specbuild.core.perf import theory
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.demo import models as demo_models
+from specbuild.engines.reference.cached_decode import CachedSequence
 from specbuild.engines.reference.engine import ReferenceEngine
 from specbuild.engines.reference.medusa import MedusaHeads
-from specbuild.engines.reference.runners import CachedSequence
 from specbuild.engines.trtllm.convert import convert_checkpoint
 from specbuild.engines.trtllm.medusa import MedusaHeadsSource
 
@@ -64,7 +64,9 @@ class Row:
     mode: str  # a Method value
     k: int  # draft tokens per step (Medusa: tree depth)
     rate: float  # accepted / drafted (TensorRT-LLM's acceptance_rate)
-    alpha: float  # per-token acceptance of the i.i.d. model (core/theory.py alpha), used in the prediction
+    alpha: (
+        float  # per-token acceptance of the i.i.d. model (core/perf/theory.py alpha), used in the prediction
+    )
     c: float
     predicted: float
     measured: float
@@ -240,7 +242,7 @@ def _read_prompts(path: Path, n: int) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
-        prog="python -m specbuild.benchmarks.reference", description=__doc__.split("\n\n")[0]
+        prog="python -m lab.benchmarks.reference", description=__doc__.split("\n\n")[0]
     )
     p.add_argument(
         "--target",

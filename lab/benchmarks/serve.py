@@ -17,7 +17,7 @@ Then, on the engine flow, the OpenAI frontend's tokens/s over direct-to-Triton's
 `--frontend-concurrency` (serve_frontend.py: interleaved rounds, the ratio's spread), and the `bench` sweep
 (speculation off/on per concurrency) writes its report into OUT.
 
-    python -m specbuild.benchmarks.serve [--out build/bench-serve] [--flow both] [--prompts 8]
+    python -m lab.benchmarks.serve [--out build/bench-serve] [--flow both] [--prompts 8]
         [--max-tokens 48] [--threads 1] [--repeats 3] [--floor]
 
 Both sides run with the same torch threads (`--threads`: the in-process engine's, and the served engine
@@ -25,7 +25,7 @@ processes' SPECBUILD_TORCH_THREADS); the output states them. Each (flow, mode, s
 of `--repeats` interleaved passes over the prompts, with its spread. The per-round breakdown of the
 engine flow's speculative requests comes from Triton's own statistics (each model's queue and compute
 time per call) and the BLS's own timers (SPECBUILD_BLS_TIMINGS), next to the in-process time per round.
-`--floor` also measures the Python backend's own cost per call on this machine (benchmarks/ipc_floor.py).
+`--floor` also measures the Python backend's own cost per call on this machine (lab/benchmarks/ipc_floor.py).
 """
 
 from __future__ import annotations
@@ -45,16 +45,16 @@ import yaml
 from rich.console import Console
 from tritonclient.grpc import InferenceServerClient
 
-from specbuild.benchmarks.ipc_floor import format_floor, measure
-from specbuild.benchmarks.serve_frontend import format_frontend, measure_frontend
+from lab.benchmarks.ipc_floor import format_floor, measure
+from lab.benchmarks.serve_frontend import format_frontend, measure_frontend
+from specbuild.bench.bench import run_bench
+from specbuild.bench.options import BenchConfig, default_prompts_file, load_prompts
+from specbuild.bench.report import table, write_report
 from specbuild.builder.compile import compile_spec
-from specbuild.client.bench import run_bench
-from specbuild.client.options import BenchConfig, default_prompts_file, load_prompts
 from specbuild.client.remote import Session
-from specbuild.client.report import table, write_report
 from specbuild.core.errors import SpecbuildError
+from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, decoding_class
 from specbuild.core.generation import GenerationResult
-from specbuild.core.llmapi_facts import LLMAPI_VERSIONS, decoding_class
 from specbuild.core.methods import Method
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.core.spec import spec_from_dict
@@ -63,7 +63,7 @@ from specbuild.demo.synthetic import make_model, train_tokenizer
 from specbuild.engines.reference.api import generate_local
 from specbuild.engines.reference.engine import ReferenceEngine
 from specbuild.model_repo.generate import generate_repo
-from specbuild.serve.server import ServerOptions, TritonServer, free_port
+from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
 
 DEFAULT_OUT = Path("build/bench-serve")
 GOAL_RATIO = 0.9  # Triton tokens/s over in-process tokens/s at concurrency 1, speculation on (issue 16)
@@ -573,7 +573,7 @@ def print_flow(console, name: str, flow: dict) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m specbuild.benchmarks.serve", description=__doc__.split("\n\n")[0]
+        prog="python -m lab.benchmarks.serve", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
         "--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})"

@@ -25,7 +25,7 @@ from specbuild.client.remote import Session
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.frontend.run import FrontendOptions, start_frontend
-from specbuild.serve.server import free_port
+from specbuild.serve.tritonserver import free_port
 
 MODEL = "bench"  # the served model id the benchmark gives the frontend
 

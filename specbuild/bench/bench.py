@@ -17,7 +17,7 @@ generating n tokens and 1 token each; c = (t_draft(n) - t_draft(1)) / (t_target(
 which cancels the prefill and the request overhead. Without one (Medusa heads ride on the target
 pass) c = 0.
 
-Workloads: `single` (every prompt once per run) and `multiturn` (client/multiturn.py: conversations
+Workloads: `single` (every prompt once per run) and `multiturn` (bench/multiturn.py: conversations
 whose turns extend the previous context after a shared system prompt; the server's KV-cache figures
 give the prefix reuse of the target and of the draft).
 """
@@ -34,14 +34,15 @@ import tritonclient.grpc as grpcclient
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from tritonclient.utils import InferenceServerException
 
-from specbuild.client.load_bench import (
+from specbuild.bench.cost_model import calibrate, predicted_tokens_per_s, with_rounds_of
+from specbuild.bench.load_bench import (
     BASELINE_MODE,
     SCHEDULE_MODE,
     bench_modes,
     load_summary,
     undecided_points,
 )
-from specbuild.client.metrics import (
+from specbuild.bench.metrics import (
     UNARY_BASELINE,
     UNARY_BASELINE_AGAIN,
     UNARY_MODES,
@@ -51,14 +52,13 @@ from specbuild.client.metrics import (
     attach_speedups,
     summarize_run,
 )
-from specbuild.client.multiturn import run_multiturn
-from specbuild.client.options import BenchConfig, run_prompts
-from specbuild.client.prometheus import scrape, settled_check
+from specbuild.bench.multiturn import run_multiturn
+from specbuild.bench.options import BenchConfig, run_prompts
+from specbuild.bench.prometheus import scrape, settled_check
+from specbuild.bench.workers import Workers, send
 from specbuild.client.remote import LLMAPI_INTERFACE, connect, model_info
-from specbuild.client.served_model import calibrate, predicted_tokens_per_s, with_rounds_of
-from specbuild.client.workers import Workers, send
 from specbuild.core.errors import ClientError
-from specbuild.core.schedule_choice import round_order
+from specbuild.core.perf.schedule_choice import round_order
 from specbuild.model_repo.tensors import DRAFT_MODEL, TARGET_MODEL
 
 COST_TOKENS = 16  # tokens generated per timing call when measuring c
@@ -122,7 +122,7 @@ def run_once(
 def _plan(config: BenchConfig, repo, k: int):
     """(round, T, concurrency, mode, K) of every run. Without a baseline on the same server (the engine
     speculates by itself: Medusa, every LLM-API repository), K is not a request option: speculative runs
-    only. Load-aware benches (client/load_bench.py): every --fixed-k, and `schedule` when the repository
+    only. Load-aware benches (bench/load_bench.py): every --fixed-k, and `schedule` when the repository
     has one, and with the one-call baseline the schedule in one call as well (`schedule-unary`: a
     streamed schedule pays a response per token that the one-call baseline does not), and with
     --aa-baseline the one-call baseline again at the round's other end (A/A); --rounds repeats
@@ -136,7 +136,7 @@ def _plan(config: BenchConfig, repo, k: int):
             modes.append((UNARY_BASELINE_AGAIN, 0))
     if not config.streamed_baseline:
         modes = [(m, kk) for m, kk in modes if m != BASELINE_MODE]
-    return [  # the modes of a (T, c) in reverse order every other round (core/schedule_choice.round_order)
+    return [  # the modes of a (T, c) in reverse order every other round (core/perf/schedule_choice.round_order)
         (r, t, c, m, kk)
         for r in range(config.rounds)
         for t in config.temperatures
@@ -225,7 +225,7 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
                 run.metrics["predicted_tokens_per_s"] = predicted_tokens_per_s(
                     cal_point, concurrency, per_run(concurrency)
                 )
-                own = with_rounds_of(cal_point, calibrate(run))  # the cost model alone (served_model.py)
+                own = with_rounds_of(cal_point, calibrate(run))  # the cost model alone (cost_model.py)
                 if own is not None:
                     run.metrics["predicted_own_rounds_tokens_per_s"] = predicted_tokens_per_s(
                         own, concurrency, per_run(concurrency)

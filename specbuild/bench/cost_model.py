@@ -4,7 +4,7 @@
 prompts: tokens and latency per request; streamed runs also the median time to the first token, the
 median round time ((latency - TTFT) / (rounds - 1): the BLS's draft and verify calls with their IPC,
 the engines' passes, all of it) and each request's rounds. `predicted_tokens_per_s` turns it into the
-tokens/s of n such requests sent by c closed-loop workers (core/load_model: the expected makespan).
+tokens/s of n such requests sent by c closed-loop workers (core/perf/concurrency: the expected makespan).
 `with_rounds_of` keeps a calibration's times and takes another run's rounds and tokens: its prediction
 is the cost model's alone, without the difference between the two prompt sets' acceptance (a speculative
 run's rounds per request are what its prompts accept; the times are what the model claims to know).
@@ -15,8 +15,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from specbuild.client.metrics import UNARY_MODES
-from specbuild.core.load_model import closed_loop_durations_s, closed_loop_s
+from specbuild.bench.metrics import UNARY_MODES
+from specbuild.core.perf.concurrency import closed_loop_durations_s, closed_loop_s
 
 
 def calibrate(run) -> dict[str, Any]:

@@ -24,8 +24,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from specbuild.client.metrics import UNARY_BASELINE, UNARY_BASELINE_AGAIN, UNARY_SCHEDULE  # one-call runs
-from specbuild.core.schedule_choice import spread
+from specbuild.bench.metrics import UNARY_BASELINE, UNARY_BASELINE_AGAIN, UNARY_SCHEDULE  # one-call runs
+from specbuild.core.perf.schedule_choice import spread
 
 BASELINE_MODE, FIXED_MODE, SCHEDULE_MODE = "baseline", "speculative", "schedule"
 # load benches (make demo's served curve and load table, make bench-load): a run at concurrency c sends
@@ -90,7 +90,7 @@ def load_summary(runs) -> list[dict[str, Any]]:
                 for r in rs
                 if r.metrics.get("predicted_own_rounds_tokens_per_s")
             ]
-            if own:  # the same with the run's own rounds (served_model.with_rounds_of): the cost model alone
+            if own:  # the same with the run's own rounds (cost_model.with_rounds_of): the cost model alone
                 row["modes"][label]["measured_over_cost_model"] = spread(own)
         if UNARY_BASELINE_AGAIN in modes and UNARY_BASELINE in modes:  # A/A: one configuration twice
             row["a_a"] = median_ratio(

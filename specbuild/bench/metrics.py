@@ -7,7 +7,7 @@ Definitions (genai-perf `llm_metrics.py`, triton.md §6.2), all from the client'
 * output_token_throughput (tokens/s): all output tokens / benchmark duration;
 * request_throughput (requests/s): requests / benchmark duration.
 
-Speculative figures (core/theory.py, one definition for every benchmark): acceptance rate =
+Speculative figures (core/perf/theory.py, one definition for every benchmark): acceptance rate =
 accepted / drafted (the backend's); alpha = accepted / positions tested, from the accepted length of
 each streamed round; mean accepted tokens per target pass = output tokens / target passes (accepted
 drafts + the token the target adds); predicted speedup with K drafts and draft/target cost ratio c:
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from specbuild.core import theory
+from specbuild.core.perf import theory
 
 STATS = ("avg", "p50", "p90", "p99")
 # bench's run of the target alone in one unary request each: the BLS calls the target once for all tokens
@@ -49,7 +49,7 @@ class RequestRecord:
     accepted: int = 0
     accepted_per_step: tuple[int, ...] = ()
     rounds: tuple[tuple[int, int], ...] = ()  # (accepted, drafted) per round when K per round is known
-    # what the AIPerf-named records need (client/aiperf_export.py)
+    # what the AIPerf-named records need (bench/aiperf_export.py)
     ttst_s: float | None = None  # second content response - first
     first_chunk_tokens: int = 1  # tokens of the first content response (a speculative round: several)
     prompt_tokens: int | None = None  # the server's count (num_input_tokens)

@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from specbuild.client.metrics import RequestRecord, RunSummary, summarize_run
-from specbuild.client.options import BenchConfig
-from specbuild.client.workers import Workers, send
+from specbuild.bench.metrics import RequestRecord, RunSummary, summarize_run
+from specbuild.bench.options import BenchConfig
+from specbuild.bench.workers import Workers, send
 
 TURN = "\nUser: {user}\nAssistant:"
 

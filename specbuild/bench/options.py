@@ -40,7 +40,7 @@ class BenchConfig:
     timeout_s: float = DEFAULT_TIMEOUT_S
     rounds: int = 1  # interleaved repeats of every (temperature, concurrency, mode) run (medians reported)
     # load-aware benches: after `rounds`, one more round at each (T, c) whose schedule bars the sign test
-    # leaves undecided (client/load_bench.bar_decision), up to this many rounds in all (0: no more)
+    # leaves undecided (bench/load_bench.bar_decision), up to this many rounds in all (0: no more)
     max_rounds: int = 0
     fixed_ks: tuple[int, ...] = ()  # extra fixed K runs beside the repository's K (load-aware benches)
     metrics_url: str | None = None  # the server's Prometheus endpoint: cross-check the speculative counters
@@ -50,9 +50,9 @@ class BenchConfig:
     system_prompt: str = DEFAULT_SYSTEM_PROMPT  # multiturn: the shared prefix
     unary_baseline: bool = True  # also the target alone in one unary call per request (throughput only)
     streamed_baseline: bool = True  # the target alone streamed (num_draft_tokens 0: one BLS call per token)
-    aa_baseline: bool = False  # the one-call baseline twice per round (client/metrics.UNARY_BASELINE_AGAIN)
+    aa_baseline: bool = False  # the one-call baseline twice per round (bench/metrics.UNARY_BASELINE_AGAIN)
     # load-aware benches: right before every benched run, the same run on these prompts (the tune prompts,
-    # never the benched ones) calibrates the served cost model (client/serve_curve.py); the benched run
+    # never the benched ones) calibrates the served cost model (bench/serve_curve.py); the benched run
     # carries its prediction (metrics["predicted_tokens_per_s"]). Once per (T, c, mode) was not enough
     # on this noisy host: one slow calibration run put every round of its mode at 1.22.
     calibration_prompts: tuple[str, ...] = ()

@@ -1,6 +1,6 @@
 """Read the server's speculative counters from its Prometheus endpoint and cross-check bench's own.
 
-The local engine models export trtllm-serve's series (core/trtllm_facts.py PROMETHEUS_SPEC_DECODE)
+The local engine models export trtllm-serve's series (core/facts/trtllm.py PROMETHEUS_SPEC_DECODE)
 through Triton's custom-metrics API; `bench --metrics-url` reads them before and after each speculative
 run (prometheus_client's text parser) and compares the differences with the counts the requests
 themselves returned (the BLS's perf outputs): drafted and accepted tokens, verification steps and the
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from prometheus_client.parser import text_string_to_metric_families
 
 from specbuild.core.errors import ClientError
-from specbuild.core.trtllm_facts import (
+from specbuild.core.facts.trtllm import (
     PROMETHEUS_POSITION_LABEL,
     PROMETHEUS_SPEC_DECODE,
     PROMETHEUS_SPEC_STEPS,

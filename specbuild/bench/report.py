@@ -11,13 +11,13 @@ from typing import Any
 
 from rich.table import Table
 
-from specbuild.client.aiperf_export import AIPERF_VERSION, record_lines, run_export
-from specbuild.client.load_bench import load_summary, plot_load
-from specbuild.client.metrics import RunSummary
-from specbuild.core.safe_io import InputFileError, read_json, shorten
-from specbuild.core.speculation_profile import FILE_NAME as PROFILE_FILE
-from specbuild.core.speculation_profile import build_profile
-from specbuild.core.speculation_profile import write_profile as save_profile
+from specbuild.bench.aiperf_export import AIPERF_VERSION, record_lines, run_export
+from specbuild.bench.load_bench import load_summary, plot_load
+from specbuild.bench.metrics import RunSummary
+from specbuild.core.formats.safe_io import InputFileError, read_json, shorten
+from specbuild.core.formats.speculation_profile import FILE_NAME as PROFILE_FILE
+from specbuild.core.formats.speculation_profile import build_profile
+from specbuild.core.formats.speculation_profile import write_profile as save_profile
 
 PLOTS = ("speedup_vs_concurrency.png", "throughput_vs_concurrency.png", "accepted_length_per_position.png")
 

@@ -14,16 +14,16 @@ streamed, num_draft_tokens = K) measures (`calibrate`)
 
 and one unary run with num_draft_tokens = 0 (one call per request) measures the baseline: each
 request's latency. The prediction for n requests sent by c closed-loop workers (the bench's load) is
-the expected makespan of requests drawn from those (core/load_model.closed_loop_s: a request lasts
+the expected makespan of requests drawn from those (core/perf/concurrency.closed_loop_s: a request lasts
 ttft + (R - 1) x round, the baseline's its measured latency), throughput = n x mean tokens / makespan.
 
 The whole sweep (every c, every K) is repeated `repeats` times (default 3), interleaved: repeat r of
 every K at one c runs back to back, so a load change hits all of them alike. Each (c, K) gets the
 median predicted tokens/s over the repeats and its range; the schedule is chosen by
-core/schedule_choice.choose: K at the smallest c is the largest unless a smaller K predicts more in
+core/perf/schedule_choice.choose: K at the smallest c is the largest unless a smaller K predicts more in
 EVERY repeat and by more than 3% in the median; at each larger c it is 0 unless a K > 0 (no larger
 than the K before) beats the target alone that way (never on a difference inside the spread);
-thresholds at the midpoints (core/schedule.schedule_steps). Its cost: repeats x concurrencies x (K + 1)
+thresholds at the midpoints (core/perf/schedule.schedule_steps). Its cost: repeats x concurrencies x (K + 1)
 runs of the tune prompts (`seconds` in the curve; ~3 min for 3 x 4 x 5 runs of 8 prompts x
 48 tokens on the demo family here).
 """
@@ -35,13 +35,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from specbuild.client.bench import run_once
-from specbuild.client.metrics import UNARY_BASELINE
-from specbuild.client.options import BenchConfig, run_length
-from specbuild.client.served_model import calibrate, predicted_tokens_per_s
-from specbuild.core.schedule import SERVED_OFF, DraftSchedule, schedule_steps
-from specbuild.core.schedule_choice import RULE, choose, round_order, spread
-from specbuild.core.theory import tokens_per_pass_chain
+from specbuild.bench.bench import run_once
+from specbuild.bench.cost_model import calibrate, predicted_tokens_per_s
+from specbuild.bench.metrics import UNARY_BASELINE
+from specbuild.bench.options import BenchConfig, run_length
+from specbuild.core.perf.schedule import SERVED_OFF, DraftSchedule, schedule_steps
+from specbuild.core.perf.schedule_choice import RULE, choose, round_order, spread
+from specbuild.core.perf.theory import tokens_per_pass_chain
 
 REPEATS = 3  # interleaved repeats of the whole sweep: medians, spread, and the choice rule
 
@@ -57,7 +57,7 @@ def measure_served(
     waves: int = 1,
 ) -> dict[str, Any]:
     """points[f"{c}/{k}"]: one calibrated point per repeat (k = 0: the one-call baseline); each run at c
-    sends max(len(prompts), waves x c) requests (client/options.run_prompts)."""
+    sends max(len(prompts), waves x c) requests (bench/options.run_prompts)."""
     config = BenchConfig(
         url=url,
         prompts=tuple(prompts),
@@ -111,10 +111,10 @@ def predict_served(
 ) -> dict:
     """The prediction and schedule in the shape of tuning/cost_curve.SchedulePrediction.to_dict(); each
     table row has the median over the repeats (`tokens_per_s`) and their range; `decisions`: why each
-    concurrency got its K (core/schedule_choice)."""
+    concurrency got its K (core/perf/schedule_choice)."""
     table, baseline, per_repeat = [], {}, {}
     for c in curve["concurrency"]:
-        # the requests one measured run sent at c (client/options.run_prompts; curves written before
+        # the requests one measured run sent at c (bench/options.run_prompts; curves written before
         # --waves: one per prompt)
         requests = run_length(curve["requests"], c, curve.get("waves", 1))
         base = _repeats(curve["points"][f"{c}/0"])

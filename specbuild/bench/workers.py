@@ -8,11 +8,11 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from specbuild.client.metrics import RequestRecord
-from specbuild.client.options import BenchConfig
+from specbuild.bench.metrics import RequestRecord
+from specbuild.bench.options import BenchConfig
 from specbuild.client.remote import Session
-from specbuild.core import theory
 from specbuild.core.generation import GenerationResult
+from specbuild.core.perf import theory
 from specbuild.core.sampling_params import SamplingParams
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specbuild.core.hf_config import HFModelConfig
+from specbuild.core.formats.hf_config import HFModelConfig
+from specbuild.core.formats.weights import WeightFiles
 from specbuild.core.spec import ModelSection
-from specbuild.core.weights import WeightFiles
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 

@@ -24,18 +24,18 @@ from specbuild.builder.preflight import FAIL, CheckReport, run_checks
 from specbuild.builder.resolve import resolve_model
 from specbuild.core.artifacts import RoleRecord
 from specbuild.core.errors import BuildError
-from specbuild.core.llmapi_facts import DECODINGS, Flow, release
-from specbuild.core.llmapi_launch import (
+from specbuild.core.facts.llmapi import DECODINGS, Flow, release
+from specbuild.core.facts.trtllm import SpeculativeDecodingMode
+from specbuild.core.formats.manifest import atomic_output_dir, write_manifest
+from specbuild.core.formats.safe_io import atomic_write_text
+from specbuild.core.launch import (
     PREFLIGHT_FILE,
     ServeLimits,
     preflight_argv,
     preflight_source,
     trtllm_serve_argv,
 )
-from specbuild.core.manifest import atomic_output_dir, write_manifest
 from specbuild.core.methods import method_of
-from specbuild.core.safe_io import atomic_write_text
-from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 from specbuild.engines.trtllm.convert import convert_checkpoint
 from specbuild.engines.trtllm.engine_dir import write_reference_engine
 from specbuild.engines.trtllm.medusa import MedusaHeadsSource
@@ -282,7 +282,7 @@ def compile_llmapi(
         header = (
             f"# LLM-API options written by `specbuild compile --flow llmapi` for spec {spec.name!r} "
             f"({spec.mode}),\n"
-            f"# TensorRT-LLM {spec.trtllm_version} (keys: core/llmapi_facts.py). trtllm-serve --config, or "
+            f"# TensorRT-LLM {spec.trtllm_version} (keys: core/facts/llmapi.py). trtllm-serve --config, or "
             "Dynamo --extra-engine-args.\n"
         )
         (tmp / OPTIONS_FILE).write_text(header + yaml.safe_dump(options, sort_keys=False))

@@ -33,9 +33,9 @@ from safetensors import safe_open
 from specbuild.builder.check_rows import FAIL, PASS, WARN, CheckResult, LoadedModel, short_path
 from specbuild.builder.resolve import resolve_model
 from specbuild.core.errors import CheckpointError, SpecbuildError
-from specbuild.core.hf_config import DTYPE_BYTES, FLOAT_DTYPES
-from specbuild.core.safe_io import read_json
-from specbuild.core.weights import SAFETENSORS_DTYPE_BYTES, find_weights, safetensors_header
+from specbuild.core.formats.hf_config import DTYPE_BYTES, FLOAT_DTYPES
+from specbuild.core.formats.safe_io import read_json
+from specbuild.core.formats.weights import SAFETENSORS_DTYPE_BYTES, find_weights, safetensors_header
 
 D2T = "d2t"
 

@@ -15,10 +15,10 @@ from specbuild.builder.memory_plan import GIB
 from specbuild.builder.resolve import resolve_model
 from specbuild.builder.tokenizer_compare import TokenizerInfo, read_tokenizer
 from specbuild.core.errors import CheckpointError
-from specbuild.core.hf_config import HFModelConfig
-from specbuild.core.medusa_heads import read_medusa_heads
-from specbuild.core.safe_io import InputFileError, read_json
-from specbuild.core.weights import WeightFiles, WeightStats, find_weights, weight_stats
+from specbuild.core.formats.hf_config import HFModelConfig
+from specbuild.core.formats.medusa_heads import read_medusa_heads
+from specbuild.core.formats.safe_io import InputFileError, read_json
+from specbuild.core.formats.weights import WeightFiles, WeightStats, find_weights, weight_stats
 from specbuild.engines.trtllm.finite import scan_safetensors
 
 

@@ -1,7 +1,7 @@
 """The LLM-API options of a spec: `trtllm-serve --config`, Triton's `model.yaml`, Dynamo's engine args.
 
 `llmapi_options(spec, plan, models=...)` builds the dict from the spec, its method's config class on the
-targeted release (core/llmapi_facts.py) and the memory plan (`kv_cache_config.free_gpu_memory_fraction`
+targeted release (core/facts/llmapi.py) and the memory plan (`kv_cache_config.free_gpu_memory_fraction`
 and `max_tokens`: one pool for every model); `check_options` (core) refuses any key not recorded for the
 targeted version. When `tensorrt_llm` is importable, `check_installed` runs the installed release's own
 parser on the options (core/llmapi_preflight.py: the function trtllm-serve calls on `--config`, then the
@@ -14,10 +14,10 @@ from typing import Any
 
 from specbuild.builder.memory_plan import MemoryPlan, effective_max_num_tokens
 from specbuild.core.errors import BuildError
-from specbuild.core.llmapi_facts import DECODINGS, check_options, decoding_class, release, two_model
+from specbuild.core.facts.llmapi import DECODINGS, check_options, decoding_class, release, two_model
 from specbuild.core.llmapi_preflight import Refusal, installed_version, validate
 from specbuild.core.methods import method_of
-from specbuild.core.schedule import DraftSchedule, guard_of, schedule_of
+from specbuild.core.perf.schedule import DraftSchedule, guard_of, schedule_of
 from specbuild.core.spec import BuildSpec
 
 OPTIONS_FILE = "llmapi_options.yaml"  # trtllm-serve --config / Dynamo --extra-engine-args
@@ -49,7 +49,7 @@ def speculative_config(spec: BuildSpec, models: dict[str, str]) -> dict[str, Any
 
 
 def load_keys(spec: BuildSpec) -> dict[str, Any]:
-    """speculation.schedule / guard as the targeted release spells them (core/llmapi_facts ScheduleRule):
+    """speculation.schedule / guard as the targeted release spells them (core/facts/llmapi ScheduleRule):
     1.2 takes the schedule as written ({n: K} from n requests on); 1.3+ reads its keys as upper bounds, so
     the same schedule is rewritten "up to n requests: K" (K=0 past the largest key). The guard becomes the
     release's kill switch, which is server-wide and permanent, unlike specbuild's per-request guard."""
@@ -72,7 +72,7 @@ def load_keys(spec: BuildSpec) -> dict[str, Any]:
 
 def runtime_schedule(spec: BuildSpec) -> DraftSchedule | None:
     """The spec's schedule as the targeted release runs it: each K raised to the release's floor for the
-    method (core/llmapi_facts.py ScheduleRule.floors; 1.4 runs draft/target at K=1 where the spec says 0),
+    method (core/facts/llmapi.py ScheduleRule.floors; 1.4 runs draft/target at K=1 where the spec says 0),
     equal neighbours merged. The options write this, so they say what will run."""
     schedule = schedule_of(spec)
     if schedule is None:
@@ -137,7 +137,7 @@ def require_valid(options: dict[str, Any], version: str) -> None:
     if problems:
         raise BuildError(
             f"the LLM-API options do not match TensorRT-LLM {version}",
-            expected="only keys recorded in core/llmapi_facts.py for this version",
+            expected="only keys recorded in core/facts/llmapi.py for this version",
             found="; ".join(problems),
             fix="report this bug (or fix the options file by hand)",
         )
@@ -169,7 +169,7 @@ def check_installed(options: dict[str, Any], version: str, *, model: str) -> str
             f"the installed tensorrt_llm {installed} refuses {refusal.key}",
             expected=f"options {parser.function} and {parser.args_class} accept",
             found=f"{refusal.key}: {refusal.error}",
-            fix="the recorded facts (core/llmapi_facts.py) are wrong for this build of TensorRT-LLM: report "
+            fix="the recorded facts (core/facts/llmapi.py) are wrong for this build of TensorRT-LLM: report "
             "it with the installed version and this error",
         ) from None
     return installed

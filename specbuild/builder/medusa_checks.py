@@ -6,7 +6,7 @@ from specbuild.builder.check_rows import FAIL, PASS, WARN, CheckResult, LoadedMo
 from specbuild.builder.memory_plan import MedusaShape
 from specbuild.builder.resolve import resolve_model
 from specbuild.core.errors import SpecbuildError
-from specbuild.core.medusa_heads import WEIGHT_FILES, read_medusa_heads
+from specbuild.core.formats.medusa_heads import WEIGHT_FILES, read_medusa_heads
 from specbuild.core.spec import BuildSpec
 
 

@@ -42,11 +42,11 @@ from typing import TYPE_CHECKING, Any
 from specbuild.builder.eagle3_checks import capture_layers, eagle3_weight_bytes, read_eagle3
 from specbuild.builder.resolve import resolve_model
 from specbuild.core.errors import SpecbuildError
-from specbuild.core.hf_config import DTYPE_BYTES, HFModelConfig
-from specbuild.core.llmapi_facts import LLMAPI_DEFAULT_MAX_NUM_TOKENS, Flow
+from specbuild.core.facts.llmapi import LLMAPI_DEFAULT_MAX_NUM_TOKENS, Flow
+from specbuild.core.facts.trtllm import engine_limits
+from specbuild.core.formats.hf_config import DTYPE_BYTES, HFModelConfig
+from specbuild.core.formats.trtllm_layout import Parallel
 from specbuild.core.methods import method_of
-from specbuild.core.trtllm_facts import engine_limits
-from specbuild.core.trtllm_layout import Parallel
 
 if TYPE_CHECKING:
     from specbuild.core.spec import BuildSpec
@@ -157,12 +157,12 @@ class MemoryPlan:
 
 
 def pp_layers(num_layers: int, pp: int) -> list[int]:
-    """Layers per PP rank (core/trtllm_layout.Parallel: torch.tensor_split, earlier ranks get one extra)."""
+    """Layers per PP rank (core/formats/trtllm_layout.Parallel: torch.tensor_split, earlier ranks get one extra)."""
     return [len(r) for r in Parallel(pp=pp).layer_ranges(num_layers)]
 
 
 def kv_heads_per_rank(cfg: HFModelConfig, tp: int) -> int:
-    """KV heads each TP rank stores (core/trtllm_layout.Parallel)."""
+    """KV heads each TP rank stores (core/formats/trtllm_layout.Parallel)."""
     return Parallel(tp=tp).kv_heads_per_rank(cfg.num_key_value_heads)
 
 
@@ -268,7 +268,7 @@ def engine_memory(
 
 
 def effective_max_num_tokens(spec: BuildSpec, *, speculative_target: bool) -> int:
-    """The max_num_tokens the built engine records (core/trtllm_facts.py, trtllm-build's rules); on the
+    """The max_num_tokens the built engine records (core/facts/trtllm.py, trtllm-build's rules); on the
     LLM-API flow the spec's value or BaseLlmArgs' default (8192), with no speculative adjustment."""
     b = spec.build
     if spec.flow is Flow.LLMAPI:

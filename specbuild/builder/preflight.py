@@ -27,12 +27,12 @@ from specbuild.builder.resolve import resolve_model
 from specbuild.builder.schedule_checks import schedule_row
 from specbuild.builder.tokenizer_checks import check_tokenizers
 from specbuild.core.errors import SpecbuildError
-from specbuild.core.hf_config import SUPPORTED_ARCHITECTURES, HFModelConfig
-from specbuild.core.llmapi_facts import LLMAPI_DEFAULT_MAX_NUM_TOKENS, Flow, support
+from specbuild.core.facts.llmapi import LLMAPI_DEFAULT_MAX_NUM_TOKENS, Flow, support
+from specbuild.core.facts.trtllm import prompt_limit
+from specbuild.core.formats.hf_config import SUPPORTED_ARCHITECTURES, HFModelConfig
+from specbuild.core.formats.weights import WeightFiles, find_weights, weight_stats
 from specbuild.core.methods import method_of
 from specbuild.core.spec import BuildSpec, ModelSection
-from specbuild.core.trtllm_facts import prompt_limit
-from specbuild.core.weights import WeightFiles, find_weights, weight_stats
 from specbuild.engines.trtllm.plan import effective_build_config
 
 TP_CANDIDATES = (1, 2, 4, 8, 16, 32, 64)
@@ -120,7 +120,7 @@ def run_checks(spec: BuildSpec, *, runtime_reserve_gib: float = RUNTIME_RESERVE_
 
 
 def flow_row(spec: BuildSpec) -> CheckResult:
-    """The method x flow x version combination (core/llmapi_facts.py; the spec loader refuses the rest)."""
+    """The method x flow x version combination (core/facts/llmapi.py; the spec loader refuses the rest)."""
     found = support(spec.mode.value, spec.flow, spec.trtllm_version)
     if spec.flow is Flow.LLMAPI:
         what = (
@@ -397,7 +397,7 @@ def _check_special_ids(target: LoadedModel, draft: LoadedModel, out: list[CheckR
 
 
 def check_prompt_limit(spec: BuildSpec) -> CheckResult:
-    """The longest prompt the engines accept (core/trtllm_facts.py: the runtime's rule)."""
+    """The longest prompt the engines accept (core/facts/trtllm.py: the runtime's rule)."""
     chunked = spec.serving.enable_chunked_context
     if spec.flow is Flow.LLMAPI:
         return _llmapi_prompt_limit(spec)

@@ -1,7 +1,7 @@
 """The load-aware schedule as the targeted runtime runs it, and the `check` row that says so.
 
 On the LLM-API flow TensorRT-LLM applies `draft_len_schedule` itself, and releases differ
-(core/llmapi_facts.py ScheduleRule): 1.4 floors the runtime K at `min_runtime_draft_len` (draft/target
+(core/facts/llmapi.py ScheduleRule): 1.4 floors the runtime K at `min_runtime_draft_len` (draft/target
 runs K=1 where the schedule says 0; EAGLE-3 one-model and n-gram go to 0); 1.2.1 has no floor, and a
 K=0 phase leaves a drafter's state stale, so acceptance may collapse for the rest of every affected
 request (n-gram excepted: no drafter state). Both facts are inferred (llmapi_sources FLOOR, COLLAPSE).
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from specbuild.builder.check_rows import PASS, WARN, CheckResult
 from specbuild.builder.llmapi import runtime_schedule
-from specbuild.core.llmapi_facts import Flow, release
-from specbuild.core.schedule import DraftSchedule, schedule_of
+from specbuild.core.facts.llmapi import Flow, release
+from specbuild.core.perf.schedule import DraftSchedule, schedule_of
 from specbuild.core.spec import BuildSpec
 
 

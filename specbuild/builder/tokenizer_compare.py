@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from specbuild.core.safe_io import InputFileError, read_bytes, read_json
+from specbuild.core.formats.safe_io import InputFileError, read_bytes, read_json
 
 SPECIAL_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")
 SP_MODEL = "tokenizer.model"

@@ -211,7 +211,7 @@ def verify(
 ) -> None:
     """Re-hash every file of DIR and of every artifact folder nested in it against their specbuild.json
     manifests; print what changed; exit 1 if anything did."""
-    from specbuild.core.manifest import MANIFEST, verify_manifest
+    from specbuild.core.formats.manifest import MANIFEST, verify_manifest
 
     root = Path(folder)
     folders = sorted(p.parent for p in root.rglob(MANIFEST)) or [root]  # none: read_manifest explains

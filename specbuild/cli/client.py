@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from specbuild.bench import options as B
 from specbuild.cli.common import (
     INPUT,
     OUT_DIR,
@@ -21,7 +22,6 @@ from specbuild.cli.common import (
     console,
     parse_csv_numbers,
 )
-from specbuild.client import options as B
 
 _csv = lambda values: ",".join(f"{v:g}" for v in values)  # noqa: E731
 
@@ -152,10 +152,10 @@ def bench(
     records.jsonl (one AIPerf-shaped record per request, with its spec-decode acceptance record) and
     speculation_profile.json (ModelOpt's schema 1.0, from the greedy speculative runs).
     """
-    from specbuild.client.bench import run_bench
-    from specbuild.client.load_bench import load_summary, load_table_lines
-    from specbuild.client.options import BenchConfig, default_prompts_file, load_prompts
-    from specbuild.client.report import is_load_bench, table, write_report
+    from specbuild.bench.bench import run_bench
+    from specbuild.bench.load_bench import load_summary, load_table_lines
+    from specbuild.bench.options import BenchConfig, default_prompts_file, load_prompts
+    from specbuild.bench.report import is_load_bench, table, write_report
 
     config = BenchConfig(
         url=url,
@@ -181,7 +181,7 @@ def bench(
     out_console = console()
     runs, context = run_bench(config, console=out_console)
     if workload == "multiturn":
-        from specbuild.client.multiturn import compare_reuse
+        from specbuild.bench.multiturn import compare_reuse
 
         context["prefix_reuse"] = compare_reuse(runs)
     files = write_report(runs, context, out)

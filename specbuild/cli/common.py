@@ -148,7 +148,7 @@ def handle_errors(fn: F) -> F:
             if debug_enabled():
                 raise
             if isinstance(exc, OSError):
-                from specbuild.core.output_checks import file_system_error
+                from specbuild.core.formats.output_checks import file_system_error
 
                 exc = file_system_error(exc)
             err_console().print(f"[bold red]error:[/] {exc.message()}", markup=True)

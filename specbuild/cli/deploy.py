@@ -135,7 +135,7 @@ def deploy(
         )
         notes = ["no vLLM equivalent: " + "; ".join(unmapped(s))]
     else:
-        from specbuild.core.safe_io import read_text
+        from specbuild.core.formats.safe_io import read_text
         from specbuild.core.spec import parse_spec_yaml
         from specbuild.deploy.dynamo import dynamo_graph
         from specbuild.deploy.llmapi_options import MODEL_ROOT, spec_options

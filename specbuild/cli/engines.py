@@ -86,7 +86,7 @@ def convert(
     checkpoint: config.json + rank{N}.safetensors + specbuild.json. Runs on CPU; building engines from it
     needs `trtllm-build`, which only runs on GPU hosts."""
     from specbuild.builder.resolve import resolve_model
-    from specbuild.core.medusa_choices import DEFAULT_TREE, MedusaChoices
+    from specbuild.core.formats.medusa_choices import DEFAULT_TREE, MedusaChoices
     from specbuild.engines.trtllm.convert import convert_checkpoint
     from specbuild.engines.trtllm.medusa import MedusaHeadsSource
 

@@ -87,8 +87,8 @@ def _spelling(name: str, meta: tuple) -> str:
 
 def check_paths(fn: Callable[..., Any], values: dict[str, Any]) -> None:
     """Refuse the outputs of one invocation of `fn` (its arguments `values`) before it runs."""
-    from specbuild.core.output_checks import check_output
-    from specbuild.core.safe_io import guard_output
+    from specbuild.core.formats.output_checks import check_output
+    from specbuild.core.formats.safe_io import guard_output
 
     declared = roles(fn)
     outputs = [(values[n], p) for n, p in declared.items() if p.role in OUTPUTS and values.get(n) is not None]

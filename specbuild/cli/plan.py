@@ -149,7 +149,7 @@ def plan(
 ) -> None:
     """GPUs, replicas and cost for a traffic, with and without speculation, from a bench report
     (measured), stated figures, or the roofline prediction (labelled PREDICTED). See docs/plan.md."""
-    from specbuild.core import capacity as C
+    from specbuild.core.perf import capacity as C
     from specbuild.core.spec import load_spec
     from specbuild.planning.plan import PlanRequest, make_plan
     from specbuild.planning.report import PLOT, render, write_json, write_plot

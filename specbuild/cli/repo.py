@@ -74,7 +74,7 @@ def _is_build_folder(folder: Path) -> bool:
     if not (folder / "specbuild.json").is_file():
         return False
     from specbuild.core.errors import SpecbuildError
-    from specbuild.core.safe_io import read_json
+    from specbuild.core.formats.safe_io import read_json
 
     try:
         return read_json(folder / "specbuild.json", kind="manifest").get("kind") == "build"

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from specbuild.cli.common import EXIT_CHECK_FAILED, INPUT, OUT_FILE, AsJson, command, console, err_console
-from specbuild.serve import server as S  # stdlib-only at import: the defaults
+from specbuild.serve import tritonserver as S  # stdlib-only at import: the defaults
 
 
 @command("serve")
@@ -133,7 +133,7 @@ def serve(
         )
         typer.echo(format_commands(commands))
         return
-    from specbuild.serve.serving import run_server
+    from specbuild.serve.serve_command import run_server
 
     options = S.ServerOptions(
         host=host,
@@ -212,7 +212,7 @@ def doctor(
 
 def _print_facts(version: str | None, as_json: bool) -> None:
     from specbuild.core.errors import SpecbuildError
-    from specbuild.core.llmapi_facts import LLMAPI_VERSIONS, release_facts
+    from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, release_facts
     from specbuild.deploy.dynamo import DYNAMO_TRTLLM, PAIRING_SOURCE
 
     if version is not None and version not in LLMAPI_VERSIONS:

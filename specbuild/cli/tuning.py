@@ -339,7 +339,7 @@ def tune_cmd(
     )
     schedule_fn = None
     if url is not None:
-        from specbuild.client.serve_curve import measure_served, predict_served
+        from specbuild.bench.serve_curve import measure_served, predict_served
         from specbuild.tuning.data import read_texts
 
         def schedule_fn(spec_obj, report):

@@ -33,11 +33,11 @@ from specbuild.client.request import KV, Chunk, build_inputs, build_llmapi_input
 from specbuild.client.session_stream import SessionStream
 from specbuild.core.addresses import grpc_address
 from specbuild.core.errors import ClientError, SpecbuildError
+from specbuild.core.facts.trtllm import SpeculativeDecodingMode
 from specbuild.core.generation import GenerationResult, SpecStats
 from specbuild.core.methods import Method, SpeculationMethod, method_of, parse_method
+from specbuild.core.perf.theory import rounds_from_steps
 from specbuild.core.sampling_params import SamplingParams
-from specbuild.core.theory import rounds_from_steps
-from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 from specbuild.model_repo.tensors import BLS, ENSEMBLE, LLMAPI_MODEL, is_llmapi_interface
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -435,7 +435,7 @@ def request_steps(
       later one a step (its tokens = accepted + 1; the drafts per step follow from the total when it
       divides evenly, else stay unknown: 0);
     * else (the LLM API's draft/target loop: every response one round of accepted + 1 tokens): each
-      round drafted min(k, tokens still allowed - 1) (core/theory.rounds_from_steps), kept only when
+      round drafted min(k, tokens still allowed - 1) (core/perf/theory.rounds_from_steps), kept only when
       the rounds add up to the final response's totals (a round cut by a stop word, or an output length
       the server lowered, would not: None)."""
     content = [c for c in chunks if c.token_ids]

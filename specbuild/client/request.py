@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from specbuild.core.errors import ClientError
+from specbuild.core.facts.trtllm import LEGACY_NAMES
 from specbuild.core.sampling_params import SamplingParams
-from specbuild.core.trtllm_facts import LEGACY_NAMES
 from specbuild.model_repo import tensors
 from specbuild.model_repo.tensors import BLS
 

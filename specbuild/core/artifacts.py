@@ -3,7 +3,7 @@
 A build folder (`specbuild compile`), its engine and checkpoint folders and a model repository
 (`specbuild repo`) each record what was built. Stages read them through these frozen dataclasses,
 never as raw dicts: a missing key is an error that names the folder, not a silent default.
-Writing stays in core/manifest.py (`write_manifest`); `RoleRecord.to_dict` is what a build records.
+Writing stays in core/formats/manifest.py (`write_manifest`); `RoleRecord.to_dict` is what a build records.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from specbuild.core.errors import SpecbuildError
-from specbuild.core.llmapi_facts import Flow
-from specbuild.core.manifest import MANIFEST, read_manifest
+from specbuild.core.facts.llmapi import Flow
+from specbuild.core.facts.trtllm import SpeculativeDecodingMode
+from specbuild.core.formats.manifest import MANIFEST, read_manifest
 from specbuild.core.methods import Method, SpeculationMethod, method_of, parse_method
 from specbuild.core.spec import BuildSpec, spec_from_dict
-from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 
 BUILD_KIND, ENGINE_KIND, CHECKPOINT_KIND, REPO_KIND = "build", "engine", "trtllm_checkpoint", "model_repo"
 

@@ -24,7 +24,7 @@ class SpecStats:
     drafted_per_step: list[int] = field(default_factory=list)  # drafts offered in each step (when known)
     accepted_per_position: list[int] = field(default_factory=list)  # [k]: times draft position k was accepted
     drafted_per_position: list[int] = field(default_factory=list)  # [k]: times draft position k was proposed
-    # Load-aware K (core/schedule.py): the K each round drafted (0: a plain target step), and whether the
+    # Load-aware K (core/perf/schedule.py): the K each round drafted (0: a plain target step), and whether the
     # acceptance guard stopped this request's drafting.
     k_per_round: list[int] = field(default_factory=list)
     guard_stopped: bool = False

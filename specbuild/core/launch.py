@@ -28,7 +28,7 @@ from pathlib import Path
 
 from specbuild.core import llmapi_preflight
 from specbuild.core.errors import SpecbuildError
-from specbuild.core.llmapi_facts import release
+from specbuild.core.facts.llmapi import release
 
 TRTLLM_SERVE = "trtllm-serve"
 PREFLIGHT_FILE = "specbuild_preflight.py"  # core/llmapi_preflight.py, copied next to every LLM-API launch
@@ -107,7 +107,7 @@ def trtllm_serve_argv(
     if unknown:
         raise SpecbuildError(
             f"trtllm-serve {version} does not take {', '.join(unknown)}",
-            expected="flags recorded in core/llmapi_facts.py for this version",
+            expected="flags recorded in core/facts/llmapi.py for this version",
             found=" ".join(unknown),
             fix="report this bug",
         )

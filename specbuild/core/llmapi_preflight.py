@@ -1,6 +1,6 @@
 """Validate LLM-API options with the installed TensorRT-LLM's own parser, before any weight loads.
 
-What trtllm-serve does with `--config FILE` (core/llmapi_facts.py `Parser`, per release): it merges the
+What trtllm-serve does with `--config FILE` (core/facts/llmapi.py `Parser`, per release): it merges the
 file into its CLI arguments with `update_llm_args_with_extra_dict` (1.2.1 converts `speculative_config`
 there through `DecodingBaseConfig.from_dict`; 1.4 leaves it to the args class's discriminated union),
 then constructs the args class (`TorchLlmArgs`) from the result. `validate` runs exactly those two

@@ -19,14 +19,14 @@ from typing import Any
 import yaml
 
 from specbuild.core.errors import SpecError
-from specbuild.core.hf_config import FLOAT_DTYPES
-from specbuild.core.llmapi_facts import LLMAPI_VERSIONS, Flow, decoding_class, parse_flow, support
-from specbuild.core.medusa_choices import DEFAULT_TREE, MedusaChoices
+from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, Flow, decoding_class, parse_flow, support
+from specbuild.core.facts.trtllm import DEFAULT_TRTLLM_VERSION, known_versions
+from specbuild.core.formats.hf_config import FLOAT_DTYPES
+from specbuild.core.formats.medusa_choices import DEFAULT_TREE, MedusaChoices
+from specbuild.core.formats.safe_io import InputFileError, read_text, shorten
 from specbuild.core.methods import METHODS, SECTIONS, Method, Tunable, method_of, parse_method
 from specbuild.core.methods import ngram as _ngram
-from specbuild.core.safe_io import InputFileError, read_text, shorten
-from specbuild.core.schedule import DraftSchedule, ScheduleError
-from specbuild.core.trtllm_facts import DEFAULT_TRTLLM_VERSION, known_versions
+from specbuild.core.perf.schedule import DraftSchedule, ScheduleError
 
 DTYPES = FLOAT_DTYPES
 QUANT = ("none", "int8", "int4")  # weight-only; trtllm-build quantizes float weights (trtllm.md 2.2)
@@ -88,16 +88,16 @@ class SpeculationSection:
     use_logits: bool = (
         False  # draft/target: lossless rejection sampling on draft logits (needs generation logits)
     )
-    # Load-aware K: requests in flight -> K, e.g. {1: 4, 3: 2, 6: 0} (core/schedule.py has the semantics;
+    # Load-aware K: requests in flight -> K, e.g. {1: 4, 3: 2, 6: 0} (core/perf/schedule.py has the semantics;
     # `tune --schedule` measures and writes it). None: every round drafts max_draft_len.
     schedule: Any = None
-    guard: GuardSection | None = None  # the acceptance guard (core/schedule.py); None: off
+    guard: GuardSection | None = None  # the acceptance guard (core/perf/schedule.py); None: off
 
 
 @dataclass(frozen=True)
 class GuardSection:
     """Stop drafting for a request once its last `window` drafted rounds accepted less than
-    `min_acceptance` of their drafts (core/schedule.py AcceptanceGuard)."""
+    `min_acceptance` of their drafts (core/perf/schedule.py AcceptanceGuard)."""
 
     window: int = 8
     min_acceptance: float = 0.3
@@ -136,7 +136,7 @@ class BuildSpec:
     target: ModelSection
     trtllm_version: str = DEFAULT_TRTLLM_VERSION
     # engine: convert + trtllm-build + the C++ backend (up to 1.2.x); llmapi: the LLM API on the PyTorch
-    # backend (trtllm-serve, Triton's LLM-API model). core/llmapi_facts.py has the method x flow matrix.
+    # backend (trtllm-serve, Triton's LLM-API model). core/facts/llmapi.py has the method x flow matrix.
     flow: Flow = Flow.ENGINE
     dtype: str = "bfloat16"
     draft: ModelSection | None = None
@@ -570,7 +570,7 @@ def _check_ranges(spec: BuildSpec, where: str) -> None:
 
 
 def _check_combination(spec: BuildSpec, where: str) -> None:
-    """The method x flow x version matrix (core/llmapi_facts.py): refuse what the version cannot serve,
+    """The method x flow x version matrix (core/facts/llmapi.py): refuse what the version cannot serve,
     with the reason and the nearest supported alternative; then what the LLM-API flow has no key for."""
     version = spec.trtllm_version
     if version not in known_versions() and version not in LLMAPI_VERSIONS:  # a typo, not a combination

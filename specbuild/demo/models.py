@@ -38,7 +38,7 @@ import torch
 from transformers import AutoTokenizer
 
 from specbuild.core.errors import SpecbuildError
-from specbuild.core.manifest import MANIFEST, atomic_output_dir, read_manifest, write_manifest
+from specbuild.core.formats.manifest import MANIFEST, atomic_output_dir, read_manifest, write_manifest
 from specbuild.demo.corpus import chunks, corpus_split, encode_stream, windows, write_jsonl
 from specbuild.demo.lm import acceptance_profile, greedy_continue, new_model, train_lm
 from specbuild.demo.settings import (

@@ -24,10 +24,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from specbuild.client.load_bench import FIXED_K_BAR, ONE_CALL_BAR, bar_verdict, decision_text
-from specbuild.client.metrics import UNARY_BASELINE, UNARY_BASELINE_AGAIN, UNARY_SCHEDULE
-from specbuild.core import theory
+from specbuild.bench.load_bench import FIXED_K_BAR, ONE_CALL_BAR, bar_verdict, decision_text
+from specbuild.bench.metrics import UNARY_BASELINE, UNARY_BASELINE_AGAIN, UNARY_SCHEDULE
 from specbuild.core.methods import method_of
+from specbuild.core.perf import theory
 
 COLUMNS = (
     "T",
@@ -224,7 +224,7 @@ def _cell(spread: dict[str, float] | None, fmt: str = ".2f") -> str:
 
 
 def _bar_cell(point: dict, name: str, ratio: dict | None, bar: float) -> str:
-    """A bar's reading: against the A/A spread (client/load_bench.bar_verdict) and, over the rounds, the
+    """A bar's reading: against the A/A spread (bench/load_bench.bar_verdict) and, over the rounds, the
     sign test (bar_decision; `bench --max-rounds` adds rounds where it is undecided)."""
     parts = []
     if point.get("a_a"):

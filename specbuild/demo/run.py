@@ -51,10 +51,10 @@ import tritonclient.grpc as grpcclient
 import yaml
 from rich.console import Console
 
-from specbuild.client.load_bench import LOAD_WAVES
+from specbuild.bench.load_bench import LOAD_WAVES
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.methods import Method
-from specbuild.core.schedule import SERVED_OFF
+from specbuild.core.perf.schedule import SERVED_OFF
 from specbuild.core.spec import PATH_KEYS
 from specbuild.demo.models import (
     DEFAULT_CACHE,
@@ -66,7 +66,7 @@ from specbuild.demo.models import (
     link_current,
 )
 from specbuild.demo.report import print_summary
-from specbuild.serve.server import free_port
+from specbuild.serve.tritonserver import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -106,7 +106,7 @@ class DemoOptions:
     schedule_concurrency: str = "1,2,4,8"  # draft/target: tune --schedule batch sizes and the load bench
     load_rounds: int = 3  # interleaved rounds of the load bench, served and in-process (medians, spread)
     # the served load bench adds rounds (bench --max-rounds) where the sign test over the rounds leaves a
-    # bar of the schedule undecided (client/load_bench.bar_decision; 5 rounds decide at the earliest)
+    # bar of the schedule undecided (bench/load_bench.bar_decision; 5 rounds decide at the earliest)
     load_max_rounds: int = 8
     load_waves: int = LOAD_WAVES  # served curve and load bench: a run at c sends >= load_waves x c requests
     modes: tuple[str, ...] = MODES
@@ -257,13 +257,13 @@ def stage_check_and_tune(spec: Path, prompts: Path, max_tokens: int) -> None:
 def stage_served_schedule(
     spec: Path, url: str, prompts: Path, schedule: Path, opts: DemoOptions
 ) -> str | None:
-    """`tune --schedule --url`: the cost curve measured through the running server (client/serve_curve.py:
+    """`tune --schedule --url`: the cost curve measured through the running server (bench/serve_curve.py:
     per concurrency and K, closed-loop runs of `prompts`, 3 interleaved repeats, the one-call baseline as
     K=0) and the schedule it implies, written into the spec (comments kept). The in-process curve's
     schedule prices a lockstep batch; the served engines batch in flight, so the one-call baseline
     scales better than that curve says (docs/schedule.md). Report and plot in SCHEDULE/served.json,
     served_predicted.png. Returns the schedule the repository must be laid out with when the spec cannot
-    hold it (core/schedule.SERVED_OFF: speculation off at every load), else None (the spec has it)."""
+    hold it (core/perf/schedule.SERVED_OFF: speculation off at every load), else None (the spec has it)."""
     plot = schedule / "served_predicted.png"
     report = run_cli(
         "tune",
@@ -451,7 +451,7 @@ def stage_in_process_check(
     (tuning/holdout.py): the target alone, the repository's K and the schedule it carries in lockstep
     batches of c, `load_rounds` interleaved rounds, each run predicted from a calibration run on the
     tune prompts right before it; written to SCHEDULE/in_process.json (the summary's table)."""
-    from specbuild.client.options import load_prompts  # noqa: PLC0415
+    from specbuild.bench.options import load_prompts  # noqa: PLC0415
     from specbuild.engines.reference.engine import ReferenceEngine  # noqa: PLC0415
     from specbuild.tuning.holdout import check  # noqa: PLC0415
 

@@ -27,8 +27,8 @@ from typing import Any
 import yaml
 
 from specbuild.core.errors import DeployError
-from specbuild.core.llmapi_launch import preflight_argv, preflight_source
-from specbuild.core.llmapi_sources import DYNAMO_MATRIX
+from specbuild.core.facts.llmapi_sources import DYNAMO_MATRIX
+from specbuild.core.launch import preflight_argv, preflight_source
 from specbuild.deploy import k8s
 
 API = "nvidia.com/v1alpha1"

@@ -10,7 +10,7 @@ from typing import Any
 from specbuild.builder.llmapi import llmapi_options
 from specbuild.builder.memory_plan import plan_memory
 from specbuild.core.errors import DeployError
-from specbuild.core.llmapi_facts import DECODINGS, Flow
+from specbuild.core.facts.llmapi import DECODINGS, Flow
 from specbuild.core.spec import BuildSpec
 from specbuild.deploy.vllm import pod_model
 

@@ -1,7 +1,7 @@
 """The same spec on vLLM: the `vllm serve` command, and its Kubernetes Deployment (one node) or
 LeaderWorkerSet (several nodes, Ray: the LWS vLLM example's multi-node-serving.sh).
 
-Flags are those of vLLM `VLLM_VERSION` (core/vllm_facts.py, read from its wheel); every flag and every
+Flags are those of vLLM `VLLM_VERSION` (core/facts/vllm.py, read from its wheel); every flag and every
 --speculative-config key emitted is checked against that list here and in the tests.
 
 Spec -> vLLM:
@@ -33,8 +33,8 @@ from typing import Any
 
 from specbuild.builder.memory_plan import plan_memory
 from specbuild.core.errors import DeployError
+from specbuild.core.facts.vllm import VLLM_METHODS, VLLM_REFUSED, VLLM_VERSION, vllm_facts
 from specbuild.core.spec import BuildSpec
-from specbuild.core.vllm_facts import VLLM_METHODS, VLLM_REFUSED, VLLM_VERSION, vllm_facts
 from specbuild.deploy import k8s
 
 IMAGE = f"vllm/vllm-openai:v{VLLM_VERSION}"
@@ -56,7 +56,7 @@ def speculative_config(spec: BuildSpec, *, model_root: str | None = None) -> dic
             f"no vLLM mapping for mode {mode}",
             expected=", ".join(sorted(VLLM_METHODS)),
             found=mode,
-            fix="add it to core/vllm_facts.py VLLM_METHODS",
+            fix="add it to core/facts/vllm.py VLLM_METHODS",
         )
     cfg: dict[str, Any] = {
         "method": VLLM_METHODS[mode],
@@ -144,7 +144,7 @@ def check_argv(argv: list[str]) -> None:
             f"not in vLLM {facts.version}: {', '.join(unknown)}",
             expected=f"flags of vLLM {facts.version} (specbuild/data/vllm_{facts.version}.json)",
             found=", ".join(unknown),
-            fix="update core/vllm_facts.py and the emitter together",
+            fix="update core/facts/vllm.py and the emitter together",
         )
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from specbuild.core.manifest import atomic_output_dir
+from specbuild.core.formats.manifest import atomic_output_dir
 
 
 class _NoAliases(yaml.SafeDumper):

@@ -28,8 +28,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from specbuild.client.remote import request_steps
+from specbuild.core.formats.spec_records import vllm_spec_metrics
 from specbuild.core.sampling_params import SamplingParams
-from specbuild.core.spec_records import vllm_spec_metrics
 from specbuild.frontend import protocol as P
 from specbuild.frontend import schema as S
 from specbuild.frontend.chat import ChatTemplate

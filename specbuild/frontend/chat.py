@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specbuild.core.safe_io import read_text
+from specbuild.core.formats.safe_io import read_text
 from specbuild.frontend.protocol import OpenAIError
 
 

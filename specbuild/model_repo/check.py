@@ -19,11 +19,11 @@ from tritonclient.grpc import model_config_pb2 as pb
 
 from specbuild.core.artifacts import RepoManifest, read_repo_manifest
 from specbuild.core.errors import SpecbuildError, SpecError
-from specbuild.core.manifest import MANIFEST
-from specbuild.core.medusa_choices import MedusaChoices
+from specbuild.core.facts.trtllm import SpeculativeDecodingMode
+from specbuild.core.formats.manifest import MANIFEST
+from specbuild.core.formats.medusa_choices import MedusaChoices
+from specbuild.core.formats.safe_io import read_bytes, read_json, read_text, shorten
 from specbuild.core.methods import Method, method_of
-from specbuild.core.safe_io import read_bytes, read_json, read_text, shorten
-from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 from specbuild.model_repo import check_llmapi, check_triton
 from specbuild.model_repo.configs import REQUIRED_ENGINE_PARAMETERS, parse_text
 from specbuild.model_repo.generate import VENDORED_MODULES

@@ -4,7 +4,7 @@ Checks: the tensor interface of tensorrt_llm/config.pbtxt against the upstream t
 TensorRT-LLM version (model_repo/tensors.py llmapi_interface; tests compare it with tests/data/
 triton_llmapi_contract.json), the config leaves max_batch_size / the transaction policy to model.yaml
 (as upstream), 1/model.yaml: triton_config (decoupled, max_batch_size), every other key recorded for the
-version (core/llmapi_facts.py check_options), the model folders it names, the method x flow x version
+version (core/facts/llmapi.py check_options), the model folders it names, the method x flow x version
 matrix and that speculative_config is the repository's method; local repositories: 1/model.py and the
 reference build it loads; production repositories take 1/model.py from the serving container.
 """
@@ -19,9 +19,9 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from specbuild.core.errors import SpecbuildError
-from specbuild.core.llmapi_facts import LLMAPI_VERSIONS, Flow, check_options, decoding_class, support
-from specbuild.core.manifest import MANIFEST
-from specbuild.core.safe_io import read_json, read_text, shorten
+from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, Flow, check_options, decoding_class, support
+from specbuild.core.formats.manifest import MANIFEST
+from specbuild.core.formats.safe_io import read_json, read_text, shorten
 from specbuild.core.spec import MAX_DRAFT_LEN
 from specbuild.model_repo import tensors as T
 from specbuild.model_repo.configs import parse_text
@@ -193,7 +193,7 @@ def _check_options(repo: _Repo, options: dict[str, Any], version: str) -> None:
         repo.fail(OPTIONS, "model", "missing: LLM() needs the model folder or hub id", "add model: <folder>")
     for problem in check_options(llm, version):
         key, _, why = problem.partition(": ")
-        repo.fail(OPTIONS, key, why, f"use the keys TensorRT-LLM {version} takes (core/llmapi_facts.py)")
+        repo.fail(OPTIONS, key, why, f"use the keys TensorRT-LLM {version} takes (core/facts/llmapi.py)")
     for key, value in (
         ("model", llm.get("model")),
         ("speculative_config.speculative_model", _spec(llm).get("speculative_model")),

@@ -16,7 +16,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from specbuild.core.methods import Method
-from specbuild.core.schedule import INFLIGHT_HOLD_MS, PLAIN_ROUND_GROWTH, PLAIN_ROUND_TOKENS
+from specbuild.core.perf.schedule import INFLIGHT_HOLD_MS, PLAIN_ROUND_GROWTH, PLAIN_ROUND_TOKENS
 from specbuild.model_repo import tensors as T
 
 BACKENDS = ("tensorrtllm", "python")
@@ -75,7 +75,7 @@ class RepoLayout:
     bls_drafter: str | None = None  # BLS: "module:Class" it drafts with (None: the target speculates itself)
     default_num_draft_tokens: int = 0  # BLS: used when a request omits num_draft_tokens
     default_use_draft_logits: bool = False  # BLS: used when a request omits use_draft_logits
-    # Load-aware K (core/schedule.py), as BLS parameters: "1:4,3:2,6:0" / "8:0.3" ("" when off)
+    # Load-aware K (core/perf/schedule.py), as BLS parameters: "1:4,3:2,6:0" / "8:0.3" ("" when off)
     draft_len_schedule: str = ""
     acceptance_guard: str = ""
     bls_decoupled: bool = True  # the BLS's transaction policy (model_repo/transaction.py)
@@ -171,7 +171,7 @@ def engine_config(layout: RepoLayout, engine: EngineModel):
         params["medusa_choices"] = engine.medusa_choices
     if engine.draft_len_schedule:
         params["draft_len_schedule"] = engine.draft_len_schedule
-        params["inflight_hold_ms"] = str(INFLIGHT_HOLD_MS)  # the local engine's count (core/schedule.py)
+        params["inflight_hold_ms"] = str(INFLIGHT_HOLD_MS)  # the local engine's count (core/perf/schedule.py)
     _set_params(config, params)
     return config
 

@@ -22,11 +22,12 @@ from specbuild.builder.memory_plan import plan_memory
 from specbuild.core.artifacts import REPO_KIND, BuildManifest, read_build_manifest
 from specbuild.core.engine_limits import EngineLimits, RequestLimits
 from specbuild.core.errors import RepoError
-from specbuild.core.hf_config import HFModelConfig
-from specbuild.core.llmapi_facts import Flow
-from specbuild.core.manifest import atomic_output_dir, write_manifest
-from specbuild.core.safe_io import read_json
-from specbuild.core.schedule import (
+from specbuild.core.facts.llmapi import Flow
+from specbuild.core.facts.trtllm import known_versions, parse_version
+from specbuild.core.formats.hf_config import HFModelConfig
+from specbuild.core.formats.manifest import atomic_output_dir, write_manifest
+from specbuild.core.formats.safe_io import read_json
+from specbuild.core.perf.schedule import (
     AcceptanceGuard,
     DraftSchedule,
     ScheduleError,
@@ -34,7 +35,6 @@ from specbuild.core.schedule import (
     guard_text,
     schedule_of,
 )
-from specbuild.core.trtllm_facts import known_versions, parse_version
 from specbuild.model_repo.configs import (
     BACKENDS,
     LLMAPI_BACKENDS,
@@ -62,7 +62,7 @@ VENDORED_MODULES = (
     "core/sampling_params.py",
     "core/generation.py",
     "core/engine_limits.py",
-    "core/schedule.py",
+    "core/perf/schedule.py",
     "engines/reference/speculative.py",
     "engines/reference/ngram.py",
     "engines/reference/sampling.py",
@@ -428,7 +428,13 @@ def _vendor(dest: Path) -> None:
             )
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dest / rel)
-    for folder in (dest, dest / "core", dest / "engines", dest / "engines" / "reference"):
+    for folder in (
+        dest,
+        dest / "core",
+        dest / "core" / "perf",
+        dest / "engines",
+        dest / "engines" / "reference",
+    ):
         (folder / "__init__.py").write_text(
             '"""Vendored by specbuild repo: the BLS\'s shared speculative loop."""\n'
         )

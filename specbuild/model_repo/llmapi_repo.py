@@ -23,15 +23,15 @@ import yaml
 
 from specbuild.core.artifacts import REPO_KIND, BuildManifest
 from specbuild.core.errors import RepoError
-from specbuild.core.llmapi_facts import LLMAPI_VERSIONS, check_options
-from specbuild.core.llmapi_launch import PREFLIGHT_FILE, preflight_source
-from specbuild.core.manifest import atomic_output_dir, write_manifest
-from specbuild.core.safe_io import read_text
+from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, check_options
+from specbuild.core.formats.manifest import atomic_output_dir, write_manifest
+from specbuild.core.formats.safe_io import read_text
+from specbuild.core.launch import PREFLIGHT_FILE, preflight_source
 from specbuild.model_repo.configs import LLMAPI_BACKENDS, LlmApiLayout, llmapi_config, to_text
 from specbuild.model_repo.tensors import LLMAPI_MODEL, LLMAPI_OPTIONS
 
 PYTHON_MODELS = Path(__file__).parent / "python_models"
-LOCAL_MODEL = "tensorrt_llm_llmapi"  # python_models/ folder of the local stand-in
+LOCAL_MODEL = "tensorrt_llm_llmapi_local"  # python_models/ folder of the local stand-in
 
 
 def triton_config(decoupled: bool) -> dict[str, Any]:
@@ -65,7 +65,7 @@ def model_yaml(manifest: BuildManifest, *, decoupled: bool) -> dict[str, Any]:
         raise RepoError(
             f"{manifest.folder}: the LLM-API options do not match TensorRT-LLM "
             f"{manifest.spec.trtllm_version}",
-            expected="the keys recorded in core/llmapi_facts.py",
+            expected="the keys recorded in core/facts/llmapi.py",
             found="; ".join(problems),
             fix="re-run `specbuild compile --flow llmapi`",
         )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specbuild.core.trtllm_facts import TritonInputNames, facts_for
+from specbuild.core.facts.trtllm import TritonInputNames, facts_for
 
 # Protobuf DataType names -> the KServe wire name (tritonclient InferInput datatype) and numpy dtype.
 WIRE_DTYPE = {
@@ -89,7 +89,7 @@ class Tensor:
         return NUMPY_DTYPE[self.data_type]
 
 
-Names = TritonInputNames  # the input names that depend on the TensorRT-LLM version (core/trtllm_facts.py)
+Names = TritonInputNames  # the input names that depend on the TensorRT-LLM version (core/facts/trtllm.py)
 
 
 def names_for(trtllm_version: str | None = None) -> Names:
@@ -394,7 +394,7 @@ BLS_EXTRA_OUTPUTS = (
     _t("draft_kv_cache_reused_blocks", "INT32", (1,)),
     _t("draft_kv_cache_alloc_total_blocks", "INT32", (1,)),
     # with return_perf_metrics: true when the acceptance guard stopped drafting for the request
-    # (core/schedule.py AcceptanceGuard)
+    # (core/perf/schedule.py AcceptanceGuard)
     _t("speculation_stopped", "BOOL", (1,)),
 )
 

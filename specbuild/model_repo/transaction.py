@@ -24,7 +24,7 @@ Paths that stream on an LLM-API repository (`make demo`, `make bench-serve`) wri
 
 from __future__ import annotations
 
-from specbuild.core.llmapi_facts import Flow
+from specbuild.core.facts.llmapi import Flow
 from specbuild.core.spec import BuildSpec
 
 # upstream model.yaml's triton_config.decoupled (module docstring); the engine flow's BLS streams

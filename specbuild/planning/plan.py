@@ -1,12 +1,12 @@
 """`specbuild plan`: a spec + traffic + one throughput source -> replicas, GPUs and cost, with and
-without speculation (core/capacity.py does the arithmetic).
+without speculation (core/perf/capacity.py does the arithmetic).
 
 Throughput per replica at each concurrency comes from exactly one of:
 * measured: a `specbuild bench` report (bench.json: baseline and speculative runs at each concurrency,
   with their latency percentiles), measured on the hardware it should stand for;
 * stated: tokens/s per GPU given on the command line (`--stated BASE,SPEC`), with no concurrency or
   latency (the objective cannot be checked, and the plan says so);
-* predicted: the roofline of core/roofline.py on the spec's models (memory plan) and a listed GPU, with
+* predicted: the roofline of core/perf/roofline.py on the spec's models (memory plan) and a listed GPU, with
   the acceptance of a speculation profile (`tune --json`) or an assumed alpha.
 A profile may also stand in for the speculative runs: the baseline's throughput x the profile's
 speedup, labelled "profile".
@@ -25,13 +25,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specbuild.bench.report import BenchRow, read_bench_json
 from specbuild.builder.memory_plan import plan_memory
 from specbuild.builder.schedule_checks import served_schedule
-from specbuild.client.report import BenchRow, read_bench_json
-from specbuild.core import capacity as C
-from specbuild.core import roofline as R
 from specbuild.core.errors import PlanError
 from specbuild.core.methods import Tunable, method_of
+from specbuild.core.perf import capacity as C
+from specbuild.core.perf import roofline as R
 from specbuild.core.spec import BuildSpec
 from specbuild.planning.profile import Profile, read_profile
 

@@ -2,7 +2,7 @@
 
 A profile says how many tokens one target pass yields (E) and what the speculation costs per pass
 relative to the target alone; the speedup is E / (K c + 1) for a drafter run K times per round
-(core/theory.py), or E / (pass cost) for a method with no draft passes, whose drafts one target pass
+(core/perf/theory.py), or E / (pass cost) for a method with no draft passes, whose drafts one target pass
 verifies (a Medusa tree; n-gram drafts, looked up for free).
 
 Read here:
@@ -12,7 +12,7 @@ Read here:
   * n-gram (`tunes: ngram`): chosen/current tokens_per_pass and speedup of the exact replay (their
     ratio is the mean verify-pass cost, timed on the tuning host), and the setting's
     details.<label>_profile.acceptance_per_position;
-* a ModelOpt-style `speculation_profile.json` (core/speculation_profile.py: `bench` and `tune
+* a ModelOpt-style `speculation_profile.json` (core/formats/speculation_profile.py: `bench` and `tune
   --save-profile` write it, ModelOpt's specdec_bench too): its conditional acceptance per position and
   measurement_conditions.cost_ratio (specbuild's key; ModelOpt's profiles measure no cost). Its best K
   is chosen as `tune --profile` chooses it (tuning/predict.py `choose_k_from_profile`).
@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specbuild.core import theory
 from specbuild.core.errors import PlanError
+from specbuild.core.formats.safe_io import read_json, shorten
+from specbuild.core.formats.speculation_profile import read_speculation_profile
 from specbuild.core.methods import Tunable
-from specbuild.core.safe_io import read_json, shorten
-from specbuild.core.speculation_profile import read_speculation_profile
+from specbuild.core.perf import theory
 from specbuild.tuning.predict import choose_k_from_profile
 
 

@@ -10,7 +10,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from specbuild.core.capacity import HOURS_PER_MONTH
+from specbuild.core.perf.capacity import HOURS_PER_MONTH
 from specbuild.planning.plan import CapacityPlan
 
 PLOT = "plan.png"

@@ -2,7 +2,7 @@
 
 Pure argv builders (no server is started; `specbuild serve REPO --print-launch` prints them):
 * `container_image(trtllm_version)`: `nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3`
-  whose TensorRT-LLM matches the engines (core/trtllm_facts.py: the tensorrtllm_backend
+  whose TensorRT-LLM matches the engines (core/facts/trtllm.py: the tensorrtllm_backend
   Dockerfile pins and the NGC matrix; 1.2.1 defaults to 26.04);
 * `docker_argv(...)`: the container run line (host network, shm, memlock/stack ulimits, all
   GPUs, read-only mounts of the host folders only: the repository, the engine folders (the build
@@ -24,9 +24,9 @@ from typing import Any
 
 from specbuild.core.artifacts import RepoManifest, read_repo_manifest
 from specbuild.core.errors import ServerError, SpecbuildError
+from specbuild.core.facts.trtllm import containers, known_versions
+from specbuild.core.formats.safe_io import read_text
 from specbuild.core.methods import Method, method_of, parse_method
-from specbuild.core.safe_io import read_text
-from specbuild.core.trtllm_facts import containers, known_versions
 from specbuild.model_repo.configs import parse_text
 
 IMAGE_REPO = "nvcr.io/nvidia/tritonserver"
@@ -75,7 +75,7 @@ class LaunchLayout:
 
 
 def container_tags(trtllm_version: str) -> tuple[str, ...]:
-    """NGC tags whose TensorRT-LLM is `trtllm_version` (core/trtllm_facts.py, with sources)."""
+    """NGC tags whose TensorRT-LLM is `trtllm_version` (core/facts/trtllm.py, with sources)."""
     return _containers(trtllm_version).tags
 
 

@@ -1,6 +1,6 @@
 """GPU hosts, LLM-API flow: the launch lines of an LLM-API build or repository (`serve --print-launch`).
 
-Composed from the pure argv builders of core/llmapi_launch.py (the one source of the argv; deployment
+Composed from the pure argv builders of core/launch.py (the one source of the argv; deployment
 manifests use the same functions):
 * a `compile --flow llmapi` build folder -> `docker run` of the TensorRT-LLM release image +
   the build's exact `trtllm-serve` command (from its manifest, as serve.sh runs it);
@@ -21,8 +21,9 @@ import yaml
 
 from specbuild.core.artifacts import BuildManifest, RepoManifest, read_artifact
 from specbuild.core.errors import ServerError
-from specbuild.core.llmapi_facts import Flow
-from specbuild.core.llmapi_launch import (
+from specbuild.core.facts.llmapi import Flow
+from specbuild.core.formats.safe_io import read_text
+from specbuild.core.launch import (
     PREFLIGHT_FILE,
     llmapi_docker_argv,
     llmapi_launch_argv,
@@ -30,7 +31,6 @@ from specbuild.core.llmapi_launch import (
     release_image,
     triton_llmapi_argv,
 )
-from specbuild.core.safe_io import read_text
 from specbuild.model_repo.configs import CONTAINER_LLMAPI_MODEL
 from specbuild.model_repo.tensors import LLMAPI_MODEL, LLMAPI_OPTIONS
 from specbuild.serve.launch import container_image

@@ -18,7 +18,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from specbuild.serve.server import ServerOptions, TritonServer
+from specbuild.serve.tritonserver import ServerOptions, TritonServer
 
 POLL_S = 0.5
 

@@ -17,8 +17,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specbuild.core.errors import TrainingError
-from specbuild.core.manifest import atomic_output_dir
-from specbuild.core.safe_io import InputFileError, read_json
+from specbuild.core.formats.manifest import atomic_output_dir
+from specbuild.core.formats.safe_io import InputFileError, read_json
 
 KEEP = 2  # complete checkpoints kept; older ones are deleted
 _PREFIX = "step-"

@@ -16,16 +16,16 @@ Measured on the reference engine (the engine the local Triton serves), for each 
   at K = max_draft_len once the passes above are taken out (the loop's own cost, for the table).
 
 Prediction for requests of N tokens (tune's --max-tokens) in lockstep batches of b
-(core/load_model.lockstep_s): a batch lasts first_s(b, K) + (E[max over its b rows of R] - 1) x
+(core/perf/concurrency.lockstep_s): a batch lasts first_s(b, K) + (E[max over its b rows of R] - 1) x
 loop_round_s(b, K), R drawn from the tune prompts' rounds at K; throughput = b x mean tokens / that.
 Baseline: the same with the plain loop (one step per token). Medusa (a fixed tree; the engine runs
 tree requests one after another): mean tokens / (first_s + (mean R - 1) x round) whatever b, against
 the plain batch. Without the loop timings (a steady state, or a curve built by hand) the round is
 T(b, K) = K t_draft(b) + t_verify(b, K) + loop_s(b) yielding E(K) tokens per row
-(core/theory.tokens_per_pass_chain over the per-position acceptance, or the n-gram replay's E(K)).
+(core/perf/theory.tokens_per_pass_chain over the per-position acceptance, or the n-gram replay's E(K)).
 Calibrated on the tune prompts only: `make bench-load` reports measured / predicted on held-out ones.
 
-The schedule, from a measured curve (the loop timed in interleaved repeats): core/schedule_choice's rule
+The schedule, from a measured curve (the loop timed in interleaved repeats): core/perf/schedule_choice's rule
 over the rates predicted from each repeat's timings: K at the smallest b is max_draft_len unless a
 smaller K predicts more in EVERY repeat and by more than TIE in the median; at each larger b it is 0
 unless a K > 0, no larger than the K before, beats K=0 that way (never on a difference inside the spread;
@@ -50,12 +50,12 @@ from typing import Any
 import torch
 
 from specbuild.core.errors import TrainingError
-from specbuild.core.load_model import lockstep_s
+from specbuild.core.perf.concurrency import lockstep_s
+from specbuild.core.perf.schedule import DraftSchedule, schedule_steps
+from specbuild.core.perf.schedule_choice import choose, round_order, spread
+from specbuild.core.perf.theory import tokens_per_pass_chain
 from specbuild.core.sampling_params import SamplingParams
-from specbuild.core.schedule import DraftSchedule, schedule_steps
-from specbuild.core.schedule_choice import choose, round_order, spread
-from specbuild.core.theory import tokens_per_pass_chain
-from specbuild.engines.reference.runners import SequenceBatch
+from specbuild.engines.reference.cached_decode import SequenceBatch
 from specbuild.tuning.profile_engine import TIMING_REPEATS
 
 SERVED_TORCH_THREADS = "1"  # = the local engine models' DEFAULT_TORCH_THREADS
@@ -318,7 +318,7 @@ def predict(
     """Predicted throughput per (b, K) and the schedule (see the module docstring). `tokens`: E(K) per K
     when it is not the chain over `acceptance` (n-gram: the exact greedy replay of each K). `max_tokens`:
     predict requests of that many tokens, prefill included; None: the steady state. A curve with the
-    loop timings (measure_curve) predicts from them (core/load_model.lockstep_s); a hand-built one from
+    loop timings (measure_curve) predicts from them (core/perf/concurrency.lockstep_s); a hand-built one from
     the pass sum and E(K)."""
     measured = bool(curve.rounds) and max_tokens is not None
     mean_tokens = statistics.fmean(curve.tokens) if curve.tokens else float(max_tokens or 1)
@@ -380,7 +380,7 @@ def predict(
                 per_repeat.setdefault(b, {})[k] = [lockstep(b, curve.rounds[k], f, r) for f, r in reps]
                 row["predicted"] = spread(per_repeat[b][k])
             table.append(row)
-        if b in per_repeat:  # repeated timings: the rule of core/schedule_choice, applied after the loop
+        if b in per_repeat:  # repeated timings: the rule of core/perf/schedule_choice, applied after the loop
             continue
         best = max(rates.values())
         near = [k for k, r in rates.items() if r >= best * (1 - TIE)]
@@ -419,7 +419,7 @@ def predict(
 
 def plot(prediction: dict[str, Any], path: Path) -> Path:
     """Predicted tokens/s vs concurrency for each K, the baseline and the schedule (a prediction's dict:
-    SchedulePrediction.to_dict() or client/serve_curve.predict_served)."""
+    SchedulePrediction.to_dict() or bench/serve_curve.predict_served)."""
     import matplotlib  # noqa: PLC0415 - the Agg backend, only when a plot is asked for
 
     matplotlib.use("Agg")

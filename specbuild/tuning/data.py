@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from specbuild.core.errors import TrainingError
-from specbuild.core.safe_io import InputFileError, read_text
+from specbuild.core.formats.safe_io import InputFileError, read_text
 
 JSONL_FIELDS = ("text", "prompt")
 

@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from specbuild.core.errors import CheckpointError
-from specbuild.core.medusa_heads import (
+from specbuild.core.formats.medusa_heads import (
     WEIGHT_FILES,
     heads_weights_file,
     load_pt_state,
@@ -159,7 +159,7 @@ def save_heads(heads: MedusaHeads, folder: Path, *, dtype: torch.dtype | None = 
 
 def load_heads(folder: str | Path) -> MedusaHeads:
     """A heads folder as float32 MedusaHeads, read through the one heads-folder reader
-    (core/medusa_heads.py): the weights file it picks (medusa_lm_head.pt, else .safetensors) and the
+    (core/formats/medusa_heads.py): the weights file it picks (medusa_lm_head.pt, else .safetensors) and the
     head counts and sizes the weights hold (a config.json that says otherwise does not decide)."""
     folder = Path(folder)
     weights = heads_weights_file(folder)

@@ -14,8 +14,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from specbuild.builder.resolve import resolve_model
 from specbuild.core.errors import TrainingError
-from specbuild.core.hf_config import HFModelConfig
-from specbuild.core.weights import find_weights
+from specbuild.core.formats.hf_config import HFModelConfig
+from specbuild.core.formats.weights import find_weights
 
 
 @dataclass(frozen=True)

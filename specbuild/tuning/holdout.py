@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from specbuild.core.schedule_choice import spread
+from specbuild.core.perf.schedule_choice import spread
 from specbuild.tuning.cost_curve import time_loop
 
 BASELINE = "baseline"  # the plain batch loop: the target alone

@@ -1,7 +1,7 @@
 """What `tune` chooses, from measured acceptance: pure functions on plain numbers (no torch, no models).
 
 Draft/target: the K with the best predicted speedup E(K) / (K*c + 1), E(K) from the per-position
-conditional acceptance (the definitions are core/theory.py's).
+conditional acceptance (the definitions are core/perf/theory.py's).
 
 Medusa trees (Cai et al. 2024): depth_probs[d][i] = P(rank-i candidate of head d is the true token |
 the path above it is right). A node (i_0, ..., i_d) is accepted with prob prod_j depth_probs[j][i_j];
@@ -16,11 +16,11 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specbuild.core.medusa_choices import MedusaChoices
-from specbuild.core.speculation_profile import SpeculationProfile
-from specbuild.core.theory import speedup, tokens_per_pass_chain
+from specbuild.core.formats.medusa_choices import MedusaChoices
+from specbuild.core.formats.speculation_profile import SpeculationProfile
+from specbuild.core.perf.theory import speedup, tokens_per_pass_chain
 
-# ---- draft/target: K from the per-position acceptance (core/theory.py) ------------------------
+# ---- draft/target: K from the per-position acceptance (core/perf/theory.py) ------------------------
 
 
 @dataclass(frozen=True)

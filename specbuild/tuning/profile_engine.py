@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 import torch
 
+from specbuild.core.formats.medusa_choices import MedusaChoices
 from specbuild.core.generation import SpecStats
-from specbuild.core.medusa_choices import MedusaChoices
+from specbuild.core.perf.theory import conditional_acceptance
 from specbuild.core.sampling_params import SamplingParams
-from specbuild.core.theory import conditional_acceptance
+from specbuild.engines.reference.cached_decode import CachedSequence
 from specbuild.engines.reference.medusa import TreeBuffers, medusa_generate
-from specbuild.engines.reference.runners import CachedSequence
 from specbuild.tuning.progress import Reporter
 
 TIMING_REPEATS = 15  # single-token passes timed per model for the cost ratio (median taken)

@@ -20,7 +20,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
 from specbuild.core.errors import SpecError
-from specbuild.core.safe_io import atomic_write_text
+from specbuild.core.formats.safe_io import atomic_write_text
 from specbuild.core.spec import parse_spec_yaml, read_spec_text, spec_from_dict
 
 Edit = tuple[str, str, Any]  # (section, key, value): section.key = value

@@ -23,8 +23,8 @@ from safetensors.torch import load_file, save_file
 
 from specbuild.builder.resolve import resolve_model
 from specbuild.core.errors import OutputExistsError, TrainingError
-from specbuild.core.manifest import atomic_output_dir, write_manifest
-from specbuild.core.safe_io import guard_output
+from specbuild.core.formats.manifest import atomic_output_dir, write_manifest
+from specbuild.core.formats.safe_io import guard_output
 from specbuild.tuning import checkpoint as ckpt
 from specbuild.tuning.config import TrainConfig
 from specbuild.tuning.data import encode, greedy_continuations, pack_windows, read_texts, split_heldout

@@ -25,14 +25,18 @@ from typing import Any
 
 from specbuild.builder.resolve import resolve_model
 from specbuild.core.errors import TrainingError
-from specbuild.core.medusa_choices import MedusaChoices
+from specbuild.core.formats.medusa_choices import MedusaChoices
+from specbuild.core.formats.safe_io import check_writable, guard_output
+from specbuild.core.formats.speculation_profile import (
+    SpeculationProfile,
+    build_profile,
+    read_speculation_profile,
+)
+from specbuild.core.formats.speculation_profile import write_profile as save_profile
 from specbuild.core.methods import Tunable, method_of, resolve_name
-from specbuild.core.safe_io import check_writable, guard_output
-from specbuild.core.schedule import OFF
+from specbuild.core.perf.schedule import OFF
+from specbuild.core.perf.theory import speedup, tokens_per_pass_chain
 from specbuild.core.spec import load_spec
-from specbuild.core.speculation_profile import SpeculationProfile, build_profile, read_speculation_profile
-from specbuild.core.speculation_profile import write_profile as save_profile
-from specbuild.core.theory import speedup, tokens_per_pass_chain
 from specbuild.engines.reference.engine import ReferenceEngine
 from specbuild.engines.reference.loader import load_weights
 from specbuild.engines.reference.model import LlamaModel
@@ -70,7 +74,7 @@ def tune_spec(
     spec_path: Path, options: TuneOptions, *, reporter: Reporter | None = None, schedule_fn=None
 ) -> TuneReport:
     """`schedule_fn(spec, report) -> prediction dict`: measures the cost curve elsewhere (the CLI's
-    `--url`: through the server, client/serve_curve.py); None: on this reference engine."""
+    `--url`: through the server, bench/serve_curve.py); None: on this reference engine."""
     rep = reporter or Reporter()
     spec = load_spec(spec_path)
     options.validate(spec)

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 from specbuild.core.generation import SpecStats
 from specbuild.core.methods import Tunable
-from specbuild.core.theory import conditional_acceptance
+from specbuild.core.perf.theory import conditional_acceptance
+from specbuild.engines.reference.cached_decode import CachedSequence
 from specbuild.engines.reference.ngram import NGramConfig, NGramRequest, PatternPool
 from specbuild.engines.reference.ngram_speculator import NGramSpeculator
-from specbuild.engines.reference.runners import CachedSequence
 from specbuild.tuning.profile_engine import greedy_params, pass_times_shown
 from specbuild.tuning.progress import Reporter
 from specbuild.tuning.tune_options import TuneOptions

@@ -1,4 +1,4 @@
-"""Triton Python model for the IPC floor (benchmarks/ipc_floor.py): a BLS-style caller, decoupled.
+"""Triton Python model for the IPC floor (lab/benchmarks/ipc_floor.py): a BLS-style caller, decoupled.
 
 One request (calls N, prompt_len L, draft_len k) times N repetitions of each piece of a speculative
 BLS round, in Triton's Python backend only (no specbuild code, no engine):

@@ -1,4 +1,4 @@
-"""Triton Python model for the IPC floor (benchmarks/ipc_floor.py): the reference engine inside a stub.
+"""Triton Python model for the IPC floor (lab/benchmarks/ipc_floor.py): the reference engine inside a stub.
 
 It loads the build named by its `reference_engine` parameter and, per request (reps R, prompt_len L,
 draft_len k, max_tokens T), times R times two pieces of engine work with nothing of Triton in between:
@@ -8,7 +8,7 @@ draft_len k, max_tokens T), times R times two pieces of engine work with nothing
 The same pieces timed in the benchmark's own process say whether work inside a Python-backend stub runs
 slower than in-process (threads, allocator, the stub's own threads), apart from any IPC.
 timings_ns: [2 * R] int64 (the pieces in that order, R each). The timed code is one function,
-specbuild.benchmarks.floor_models_probe.time_engine_pieces, on both sides.
+lab.benchmarks.floor_models_probe.time_engine_pieces, on both sides.
 """
 
 import json
@@ -36,7 +36,7 @@ class TritonPythonModel:
         self.engine = ReferenceEngine.load(path)
 
     def execute(self, requests):
-        from specbuild.benchmarks.floor_models_probe import time_engine_pieces
+        from lab.benchmarks.floor_models_probe import time_engine_pieces
 
         responses = []
         for request in requests:

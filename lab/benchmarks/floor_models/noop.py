@@ -1,4 +1,4 @@
-"""Triton Python model for the IPC floor (benchmarks/ipc_floor.py): a no-op engine.
+"""Triton Python model for the IPC floor (lab/benchmarks/ipc_floor.py): a no-op engine.
 
 Served with the config.pbtxt of the repository's real `tensorrt_llm_draft` / `tensorrt_llm` model
 (same input and output table, batching, instance count), it reads a request's inputs as the local

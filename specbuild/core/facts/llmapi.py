@@ -8,7 +8,7 @@ how each release parses the file (`Parser`: the function trtllm-serve calls on `
 args class), the load-aware keys and their runtime floors (`ScheduleRule`), the `trtllm-serve` flags
 specbuild passes, the NGC image of each release, and the method x flow x version matrix (`support`).
 
-Every class, parser and rule carries its source (`core/llmapi_sources.py` `Fact`: repository, path,
+Every class, parser and rule carries its source (`core/facts/llmapi_sources.py` `Fact`: repository, path,
 revision, verified | inferred); `release_facts(version)` lists them and `specbuild doctor --facts`
 prints them. The two parser styles:
 * 1.2.1 ("registry"): `update_llm_args_with_extra_dict` sends `speculative_config` through
@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from specbuild.core import llmapi_sources as S
-from specbuild.core.llmapi_sources import Fact
-from specbuild.core.trtllm_facts import known_versions, parse_version
+from specbuild.core.facts import llmapi_sources as S
+from specbuild.core.facts.llmapi_sources import Fact
+from specbuild.core.facts.trtllm import known_versions, parse_version
 
 LINE_1_2 = "1.2.1"
 LINE_1_4 = "1.4.0rc4"
@@ -142,7 +142,7 @@ _EAGLE3 = {
 }
 # 1.2.1's EagleDecodingConfig serves EAGLE-3: eagle3_one_model selects the one-model path (default True)
 _EAGLE_1_2 = {**_EAGLE3, "eagle3_one_model": Key("bool", note="True: one model (False: the two-model path)")}
-# Load-aware K (core/schedule.py): `max_concurrency` and `draft_len_schedule` (batch size -> K), and the
+# Load-aware K (core/perf/schedule.py): `max_concurrency` and `draft_len_schedule` (batch size -> K), and the
 # kill switch, renamed (not aliased) between the lines.
 _LOAD_1_2 = {
     "max_concurrency": Key("int", ge=0, note="Optional[int]"),

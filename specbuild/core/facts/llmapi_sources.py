@@ -2,7 +2,7 @@
 
 `Fact` is one source record: the repository (or documentation site), the path, the commit / release /
 code-index id it was read at, and a status: "verified" (read at the release itself) or "inferred" (read
-at another revision or in a copy, the release could not be read). `core/llmapi_facts.py` attaches one to
+at another revision or in a copy, the release could not be read). `core/facts/llmapi.py` attaches one to
 every config class, parser, schedule rule and image it records; `specbuild doctor --facts` prints them.
 
 How the releases were pinned:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from specbuild.core.errors import CheckpointError
-from specbuild.core.safe_io import InputFileError, read_json
+from specbuild.core.formats.safe_io import InputFileError, read_json
 
 # architectures[0] -> family. Mistral and Qwen2 share the Llama block (Qwen2 adds qkv bias).
 SUPPORTED_ARCHITECTURES = {

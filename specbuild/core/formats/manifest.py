@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from specbuild.core.errors import OutputExistsError, SpecbuildError
-from specbuild.core.safe_io import InputFileError, guard_output, output_errors, read_json, shorten
+from specbuild.core.formats.safe_io import InputFileError, guard_output, output_errors, read_json, shorten
 
 MANIFEST = "specbuild.json"
 _CHUNK = 8 << 20  # 8 MiB reads for hashing

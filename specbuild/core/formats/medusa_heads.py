@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from specbuild.core.errors import CheckpointError
-from specbuild.core.safe_io import read_json
-from specbuild.core.weights import safetensors_shapes
+from specbuild.core.formats.safe_io import read_json
+from specbuild.core.formats.weights import safetensors_shapes
 
 WEIGHT_FILES = ("medusa_lm_head.pt", "medusa_lm_head.safetensors")  # upstream's order of precedence
 _KEY = re.compile(r"^(\d+)\.(\d+)\.(linear\.weight|linear\.bias|weight)$")

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from specbuild.core.errors import OutputExistsError, SpecbuildError
-from specbuild.core.safe_io import OutputError
+from specbuild.core.formats.safe_io import OutputError
 
 
 class FileSystemError(SpecbuildError):

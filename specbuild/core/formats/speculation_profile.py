@@ -17,7 +17,7 @@ synthetic sampler reads), `conditional_accept_rates[i]` = marginal[i] / marginal
 accepted | the first i were), what Dynamo's mocker reads); `mean_accept_length` is per step.
 
 What specbuild measures differently: the conditional rates are estimated over the positions actually
-*tested* (core/theory.py `conditional_acceptance`: a round near the end of a request drafts fewer than K,
+*tested* (core/perf/theory.py `conditional_acceptance`: a round near the end of a request drafts fewer than K,
 and its missing positions are not counted as rejections); the marginals are their running products, so
 the two vectors agree exactly. ModelOpt's estimator divides by all steps instead; its mean-consistency
 check (1 + sum(marginal) vs the per-step mean, tolerance 0.02) is computed and recorded the same way and
@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specbuild.core.safe_io import InputFileError, atomic_write_text, read_json
-from specbuild.core.theory import conditional_acceptance, positions_from_rounds
+from specbuild.core.formats.safe_io import InputFileError, atomic_write_text, read_json
+from specbuild.core.perf.theory import conditional_acceptance, positions_from_rounds
 
 SCHEMA_VERSION = "1.0"
 MODELOPT_SOURCE = (

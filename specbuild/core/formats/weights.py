@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbuild.core.errors import CheckpointError
-from specbuild.core.safe_io import InputFileError, read_json
+from specbuild.core.formats.safe_io import InputFileError, read_json
 
 INDEX = "model.safetensors.index.json"
 TORCH_PATTERNS = ("pytorch_model*.bin",)

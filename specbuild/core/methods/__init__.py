@@ -11,12 +11,12 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from specbuild.core.errors import SpecError
+from specbuild.core.facts.trtllm import SpeculativeDecodingMode
 from specbuild.core.methods.base import EngineRole, SpeculationMethod, Tunable, resolve_name
 from specbuild.core.methods.draft_target import DRAFT_TARGET  # registration
 from specbuild.core.methods.eagle3 import EAGLE3  # registration
 from specbuild.core.methods.medusa import MEDUSA  # registration
 from specbuild.core.methods.ngram import NGRAM  # registration
-from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 
 if TYPE_CHECKING:
     from specbuild.core.spec import BuildSpec

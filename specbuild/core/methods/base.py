@@ -18,7 +18,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from specbuild.core.errors import SpecError
-from specbuild.core.trtllm_facts import SpeculativeDecodingMode
+from specbuild.core.facts.trtllm import SpeculativeDecodingMode
 
 if TYPE_CHECKING:
     from specbuild.core.spec import BuildSpec, MedusaSection

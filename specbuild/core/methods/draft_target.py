@@ -5,8 +5,8 @@ Triton BLS runs the draft -> target rounds."""
 
 from __future__ import annotations
 
+from specbuild.core.facts.trtllm import SpeculativeDecodingMode
 from specbuild.core.methods.base import SpeculationMethod, Tunable
-from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 
 DEFAULT_K = 5  # draft tokens per round when the spec leaves speculation.max_draft_len out
 
@@ -21,7 +21,7 @@ DRAFT_TARGET = SpeculationMethod(
     target_mode=SpeculativeDecodingMode.DRAFT_TOKENS_EXTERNAL,
     draft_model=True,
     bls_drafter="bls_core:TritonDrafter",
-    reference_decoder="specbuild.engines.reference.drafters:draft_model_speculator",
+    reference_decoder="specbuild.engines.reference.speculators:draft_model_speculator",
     tunes=Tunable.DRAFT_LEN,
     tuner="specbuild.tuning.tune:tune_draft_len",
     default_k=DEFAULT_K,

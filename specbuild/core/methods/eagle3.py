@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from specbuild.core.facts.trtllm import SpeculativeDecodingMode
 from specbuild.core.methods.base import SpeculationMethod, Tunable, require
-from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 
 if TYPE_CHECKING:
     from specbuild.core.spec import BuildSpec

@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from specbuild.core.errors import SpecbuildError, SpecError
-from specbuild.core.medusa_choices import DEFAULT_TREE, MedusaChoices
+from specbuild.core.facts.trtllm import SpeculativeDecodingMode
+from specbuild.core.formats.medusa_choices import DEFAULT_TREE, MedusaChoices
 from specbuild.core.methods.base import SpeculationMethod, Tunable, require
-from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 
 if TYPE_CHECKING:
     from specbuild.core.spec import BuildSpec, MedusaSection

@@ -1,7 +1,7 @@
 """Capacity and cost arithmetic: how many replicas and GPUs a traffic needs, and what they cost.
 
 Pure functions over plain numbers (no I/O); `specbuild plan` (planning/) feeds them from a bench report,
-a speculation profile, stated figures or the roofline prediction (core/roofline.py).
+a speculation profile, stated figures or the roofline prediction (core/perf/roofline.py).
 
 Definitions:
 * traffic: generated (output) tokens per second, on average over the day and at the peak; the
@@ -17,7 +17,7 @@ Definitions:
   24 h x price, per month x 730 h (8760 h / 12). The "autoscaled" figures size for the average
   instead: the floor a perfect autoscaler would approach.
 * break-even: the acceptance rate below which speculation is slower than the target alone (for K
-  and the cost ratio c, core/theory.py), the concurrency at which the measured speculative
+  and the cost ratio c, core/perf/theory.py), the concurrency at which the measured speculative
   throughput falls to the baseline's, and the throughput ratio the draft's extra GPUs need.
 """
 
@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from specbuild.core import theory
 from specbuild.core.errors import PlanError
+from specbuild.core.perf import theory
 
 SECONDS_PER_DAY = 86_400
 HOURS_PER_DAY = 24

@@ -10,7 +10,7 @@ Model (per engine, TP t GPUs; PP stages run one after another, so PP does not sh
   efficiencies; prefills are counted as time the replica does not decode (no chunked overlap: a
   conservative bound on throughput);
 * speculation: a round = K draft steps (its own engine, its own TP) + one target step of K + 1
-  tokens and yields E tokens per sequence (core/theory.py: E from alpha, or from the acceptance per
+  tokens and yields E tokens per sequence (core/perf/theory.py: E from alpha, or from the acceptance per
   position); throughput = b * output_len / (output_len / E * round + b * prefills);
 * latencies: ITL = round / E (plain: one step); TTFT = one prefill + one step, with no queueing (an
   optimistic bound); request latency = TTFT + (output_len - 1) * ITL.
@@ -26,8 +26,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from specbuild.core import theory
-from specbuild.core.capacity import Point
+from specbuild.core.perf import theory
+from specbuild.core.perf.capacity import Point
 
 # Achieved fractions of the datasheet peaks. 0.75 of HBM bandwidth is what tuned decode kernels reach on
 # large GEMV-like reads; 0.5 of dense BF16 is a typical model-FLOPs utilisation for batched prefill.
@@ -142,7 +142,7 @@ def predicted_cost_ratio(target: EngineCost, draft: EngineCost, gpu: Gpu, *, con
 
 
 def tokens_per_pass(*, alpha: float | None, acceptance: Sequence[float] | None, k: int) -> float:
-    """E(K): from the acceptance per position when known, else from one alpha (core/theory.py)."""
+    """E(K): from the acceptance per position when known, else from one alpha (core/perf/theory.py)."""
     if acceptance:
         return theory.tokens_per_pass_chain(acceptance, k)
     assert alpha is not None

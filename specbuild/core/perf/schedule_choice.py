@@ -38,7 +38,7 @@ T = TypeVar("T")
 TIE = 0.03  # a median gain under 3% does not switch K (the spread of interleaved CPU timings)
 RULE = (  # one line for reports and predictions
     "default K: the largest at the smallest concurrency, 0 (the target alone) at the others; another K "
-    "replaces it only on a win in every repeat and > 3% in the median (core/schedule_choice)"
+    "replaces it only on a win in every repeat and > 3% in the median (core/perf/schedule_choice)"
 )
 
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from specbuild.core.errors import CheckpointError
-from specbuild.core.hf_config import FLOAT_DTYPES
-from specbuild.core.trtllm_layout import Parallel
+from specbuild.core.formats.hf_config import FLOAT_DTYPES
+from specbuild.core.formats.trtllm_layout import Parallel
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "MedusaForCausalLM")
 DTYPES = FLOAT_DTYPES

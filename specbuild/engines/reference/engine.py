@@ -36,17 +36,15 @@ import torch
 from specbuild.core.artifacts import BuildManifest, CheckpointManifest, EngineManifest, read_artifact
 from specbuild.core.engine_limits import EngineLimits, LimitError
 from specbuild.core.errors import EngineError
+from specbuild.core.facts.llmapi import Flow
+from specbuild.core.facts.trtllm import SpeculativeDecodingMode
+from specbuild.core.formats.hf_config import HFModelConfig
+from specbuild.core.formats.safe_io import InputFileError, read_json
 from specbuild.core.generation import GenerationResult, SpecStats
-from specbuild.core.hf_config import HFModelConfig
-from specbuild.core.llmapi_facts import Flow
 from specbuild.core.methods import Method, engine_speculator, method_of, resolve_name
-from specbuild.core.safe_io import InputFileError, read_json
+from specbuild.core.perf.schedule import AcceptanceGuard, DraftSchedule, guard_of, schedule_of
 from specbuild.core.sampling_params import SamplingParams
-from specbuild.core.schedule import AcceptanceGuard, DraftSchedule, guard_of, schedule_of
-from specbuild.core.trtllm_facts import SpeculativeDecodingMode
-from specbuild.engines.reference.loader import load_weights
-from specbuild.engines.reference.model import LlamaModel
-from specbuild.engines.reference.runners import (
+from specbuild.engines.reference.cached_decode import (
     DEFAULT_PREFIX_CACHE_ENTRIES,
     ModelVerifier,
     PrefixCache,
@@ -54,6 +52,8 @@ from specbuild.engines.reference.runners import (
     generate_cached,
     verify_batch_cached,
 )
+from specbuild.engines.reference.loader import load_weights
+from specbuild.engines.reference.model import LlamaModel
 from specbuild.engines.reference.sampling import make_generator, probs_from_logits
 from specbuild.engines.reference.session import DecodeSession, Row
 from specbuild.engines.reference.speculative import StopHook
@@ -74,7 +74,7 @@ class EngineLayout:
     method: Method | None = None  # None: plain decode (and external verification)
     method_options: dict | None = None  # the build spec's section of its method (e.g. `ngram:`), as a dict
     build_config: dict | None = None  # the target engine's config.json build_config (its request limits)
-    schedule: DraftSchedule | None = None  # the build spec's speculation.schedule (core/schedule.py)
+    schedule: DraftSchedule | None = None  # the build spec's speculation.schedule (core/perf/schedule.py)
     guard: AcceptanceGuard | None = None  # the build spec's speculation.guard
 
 
@@ -173,7 +173,7 @@ class ReferenceEngine:
         self.method_options = dict(method_options) if method_options else None
         self.method = Method(method) if method is not None else None
         # Room for every row of a full batch twice over (running sequences and the ones just finished), so
-        # concurrent sequences never evict each other's KV (runners.PrefixCache). Made before the speculator:
+        # concurrent sequences never evict each other's KV (cached_decode.PrefixCache). Made before the speculator:
         # a tree speculator (Medusa) starts each request from it too.
         batch = int((build_config or {}).get("max_batch_size") or 0)
         self.prefix_cache = PrefixCache(target, max_entries=max(DEFAULT_PREFIX_CACHE_ENTRIES, 2 * batch))

@@ -1,6 +1,6 @@
 """Read a TensorRT-LLM checkpoint and merge its tp/pp shards back into whole tensors.
 
-Derived from the conversion table (core/trtllm_layout.py): `placements` says which tensors each PP
+Derived from the conversion table (core/formats/trtllm_layout.py): `placements` says which tensors each PP
 stage's rank files hold and which HF tensors each is made of, and every `Split` kind has a mechanical
 inverse here (`UNSPLIT`):
   * NONE: replicated, rank 0's copy;   COLUMN / ROW: concatenate the TP slices on dim 0 / 1;
@@ -32,8 +32,8 @@ import torch
 from safetensors.torch import load_file
 
 from specbuild.core.errors import CheckpointError
-from specbuild.core.safe_io import InputFileError, read_json
-from specbuild.core.trtllm_layout import ConvertDims, Parallel, Placement, Split, placements
+from specbuild.core.formats.safe_io import InputFileError, read_json
+from specbuild.core.formats.trtllm_layout import ConvertDims, Parallel, Placement, Split, placements
 from specbuild.engines.reference.config import RefModelConfig
 
 # HF tensor name -> the reference model's short name ({l} layer, {h} head, {j} ResBlock, {L} = ResBlocks)

@@ -27,11 +27,11 @@ import torch
 import torch.nn.functional as F
 
 from specbuild.core.errors import EngineError
+from specbuild.core.formats.medusa_choices import MedusaChoices, default_tree
 from specbuild.core.generation import SpecStats
-from specbuild.core.medusa_choices import MedusaChoices, default_tree
 from specbuild.core.sampling_params import SamplingParams
+from specbuild.engines.reference.cached_decode import CachedSequence, PrefixCache
 from specbuild.engines.reference.model import LlamaModel
-from specbuild.engines.reference.runners import CachedSequence, PrefixCache
 from specbuild.engines.reference.sampling import make_generator, probs_from_logits, sample
 from specbuild.engines.reference.speculative import StopHook, emit, stop_ids
 

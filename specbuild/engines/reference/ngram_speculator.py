@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from specbuild.core.engine_limits import EngineLimits
+from specbuild.engines.reference.cached_decode import ModelVerifier, lockstep_batch
 from specbuild.engines.reference.model import LlamaModel
 from specbuild.engines.reference.ngram import NGramConfig, NGramRequest, PatternPool
-from specbuild.engines.reference.runners import ModelVerifier, lockstep_batch
 from specbuild.engines.reference.sampling import make_generator
 from specbuild.engines.reference.speculative import speculative_generate
 
@@ -76,7 +76,7 @@ class NGramSpeculator:
         )
 
     def generate_batch(self, prompts, params, *, num_draft_tokens, prefix_cache=None, **loop):
-        """Lockstep rounds (runners.lockstep_batch); `loop`: on_tokens, stop, schedule, guard."""
+        """Lockstep rounds (cached_decode.lockstep_batch); `loop`: on_tokens, stop, schedule, guard."""
         return lockstep_batch(
             BatchNGramDrafter([self.request(num_draft_tokens) for _ in prompts]),
             self.target,

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 import torch
 
 from specbuild.core.sampling_params import SamplingParams
+from specbuild.engines.reference.cached_decode import CachedSequence, PrefixCache
 from specbuild.engines.reference.model import KVCache, LlamaModel
-from specbuild.engines.reference.runners import CachedSequence, PrefixCache
 from specbuild.engines.reference.sampling import make_generator, probs_from_logits, sample
 from specbuild.engines.reference.speculative import StopHook, emit, stop_ids
 

@@ -1,7 +1,7 @@
 """The one draft/target speculative loop, over two small protocols.
 
 Callers: the reference engine (in-process `ModelDrafter` / `ModelVerifier`, specbuild.engines.
-reference.runners) and the Triton BLS (a Drafter that calls `tensorrt_llm_draft` and a Verifier that
+reference.cached_decode) and the Triton BLS (a Drafter that calls `tensorrt_llm_draft` and a Verifier that
 calls `tensorrt_llm` with `draft_input_ids` / `draft_logits`). The boundary is deliberately
 torch-light so the BLS can implement it with Triton tensors:
 
@@ -19,7 +19,7 @@ implementations keep their KV caches and roll them back to the longest prefix th
 `speculative_generate_batch` runs the same rounds (`SpecRequest`) for several in-process requests in
 lockstep over `BatchDrafter` / `BatchVerifier` (one batched pass per draft position, one per verify).
 
-Load-aware K (core/schedule.py): `k_of` gives each round's K before the room clamp (the BLS: the
+Load-aware K (core/perf/schedule.py): `k_of` gives each round's K before the room clamp (the BLS: the
 schedule's K for the requests in flight now; the batch: `schedule(rows still decoding)`); a round with
 K=0 is a plain target step (the verifier's `plain(ids, n, params)` when it has one: up to n target
 tokens in one call, else verify() with no drafts: one token; in the batch, a round with K=0 for every
@@ -164,7 +164,7 @@ class SpecRequest:
         self.stats = SpecStats()
         self.stops = stop_ids(params)
         self.finished = False
-        self.guard = guard  # core/schedule.AcceptanceGuard or None
+        self.guard = guard  # core/perf/schedule.AcceptanceGuard or None
         self.rounds: list[tuple[int, int]] = []  # (accepted, drafted) of each drafted round
 
     @property

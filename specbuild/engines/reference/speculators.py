@@ -15,8 +15,13 @@ from specbuild.core.engine_limits import EngineLimits
 from specbuild.core.errors import EngineError
 from specbuild.core.generation import SpecStats
 from specbuild.core.sampling_params import SamplingParams
+from specbuild.engines.reference.cached_decode import (
+    BatchModelDrafter,
+    ModelDrafter,
+    ModelVerifier,
+    lockstep_batch,
+)
 from specbuild.engines.reference.model import LlamaModel
-from specbuild.engines.reference.runners import BatchModelDrafter, ModelDrafter, ModelVerifier, lockstep_batch
 from specbuild.engines.reference.sampling import make_generator
 from specbuild.engines.reference.speculative import OnTokens, StopHook, speculative_generate
 
@@ -50,7 +55,7 @@ class Speculator(Protocol):
         guard=None,
         prefix_cache=None,
     ) -> list[tuple[list[int], SpecStats]]:
-        """prefix_cache: the engine's target PrefixCache (runners.lockstep_batch), or None."""
+        """prefix_cache: the engine's target PrefixCache (cached_decode.lockstep_batch), or None."""
         ...
 
     def drafts_per_step(self, num_draft_tokens: int, limits: EngineLimits) -> int:
@@ -83,7 +88,7 @@ class DraftModelSpeculator:
         )
 
     def generate_batch(self, prompts, params, *, num_draft_tokens, prefix_cache=None, **loop):
-        """Lockstep rounds (runners.lockstep_batch); `loop`: on_tokens, stop, schedule, guard."""
+        """Lockstep rounds (cached_decode.lockstep_batch); `loop`: on_tokens, stop, schedule, guard."""
         # The target's rows start from (and go back to) the engine's prefix cache as a plain batch's do;
         # the draft model's rows catch up on their whole sequence in the first round that drafts.
         return lockstep_batch(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specbuild.core.hf_config import HFModelConfig
+from specbuild.core.formats.hf_config import HFModelConfig
 
 WEIGHT_ONLY_ALGO = {"none": None, "int8": "W8A16", "int4": "W4A16"}  # trtllm-build quantizes float weights
 GROUP_SIZE = 128  # QuantConfig.group_size code default (the doc table's 64 is wrong)

@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 
 from specbuild.core.errors import CheckpointError, ConversionError
-from specbuild.core.hf_config import HFModelConfig
-from specbuild.core.manifest import atomic_output_dir, write_manifest
-from specbuild.core.trtllm_layout import (
+from specbuild.core.formats.hf_config import HFModelConfig
+from specbuild.core.formats.manifest import atomic_output_dir, write_manifest
+from specbuild.core.formats.trtllm_layout import (
     HEADS_SOURCE,
     IGNORED_SUFFIXES,
     MODEL_SOURCE,

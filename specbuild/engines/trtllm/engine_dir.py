@@ -15,8 +15,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from specbuild.core.manifest import read_manifest, write_manifest
-from specbuild.core.safe_io import read_json
+from specbuild.core.formats.manifest import read_manifest, write_manifest
+from specbuild.core.formats.safe_io import read_json
 
 REFERENCE = "reference"
 

@@ -72,7 +72,7 @@ def scan_safetensors(path) -> dict[str, int]:
     found: dict[str, int] = {}
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))  # size-checked by the caller (core/weights.py headers)
+        header = json.loads(f.read(n))  # size-checked by the caller (core/formats/weights.py headers)
         if path.stat().st_size <= 8 + n:
             return found
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:

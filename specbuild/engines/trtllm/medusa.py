@@ -1,4 +1,4 @@
-"""HF Medusa heads for `convert`: open the weights `core/medusa_heads.py` chooses and settle the counts.
+"""HF Medusa heads for `convert`: open the weights `core/formats/medusa_heads.py` chooses and settle the counts.
 
 The folder is read by the one reader of heads folders (`read_medusa_heads`: medusa_lm_head.pt first,
 safetensors only when the .pt is absent, as TensorRT-LLM's `load_medusa_hf`; keys without a prefix;
@@ -13,7 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbuild.core.errors import CheckpointError
-from specbuild.core.medusa_heads import WEIGHT_FILES, heads_weights_file, load_pt_state, read_medusa_heads
+from specbuild.core.formats.medusa_heads import (
+    WEIGHT_FILES,
+    heads_weights_file,
+    load_pt_state,
+    read_medusa_heads,
+)
 from specbuild.engines.trtllm.sources import MemorySource, SafetensorsSource
 
 DEFAULT_MAX_DRAFT_LEN = 63  # TRT-LLM's --max_medusa_token_len default; holds the mc_sim_7b_63 tree

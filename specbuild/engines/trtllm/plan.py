@@ -10,7 +10,7 @@ medusa` and a `--max_draft_len` that holds the tree (§3.4). Every engine gets p
 (checked against `specbuild/data/trtllm_build_flags.json`) and `recorded_build_config` into the
 `build_config` trtllm-build records in the engine's config.json (with the limits trtllm-build derives,
 `engine_limits`);
-the reference engine folder carries the same values (core/trtllm_facts.py).
+the reference engine folder carries the same values (core/facts/trtllm.py).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from specbuild.core.facts.trtllm import TRTLLM_BUILD, build_argv, facts_for, recorded_build_config
 from specbuild.core.methods import EngineRole, method_of
 from specbuild.core.spec import BuildSpec
-from specbuild.core.trtllm_facts import TRTLLM_BUILD, build_argv, facts_for, recorded_build_config
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from typing import Any
 from safetensors import SafetensorError, safe_open
 
 from specbuild.core.errors import CheckpointError
-from specbuild.core.hf_config import DTYPE_BYTES
-from specbuild.core.safe_io import InputFileError, read_json
+from specbuild.core.formats.hf_config import DTYPE_BYTES
+from specbuild.core.formats.safe_io import InputFileError, read_json
 
 FLOAT_DTYPES = tuple(DTYPE_BYTES)
 _ST_DTYPES = {

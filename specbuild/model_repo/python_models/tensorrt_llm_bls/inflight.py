@@ -12,7 +12,7 @@ mapped by every instance (`/dev/shm` when present, else the temp folder):
 * beside each slot, (end time, count): when a request ends, its instance writes the monotonic clock
   (system-wide) and the total just before the request left (it included), the larger of the two when
   its previous end is less than the hold old; `held_total` is the larger of the live total and the
-  counts of ends within the hold (core/schedule.held_count), so a request that replaces one that just
+  counts of ends within the hold (core/perf/schedule.held_count), so a request that replaces one that just
   ended reads the load it replaces;
 * the file is named by the server process (the stubs' parent), the repository and the model, so two
   servers, or two repositories, never share a count; the last instance to end removes it, and a new
@@ -37,7 +37,7 @@ import time
 
 import numpy as np
 
-from specbuild.core.schedule import INFLIGHT_HOLD_MS, held_count, record_end
+from specbuild.core.perf.schedule import INFLIGHT_HOLD_MS, held_count, record_end
 
 SLOTS = 1024  # >= serving.bls_instance_count's bound (core/spec.py _RANGES)
 SLOT_BYTES = 8  # pid int32 + count int32

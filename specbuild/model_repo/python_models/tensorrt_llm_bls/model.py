@@ -216,9 +216,9 @@ class TritonPythonModel:
         if getattr(self.drafter_factory, "draft_logits", self.drafter_factory is not None):
             # torch (draft logits) now, not in the first request
             import specbuild.engines.reference.sampling  # noqa: F401
-        # Load-aware K (core/schedule.py): the schedule applies to requests that leave num_draft_tokens out;
+        # Load-aware K (core/perf/schedule.py): the schedule applies to requests that leave num_draft_tokens out;
         # the in-flight count is shared by every instance of this model (inflight.py).
-        from specbuild.core.schedule import (
+        from specbuild.core.perf.schedule import (
             INFLIGHT_HOLD_MS,
             PLAIN_ROUND_GROWTH,
             AcceptanceGuard,
@@ -234,7 +234,7 @@ class TritonPythonModel:
         window, _, floor = (guard or "").partition(":")
         self.guard = AcceptanceGuard(int(window), float(floor)) if guard else None
         self.plain_tokens = int(param(config, "plain_round_tokens", "1"))
-        # a streamed request's K=0 rounds ask 1, g, g^2, ... tokens up to plain_tokens (core/schedule.py)
+        # a streamed request's K=0 rounds ask 1, g, g^2, ... tokens up to plain_tokens (core/perf/schedule.py)
         self.plain_growth = int(param(config, "plain_round_growth", str(PLAIN_ROUND_GROWTH)))
         # the count a round reads stays for this long at what it was when a request ended (inflight.py)
         self.hold_ms = float(param(config, "inflight_hold_ms", str(INFLIGHT_HOLD_MS)))

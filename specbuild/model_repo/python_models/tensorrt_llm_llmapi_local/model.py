@@ -98,7 +98,7 @@ class TritonPythonModel:
         return auto_complete_model_config
 
     def initialize(self, args):
-        from specbuild.core.llmapi_facts import decoding_class
+        from specbuild.core.facts.llmapi import decoding_class
         from specbuild.engines.reference.text import load_tokenizer
 
         config = json.loads(args["model_config"])

@@ -44,7 +44,7 @@ from local_core import Job, Perf, cut, request_from_wire  # noqa: E402
 from step_scheduler import StepScheduler, plain_k  # noqa: E402
 from words import find_stop, stop_at_words  # noqa: E402
 
-from specbuild.core.schedule import INFLIGHT_HOLD_MS, held_count, record_end  # noqa: E402
+from specbuild.core.perf.schedule import INFLIGHT_HOLD_MS, held_count, record_end  # noqa: E402
 
 
 class Flags:
@@ -80,7 +80,7 @@ class EngineHost:
         self._jobs: dict[int, Job] = {}  # jid -> a job received and not done (`stop` and `cancel` name jids)
         self._lock = threading.Lock()
         self._holding = 0  # requests received and not done (queued for admission included)
-        self._end = (0, 0)  # (last done at ns, holding then): core/schedule.record_end
+        self._end = (0, 0)  # (last done at ns, holding then): core/perf/schedule.record_end
         self._worker = EngineWorker(
             f"{name}-engine",
             max(1, int(max_batch)),
@@ -121,14 +121,14 @@ class EngineHost:
     # ---- the schedule -----------------------------------------------------------------------------
     def _in_flight(self) -> int:
         """Requests this engine holds: received and not done (queued for admission, rows, whole jobs), or
-        what it held when a request was done less than hold_ms ago if more (core/schedule.held_count: a
+        what it held when a request was done less than hold_ms ago if more (core/perf/schedule.held_count: a
         request that replaces one just answered sees the load it replaces)."""
         with self._lock:
             return held_count(self._holding, [self._end], time.monotonic_ns(), self.hold_ms)
 
     def _tree_k(self, in_flight: int) -> int:
         """K of a request admitted with `in_flight` requests in flight (step_scheduler.py): the repository's
-        draft_len_schedule (core/schedule.py), else always the engine's tree (TensorRT-LLM's Medusa engines
+        draft_len_schedule (core/perf/schedule.py), else always the engine's tree (TensorRT-LLM's Medusa engines
         cannot switch it off)."""
         schedule = self.engine.schedule
         return self.engine.num_draft_tokens if schedule is None else schedule.k_for(in_flight)
@@ -319,7 +319,7 @@ def load_engine(options: dict):
     # specbuild addition (the C++ backend has no such parameter): on a self-drafting engine (Medusa) a
     # request admitted while the schedule's K for the requests in flight is 0 decodes as a plain row
     if options.get("schedule") and engine.speculates:
-        from specbuild.core.schedule import DraftSchedule  # noqa: PLC0415
+        from specbuild.core.perf.schedule import DraftSchedule  # noqa: PLC0415
 
         engine.schedule = DraftSchedule.from_text(options["schedule"], max_draft_len=engine.num_draft_tokens)
     params = SamplingParams(max_tokens=2, end_id=-1)

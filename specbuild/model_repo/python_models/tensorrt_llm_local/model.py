@@ -67,7 +67,7 @@ from responder import POLL_S, Responder, cancelled_error  # noqa: E402
 from spec_metrics import SpecMetrics  # noqa: E402
 from words import param  # noqa: E402
 
-from specbuild.core.schedule import INFLIGHT_HOLD_MS  # noqa: E402
+from specbuild.core.perf.schedule import INFLIGHT_HOLD_MS  # noqa: E402
 
 DEFAULT_TORCH_THREADS = "1"  # per engine process; SPECBUILD_TORCH_THREADS overrides
 DEFAULT_TOKENS_PER_BLOCK = 32  # KV block size the perf counters are reported in (TRT-LLM's default)
@@ -80,7 +80,7 @@ MAX_ENGINE_RESTARTS = 3  # a dead engine process is started again this often at 
 class TritonPythonModel:
     def initialize(self, args):
         from specbuild.core.engine_limits import EngineLimits
-        from specbuild.core.safe_io import read_json
+        from specbuild.core.formats.safe_io import read_json
 
         config = json.loads(args["model_config"])
         self.name = config.get("name", "tensorrt_llm")
@@ -94,7 +94,7 @@ class TritonPythonModel:
             "medusa_choices": param(config, "medusa_choices") or None,
             # specbuild addition (the C++ backend has no such parameter): on a self-drafting engine (Medusa)
             # a request admitted while the schedule's K for the requests in flight is 0 decodes as a plain
-            # row (core/schedule.py, step_scheduler.py)
+            # row (core/perf/schedule.py, step_scheduler.py)
             "schedule": param(config, "draft_len_schedule") or None,
             # the count a request is admitted with stays this long at what it was when one was answered
             "hold_ms": float(param(config, "inflight_hold_ms", str(INFLIGHT_HOLD_MS))),

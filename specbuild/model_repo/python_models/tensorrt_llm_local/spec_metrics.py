@@ -23,7 +23,7 @@ FLUSH_S = 0.05
 
 
 class SpecMetrics:
-    """trtllm-serve's speculative-decoding series (core/trtllm_facts.py PROMETHEUS_SPEC_DECODE) through
+    """trtllm-serve's speculative-decoding series (core/facts/trtllm.py PROMETHEUS_SPEC_DECODE) through
     Triton's custom-metrics API, labelled with this model's name; created at the first speculative step,
     so a model that never speculates (the draft) exports none. One verification of BLS drafts is one
     step (an iteration of the real engine); a Medusa request counts each of its tree steps.
@@ -49,8 +49,8 @@ class SpecMetrics:
         self._flusher: threading.Thread | None = None
 
     def _setup(self):
-        from specbuild.core.trtllm_facts import PROMETHEUS_SPEC_DECODE as N
-        from specbuild.core.trtllm_facts import PROMETHEUS_SPEC_STEPS
+        from specbuild.core.facts.trtllm import PROMETHEUS_SPEC_DECODE as N
+        from specbuild.core.facts.trtllm import PROMETHEUS_SPEC_STEPS
 
         family = pb_utils.MetricFamily
         labels = {"model": self.model}
@@ -80,7 +80,7 @@ class SpecMetrics:
     def _per_position(self, kind: str, position: int):
         key = (kind, position)
         if key not in self._position:
-            from specbuild.core.trtllm_facts import PROMETHEUS_POSITION_LABEL
+            from specbuild.core.facts.trtllm import PROMETHEUS_POSITION_LABEL
 
             labels = {"model": self.model, PROMETHEUS_POSITION_LABEL: str(position)}
             self._position[key] = self._families[kind].Metric(labels=labels)
