@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-isa demo demo-real lint clean bench-convert bench-reference bench-serve bench-load aiperf
+.PHONY: setup test test-faults test-isa demo demo-real lint clean bench-convert bench-reference bench-serve bench-load aiperf
 
 setup: $(STAMP)
 
@@ -18,6 +18,11 @@ $(STAMP): pyproject.toml
 
 test: setup
 	$(BIN)/python -m pytest -q tests
+
+# The whole process-tree fault matrix (tests/test_e2e_process_tree.py: every kind of repository x every
+# way a process of the served tree dies, ~40 server starts); `make test` runs its core, one kind per way.
+test-faults: setup
+	$(BIN)/python -m pytest -q tests/test_e2e_process_tree.py --faults
 
 # The numeric tests (marker `numeric`) once per CPU kernel family this machine can run (ATen AVX2 /
 # AVX-512 / default, oneDNN ISA ceilings, oneMKL's reproducible GEMM): float results differ in the

@@ -9,6 +9,24 @@ import pytest
 pytest_plugins = ["e2e_fixtures"]  # the shared tritonserver fixtures of the end-to-end tests
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--faults",
+        action="store_true",
+        help="also run the tests marked `faults` (the whole process-tree fault matrix: make test-faults)",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """`faults` tests run only with --faults (`make test` runs the matrix's core; the rest is deselected)."""
+    if config.getoption("--faults"):
+        return
+    keep = [item for item in items if item.get_closest_marker("faults") is None]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
+
+
 @pytest.fixture(scope="session")
 def tokenizer_dir(tmp_path_factory) -> Path:
     from specbuild.demo.synthetic import train_tokenizer

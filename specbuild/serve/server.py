@@ -1,12 +1,13 @@
 """Run the bundled tritonserver on a model repository: start, wait until every model is ready, stop.
 
 `TritonServer` is a context manager; it never leaves a server behind: the server runs in its own
-process group (the Python-backend stubs are its children, so they are in it too). On stop, and on
-interpreter exit (atexit), tritonserver gets SIGTERM (it unloads its models, which ends the stubs), then
-whatever is left of the group SIGKILL; the kernel kills the server if the starting process dies first
-(PR_SET_PDEATHSIG). The server's Python-backend regions carry a prefix of their own, and
-whatever of them is left in /dev/shm after the stop (stubs that ended on the signal, a crash) is
-removed. `check_alive()` also watches the stubs: tritonserver 2.51 keeps a model whose
+process group (the Python-backend stubs are its children and the engine processes theirs, so they are in
+it too). On stop, and on interpreter exit (atexit), tritonserver gets SIGTERM (it unloads its models,
+which ends the stubs), then whatever is left of the group SIGKILL. The server's Python-backend regions
+carry a prefix of their own, and whatever of them is left in /dev/shm after the stop (stubs that ended on
+the signal, a crash) is removed. When the owning process dies without stopping (SIGKILL), the kernel
+kills tritonserver (PR_SET_PDEATHSIG) and the server's guardian (guardian.py) kills the rest of the group
+and removes the regions. `check_alive()` also watches the stubs: tritonserver 2.51 keeps a model whose
 stub died READY, so a dead stub is a ServerError naming the model (server_watch.py).
 """
 
@@ -30,14 +31,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbuild.core.errors import ServerError
+from specbuild.serve import guardian
 from specbuild.serve.bundle import TritonBundle, check_libpython, find_bundle
 from specbuild.serve.server_watch import (
+    BLS_COUNTER_PREFIX,
     dead,
     fatal_lines,
     remove_bls_counters,
     remove_shm,
     shm_prefix,
     stub_processes,
+    wait_group_gone,
 )
 
 DEFAULT_HOST = "127.0.0.1"
@@ -207,17 +211,6 @@ def important_log_lines(log: str, limit: int = 25) -> list[str]:
     return lines[-limit:]
 
 
-def _wait_group_gone(pgid: int, timeout_s: float = 5.0) -> None:
-    """After SIGKILL: wait until no process of the group is left (their regions are then safe to remove)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return
-        time.sleep(0.05)
-
-
 def _set_pdeathsig() -> None:  # runs in the child between fork and exec
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
@@ -235,6 +228,7 @@ class TritonServer:
         self.options = options or ServerOptions()
         self._bundle = bundle
         self._proc: subprocess.Popen | None = None
+        self._guardian: subprocess.Popen | None = None  # cleans up if this process dies (guardian.py)
         self._workdir: tempfile.TemporaryDirectory | None = None
         self._models: list[str] = []
         self.log_path: Path | None = None
@@ -326,6 +320,8 @@ class TritonServer:
                 start_new_session=True,
                 preexec_fn=_set_pdeathsig,
             )
+        pid = self._proc.pid
+        self._guardian = guardian.start(pid, [self._shm_prefix, f"{BLS_COUNTER_PREFIX}{pid}-"])
         atexit.register(self.stop)
         return self
 
@@ -380,7 +376,7 @@ class TritonServer:
                 os.killpg(self._proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-            _wait_group_gone(self._proc.pid)
+            wait_group_gone(self._proc.pid)
             remove_bls_counters(self._proc.pid)
         self._clean_shm()
         return ServerError(
@@ -447,10 +443,22 @@ class TritonServer:
                     self._clean_shm()
                     remove_bls_counters(proc.pid)  # the stubs' parent is the server: the files name its pid
         finally:
+            self._release_guardian()
             if self._workdir is not None:
                 self._workdir.cleanup()
                 self._workdir = None
             atexit.unregister(self.stop)
+
+    def _release_guardian(self) -> None:
+        """The stop is done: the guardian's cleanup (now a no-op) runs and it exits."""
+        keeper, self._guardian = self._guardian, None
+        if keeper is not None:
+            try:
+                keeper.stdin.close()
+                keeper.wait(timeout=guardian.GROUP_GONE_TIMEOUT_S + 5)
+            except (OSError, subprocess.TimeoutExpired):
+                keeper.kill()
+                keeper.wait()
 
     def _stop_group(self, proc: subprocess.Popen) -> None:
         """SIGTERM to tritonserver alone: it finishes in-flight work, then unloads every model, which
@@ -474,7 +482,7 @@ class TritonServer:
             except (ProcessLookupError, PermissionError):
                 pass
             proc.wait()
-            _wait_group_gone(proc.pid)
+            wait_group_gone(proc.pid)
 
     def _clean_shm(self) -> None:
         if self._proc is None or self._proc.poll() is not None:  # never under a live server

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +68,17 @@ def remove_shm(prefix: str) -> list[str]:
         except FileNotFoundError:
             pass
     return removed
+
+
+def wait_group_gone(pgid: int, timeout_s: float = 5.0) -> None:
+    """After SIGKILL: wait until no process of the group is left (their regions are then safe to remove)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.05)
 
 
 def stub_processes(server_pid: int) -> dict[int, Stub]:

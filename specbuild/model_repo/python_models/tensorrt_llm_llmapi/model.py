@@ -53,6 +53,7 @@ if _HERE not in sys.path:
 
 from engine_process import EngineProcess, EngineProcessError  # noqa: E402
 from engine_worker import ActiveRequests, EngineWorker, Outbox  # noqa: E402
+from lifeline import start_in_stub  # noqa: E402
 from llmapi_core import (  # noqa: E402
     Job,
     LlmApiLimits,
@@ -97,6 +98,7 @@ class TritonPythonModel:
         return auto_complete_model_config
 
     def initialize(self, args):
+        start_in_stub(args["model_name"])  # ends this process if tritonserver dies (lifeline.py)
         from specbuild.core.llmapi_facts import DECODINGS, release
         from specbuild.engines.reference.text import load_tokenizer
 
