@@ -40,9 +40,14 @@ class Stub:
     instance: str  # <model>_<group>_<index>
 
 
+def owner_prefix(pid: int | None = None) -> str:
+    """The start of the region names of every server the process `pid` (default: this one) starts."""
+    return f"specbuild_{os.getpid() if pid is None else int(pid)}_"
+
+
 def shm_prefix() -> str:
     """A region-name prefix no other server uses (the Python backend appends a UUID per stub)."""
-    return f"specbuild_{os.getpid()}_{secrets.token_hex(4)}_"
+    return f"{owner_prefix()}{secrets.token_hex(4)}_"
 
 
 # = PREFIX in python_models/tensorrt_llm_bls/inflight.py (the BLS's in-flight counter file,
