@@ -22,24 +22,41 @@ of them, for a stub that is still loading or wedged.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
 
+from specbuild.core.errors import ServerError
 from specbuild.serve.server_watch import remove_shm, wait_group_gone
 
 GROUP_GONE_TIMEOUT_S = 10.0  # SIGKILLed processes end in milliseconds; reaping them takes what init takes
+START_TIMEOUT_S = 30.0  # Python starting (~0.1 s; seconds on a loaded machine)
+READY = b"ready\n"
 
 
 def start(pgid: int, prefixes: list[str]) -> subprocess.Popen:
-    """The guardian of the process group `pgid` and the /dev/shm names `prefixes`; close its stdin (or
-    die) to make it clean up and exit."""
-    return subprocess.Popen(  # noqa: S603 - this module, our own arguments
+    """The guardian of the process group `pgid` and the /dev/shm names `prefixes`, once it ignores the stop
+    signals (it says so); close its stdin (or die) to make it clean up and exit."""
+    keeper = subprocess.Popen(  # noqa: S603 - this module, our own arguments
         [sys.executable, "-m", "specbuild.serve.guardian", str(int(pgid)), *prefixes],
         stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         start_new_session=True,
     )
+    ready = select.select([keeper.stdout], [], [], START_TIMEOUT_S)[0] and keeper.stdout.readline()
+    keeper.stdout.close()
+    if ready != READY:
+        keeper.kill()
+        keeper.wait()
+        raise ServerError(
+            "the server's guardian process did not start",
+            expected=f"{READY!r} from `python -m specbuild.serve.guardian` within {START_TIMEOUT_S:g} s",
+            found=repr(ready or b""),
+            fix="check that this virtualenv's Python runs (`python -m specbuild.serve.guardian` is part of "
+            "specbuild)",
+        )
+    return keeper
 
 
 def clean_up(pgid: int, prefixes: list[str]) -> None:
@@ -56,6 +73,8 @@ def main(argv: list[str]) -> int:
     pgid, prefixes = int(argv[1]), [p for p in argv[2:] if p]
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
+    sys.stdout.buffer.write(READY)
+    sys.stdout.buffer.flush()
     while sys.stdin.buffer.read(4096):  # until end of input: the owner closed the pipe, or died
         pass
     clean_up(pgid, prefixes)

@@ -371,20 +371,28 @@ class TritonServer:
                 if crash and any("Signal" in c or "#" in c for c in crash)
                 else important or fatal_lines(text)
             )
-        if self._proc is not None:  # a crash leaves the stubs (orphans) and their regions: end both
-            try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            wait_group_gone(self._proc.pid)
-            remove_bls_counters(self._proc.pid)
-        self._clean_shm()
+        self._kill_group()  # a crash leaves the stubs and their regions: end both
         return ServerError(
             f"tritonserver exited ({how}) {when}",
             expected="a running server with every model READY",
             found="\n    " + "\n    ".join(lines) if lines else "nothing in the log",
             fix=f"read the whole log: {self.log_path}; fix the model it names, or restart `specbuild serve`",
         )
+
+    def _kill_group(self) -> None:
+        """SIGKILL tritonserver and everything under it at once, then remove its regions: a server that
+        crashed or lost a model process is broken, and the requests it holds get an error now instead of
+        waiting out a graceful stop (a request queued for the dead model would wait for all of it)."""
+        if self._proc is None:
+            return
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self._proc.wait()  # reaped: a zombie of ours would keep the group alive
+        wait_group_gone(self._proc.pid)
+        remove_bls_counters(self._proc.pid)
+        self._clean_shm()
 
     def dead_models(self) -> list[str]:
         """Models whose Python-backend process died while serving ("model (instance, pid N exited)")."""
@@ -415,6 +423,7 @@ class TritonServer:
         gone = self.dead_models()
         if gone:
             lines = fatal_lines(self.log_text(since=self._ready_at or 0), limit=10)
+            self._kill_group()
             raise ServerError(
                 f"a model's Python-backend process died: {', '.join(gone)}",
                 expected="a live process for every model instance (tritonserver still reports the model "

@@ -144,14 +144,26 @@ class ChildProcess:
                 self.proc.stdin.write(line)
                 self.proc.stdin.flush()
             except (BrokenPipeError, ValueError, OSError):
+                self._reap()
                 raise ChildError(self.gone()) from None
 
     def next(self) -> dict:
         """The next event (blocks); ChildError once the process is gone."""
         line = self.proc.stdout.readline()
         if not line:
+            self._reap()
             raise ChildError(self.gone())
         return json.loads(line)
+
+    def _reap(self) -> None:
+        """Its pipe closed: the process is ending (a killed one closes its pipes before it is a zombie).
+        Wait for it, so that `alive` is False from now on and a model starting it again does not see the
+        dying process as running; one that lives on without its pipe is of no use: killed."""
+        try:
+            self.proc.wait(timeout=CLOSE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
     @property
     def alive(self) -> bool:
