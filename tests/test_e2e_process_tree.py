@@ -69,11 +69,11 @@ ENGINES = {  # the models of each kind with an engine process
     "ngram": ("tensorrt_llm",),
     "llmapi": ("tensorrt_llm",),
 }
-# One kind per way of dying (in `make test`); the kill that orphaned stubs first (issue 40) on the kind
-# where it did. SIGINT takes the same path in serve as SIGTERM (serving.STOP_SIGNALS): full matrix only.
+# `make test`: each way of dying once, every kind at least once, the short-grace kill of issue 40 on
+# draft/target. SIGINT takes serve's path of SIGTERM (serving.STOP_SIGNALS): in the full matrix only.
 CORE = {
     ("draft_target", "serve-SIGTERM+SIGKILL@2s"),
-    ("draft_target", "stub:tensorrt_llm"),
+    ("medusa", "stub:tensorrt_llm"),
     ("medusa", "serve-SIGKILL"),
     ("ngram", "tritonserver-SIGKILL"),
     ("llmapi", "engine:tensorrt_llm"),
@@ -317,10 +317,11 @@ class Chain:
         return self.served
 
     def stop(self) -> None:
+        """SIGKILL the live server (its guardian cleans up: what the serve-SIGKILL case checks)."""
         served, self.served = self.served, None
         if served is not None and served.proc.poll() is None:
-            served.proc.send_signal(signal.SIGTERM)
-            served.proc.wait(DRAIN_S + 30)
+            served.proc.kill()
+            served.proc.wait()
             wait_gone(served.tree.processes(), TREE_BOUND_S, time.monotonic())
 
 
@@ -358,6 +359,9 @@ def test_a_dying_process_takes_its_tree_and_leaves_nothing(kind, mode, chains, g
     from specbuild.core.errors import ClientError
 
     chain = chains[kind]
+    for other in chains.values():  # the cases run kind by kind: the other kinds' servers are done
+        if other is not chain:
+            other.stop()
     served = chain.live()
     tree = served.tree
     assert tree.with_role("stub:") == set(STUBS[kind]) and tree.with_role("engine:") == set(ENGINES[kind])
