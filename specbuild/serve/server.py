@@ -320,9 +320,14 @@ class TritonServer:
                 start_new_session=True,
                 preexec_fn=_set_pdeathsig,
             )
-        pid = self._proc.pid
-        self._guardian = guardian.start(pid, [self._shm_prefix, f"{BLS_COUNTER_PREFIX}{pid}-"])
         atexit.register(self.stop)
+        pid = self._proc.pid
+        try:
+            self._guardian = guardian.start(pid, [self._shm_prefix, f"{BLS_COUNTER_PREFIX}{pid}-"])
+        except BaseException:
+            self.kill()
+            self.stop()
+            raise
         return self
 
     def wait_ready(self, *, on_progress: Callable[[int, int], None] | None = None) -> TritonServer:
