@@ -254,3 +254,28 @@ def test_the_guardian_ends_the_server_and_removes_its_regions_when_its_owner_is_
                 pass
         for path in Path("/dev/shm").glob(prefix + "*"):
             path.unlink()
+
+
+def test_a_child_started_with_die_with_parent_ends_with_its_parent():
+    """core/pdeathsig.py: what tritonserver (under serve), serve and the stage commands (under the demo)
+    and trtllm-build (under compile) are started with."""
+    parent = _python(
+        """
+        import subprocess, time
+        from specbuild.core.pdeathsig import die_with_parent
+        child = subprocess.Popen(["sleep", "3600"], preexec_fn=die_with_parent())
+        print(child.pid, flush=True)
+        time.sleep(3600)
+        """,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    child = 0
+    try:
+        child = _read_pid(parent)
+        parent.kill()
+        parent.wait()
+        assert _gone_within(child, GONE_S), "the child outlived its parent"
+    finally:
+        _kill(child)
+        parent.kill()

@@ -24,6 +24,7 @@ import torch
 from safetensors.torch import save_file
 
 from specbuild.core.manifest import sha256_file
+from specbuild.core.pdeathsig import die_with_parent
 
 # Llama-shaped (TinyLlama-like widths, GQA 32/4 heads); 9 layers ~ 1.07 GB at bfloat16.
 SHAPE = {"hidden": 2048, "inter": 5632, "heads": 32, "kv_heads": 4, "vocab": 32000, "layers": 9}
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             str(work / "ckpt"),
             str(args.tp),
         ]
-        proc = subprocess.run(cmd, check=True, capture_output=True, text=True)
+        proc = subprocess.run(cmd, check=True, capture_output=True, text=True, preexec_fn=die_with_parent())
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     copy_s = min(copies)  # the best of each: the least disturbed run
     hash_s = hash_time(work / "copy")

@@ -14,7 +14,6 @@ stub died READY, so a dead stub is a ServerError naming the model (server_watch.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import errno
 import json
 import os
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbuild.core.errors import ServerError
+from specbuild.core.pdeathsig import die_with_parent
 from specbuild.serve import guardian
 from specbuild.serve.bundle import TritonBundle, check_libpython, find_bundle
 from specbuild.serve.server_watch import (
@@ -211,13 +211,6 @@ def important_log_lines(log: str, limit: int = 25) -> list[str]:
     return lines[-limit:]
 
 
-def _set_pdeathsig() -> None:  # runs in the child between fork and exec
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
-    except OSError:
-        pass
-
-
 class TritonServer:
     """A running tritonserver for one repository. Use as `with TritonServer(repo, opts) as srv:`."""
 
@@ -318,7 +311,7 @@ class TritonServer:
                 env=env,
                 cwd=work,
                 start_new_session=True,
-                preexec_fn=_set_pdeathsig,
+                preexec_fn=die_with_parent(),  # the kernel kills it if this process dies
             )
         atexit.register(self.stop)
         pid = self._proc.pid
