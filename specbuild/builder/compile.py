@@ -34,6 +34,7 @@ from specbuild.core.llmapi_launch import (
 )
 from specbuild.core.manifest import atomic_output_dir, write_manifest
 from specbuild.core.methods import method_of
+from specbuild.core.pdeathsig import die_with_parent
 from specbuild.core.safe_io import atomic_write_text
 from specbuild.core.trtllm_facts import SpeculativeDecodingMode
 from specbuild.engines.trtllm.convert import convert_checkpoint
@@ -212,7 +213,14 @@ def _run_trtllm_build(plan, tmp: Path, final: Path) -> None:
     failure)."""
     log_path = tmp / plan.role / "build.log"
     with open(log_path, "w") as log:
-        proc = subprocess.run(list(plan.argv), cwd=tmp, stdout=log, stderr=subprocess.STDOUT, check=False)
+        proc = subprocess.run(
+            list(plan.argv),
+            cwd=tmp,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=False,
+            preexec_fn=die_with_parent(),  # a killed `compile` does not leave trtllm-build running
+        )
     if proc.returncode != 0:
         kept = final.parent / f"{final.name}.{plan.role}-build.log"
         # the temporary folder is removed on failure; keep the log (bounded: its tail is what matters)
