@@ -23,6 +23,8 @@ the tool, so a release that changed it cannot be recorded silently):
   default ladder, and how a batch size picks its slot;
 * sglang/srt/models/llama.py, llama_eagle3.py and model_executor/model_runner_components/
   spec_aux_hidden_state.py: where an EAGLE-3 draft's aux-layer ids are read and how they are shifted;
+* sglang/kernels/jit/csrc/ngram_corpus/result.cpp (`fillResult`) and speculative_hook.py `_handle_ngram`:
+  what NGRAM's draft-token count holds and what sets its topk;
 * sglang/launch_server.py: the module entry point.
 The wheel's sha256 and the RECORD hash of each file read go into the `source` note.
 """
@@ -47,6 +49,7 @@ FILES = {
     "llama_eagle3": "sglang/srt/models/llama_eagle3.py",
     "aux": "sglang/srt/model_executor/model_runner_components/spec_aux_hidden_state.py",
     "launch": "sglang/launch_server.py",
+    "ngram_result": "sglang/kernels/jit/csrc/ngram_corpus/result.cpp",
 }
 # The fields whose defaults are recorded: what specbuild writes, and what it leaves to SGLang.
 DEFAULT_FIELDS = (
@@ -245,6 +248,22 @@ def eagle3_layer_ids(llama_text: str, aux_text: str, eagle3_text: str) -> dict:
     }
 
 
+def ngram(result_text: str, hook_text: str) -> dict:
+    if "info.token.emplace_back(last_token);" not in result_text:
+        raise _fail("fillResult putting the last token first")
+    if "speculative_num_draft_tokens=12" not in hook_text:
+        raise _fail("_handle_ngram's default of 12 draft tokens")
+    if "speculative_eagle_topk=cfg.speculative_ngram_max_bfs_breadth" not in hook_text:
+        raise _fail("_handle_ngram setting topk from --speculative-ngram-max-bfs-breadth")
+    return {
+        "num_draft_tokens": "the verify width: the request's last token, then the drafted tokens "
+        "(K drafted = K + 1)",
+        "topk": "--speculative-ngram-max-bfs-breadth (1: one chain of drafted tokens)",
+        "num_draft_tokens_default": 12,
+        "read_from": [FILES["ngram_result"], FILES["hook"]],
+    }
+
+
 def record_hashes(root: Path, files: list[str]) -> dict[str, str]:
     record = next(root.glob("sglang-*.dist-info/RECORD"))
     with open(record, newline="") as f:
@@ -279,6 +298,7 @@ def main(root: str, wheel: str) -> None:
         ),
         "eagle_family": eagle_family(hook),
         "adaptive": adaptive(ast.parse(_text(root_p, "adaptive")), hook),
+        "ngram": ngram(_text(root_p, "ngram_result"), hook),
         "eagle3_layer_ids": eagle3_layer_ids(
             _text(root_p, "llama"), _text(root_p, "aux"), _text(root_p, "llama_eagle3")
         ),
