@@ -3,6 +3,18 @@
 Every key whose loader default would be wrong for a Llama-family model is written explicitly
 (trtllm.md §2.2: `hidden_act` defaults to gelu, `position_embedding_type` to learned_absolute).
 Medusa adds the MedusaForCausalLM keys (§3.2).
+
+`mapping.gpus_per_node` is the GPUs of one node of the deployment, not TensorRT-LLM's default of 8:
+trtllm-build 1.x copies the checkpoint's mapping into the engine (tensorrt_llm/commands/build.py
+`build_model` @65f1d1536e18aea3380e6e270e00895a709333eb; the 0.x build.py @008b2b8d overwrote it with
+`--gpus_per_node`, default 8), and the C++ executor takes GPUs per node from the engine's config.json
+(`Executor::Impl::loadModel`: `WorldConfig::mpi(jsonConfig.getGpusPerNode(), ..., deviceIds)`,
+cpp/tensorrt_llm/executor/executorImpl.cpp @b35ac1b64368513d215c57d2ed01d62d910df8da), refuses device ids
+not below it (cpp/tensorrt_llm/runtime/worldConfig.cpp @3c44cb974badec8966108b16054a99c0923e410d) and
+places rank r on `deviceIds[r % len(deviceIds)]` (`WorldConfig::getDevice`,
+cpp/include/tensorrt_llm/runtime/worldConfig.h @14e801da3632eb71367b847e335c4f2b09098651). Read on main
+revisions, not at the 1.2.1 commit (inferred for 1.2.1). With 8 on a 2-node deployment of 1 GPU per node,
+rank 1 would take device 1 of a pod that has one GPU.
 """
 
 from __future__ import annotations
@@ -15,11 +27,12 @@ WEIGHT_ONLY_ALGO = {"none": None, "int8": "W8A16", "int4": "W4A16"}  # trtllm-bu
 GROUP_SIZE = 128  # QuantConfig.group_size code default (the doc table's 64 is wrong)
 
 
-def mapping_dict(tp: int, pp: int) -> dict[str, Any]:
+def mapping_dict(tp: int, pp: int, gpus_per_node: int | None = None) -> dict[str, Any]:
+    """gpus_per_node: the GPUs of one node of the deployment (None: tp x pp, one node)."""
     # attn_tp_size / attn_cp_size are left out on purpose: Mapping derives them from tp/cp.
     return {
         "world_size": tp * pp,
-        "gpus_per_node": 8,
+        "gpus_per_node": gpus_per_node or tp * pp,
         "cp_size": 1,
         "tp_size": tp,
         "pp_size": pp,
@@ -56,7 +69,7 @@ def rotary_scaling(cfg: HFModelConfig) -> dict[str, Any] | None:
 
 
 def checkpoint_config(
-    cfg: HFModelConfig, *, dtype: str, tp: int, pp: int, weight_only: str
+    cfg: HFModelConfig, *, dtype: str, tp: int, pp: int, weight_only: str, gpus_per_node: int | None = None
 ) -> dict[str, Any]:
     """config.json for the base model (LLaMAForCausalLM or QWenForCausalLM in TRT-LLM's MODEL_MAP)."""
     out: dict[str, Any] = {
@@ -84,7 +97,7 @@ def checkpoint_config(
         "attn_bias": cfg.attention_bias,
         "mlp_bias": False,
         "qk_layernorm": False,
-        "mapping": mapping_dict(tp, pp),
+        "mapping": mapping_dict(tp, pp, gpus_per_node),
         "quantization": quantization_dict(weight_only),
         "disable_weight_only_quant_plugin": False,
         "residual_mlp": False,
