@@ -145,11 +145,11 @@ def deploy(
         from specbuild.core.safe_io import read_text
         from specbuild.core.spec import parse_spec_yaml
         from specbuild.deploy.dynamo import dynamo_graph
-        from specbuild.deploy.llmapi_options import spec_options
+        from specbuild.deploy.llmapi_options import MODEL_ROOT, spec_options
         from specbuild.deploy.pods import pod_model_root
         from specbuild.deploy.vllm import pod_model
 
-        root = pod_model_root(s, models_claim, engine="dynamo", speculative=options is None)
+        root = MODEL_ROOT if models_claim else None
         if options is None:  # the options `compile --flow llmapi` would write, with the pod's model paths
             opts = spec_options(load_spec(spec, overrides={"flow": "llmapi"}), model_root=root)
         else:
@@ -163,6 +163,7 @@ def deploy(
                     found=type(opts).__name__,
                     fix="point at the options YAML",
                 )
+        pod_model_root(s, models_claim, engine="dynamo", speculative=options is None)  # refuses host folders
         files = dynamo_graph(
             opts,
             version=s.trtllm_version,

@@ -12,7 +12,7 @@ from specbuild.builder.memory_plan import plan_memory
 from specbuild.core.errors import DeployError
 from specbuild.core.llmapi_facts import DECODINGS, Flow
 from specbuild.core.spec import BuildSpec
-from specbuild.deploy.pods import MODEL_ROOT  # noqa: F401 (where `--models-claim` mounts the folders)
+from specbuild.deploy.pods import MODEL_ROOT  # noqa: F401 (re-exported: where --models-claim mounts)
 from specbuild.deploy.vllm import pod_model
 
 

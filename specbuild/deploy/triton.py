@@ -93,9 +93,9 @@ def triton_manifests(spec: BuildSpec, opts: DeployOptions) -> Manifests:
     gpus = layout.num_gpus
     image = opts.image or container_image(spec.trtllm_version, tag=opts.container_tag)
     many_nodes = opts.nodes > 1
-    _check_nodes(spec, opts)
     if many_nodes:
         _check_multinode(spec, layout, opts)
+    _check_nodes(spec, opts)
     server_labels = labels_for(name, "server")
     notes = []
     pvc_name = f"{name}-models"
