@@ -205,6 +205,7 @@ def doctor(
 
 def _print_facts(version: str | None, as_json: bool) -> None:
     from specbuild.core import sglang_facts, vllm_facts
+    from specbuild.core.deploy_sources import triton_facts
     from specbuild.core.errors import SpecbuildError
     from specbuild.core.llmapi_facts import LLMAPI_VERSIONS, release_facts
     from specbuild.deploy.dynamo import DYNAMO_TRTLLM, PAIRING_SOURCE
@@ -239,6 +240,11 @@ def _print_facts(version: str | None, as_json: bool) -> None:
                     ", ".join(tag for tag, ships in DYNAMO_TRTLLM.items() if ships == v) or "none",
                     PAIRING_SOURCE,
                 ),
+                *[
+                    (f"deploy --engine triton: {t}", value, f)
+                    for t, value, f in triton_facts()
+                    if v == "1.2.1"
+                ],
             ]
         ]
         for v in versions

@@ -4,17 +4,11 @@ Every key whose loader default would be wrong for a Llama-family model is writte
 (trtllm.md §2.2: `hidden_act` defaults to gelu, `position_embedding_type` to learned_absolute).
 Medusa adds the MedusaForCausalLM keys (§3.2).
 
-`mapping.gpus_per_node` is the GPUs of one node of the deployment, not TensorRT-LLM's default of 8:
-trtllm-build 1.x copies the checkpoint's mapping into the engine (tensorrt_llm/commands/build.py
-`build_model` @65f1d1536e18aea3380e6e270e00895a709333eb; the 0.x build.py @008b2b8d overwrote it with
-`--gpus_per_node`, default 8), and the C++ executor takes GPUs per node from the engine's config.json
-(`Executor::Impl::loadModel`: `WorldConfig::mpi(jsonConfig.getGpusPerNode(), ..., deviceIds)`,
-cpp/tensorrt_llm/executor/executorImpl.cpp @b35ac1b64368513d215c57d2ed01d62d910df8da), refuses device ids
-not below it (cpp/tensorrt_llm/runtime/worldConfig.cpp @3c44cb974badec8966108b16054a99c0923e410d) and
-places rank r on `deviceIds[r % len(deviceIds)]` (`WorldConfig::getDevice`,
-cpp/include/tensorrt_llm/runtime/worldConfig.h @14e801da3632eb71367b847e335c4f2b09098651). Read on main
-revisions, not at the 1.2.1 commit (inferred for 1.2.1). With 8 on a 2-node deployment of 1 GPU per node,
-rank 1 would take device 1 of a pod that has one GPU.
+`mapping.gpus_per_node` is the GPUs of one node of the deployment (spec.gpus_per_node), not TensorRT-LLM's
+default of 8: trtllm-build 1.x keeps the checkpoint's mapping in the engine, and the executor takes GPUs per
+node from there, refuses device ids not below it and runs rank r on gpu_device_ids[r % len]
+(core/deploy_sources.py names the upstream files and commits). With 8 on a deployment of 2 pods of 1 GPU,
+rank 1 would ask for device 1 of a pod that has one GPU.
 """
 
 from __future__ import annotations
