@@ -234,7 +234,9 @@ def test_seed_two_nodes_on_dynamo_validates():
 def test_leader_mode_two_nodes_on_triton_validates(tmp_path):
     from specbuild.deploy.triton import KUBESSH, DeployOptions, triton_manifests
 
-    text = MEDUSA.read_text().replace("tp_size: 1", "tp_size: 2").replace("serving: {", "serving: {nodes: 2, ")
+    text = (
+        MEDUSA.read_text().replace("tp_size: 1", "tp_size: 2").replace("serving: {", "serving: {nodes: 2, ")
+    )
     spec_path = tmp_path / "medusa-tp2.yaml"
     spec_path.write_text(text)
     for d in ("models",):

@@ -28,17 +28,21 @@ def render() -> str:
         (
             "NVIDIA Dynamo (`dynamo`)",
             "runtime images",
-            [("image -> TensorRT-LLM", ", ".join(f"{k}: {v}" for k, v in DYNAMO_TRTLLM.items()), PAIRING_SOURCE)],
+            [
+                (
+                    "image -> TensorRT-LLM",
+                    ", ".join(f"{k}: {v}" for k, v in DYNAMO_TRTLLM.items()),
+                    PAIRING_SOURCE,
+                )
+            ],
         ),
     ]
     rows = ["| engine | release | topic | written / followed | read from (status) |", "|---|---|---|---|---|"]
     for engine, release, facts in groups:
         for topic, value, fact in facts:
             path = re.sub(r" \(sha256=[^)]*\)", "", fact.path)  # the RECORD hashes: in the data file
-            rows.append(
-                f"| {engine} | {release} | {_cell(topic)} | {_cell(value)} | {_cell(fact.repo)} `{_cell(path)}` "
-                f"@ {_cell(fact.at)} ({fact.status}) |"
-            )
+            where = f"{_cell(fact.repo)} `{_cell(path)}` @ {_cell(fact.at)} ({fact.status})"
+            rows.append(f"| {engine} | {release} | {_cell(topic)} | {_cell(value)} | {where} |")
     return "\n".join(rows)
 
 
