@@ -221,19 +221,22 @@ def _print_facts(version: str | None, as_json: bool) -> None:
             found=version,
             fix="pass one of the versions above, or leave --version out",
         )
-    versions = [v for v in LLMAPI_VERSIONS if version in (None, v)]
+
+    def row(topic: str, value: str, f) -> dict[str, str]:
+        return {
+            "topic": topic,
+            "value": value,
+            "status": f.status,
+            "source": f.cite(),
+            "repo": f.repo,
+            "path": f.path,
+            "at": f.at,
+        }
+
     rows = {
         v: [
-            {
-                "topic": t,
-                "value": value,
-                "status": f.status,
-                "source": f.cite(),
-                "repo": f.repo,
-                "path": f.path,
-                "at": f.at,
-            }
-            for t, value, f in [
+            row(*fact)
+            for fact in [
                 *release_facts(v),
                 (
                     "Dynamo tensorrtllm-runtime images that ship it",
@@ -247,22 +250,12 @@ def _print_facts(version: str | None, as_json: bool) -> None:
                 ],
             ]
         ]
-        for v in versions
+        for v in LLMAPI_VERSIONS
+        if version in (None, v)
     }
     for key, (_, facts_of) in servers.items():
         if version in (None, key):
-            rows[key] = [
-                {
-                    "topic": t,
-                    "value": value,
-                    "status": f.status,
-                    "source": f.cite(),
-                    "repo": f.repo,
-                    "path": f.path,
-                    "at": f.at,
-                }
-                for t, value, f in facts_of(key.split("==")[1])
-            ]
+            rows[key] = [row(*fact) for fact in facts_of(key.split("==")[1])]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return

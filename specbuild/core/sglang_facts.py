@@ -13,7 +13,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from specbuild.core.llmapi_sources import INFERRED, VERIFIED, Fact
+from specbuild.core.llmapi_sources import INFERRED, Fact, wheel_fact
 
 SGLANG_VERSION = "0.5.23"  # the SGLang release `specbuild deploy --engine sglang` writes commands for
 IMAGE_TAG = Fact(
@@ -48,15 +48,8 @@ class SglangFacts:
     source: dict[str, Any]
 
     def fact(self, path: str | list[str], note: str = "") -> Fact:
-        files = [path] if isinstance(path, str) else path
-        records = "; ".join(f"{p} ({self.source['files'][p]})" for p in files)
-        return Fact(
-            f"PyPI {self.source['package']}",
-            records,
-            f"{self.source['wheel']} sha256 {self.source['wheel_sha256']}",
-            VERIFIED,
-            note,
-        )
+        """Where a fact of this release was read: the wheel pins the release."""
+        return wheel_fact(self.source, path, note)
 
     @property
     def algorithm_names(self) -> frozenset[str]:

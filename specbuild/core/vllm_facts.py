@@ -20,7 +20,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from specbuild.core.llmapi_sources import INFERRED, VERIFIED, Fact
+from specbuild.core.llmapi_sources import INFERRED, VERIFIED, Fact, wheel_fact
 
 VLLM_VERSION = "0.33.0"  # the vLLM release `specbuild deploy --engine vllm` writes commands for
 MEDUSA_LAST_VERSION = "0.32.0"
@@ -60,15 +60,7 @@ class VllmFacts:
 
     def fact(self, path: str | list[str], note: str = "") -> Fact:
         """Where a fact of this release was read: the wheel pins the release."""
-        files = [path] if isinstance(path, str) else path
-        records = "; ".join(f"{p} ({self.source['files'][p]})" for p in files)
-        return Fact(
-            f"PyPI {self.source['package']}",
-            records,
-            f"{self.source['wheel']} sha256 {self.source['wheel_sha256']}",
-            VERIFIED,
-            note,
-        )
+        return wheel_fact(self.source, path, note)
 
     def values(self, key: str) -> tuple[str, ...] | None:
         """The allowed values of a Literal-typed `--speculative-config` key (None: not a Literal)."""

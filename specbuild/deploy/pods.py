@@ -68,3 +68,23 @@ def health_probes(path: str, port: int, *, startup_minutes: int = 30) -> dict[st
         "livenessProbe": k8s.http_probe(path, port, period=10, failures=6),
         "startupProbe": k8s.http_probe(path, port, period=10, failures=startup_minutes * 6),
     }
+
+
+def server_labels(name: str, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/managed-by": "specbuild",
+    }
+
+
+def gpus_per_pod(spec: BuildSpec, nodes: int) -> int:
+    """The spec's GPUs split over `nodes` pods (refused when they do not split evenly)."""
+    if spec.num_gpus % nodes:
+        raise DeployError(
+            "the spec's GPUs do not split evenly over the nodes",
+            expected=f"a multiple of --nodes ({nodes})",
+            found=f"{spec.num_gpus} GPUs",
+            fix="change --nodes or the spec's tp_size / pp_size",
+        )
+    return spec.num_gpus // nodes

@@ -36,7 +36,7 @@ from specbuild.core.sglang_facts import SGLANG_ALGORITHMS, SGLANG_REFUSED, SGLAN
 from specbuild.core.spec import BuildSpec
 from specbuild.deploy import k8s
 from specbuild.deploy.eagle3_draft import check_draft, read_draft
-from specbuild.deploy.pods import health_probes, model_volumes, pod_model_root
+from specbuild.deploy.pods import gpus_per_pod, health_probes, model_volumes, pod_model_root, server_labels
 from specbuild.deploy.vllm import pod_model
 
 IMAGE = f"lmsysorg/sglang:v{SGLANG_VERSION}"
@@ -264,19 +264,8 @@ def sglang_manifests(
 ) -> dict[str, list[dict[str, Any]]]:
     """[ConfigMap with the adaptive ladder] + Deployment (one node) or LeaderWorkerSet + Service."""
     name = k8s.k8s_name(name)
-    labels = {
-        "app.kubernetes.io/name": name,
-        "app.kubernetes.io/component": "sglang",
-        "app.kubernetes.io/managed-by": "specbuild",
-    }
-    gpus = spec.num_gpus
-    if gpus % nodes:
-        raise DeployError(
-            "the spec's GPUs do not split evenly over the nodes",
-            expected=f"a multiple of --nodes ({nodes})",
-            found=f"{gpus} GPUs",
-            fix="change --nodes or the spec's tp_size / pp_size",
-        )
+    labels = server_labels(name, "sglang")
+    per = gpus_per_pod(spec, nodes)
     root = pod_model_root(spec, models_claim, engine="sglang")
     algorithm = algorithm_of(spec) if _speculates(spec) else None
     ladder = adaptive_config(spec, algorithm) if algorithm else None
@@ -297,7 +286,6 @@ def sglang_manifests(
     check_argv(argv, ladder)
     image = image or IMAGE
     ports = [{"name": "http", "containerPort": PORT}]
-    per = gpus // nodes
 
     def container(role: str, probes: bool) -> dict[str, Any]:
         c = {

@@ -28,6 +28,7 @@ from typing import Any
 from specbuild.core.errors import DeployError
 from specbuild.core.spec import BuildSpec
 from specbuild.deploy import k8s
+from specbuild.deploy.pods import server_labels
 from specbuild.engines.trtllm.plan import build_plan
 from specbuild.serve.launch import LaunchLayout, container_image, mpirun_argv, orchestrator_env
 
@@ -79,12 +80,7 @@ class Manifests:
     recipe: tuple[tuple[str, str], ...] = ()  # (what, shell command) to run before applying, in order
 
 
-def labels_for(name: str, component: str) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/name": name,
-        "app.kubernetes.io/component": component,
-        "app.kubernetes.io/managed-by": "specbuild",
-    }
+labels_for = server_labels  # app.kubernetes.io name / component / managed-by
 
 
 def triton_manifests(spec: BuildSpec, opts: DeployOptions) -> Manifests:

@@ -42,7 +42,14 @@ from specbuild.core.spec import BuildSpec
 from specbuild.core.vllm_facts import VLLM_METHODS, VLLM_REFUSED, VLLM_VERSION, VllmFacts, vllm_facts
 from specbuild.deploy import k8s
 from specbuild.deploy.eagle3_draft import check_draft
-from specbuild.deploy.pods import health_probes, is_local, model_volumes, pod_model_root
+from specbuild.deploy.pods import (
+    gpus_per_pod,
+    health_probes,
+    is_local,
+    model_volumes,
+    pod_model_root,
+    server_labels,
+)
 
 IMAGE = f"vllm/vllm-openai:v{VLLM_VERSION}"
 PORT = 8000
@@ -252,11 +259,7 @@ def vllm_manifests(
 ) -> dict[str, list[dict[str, Any]]]:
     """Deployment (one node) or LeaderWorkerSet (Ray over `nodes` pods) + Service."""
     name = k8s.k8s_name(name)
-    labels = {
-        "app.kubernetes.io/name": name,
-        "app.kubernetes.io/component": "vllm",
-        "app.kubernetes.io/managed-by": "specbuild",
-    }
+    labels = server_labels(name, "vllm")
     argv = serve_argv(spec, host="0.0.0.0", model_root=pod_model_root(spec, models_claim, engine="vllm"))
     image = image or IMAGE
     gpus = spec.num_gpus
@@ -281,14 +284,7 @@ def vllm_manifests(
         server = [k8s.deployment(name, labels, pod, replicas=replicas)]
         selector = labels
     else:
-        if gpus % nodes:
-            raise DeployError(
-                "the spec's GPUs do not split evenly over the nodes",
-                expected=f"a multiple of --nodes ({nodes})",
-                found=f"{gpus} GPUs",
-                fix="change --nodes or the spec's tp_size / pp_size",
-            )
-        per = gpus // nodes
+        per = gpus_per_pod(spec, nodes)
         leader_cmd = (
             f"bash {MULTI_NODE_SCRIPT} leader --ray_cluster_size=$(LWS_GROUP_SIZE); {shlex.join(argv)}"
         )
