@@ -293,3 +293,42 @@ def test_readme_says_what_the_eagle3_draft_must_hold(tmp_path):
     spec = _load(_eagle3(tmp_path, draft=EAGLE3_ARCH))
     for engine in ("vllm", "sglang"):
         assert DRAFT_CONTENTS[engine] in readme_for(spec, engine, {}, {}, [], nodes=1)
+
+
+# ---- the data files are what the tools read from the wheels ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("package", "tool", "data"),
+    [
+        ("vllm-0.33.0", "tools/vllm_facts.py", "specbuild/data/vllm_0.33.0.json"),
+        ("sglang-0.5.23", "tools/sglang_facts.py", "specbuild/data/sglang_0.5.23.json"),
+    ],
+)
+def test_facts_data_regenerates_from_the_release_wheel(tmp_path, package, tool, data):
+    """With SPECBUILD_WHEELS naming a folder that holds the wheel (`pip download <package> --no-deps
+    --only-binary :all:`), the tool's output on it equals the committed data file byte for byte; without
+    it, the data file's recorded wheel and hashes are what this test would check against."""
+    import os
+    import subprocess
+    import sys
+    import zipfile
+
+    root = Path(__file__).resolve().parents[1]
+    recorded = json.loads((root / data).read_text())
+    assert recorded["source"]["wheel"].startswith(package) and len(recorded["source"]["wheel_sha256"]) == 64
+    folder = os.environ.get("SPECBUILD_WHEELS")
+    wheels = sorted(Path(folder).glob(f"{package}-*.whl")) if folder else []
+    if not wheels:
+        pytest.skip(f"SPECBUILD_WHEELS holds no {package} wheel (the data file was written from it)")
+    (wheel,) = wheels
+    with zipfile.ZipFile(wheel) as z:
+        names = [n for n in z.namelist() if n.endswith((".py", "RECORD", ".cpp"))]
+        z.extractall(tmp_path, members=names)
+    out = subprocess.run(
+        [sys.executable, str(root / tool), str(tmp_path), str(wheel)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out == (root / data).read_text()
