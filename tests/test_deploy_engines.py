@@ -100,6 +100,7 @@ def test_vllm_refuses_what_its_release_refuses():
         ({"num_speculative_tokens_per_batch_size": [[2, 8, 4]]}, "the first range starts at 2"),
         ({"num_speculative_tokens_per_batch_size": [[1, 4, 4], [4, 8, 2]]}, "ranges overlap"),
         ({"num_speculative_tokens_per_batch_size": [[1, 8, -1]]}, "K -1 < 0"),
+        ({"method": "deepseek_mtp"}, "replaces it with mtp"),
     ):
         with pytest.raises(DeployError) as exc:
             check_speculative_config({**ok, **bad}, target_tp=4)

@@ -175,6 +175,11 @@ def check_speculative_config(cfg: dict[str, Any], target_tp: int, facts: VllmFac
         allowed = facts.values(key)
         if allowed is not None and value not in allowed:
             wrong.append(f"{key}: {value!r} (one of {', '.join(allowed)})")
+    if cfg.get("method") in facts.mtp["deprecated"]:
+        wrong.append(
+            f"method {cfg['method']} (deprecated: vLLM {facts.version} replaces it with "
+            f"{facts.mtp['method']})"
+        )
     draft_tp = [target_tp if v == "target tensor_parallel_size" else v for v in facts.draft_tp]
     if cfg.get("draft_tensor_parallel_size", draft_tp[0]) not in draft_tp:
         wrong.append(
