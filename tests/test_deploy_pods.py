@@ -156,7 +156,10 @@ def test_the_recipes_repository_loads_with_paths_mapped_to_a_local_folder(tmp_pa
     from specbuild.serve.server import ServerOptions, TritonServer, free_port
 
     host = tmp_path / "host"
-    spec = load_spec(_tiny_spec(host, "draft-target.yaml", target_dir=tiny_target, draft_dir=tiny_draft))
+    one_bls = {"bls_instance_count": 1}  # fewer Python stubs to start on a shared CPU
+    spec = load_spec(
+        _tiny_spec(host, "draft-target.yaml", target_dir=tiny_target, draft_dir=tiny_draft, serving=one_bls)
+    )
     m = triton_manifests(spec, DeployOptions())
     local = {"--engine trtllm --dry-run": "--engine reference", "--backend tensorrtllm": "--backend python"}
     _run_host_steps(m.recipe, host, replace=local)
@@ -164,7 +167,9 @@ def test_the_recipes_repository_loads_with_paths_mapped_to_a_local_folder(tmp_pa
     _copy_in(m.recipe, host, volume, MOUNT)
     for cfg in (volume / "repo").glob("*/config.pbtxt"):  # the mount, at a folder of this host
         cfg.write_text(cfg.read_text().replace(f'"{MOUNT}/', f'"{volume}/'))
-    opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
+    # loading six Python models while the rest of the suite runs its own servers can take minutes here
+    ports = {"grpc_port": free_port(), "http_port": free_port(), "metrics_port": free_port()}
+    opts = ServerOptions(**ports, ready_timeout_s=900)
     with TritonServer(volume / "repo", opts) as server:
         result = generate_remote(server.grpc_url, "a pod", SamplingParams(max_tokens=4), timeout_s=120)
     assert result.token_ids and len(result.token_ids) <= 4
