@@ -157,6 +157,7 @@ def _convert(spec, plans, models: dict[str, Path], heads: Path | None, tmp: Path
             dtype=spec.dtype,
             tp_size=section.tp_size,
             pp_size=section.pp_size,
+            gpus_per_node=spec.gpus_per_node,  # the deployment's node (serving.nodes), not upstream's 8
             medusa=medusa,
             weight_only=spec.build.weight_only,
             on_progress=(lambda done, total, _name, label=label: on_progress(label, done, total))
