@@ -61,24 +61,7 @@ class Eagle3Draft:
         c = self.config = config
         self.aux_layers = aux_layers  # target layers captured (ascending, specbuild's convention)
         self.device, self.dtype = device, dtype
-        # the attention's shapes as a RefModelConfig: KVCache and Rope read them from one
-        self.attn_cfg = RefModelConfig(
-            architecture="LlamaForCausalLM",
-            dtype=str(dtype).removeprefix("torch."),
-            vocab_size=c.draft_vocab_size,
-            hidden_size=c.hidden_size,
-            intermediate_size=c.intermediate_size,
-            num_layers=1,
-            num_heads=c.num_attention_heads,
-            num_kv_heads=c.num_key_value_heads,
-            head_size=c.head_dim,
-            norm_epsilon=c.rms_norm_eps,
-            rotary_base=c.rope_theta,
-            rotary_scaling=c.rope_scaling,
-            max_position_embeddings=c.max_position_embeddings,
-            attn_bias=False,
-            tie_word_embeddings=False,
-        )
+        self.attn_cfg = attention_config(c, str(dtype).removeprefix("torch."))
         w = {k: t.to(device, dtype) for k, t in tensors.items() if k != "draft_ids"}
         w["qkv"] = torch.cat([w.pop("q"), w.pop("k"), w.pop("v")], 0)  # [(nh+2nkv)*D,2H]
         w["fc_gate"] = torch.cat([w.pop("gate"), w.pop("up")], 0)  # [2I,H]
@@ -157,6 +140,27 @@ class Eagle3Draft:
         draft vocabulary (what the acceptance rule compares with the target's)."""
         out = draft_probs.new_zeros(draft_probs.shape[:-1] + (self.vocab_size,))  # [...,V]
         return out.index_copy_(-1, self.draft_ids, draft_probs)
+
+
+def attention_config(c: Eagle3DraftConfig, dtype: str) -> RefModelConfig:
+    """The draft layer's attention shapes and RoPE as a RefModelConfig (what KVCache and Rope read)."""
+    return RefModelConfig(
+        architecture="LlamaForCausalLM",
+        dtype=dtype,
+        vocab_size=c.draft_vocab_size,
+        hidden_size=c.hidden_size,
+        intermediate_size=c.intermediate_size,
+        num_layers=1,
+        num_heads=c.num_attention_heads,
+        num_kv_heads=c.num_key_value_heads,
+        head_size=c.head_dim,
+        norm_epsilon=c.rms_norm_eps,
+        rotary_base=c.rope_theta,
+        rotary_scaling=c.rope_scaling,
+        max_position_embeddings=c.max_position_embeddings,
+        attn_bias=False,
+        tie_word_embeddings=False,
+    )
 
 
 def open_row(cache: KVCache, row: int) -> None:
