@@ -268,3 +268,25 @@ def test_the_sampled_test_fails_a_broken_rule(sampled_case, monkeypatch, broken)
         monkeypatch.setattr(engine_eagle3.Eagle3Draft, "to_target", _unmapped)
     pvalue, _ = _sampled_pvalue(engine, prompt, joint)
     assert pvalue < 1e-6, pvalue
+
+
+def test_cli_trains_and_reports_and_refuses_bad_options(target4, tiny_target, prompts_file, tmp_path):
+    from typer.testing import CliRunner
+
+    from specbuild.cli import app
+
+    argv = ["train-eagle3", str(target4), "--data", str(prompts_file), "--seq-len", "24", "--batch-size", "4"]
+    r = CliRunner().invoke(app, [*argv, "--out", str(tmp_path / "d"), "--steps", "3", "--layers", "0,1,3"])
+    assert r.exit_code == 0, r.output
+    assert "held-out greedy acceptance" in r.output and "position  trained  untrained" in r.output
+    assert json.loads((tmp_path / "d" / "config.json").read_text())["eagle_config"] == {
+        "eagle_aux_hidden_state_layer_ids": [0, 1, 3]
+    }
+    r = CliRunner().invoke(app, [*argv, "--out", str(tmp_path / "e"), "--layers", "0,x"])
+    assert r.exit_code == 2 and "--layers" in r.output
+    r = CliRunner().invoke(app, [*argv, "--out", str(tmp_path / "e"), "--layers", "0,9"])
+    assert r.exit_code == 2 and "do not fit a 4-layer target" in r.output
+    r = CliRunner().invoke(app, ["train-eagle3", str(tiny_target), "--data", str(prompts_file), "--out", str(tmp_path / "f")])
+    assert r.exit_code == 2 and "no default EAGLE-3 capture" in r.output  # a 2-layer target
+    r = CliRunner().invoke(app, [*argv, "--out", str(tmp_path / "d")])
+    assert r.exit_code == 2 and "already exists" in r.output
