@@ -286,7 +286,95 @@ def test_cli_trains_and_reports_and_refuses_bad_options(target4, tiny_target, pr
     assert r.exit_code == 2 and "--layers" in r.output
     r = CliRunner().invoke(app, [*argv, "--out", str(tmp_path / "e"), "--layers", "0,9"])
     assert r.exit_code == 2 and "do not fit a 4-layer target" in r.output
-    r = CliRunner().invoke(app, ["train-eagle3", str(tiny_target), "--data", str(prompts_file), "--out", str(tmp_path / "f")])
+    r = CliRunner().invoke(
+        app, ["train-eagle3", str(tiny_target), "--data", str(prompts_file), "--out", str(tmp_path / "f")]
+    )
     assert r.exit_code == 2 and "no default EAGLE-3 capture" in r.output  # a 2-layer target
     r = CliRunner().invoke(app, [*argv, "--out", str(tmp_path / "d")])
     assert r.exit_code == 2 and "already exists" in r.output
+
+
+def _spec(tmp_path, target, draft, k=3):
+    import yaml
+
+    raw = {
+        "name": "e3",
+        "mode": "eagle3",
+        "flow": "llmapi",
+        "dtype": "float32",
+        "target": {"model": str(target)},
+        "eagle3": {"model": str(draft), "layers_to_capture": list(LAYERS)},
+        "speculation": {"max_draft_len": k},
+        "build": {"max_batch_size": 2, "max_input_len": 64, "max_seq_len": 128},
+        "serving": {"gpu_memory_gb": 4},
+    }
+    path = tmp_path / "e3.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_a_compiled_build_runs_the_draft_from_the_specs_folder(trained, target4, tmp_path):
+    """compile --flow llmapi --engine reference writes the target's reference engine; loading the build
+    runs EAGLE-3 with the draft of eagle3.model, greedy output the target's (also through the CLI)."""
+    from typer.testing import CliRunner
+
+    from specbuild.cli import app
+
+    out = tmp_path / "build"
+    r = CliRunner().invoke(
+        app,
+        [
+            "compile",
+            str(_spec(tmp_path, target4, trained.out)),
+            "--flow",
+            "llmapi",
+            "--engine",
+            "reference",
+            "--out",
+            str(out),
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    engine = ReferenceEngine.load(out)
+    assert engine.speculates and engine.draft_head == trained.out and engine.num_draft_tokens == 3
+    params = SamplingParams(max_tokens=20, temperature=0.0)
+    prompt = engine.encode(PROMPTS[1])
+    spec = engine.generate(prompt, params)
+    assert spec.token_ids == engine.generate(prompt, params, speculative=False).token_ids
+    assert spec.stats.accepted > 0
+    r = CliRunner().invoke(
+        app, ["generate", "--engine", str(out), "--prompt", PROMPTS[1], "--max-tokens", "8", "--json"]
+    )
+    assert r.exit_code == 0 and json.loads(r.stdout)["stats"]["draft_passes"] > 0, r.output
+
+
+def test_tune_measures_the_drafts_acceptance_and_picks_k(trained, target4, prompts_file, tmp_path):
+    from typer.testing import CliRunner
+
+    from specbuild.cli import app
+
+    spec = _spec(tmp_path, target4, trained.out, k=2)
+    r = CliRunner().invoke(
+        app,
+        [
+            "tune",
+            str(spec),
+            "--prompts",
+            str(prompts_file),
+            "--k-max",
+            "4",
+            "--max-tokens",
+            "16",
+            "--json",
+            "--write",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    acceptance = report["details"]["acceptance_per_position"]
+    assert len(acceptance) == 4 and acceptance[0] > 0.3  # the trained draft on its own prompts
+    assert 0 < report["details"]["cost_ratio"] < 1  # one draft-layer pass against a 4-layer target pass
+    assert report["details"]["speculation_profile"]["method"] == "eagle3"
+    import yaml
+
+    assert yaml.safe_load(spec.read_text())["speculation"]["max_draft_len"] == report["chosen"]["value"]

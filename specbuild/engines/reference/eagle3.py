@@ -73,6 +73,10 @@ class Eagle3Draft:
     def vocab_size(self) -> int:
         return int(self.w["embed"].shape[0])
 
+    @property
+    def fc_input_size(self) -> int:
+        return int(self.w["fc"].shape[1])  # n * Ht
+
     def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
         return KVCache(self.attn_cfg, batch, capacity, self.dtype, self.device)
 

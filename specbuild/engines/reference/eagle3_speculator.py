@@ -279,6 +279,27 @@ class Eagle3Speculator:
     def drafts_per_step(self, num_draft_tokens: int, limits: EngineLimits) -> int:
         return num_draft_tokens
 
+    def draft_pass(self, prompt: list[int], rows: int = 1):
+        """A callable running one drafting pass of `rows` rows after `prompt` (its slots cached): one
+        drafted slot and its logits, what each of a round's K draft positions costs (tune's cost ratio)."""
+        cache = self.draft.new_cache(rows, len(prompt) + 2)
+        states = torch.zeros(
+            rows, len(prompt) - 1, self.draft.fc_input_size, dtype=self.draft.dtype, device=self.draft.device
+        )  # [R,T-1,A]: stand-in target states
+        tokens = torch.tensor([prompt[1:]] * rows, device=self.draft.device)  # [R,T-1]
+        for row in range(rows):
+            open_row(cache, row)
+        hidden = self.draft.forward(tokens, self.draft.fuse(states), cache)[:, -1:]  # [R,1,H]
+        last = tokens[:, -1:]  # [R,1]
+        held = list(cache.lengths)
+
+        def run() -> None:
+            with torch.inference_mode():
+                self.draft.logits(self.draft.forward(last, hidden, cache))  # [R,1,Vd]
+            cache.lengths = list(held)
+
+        return run
+
 
 def eagle3_speculator(engine: ReferenceEngine) -> Eagle3Speculator:
     """The engine's EAGLE-3 draft: the folder it was loaded with (`draft_head`), the capture of the spec's
