@@ -159,7 +159,7 @@ def format_accuracy_table(metrics: dict) -> str:
 
 @command("tune")
 def tune_cmd(
-    spec: Annotated[Path, typer.Argument(help="Build spec (YAML), mode draft_target, medusa or ngram.")],
+    spec: Annotated[Path, typer.Argument(help="Build spec (YAML), mode draft_target, medusa, ngram or eagle3.")],
     prompts: Annotated[
         Path | None,
         typer.Option(
