@@ -270,7 +270,7 @@ def compile_llmapi(
     if engine == "reference" and method.reference_decoder is None:
         raise BuildError(
             f"the reference engine does not run {method.title}",
-            expected="a method the reference engine implements (draft/target, n-gram)",
+            expected="a method the reference engine implements (draft/target, n-gram, EAGLE-3)",
             found=str(spec.mode),
             fix="drop --engine reference: the options and the trtllm-serve command are for a GPU host",
         )
