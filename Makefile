@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-isa demo demo-real lint clean bench-convert bench-reference bench-serve bench-load aiperf fuzz
+.PHONY: setup test test-faults test-isa demo demo-real lint clean bench-convert bench-reference bench-serve bench-load aiperf fuzz
 
 setup: $(STAMP)
 
@@ -27,6 +27,11 @@ FUZZ_PROPERTY_EXAMPLES ?= 5000
 fuzz: setup
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_PROPERTY_EXAMPLES=$(FUZZ_PROPERTY_EXAMPLES) \
 		$(BIN)/python -m pytest -q -s tests/test_openai_fuzz.py tests/test_properties.py
+
+# The whole process-tree fault matrix (tests/test_e2e_process_tree.py: every kind of repository x every
+# way a process of the served tree dies, ~40 server starts); `make test` runs its core, one kind per way.
+test-faults: setup
+	$(BIN)/python -m pytest -q tests/test_e2e_process_tree.py --faults
 
 # The numeric tests (marker `numeric`) once per CPU kernel family this machine can run (ATen AVX2 /
 # AVX-512 / default, oneDNN ISA ceilings, oneMKL's reproducible GEMM): float results differ in the

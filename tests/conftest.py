@@ -2,11 +2,55 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 pytest_plugins = ["e2e_fixtures"]  # the shared tritonserver fixtures of the end-to-end tests
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--faults",
+        action="store_true",
+        help="also run the tests marked `faults` (the whole process-tree fault matrix: make test-faults)",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """`faults` tests run only with --faults (`make test` runs the matrix's core; the rest is deselected)."""
+    if config.getoption("--faults"):
+        return
+    keep = [item for item in items if item.get_closest_marker("faults") is None]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
+
+
+def _our_shm() -> set[str]:
+    """The /dev/shm files this session can leave: its tritonservers' regions (server_watch.owner_prefix)
+    and the in-flight counters of BLS models loaded in this process (named after the process's parent,
+    which stands for the server there: inflight.counter_path)."""
+    from specbuild.serve.server_watch import BLS_COUNTER_PREFIX, SHM_DIR, owner_prefix
+
+    if not SHM_DIR.is_dir():
+        return set()
+    ours = (owner_prefix(), f"{BLS_COUNTER_PREFIX}{os.getppid()}-")
+    return {p.name for p in SHM_DIR.glob("specbuild*") if p.name.startswith(ours)}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_in_dev_shm():
+    """After the whole session: no shared-memory file of its own is left (each is removed, then reported)."""
+    from specbuild.serve.server_watch import SHM_DIR
+
+    before = _our_shm()
+    yield
+    left = sorted(_our_shm() - before)
+    for name in left:
+        (SHM_DIR / name).unlink(missing_ok=True)
+    assert not left, f"the test session left these in /dev/shm (removed now): {left}"
 
 
 @pytest.fixture(scope="session")

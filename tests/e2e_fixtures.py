@@ -134,17 +134,17 @@ def greedy(e2e_engine):
     return run
 
 
-def _llmapi_server(root: Path, example: str, models: dict[str, Path], *, decoupled: bool = True):
+def _llmapi_repo(
+    root: Path, example: str, models: dict[str, Path], *, decoupled: bool = True
+) -> tuple[Path, Path]:
     """`compile --flow llmapi --engine reference` of examples/tiny/EXAMPLE -> `repo --backend llmapi-local`
-    (decoupled: these tests stream) -> a tritonserver serving the LLM-API interface; yields (build,
-    repository, server)."""
+    (decoupled: these tests stream): (build, repository)."""
     import yaml
     from repo_builds import EXAMPLES
 
     from specbuild.builder.compile import compile_spec
     from specbuild.core.spec import load_spec
     from specbuild.model_repo.generate import generate_repo
-    from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
 
     raw = yaml.safe_load((EXAMPLES / example).read_text())
     raw["build"].update(max_seq_len=MAX_SEQ_LEN, max_input_len=MAX_INPUT_LEN)
@@ -153,7 +153,13 @@ def _llmapi_server(root: Path, example: str, models: dict[str, Path], *, decoupl
     for name, folder in models.items():
         shutil.copytree(folder, root / name)
     build = compile_spec(load_spec(root / "spec.yaml"), root / "build", engine="reference")
-    repo = generate_repo(build, root / "repo", backend="llmapi-local", decoupled=decoupled)
+    return build, generate_repo(build, root / "repo", backend="llmapi-local", decoupled=decoupled)
+
+
+def _llmapi_server(build: Path, repo: Path):
+    """A tritonserver serving the LLM-API interface of `repo`; yields (build, repository, server)."""
+    from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
+
     opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
     server = TritonServer(repo, opts).launch().wait_ready()
     try:
@@ -163,15 +169,21 @@ def _llmapi_server(root: Path, example: str, models: dict[str, Path], *, decoupl
 
 
 @pytest.fixture(scope="session")
-def e2e_llmapi(tmp_path_factory, tiny_target, tiny_draft):
+def e2e_llmapi_repo(tmp_path_factory, tiny_target, tiny_draft):
+    """(build, repository) of the draft/target spec on the LLM-API flow."""
+    root = tmp_path_factory.mktemp("e2e-llmapi")
+    return _llmapi_repo(root, "draft-target.yaml", {"target": tiny_target, "draft": tiny_draft})
+
+
+@pytest.fixture(scope="session")
+def e2e_llmapi(e2e_llmapi_repo):
     """(build, repository, server) of the draft/target spec on the LLM-API flow (started only for the
     tests that ask, so the other e2e modules do not pay for it)."""
-    root = tmp_path_factory.mktemp("e2e-llmapi")
-    yield from _llmapi_server(root, "draft-target.yaml", {"target": tiny_target, "draft": tiny_draft})
+    yield from _llmapi_server(*e2e_llmapi_repo)
 
 
 @pytest.fixture(scope="session")
 def e2e_llmapi_ngram(tmp_path_factory, tiny_target):
     """(build, repository, server) of the n-gram spec on the LLM-API flow (NGramDecodingConfig)."""
     root = tmp_path_factory.mktemp("e2e-llmapi-ngram")
-    yield from _llmapi_server(root, "ngram.yaml", {"target": tiny_target})
+    yield from _llmapi_server(*_llmapi_repo(root, "ngram.yaml", {"target": tiny_target}))

@@ -121,6 +121,14 @@ class FakeServer:
             model.initialize(self.init_args(name))
             self.models[name] = model
 
+    def close(self) -> None:
+        """Unload every model, as Triton does at stop: each model's finalize (it releases what it holds:
+        engine processes, the BLS's in-flight counter in /dev/shm)."""
+        models, self.models = self.models, {}
+        for model in models.values():
+            if hasattr(model, "finalize"):
+                model.finalize()
+
     def init_args(self, name: str) -> dict:
         """What Triton passes to a model instance's initialize()."""
         from google.protobuf.json_format import MessageToDict

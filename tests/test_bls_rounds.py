@@ -30,7 +30,9 @@ def off_server(tmp_path_factory, tiny_target, tiny_draft):
     threads = torch.get_num_threads()  # the local engine model pins its threads; restore after
     build = cached_build(tmp_path_factory, "dt", "draft_target", target=tiny_target, draft=tiny_draft)
     repo = generate_repo(build, tmp_path_factory.mktemp("off") / "repo", backend="python", schedule="1:0")
-    yield FakeServer(repo)
+    server = FakeServer(repo)
+    yield server
+    server.close()  # the BLS's in-flight counter file goes with it
     torch.set_num_threads(threads)
 
 

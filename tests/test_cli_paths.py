@@ -54,7 +54,16 @@ OUT_COMMANDS = sorted(
 
 def test_the_walk_finds_every_command_with_an_out():
     assert set(COMMANDS) >= {"check", "deploy", "repo build", "repo check", "tune", "serve"}
-    assert OUT_COMMANDS == ["bench", "compile", "convert", "deploy", "plan", "repo build", "train-medusa"]
+    assert OUT_COMMANDS == [
+        "bench",
+        "compile",
+        "convert",
+        "deploy",
+        "plan",
+        "repo build",
+        "train-eagle3",
+        "train-medusa",
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
@@ -214,7 +223,7 @@ OUTPUTS = sorted(
 
 
 def test_the_walk_finds_every_output():
-    assert ("tune", "plot_path") in OUTPUTS and ("serve", "log_file") in OUTPUTS and len(OUTPUTS) == 10
+    assert ("tune", "plot_path") in OUTPUTS and ("serve", "log_file") in OUTPUTS and len(OUTPUTS) == 11
 
 
 @pytest.mark.parametrize(("name", "param"), OUTPUTS)

@@ -25,6 +25,7 @@ MEDUSA = ROOT / "examples" / "medusa-vicuna-7b.yaml"
 DATA = ROOT / "tests" / "data" / "deploy"
 K8S_VERSION = "1.33"  # the Kubernetes minor the core objects are validated against
 CORE_KINDS = {
+    "Pod",
     "Deployment",
     "Job",
     "Service",
@@ -121,6 +122,7 @@ def test_seed_single_node_triton_validates_and_launches_like_print_launch():
     kinds = validate_all(m.files)
     assert kinds == {
         "PersistentVolumeClaim": 1,
+        "Pod": 1,  # the loader the README's recipe copies the build, repository and tokenizer through
         "Job": 1,
         "Deployment": 1,
         "Service": 1,
@@ -171,7 +173,7 @@ def test_seed_two_nodes_on_vllm_validates():
     from specbuild.deploy.vllm import MULTI_NODE_SCRIPT, serve_argv, vllm_manifests
 
     spec = _spec(SEED)
-    files = vllm_manifests(spec, name=spec.name, nodes=2)
+    files = vllm_manifests(spec, name=spec.name, nodes=2, models_claim="llama-models")
     assert validate_all(files) == {"LeaderWorkerSet": 1, "Service": 1}
     (lws,) = files["20-vllm.yaml"]
     tpl = lws["spec"]["leaderWorkerTemplate"]
@@ -179,7 +181,7 @@ def test_seed_two_nodes_on_vllm_validates():
     leader = tpl["leaderTemplate"]["spec"]["containers"][0]
     assert leader["resources"]["limits"]["nvidia.com/gpu"] == "2"  # 4 GPUs over 2 nodes
     assert f"{MULTI_NODE_SCRIPT} leader" in leader["command"][2]
-    assert shlex.join(serve_argv(spec, host="0.0.0.0")) in leader["command"][2]
+    assert shlex.join(serve_argv(spec, host="0.0.0.0", model_root="/models")) in leader["command"][2]
     one = vllm_manifests(spec, name=spec.name, models_claim="llama-models")
     assert validate_all(one) == {"Deployment": 1, "Service": 1}
     cmd = one["20-vllm.yaml"][0]["spec"]["template"]["spec"]["containers"][0]["command"]
@@ -232,7 +234,9 @@ def test_seed_two_nodes_on_dynamo_validates():
 def test_leader_mode_two_nodes_on_triton_validates(tmp_path):
     from specbuild.deploy.triton import KUBESSH, DeployOptions, triton_manifests
 
-    text = MEDUSA.read_text().replace("tp_size: 1", "tp_size: 2")
+    text = (
+        MEDUSA.read_text().replace("tp_size: 1", "tp_size: 2").replace("serving: {", "serving: {nodes: 2, ")
+    )
     spec_path = tmp_path / "medusa-tp2.yaml"
     spec_path.write_text(text)
     for d in ("models",):
@@ -259,11 +263,11 @@ def test_unknown_fields_are_caught():
     from specbuild.deploy.vllm import vllm_manifests
 
     spec = _spec(SEED)
-    (dep,) = vllm_manifests(spec, name="x")["20-vllm.yaml"]
+    (dep,) = vllm_manifests(spec, name="x", models_claim="m")["20-vllm.yaml"]
     dep["spec"]["replica"] = 2
     with pytest.raises(kv.ValidationError):
         validate_core(dep)
-    (lws,) = vllm_manifests(spec, name="x", nodes=2)["20-vllm.yaml"]
+    (lws,) = vllm_manifests(spec, name="x", nodes=2, models_claim="m")["20-vllm.yaml"]
     lws["spec"]["leaderWorkerTemplate"]["sizee"] = 2
     schema = _schema("lws_v0.10.0_schema.json.gz")
     import jsonschema
@@ -289,8 +293,11 @@ def test_vllm_command_for_the_seed_uses_the_named_versions_flags():
         "method": "draft_model",
         "model": "models/llama-3.2-1b-instruct",
         "num_speculative_tokens": 5,
+        "rejection_sample_method": "standard",
+        "draft_sample_method": "greedy",  # speculation.use_logits: false
         "draft_tensor_parallel_size": 1,
     }
+    assert "tensor_parallel_size" not in cfg  # vLLM 0.33.0 raises on it (facts.rejected_keys)
     assert set(cfg) <= facts.speculative_config_keys and cfg["method"] in facts.speculative_methods
     assert argv[argv.index("--tensor-parallel-size") + 1] == "4"
     util = float(argv[argv.index("--gpu-memory-utilization") + 1])
@@ -347,6 +354,7 @@ def test_vllm_maps_ngram_to_prompt_lookup(tmp_path):
     assert cfg == {
         "method": "ngram",
         "num_speculative_tokens": 5,
+        "rejection_sample_method": "standard",
         "prompt_lookup_max": 3,
         "prompt_lookup_min": 1,
     }
@@ -355,7 +363,7 @@ def test_vllm_maps_ngram_to_prompt_lookup(tmp_path):
     assert any(u.startswith("ngram.is_keep_all / is_use_oldest / is_public_pool") for u in unmapped(spec))
     # no draft weights: the memory plan leaves the engines the same share as the d/t seed or more
     assert gpu_memory_utilization(spec) >= gpu_memory_utilization(_spec(SEED)) - 0.01
-    validate_all(vllm_manifests(spec, name=spec.name))
+    validate_all(vllm_manifests(spec, name=spec.name, models_claim="m"))
 
 
 def test_vllm_maps_eagle3_to_its_draft_head(tmp_path):
@@ -364,7 +372,13 @@ def test_vllm_maps_eagle3_to_its_draft_head(tmp_path):
 
     spec = _spec(_seed_as(tmp_path, "eagle3", eagle3={"model": "heads/e3", "layers_to_capture": [1, 39, 76]}))
     cfg = speculative_config(spec)
-    assert cfg == {"method": "eagle3", "num_speculative_tokens": 5, "model": "heads/e3"}
+    assert cfg == {
+        "method": "eagle3",
+        "num_speculative_tokens": 5,
+        "rejection_sample_method": "standard",
+        "model": "heads/e3",
+        "draft_sample_method": "greedy",
+    }
     assert set(cfg) <= vllm_facts().speculative_config_keys
     check_argv(["vllm", "serve", "m", "--speculative-config", json.dumps(cfg)])
     assert any(u.startswith("eagle3.layers_to_capture") for u in unmapped(spec))
@@ -450,7 +464,8 @@ def test_dynamo_engine_options_for_ngram(tmp_path):
     from specbuild.cli import app
 
     spec = _seed_as(tmp_path, "ngram", flow="llmapi", ngram={"max_matching_ngram_size": 3})
-    args = ["deploy", str(spec), "--engine", "dynamo", "--image", DYNAMO_IMAGE, "--out", str(tmp_path / "k")]
+    args = ["deploy", str(spec), "--engine", "dynamo", "--image", DYNAMO_IMAGE, "--models-claim", "m"]
+    args += ["--out", str(tmp_path / "k")]
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     cm, dgd = list(yaml.safe_load_all((tmp_path / "k" / "20-dynamo.yaml").read_text()))

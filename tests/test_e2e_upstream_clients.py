@@ -43,7 +43,7 @@ UPSTREAM_PERF = tuple(UPSTREAM_PERF_TYPES)  # run_inference's requested outputs,
 def unary_servers(tmp_path_factory, e2e_builds, tiny_target, tiny_draft):
     """{"bls": the draft/target repository written with --no-decoupled, "llmapi": the LLM-API repository
     with its default policy} on tritonservers of their own."""
-    from e2e_fixtures import _llmapi_server
+    from e2e_fixtures import _llmapi_repo, _llmapi_server
 
     from specbuild.model_repo.generate import generate_repo
     from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
@@ -55,10 +55,12 @@ def unary_servers(tmp_path_factory, e2e_builds, tiny_target, tiny_draft):
     opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
     bls = TritonServer(repo, opts).launch()
     llmapi = _llmapi_server(
-        tmp_path_factory.mktemp("unary-llmapi"),
-        "draft-target.yaml",
-        {"target": tiny_target, "draft": tiny_draft},
-        decoupled=False,
+        *_llmapi_repo(
+            tmp_path_factory.mktemp("unary-llmapi"),
+            "draft-target.yaml",
+            {"target": tiny_target, "draft": tiny_draft},
+            decoupled=False,
+        )
     )
     try:
         _, _, llmapi_server = next(llmapi)

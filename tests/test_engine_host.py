@@ -25,12 +25,6 @@ PROMPT = "def add(a, b):"
 N = 8
 
 
-def _close(server: FakeServer) -> None:
-    for model in server.models.values():
-        if hasattr(model, "host"):
-            model.finalize()
-
-
 @pytest.fixture(scope="module")
 def dt(tmp_path_factory, tiny_target, tiny_draft):
     """(in this process, in an engine process): the same draft/target repository served both ways."""
@@ -41,8 +35,8 @@ def dt(tmp_path_factory, tiny_target, tiny_draft):
     repo = generate_repo(build, tmp_path_factory.mktemp("host-dt") / "repo", backend="python")
     here, there = FakeServer(repo), FakeServer(repo, engine_process=True)
     yield here, there
-    _close(there)
-    _close(here)
+    there.close()
+    here.close()
     torch.set_num_threads(threads)
 
 
@@ -55,7 +49,7 @@ def medusa(tmp_path_factory, tiny_target):
     repo = generate_repo(build, tmp_path_factory.mktemp("host-medusa") / "repo", backend="python")
     server = FakeServer(repo, engine_process=True)
     yield server
-    _close(server)
+    server.close()
     torch.set_num_threads(threads)
 
 

@@ -27,7 +27,9 @@ def server(tmp_path_factory, tiny_target, tiny_draft):
     threads = torch.get_num_threads()  # the local engine model pins its threads; restore after
     build = cached_build(tmp_path_factory, "dt", "draft_target", target=tiny_target, draft=tiny_draft)
     repo = generate_repo(build, tmp_path_factory.mktemp("inflight") / "repo", backend="python")
-    yield FakeServer(repo)
+    server = FakeServer(repo)
+    yield server
+    server.close()
     torch.set_num_threads(threads)
 
 
@@ -155,6 +157,7 @@ def medusa(tmp_path_factory, tiny_target):
     # (the hold on the count: test_a_request_right_after_two_were_answered_reads_two_and_runs_no_tree)
     server.models["tensorrt_llm"].host.core.hold_ms = 0
     yield server
+    server.close()  # the BLS's in-flight counter file goes with it
     torch.set_num_threads(threads)
 
 

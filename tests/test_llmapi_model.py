@@ -1,4 +1,5 @@
-"""The local LLM-API model (tensorrt_llm_llmapi_local) through the fake Python backend: its streamed responses are
+"""The local LLM-API model (tensorrt_llm_llmapi_local) through the fake Python backend: its streamed
+responses are
 built and sent on a thread of their own (engine_worker.Outbox), so a slow send does not hold up the
 engine's next step, and they still go out in order with the protocol upstream's model speaks (one response
 a step: the cumulative text_output and the step's output_ids; the final response last). A streamed
@@ -6,8 +7,11 @@ request's stop hook reads its sends' cancellation answers instead of asking Trit
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -225,20 +229,38 @@ def test_a_dead_engine_process_and_an_unloadable_engine_are_clear_errors(llmapi)
         module.EngineProcess("/no-such-build", threads=1)
 
 
-def test_a_dead_engine_process_fails_its_requests_and_is_started_again(llmapi, greedy):
-    """The engine process dies (killed here): the requests it was running get an error that says so, no
-    request hangs, and the model starts it again, so the next request is answered in full."""
+def test_requests_of_an_engine_process_that_dies_fail_at_once_not_after_it_is_started_again(llmapi):
+    """The engine process dies under a running request: the request's error goes out before the model
+    starts the engine again (the restart loads a model: it used to come first, holding the error), and
+    the dead process is known dead at once (a killed process closes its pipe before it is a zombie: a
+    restart check that raced it left the next request on the dead engine)."""
+    server, model = llmapi
+    old, restarts = model.engine, model.restarts
+    os.kill(old.proc.pid, signal.SIGSTOP)  # the request reaches the engine, which stands still
+    request = CountingRequest(_inputs(stream=False))
+    server._validate("tensorrt_llm", request.inputs)
+    assert model.execute([request]) is None
+    time.sleep(0.5)
+    os.kill(old.proc.pid, signal.SIGKILL)
+    assert request.sender.done.wait(30), "no final response"
+    assert model.engine is old and model.restarts == restarts  # answered before any restart
+    ((response, flags),) = request.sender.responses
+    assert flags == FINAL and response.has_error()
+    assert "the engine process is gone (exit code -9" in response.error().message()
+    assert not old.alive
+
+
+def test_a_dead_engine_process_is_started_again_for_the_next_request(llmapi, greedy):
+    """The engine process dies (killed here) with no request running: the model starts it again before the
+    next batch, which is answered in full (the requests a dying engine was running get their error at
+    once: test_e2e_process_tree.py, engine:tensorrt_llm)."""
     server, model = llmapi
     old = model.engine
     old.proc.kill()
     old.proc.wait()
-    failed = _run(server, CountingRequest(_inputs(stream=False)))
-    (response, flags) = failed[-1]
-    assert flags == FINAL and response.has_error()
-    assert "the engine process is gone" in response.error().message()
-    assert model.engine is not old and model.engine.alive and model.restarts == 1
     answered = _run(server, CountingRequest(_inputs(stream=False)))
     assert list(_out(answered[-1][0], "output_ids")) == greedy(PROMPT, MAX_TOKENS)[1]
+    assert model.engine is not old and model.engine.alive and model.restarts == 1
 
 
 # The perf outputs as upstream's model.py builds them (triton_backend/all_models/llmapi/tensorrt_llm/1/

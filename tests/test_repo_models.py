@@ -35,7 +35,10 @@ def servers(tmp_path_factory, tiny_target, tiny_draft):
     import torch
 
     threads = torch.get_num_threads()  # the local engine model sets 1 thread per process; restore after
-    yield {name: FakeServer(generate_repo(b, root / name, backend="python")) for name, b in builds.items()}
+    servers = {n: FakeServer(generate_repo(b, root / n, backend="python")) for n, b in builds.items()}
+    yield servers
+    for server in servers.values():
+        server.close()
     torch.set_num_threads(threads)
 
 

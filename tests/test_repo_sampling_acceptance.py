@@ -59,10 +59,10 @@ def served(tmp_path_factory, tiny_target, tiny_draft):
         "dt": cached_build(tmp_path_factory, "dt", "draft_target", target=tiny_target, draft=tiny_draft),
     }
     threads = torch.get_num_threads()  # the local engine model sets 1 thread per process; restore after
-    yield (
-        {name: FakeServer(generate_repo(b, root / name, backend="python")) for name, b in builds.items()},
-        builds,
-    )
+    servers = {n: FakeServer(generate_repo(b, root / n, backend="python")) for n, b in builds.items()}
+    yield servers, builds
+    for server in servers.values():
+        server.close()
     torch.set_num_threads(threads)
 
 

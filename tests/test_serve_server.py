@@ -489,3 +489,20 @@ def test_a_second_sigterm_while_serve_stops_neither_cuts_the_stop_short_nor_hide
         pytest.fail("the SIGTERM during the stop interrupted it and replaced the ServerError")
     assert stopped == [True]
     assert signal.getsignal(signal.SIGTERM) is previous
+
+
+@pytest.mark.slow
+def test_a_server_whose_guardian_does_not_start_is_not_left_running(tmp_path, monkeypatch):
+    from specbuild.serve import guardian
+
+    started = []
+
+    def broken(pgid, prefixes):
+        started.append(pgid)
+        raise ServerError("the server's guardian process did not start")
+
+    monkeypatch.setattr(guardian, "start", broken)
+    server = TritonServer(make_repo(tmp_path / "repo", {"echo": ECHO_MODEL}), loopback_options())
+    with pytest.raises(ServerError, match="guardian"):
+        server.launch()
+    assert started and group_alive(started[0]) == [] and server.pid is None

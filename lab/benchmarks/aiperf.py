@@ -46,6 +46,7 @@ from specbuild.bench.aiperf_export import run_export
 from specbuild.bench.bench import run_bench
 from specbuild.bench.options import BenchConfig, load_prompts
 from specbuild.core.errors import SpecbuildError
+from specbuild.core.pdeathsig import die_with_parent
 from specbuild.frontend.run import FrontendOptions, start_frontend
 from specbuild.frontend.triton import describe
 from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
@@ -148,7 +149,12 @@ def run_aiperf(command: list[str], artifacts: Path) -> dict:
     artifacts.mkdir(parents=True)
     with open(artifacts / "aiperf.stdout", "wb") as log:
         done = subprocess.run(
-            command, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=AIPERF_TIMEOUT_S
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            timeout=AIPERF_TIMEOUT_S,
+            preexec_fn=die_with_parent(),
         )
     if done.returncode != 0:
         tail = (artifacts / "aiperf.stdout").read_text(errors="replace")[-3000:]

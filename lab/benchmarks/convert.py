@@ -30,6 +30,7 @@ import torch
 from safetensors.torch import save_file
 
 from specbuild.core.formats.manifest import sha256_file
+from specbuild.core.pdeathsig import die_with_parent
 
 # Llama-shaped (TinyLlama-like widths, GQA 32/4 heads); 9 layers ~ 1.07 GB at bfloat16.
 SHAPE = {"hidden": 2048, "inter": 5632, "heads": 32, "kv_heads": 4, "vocab": 32000, "layers": 9}
@@ -195,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     def convert_round() -> None:
         shutil.rmtree(work / "ckpt", ignore_errors=True)
         cmd = [sys.executable, "-m", "lab.benchmarks.convert", "--child", str(src), str(work / "ckpt")]
-        proc = subprocess.run([*cmd, str(args.tp)], check=True, capture_output=True, text=True)
+        proc = subprocess.run(
+            [*cmd, str(args.tp)], check=True, capture_output=True, text=True, preexec_fn=die_with_parent()
+        )
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
 
     for n in range(args.rounds):  # interleaved, the order reversed every other round

@@ -16,7 +16,8 @@ metrics are computed from the client's clock and stored in AIPerf's display unit
 * e2e_output_token_throughput (tokens/sec/user): OSL / request_latency per request;
 * prefill_throughput_per_user (tokens/sec/user): ISL / TTFT per request;
 * request_throughput (requests/sec), request_count, benchmark_duration (sec, first send to last answer);
-* spec_decode_* per request from its SpecDecodeAcceptanceRecord (core/formats/spec_records.py), and pooled over
+* spec_decode_* per request from its SpecDecodeAcceptanceRecord (core/formats/spec_records.py), and pooled
+over
   the run: token_weighted_acceptance_length = 1 + sum(accepted) / sum(steps) (ratio),
   overall_draft_acceptance_rate = sum(accepted) / sum(drafted) x 100 (%).
 inter_chunk_latency is not recorded (bench keeps no per-chunk times).

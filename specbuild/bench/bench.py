@@ -136,7 +136,8 @@ def _plan(config: BenchConfig, repo, k: int):
             modes.append((UNARY_BASELINE_AGAIN, 0))
     if not config.streamed_baseline:
         modes = [(m, kk) for m, kk in modes if m != BASELINE_MODE]
-    return [  # the modes of a (T, c) in reverse order every other round (core/perf/schedule_choice.round_order)
+    # the modes of a (T, c) in reverse order every other round (core/perf/schedule_choice.round_order)
+    return [
         (r, t, c, m, kk)
         for r in range(config.rounds)
         for t in config.temperatures

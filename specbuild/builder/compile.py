@@ -36,6 +36,7 @@ from specbuild.core.launch import (
     trtllm_serve_argv,
 )
 from specbuild.core.methods import method_of
+from specbuild.core.pdeathsig import die_with_parent
 from specbuild.engines.trtllm.convert import convert_checkpoint
 from specbuild.engines.trtllm.engine_dir import write_reference_engine
 from specbuild.engines.trtllm.medusa import MedusaHeadsSource
@@ -156,6 +157,7 @@ def _convert(spec, plans, models: dict[str, Path], heads: Path | None, tmp: Path
             dtype=spec.dtype,
             tp_size=section.tp_size,
             pp_size=section.pp_size,
+            gpus_per_node=spec.gpus_per_node,  # the deployment's node (serving.nodes), not upstream's 8
             medusa=medusa,
             weight_only=spec.build.weight_only,
             on_progress=(lambda done, total, _name, label=label: on_progress(label, done, total))
@@ -212,7 +214,14 @@ def _run_trtllm_build(plan, tmp: Path, final: Path) -> None:
     failure)."""
     log_path = tmp / plan.role / "build.log"
     with open(log_path, "w") as log:
-        proc = subprocess.run(list(plan.argv), cwd=tmp, stdout=log, stderr=subprocess.STDOUT, check=False)
+        proc = subprocess.run(
+            list(plan.argv),
+            cwd=tmp,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=False,
+            preexec_fn=die_with_parent(),  # a killed `compile` does not leave trtllm-build running
+        )
     if proc.returncode != 0:
         kept = final.parent / f"{final.name}.{plan.role}-build.log"
         # the temporary folder is removed on failure; keep the log (bounded: its tail is what matters)
@@ -261,7 +270,7 @@ def compile_llmapi(
     if engine == "reference" and method.reference_decoder is None:
         raise BuildError(
             f"the reference engine does not run {method.title}",
-            expected="a method the reference engine implements (draft/target, n-gram)",
+            expected="a method the reference engine implements (draft/target, n-gram, EAGLE-3)",
             found=str(spec.mode),
             fix="drop --engine reference: the options and the trtllm-serve command are for a GPU host",
         )

@@ -157,7 +157,8 @@ class MemoryPlan:
 
 
 def pp_layers(num_layers: int, pp: int) -> list[int]:
-    """Layers per PP rank (core/formats/trtllm_layout.Parallel: torch.tensor_split, earlier ranks get one extra)."""
+    """Layers per PP rank (core/formats/trtllm_layout.Parallel: torch.tensor_split, earlier ranks get one
+    extra)."""
     return [len(r) for r in Parallel(pp=pp).layer_ranges(num_layers)]
 
 

@@ -47,8 +47,8 @@ def check(
     max_tokens_in_paged_kv_cache of each engine). The flow row: the method x flow x version matrix (flow
     llmapi: the LLM API on the PyTorch backend, one KV pool, kv_cache_config in the plan). EAGLE-3
     (mode eagle3, flow llmapi): the draft's hidden size, vocabulary (draft_vocab_size, d2t, lm_head) and
-    captured layers against the target, and its weights and KV in the plan; the reference engine does
-    not run EAGLE-3 (it is checked, compiled and laid out for a GPU host only).
+    captured layers against the target, and its weights and KV in the plan; `compile --flow llmapi --engine
+    reference` also writes a reference target engine that runs the draft one-model on this CPU.
 
     Works from config.json alone (weights absent: a warning), on any machine, without a GPU. Exit code 1
     when a check fails, 2 when the spec itself is invalid.
@@ -154,7 +154,7 @@ def compile_cmd(
             "--engine",
             help="reference (PyTorch engine folder, runs on CPU) | trtllm (runs trtllm-build; GPU hosts "
             "only). Flow llmapi: none (default) | reference (also writes reference engines so the build "
-            "serves on this CPU behind the LLM-API interface; draft/target and n-gram only, not EAGLE-3).",
+            "runs on this CPU: `generate --engine`, `tune --engine`, the LLM-API interface).",
         ),
     ] = None,
     dry_run: Annotated[

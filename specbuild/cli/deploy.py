@@ -15,7 +15,7 @@ import typer
 from specbuild.cli.common import INPUT, OUT_DIR, Force, SpecArg, command, console
 from specbuild.core.errors import DeployError
 
-ENGINES = ("triton", "vllm", "dynamo")
+ENGINES = ("triton", "vllm", "sglang", "dynamo")
 
 
 @command("deploy")
@@ -25,7 +25,7 @@ def deploy(
         Path | None, typer.Option("--out", help="Folder for the manifests (created)."), OUT_DIR
     ] = None,
     engine: Annotated[
-        str, typer.Option("--engine", help="triton (engine flow) | vllm | dynamo (LLM-API flow).")
+        str, typer.Option("--engine", help="triton (engine flow) | vllm | sglang | dynamo (LLM-API flow).")
     ] = "triton",
     nodes: Annotated[
         int, typer.Option("--nodes", help="Nodes per replica (>1: LeaderWorkerSet / Dynamo multinode).")
@@ -61,14 +61,14 @@ def deploy(
     models_claim: Annotated[
         str | None,
         typer.Option(
-            "--models-claim", help="vllm / dynamo: a PVC with the model folders, mounted at /models."
+            "--models-claim", help="vllm / sglang / dynamo: a PVC with the model folders, mounted at /models."
         ),
     ] = None,
     print_command: Annotated[
         bool,
         typer.Option(
             "--print",
-            help="Print the server command only (vllm: the loopback `vllm serve` line); write nothing.",
+            help="Print the server command only (vllm, sglang: the loopback line of a host); write nothing.",
         ),
     ] = False,
     force: Force = False,
@@ -86,7 +86,7 @@ def deploy(
             f"unknown engine {engine!r}",
             expected=" | ".join(ENGINES),
             found=engine,
-            fix="use --engine triton, vllm or dynamo",
+            fix="use --engine triton, vllm, sglang or dynamo",
         )
     if nodes < 1 or replicas < 1 or (max_replicas is not None and max_replicas < replicas):
         raise DeployError(
@@ -101,6 +101,7 @@ def deploy(
     s = load_spec(spec)
     extra: dict[str, str] = {}
     notes: list[str] = []
+    recipe: tuple[tuple[str, str], ...] = ()
     if engine == "triton":
         from specbuild.deploy.triton import DeployOptions, triton_manifests
 
@@ -118,7 +119,7 @@ def deploy(
                 gpu_product=gpu_product,
             ),
         )
-        files, commands, notes = m.files, m.commands, list(m.notes)
+        files, commands, notes, recipe = m.files, m.commands, list(m.notes), m.recipe
     elif engine == "vllm":
         from specbuild.deploy.vllm import serve_argv, unmapped, vllm_manifests
 
@@ -134,11 +135,24 @@ def deploy(
             "#!/usr/bin/env bash\n# vLLM command for spec " + repr(s.name) + "\n" + line + "\n"
         )
         notes = ["no vLLM equivalent: " + "; ".join(unmapped(s))]
+    elif engine == "sglang":
+        from specbuild.deploy import sglang
+
+        extra = sglang.host_files(s)
+        if print_command:
+            typer.echo(extra["sglang-serve.sh"].splitlines()[-1])
+            return
+        files = sglang.sglang_manifests(
+            s, name=name or s.name, nodes=nodes, replicas=replicas, image=image, models_claim=models_claim
+        )
+        commands = {"sglang (loopback, one host)": extra["sglang-serve.sh"].splitlines()[-1]}
+        notes = ["no SGLang equivalent: " + "; ".join(sglang.unmapped(s))]
     else:
         from specbuild.core.formats.safe_io import read_text
         from specbuild.core.spec import parse_spec_yaml
         from specbuild.deploy.dynamo import dynamo_graph
         from specbuild.deploy.llmapi_options import MODEL_ROOT, spec_options
+        from specbuild.deploy.pods import pod_model_root
         from specbuild.deploy.vllm import pod_model
 
         root = MODEL_ROOT if models_claim else None
@@ -155,6 +169,7 @@ def deploy(
                     found=type(opts).__name__,
                     fix="point at the options YAML",
                 )
+        pod_model_root(s, models_claim, engine="dynamo", speculative=options is None)  # refuses host folders
         files = dynamo_graph(
             opts,
             version=s.trtllm_version,
@@ -178,7 +193,7 @@ def deploy(
     written = write_folder(
         out,
         files,
-        readme=readme_for(s, engine, files, commands, notes, nodes=nodes),
+        readme=readme_for(s, engine, files, commands, notes, nodes=nodes, recipe=recipe),
         extra=extra,
         force=force,
         inputs={**s.inputs(), "--options file": options},  # also checked before the command ran

@@ -90,8 +90,8 @@ def generate(
         float, typer.Option("--timeout", help="--url only: seconds to wait for the server.")
     ] = DEFAULT_TIMEOUT_S,
 ) -> None:
-    """Generate a continuation of PROMPT, with speculative decoding (draft/target or Medusa) when the build
-    has it.
+    """Generate a continuation of PROMPT, with speculative decoding (the build's method: draft/target,
+    Medusa, n-gram or EAGLE-3) when the build has it.
 
     --engine runs the PyTorch reference engine in this process (CPU, no TensorRT-LLM needed);
     --url talks to a tritonserver serving a repository from `specbuild repo`. Without --json

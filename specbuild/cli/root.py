@@ -11,7 +11,7 @@ import os
 
 import typer
 
-from specbuild.cli import builder, client, deploy, engines, generate, plan, repo, serve, tuning  # noqa: F401 - they register commands
+from specbuild.cli import builder, client, deploy, engines, generate, plan, repo, serve, train_eagle3, tuning  # noqa: F401 - they register commands
 from specbuild.cli.common import register
 
 app = typer.Typer(

@@ -180,12 +180,14 @@ def doctor(
         bool,
         typer.Option(
             "--facts",
-            help="Print every upstream fact specbuild writes for the LLM-API flow, per TensorRT-LLM version, "
-            "with where it was read (repository, path, revision) and whether it is verified or INFERRED.",
+            help="Print every upstream fact specbuild writes for the LLM-API flow per TensorRT-LLM version, "
+            "and for `deploy --engine vllm | sglang` per release, with where it was read (repository, path, "
+            "revision) and whether it is verified or INFERRED.",
         ),
     ] = False,
     version: Annotated[
-        str | None, typer.Option("--version", help="--facts: only this TensorRT-LLM version.")
+        str | None,
+        typer.Option("--version", help="--facts: only this TensorRT-LLM version, or vllm==V / sglang==V."),
     ] = None,
 ) -> None:
     """Report the environment: Python, torch (+CUDA, GPUs), tensorrt_llm and trtllm-build (GPU hosts only),
@@ -212,45 +214,65 @@ def doctor(
 
 def _print_facts(version: str | None, as_json: bool) -> None:
     from specbuild.core.errors import SpecbuildError
+    from specbuild.core.facts import sglang as sglang_facts
+    from specbuild.core.facts import vllm as vllm_facts
+    from specbuild.core.facts.deploy_sources import triton_facts
     from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, release_facts
     from specbuild.deploy.dynamo import DYNAMO_TRTLLM, PAIRING_SOURCE
 
-    if version is not None and version not in LLMAPI_VERSIONS:
+    servers = {
+        f"vllm=={vllm_facts.VLLM_VERSION}": ("vLLM", vllm_facts.release_facts),
+        f"sglang=={sglang_facts.SGLANG_VERSION}": ("SGLang", sglang_facts.release_facts),
+    }
+    if version is not None and version not in (*LLMAPI_VERSIONS, *servers):
         raise SpecbuildError(
             f"no recorded facts for TensorRT-LLM {version}",
-            expected=" | ".join(LLMAPI_VERSIONS),
+            expected=" | ".join((*LLMAPI_VERSIONS, *servers)),
             found=version,
             fix="pass one of the versions above, or leave --version out",
         )
-    versions = [version] if version else list(LLMAPI_VERSIONS)
+
+    def row(topic: str, value: str, f) -> dict[str, str]:
+        return {
+            "topic": topic,
+            "value": value,
+            "status": f.status,
+            "source": f.cite(),
+            "repo": f.repo,
+            "path": f.path,
+            "at": f.at,
+        }
+
     rows = {
         v: [
-            {
-                "topic": t,
-                "value": value,
-                "status": f.status,
-                "source": f.cite(),
-                "repo": f.repo,
-                "path": f.path,
-                "at": f.at,
-            }
-            for t, value, f in [
+            row(*fact)
+            for fact in [
                 *release_facts(v),
                 (
                     "Dynamo tensorrtllm-runtime images that ship it",
                     ", ".join(tag for tag, ships in DYNAMO_TRTLLM.items() if ships == v) or "none",
                     PAIRING_SOURCE,
                 ),
+                *[
+                    (f"deploy --engine triton: {t}", value, f)
+                    for t, value, f in triton_facts()
+                    if v == "1.2.1"
+                ],
             ]
         ]
-        for v in versions
+        for v in LLMAPI_VERSIONS
+        if version in (None, v)
     }
+    for key, (_, facts_of) in servers.items():
+        if version in (None, key):
+            rows[key] = [row(*fact) for fact in facts_of(key.split("==")[1])]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
     for v, facts in rows.items():
         inferred = sum(r["status"] != "verified" for r in facts)
-        typer.echo(f"TensorRT-LLM {v}: {len(facts)} facts, {inferred} INFERRED")
+        title = f"{servers[v][0]} {v.split('==')[1]}" if v in servers else f"TensorRT-LLM {v}"
+        typer.echo(f"{title}: {len(facts)} facts, {inferred} INFERRED")
         for r in facts:
             mark = "verified" if r["status"] == "verified" else "INFERRED"
             typer.echo(f"  [{mark}] {r['topic']}: {r['value']}\n      source: {r['source']}")

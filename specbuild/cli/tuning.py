@@ -164,7 +164,7 @@ def format_accuracy_table(metrics: dict) -> str:
 @command("tune")
 def tune_cmd(
     spec: Annotated[
-        Path, typer.Argument(help="Build spec (YAML), mode draft_target, medusa or ngram."), SPEC
+        Path, typer.Argument(help="Build spec (YAML), mode draft_target, medusa, ngram or eagle3."), SPEC
     ],
     prompts: Annotated[
         Path | None,

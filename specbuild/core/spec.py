@@ -127,6 +127,9 @@ class ServingSection:
     # answers unary gRPC / HTTP infer. None: the flow's default (engine true; llmapi false, as upstream's
     # model.yaml); `repo --decoupled / --no-decoupled` overrides it (model_repo/transaction.py).
     decoupled: bool | None = None
+    # Nodes one replica spans (the engine flow's `deploy --nodes`): the engines record
+    # mapping.gpus_per_node = num_gpus / nodes and the repository the devices of one node (gpu_device_ids).
+    nodes: int = 1
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,11 @@ class BuildSpec:
         if self.serving.num_gpus:
             return self.serving.num_gpus
         return max(self.target.world_size, self.draft.world_size if self.draft else 1)
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs of one node of the deployment (TensorRT-LLM's mapping.gpus_per_node)."""
+        return self.num_gpus // self.serving.nodes
 
     def medusa_choices(self) -> MedusaChoices:
         """The tree as a MedusaChoices (specs with a medusa section only)."""
@@ -530,6 +538,18 @@ def _check_values(spec: BuildSpec, where: str, *, validate_tree: bool = True) ->
             s.num_gpus,
             "raise num_gpus or lower tp_size",
         )
+    worlds = [spec.num_gpus, spec.target.world_size] + ([spec.draft.world_size] if spec.draft else [])
+    if any(w % s.nodes for w in worlds):
+        _fail(
+            where,
+            "serving.nodes",
+            f"a divisor of the GPUs ({spec.num_gpus}) and of every engine's tp*pp (target "
+            f"{spec.target.world_size}" + (f", draft {spec.draft.world_size}" if spec.draft else "") + "): "
+            "every node holds the same number of each engine's ranks",
+            s.nodes,
+            "set serving.nodes: 1 (a draft/target spec runs on one node), or a tp_size / pp_size that splits "
+            "over the nodes",
+        )
 
 
 # (section, key) -> (lowest, highest, example fix): every integer of a spec has a range.
@@ -552,6 +572,7 @@ _RANGES: dict[tuple[str, str], tuple[int, int, str]] = {
     ("serving", "num_gpus"): (1, 4096, "the GPUs of the host"),
     ("serving", "max_queue_delay_microseconds"): (0, 3_600_000_000, "0"),
     ("serving", "bls_instance_count"): (1, 1024, "4"),
+    ("serving", "nodes"): (1, 512, "1"),
 }
 
 

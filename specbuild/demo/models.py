@@ -39,6 +39,7 @@ from transformers import AutoTokenizer
 
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.formats.manifest import MANIFEST, atomic_output_dir, read_manifest, write_manifest
+from specbuild.core.pdeathsig import die_with_parent
 from specbuild.demo.corpus import chunks, corpus_split, encode_stream, windows, write_jsonl
 from specbuild.demo.lm import acceptance_profile, greedy_continue, new_model, train_lm
 from specbuild.demo.settings import (
@@ -177,7 +178,7 @@ def build_medusa(
         log("  `specbuild train-medusa` is not available in this checkout; skipping the Medusa heads")
         return None
     log("$ " + " ".join(argv))
-    done = subprocess.run(argv)
+    done = subprocess.run(argv, preexec_fn=die_with_parent())  # ends if the demo is killed
     if done.returncode != 0:
         raise SpecbuildError(
             "training the demo Medusa heads failed",

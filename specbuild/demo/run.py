@@ -54,6 +54,7 @@ from rich.console import Console
 from specbuild.bench.load_bench import LOAD_WAVES
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.methods import Method
+from specbuild.core.pdeathsig import die_with_parent
 from specbuild.core.perf.schedule import SERVED_OFF
 from specbuild.core.spec import PATH_KEYS
 from specbuild.demo.models import (
@@ -175,7 +176,7 @@ def run_cli(
     argv = [specbuild_exe(), *args]
     _console().print(f"[bold cyan]$ {_shown(argv)}[/]")
     t0 = time.time()
-    done = subprocess.run(argv, capture_output=capture, text=True, env=_env())
+    done = subprocess.run(argv, capture_output=capture, text=True, env=_env(), preexec_fn=die_with_parent())
     _console().print(f"[dim]({time.time() - t0:.1f}s)[/]")
     if capture and show and done.stdout:
         print(done.stdout, end="")
@@ -343,7 +344,8 @@ def serving(repo: Path, log_file: Path) -> Iterator[str]:
         str(log_file),
     ]
     _console().print(f"[bold cyan]$ {_shown(argv)} &[/]")
-    proc = subprocess.Popen(argv, start_new_session=True, env=_env())
+    # its own session (a Ctrl-C here reaches only the demo, which stops it); dies if the demo is killed
+    proc = subprocess.Popen(argv, start_new_session=True, env=_env(), preexec_fn=die_with_parent())
     url = f"127.0.0.1:{grpc}"
     try:
         _wait_ready(proc, url, log_file)

@@ -12,9 +12,8 @@ from specbuild.builder.memory_plan import plan_memory
 from specbuild.core.errors import DeployError
 from specbuild.core.facts.llmapi import DECODINGS, Flow
 from specbuild.core.spec import BuildSpec
+from specbuild.deploy.pods import MODEL_ROOT  # noqa: F401 (re-exported: where --models-claim mounts)
 from specbuild.deploy.vllm import pod_model
-
-MODEL_ROOT = "/models"  # where `--models-claim` mounts the model folders (deploy/dynamo.py, vllm.py)
 
 
 def spec_options(spec: BuildSpec, *, model_root: str | None = None) -> dict[str, Any]:

@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from specbuild.core.spec import BuildSpec
+from specbuild.deploy.eagle3_draft import DRAFT_CONTENTS
 
 REQUIREMENTS = {
     "triton": [
         "the NVIDIA device plugin (nvidia.com/gpu); with --gpu-product, GPU feature discovery labels",
-        "the models volume of 00-storage.yaml holding the build folder at /specbuild/build "
-        "(`specbuild compile SPEC --engine trtllm --dry-run --out build`) and the repository at "
-        "/specbuild/repo (`specbuild repo build --out repo --engine-root /specbuild/build`): copy both in, "
-        "e.g. with a helper pod and kubectl cp",
+        "the models volume of 00-storage.yaml holding the build folder at /specbuild/build, the "
+        "repository (written with the pod's engine and tokenizer paths) at /specbuild/repo and the target's "
+        "tokenizer files at /specbuild/tokenizer: the steps under 'Before applying' write and copy them",
         "LeaderWorkerSet layouts: the LWS controller v0.10.0 (kubectl apply --server-side -f "
         "https://github.com/kubernetes-sigs/lws/releases/download/v0.10.0/manifests.yaml) and an image "
         "with kubectl",
@@ -24,6 +24,12 @@ REQUIREMENTS = {
         "--models-claim and model paths under /models)",
         "LeaderWorkerSet layouts: the LWS controller v0.10.0; multi-node uses Ray through the vLLM "
         "image's multi-node-serving.sh",
+    ],
+    "sglang": [
+        "the NVIDIA device plugin; the models reachable from the pod (hub ids with a token, or "
+        "--models-claim and model paths under /models)",
+        "LeaderWorkerSet layouts: the LWS controller v0.10.0 (every pod runs launch_server with its "
+        "--node-rank; LWS sets LWS_LEADER_ADDRESS, LWS_GROUP_SIZE, LWS_WORKER_INDEX)",
     ],
     "dynamo": ["the NVIDIA Dynamo operator (DynamoGraphDeployment nvidia.com/v1alpha1) and its platform"],
 }
@@ -37,6 +43,7 @@ def readme_for(
     notes: list[str],
     *,
     nodes: int,
+    recipe: tuple[tuple[str, str], ...] = (),
 ) -> str:
     lines = [
         f"# specbuild deploy: {spec.name} ({spec.mode}) on {engine}, {nodes} node(s) per replica",
@@ -48,6 +55,12 @@ def readme_for(
         kinds = ", ".join(f"{o['kind']} {o['metadata']['name']}" for o in objs)
         lines.append(f"* `{name}`: {kinds}")
     lines += ["", "## Needs", ""] + [f"* {r}" for r in REQUIREMENTS[engine]]
+    if spec.eagle3 is not None and engine in DRAFT_CONTENTS:
+        lines.append(f"* {DRAFT_CONTENTS[engine]}")
+    if recipe:
+        lines += ["", "## Before applying (in order, from this folder)", ""]
+        for i, (what, command) in enumerate(recipe, 1):
+            lines += [f"{i}. {what}:", "", "```", command, "```", ""]
     if commands:
         lines += ["", "## Commands", ""]
         for k, v in commands.items():

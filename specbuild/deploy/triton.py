@@ -2,8 +2,9 @@
 
 Objects (docs/deploy.md):
 * a PersistentVolumeClaim holding the build folder (`compile --engine trtllm --dry-run`: checkpoints +
-  build.sh) at /specbuild/build and the repository (`repo BUILD --engine-root /specbuild/build`) at
-  /specbuild/repo;
+  build.sh) at /specbuild/build, the repository (`repo BUILD --engine-root /specbuild/build
+  --tokenizer-dir /specbuild/tokenizer`) at /specbuild/repo and the target's tokenizer files at
+  /specbuild/tokenizer, copied in through a loader Pod (`recipe`: the steps, in the README);
 * a Job that runs build.sh there on one GPU of the serving kind (trtllm-build, in the same container);
 * one node: a Deployment whose pod runs the server command `serve --print-launch` prints (the same
   `mpirun_argv` / `orchestrator_env` / `container_image` of serve/launch.py), bound to the pod's
@@ -27,12 +28,30 @@ from typing import Any
 from specbuild.core.errors import DeployError
 from specbuild.core.spec import BuildSpec
 from specbuild.deploy import k8s
+from specbuild.deploy.pods import server_labels
 from specbuild.engines.trtllm.plan import build_plan
 from specbuild.serve.launch import LaunchLayout, container_image, mpirun_argv, orchestrator_env
 
 MOUNT = "/specbuild"
 BUILD_DIR = f"{MOUNT}/build"
 REPO_DIR = f"{MOUNT}/repo"
+TOKENIZER_DIR = f"{MOUNT}/tokenizer"
+# The target's tokenizer, as AutoTokenizer reads it: every file the preprocessing, postprocessing and BLS
+# models may need (config.json: AutoTokenizer reads the model type from it when tokenizer_config.json names
+# no tokenizer_class); the weights stay behind (the engines hold them).
+TOKENIZER_FILES = (
+    "config.json",
+    "tokenizer_config.json",
+    "tokenizer.json",
+    "tokenizer.model",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "vocab.txt",
+    "chat_template.jinja",
+    "generation_config.json",
+)
 KUBESSH = "/specbuild-bin/kubessh"
 STARTUP_MINUTES = 30  # engines of a 70B model take minutes to load: the startup probe waits this long
 
@@ -58,14 +77,10 @@ class Manifests:
     files: dict[str, list[dict[str, Any]]]
     notes: tuple[str, ...]
     commands: dict[str, str]  # what runs where, for the README
+    recipe: tuple[tuple[str, str], ...] = ()  # (what, shell command) to run before applying, in order
 
 
-def labels_for(name: str, component: str) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/name": name,
-        "app.kubernetes.io/component": component,
-        "app.kubernetes.io/managed-by": "specbuild",
-    }
+labels_for = server_labels  # app.kubernetes.io name / component / managed-by
 
 
 def triton_manifests(spec: BuildSpec, opts: DeployOptions) -> Manifests:
@@ -76,6 +91,7 @@ def triton_manifests(spec: BuildSpec, opts: DeployOptions) -> Manifests:
     many_nodes = opts.nodes > 1
     if many_nodes:
         _check_multinode(spec, layout, opts)
+    _check_nodes(spec, opts)
     server_labels = labels_for(name, "server")
     notes = []
     pvc_name = f"{name}-models"
@@ -137,6 +153,7 @@ def triton_manifests(spec: BuildSpec, opts: DeployOptions) -> Manifests:
     }
     if node_selector:
         build_pod["nodeSelector"] = node_selector
+    files["05-loader.yaml"] = [_loader_pod(name, image, volumes[0], mounts[0])]
     files["10-build-job.yaml"] = [k8s.job(f"{name}-build", labels_for(name, "build"), build_pod)]
 
     if not many_nodes:
@@ -245,7 +262,85 @@ def triton_manifests(spec: BuildSpec, opts: DeployOptions) -> Manifests:
         k8s.hpa(name, server_labels, target, max_replicas=opts.max_replicas or 4 * opts.replicas),
     ]
     commands["build"] = f"bash {BUILD_DIR}/build.sh"
-    return Manifests(files, tuple(notes), commands)
+    return Manifests(files, tuple(notes), commands, recipe(spec, name, list(files)))
+
+
+def recipe(spec: BuildSpec, name: str, files: list[str]) -> tuple[tuple[str, str], ...]:
+    """The steps before the server starts: on the build host, the build folder, the repository with the
+    pod's paths (engines under BUILD_DIR, tokenizer TOKENIZER_DIR) and the tokenizer files; in the cluster,
+    the volume, the loader Pod that the three folders are copied through, then the rest."""
+    spec_path = shlex.quote(str(spec.source)) if spec.source else "SPEC"
+    loader = f"{name}-loader"
+    source = (
+        "python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[\"tokenizer_dir\"])' "
+        "build/specbuild.json"
+    )
+    copy = (
+        f'src="$({source})" && mkdir tokenizer && for f in {" ".join(TOKENIZER_FILES)}; '
+        'do if [ -f "$src/$f" ]; then cp "$src/$f" tokenizer/; fi; done'
+    )
+    rest = [f for f in files if f not in ("00-storage.yaml", "05-loader.yaml")]
+    return (
+        (
+            "build host: the checkpoints and build.sh",
+            f"specbuild compile {spec_path} --engine trtllm --dry-run --out build",
+        ),
+        (
+            "build host: the repository with the pod's paths",
+            f"specbuild repo build build --out repo --backend tensorrtllm --engine-root {BUILD_DIR} "
+            f"--tokenizer-dir {TOKENIZER_DIR}",
+        ),
+        ("build host: the target's tokenizer files (no weights)", copy),
+        (
+            "cluster: the volume and the loader Pod",
+            f"kubectl apply -f 00-storage.yaml -f 05-loader.yaml && kubectl wait --for=condition=Ready "
+            f"pod/{loader} --timeout=10m",
+        ),
+        (
+            "cluster: copy the three folders in",
+            " && ".join(f"kubectl cp {d} {loader}:{MOUNT}/{d}" for d in ("build", "repo", "tokenizer")),
+        ),
+        ("cluster: the loader is no longer needed", f"kubectl delete pod {loader}"),
+        (
+            "cluster: build the engines (Job), then serve",
+            "kubectl apply " + " ".join(f"-f {f}" for f in rest),
+        ),
+    )
+
+
+def _loader_pod(name: str, image: str, volume: dict[str, Any], mount: dict[str, Any]) -> dict[str, Any]:
+    """A Pod that mounts the models volume and waits: `kubectl cp` copies the folders in through it (the
+    image has tar); no GPU."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": k8s.meta(f"{name}-loader", labels_for(name, "loader")),
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "loader",
+                    "image": image,
+                    "command": ["sh", "-c", "exec sleep infinity"],
+                    "volumeMounts": [mount],
+                }
+            ],
+            "volumes": [volume],
+        },
+    }
+
+
+def _check_nodes(spec: BuildSpec, opts: DeployOptions) -> None:
+    """The engines are built for the spec's serving.nodes (mapping.gpus_per_node, gpu_device_ids)."""
+    if opts.nodes != spec.serving.nodes:
+        raise DeployError(
+            f"the spec's engines are built for {spec.serving.nodes} node(s) per replica",
+            expected=f"--nodes {spec.serving.nodes} (serving.nodes: the engines' mapping.gpus_per_node "
+            f"{spec.gpus_per_node} and the repository's gpu_device_ids follow it)",
+            found=f"--nodes {opts.nodes}",
+            fix=f"set serving.nodes: {opts.nodes} in the spec and re-run compile and repo build (the "
+            f"README's recipe), or deploy with --nodes {spec.serving.nodes}",
+        )
 
 
 def _check_multinode(spec: BuildSpec, layout: LaunchLayout, opts: DeployOptions) -> None:

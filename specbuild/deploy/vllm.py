@@ -8,19 +8,23 @@ Spec -> vLLM:
 * target.model -> the positional model; target tp/pp -> --tensor-parallel-size / --pipeline-parallel-size;
 * dtype -> --dtype; build.max_seq_len -> --max-model-len; build.max_batch_size -> --max-num-seqs;
   build.max_num_tokens -> --max-num-batched-tokens;
-* speculation: {"method": <vLLM method>, "model": draft.model, "num_speculative_tokens": K,
-  "draft_tensor_parallel_size": draft.tp_size} (draft/target); {"method": "eagle3", "model":
-  eagle3.model, ...} (EAGLE-3); {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max":
-  ngram.max_matching_ngram_size, "prompt_lookup_min": 1} (n-gram);
+* speculation: {"method": <vLLM method>, "num_speculative_tokens": K, "rejection_sample_method":
+  "standard", "model": draft.model, "draft_tensor_parallel_size": draft.tp_size, "draft_sample_method":
+  "probabilistic" with speculation.use_logits else "greedy"} (draft/target); {"method": "eagle3", "model":
+  eagle3.model, ...} (EAGLE-3; the draft's config.json is checked, deploy/eagle3_draft.py); {"method":
+  "ngram", "num_speculative_tokens": K, "prompt_lookup_max": ngram.max_matching_ngram_size,
+  "prompt_lookup_min": 1} (n-gram); speculation.schedule -> "num_speculative_tokens_per_batch_size"
+  (inclusive [start, end, K] ranges over 1..build.max_batch_size; no data parallelism is written, which
+  would switch it off); a schedule that is off at every load writes no --speculative-config;
 * --gpu-memory-utilization from the memory plan: the share of GPU memory the plan gives the engines
   (weights, activations, the KV budget and the runtime reserve), i.e. 1 - what the plan leaves unused;
 * --host 127.0.0.1 unless asked (vLLM binds every interface by default); in a pod, 0.0.0.0 (the Service
   decides who reaches it).
 No vLLM equivalent (listed by `unmapped`): build.max_input_len, build.weight_only (vLLM loads
-pre-quantized checkpoints, it does not quantize weight-only at load), speculation.use_logits (vLLM always
-samples losslessly against the draft's distribution), serving.kv_cache_free_gpu_mem_fraction (folded into
---gpu-memory-utilization), serving.max_queue_delay_microseconds, serving.bls_instance_count,
+pre-quantized checkpoints, it does not quantize weight-only at load), serving.kv_cache_free_gpu_mem_fraction
+(folded into --gpu-memory-utilization), serving.max_queue_delay_microseconds, serving.bls_instance_count,
 serving.enable_chunked_context (vLLM V1 chunks prefills by default), trtllm_version, draft.pp_size (> 1).
+In a pod the models are hub ids or folders of `--models-claim` (deploy/pods.py).
 """
 
 from __future__ import annotations
@@ -33,16 +37,29 @@ from typing import Any
 
 from specbuild.builder.memory_plan import plan_memory
 from specbuild.core.errors import DeployError
-from specbuild.core.facts.vllm import VLLM_METHODS, VLLM_REFUSED, VLLM_VERSION, vllm_facts
+from specbuild.core.facts.vllm import VLLM_METHODS, VLLM_REFUSED, VLLM_VERSION, VllmFacts, vllm_facts
+from specbuild.core.perf.schedule import schedule_of
 from specbuild.core.spec import BuildSpec
 from specbuild.deploy import k8s
+from specbuild.deploy.eagle3_draft import check_draft
+from specbuild.deploy.pods import (
+    gpus_per_pod,
+    health_probes,
+    is_local,
+    model_volumes,
+    pod_model_root,
+    server_labels,
+)
 
 IMAGE = f"vllm/vllm-openai:v{VLLM_VERSION}"
 PORT = 8000
 MULTI_NODE_SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"  # in the vLLM image
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 
 
-def speculative_config(spec: BuildSpec, *, model_root: str | None = None) -> dict[str, Any]:
+def speculative_config(spec: BuildSpec, *, model_root: str | None = None) -> dict[str, Any] | None:
+    """The --speculative-config of the spec (None: its schedule never drafts: vLLM serves the target
+    alone)."""
     mode = spec.mode.value
     if mode in VLLM_REFUSED:
         raise DeployError(
@@ -58,9 +75,13 @@ def speculative_config(spec: BuildSpec, *, model_root: str | None = None) -> dic
             found=mode,
             fix="add it to core/facts/vllm.py VLLM_METHODS",
         )
+    schedule = schedule_of(spec)
+    if schedule is not None and schedule.off:
+        return None
     cfg: dict[str, Any] = {
         "method": VLLM_METHODS[mode],
         "num_speculative_tokens": spec.speculation.max_draft_len,
+        "rejection_sample_method": "standard",  # lossless per-token rejection sampling, as TensorRT-LLM
     }
     if spec.draft is not None:
         if spec.draft.pp_size != 1:
@@ -70,21 +91,19 @@ def speculative_config(spec: BuildSpec, *, model_root: str | None = None) -> dic
                 found=f"draft.pp_size: {spec.draft.pp_size}",
                 fix="set draft.pp_size: 1",
             )
-        if spec.draft.tp_size not in (1, spec.target.tp_size):
-            raise DeployError(
-                "vLLM's draft TP must be 1 or the target's",
-                expected=f"draft.tp_size 1 or {spec.target.tp_size} (vllm/config/speculative.py "
-                "_verify_and_get_draft_tp)",
-                found=f"draft.tp_size: {spec.draft.tp_size}",
-                fix="set draft.tp_size: 1",
-            )
         cfg["model"] = pod_model(spec, spec.draft.model, model_root)
         cfg["draft_tensor_parallel_size"] = spec.draft.tp_size
     if spec.eagle3 is not None:  # the EAGLE-3 draft head
+        check_draft(spec, "vllm")
         cfg["model"] = pod_model(spec, spec.eagle3.model, model_root)
+    if "model" in cfg:  # the draft's distribution in the ratio test (speculation.use_logits), else one-hot
+        cfg["draft_sample_method"] = "probabilistic" if spec.speculation.use_logits else "greedy"
     if spec.ngram is not None:  # prompt lookup within the request (vLLM has no pool shared across requests)
         cfg["prompt_lookup_max"] = spec.ngram.max_matching_ngram_size
         cfg["prompt_lookup_min"] = 1  # TensorRT-LLM's NGram tries every size from the largest down to 1
+    if schedule is not None and len(schedule.steps) > 1:
+        cfg[SCHEDULE_KEY] = [list(r) for r in schedule.ranges(spec.build.max_batch_size)]
+    check_speculative_config(cfg, spec.target.tp_size)
     return cfg
 
 
@@ -122,10 +141,9 @@ def serve_argv(
     ]
     if b.max_num_tokens:
         argv += ["--max-num-batched-tokens", str(b.max_num_tokens)]
-    argv += [
-        "--speculative-config",
-        json.dumps(speculative_config(spec, model_root=model_root), separators=(",", ":")),
-    ]
+    cfg = speculative_config(spec, model_root=model_root)
+    if cfg is not None:
+        argv += ["--speculative-config", json.dumps(cfg, separators=(",", ":"))]
     check_argv(argv)
     return argv
 
@@ -148,6 +166,59 @@ def check_argv(argv: list[str]) -> None:
         )
 
 
+def check_speculative_config(cfg: dict[str, Any], target_tp: int, facts: VllmFacts | None = None) -> None:
+    """The rules the release's SpeculativeConfig applies to what specbuild writes (core/facts/vllm.py):
+    keys it refuses outright, Literal values, the draft-TP rule, the per-batch-size schedule's shape."""
+    facts = facts or vllm_facts()
+    wrong = [f"{k} (vLLM {facts.version}: {facts.rejected_keys[k]})" for k in cfg if k in facts.rejected_keys]
+    for key, value in cfg.items():
+        allowed = facts.values(key)
+        if allowed is not None and value not in allowed:
+            wrong.append(f"{key}: {value!r} (one of {', '.join(allowed)})")
+    if cfg.get("method") in facts.mtp["deprecated"]:
+        wrong.append(
+            f"method {cfg['method']} (deprecated: vLLM {facts.version} replaces it with "
+            f"{facts.mtp['method']})"
+        )
+    draft_tp = [target_tp if v == "target tensor_parallel_size" else v for v in facts.draft_tp]
+    if cfg.get("draft_tensor_parallel_size", draft_tp[0]) not in draft_tp:
+        wrong.append(
+            f"draft_tensor_parallel_size: {cfg['draft_tensor_parallel_size']} (one of {draft_tp}: 1 or the "
+            "target's tensor_parallel_size)"
+        )
+    if SCHEDULE_KEY in cfg:
+        wrong += [f"{SCHEDULE_KEY}: {e}" for e in schedule_errors(cfg[SCHEDULE_KEY], facts)]
+    if wrong:
+        raise DeployError(
+            f"vLLM {facts.version} would refuse the speculative config",
+            expected=f"keys and values SpeculativeConfig of vLLM {facts.version} accepts "
+            f"(specbuild/data/vllm_{facts.version}.json)",
+            found="; ".join(wrong),
+            fix="change the spec (or core/facts/vllm.py with the emitter, after reading the release)",
+        )
+
+
+def schedule_errors(entries: Any, facts: VllmFacts) -> list[str]:
+    """What the release's num_speculative_tokens_per_batch_size validation would raise on `entries`."""
+    rules = facts.dynamic
+    if not isinstance(entries, list) or not entries:
+        return ["a non-empty list of [range_start, range_end, K]"]
+    if any(not isinstance(e, list | tuple) or len(e) != 3 for e in entries):
+        return ["each entry is [range_start, range_end, K]"]
+    out = []
+    for start, end, k in entries:
+        if start <= 0 or end <= 0 or start > end:
+            out.append(f"range ({start}, {end}): positive, start <= end")
+        if k < rules["k_min"]:
+            out.append(f"K {k} < {rules['k_min']}")
+    ordered = sorted(entries, key=lambda e: e[0])
+    if any(b[0] <= a[1] for a, b in zip(ordered, ordered[1:], strict=False)):
+        out.append("ranges overlap")
+    if ordered[0][0] != rules["first_start"]:
+        out.append(f"the first range starts at {ordered[0][0]}, not {rules['first_start']}")
+    return out
+
+
 def unmapped(spec: BuildSpec) -> list[str]:
     """Spec settings with no vLLM equivalent, as set in this spec."""
     out = [
@@ -165,10 +236,9 @@ def unmapped(spec: BuildSpec) -> list[str]:
     if spec.eagle3 is not None and spec.eagle3.layers_to_capture is not None:
         out.append(
             "eagle3.layers_to_capture (no --speculative-config key: vLLM reads "
-            "eagle_aux_hidden_state_layer_ids from the draft's config.json, in its own layer numbering)"
+            "eagle_aux_hidden_state_layer_ids from the draft's config.json, in its own layer numbering; "
+            "checked when that file is readable)"
         )
-    if spec.speculation.use_logits:
-        out.append("speculation.use_logits (vLLM verifies against the draft's probabilities itself)")
     s = spec.serving
     out.append(
         f"serving.kv_cache_free_gpu_mem_fraction {s.kv_cache_free_gpu_mem_fraction} (folded into "
@@ -194,24 +264,12 @@ def vllm_manifests(
 ) -> dict[str, list[dict[str, Any]]]:
     """Deployment (one node) or LeaderWorkerSet (Ray over `nodes` pods) + Service."""
     name = k8s.k8s_name(name)
-    labels = {
-        "app.kubernetes.io/name": name,
-        "app.kubernetes.io/component": "vllm",
-        "app.kubernetes.io/managed-by": "specbuild",
-    }
-    argv = serve_argv(spec, host="0.0.0.0", model_root="/models" if models_claim else None)
+    labels = server_labels(name, "vllm")
+    argv = serve_argv(spec, host="0.0.0.0", model_root=pod_model_root(spec, models_claim, engine="vllm"))
     image = image or IMAGE
     gpus = spec.num_gpus
-    volumes = [k8s.shm_volume(shm)]
-    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
-    if models_claim:
-        volumes.append(k8s.pvc_volume(models_claim, "models"))
-        mounts.append({"name": "models", "mountPath": "/models", "readOnly": True})
-    probes = {
-        "readinessProbe": k8s.http_probe("/health", PORT, period=10, failures=3),
-        "livenessProbe": k8s.http_probe("/health", PORT, period=10, failures=6),
-        "startupProbe": k8s.http_probe("/health", PORT, period=10, failures=180),
-    }
+    volumes, mounts = model_volumes(models_claim, shm)
+    probes = health_probes("/health", PORT)
     ports = [{"name": "http", "containerPort": PORT}]
     if nodes == 1:
         pod = {
@@ -231,14 +289,7 @@ def vllm_manifests(
         server = [k8s.deployment(name, labels, pod, replicas=replicas)]
         selector = labels
     else:
-        if gpus % nodes:
-            raise DeployError(
-                "the spec's GPUs do not split evenly over the nodes",
-                expected=f"a multiple of --nodes ({nodes})",
-                found=f"{gpus} GPUs",
-                fix="change --nodes or the spec's tp_size / pp_size",
-            )
-        per = gpus // nodes
+        per = gpus_per_pod(spec, nodes)
         leader_cmd = (
             f"bash {MULTI_NODE_SCRIPT} leader --ray_cluster_size=$(LWS_GROUP_SIZE); {shlex.join(argv)}"
         )
@@ -277,7 +328,6 @@ def vllm_manifests(
 
 
 def pod_model(spec: BuildSpec, model: str, root: str | None = None) -> str:
-    """A hub id stays as written; a local folder (one that exists beside the spec) is named as the spec
-    names it, or, with `root` (a mounted models volume), as `root/<folder name>`."""
-    local = (spec.base_dir / model).is_dir() or Path(model).is_absolute()
-    return f"{root}/{Path(model).name}" if root and local else model
+    """A hub id stays as written; a local folder (deploy/pods.py `is_local`) is named as the spec names it
+    (a command for this host), or, with `root` (a mounted models volume), as `root/<folder name>`."""
+    return f"{root}/{Path(model).name}" if root and is_local(spec, model) else model

@@ -227,7 +227,9 @@ def plan_layout(
             engine_dir=served(build.engines[name].path),
             decoupled=name == "target" and not loop,  # an engine that speculates itself streams its steps
             kv_fraction=draft_kv if name == "draft" and draft_kv is not None else target_kv,
-            gpu_device_ids=tuple(range(section.world_size)),  # the draft shares the target's first GPUs
+            # the devices of one node (serving.nodes): the executor puts rank r on gpu_device_ids[r % len]
+            # (engines/trtllm/ckpt_config.py); the draft shares the target's first GPUs
+            gpu_device_ids=tuple(range(section.world_size // spec.serving.nodes)),
             decoding_mode=role.mode.triton_decoding_mode,
             enable_kv_cache_reuse=loop,  # the BLS re-sends the growing prefix every round
             max_tokens_in_paged_kv_cache=kv_tokens,

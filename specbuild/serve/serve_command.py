@@ -1,4 +1,5 @@
-"""`specbuild serve`: start the server with a progress bar, follow its log, stop on Ctrl-C / SIGTERM."""
+"""`specbuild serve`: start the server with a progress bar, follow its log, stop on SIGTERM, SIGINT (Ctrl-C)
+or SIGHUP."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from rich.progress import (
 from specbuild.serve.tritonserver import ServerOptions, TritonServer
 
 POLL_S = 0.5
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # each: the clean stop (docs/limits.md)
 
 
 def _follow(path: Path, out: TextIO, stop: threading.Event, start_at: int) -> None:
@@ -49,10 +51,10 @@ def run_server(
     on_ready(server) runs once every model is READY (the OpenAI frontend starts there) and returns the
     function that stops what it started; it is called before the server stops."""
 
-    def on_term(signum, frame):  # SIGTERM -> the same clean shutdown as Ctrl-C
-        raise KeyboardInterrupt
+    def on_term(signum, frame):  # SIGTERM, SIGHUP -> the same clean shutdown as Ctrl-C; SIGINT too, also
+        raise KeyboardInterrupt  # when it was ignored at start (a background job of a script)
 
-    previous = signal.signal(signal.SIGTERM, on_term)
+    previous = {sig: signal.signal(sig, on_term) for sig in STOP_SIGNALS}
     server = TritonServer(repo, options)
     stop_follow = threading.Event()
     stop_extra: Callable[[], None] | None = None
@@ -90,16 +92,16 @@ def run_server(
         console.print("stopping tritonserver ...")
         return 0
     finally:
-        # A second SIGTERM or Ctrl-C (a caller that stops us twice) must neither cut the models' unload
-        # short (tritonserver would die with its stubs still running) nor replace the error that ended
-        # the serving (a dead model's ServerError) with "interrupted": ignored until the server is down.
-        interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # A second stop signal (a caller that stops us twice) must neither cut the models' unload short
+        # (tritonserver would die with its stubs still running) nor replace the error that ended the
+        # serving (a dead model's ServerError) with "interrupted": ignored until the server is down.
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
         try:
             stop_follow.set()
             if stop_extra is not None:
                 stop_extra()
             server.stop()
         finally:
-            signal.signal(signal.SIGTERM, previous)
-            signal.signal(signal.SIGINT, interrupt)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,9 +40,14 @@ class Stub:
     instance: str  # <model>_<group>_<index>
 
 
+def owner_prefix(pid: int | None = None) -> str:
+    """The start of the region names of every server the process `pid` (default: this one) starts."""
+    return f"specbuild_{os.getpid() if pid is None else int(pid)}_"
+
+
 def shm_prefix() -> str:
     """A region-name prefix no other server uses (the Python backend appends a UUID per stub)."""
-    return f"specbuild_{os.getpid()}_{secrets.token_hex(4)}_"
+    return f"{owner_prefix()}{secrets.token_hex(4)}_"
 
 
 # = PREFIX in python_models/tensorrt_llm_bls/inflight.py (the BLS's in-flight counter file,
@@ -67,6 +73,17 @@ def remove_shm(prefix: str) -> list[str]:
         except FileNotFoundError:
             pass
     return removed
+
+
+def wait_group_gone(pgid: int, timeout_s: float = 5.0) -> None:
+    """After SIGKILL: wait until no process of the group is left (their regions are then safe to remove)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.05)
 
 
 def stub_processes(server_pid: int) -> dict[int, Stub]:

@@ -1,19 +1,19 @@
 """Run the bundled tritonserver on a model repository: start, wait until every model is ready, stop.
 
 `TritonServer` is a context manager; it never leaves a server behind: the server runs in its own
-process group (the Python-backend stubs are its children, so they are in it too). On stop, and on
-interpreter exit (atexit), tritonserver gets SIGTERM (it unloads its models, which ends the stubs), then
-whatever is left of the group SIGKILL; the kernel kills the server if the starting process dies first
-(PR_SET_PDEATHSIG). The server's Python-backend regions carry a prefix of their own, and
-whatever of them is left in /dev/shm after the stop (stubs that ended on the signal, a crash) is
-removed. `check_alive()` also watches the stubs: tritonserver 2.51 keeps a model whose
+process group (the Python-backend stubs are its children and the engine processes theirs, so they are in
+it too). On stop, and on interpreter exit (atexit), tritonserver gets SIGTERM (it unloads its models,
+which ends the stubs), then whatever is left of the group SIGKILL. The server's Python-backend regions
+carry a prefix of their own, and whatever of them is left in /dev/shm after the stop (stubs that ended on
+the signal, a crash) is removed. When the owning process dies without stopping (SIGKILL), the kernel
+kills tritonserver (PR_SET_PDEATHSIG) and the server's guardian (guardian.py) kills the rest of the group
+and removes the regions. `check_alive()` also watches the stubs: tritonserver 2.51 keeps a model whose
 stub died READY, so a dead stub is a ServerError naming the model (server_watch.py).
 """
 
 from __future__ import annotations
 
 import atexit
-import ctypes
 import errno
 import json
 import os
@@ -31,14 +31,18 @@ from pathlib import Path
 
 from specbuild.core.addresses import check_port
 from specbuild.core.errors import ServerError
+from specbuild.core.pdeathsig import die_with_parent
+from specbuild.serve import guardian
 from specbuild.serve.bundle import TritonBundle, check_libpython, find_bundle
 from specbuild.serve.server_watch import (
+    BLS_COUNTER_PREFIX,
     dead,
     fatal_lines,
     remove_bls_counters,
     remove_shm,
     shm_prefix,
     stub_processes,
+    wait_group_gone,
 )
 
 DEFAULT_HOST = "127.0.0.1"
@@ -202,24 +206,6 @@ def important_log_lines(log: str, limit: int = 25) -> list[str]:
     return lines[-limit:]
 
 
-def _wait_group_gone(pgid: int, timeout_s: float = 5.0) -> None:
-    """After SIGKILL: wait until no process of the group is left (their regions are then safe to remove)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return
-        time.sleep(0.05)
-
-
-def _set_pdeathsig() -> None:  # runs in the child between fork and exec
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
-    except OSError:
-        pass
-
-
 class TritonServer:
     """A running tritonserver for one repository. Use as `with TritonServer(repo, opts) as srv:`."""
 
@@ -230,6 +216,7 @@ class TritonServer:
         self.options = options or ServerOptions()
         self._bundle = bundle
         self._proc: subprocess.Popen | None = None
+        self._guardian: subprocess.Popen | None = None  # cleans up if this process dies (guardian.py)
         self._workdir: tempfile.TemporaryDirectory | None = None
         self._models: list[str] = []
         self.log_path: Path | None = None
@@ -319,9 +306,16 @@ class TritonServer:
                 env=env,
                 cwd=work,
                 start_new_session=True,
-                preexec_fn=_set_pdeathsig,
+                preexec_fn=die_with_parent(),  # the kernel kills it if this process dies
             )
         atexit.register(self.stop)
+        pid = self._proc.pid
+        try:
+            self._guardian = guardian.start(pid, [self._shm_prefix, f"{BLS_COUNTER_PREFIX}{pid}-"])
+        except BaseException:
+            self.kill()
+            self.stop()
+            raise
         return self
 
     def wait_ready(self, *, on_progress: Callable[[int, int], None] | None = None) -> TritonServer:
@@ -370,20 +364,28 @@ class TritonServer:
                 if crash and any("Signal" in c or "#" in c for c in crash)
                 else important or fatal_lines(text)
             )
-        if self._proc is not None:  # a crash leaves the stubs (orphans) and their regions: end both
-            try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            _wait_group_gone(self._proc.pid)
-            remove_bls_counters(self._proc.pid)
-        self._clean_shm()
+        self._kill_group()  # a crash leaves the stubs and their regions: end both
         return ServerError(
             f"tritonserver exited ({how}) {when}",
             expected="a running server with every model READY",
             found="\n    " + "\n    ".join(lines) if lines else "nothing in the log",
             fix=f"read the whole log: {self.log_path}; fix the model it names, or restart `specbuild serve`",
         )
+
+    def _kill_group(self) -> None:
+        """SIGKILL tritonserver and everything under it at once, then remove its regions: a server that
+        crashed or lost a model process is broken, and the requests it holds get an error now instead of
+        waiting out a graceful stop (a request queued for the dead model would wait for all of it)."""
+        if self._proc is None:
+            return
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self._proc.wait()  # reaped: a zombie of ours would keep the group alive
+        wait_group_gone(self._proc.pid)
+        remove_bls_counters(self._proc.pid)
+        self._clean_shm()
 
     def dead_models(self) -> list[str]:
         """Models whose Python-backend process died while serving ("model (instance, pid N exited)")."""
@@ -414,6 +416,7 @@ class TritonServer:
         gone = self.dead_models()
         if gone:
             lines = fatal_lines(self.log_text(since=self._ready_at or 0), limit=10)
+            self._kill_group()
             raise ServerError(
                 f"a model's Python-backend process died: {', '.join(gone)}",
                 expected="a live process for every model instance (tritonserver still reports the model "
@@ -442,10 +445,22 @@ class TritonServer:
                     self._clean_shm()
                     remove_bls_counters(proc.pid)  # the stubs' parent is the server: the files name its pid
         finally:
+            self._release_guardian()
             if self._workdir is not None:
                 self._workdir.cleanup()
                 self._workdir = None
             atexit.unregister(self.stop)
+
+    def _release_guardian(self) -> None:
+        """The stop is done: the guardian's cleanup (now a no-op) runs and it exits."""
+        keeper, self._guardian = self._guardian, None
+        if keeper is not None:
+            try:
+                keeper.stdin.close()
+                keeper.wait(timeout=guardian.GROUP_GONE_TIMEOUT_S + 5)
+            except (OSError, subprocess.TimeoutExpired):
+                keeper.kill()
+                keeper.wait()
 
     def _stop_group(self, proc: subprocess.Popen) -> None:
         """SIGTERM to tritonserver alone: it finishes in-flight work, then unloads every model, which
@@ -469,7 +484,7 @@ class TritonServer:
             except (ProcessLookupError, PermissionError):
                 pass
             proc.wait()
-            _wait_group_gone(proc.pid)
+            wait_group_gone(proc.pid)
 
     def _clean_shm(self) -> None:
         if self._proc is None or self._proc.poll() is not None:  # never under a live server

@@ -56,7 +56,7 @@ from specbuild.core.perf.schedule_choice import choose, round_order, spread
 from specbuild.core.perf.theory import tokens_per_pass_chain
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.engines.reference.cached_decode import SequenceBatch
-from specbuild.tuning.profile_engine import TIMING_REPEATS
+from specbuild.tuning.profile_engine import TIMING_REPEATS, draft_pass
 
 SERVED_TORCH_THREADS = "1"  # = the local engine models' DEFAULT_TORCH_THREADS
 TIE = 0.03  # predicted throughputs within 3% count as a tie (the spread of interleaved CPU timings)
@@ -69,7 +69,7 @@ class CostCurve:
     batch_sizes: list[int]
     max_k: int
     verify_s: dict[int, list[float]]  # b -> [K=0..max_k] seconds of one verify pass
-    draft_s: dict[int, float]  # b -> seconds of one draft pass (0: no draft model)
+    draft_s: dict[int, float]  # b -> seconds of one draft pass (0: nothing drafts with a model)
     loop_s: dict[int, float]  # b -> the speculative loop's own seconds per round (what passes leave)
     plain_step_s: dict[int, float]  # b -> seconds per later step of the plain batch loop (the baseline)
     tree_round_s: float | None = None  # Medusa: seconds per later tree round of one request
@@ -252,7 +252,11 @@ def _measure_curve(engine, prompts, batch_sizes, max_k, max_tokens, repeats) -> 
     for b in batch_sizes:
         prefill[b] = _median_time(_prefill(engine.target, b, prompt), repeats=5)
         verify[b] = [_median_time(_pass(engine.target, b, prompt, k + 1)) for k in range(max_k + 1)]
-        draft[b] = _median_time(_pass(engine.draft, b, prompt, 1)) if engine.draft is not None else 0.0
+        if engine.draft is not None:
+            draft[b] = _median_time(_pass(engine.draft, b, prompt, 1))
+        else:  # a head drafter's own pass (EAGLE-3's draft layer), or none (n-gram)
+            own = draft_pass(engine, prompt, b)
+            draft[b] = _median_time(own) if own is not None else 0.0
     tree = engine.speculator is not None and not engine.speculator.batched
     points: list[tuple[int, int | None]] = []
     for b in batch_sizes:

@@ -5,14 +5,17 @@ Shape legend: N windows, T tokens per window.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from specbuild.core.errors import TrainingError
 from specbuild.core.formats.safe_io import InputFileError, read_text
+from specbuild.tuning.progress import Reporter
 
 JSONL_FIELDS = ("text", "prompt")
 
@@ -141,3 +144,48 @@ def split_heldout(windows, *, fraction: float, seed: int):
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     k = 0 if n < 2 else max(1, round(n * fraction))
     return windows[perm[k:]], windows[perm[:k]]
+
+
+def regenerated(
+    base,
+    prompts: list[list[int]],
+    *,
+    key: object,
+    cache_dir: Path | None,
+    keep_prompt: int,
+    new_tokens: int,
+    batch_size: int,
+    rep: Reporter,
+) -> list[list[int]]:
+    """Each prompt's last `keep_prompt` tokens + the base model's greedy continuation of up to `new_tokens`
+    (the regenerated data EAGLE-3 and self-distilled Medusa heads learn from). Saved in `cache_dir` under a
+    digest of `key` and the prompts, so a resumed run reuses it; None: not saved."""
+    digest = hashlib.sha256(json.dumps([key, prompts]).encode()).hexdigest()
+    cache = cache_dir / f"distilled-{digest[:16]}.safetensors" if cache_dir is not None else None
+    if cache is not None and cache.is_file():
+        flat = load_file(str(cache))
+        lengths, tokens = flat["lengths"].tolist(), flat["tokens"].tolist()
+        out, pos = [], 0
+        for n in lengths:
+            out.append(tokens[pos : pos + n])
+            pos += n
+        rep.log(f"self-distilled data read back from {cache}")
+        return out
+    prompts = [p[-keep_prompt:] for p in prompts]
+    rep.start("distill", len(prompts))
+    out = greedy_continuations(
+        base.model,
+        prompts,
+        max_new_tokens=new_tokens,
+        eos_ids=base.eos_ids,
+        batch_size=batch_size,
+        on_batch=lambda n: rep.advance("distill", n),
+    )
+    rep.stop("distill")
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        flat_tokens = [t for seq in out for t in seq]
+        save_file(
+            {"lengths": torch.tensor([len(s) for s in out]), "tokens": torch.tensor(flat_tokens)}, str(cache)
+        )
+    return out

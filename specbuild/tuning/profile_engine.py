@@ -57,7 +57,7 @@ def profile_chain(
         rep.advance("profile", 1)
     rep.stop("profile")
     t = pass_times(
-        {"target": decode_pass(engine.target, prompts[0]), "draft": decode_pass(engine.draft, prompts[0])}
+        {"target": decode_pass(engine.target, prompts[0]), "draft": draft_pass(engine, prompts[0])}
     )
     t_target, t_draft = t["target"], t["draft"]
     return ChainProfile(
@@ -97,6 +97,15 @@ def pass_times_shown(passes: dict[str, Callable[[], None]], rep: Reporter) -> di
         return pass_times(passes, on_round=lambda: rep.advance("timing rounds"))
     finally:
         rep.stop("timing rounds")
+
+
+def draft_pass(engine, prompt: list[int], rows: int = 1) -> Callable[[], None] | None:
+    """A callable running one draft pass of `rows` rows after `prompt`: the draft model's decode pass, or the
+    speculator's own drafting pass (EAGLE-3's draft layer); None when nothing drafts with a model."""
+    if engine.draft is not None:
+        return decode_pass(engine.draft, prompt) if rows == 1 else None
+    own = getattr(engine.speculator, "draft_pass", None)
+    return own(list(prompt), rows) if own is not None else None
 
 
 def decode_pass(model, prompt: list[int]) -> Callable[[], None]:

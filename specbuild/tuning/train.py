@@ -10,7 +10,6 @@ Shape legend: B batch, T tokens per window, D hidden size, V vocabulary, H heads
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import shutil
@@ -19,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
 
 from specbuild.builder.resolve import resolve_model
 from specbuild.core.errors import OutputExistsError, TrainingError
@@ -27,7 +25,7 @@ from specbuild.core.formats.manifest import atomic_output_dir, write_manifest
 from specbuild.core.formats.safe_io import guard_output
 from specbuild.tuning import checkpoint as ckpt
 from specbuild.tuning.config import TrainConfig
-from specbuild.tuning.data import encode, greedy_continuations, pack_windows, read_texts, split_heldout
+from specbuild.tuning.data import encode, pack_windows, read_texts, regenerated, split_heldout
 from specbuild.tuning.heads import HeadsConfig, MedusaHeads, save_heads
 from specbuild.tuning.hf_base import BaseModel, load_base
 from specbuild.tuning.progress import Reporter
@@ -279,36 +277,17 @@ def _self_distill(
     config: TrainConfig, base: BaseModel, prompts: list[list[int]], rep: Reporter
 ) -> list[list[int]]:
     """prompt + greedy continuation per prompt; cached beside the checkpoints so --resume reuses it."""
-    key = hashlib.sha256(json.dumps([config.fingerprint(), prompts]).encode()).hexdigest()
-    cache = config.checkpoint_dir / f"distilled-{key[:16]}.safetensors"
-    if cache.is_file():
-        flat = load_file(str(cache))
-        lengths, tokens = flat["lengths"].tolist(), flat["tokens"].tolist()
-        out, pos = [], 0
-        for n in lengths:
-            out.append(tokens[pos : pos + n])
-            pos += n
-        rep.log(f"self-distilled data read back from {cache}")
-        return out
     half = max(1, config.seq_len // 2)  # keep room for the continuation
-    prompts = [p[-half:] for p in prompts]
-    rep.start("distill", len(prompts))
-    out = greedy_continuations(
-        base.model,
+    return regenerated(
+        base,
         prompts,
-        max_new_tokens=config.distill_new_tokens or config.seq_len - half,
-        eos_ids=base.eos_ids,
+        key=config.fingerprint(),
+        cache_dir=config.checkpoint_dir if config.checkpoint_every else None,
+        keep_prompt=half,
+        new_tokens=config.distill_new_tokens or config.seq_len - half,
         batch_size=config.batch_size,
-        on_batch=lambda n: rep.advance("distill", n),
+        rep=rep,
     )
-    rep.stop("distill")
-    if config.checkpoint_every:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        flat_tokens = [t for seq in out for t in seq]
-        save_file(
-            {"lengths": torch.tensor([len(s) for s in out]), "tokens": torch.tensor(flat_tokens)}, str(cache)
-        )
-    return out
 
 
 def _save(config: TrainConfig, heads: MedusaHeads, optimizer, step: int, losses: list[float]) -> None:

@@ -220,9 +220,13 @@ def open_engine(spec, engine_dir: Path | None, rep: Reporter, *, device: str = "
             )
             rep.stop("convert")
             draft = LlamaModel(load_weights(draft_ckpt), device=device)
+        head = None
+        if spec.eagle3 is not None:  # the EAGLE-3 draft layer reads the target's states (one-model)
+            head = resolve_model(spec.eagle3.model, base=spec.base_dir, what="eagle3 model")
         yield ReferenceEngine(
             target,
             draft=draft,
+            draft_head=head,
             method=spec.mode,
             medusa_choices=spec.medusa_choices().to_lists() if spec.medusa else None,
             tokenizer_dir=target_hf,
@@ -244,7 +248,7 @@ def tune_draft_len(spec, engine, prompts, options: TuneOptions, rep: Reporter) -
         method=method_of(spec).ecosystem_name,
         conditional=prof.acceptance,
         target_model=spec.target.model,
-        draft_checkpoint=spec.draft.model if spec.draft is not None else None,
+        draft_checkpoint=spec.draft.model if spec.draft else spec.eagle3.model if spec.eagle3 else None,
         measurement_conditions={
             "engine": "specbuild reference engine (CPU, float32), greedy",
             "dataset": options.prompts.name if options.prompts else None,

@@ -50,6 +50,19 @@ class Fact:
         return f"{self.repo}:{self.path} @ {self.at}{mark}" + (f" ({self.note})" if self.note else "")
 
 
+def wheel_fact(source: dict, files: str | list[str], note: str = "") -> Fact:
+    """A fact read from a release's PyPI wheel (a facts data file's `source`: package, wheel, its sha256 and
+    the RECORD hash of each file read): the wheel pins the release, so it is verified."""
+    files = [files] if isinstance(files, str) else files
+    return Fact(
+        f"PyPI {source['package']}",
+        "; ".join(f"{p} ({source['files'][p]})" for p in files),
+        f"{source['wheel']} sha256 {source['wheel_sha256']}",
+        VERIFIED,
+        note,
+    )
+
+
 # ---- 1.2.1 ---------------------------------------------------------------------------------------------
 
 PIN_1_2 = Fact(

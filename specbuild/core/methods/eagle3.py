@@ -3,9 +3,10 @@ three layers (low, middle, high), fused by `fc`, and draft K tokens autoregressi
 (possibly reduced, `draft_vocab_size`) vocabulary, mapped to target ids by `d2t`. LLM-API flow only:
 `speculative_config: {decoding_type: Eagle3, speculative_model: <draft>, max_draft_len: K}` on the
 PyTorch backend (one-model: the draft layers run inside the target's forward and share its KV cache
-manager). There is no engine path (TrtLlmArgs refuses Eagle3) and the reference engine does not run
-EAGLE-3: specbuild checks the checkpoint against the target, plans its memory and writes the options
-and the Triton LLM-API repository for a GPU host (builder/eagle3_checks.py)."""
+manager). There is no engine path (TrtLlmArgs refuses Eagle3). specbuild checks the checkpoint against
+the target, plans its memory and writes the options and the Triton LLM-API repository for a GPU host
+(builder/eagle3_checks.py); the reference engine runs it one-model (engines/reference/eagle3_speculator.py:
+`compile --flow llmapi --engine reference`, `generate --engine`, `tune`) and `train-eagle3` trains one."""
 
 from __future__ import annotations
 
@@ -53,8 +54,10 @@ EAGLE3 = Eagle3(
     target_mode=SpeculativeDecodingMode.EAGLE,
     draft_model=False,
     bls_drafter=None,
-    reference_decoder=None,  # not runnable in the reference engine (docs/llmapi.md)
+    reference_decoder="specbuild.engines.reference.eagle3_speculator:eagle3_speculator",
     tunes=Tunable.DRAFT_LEN,
     tuner="specbuild.tuning.tune:tune_draft_len",
     default_k=DEFAULT_K,
+    # the first round of a request only prefills (no target state to draft from yet): 0 drafts
+    drafts_every_round=False,
 )

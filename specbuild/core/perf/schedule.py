@@ -197,6 +197,16 @@ class DraftSchedule:
             tiers.pop()
         return dict(tiers)
 
+    def ranges(self, max_batch_size: int) -> list[tuple[int, int, int]]:
+        """The same schedule as inclusive batch-size ranges [(start, end, K), ...] covering 1..max_batch_size
+        (vLLM's `num_speculative_tokens_per_batch_size`): the first starts at 1, none overlap, the last ends
+        at max_batch_size; thresholds above max_batch_size can never be reached and are dropped."""
+        steps = [(n, k) for n, k in self.steps if n <= max_batch_size]
+        return [
+            (n, steps[i + 1][0] - 1 if i + 1 < len(steps) else max_batch_size, k)
+            for i, (n, k) in enumerate(steps)
+        ]
+
 
 def schedule_steps(sizes: Sequence[int], chosen: dict[int, int]) -> dict[int, int]:
     """{threshold: K} from the K chosen at each measured size: where K changes between two measured sizes

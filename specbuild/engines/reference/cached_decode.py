@@ -16,13 +16,20 @@ prefix with a request, so a BLS that calls verify with a growing prefix reuses t
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import torch
 
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.engines.reference.model import LlamaModel
 from specbuild.engines.reference.sampling import accept_draft, make_generator, probs_from_logits, sample
-from specbuild.engines.reference.speculative import StopHook, emit, speculative_generate_batch, stop_ids
+from specbuild.engines.reference.speculative import (
+    StopHook,
+    Verified,
+    emit,
+    speculative_generate_batch,
+    stop_ids,
+)
 
 DEFAULT_PREFIX_CACHE_ENTRIES = 8  # sequences kept by PrefixCache (each holds one KV cache)
 
@@ -41,6 +48,15 @@ def next_token(model: LlamaModel, hidden: torch.Tensor, params: SamplingParams, 
     return sample(probs_from_logits(model.logits(hidden), params), generator)  # logits, probs [V]
 
 
+@dataclass(frozen=True)
+class FedStates:
+    """The target's captured states (LlamaModel.forward_capture) of the positions one pass fed:
+    positions start .. start + T - 1 of the sequence. What a capturing verifier hands a head drafter."""
+
+    start: int
+    aux: torch.Tensor  # [T,A]
+
+
 class CachedSequence:
     """One sequence (batch row of 1) in a KV cache, with the token ids it holds."""
 
@@ -55,14 +71,20 @@ class CachedSequence:
 
     def feed(self, ids: list[int], n_out: int = 1) -> torch.Tensor:
         """Make the cache hold `ids`; return the hidden states of the last n_out positions [n_out,H]."""
+        return self.feed_capture(ids, n_out)[0]
+
+    def feed_capture(
+        self, ids: list[int], n_out: int = 1, capture: tuple[int, ...] = ()
+    ) -> tuple[torch.Tensor, FedStates | None]:
+        """feed(), plus the states of layers `capture` of every position this pass fed (None without)."""
         assert 1 <= n_out <= len(ids), f"n_out={n_out} for {len(ids)} ids"
         keep = min(self.common_prefix(ids), len(ids) - n_out)
         self.cache.truncate(0, keep)
         tail = torch.tensor([ids[keep:]], dtype=torch.long, device=self.model.device)  # [1,T]
-        hidden = self.model.forward(tail, self.cache)  # [1,T,H]
+        hidden, aux = self.model.forward_capture(tail, self.cache, capture=capture)  # [1,T,H], [1,T,A]
         self.tokens = list(ids)
         self.forward_passes += 1
-        return hidden[0, -n_out:]  # [n_out,H]
+        return hidden[0, -n_out:], FedStates(keep, aux[0]) if capture else None  # [n_out,H]
 
 
 class PrefixCache:
@@ -169,7 +191,9 @@ class ModelVerifier:
     """Verifier over a target LlamaModel: one pass over the new ids + drafts, then `accept_draft`.
 
     With a PrefixCache, each call picks the cached sequence sharing the longest prefix (external
-    verification from the BLS); without, it owns one sequence (the in-process loop).
+    verification from the BLS); without, it owns one sequence (the in-process loop): `seq` when given
+    (a prefix-cache entry the caller holds), else a fresh one. With `capture` (target layer ids) it
+    returns `Verified` answers carrying the captured states of every position its pass fed (`FedStates`).
     """
 
     def __init__(
@@ -178,11 +202,14 @@ class ModelVerifier:
         *,
         generator: torch.Generator | None = None,
         prefix_cache: PrefixCache | None = None,
+        seq: CachedSequence | None = None,
+        capture: tuple[int, ...] = (),
     ):
         self.model = model
         self.generator = generator
         self.prefix_cache = prefix_cache
-        self._own = None if prefix_cache else CachedSequence(model)
+        self._own = None if prefix_cache else seq or CachedSequence(model)
+        self.capture = capture
         self.forward_passes = 0
 
     def verify(
@@ -194,11 +221,12 @@ class ModelVerifier:
     ) -> list[int]:
         k = len(draft_tokens)
         seq = self._own or self.prefix_cache.acquire(ids)
-        hidden = seq.feed(list(ids) + list(draft_tokens), k + 1)  # [K+1,H]
+        hidden, fed = seq.feed_capture(list(ids) + list(draft_tokens), k + 1, self.capture)  # [K+1,H]
         self.forward_passes += 1
         target_probs = probs_from_logits(self.model.logits(hidden), params)  # [K+1,V]
         n, nxt = accept_draft(draft_tokens, draft_probs, target_probs, self.generator)
-        return list(draft_tokens[:n]) + [nxt]
+        tokens = list(draft_tokens[:n]) + [nxt]
+        return Verified(tokens, fed) if self.capture else tokens
 
 
 class SequenceBatch:
@@ -213,12 +241,19 @@ class SequenceBatch:
 
     def feed(self, rows: list[int], ids: list[list[int]], n_out: list[int]) -> list[torch.Tensor]:
         """Like CachedSequence.feed for several rows at once; returns [n_out_i,H] per given row."""
-        tails = []
+        return self.feed_capture(rows, ids, n_out)[0]
+
+    def feed_capture(
+        self, rows: list[int], ids: list[list[int]], n_out: list[int], capture: tuple[int, ...] = ()
+    ) -> tuple[list[torch.Tensor], list[FedStates] | None]:
+        """feed(), plus each given row's captured states of the positions this pass fed (None without)."""
+        tails, starts = [], []
         for row, seq, n in zip(rows, ids, n_out, strict=True):
             assert 1 <= n <= len(seq)
             keep = min(common_prefix(self.tokens[row], seq), len(seq) - n)
             self.cache.truncate(row, keep)
             tails.append(seq[keep:])
+            starts.append(keep)
             self.tokens[row] = list(seq)
         width = max(len(t) for t in tails)
         padded = [[0] * width for _ in self.tokens]  # rows not given this pass write only dead slots
@@ -227,11 +262,14 @@ class SequenceBatch:
             padded[row][: len(tail)] = tail
             n_new[row] = len(tail)
         tokens = torch.tensor(padded, dtype=torch.long, device=self.model.device)  # [B,T] right-padded
-        hidden = self.model.forward(tokens, self.cache, n_new=n_new)  # [B,T,H]
+        hidden, aux = self.model.forward_capture(tokens, self.cache, capture=capture, n_new=n_new)  # [B,T,H]
         self.forward_passes += 1
-        return [
+        out = [
             hidden[row, len(t) - n : len(t)] for row, t, n in zip(rows, tails, n_out, strict=True)
-        ]  # [n,H] each
+        ]  # [n,H]
+        if not capture:
+            return out, None
+        return out, [FedStates(k, aux[row, : len(t)]) for row, t, k in zip(rows, tails, starts, strict=True)]
 
 
 class BatchModelDrafter:
@@ -268,7 +306,11 @@ class BatchModelVerifier:
     longest prefix with its prompt (only the rest is prefilled) and `store()` leaves its final KV there,
     exactly as the plain `generate_batch` does, so a lockstep batch and a plain batch over the same
     prompts compute the same prompt tokens. `plain_batch` is a K=0 round: one target token per row,
-    generate_batch's decode step (no draft model involved)."""
+    generate_batch's decode step (no draft model involved).
+
+    With `capture` (target layer ids) the answers are `Verified`, with each row's captured states of the
+    positions the pass fed (`FedStates`); `keep_at_most[row]` then caps the prompt tokens a row takes from
+    the prefix cache, so the pass computes the states a head drafter does not hold yet."""
 
     def __init__(
         self,
@@ -277,10 +319,13 @@ class BatchModelVerifier:
         generators: list[torch.Generator | None],
         *,
         prefix_cache: PrefixCache | None = None,
+        capture: tuple[int, ...] = (),
+        keep_at_most: list[int] | None = None,
     ):
         self.batch = SequenceBatch(model, rows)
         self.generators = generators
         self.prefix_cache = prefix_cache
+        self.capture, self.keep_at_most = capture, keep_at_most
         self.entries: dict[int, CachedSequence] = {}  # row -> the prefix-cache sequence it came from
         self.cached_prompt_tokens = [0] * rows  # prompt tokens each row took from the prefix cache
 
@@ -295,6 +340,8 @@ class BatchModelVerifier:
             taken = frozenset(id(e) for e in self.entries.values())
             entry = self.entries[row] = self.prefix_cache.acquire(list(seq), exclude=taken)
             n = min(entry.common_prefix(seq), len(seq) - 1)
+            if self.keep_at_most is not None:
+                n = min(n, self.keep_at_most[row])
             if n:
                 self.batch.cache.copy_slots(row, entry.cache, 0, 0, n)
                 self.batch.tokens[row] = list(seq[:n])
@@ -312,23 +359,27 @@ class BatchModelVerifier:
         """A round with K=0 for every row: one batched pass feeding each row's new tokens, then each
         row's own next token (next_token, as generate_batch samples)."""
         self._seed(rows, ids)
-        hidden = self.batch.feed(rows, ids, [1] * len(rows))  # [1,H] each
-        return [
+        hidden, fed = self.batch.feed_capture(rows, ids, [1] * len(rows), self.capture)  # [1,H] each
+        tokens = [
             next_token(self.batch.model, h[0], p, self.generators[row])
             for row, h, p in zip(rows, hidden, params, strict=True)
         ]
+        return [Verified([t], f) for t, f in zip(tokens, fed, strict=True)] if fed is not None else tokens
 
     def verify_batch(self, rows, ids, drafts, draft_probs, params):
         self._seed(rows, ids)
-        hidden = self.batch.feed(
-            rows, [i + d for i, d in zip(ids, drafts, strict=True)], [len(d) + 1 for d in drafts]
+        hidden, fed = self.batch.feed_capture(
+            rows,
+            [i + d for i, d in zip(ids, drafts, strict=True)],
+            [len(d) + 1 for d in drafts],
+            self.capture,
         )  # [k+1,H] each
         out = []
         for row, h, d, dp, p in zip(rows, hidden, drafts, draft_probs, params, strict=True):
             target_probs = probs_from_logits(self.batch.model.logits(h), p)  # [k+1,V]
             n, nxt = accept_draft(d, dp, target_probs, self.generators[row])
             out.append(d[:n] + [nxt])
-        return out
+        return [Verified(t, f) for t, f in zip(out, fed, strict=True)] if fed is not None else out
 
 
 @torch.inference_mode()  # the prefix cache's sequences hold inference tensors
@@ -339,13 +390,21 @@ def lockstep_batch(
     params: list[SamplingParams],
     *,
     prefix_cache,
+    capture: tuple[int, ...] = (),
+    keep_at_most: list[int] | None = None,
     **loop,
 ):
     """speculative_generate_batch of `drafter` and the target's BatchModelVerifier (seeded per request,
     over `prefix_cache` when given: rows start from their cached prompt KV and leave their final KV
-    there, as generate_batch does); `loop`: the loop's keyword arguments. Returns its (tokens, stats)."""
+    there, as generate_batch does; `capture` / `keep_at_most`: a head drafter's, see BatchModelVerifier);
+    `loop`: the loop's keyword arguments. Returns its (tokens, stats)."""
     verifier = BatchModelVerifier(
-        target, len(prompts), [make_generator(q.seed) for q in params], prefix_cache=prefix_cache
+        target,
+        len(prompts),
+        [make_generator(q.seed) for q in params],
+        prefix_cache=prefix_cache,
+        capture=capture,
+        keep_at_most=keep_at_most,
     )
     prompts = [list(p) for p in prompts]
     done = speculative_generate_batch(drafter, verifier, prompts, params, **loop)

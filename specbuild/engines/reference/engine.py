@@ -76,6 +76,7 @@ class EngineLayout:
     build_config: dict | None = None  # the target engine's config.json build_config (its request limits)
     schedule: DraftSchedule | None = None  # the build spec's speculation.schedule (core/perf/schedule.py)
     guard: AcceptanceGuard | None = None  # the build spec's speculation.guard
+    draft_head: Path | None = None  # a head-based draft's own HF folder (EAGLE-3: the spec's eagle3.model)
 
 
 def _build_config(folder: Path | None) -> dict | None:
@@ -117,6 +118,7 @@ def locate(path: str | Path) -> EngineLayout:
             build_config=_build_config(artifact.loadable_dir("target")),
             schedule=schedule_of(spec),
             guard=guard_of(spec),
+            draft_head=_draft_head(artifact),
         )
     raw = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
     if "build_config" in raw:  # an engine folder: its speculative_decoding_mode says what it does
@@ -143,12 +145,23 @@ def locate(path: str | Path) -> EngineLayout:
     )
 
 
+def _draft_head(artifact: BuildManifest) -> Path | None:
+    """The HF folder of a draft the target's engine reads itself (EAGLE-3), as compile resolved it: the
+    LLM-API build records each spec section's model folder (manifest llmapi.models)."""
+    section = artifact.method.section
+    models = (artifact.llmapi or {}).get("models") or {}
+    if artifact.method.draft_model or section is None or section not in models:
+        return None
+    return Path(models[section])
+
+
 class ReferenceEngine:
     """A loaded target (+ draft) with a tokenizer; see the module docstring for the API.
 
     `method` says how `generate(speculative=True)` speculates (None: plain decode); `max_draft_len`
     is K for methods that draft per round (the build's; the method's default when not given);
-    `method_options` is the spec section of the method (its speculator reads it; None: its defaults).
+    `method_options` is the spec section of the method (its speculator reads it; None: its defaults);
+    `draft_head` the HF folder of a draft that reads the target's hidden states (EAGLE-3).
     """
 
     def __init__(
@@ -164,8 +177,9 @@ class ReferenceEngine:
         schedule: DraftSchedule | None = None,
         guard: AcceptanceGuard | None = None,
         method_options: dict | None = None,
+        draft_head: Path | None = None,
     ):
-        self.target, self.draft = target, draft
+        self.target, self.draft, self.draft_head = target, draft, draft_head
         # Load-aware K: applied when a caller leaves num_draft_tokens out (an explicit K is fixed).
         self.schedule, self.guard = schedule, guard
         self.tokenizer_dir = tokenizer_dir
@@ -173,7 +187,8 @@ class ReferenceEngine:
         self.method_options = dict(method_options) if method_options else None
         self.method = Method(method) if method is not None else None
         # Room for every row of a full batch twice over (running sequences and the ones just finished), so
-        # concurrent sequences never evict each other's KV (cached_decode.PrefixCache). Made before the speculator:
+        # concurrent sequences never evict each other's KV (cached_decode.PrefixCache). Made before the
+        # speculator:
         # a tree speculator (Medusa) starts each request from it too.
         batch = int((build_config or {}).get("max_batch_size") or 0)
         self.prefix_cache = PrefixCache(target, max_entries=max(DEFAULT_PREFIX_CACHE_ENTRIES, 2 * batch))
@@ -222,6 +237,7 @@ class ReferenceEngine:
             schedule=layout.schedule,
             guard=layout.guard,
             method_options=layout.method_options,
+            draft_head=layout.draft_head,
         )
 
     # ---- properties ---------------------------------------------------------------------------

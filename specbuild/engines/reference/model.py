@@ -122,7 +122,28 @@ def _llama3_inv_freq(inv: torch.Tensor, s: dict) -> torch.Tensor:
     return torch.where(medium, smooth, slowed)  # [D/2]
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+def attention_mask(lengths: torch.Tensor, t: int, new_mask: torch.Tensor | None) -> torch.Tensor:
+    """[B,1,T,S] bool: row b's T new tokens (at slots lengths[b]..) see every earlier slot of the row and
+    the new tokens `new_mask` [T,T] allows (default causal)."""
+    device = lengths.device
+    if new_mask is None:
+        new_mask = torch.ones(t, t, dtype=torch.bool, device=device).tril()  # [T,T]
+    s = int(lengths.max()) + t
+    rel = torch.arange(s, device=device)[None, :] - lengths[:, None]  # [B,S] slot - row length
+    past = rel < 0  # [B,S]
+    window = (rel >= 0) & (rel < t)  # [B,S]
+    among = new_mask.to(device)[:, rel.clamp(0, t - 1)]  # [T,B,S]
+    return (past[:, None, :] | (window[:, None, :] & among.permute(1, 0, 2)))[:, None]  # [B,1,T,S]
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm as HF computes it: in float32, then scaled in the weight's dtype. [...,H] -> [...,H]"""
+    x32 = x.float()  # [...,H]
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)  # [...,H]
+    return weight * x32.to(weight.dtype)  # [...,H]
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
     a, b = x.chunk(2, -1)  # [...,D/2] each
     return torch.cat([-b, a], -1)  # [...,D]
 
@@ -161,7 +182,6 @@ class LlamaModel:
     def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
         return KVCache(self.cfg, batch, capacity, self.dtype, self.device)
 
-    @torch.inference_mode()
     def forward(
         self,
         tokens: torch.Tensor,
@@ -176,6 +196,23 @@ class LlamaModel:
         tokens [B,T] (long); n_new[b] real tokens of row b (default all T); new_mask [T,T] bool
         (True = query may attend key; default causal); depths [T] position offsets (default 0..T-1).
         """
+        return self.forward_capture(tokens, cache, n_new=n_new, new_mask=new_mask, depths=depths)[0]
+
+    @torch.inference_mode()
+    def forward_capture(
+        self,
+        tokens: torch.Tensor,
+        cache: KVCache,
+        *,
+        capture: tuple[int, ...] = (),
+        n_new: list[int] | None = None,
+        new_mask: torch.Tensor | None = None,
+        depths: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`forward`, plus the residual stream after each decoder layer in `capture` (0-based, in the
+        given order; TensorRT-LLM's `eagle3_layers_to_capture` convention: i = the output of layer i,
+        HF `output_hidden_states[i + 1]`), concatenated: (hidden [B,T,H], aux [B,T,len(capture)*H] or
+        None without capture). Taken in the same pass: no extra work but the copies."""
         b, t = tokens.shape
         assert len(cache.lengths) == b, f"cache has {len(cache.lengths)} rows, tokens {b}"
         n_new = [t] * b if n_new is None else n_new
@@ -190,11 +227,15 @@ class LlamaModel:
         cos, sin = self.rope.cos_sin(positions, self.dtype)  # [B,T,1,D] each
         rows = torch.arange(b, device=self.device)[:, None].expand(b, t)  # [B,T]
         x = self.w["embed"][tokens]  # [B,T,H]
+        taken: dict[int, torch.Tensor] = {}
         for layer in range(self.cfg.num_layers):
             x = self._layer(layer, x, cache, rows, slots, mask, cos, sin)  # [B,T,H]
+            if layer in capture:
+                taken[layer] = x
         for row, n in enumerate(n_new):
             cache.lengths[row] += n
-        return self._rms(x, self.w["ln_f"])  # [B,T,H]
+        aux = torch.cat([taken[i] for i in capture], -1) if capture else None  # [B,T,n*H]
+        return self._rms(x, self.w["ln_f"]), aux  # [B,T,H]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [...,H] -> float32 logits [...,V] (TensorRT-LLM's logits_dtype float32)."""
@@ -202,19 +243,10 @@ class LlamaModel:
 
     # ---- pieces ---------------------------------------------------------------------------------
     def _mask(self, lengths: torch.Tensor, t: int, new_mask: torch.Tensor | None) -> torch.Tensor:
-        if new_mask is None:
-            new_mask = torch.ones(t, t, dtype=torch.bool, device=self.device).tril()  # [T,T]
-        s = int(lengths.max()) + t
-        rel = torch.arange(s, device=self.device)[None, :] - lengths[:, None]  # [B,S] slot - row length
-        past = rel < 0  # [B,S]
-        window = (rel >= 0) & (rel < t)  # [B,S]
-        among = new_mask.to(self.device)[:, rel.clamp(0, t - 1)]  # [T,B,S]
-        return (past[:, None, :] | (window[:, None, :] & among.permute(1, 0, 2)))[:, None]  # [B,1,T,S]
+        return attention_mask(lengths, t, new_mask)  # [B,1,T,S]
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()  # [...,H]
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.cfg.norm_epsilon)  # [...,H]
-        return weight * x32.to(self.dtype)  # [...,H]
+        return rms_norm(x, weight, self.cfg.norm_epsilon)  # [...,H]
 
     def _layer(self, layer, x, cache, rows, slots, mask, cos, sin) -> torch.Tensor:
         w, c = self.w, self.cfg
@@ -226,8 +258,8 @@ class LlamaModel:
         q = q.view(b, t, c.num_heads, c.head_size)  # [B,T,nh,D]
         k = k.view(b, t, c.num_kv_heads, c.head_size)  # [B,T,nkv,D]
         v = v.view(b, t, c.num_kv_heads, c.head_size)  # [B,T,nkv,D]
-        q = q * cos + _rotate_half(q) * sin  # [B,T,nh,D]
-        k = k * cos + _rotate_half(k) * sin  # [B,T,nkv,D]
+        q = q * cos + rotate_half(q) * sin  # [B,T,nh,D]
+        k = k * cos + rotate_half(k) * sin  # [B,T,nkv,D]
         cache.k[layer][rows, slots] = k  # row b, slots length_b..length_b+T-1
         cache.v[layer][rows, slots] = v
         s = mask.shape[-1]

@@ -28,6 +28,12 @@ AcceptanceGuard) stops a request's drafting once its recent rounds accept too li
 (SpecStats.guard_stopped). Neither changes greedy output: every emitted token is the target's own
 choice.
 
+Head-based drafters (EAGLE-3) draft from the target's hidden states: their verifier returns `Verified`
+(the tokens plus the hidden states of the positions its pass fed, opaque here) from `verify`, `plain`,
+`verify_batch` or `plain_batch`, and the loop hands those to the drafter (`observe(hidden)`; a batch
+drafter's `observe(row, hidden)`) before it drafts again. A plain list of tokens, what every other
+verifier returns, involves no drafter call.
+
 Vendored as-is into the production Triton BLS (model_repo VENDORED_MODULES): import only
 specbuild.core.errors, sampling_params, generation and the reference sampling/speculative modules.
 
@@ -38,6 +44,7 @@ resolved by the caller (None: no end id).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from specbuild.core.generation import SpecStats
@@ -47,6 +54,23 @@ OnTokens = Callable[[list[int]], None]
 # stop(out, start) after tokens out[start:] were appended: None to go on, or the length to cut `out` at
 # (len(out) keeps everything) to end the request there.
 StopHook = Callable[[list[int], int], "int | None"]
+
+
+@dataclass(frozen=True)
+class Verified:
+    """A verifier's answer with the target's hidden states of the positions its pass fed (for a drafter
+    that drafts from them); `tokens` as a plain answer: the accepted drafts + one target token."""
+
+    tokens: list[int]
+    hidden: object  # opaque to the loop: the drafter's `observe` reads it
+
+
+def observed(result, drafter, *row) -> list[int]:
+    """The tokens of a verifier's answer; a `Verified` one's hidden states go to drafter.observe(*row, .)."""
+    if isinstance(result, Verified):
+        drafter.observe(*row, result.hidden)
+        return list(result.tokens)
+    return result
 
 
 @runtime_checkable
@@ -239,10 +263,10 @@ def speculative_generate(
         if k == 0 and plain is not None and (k_of is not None or req.stats.guard_stopped):
             n = min(plain_tokens, plain_growth**plain_rounds) if plain_growth else plain_tokens
             plain_rounds += 1
-            req.take_plain(plain(req.ids, min(n, req.room), params))
+            req.take_plain(observed(plain(req.ids, min(n, req.room), params), drafter))
             continue
         drafts, draft_probs = drafter.propose(req.ids, k, params) if k > 0 else ([], None)
-        req.take(list(drafts), verifier.verify(req.ids, list(drafts), draft_probs, params))
+        req.take(list(drafts), observed(verifier.verify(req.ids, list(drafts), draft_probs, params), drafter))
     req.stats.draft_passes = drafter.forward_passes - draft_start
     req.stats.target_passes = verifier.forward_passes - target_start
     return req.out, req.stats
@@ -286,14 +310,14 @@ def speculative_generate_batch(
         if plain is not None and not any(ks):
             for i, tok in zip(active, plain(active, ids, row_params), strict=True):
                 reqs[i].stats.target_passes += 1
-                reqs[i].take_plain([tok])
+                reqs[i].take_plain(observed(tok, drafter, i) if isinstance(tok, Verified) else [tok])
             continue
         proposals = drafter.propose_batch(active, ids, ks, row_params)
         drafts = [list(d) for d, _ in proposals]
         accepted = verifier.verify_batch(active, ids, drafts, [p for _, p in proposals], row_params)
-        for i, k, d, a in zip(active, ks, drafts, accepted, strict=True):
-            # k batched passes in which this row took part (none for a drafter without a model)
-            reqs[i].stats.draft_passes += max(k, 0) * drafter.passes_per_draft_token
+        for i, d, a in zip(active, drafts, accepted, strict=True):
+            # a batched pass per draft token in which this row took part (none for a drafter without a model)
+            reqs[i].stats.draft_passes += len(d) * drafter.passes_per_draft_token
             reqs[i].stats.target_passes += 1
-            reqs[i].take(d, a)
+            reqs[i].take(d, observed(a, drafter, i))
     return [(r.out, r.stats) for r in reqs]

@@ -3,6 +3,13 @@
 Every key whose loader default would be wrong for a Llama-family model is written explicitly
 (trtllm.md §2.2: `hidden_act` defaults to gelu, `position_embedding_type` to learned_absolute).
 Medusa adds the MedusaForCausalLM keys (§3.2).
+
+`mapping.gpus_per_node` is the GPUs of one node of the deployment (spec.gpus_per_node), not TensorRT-LLM's
+default of 8: trtllm-build 1.x keeps the checkpoint's mapping in the engine, and the executor takes GPUs per
+node from there, refuses device ids not below it and runs rank r on gpu_device_ids[r % len]
+(core/facts/deploy_sources.py names the upstream files and commits). With 8 on a deployment of 2 pods of 1
+GPU,
+rank 1 would ask for device 1 of a pod that has one GPU.
 """
 
 from __future__ import annotations
@@ -15,11 +22,12 @@ WEIGHT_ONLY_ALGO = {"none": None, "int8": "W8A16", "int4": "W4A16"}  # trtllm-bu
 GROUP_SIZE = 128  # QuantConfig.group_size code default (the doc table's 64 is wrong)
 
 
-def mapping_dict(tp: int, pp: int) -> dict[str, Any]:
+def mapping_dict(tp: int, pp: int, gpus_per_node: int | None = None) -> dict[str, Any]:
+    """gpus_per_node: the GPUs of one node of the deployment (None: tp x pp, one node)."""
     # attn_tp_size / attn_cp_size are left out on purpose: Mapping derives them from tp/cp.
     return {
         "world_size": tp * pp,
-        "gpus_per_node": 8,
+        "gpus_per_node": gpus_per_node or tp * pp,
         "cp_size": 1,
         "tp_size": tp,
         "pp_size": pp,
@@ -56,7 +64,7 @@ def rotary_scaling(cfg: HFModelConfig) -> dict[str, Any] | None:
 
 
 def checkpoint_config(
-    cfg: HFModelConfig, *, dtype: str, tp: int, pp: int, weight_only: str
+    cfg: HFModelConfig, *, dtype: str, tp: int, pp: int, weight_only: str, gpus_per_node: int | None = None
 ) -> dict[str, Any]:
     """config.json for the base model (LLaMAForCausalLM or QWenForCausalLM in TRT-LLM's MODEL_MAP)."""
     out: dict[str, Any] = {
@@ -84,7 +92,7 @@ def checkpoint_config(
         "attn_bias": cfg.attention_bias,
         "mlp_bias": False,
         "qk_layernorm": False,
-        "mapping": mapping_dict(tp, pp),
+        "mapping": mapping_dict(tp, pp, gpus_per_node),
         "quantization": quantization_dict(weight_only),
         "disable_weight_only_quant_plugin": False,
         "residual_mlp": False,

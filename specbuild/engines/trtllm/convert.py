@@ -73,12 +73,14 @@ def convert_checkpoint(
     dtype: str | None = None,
     tp_size: int = 1,
     pp_size: int = 1,
+    gpus_per_node: int | None = None,
     medusa: MedusaHeadsSource | None = None,
     weight_only: str = "none",
     force: bool = False,
     on_progress: Progress | None = None,
 ) -> Path:
-    """Write config.json + rank{N}.safetensors + specbuild.json (kind trtllm_checkpoint) to `out_dir`."""
+    """Write config.json + rank{N}.safetensors + specbuild.json (kind trtllm_checkpoint) to `out_dir`.
+    gpus_per_node: the GPUs of one node of the deployment (mapping.gpus_per_node; None: tp x pp, one node)."""
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     cfg = HFModelConfig.from_hf(hf_dir)  # first: a missing or foreign config.json is the clearest error
     src = SafetensorsSource.from_folder(hf_dir)
@@ -89,6 +91,7 @@ def convert_checkpoint(
         dtype=dtype,
         tp_size=tp_size,
         pp_size=pp_size,
+        gpus_per_node=gpus_per_node,
         heads=heads,
         medusa=medusa,
         weight_only=weight_only,
@@ -117,6 +120,7 @@ def convert_checkpoint(
                 "dtype": plan.dtype,
                 "tp_size": tp_size,
                 "pp_size": pp_size,
+                "gpus_per_node": plan.config["mapping"]["gpus_per_node"],
                 "weight_only": weight_only,
                 "heads": {
                     "num_heads": heads.num_heads,
@@ -139,6 +143,7 @@ def plan_checkpoint(
     tp_size: int,
     pp_size: int,
     heads: MedusaHeads | None,
+    gpus_per_node: int | None = None,
     medusa: MedusaHeadsSource | None,
     weight_only: str,
 ) -> CheckpointPlan:
@@ -176,7 +181,9 @@ def plan_checkpoint(
     dims = ConvertDims.from_hf(cfg)
     par = Parallel(tp_size, pp_size)
     par.check(dims, where=where)
-    config = checkpoint_config(cfg, dtype=dtype, tp=tp_size, pp=pp_size, weight_only=weight_only)
+    config = checkpoint_config(
+        cfg, dtype=dtype, tp=tp_size, pp=pp_size, weight_only=weight_only, gpus_per_node=gpus_per_node
+    )
     if heads is not None:
         assert medusa is not None
         config = medusa_config(

@@ -1,4 +1,5 @@
-"""HF Medusa heads for `convert`: open the weights `core/formats/medusa_heads.py` chooses and settle the counts.
+"""HF Medusa heads for `convert`: open the weights `core/formats/medusa_heads.py` chooses and settle the
+counts.
 
 The folder is read by the one reader of heads folders (`read_medusa_heads`: medusa_lm_head.pt first,
 safetensors only when the .pt is absent, as TensorRT-LLM's `load_medusa_hf`; keys without a prefix;

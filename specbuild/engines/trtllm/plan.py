@@ -105,10 +105,14 @@ def build_plan(spec: BuildSpec) -> tuple[RolePlan, ...]:
 
 
 def plan_json(spec: BuildSpec, plans: tuple[RolePlan, ...]) -> dict[str, Any]:
+    """`nodes` / `gpus_per_node`: the deployment the engines are built for (serving.nodes); every
+    checkpoint's mapping.gpus_per_node, which trtllm-build 1.x keeps in the engine, says the same."""
     return {
         "trtllm_version": spec.trtllm_version,
         "mode": spec.mode.value,
         "gpu_host_only": True,
+        "nodes": spec.serving.nodes,
+        "gpus_per_node": spec.gpus_per_node,
         "roles": [p.to_dict() for p in plans],
     }
 

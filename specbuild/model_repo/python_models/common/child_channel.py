@@ -6,22 +6,32 @@ share: commands go to the child's stdin and events come from its stdout, one JSO
 child's own prints go to stderr (the server's log). No pickle: both sides are this project's code, and
 JSON is all they exchange; arrays travel as base64 of their bytes with dtype and shape (`pack_array`).
 
+The child ends with its parent, however the parent ends (`bind_to_parent`, called first thing in the
+child): SIGKILL from the kernel (PR_SET_PDEATHSIG) when the parent started it from its main thread, a
+lifeline thread (lifeline.watch) always, and the end of its stdin without a "close" command.
+
 Plain Python (no Triton, no torch): copied into every model folder like the other common modules.
 """
 
 from __future__ import annotations
 
 import base64
+import ctypes
 import json
 import os
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
 import numpy as np
+from lifeline import watch
+
+PARENT_ENV = "SPECBUILD_ENGINE_PARENT"  # "<parent pid>", or "<parent pid>:pdeathsig" (bind_to_parent)
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 READY_TIMEOUT_S = 600.0  # loading and warming up the engine (seconds on a starved CPU, never minutes)
 CLOSE_TIMEOUT_S = 10.0
@@ -81,6 +91,30 @@ def child_stdout() -> EventWriter:
     return events
 
 
+def parent_env() -> dict[str, str]:
+    """The environment a child is started with: this process's, plus who its parent is. PR_SET_PDEATHSIG
+    follows the *thread* that forked the child, so the child arms it only when that is this process's
+    main thread (a stub's runs initialize and execute and lives as long as the stub); a child started
+    from another thread (an engine restarted from a worker thread) relies on its lifeline thread."""
+    main = threading.current_thread() is threading.main_thread()
+    return {**os.environ, PARENT_ENV: f"{os.getpid()}{':pdeathsig' if main else ''}"}
+
+
+def bind_to_parent(what: str) -> None:
+    """In the child, first thing: end when the process that started it ends (module docstring). Exits at
+    once if that process is already gone."""
+    pid, _, how = os.environ.pop(PARENT_ENV, "").partition(":")
+    if how == "pdeathsig":
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except OSError:  # not glibc: the lifeline thread alone
+            pass
+    parent = int(pid) if pid.isdigit() else os.getppid()
+    if os.getppid() != parent:  # it died before the signal was armed
+        os._exit(1)
+    watch(parent, what=what)
+
+
 class ChildProcess:
     """`python SCRIPT ARGS...` with JSON lines both ways; ready once its first event is {"e": "ready"}."""
 
@@ -89,6 +123,7 @@ class ChildProcess:
             [python_executable(), script, *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            env=parent_env(),
         )
         self._write = threading.Lock()
         try:
@@ -109,14 +144,26 @@ class ChildProcess:
                 self.proc.stdin.write(line)
                 self.proc.stdin.flush()
             except (BrokenPipeError, ValueError, OSError):
+                self._reap()
                 raise ChildError(self.gone()) from None
 
     def next(self) -> dict:
         """The next event (blocks); ChildError once the process is gone."""
         line = self.proc.stdout.readline()
         if not line:
+            self._reap()
             raise ChildError(self.gone())
         return json.loads(line)
+
+    def _reap(self) -> None:
+        """Its pipe closed: the process is ending (a killed one closes its pipes before it is a zombie).
+        Wait for it, so that `alive` is False from now on and a model starting it again does not see the
+        dying process as running; one that lives on without its pipe is of no use: killed."""
+        try:
+            self.proc.wait(timeout=CLOSE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
     @property
     def alive(self) -> bool:

@@ -1,4 +1,5 @@
-"""What both local engine models (tensorrt_llm_local: the C++ backend's interface; tensorrt_llm_llmapi_local: the
+"""What both local engine models (tensorrt_llm_local: the C++ backend's interface; tensorrt_llm_llmapi_local:
+the
 LLM-API model's) share: the decoupled worker that runs the requests `execute` handed over, the registry
 of running requests that `stop` requests name, and the per-request timing and KV-block counters of
 their perf outputs (each model spells those outputs its own way: local_core.Perf, llmapi_core.Perf).

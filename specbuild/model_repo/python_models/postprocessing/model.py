@@ -19,6 +19,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
+from lifeline import start_in_stub  # noqa: E402
 from words import flag, param  # noqa: E402
 
 
@@ -31,6 +32,7 @@ def _cancelled(request) -> bool:
 
 class TritonPythonModel:
     def initialize(self, args):
+        start_in_stub(args["model_name"])  # ends this process if tritonserver dies (lifeline.py)
         from transformers import AutoTokenizer
 
         config = json.loads(args["model_config"])

@@ -18,6 +18,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
+from lifeline import start_in_stub  # noqa: E402
 from words import flag, param  # noqa: E402
 
 
@@ -72,6 +73,7 @@ def _strings(tensor, name: str = "words") -> list[list[str]]:
 
 class TritonPythonModel:
     def initialize(self, args):
+        start_in_stub(args["model_name"])  # ends this process if tritonserver dies (lifeline.py)
         from transformers import AutoTokenizer
 
         config = json.loads(args["model_config"])

@@ -67,6 +67,7 @@ from bls_core import (  # noqa: E402
 )
 from bls_metrics import FallbackCounter  # noqa: E402
 from inflight import InflightCounter, counter_path, remove_stale  # noqa: E402
+from lifeline import start_in_stub  # noqa: E402
 from responder import POLL_S, Responder, cancelled_error  # noqa: E402
 from words import flag, param  # noqa: E402
 
@@ -179,6 +180,8 @@ def _text_output(text: str) -> np.ndarray:
 
 class TritonPythonModel:
     def initialize(self, args):
+        # ends this process if tritonserver dies (lifeline.py), removing the server's in-flight counter
+        start_in_stub(args["model_name"], on_gone=[remove_stale])
         config = json.loads(args["model_config"])
         self.target = param(config, "tensorrt_llm_model_name", "tensorrt_llm")
         self.draft = param(config, "tensorrt_llm_draft_model_name") or None
@@ -216,7 +219,8 @@ class TritonPythonModel:
         if getattr(self.drafter_factory, "draft_logits", self.drafter_factory is not None):
             # torch (draft logits) now, not in the first request
             import specbuild.engines.reference.sampling  # noqa: F401
-        # Load-aware K (core/perf/schedule.py): the schedule applies to requests that leave num_draft_tokens out;
+        # Load-aware K (core/perf/schedule.py): the schedule applies to requests that leave num_draft_tokens
+        # out;
         # the in-flight count is shared by every instance of this model (inflight.py).
         from specbuild.core.perf.schedule import (
             INFLIGHT_HOLD_MS,

@@ -15,7 +15,9 @@ lines, commands on stdin, events on stdout (the child's own prints go to stderr,
   {"e": "done", "rid", "results": [...], "reused"} or {"e": "error", "rid", "msg"};
 * commands: {"op": "gen", "rid", "rows": [{"ids", "params", "stops"}], "speculative", "k"} (one batch:
   its rows decode together), {"op": "abort", "rid", "row"} (that row ends at its next step, with what it
-  produced), {"op": "close"} (or end of stdin).
+  produced), {"op": "close"} (the running batch ends first; the end of stdin without it means the model's
+  process is gone: this one exits at once, as it does when that process dies:
+  child_channel.bind_to_parent).
 No pickle: both sides are this project's code, and JSON is all they exchange.
 """
 
@@ -32,7 +34,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from child_channel import EventWriter, child_stdout  # noqa: E402
+from child_channel import EventWriter, bind_to_parent, child_stdout  # noqa: E402
 from words import stop_at_words  # noqa: E402
 
 from specbuild.core.sampling_params import SamplingParams  # noqa: E402 - torch-free
@@ -47,7 +49,8 @@ class Child:
         self.aborted: set[tuple[int, int]] = set()  # (rid, row); read on the engine's thread at each step
 
     def read_commands(self, stream) -> None:
-        """stdin's thread: batches to the queue, aborts to the set; close or EOF ends the process."""
+        """stdin's thread: batches to the queue, aborts to the set; close ends the process after the
+        running batch, the end of input (the model's process is gone) at once."""
         for line in stream:
             command = json.loads(line)
             op = command.get("op")
@@ -56,8 +59,9 @@ class Child:
             elif op == "abort":
                 self.aborted.add((int(command["rid"]), int(command["row"])))
             elif op == "close":
-                break
-        self.batches.put(None)
+                self.batches.put(None)
+                return
+        os._exit(1)
 
     def serve(self) -> None:
         while (command := self.batches.get()) is not None:
@@ -122,6 +126,7 @@ def _result(result) -> dict:
 
 def main(argv: list[str]) -> int:
     engine_path, threads = argv[1], int(argv[2])
+    bind_to_parent("the LLM-API model's engine process")
     events = child_stdout()
     try:
         import torch  # noqa: PLC0415

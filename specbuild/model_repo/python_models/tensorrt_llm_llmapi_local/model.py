@@ -54,6 +54,7 @@ if _HERE not in sys.path:
 
 from engine_process import EngineProcess, EngineProcessError  # noqa: E402
 from engine_worker import ActiveRequests, EngineWorker, Outbox  # noqa: E402
+from lifeline import start_in_stub  # noqa: E402
 from llmapi_core import (  # noqa: E402
     Job,
     LlmApiLimits,
@@ -98,6 +99,7 @@ class TritonPythonModel:
         return auto_complete_model_config
 
     def initialize(self, args):
+        start_in_stub(args["model_name"])  # ends this process if tritonserver dies (lifeline.py)
         from specbuild.core.facts.llmapi import decoding_class
         from specbuild.engines.reference.text import load_tokenizer
 
@@ -296,6 +298,7 @@ class TritonPythonModel:
             for j in batch
         ]
         try:
+            self._restart_if_gone()
             results = self.engine.run(
                 rows,
                 speculative=self.speculate,
@@ -303,28 +306,28 @@ class TritonPythonModel:
                 on_tokens=lambda i, new, ns: self._on_tokens(batch[i], new, ns),
                 stop=lambda i: self._ended(batch[i]),
             )
-        except EngineProcessError as exc:  # every request of the batch gets the error
+        except EngineProcessError as exc:  # every request of the batch gets the error, now
             for job in batch:
                 job.error, job.ran = exc, True
-            self._restart_if_gone(exc)
         else:
             for job, result in zip(batch, results, strict=True):
                 self._done(job, result)
 
-    def _restart_if_gone(self, exc: EngineProcessError) -> None:
-        """A dead engine process is started again (its requests got the error), at most
-        MAX_ENGINE_RESTARTS times: a crash that repeats leaves every later request with the error."""
-        if self.engine.alive or self.restarts >= MAX_ENGINE_RESTARTS:
+    def _restart_if_gone(self) -> None:
+        """Before a batch: a dead engine process is started again, at most MAX_ENGINE_RESTARTS times (a
+        crash that repeats leaves every later request with the error). Not when its batch failed: the
+        requests it was running get their error first, at once, instead of after the engine loaded."""
+        if self.engine.alive:
             return
+        if self.restarts >= MAX_ENGINE_RESTARTS:
+            raise EngineProcessError(f"the engine process died {self.restarts + 1} times; not started again")
         self.restarts += 1
         pb_utils.Logger.log_error(
-            f"tensorrt_llm: {exc}; starting it again ({self.restarts} of {MAX_ENGINE_RESTARTS})"
+            f"tensorrt_llm: {self.engine.child.gone()}; starting it again "
+            f"({self.restarts} of {MAX_ENGINE_RESTARTS})"
         )
         self.engine.close()
-        try:
-            self.engine = EngineProcess(self.engine.engine_path, threads=self.engine.threads)
-        except EngineProcessError as again:
-            pb_utils.Logger.log_error(f"tensorrt_llm: the engine process did not start again: {again}")
+        self.engine = EngineProcess(self.engine.engine_path, threads=self.engine.threads)
 
     def _done(self, job: Job, result: dict) -> None:
         # the engine's counter as its last batch reported it, read on the worker's thread (the final

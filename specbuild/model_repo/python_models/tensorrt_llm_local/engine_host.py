@@ -19,8 +19,9 @@ plumbing). Protocol, one JSON object a line:
   {"e": "log", "msg"} for the server's log;
 * commands: {"op": "job", "jid", "req": local_core.request_to_wire(...)} (a request to run),
   {"op": "stop", "jid"} (a `stop` request named it: it ends at its next step and keeps what it produced),
-  {"op": "cancel", "jid"} (Triton cancelled it: it ends at its next step), {"op": "close"} (or end of
-  stdin).
+  {"op": "cancel", "jid"} (Triton cancelled it: it ends at its next step), {"op": "close"} (the running
+  step ends first; the end of stdin without it means the model's process is gone: this one exits at once,
+  as it does when that process dies: child_channel.bind_to_parent).
 The same EngineHost also runs inside the model's process (host_link.ThreadHost: the `engine_process`
 parameter "false"), with the events handed over directly: what the fake-Triton tests drive.
 """
@@ -38,7 +39,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from child_channel import child_stdout, pack_array  # noqa: E402
+from child_channel import bind_to_parent, child_stdout, pack_array  # noqa: E402
 from engine_worker import EngineWorker  # noqa: E402
 from local_core import Job, Perf, cut, request_from_wire  # noqa: E402
 from step_scheduler import StepScheduler, plain_k  # noqa: E402
@@ -128,7 +129,8 @@ class EngineHost:
 
     def _tree_k(self, in_flight: int) -> int:
         """K of a request admitted with `in_flight` requests in flight (step_scheduler.py): the repository's
-        draft_len_schedule (core/perf/schedule.py), else always the engine's tree (TensorRT-LLM's Medusa engines
+        draft_len_schedule (core/perf/schedule.py), else always the engine's tree (TensorRT-LLM's Medusa
+        engines
         cannot switch it off)."""
         schedule = self.engine.schedule
         return self.engine.num_draft_tokens if schedule is None else schedule.k_for(in_flight)
@@ -339,8 +341,8 @@ def ready_event(engine) -> dict:
     }
 
 
-def read_commands(host: EngineHost, stream) -> None:
-    """The engine process's stdin: each command to the host, until close or end of input."""
+def read_commands(host: EngineHost, stream) -> bool:
+    """The engine process's stdin: each command to the host, until close (True) or end of input (False)."""
     for line in stream:
         command = json.loads(line)
         op = command.get("op")
@@ -351,11 +353,13 @@ def read_commands(host: EngineHost, stream) -> None:
         elif op == "cancel":
             host.cancel(int(command["jid"]))
         elif op == "close":
-            break
+            return True
+    return False
 
 
 def main(argv: list[str]) -> int:
     options = json.loads(argv[1])
+    bind_to_parent(f"the engine process of '{options.get('name', 'tensorrt_llm')}'")
     events = child_stdout()
     try:
         engine = load_engine(options)
@@ -370,7 +374,8 @@ def main(argv: list[str]) -> int:
         hold_ms=float(options.get("hold_ms", INFLIGHT_HOLD_MS)),
     )
     events.send(ready_event(engine))
-    read_commands(host, sys.stdin)
+    if not read_commands(host, sys.stdin):  # the model's process is gone: nobody reads the answers
+        os._exit(1)
     host.close()
     return 0
 

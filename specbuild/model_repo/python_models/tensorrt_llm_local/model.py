@@ -62,6 +62,7 @@ if _HERE not in sys.path:
 from child_channel import ChildError, unpack_array  # noqa: E402
 from engine_worker import ActiveRequests, Outbox  # noqa: E402
 from host_link import ProcessHost, ThreadHost  # noqa: E402
+from lifeline import start_in_stub  # noqa: E402
 from local_core import Job, Perf, is_stop_request, parse_request, request_to_wire, token_outputs  # noqa: E402
 from responder import POLL_S, Responder, cancelled_error  # noqa: E402
 from spec_metrics import SpecMetrics  # noqa: E402
@@ -79,6 +80,7 @@ MAX_ENGINE_RESTARTS = 3  # a dead engine process is started again this often at 
 
 class TritonPythonModel:
     def initialize(self, args):
+        start_in_stub(args["model_name"])  # ends this process if tritonserver dies (lifeline.py)
         from specbuild.core.engine_limits import EngineLimits
         from specbuild.core.formats.safe_io import read_json
 
