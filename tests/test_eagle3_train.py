@@ -18,7 +18,7 @@ from safetensors.torch import load_file  # noqa: E402
 from specbuild.core.formats.eagle3 import Eagle3DraftConfig  # noqa: E402
 from specbuild.core.sampling_params import SamplingParams  # noqa: E402
 from specbuild.engines.reference import eagle3 as engine_eagle3  # noqa: E402
-from specbuild.engines.reference import runners  # noqa: E402
+from specbuild.engines.reference import cached_decode  # noqa: E402
 from specbuild.engines.reference.eagle3 import load_eagle3_draft, open_row  # noqa: E402
 from specbuild.engines.reference.engine import ReferenceEngine  # noqa: E402
 from specbuild.engines.reference.sampling import probs_from_logits  # noqa: E402
@@ -263,7 +263,7 @@ def _unmapped(self, draft_probs):
 def test_the_sampled_test_fails_a_broken_rule(sampled_case, monkeypatch, broken):
     engine, prompt, joint = sampled_case
     if broken == "always_accept":
-        monkeypatch.setattr(runners, "accept_draft", _always_accept)
+        monkeypatch.setattr(cached_decode, "accept_draft", _always_accept)
     else:
         monkeypatch.setattr(engine_eagle3.Eagle3Draft, "to_target", _unmapped)
     pvalue, _ = _sampled_pvalue(engine, prompt, joint)
