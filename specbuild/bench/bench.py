@@ -191,9 +191,10 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
     # an engine that drafts by itself (Medusa, every LLM-API repository): its rounds were drafted with the
     # repository's K (the LLM API's speculative_config.max_draft_len), not a request option
     stats_k = None if repo.bls_drives_loop else (repo.num_draft_tokens or None)
-    # every round drafts min(K, tokens left - 1), so a client can rebuild the rounds and alpha predicts the
-    # speedup; n-gram: 0..K (records keep the rounds the BLS streams exactly; no i.i.d. prediction)
-    rounds_known = repo.speculation is None or repo.speculation.drafts_every_round
+    # every round drafts min(K, tokens left - 1) (EAGLE-3: after the context phase), so a client can rebuild
+    # the rounds and alpha predicts the speedup; n-gram: 0..K (records keep the rounds the BLS streams
+    # exactly; no i.i.d. prediction)
+    rounds_known = repo.speculation is None or repo.speculation.drafts_every_round or repo.chain_after_context
 
     def per_run(c: int) -> int:
         if config.workload == "multiturn":

@@ -36,6 +36,7 @@ from specbuild.core.errors import ClientError, SpecbuildError
 from specbuild.core.facts.trtllm import SpeculativeDecodingMode
 from specbuild.core.generation import GenerationResult, SpecStats
 from specbuild.core.methods import Method, SpeculationMethod, method_of, parse_method
+from specbuild.core.methods.base import Tunable
 from specbuild.core.perf.theory import rounds_from_steps
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.model_repo.tensors import BLS, ENSEMBLE, LLMAPI_MODEL, is_llmapi_interface
@@ -109,6 +110,21 @@ class RepoInfo:
             SpeculativeDecodingMode.NONE,
             SpeculativeDecodingMode.DRAFT_TOKENS_EXTERNAL,
         )
+
+    @property
+    def chain_after_context(self) -> bool:
+        """The context phase's response drafts nothing, then every round drafts a chain of min(K, tokens
+        left - 1) (EAGLE-3 one-model): the rounds follow from the responses' sizes, as for a draft/target
+        loop. Not a tree (Medusa: the drafts per step vary)."""
+        method = self.speculation
+        return method is not None and self.context_chunk_first and method.tunes is Tunable.DRAFT_LEN
+
+    @property
+    def rounds_k(self) -> int | None:
+        """K when a client can rebuild each round's drafts from the responses' sizes, else None."""
+        if self.speculation is not None and (self.drafts_every_round or self.chain_after_context):
+            return self.num_draft_tokens or None
+        return None
 
     @property
     def title(self) -> str:
@@ -432,8 +448,10 @@ def request_steps(
     Exact when the streamed responses carry the running totals (the BLS's draft/target rounds with
     return_perf_metrics): each round's deltas. For an engine that speculates by itself:
     * context_first (Medusa, EAGLE): the first response is the context phase's token (no step) and every
-      later one a step (its tokens = accepted + 1; the drafts per step follow from the total when it
-      divides evenly, else stay unknown: 0);
+      later one a step (its tokens = accepted + 1). With k (a chain of min(k, tokens still allowed - 1)
+      per round after the context phase: EAGLE-3) the rounds are rebuilt as below, kept when they add up
+      to the totals; otherwise the drafts per step follow from the total when it divides evenly, else
+      stay unknown: 0 (Medusa trees);
     * else (the LLM API's draft/target loop: every response one round of accepted + 1 tokens): each
       round drafted min(k, tokens still allowed - 1) (core/perf/theory.rounds_from_steps), kept only when
       the rounds add up to the final response's totals (a round cut by a stop word, or an output length
@@ -462,6 +480,13 @@ def request_steps(
         if sum(d for _, d in rounds) != total or sum(a for a, _ in rounds) != accepted:
             return None
         return rounds
+    if len(content) > 1 and k and max_tokens:
+        first = len(content[0].token_ids)  # the context phase's tokens: no drafts
+        sizes = [len(c.token_ids) - 1 for c in content[1:]]
+        rounds = [r for r in rounds_from_steps(sizes, k, max_tokens - first) if r[1]]
+        accepted = int(totals.get("total_accepted_draft_tokens", -1))
+        if sum(d for _, d in rounds) == total and sum(a for a, _ in rounds) == accepted:
+            return rounds
     if len(content) > 1:
         accepted_steps = [len(c.token_ids) - 1 for c in content[1:]]
         per = total // len(accepted_steps) if total and total % len(accepted_steps) == 0 else 0
@@ -489,7 +514,7 @@ def _result(collector: _Collector, *, t0: float, params: SamplingParams, repo: R
             collector.chunks,
             self_speculating=always_speculates,
             context_first=repo.context_chunk_first,
-            k=repo.num_draft_tokens if repo.drafts_every_round else None,
+            k=repo.rounds_k,
             max_tokens=params.max_tokens,
         )
         if steps is not None:

@@ -68,14 +68,12 @@ class ServedModel:
 
     @property
     def fixed_k(self) -> int | None:
-        """The K every round drafts when the engine runs a draft/target loop by itself (the LLM API's
-        speculative_config.max_draft_len); None otherwise (Medusa trees: the drafts per step vary)."""
+        """The K every round drafts when the engine runs a draft/target loop or an EAGLE-3 chain by itself
+        (the LLM API's speculative_config.max_draft_len); None otherwise (Medusa trees: the drafts per
+        step vary)."""
         repo = self.info.repo
-        if (
-            self.llmapi
-            and not repo.context_chunk_first
-            and repo.drafts_every_round
-            and repo.num_draft_tokens > 0
+        if self.llmapi and repo.num_draft_tokens > 0 and (
+            (not repo.context_chunk_first and repo.drafts_every_round) or repo.chain_after_context
         ):
             return repo.num_draft_tokens
         return None

@@ -35,7 +35,8 @@ the LLM-API tensor interface (what each input does: llmapi_core.py).
   finish_reason "cancelled" (the LLM API's CompletionOutput value for an aborted request; whether
   upstream's model sends that final output or an error is UNVERIFIED), and the stop request itself is
   answered "Request cancelled by client" (CANCELLED), as upstream.
-* EAGLE-3 is not run by the reference engine: such a repository fails to load here (serve it on a GPU).
+* EAGLE-3 (`Eagle` + eagle3_one_model on 1.2.1, `Eagle3` on 1.4): the reference engine runs the draft
+  one-model, as the LLM API does (the target's pass captures the aux hidden states; docs/eagle3.md).
 """
 
 from __future__ import annotations
@@ -128,11 +129,7 @@ class TritonPythonModel:
         if spec_cfg and spec_cfg.get("decoding_type") != want:
             raise pb_utils.TritonModelException(
                 f"model.yaml speculative_config.decoding_type {spec_cfg.get('decoding_type')!r} is "
-                "not what the "
-                ""
-                f"reference engine at {path} runs ({want or 'no speculation'}); the reference engine "
-                "does not "
-                "run EAGLE-3"
+                f"not what the reference engine at {path} runs ({want or 'no speculation'})"
             )
         # No speculative_config: the LLM API decodes with the target alone (a deployment without
         # speculation), even when the reference build has a draft.
