@@ -107,7 +107,15 @@ class Served:
 
         self.grpc, self.http, self.metrics, self.openai = (free_port() for _ in range(4))
         self.out = folder / "serve.out"
-        argv = [sys.executable, "-m", "specbuild", "serve", str(repo), "--log-file", str(folder / "triton.log")]
+        argv = [
+            sys.executable,
+            "-m",
+            "specbuild",
+            "serve",
+            str(repo),
+            "--log-file",
+            str(folder / "triton.log"),
+        ]
         argv += ["--grpc-port", str(self.grpc), "--http-port", str(self.http)]
         argv += ["--metrics-port", str(self.metrics), "--openai-port", str(self.openai)]
         argv += ["--served-model-name", "e3"]
@@ -183,7 +191,7 @@ def test_greedy_through_triton_equals_the_target_alone(served, target_alone):
 
 
 def test_perf_outputs_are_the_llmapi_models(served, target_alone):
-    """Triton's LLM-API model's own outputs, read with tritonclient: the speculative counters of the request."""
+    """Triton's LLM-API model's own outputs, read with tritonclient: the request's speculative counters."""
     import tritonclient.grpc as grpcclient
 
     def tensor(name, value, dtype):

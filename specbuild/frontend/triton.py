@@ -72,8 +72,10 @@ class ServedModel:
         (the LLM API's speculative_config.max_draft_len); None otherwise (Medusa trees: the drafts per
         step vary)."""
         repo = self.info.repo
-        if self.llmapi and repo.num_draft_tokens > 0 and (
-            (not repo.context_chunk_first and repo.drafts_every_round) or repo.chain_after_context
+        if (
+            self.llmapi
+            and repo.num_draft_tokens > 0
+            and ((not repo.context_chunk_first and repo.drafts_every_round) or repo.chain_after_context)
         ):
             return repo.num_draft_tokens
         return None
