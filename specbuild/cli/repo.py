@@ -117,7 +117,7 @@ def build(
             "Default: tensorrtllm when the build used --engine trtllm, else python. LLM-API builds (compile "
             "--flow llmapi): llmapi (Triton's LLM-API model, trtllm-python-py3 containers; model.py is "
             "the container's) | llmapi-local (the same tensors over the reference engine, this CPU; needs "
-            "--engine reference at compile; not EAGLE-3); default llmapi-local when the build has reference "
+            "--engine reference at compile); default llmapi-local when the build has reference "
             "engines.",
         ),
     ] = None,

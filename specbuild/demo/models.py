@@ -12,7 +12,9 @@ and is reproducible for a given Python. Steps:
 5. an acceptance estimate: on held-out prompts, the draft's teacher-forced argmax against the
    target's greedy output gives the exact greedy chain acceptance for every K (metrics.json);
 6. Medusa heads trained by `specbuild train-medusa` on the target (a separate cache entry, so the
-   heads can be rebuilt without retraining the models).
+   heads can be rebuilt without retraining the models);
+7. an EAGLE-3 draft trained by `specbuild train-eagle3` on the target's answers to the first training
+   chunks (a cache entry of its own, keyed like the heads).
 
 Everything lands under CACHE/<key>/ where key is a hash of the settings (and the Python / torch
 versions, which change the text and the numerics); a present, complete entry is reused.
@@ -58,6 +60,7 @@ __all__ = [
     "DemoFamily",
     "DemoSettings",
     "acceptance_profile",
+    "build_eagle3",
     "build_family",
     "build_medusa",
     "corpus_split",
@@ -177,22 +180,58 @@ def build_medusa(
     if probe.returncode != 0:
         log("  `specbuild train-medusa` is not available in this checkout; skipping the Medusa heads")
         return None
+    _train(argv, "the demo Medusa heads", log)
+    return out
+
+
+def build_eagle3(
+    family: DemoFamily,
+    settings: DemoSettings = DEFAULT_SETTINGS,
+    *,
+    cache: Path = DEFAULT_CACHE,
+    log: Callable[[str], None] = print,
+    specbuild: str | None = None,
+) -> Path | None:
+    """Train an EAGLE-3 draft on the target with `specbuild train-eagle3` (cached); None if unavailable.
+    Its prompts: the first `settings.eagle3.prompts` training chunks (the target answers each)."""
+    out = (Path(cache) / f"eagle3-{settings.eagle3_key()}").resolve()
+    if (out / MANIFEST).is_file():
+        log(f"demo EAGLE-3 draft cached at {out}")
+        return out
+    exe = specbuild or str(Path(sys.executable).with_name("specbuild"))
+    probe = subprocess.run([exe, "train-eagle3", "--help"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        log("  `specbuild train-eagle3` is not available in this checkout; skipping the EAGLE-3 draft")
+        return None
+    prompts = out.with_name(f"{out.name}.prompts.jsonl")
+    lines = [line for line in family.train_text.read_text().splitlines() if line.strip()]
+    prompts.write_text("\n".join(lines[: settings.eagle3.prompts]) + "\n")
+    argv = [exe, "train-eagle3", str(family.target), "--data", str(prompts), "--out", str(out)]
+    _train(argv + settings.eagle3.train_options() + ["--force"], "the demo EAGLE-3 draft", log)
+    return out
+
+
+def _train(argv: list[str], what: str, log: Callable[[str], None]) -> None:
     log("$ " + " ".join(argv))
     done = subprocess.run(argv, preexec_fn=die_with_parent())  # ends if the demo is killed
     if done.returncode != 0:
         raise SpecbuildError(
-            "training the demo Medusa heads failed",
-            expected="`specbuild train-medusa` to exit 0",
+            f"training {what} failed",
+            expected=f"`specbuild {argv[1]}` to exit 0",
             found=f"exit code {done.returncode}",
             fix="see the output above; rerun `make demo` after fixing it",
         )
-    return out
 
 
 def link_current(
-    family: DemoFamily, medusa_heads: Path | None, *, cache: Path = DEFAULT_CACHE
+    family: DemoFamily,
+    medusa_heads: Path | None,
+    *,
+    cache: Path = DEFAULT_CACHE,
+    eagle3: Path | None = None,
 ) -> dict[str, Path]:
-    """Point the stable names cache/{target,draft,tokenizer,prompts.jsonl,medusa_heads} at this build.
+    """Point the stable names cache/{target,draft,tokenizer,prompts.jsonl,medusa_heads,eagle3} at this
+    build.
 
     The example specs (examples/demo/*.yaml) reference these names, so they follow the cached build
     without knowing its hash. Each link is replaced atomically (os.replace).
@@ -205,6 +244,8 @@ def link_current(
     }
     if medusa_heads is not None:
         targets["medusa_heads"] = medusa_heads
+    if eagle3 is not None:
+        targets["eagle3"] = eagle3
     links = {}
     for name, dest in targets.items():
         link = Path(cache) / name
@@ -241,6 +282,7 @@ def main(argv: list[str] | None = None) -> None:
         "--micro", action="store_true", help="tiny sizes and steps (a pipeline check, not a useful model)"
     )
     parser.add_argument("--no-medusa", action="store_true", help="skip the Medusa heads")
+    parser.add_argument("--no-eagle3", action="store_true", help="skip the EAGLE-3 draft")
     parser.add_argument(
         "--threads", type=int, default=cpu_count(), help="torch threads (default: the usable cores)"
     )
@@ -250,7 +292,8 @@ def main(argv: list[str] | None = None) -> None:
     settings = MICRO if args.micro else DemoSettings()
     family = build_family(settings, cache=args.cache)
     heads = None if args.no_medusa else build_medusa(family, settings, cache=args.cache)
-    link_current(family, heads, cache=args.cache)
+    eagle3 = None if args.no_eagle3 else build_eagle3(family, settings, cache=args.cache)
+    link_current(family, heads, cache=args.cache, eagle3=eagle3)
     print(json.dumps(family.metrics, indent=2))
 
 

@@ -3,8 +3,8 @@
 Stages (each prints the real `specbuild ...` command it runs, in a subprocess of this virtualenv's
 `specbuild`, so the demo proves the CLI itself):
 
-1. models  - the trained demo family (target, draft, Medusa heads) from `specbuild.demo.models`,
-             cached under .cache/demo/ (a second run reuses it);
+1. models  - the trained demo family (target, draft, Medusa heads, EAGLE-3 draft) from
+             `specbuild.demo.models`, cached under .cache/demo/ (a second run reuses it);
 2. specs   - examples/demo/*.yaml copied to build/demo/specs/ (model paths made absolute), then
              `specbuild check` and `specbuild tune --write` on each copy (tune prompts: the first
              held-out family prompts and specbuild/data/demo_repetition_tune.jsonl, never a bench one);
@@ -18,6 +18,9 @@ Stages (each prints the real `specbuild ...` command it runs, in a subprocess of
    llmapi  - the draft/target spec again on the LLM-API flow (`compile --flow llmapi --engine reference`,
              `repo --backend llmapi-local`, `repo check`), served through Triton's LLM-API tensor
              interface: `generate --url --stream` and `bench` at concurrency 1 (usual prompts);
+   eagle3  - the EAGLE-3 spec (LLM-API flow only) the same way, benched like the other modes (both
+             prompt sets, the bench concurrencies); its speedup is measured against the draft/target
+             run's target-alone baselines, as Medusa's;
 5. summary - one table per mode and prompt set (acceptance, tokens per pass, predicted vs measured
              speedup, TTFT, inter-token latency), every method side by side per prompt set, and the
              load-aware table (draft/target: after `tune --write` chose K, `tune --schedule --url`
@@ -61,6 +64,7 @@ from specbuild.demo.models import (
     DEFAULT_CACHE,
     MICRO,
     DemoSettings,
+    build_eagle3,
     build_family,
     build_medusa,
     cpu_count,
@@ -80,6 +84,7 @@ MODES = tuple(
     m.value for m in Method if (EXAMPLES / f"{m.value}.yaml").is_file()
 )  # examples/demo/<mode>.yaml
 LLMAPI_RUN = "draft_target (LLM API)"  # the draft/target spec on the LLM-API flow, served locally
+LLMAPI_ONLY = (Method.EAGLE3.value,)  # modes with no engine flow: served through the LLM-API model only
 SERVER_READY_TIMEOUT_S = 300.0
 
 
@@ -210,18 +215,26 @@ def has_command(*words: str) -> bool:
 
 
 def stage_models(opts: DemoOptions):
-    """Build or reuse the trained demo family and Medusa heads; link them where the specs look."""
+    """Build or reuse the trained demo family, Medusa heads and EAGLE-3 draft; link them where the specs
+    look. Returns (family, {mode: False for a method whose model could not be built})."""
     settings = opts.settings
     family = build_family(settings, cache=opts.cache)
     heads = build_medusa(family, settings, cache=opts.cache, specbuild=specbuild_exe())
-    link_current(family, heads, cache=opts.cache)
+    eagle3 = None
+    if Method.EAGLE3.value in opts.modes:
+        eagle3 = build_eagle3(family, settings, cache=opts.cache, specbuild=specbuild_exe())
+        if eagle3 is not None:
+            report = json.loads((eagle3 / "metrics.json").read_text())
+            print(f"EAGLE-3 draft: held-out greedy acceptance per position {report.get('acceptance')}")
+    link_current(family, heads, cache=opts.cache, eagle3=eagle3)
     acc = family.metrics["held_out_greedy_acceptance"]
     print(
         f"target {family.metrics['target_params'] / 1e6:.1f}M params, draft "
         f"{family.metrics['draft_params'] / 1e6:.2f}M "
         f"params; held-out greedy draft acceptance per token {acc['alpha_token']:.2f}"
     )
-    return family, heads
+    missing = {Method.MEDUSA.value: heads is None, Method.EAGLE3.value: eagle3 is None}
+    return family, missing
 
 
 def stage_specs(opts: DemoOptions, modes: tuple[str, ...]) -> dict[str, Path]:
@@ -548,13 +561,24 @@ def run_mode(mode: str, spec: Path, family, opts: DemoOptions, ledger: Ledger) -
         return sets
 
 
-def run_llmapi(spec: Path, family, opts: DemoOptions, ledger: Ledger) -> Path:
-    """The same draft/target spec on the LLM-API flow: the options a GPU host would serve with trtllm-serve,
-    plus reference engines, laid out as Triton's LLM-API model (`--backend llmapi-local`) and served here;
-    generate and bench at concurrency 1 go through the LLM-API tensor interface."""
-    out = (Path(opts.out) / "draft_target-llmapi").resolve()
+def run_llmapi(
+    spec: Path,
+    family,
+    opts: DemoOptions,
+    ledger: Ledger,
+    *,
+    label: str = LLMAPI_RUN,
+    folder: str = "draft_target-llmapi",
+    every_set: bool = False,
+) -> dict[str, Path]:
+    """A spec on the LLM-API flow (the draft/target spec again, or EAGLE-3's): the options a GPU host would
+    serve with trtllm-serve, plus reference engines, laid out as Triton's LLM-API model (`--backend
+    llmapi-local`) and served here; generate and bench go through the LLM-API tensor interface: at
+    concurrency 1 on the usual prompts, or (every_set) at the bench concurrencies on both prompt sets.
+    Returns {prompt set: bench.json}."""
+    out = (Path(opts.out) / folder).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    with ledger.stage(f"{LLMAPI_RUN}: compile, repository"):
+    with ledger.stage(f"{label}: compile, repository"):
         build, repo = out / "build", out / "repo"
         run_cli(
             "compile", str(spec), "--flow", "llmapi", "--engine", "reference", "--out", str(build), "--force"
@@ -572,11 +596,16 @@ def run_llmapi(spec: Path, family, opts: DemoOptions, ledger: Ledger) -> Path:
     )
     first = json.loads(prompts.read_text().splitlines()[0])["prompt"]
     with (
-        ledger.stage(f"{LLMAPI_RUN}: serve, generate, bench"),
+        ledger.stage(f"{label}: serve, generate, bench"),
         serving(repo, out / "tritonserver.log") as url,
     ):
         stage_generate(url, first, opts.max_tokens)
-        return stage_bench(url, prompts, out / "bench", replace(opts, concurrency="1"))
+        if not every_set:
+            return {"usual": stage_bench(url, prompts, out / "bench", replace(opts, concurrency="1"))}
+        return {
+            "usual": stage_bench(url, prompts, out / "bench", opts),
+            "repetition": stage_bench(url, REPETITION_BENCH, out / "bench-repetition", opts),
+        }
 
 
 def add_common_options(parser: argparse.ArgumentParser, defaults) -> None:
@@ -630,8 +659,8 @@ def main(argv: list[str] | None = None) -> int:
     family = None
     try:
         with ledger.stage("1. demo models (trained once, then cached)"):
-            family, heads = stage_models(opts)
-        modes = tuple(m for m in opts.modes if m != Method.MEDUSA or heads is not None)
+            family, missing = stage_models(opts)
+        modes = tuple(m for m in opts.modes if not missing.get(m))
         with ledger.stage("2. check and tune the demo specs"):
             specs = stage_specs(opts, modes)
             tune_prompts = tune_prompts_file(
@@ -641,15 +670,18 @@ def main(argv: list[str] | None = None) -> int:
                 stage_check_and_tune(specs[mode], tune_prompts, opts.tune_max_tokens)
         for mode in modes:
             try:
-                benches[mode] = run_mode(mode, specs[mode], family, opts, ledger)
+                if mode in LLMAPI_ONLY:
+                    benches[mode] = run_llmapi(
+                        specs[mode], family, opts, ledger, label=mode, folder=mode, every_set=True
+                    )
+                else:
+                    benches[mode] = run_mode(mode, specs[mode], family, opts, ledger)
             except SpecbuildError as exc:
                 ledger.failures.append(f"{mode}: {exc.what}")
                 print(exc.message(), file=sys.stderr)
         if opts.llmapi and Method.DRAFT_TARGET.value in modes:
             try:
-                benches[LLMAPI_RUN] = {
-                    "usual": run_llmapi(specs[Method.DRAFT_TARGET.value], family, opts, ledger)
-                }
+                benches[LLMAPI_RUN] = run_llmapi(specs[Method.DRAFT_TARGET.value], family, opts, ledger)
             except SpecbuildError as exc:
                 ledger.failures.append(f"{LLMAPI_RUN}: {exc.what}")
                 print(exc.message(), file=sys.stderr)

@@ -60,6 +60,27 @@ class MedusaSettings:
 
 
 @dataclass(frozen=True)
+class Eagle3Settings:
+    """The demo's EAGLE-3 draft: `specbuild train-eagle3` on the target (its own greedy answers)."""
+
+    prompts: int = 256  # the first training chunks; the target answers each (the regenerated data)
+    steps: int = 200
+    batch_size: int = 16
+    seq_len: int = 128  # each prompt's last 64 tokens, then the target's 64-token answer
+    lr: float = 3e-3
+    ttt_steps: int = 3
+    draft_vocab_size: int = 512  # the family's whole vocabulary (capped at the target's)
+    layers: tuple[int, ...] | None = None  # None: TensorRT-LLM's default (1, L//2 - 1, L - 4)
+
+    def train_options(self) -> list[str]:
+        """These settings as `specbuild train-eagle3` options (both demos run the command with them)."""
+        opts = ["--steps", str(self.steps), "--batch-size", str(self.batch_size)]
+        opts += ["--seq-len", str(self.seq_len), "--lr", str(self.lr), "--ttt-steps", str(self.ttt_steps)]
+        opts += ["--draft-vocab-size", str(self.draft_vocab_size)]
+        return opts + (["--layers", ",".join(map(str, self.layers))] if self.layers else [])
+
+
+@dataclass(frozen=True)
 class DemoSettings:
     """Everything that shapes the demo family; its hash names the cache entry."""
 
@@ -83,16 +104,21 @@ class DemoSettings:
     eval_new_tokens: int = 64
     max_position_embeddings: int = 1024
     medusa: MedusaSettings = field(default_factory=MedusaSettings)
+    eagle3: Eagle3Settings = field(default_factory=Eagle3Settings)
     seed: int = 0
 
     def family_key(self) -> str:
-        """Hash of what shapes tokenizer, target and draft (not the Medusa heads)."""
+        """Hash of what shapes tokenizer, target and draft (not the Medusa heads or the EAGLE-3 draft)."""
         d = dataclasses.asdict(self)
         d.pop("medusa")
+        d.pop("eagle3")
         return settings_hash({"settings": d, **environment()})
 
     def medusa_key(self) -> str:
         return settings_hash({"family": self.family_key(), "medusa": dataclasses.asdict(self.medusa)})
+
+    def eagle3_key(self) -> str:
+        return settings_hash({"family": self.family_key(), "eagle3": dataclasses.asdict(self.eagle3)})
 
 
 DEFAULT_SETTINGS = DemoSettings()  # what `make demo` builds
@@ -113,6 +139,8 @@ MICRO = DemoSettings(
     eval_new_tokens=8,
     max_position_embeddings=1024,  # RoPE only (no learned positions): free, and the demo specs fit
     medusa=MedusaSettings(steps=2, batch_size=2, seq_len=32),  # 4 heads, as examples/demo/medusa.yaml says
+    # a 1-layer target: its one layer's output (the default needs more than 5 layers)
+    eagle3=Eagle3Settings(prompts=4, steps=2, batch_size=2, seq_len=32, draft_vocab_size=64, layers=(0,)),
 )
 
 
