@@ -390,10 +390,9 @@ def _mode_table(console, summary, mode, name, bench, loaded, paths) -> str:
         )
         c = (twin or {}).get("context", {}).get("cost_ratio")
         _predict(rows, bench, c)
-        title = (
-            f"{mode}: Triton's LLM-API interface, K={ctx.get('num_draft_tokens')} (speculative_config), "
-            f"predicted with the {method.name} run's c={_fmt(c)}"
-        )
+        title = f"{mode}: Triton's LLM-API interface, K={ctx.get('num_draft_tokens')} (speculative_config)"
+        if twin is not None:
+            title += f", predicted with the {method.name} run's c={_fmt(c)}"
     elif method.bls_drives_loop:
         title = f"{mode}: K={ctx.get('num_draft_tokens')}, cost ratio c={_fmt(ctx.get('cost_ratio'))}"
     else:
