@@ -8,11 +8,13 @@ Stages (each `specbuild ...` command is printed and run as a user would type it)
               `specbuild check` on them at TP 1 and on a TP 3 copy (9 heads, 3 KV heads);
 3. convert  - `specbuild convert` at TP 1 and TP 3, then the reference engine on each checkpoint against
               transformers on the HF folder: max |Δlogit| and greedy token equality (real_checks.py);
-4. train    - Medusa heads by `specbuild train-medusa --self-distill` on the training prompts (cached); no
-              draft model (README "demo-real" says why and what one would take);
-5. serve    - per method (n-gram, Medusa): `tune --write`, speculation.schedule {1: K, 3: 0} (plain
-              target steps from 3 requests in flight), `compile --engine reference`,
-              `repo`, `serve`, one answer streamed by `generate --url --stream`, and `bench` at
+4. train    - Medusa heads by `specbuild train-medusa --self-distill` and an EAGLE-3 draft by
+              `specbuild train-eagle3` on the training prompts, with the same budget (steps, batch,
+              sequence length, answer tokens; cached); no draft model (README "demo-real" says why);
+5. serve    - per method (n-gram, Medusa, EAGLE-3): `tune --write`, speculation.schedule {1: K, 3: 0} (plain
+              target steps from 3 requests in flight; not EAGLE-3's, on the LLM-API flow), `compile
+              --engine reference`, `repo` (EAGLE-3: `--backend llmapi-local`, Triton's LLM-API model),
+              `serve`, one answer streamed by `generate --url --stream`, and `bench` at
               concurrency 1 and 4 on two prompt sets: "quoting" (the answer repeats the prompt's code or
               text) and "open" (open-ended chat);
 6. summary  - one table (method x prompt set x concurrency), OUT/summary.{json,md}, stage times and the
@@ -47,12 +49,13 @@ from specbuild.core.methods import Method, method_of
 from specbuild.core.spec import PATH_KEYS
 from specbuild.demo.report import _fmt, load_bench, summary_rows
 from specbuild.demo.run import Ledger, add_common_options, run_cli, serving, specbuild_exe
-from specbuild.demo.settings import MedusaSettings, cpu_count, settings_hash
+from specbuild.demo.settings import Eagle3Settings, MedusaSettings, cpu_count, settings_hash
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "examples" / "real"
 PROMPT_SETS = ("quoting", "open")
-REAL_METHODS = ("ngram", "medusa")
+REAL_METHODS = ("ngram", "medusa", "eagle3")
+LLMAPI_METHODS = ("eagle3",)  # no engine flow: served through Triton's LLM-API model (llmapi-local)
 CHECK_TP = 3  # 9 attention heads and 3 KV heads split over 3 ranks without duplication
 
 
@@ -66,6 +69,10 @@ CHECK_TP = 3  # 9 attention heads and 3 KV heads split over 3 ranks without dupl
 REAL_MEDUSA = MedusaSettings(num_heads=3, num_layers=1, steps=24, batch_size=4, seq_len=128, lr=3e-3)
 REAL_DISTILL_NEW_TOKENS = 64
 MEDUSA_CHECKPOINT_EVERY = 8  # steps: an interrupted demo resumes (--resume) from the last checkpoint
+# The EAGLE-3 draft with the Medusa heads' budget: the same steps, batch, sequence length (each prompt's last
+# 64 tokens, then 64 answer tokens: --new-tokens REAL_DISTILL_NEW_TOKENS) and learning rate, on the same
+# prompts; the draft vocabulary is the 8192 most frequent answer tokens (the heads predict all 49,152).
+REAL_EAGLE3 = Eagle3Settings(steps=24, batch_size=4, seq_len=128, lr=3e-3, draft_vocab_size=8192)
 
 
 @dataclass(frozen=True)
@@ -92,7 +99,10 @@ class RealOptions:
     plain_from: int = 3
     exact_new_tokens: int = 24
     medusa: MedusaSettings = REAL_MEDUSA
-    distill_new_tokens: int = REAL_DISTILL_NEW_TOKENS  # train-medusa --distill-new-tokens
+    eagle3: Eagle3Settings = REAL_EAGLE3
+    distill_new_tokens: int = (
+        REAL_DISTILL_NEW_TOKENS  # train-medusa --distill-new-tokens, train-eagle3 --new-tokens
+    )
     methods: tuple[str, ...] = ()  # empty: every method this checkout has
 
 
@@ -116,7 +126,7 @@ def _load() -> str:
 
 
 def available_methods(wanted: tuple[str, ...]) -> tuple[str, ...]:
-    """n-gram and Medusa, in that order: the methods that need no draft model."""
+    """n-gram, Medusa and EAGLE-3, in that order: the methods that need no separate draft model."""
     known = {m.value for m in Method}
     order = [m for m in REAL_METHODS if m in known]
     if wanted:
@@ -244,6 +254,37 @@ def stage_medusa(real: RealModel, train_prompts: Path, sets: PromptSets, opts: R
     return out
 
 
+def stage_eagle3(real: RealModel, train_prompts: Path, sets: PromptSets, opts: RealOptions) -> Path:
+    """An EAGLE-3 draft from `specbuild train-eagle3` on the training prompts with the Medusa heads' budget
+    (cached by what shapes it): the target answers each prompt (its last seq_len/2 tokens, then
+    --new-tokens), and the draft learns those answers from the target's own hidden states."""
+    e = opts.eagle3
+    recipe = {"eagle3": asdict(e), "distill_new_tokens": opts.distill_new_tokens}
+    key = settings_hash({"model": real.root.name, "prompts": list(sets.train), **recipe})
+    out = (Path(opts.cache) / f"eagle3-{key}").resolve()
+    if (out / MANIFEST).is_file():
+        read_manifest(out, kind="eagle3_draft")
+        print(f"EAGLE-3 draft cached at {out}")
+    else:
+        run_cli(
+            "train-eagle3",
+            str(real.model),
+            "--data",
+            str(train_prompts),
+            "--out",
+            str(out),
+            *e.train_options(),
+            "--new-tokens",
+            str(opts.distill_new_tokens),
+            "--checkpoint-every",
+            str(MEDUSA_CHECKPOINT_EVERY),
+            "--resume",
+            "--force",
+        )
+    _link(Path(opts.cache), "eagle3", out)
+    return out
+
+
 def _link(cache: Path, name: str, dest: Path) -> None:
     link = cache / name
     tmp = cache / f".{name}.link-{os.getpid()}"
@@ -300,7 +341,8 @@ def run_method(
             str(opts.tune_max_tokens),
             "--write",
         )
-        schedules[mode] = write_schedule(spec, opts.plain_from)
+        llmapi = mode in LLMAPI_METHODS
+        schedules[mode] = None if llmapi else write_schedule(spec, opts.plain_from)
         build = out / "reference"
         run_cli("compile", str(spec), "--out", str(build), "--engine", "reference", "--force")
         if plan:
@@ -315,7 +357,9 @@ def run_method(
                 print(script.read_text().rstrip())
                 print("---")
         repo = out / "repo"
-        run_cli("repo", str(build), "--out", str(repo), "--backend", "python", "--force")
+        # the LLM-API model streams only when decoupled (generate --stream, bench's rounds)
+        backend = ["llmapi-local", "--decoupled"] if llmapi else ["python"]
+        run_cli("repo", str(build), "--out", str(repo), "--backend", *backend, "--force")
     benches = {}
     with ledger.stage(f"{mode}: serve, generate, bench"), serving(repo, out / "tritonserver.log") as url:
         prompt = json.loads(prompt_files[show].read_text().splitlines()[0])["prompt"]
@@ -522,7 +566,12 @@ def summary_markdown(rows: list[dict], summary: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.real.run", description=__doc__.split("\n\n")[0])
     add_common_options(parser, RealOptions)
-    parser.add_argument("--medusa-steps", type=int, default=REAL_MEDUSA.steps, help="train-medusa steps (24)")
+    parser.add_argument(
+        "--medusa-steps",
+        type=int,
+        default=REAL_MEDUSA.steps,
+        help="train-medusa and train-eagle3 steps (24: the same budget for both)",
+    )
     parser.add_argument(
         "--plain-from",
         type=int,
@@ -549,6 +598,7 @@ def main(argv: list[str] | None = None) -> int:
         concurrency=args.concurrency,
         max_tokens=args.max_tokens,
         medusa=replace(REAL_MEDUSA, steps=args.medusa_steps),
+        eagle3=replace(REAL_EAGLE3, steps=args.medusa_steps),  # the same budget
         plain_from=args.plain_from,
         methods=tuple(args.method),
     )
@@ -562,6 +612,7 @@ def main(argv: list[str] | None = None) -> int:
             tune_max_tokens=12,
             exact_new_tokens=8,
             medusa=replace(opts.medusa, steps=2, seq_len=48),  # 24-token prompt tails
+            eagle3=replace(opts.eagle3, steps=2, seq_len=48),
             distill_new_tokens=24,
         )
     torch.set_num_threads(cpu_count())
@@ -581,7 +632,7 @@ def main(argv: list[str] | None = None) -> int:
         with ledger.stage("2. check the specs (TP 1, TP 3)"):
             specs = stage_specs(opts, methods, real)
             for name, spec in specs.items():
-                if not name.startswith("medusa"):  # Medusa's are checked once its heads exist (stage 4)
+                if not name.startswith(("medusa", "eagle3")):  # checked once trained (stage 4)
                     run_cli("check", str(spec))
         with ledger.stage("3. convert at TP 1 and TP 3; exactness against transformers"):
             exact = stage_convert_and_exactness(real, prompt_files, opts)
@@ -590,6 +641,13 @@ def main(argv: list[str] | None = None) -> int:
                 heads = stage_medusa(real, prompt_files["train"], sets, opts)
                 extra["medusa"] = json.loads((heads / "metrics.json").read_text())
                 for name in ("medusa", f"medusa-tp{CHECK_TP}"):
+                    if name in specs:
+                        run_cli("check", str(specs[name]))
+        if Method.EAGLE3.value in methods:
+            with ledger.stage("4. EAGLE-3 draft (once; cached; the Medusa heads' budget)"):
+                draft = stage_eagle3(real, prompt_files["train"], sets, opts)
+                extra["eagle3"] = json.loads((draft / "metrics.json").read_text())
+                for name in ("eagle3", f"eagle3-tp{CHECK_TP}"):
                     if name in specs:
                         run_cli("check", str(specs[name]))
         for i, mode in enumerate(methods):
