@@ -121,8 +121,10 @@ class RepoInfo:
 
     @property
     def rounds_k(self) -> int | None:
-        """K when a client can rebuild each round's drafts from the responses' sizes, else None."""
-        if self.speculation is not None and (self.drafts_every_round or self.chain_after_context):
+        """K when a client can rebuild each round's drafts from the responses' sizes, else None (n-gram:
+        0..K per round; Medusa: a tree)."""
+        chain = self.drafts_every_round and not self.context_chunk_first
+        if self.speculation is not None and (chain or self.chain_after_context):
             return self.num_draft_tokens or None
         return None
 
