@@ -222,66 +222,62 @@ def stage_convert_and_exactness(real: RealModel, prompt_files: dict[str, Path], 
 def stage_medusa(real: RealModel, train_prompts: Path, sets: PromptSets, opts: RealOptions) -> Path:
     """Medusa heads from `specbuild train-medusa --self-distill` on the training prompts (cached by what
     shapes them): the target's own greedy continuations are the training text, so the heads learn the
-    model being served."""
-    m = opts.medusa
-    recipe = {"medusa": asdict(m), "distill_new_tokens": opts.distill_new_tokens}
-    key = settings_hash({"model": real.root.name, "prompts": list(sets.train), **recipe})
-    out = (Path(opts.cache) / f"medusa-{key}").resolve()
-    if (out / MANIFEST).is_file():
-        read_manifest(out, kind="medusa_heads")
-        print(f"Medusa heads cached at {out}")
-    else:
-        # train-medusa keeps each prompt's last seq_len/2 tokens and continues it greedily by
-        # --distill-new-tokens tokens (its rule, tuning/train.py); the long code-editing prompts lose their
-        # head there. --resume: an interrupted demo continues from the last checkpoint and reuses the
-        # distilled text saved beside it.
-        run_cli(
-            "train-medusa",
-            str(real.model),
-            "--data",
-            str(train_prompts),
-            "--out",
-            str(out),
-            *m.train_options(),
-            "--distill-new-tokens",
-            str(opts.distill_new_tokens),
-            "--checkpoint-every",
-            str(MEDUSA_CHECKPOINT_EVERY),
-            "--resume",
-            "--force",
-        )
-    _link(Path(opts.cache), "medusa_heads", out)
-    return out
+    model being served. train-medusa keeps each prompt's last seq_len/2 tokens and continues it greedily
+    by --distill-new-tokens tokens (its rule, tuning/train.py); the long code-editing prompts lose their
+    head there."""
+    options = [*opts.medusa.train_options(), "--distill-new-tokens", str(opts.distill_new_tokens)]
+    return _trained("train-medusa", "medusa", opts.medusa, options, real, train_prompts, sets, opts)
 
 
 def stage_eagle3(real: RealModel, train_prompts: Path, sets: PromptSets, opts: RealOptions) -> Path:
     """An EAGLE-3 draft from `specbuild train-eagle3` on the training prompts with the Medusa heads' budget
     (cached by what shapes it): the target answers each prompt (its last seq_len/2 tokens, then
     --new-tokens), and the draft learns those answers from the target's own hidden states."""
-    e = opts.eagle3
-    recipe = {"eagle3": asdict(e), "distill_new_tokens": opts.distill_new_tokens}
+    options = [*opts.eagle3.train_options(), "--new-tokens", str(opts.distill_new_tokens)]
+    return _trained("train-eagle3", "eagle3", opts.eagle3, options, real, train_prompts, sets, opts)
+
+
+TRAINED = {  # name -> (the CACHE link the spec names, the manifest kind, the title)
+    "medusa": ("medusa_heads", "medusa_heads", "Medusa heads"),
+    "eagle3": ("eagle3", "eagle3_draft", "EAGLE-3 draft"),
+}
+
+
+def _trained(
+    command: str,
+    name: str,
+    settings: MedusaSettings | Eagle3Settings,
+    options: list[str],
+    real: RealModel,
+    train_prompts: Path,
+    sets: PromptSets,
+    opts: RealOptions,
+) -> Path:
+    """`specbuild COMMAND` on the training prompts into CACHE/NAME-<key> (key: the prompts, the settings and
+    the answer length), reused when complete, linked as CACHE/<link>. --resume: an interrupted demo
+    continues from the last checkpoint and reuses the answers saved beside it."""
+    link, kind, title = TRAINED[name]
+    recipe = {name: asdict(settings), "distill_new_tokens": opts.distill_new_tokens}
     key = settings_hash({"model": real.root.name, "prompts": list(sets.train), **recipe})
-    out = (Path(opts.cache) / f"eagle3-{key}").resolve()
+    out = (Path(opts.cache) / f"{name}-{key}").resolve()
     if (out / MANIFEST).is_file():
-        read_manifest(out, kind="eagle3_draft")
-        print(f"EAGLE-3 draft cached at {out}")
+        read_manifest(out, kind=kind)
+        print(f"{title} cached at {out}")
     else:
         run_cli(
-            "train-eagle3",
+            command,
             str(real.model),
             "--data",
             str(train_prompts),
             "--out",
             str(out),
-            *e.train_options(),
-            "--new-tokens",
-            str(opts.distill_new_tokens),
+            *options,
             "--checkpoint-every",
             str(MEDUSA_CHECKPOINT_EVERY),
             "--resume",
             "--force",
         )
-    _link(Path(opts.cache), "eagle3", out)
+    _link(Path(opts.cache), link, out)
     return out
 
 

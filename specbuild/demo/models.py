@@ -170,17 +170,11 @@ def build_medusa(
 ) -> Path | None:
     """Train Medusa heads on the target with `specbuild train-medusa` (cached); None if unavailable."""
     out = (Path(cache) / f"medusa-{settings.medusa_key()}").resolve()
-    if (out / MANIFEST).is_file():
-        log(f"demo Medusa heads cached at {out}")
-        return out
-    exe = specbuild or str(Path(sys.executable).with_name("specbuild"))
+    exe = _ready(out, "train-medusa", "the Medusa heads", specbuild, log)
+    if exe is None:
+        return out if (out / MANIFEST).is_file() else None
     argv = [exe, "train-medusa", str(family.target), "--data", str(family.train_text), "--out", str(out)]
-    argv += settings.medusa.train_options()
-    probe = subprocess.run([exe, "train-medusa", "--help"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        log("  `specbuild train-medusa` is not available in this checkout; skipping the Medusa heads")
-        return None
-    _train(argv, "the demo Medusa heads", log)
+    _train(argv + settings.medusa.train_options(), "the demo Medusa heads", log)
     return out
 
 
@@ -195,20 +189,30 @@ def build_eagle3(
     """Train an EAGLE-3 draft on the target with `specbuild train-eagle3` (cached); None if unavailable.
     Its prompts: the first `settings.eagle3.prompts` training chunks (the target answers each)."""
     out = (Path(cache) / f"eagle3-{settings.eagle3_key()}").resolve()
-    if (out / MANIFEST).is_file():
-        log(f"demo EAGLE-3 draft cached at {out}")
-        return out
-    exe = specbuild or str(Path(sys.executable).with_name("specbuild"))
-    probe = subprocess.run([exe, "train-eagle3", "--help"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        log("  `specbuild train-eagle3` is not available in this checkout; skipping the EAGLE-3 draft")
-        return None
+    exe = _ready(out, "train-eagle3", "the EAGLE-3 draft", specbuild, log)
+    if exe is None:
+        return out if (out / MANIFEST).is_file() else None
     prompts = out.with_name(f"{out.name}.prompts.jsonl")
     lines = [line for line in family.train_text.read_text().splitlines() if line.strip()]
     prompts.write_text("\n".join(lines[: settings.eagle3.prompts]) + "\n")
     argv = [exe, "train-eagle3", str(family.target), "--data", str(prompts), "--out", str(out)]
     _train(argv + settings.eagle3.train_options() + ["--force"], "the demo EAGLE-3 draft", log)
     return out
+
+
+def _ready(
+    out: Path, command: str, what: str, specbuild: str | None, log: Callable[[str], None]
+) -> str | None:
+    """The specbuild executable to train `out` with; None when it is cached (logged) or the command is
+    missing from this checkout (logged: the demo skips the method)."""
+    if (out / MANIFEST).is_file():
+        log(f"demo {what.removeprefix('the ')} cached at {out}")
+        return None
+    exe = specbuild or str(Path(sys.executable).with_name("specbuild"))
+    if subprocess.run([exe, command, "--help"], capture_output=True, text=True).returncode != 0:
+        log(f"  `specbuild {command}` is not available in this checkout; skipping {what}")
+        return None
+    return exe
 
 
 def _train(argv: list[str], what: str, log: Callable[[str], None]) -> None:
