@@ -219,8 +219,9 @@ def stage_models(opts: DemoOptions):
     look. Returns (family, {mode: False for a method whose model could not be built})."""
     settings = opts.settings
     family = build_family(settings, cache=opts.cache)
-    heads = build_medusa(family, settings, cache=opts.cache, specbuild=specbuild_exe())
-    eagle3 = None
+    heads = eagle3 = None
+    if Method.MEDUSA.value in opts.modes:
+        heads = build_medusa(family, settings, cache=opts.cache, specbuild=specbuild_exe())
     if Method.EAGLE3.value in opts.modes:
         eagle3 = build_eagle3(family, settings, cache=opts.cache, specbuild=specbuild_exe())
         if eagle3 is not None:
