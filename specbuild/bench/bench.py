@@ -181,9 +181,11 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
         if (
             info.interface == LLMAPI_INTERFACE
             and repo.speculation is not None
-            and repo.speculation.draft_model
+            and (repo.speculation.draft_model or repo.chain_after_context)
         ):
-            cost_ratio = None  # one LLM-API model: the draft cannot be timed alone through this interface
+            # one LLM-API model: the draft (a draft model, or EAGLE-3's draft layer, one pass per draft
+            # token: not free as Medusa's heads) cannot be timed alone through this interface
+            cost_ratio = None
     finally:
         client.close()
     k = config.num_draft_tokens if config.num_draft_tokens is not None else repo.num_draft_tokens
