@@ -40,7 +40,9 @@ def _commands() -> dict[tuple[str, ...], set[str]]:
     out: dict[tuple[str, ...], set[str]] = {}
 
     def walk(cmd, path):
-        out[path] = {n for p in cmd.params if p.param_type_name == "option" for n in (*p.opts, *p.secondary_opts)}
+        out[path] = {
+            n for p in cmd.params if p.param_type_name == "option" for n in (*p.opts, *p.secondary_opts)
+        }
         out[path] |= {"--help"}
         if hasattr(cmd, "list_commands"):
             ctx = typer.Context(cmd)
@@ -127,13 +129,30 @@ def test_the_quote_reader_reads_commands_groups_and_flags():
 
 # ---- spec keys ------------------------------------------------------------------------------------
 
-_FILE_TAIL = {"sh", "json", "jsonl", "md", "yaml", "yml", "py", "txt", "pbtxt", "log", "png", "toml", "html", "com"}
+_FILE_TAIL = {
+    "sh",
+    "json",
+    "jsonl",
+    "md",
+    "yaml",
+    "yml",
+    "py",
+    "txt",
+    "pbtxt",
+    "log",
+    "png",
+    "toml",
+    "html",
+    "com",
+}
 _SHOWN_AS_ERRORS = {"target.tp_szie"}  # typos quoted on purpose, in the error message they cause
 
 
 def _quoted_keys(text: str, sections: set[str]):
     """(line, dotted key) for each `section.key[.key]` in the text that is not a file name or code path."""
-    pattern = re.compile(r"(?<![\w./-])(" + "|".join(sorted(sections)) + r")((?:\.[a-z_][a-z0-9_]*)+)\b(?![/(.\w-])")
+    pattern = re.compile(
+        r"(?<![\w./-])(" + "|".join(sorted(sections)) + r")((?:\.[a-z_][a-z0-9_]*)+)\b(?![/(.\w-])"
+    )
     for m in pattern.finditer(text):
         tail = m.group(2).rsplit(".", 1)[-1]
         if tail in _FILE_TAIL:
@@ -156,7 +175,9 @@ def test_quoted_spec_keys_exist(page):
 
 
 def test_the_key_reader_skips_files_and_code_paths():
-    text = "set speculation.max_draft_len and `serving.decoupled`; build.sh, spec.draft.model, docs/serving.md"
+    text = (
+        "set speculation.max_draft_len and `serving.decoupled`; build.sh, spec.draft.model, docs/serving.md"
+    )
     assert [k for _, k in _quoted_keys(text, {"speculation", "serving", "build", "draft"})] == [
         "speculation.max_draft_len",
         "serving.decoupled",
