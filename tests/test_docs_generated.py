@@ -182,3 +182,21 @@ def test_the_key_reader_skips_files_and_code_paths():
         "speculation.max_draft_len",
         "serving.decoupled",
     ]
+
+
+def test_the_readme_tour_quotes_real_check_output():
+    """The lines README quotes from `specbuild check` on the seed example are what it prints today."""
+    from typer.testing import CliRunner
+
+    from specbuild.cli.root import app
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    quoted = re.search(r"`check` ends with.*?```\n(.*?)```", text, re.S)
+    assert quoted, "README's tour quotes the end of `specbuild check`"
+    result = CliRunner().invoke(
+        app, ["check", str(ROOT / "examples" / "llama33-70b-1b.yaml")], env={"COLUMNS": "200"}
+    )
+    assert result.exit_code == 0, result.output
+    printed = {line.strip() for line in result.output.splitlines()}
+    missing = [line for line in quoted.group(1).splitlines() if line.strip() and line.strip() not in printed]
+    assert not missing, f"README quotes lines `check` no longer prints: {missing}"
