@@ -293,6 +293,7 @@ def _type_text(s: dict[str, Any]) -> str:
     if "anyOf" in s:
         return "name or list"
     t = s.get("type", "any")
+    t = [x for x in t if x != "number"] if isinstance(t, list) and "string" in t else t  # text; numbers kept
     return " or ".join(t) if isinstance(t, list) else t
 
 
