@@ -200,3 +200,24 @@ def test_the_readme_tour_quotes_real_check_output():
     printed = {line.strip() for line in result.output.splitlines()}
     missing = [line for line in quoted.group(1).splitlines() if line.strip() and line.strip() not in printed]
     assert not missing, f"README quotes lines `check` no longer prints: {missing}"
+
+
+def test_the_readme_matrix_is_the_support_rule():
+    """README's method x flow table says yes exactly where core/facts/llmapi.py `support` does (the engine
+    flow on the default release, the LLM-API flow on any release it is generated for)."""
+    from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, Flow, support
+    from specbuild.core.facts.trtllm import DEFAULT_TRTLLM_VERSION
+    from specbuild.core.methods import Method
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8").split("## Methods, flows and engines", 1)[1]
+    text = text.split("\n## ", 1)[0]
+    rows = {
+        m: (e.strip(), ll.strip())
+        for m, e, ll in re.findall(r"^\| `([a-z0-9_]+)`[^|]*\| ([^|]+)\| ([^|]+)\|", text, re.M)
+    }
+    assert set(rows) == {m.value for m in Method}, "one row per method"
+    for method, (engine, llmapi) in rows.items():
+        engine_ok = support(method, Flow.ENGINE, DEFAULT_TRTLLM_VERSION).ok
+        llmapi_ok = any(support(method, Flow.LLMAPI, v).ok for v in LLMAPI_VERSIONS)
+        assert engine.startswith("yes") == engine_ok, (method, engine)
+        assert llmapi.startswith("yes") == llmapi_ok, (method, llmapi)
