@@ -17,21 +17,12 @@ import time
 
 import numpy as np
 import pytest
+from test_eagle3_train import PROMPTS  # the draft learns the answers to these
 
 pytestmark = pytest.mark.slow
 
 MAX_TOKENS = 16  # within the training answers (seq_len 48: 24 answer tokens)
 K = 4  # examples/tiny/eagle3.yaml speculation.max_draft_len
-PROMPTS = [
-    "def add(a, b):",
-    "The quick brown fox",
-    "import os\nimport sys",
-    "Once upon a time there",
-    "for i in range(10):",
-    "Speculative decoding drafts",
-    "print(i)",
-    "class Foo:",
-]
 READY_S = 600  # a loaded shared CPU took minutes to load the LLM-API model (engine process + warm-up)
 
 
