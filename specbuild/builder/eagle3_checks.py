@@ -32,9 +32,10 @@ from safetensors import safe_open
 
 from specbuild.builder.check_rows import FAIL, PASS, WARN, CheckResult, LoadedModel, short_path
 from specbuild.builder.resolve import resolve_model
-from specbuild.core.errors import CheckpointError, SpecbuildError
-from specbuild.core.formats.hf_config import DTYPE_BYTES, FLOAT_DTYPES
-from specbuild.core.formats.safe_io import read_json
+from specbuild.core.errors import SpecbuildError
+from specbuild.core.formats.eagle3 import to_vllm_ids
+from specbuild.core.formats.eagle3_speculators import read_draft_folder
+from specbuild.core.formats.hf_config import DTYPE_BYTES
 from specbuild.core.formats.weights import SAFETENSORS_DTYPE_BYTES, find_weights, safetensors_header
 
 D2T = "d2t"
@@ -59,6 +60,10 @@ class Eagle3Draft:
     architecture: str
     tensors: dict[str, tuple[tuple[int, ...], str]]  # name -> (shape, safetensors dtype); {} without weights
     tensor_files: dict[str, Path]  # name -> the file holding it
+    format: str = "hf"  # "hf" | "speculators"
+    aux_layers: tuple[int, ...] | None = None  # the config's ids, specbuild's convention (None: not named)
+    norm_flags: tuple[str, ...] = ()
+    verifier: str | None = None  # speculators_config.verifier.name_or_path
 
     @property
     def has_weights(self) -> bool:
@@ -93,25 +98,11 @@ class Eagle3Draft:
 
 
 def read_eagle3(folder: Path) -> Eagle3Draft:
-    """Read an EAGLE-3 folder's config.json and (when present) its safetensors headers."""
-    cfg = read_json(folder / "config.json", what="EAGLE-3 config.json")
-    where = str(folder / "config.json")
-
-    def need(key: str) -> int:
-        value = cfg.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise CheckpointError(
-                f"{where}: {key} is missing or not a positive integer",
-                expected=f"{key}: <int> (a LlamaConfig field TensorRT-LLM reads for the EAGLE-3 layers)",
-                found=repr(value),
-                fix="use the config.json the EAGLE-3 draft was trained with",
-            )
-        return value
-
-    hidden, heads, vocab = need("hidden_size"), need("num_attention_heads"), need("vocab_size")
-    target_hidden = cfg.get("target_hidden_size")
-    draft_vocab = cfg.get("draft_vocab_size")
-    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+    """Read an EAGLE-3 folder's config.json (HF layout or speculators, core/formats/eagle3_speculators.py)
+    and (when present) its safetensors headers."""
+    found = read_draft_folder(folder)
+    c = found.config
+    given = found.raw.get("draft_vocab_size")  # top level in both formats
     tensors: dict[str, tuple[tuple[int, ...], str]] = {}
     files: dict[str, Path] = {}
     for path in find_weights(folder).safetensors:
@@ -120,20 +111,24 @@ def read_eagle3(folder: Path) -> Eagle3Draft:
             files[name] = path
     return Eagle3Draft(
         folder=folder,
-        hidden_size=hidden,
-        hidden_size_in=int(target_hidden) if isinstance(target_hidden, int) and target_hidden > 0 else hidden,
-        vocab_size=vocab,
-        draft_vocab_size=int(draft_vocab) if isinstance(draft_vocab, int) and draft_vocab > 0 else vocab,
-        draft_vocab_size_given=isinstance(draft_vocab, int) and draft_vocab > 0,
-        num_hidden_layers=int(cfg.get("num_hidden_layers") or 1),
-        num_attention_heads=heads,
-        num_key_value_heads=int(cfg.get("num_key_value_heads") or heads),
-        head_dim=int(cfg.get("head_dim") or hidden // heads),
-        intermediate_size=int(cfg.get("intermediate_size") or 4 * hidden),
-        dtype=dtype if dtype in FLOAT_DTYPES else "bfloat16",
-        architecture=str((cfg.get("architectures") or ["?"])[0]),
+        hidden_size=c.hidden_size,
+        hidden_size_in=c.target_hidden_size,
+        vocab_size=c.vocab_size,
+        draft_vocab_size=c.draft_vocab_size,
+        draft_vocab_size_given=isinstance(given, int) and not isinstance(given, bool) and given > 0,
+        num_hidden_layers=c.num_hidden_layers,
+        num_attention_heads=c.num_attention_heads,
+        num_key_value_heads=c.num_key_value_heads,
+        head_dim=c.head_dim,
+        intermediate_size=c.intermediate_size,
+        dtype=c.dtype,
+        architecture=str((found.raw.get("architectures") or [c.architecture])[0]),
         tensors=tensors,
         tensor_files=files,
+        format=found.format,
+        aux_layers=c.aux_layers,
+        norm_flags=c.norm_flags,
+        verifier=found.verifier.name_or_path if found.verifier else None,
     )
 
 
@@ -275,8 +270,53 @@ def _d2t_out_of_range(draft: Eagle3Draft, vocab: int) -> int:
     return int(((target < 0) | (target >= vocab)).sum())
 
 
+def _trained_layers_row(spec, draft: Eagle3Draft, target_layers: int) -> CheckResult | None:
+    """The layers the draft's config names (trained on) against the target and the spec's capture."""
+    name = "eagle3: layers captured"
+    trained = draft.aux_layers
+    if trained is None:
+        return None
+    both = f"{list(trained)} (layer outputs; vLLM / speculators ids {list(to_vllm_ids(trained))})"
+    outside = [i for i in trained if not 0 <= i < target_layers]
+    if outside:
+        return CheckResult(
+            name,
+            FAIL,
+            f"the draft's config.json names aux layers {both}; {outside} are not layers of the "
+            f"{target_layers}-layer target",
+            "use the EAGLE-3 draft trained for this target (eagle_config ids count layer outputs from 0; the "
+            "top-level vLLM key counts the embedding as 0)",
+        )
+    given = spec.eagle3.layers_to_capture
+    if given is not None and sorted(given) != list(trained):
+        return CheckResult(
+            name,
+            FAIL,
+            f"eagle3.layers_to_capture is {list(given)}, the draft was trained on {both}",
+            f"set eagle3.layers_to_capture: {list(trained)}, or remove it",
+        )
+    if given is None:
+        try:
+            default = capture_layers(None, target_layers)
+        except ValueError:
+            default = None
+        if default != trained:
+            return CheckResult(
+                name,
+                FAIL,
+                f"eagle3.layers_to_capture is unset: TensorRT-LLM captures "
+                f"{list(default) if default else 'nothing by default'} (it does not read the draft's "
+                f"ids), the draft was trained on {both}",
+                f"set eagle3.layers_to_capture: {list(trained)}",
+            )
+    return None
+
+
 def _capture_row(spec, draft: Eagle3Draft, target_layers: int, target_hidden: int) -> CheckResult:
     name = "eagle3: layers captured"
+    bad = _trained_layers_row(spec, draft, target_layers)
+    if bad is not None:
+        return bad
     try:
         layers = capture_layers(spec.eagle3.layers_to_capture, target_layers)
     except ValueError as exc:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from specbuild.core.errors import CheckpointError
-from specbuild.core.formats.hf_config import FLOAT_DTYPES
+from specbuild.core.formats.hf_config import FLOAT_DTYPES, rope_settings
 from specbuild.core.formats.safe_io import InputFileError, read_json
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"  # what SpecForge writes and vLLM / SGLang dispatch on
@@ -160,6 +160,7 @@ class Eagle3DraftConfig:
         vocab = _positive(raw, "vocab_size", where)
         draft_vocab = raw.get("draft_vocab_size") or vocab  # missing: the full vocabulary (all engines)
         dtype = str(raw.get("torch_dtype") or raw.get("dtype") or "bfloat16")
+        rope_theta, rope_scaling = rope_settings(raw)  # transformers 4 or 5 style
         return cls(
             architecture=arch,
             hidden_size=hidden,
@@ -172,8 +173,8 @@ class Eagle3DraftConfig:
             vocab_size=vocab,
             draft_vocab_size=int(draft_vocab),
             rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(raw.get("rope_theta", 10000.0)),
-            rope_scaling=raw.get("rope_scaling") or None,
+            rope_theta=rope_theta,
+            rope_scaling=rope_scaling,
             max_position_embeddings=int(raw.get("max_position_embeddings") or 2048),
             dtype=dtype if dtype in FLOAT_DTYPES else "bfloat16",
             aux_layers=_aux_layers_of(raw, where),

@@ -39,6 +39,7 @@ from specbuild.core.formats.eagle3 import (
     check_aux_layers,
     default_aux_layers,
 )
+from specbuild.core.formats.eagle3_speculators import read_draft_folder
 from specbuild.core.formats.weights import find_weights
 from specbuild.engines.reference.config import RefModelConfig
 from specbuild.engines.reference.model import KVCache, LlamaModel, Rope, attention_mask, rms_norm, rotate_half
@@ -194,10 +195,11 @@ _SHORT = {  # HF layout name after the layer prefix -> short name
 def load_eagle3_draft(
     folder: str | Path, target: LlamaModel, *, aux_layers: tuple[int, ...] | list[int] | None = None
 ) -> Eagle3Draft:
-    """The draft in `folder` for `target` (shapes checked against it). `aux_layers`: the capture to use
-    (the spec's eagle3.layers_to_capture); None: the draft config's ids, else TensorRT-LLM's default."""
+    """The draft in `folder` (HF layout or speculators) for `target` (shapes checked against it).
+    `aux_layers`: the capture to use (the spec's eagle3.layers_to_capture); None: the draft config's ids,
+    else TensorRT-LLM's default."""
     folder = Path(folder)
-    cfg = Eagle3DraftConfig.from_hf(folder)
+    cfg = read_draft_folder(folder).config  # either format (core/formats/eagle3_speculators.py)
     where = str(folder)
     _refuse_unsupported(cfg, where)
     t = target.cfg
