@@ -32,6 +32,7 @@ from safetensors import safe_open
 
 from specbuild.builder.check_rows import FAIL, PASS, WARN, CheckResult, LoadedModel, short_path
 from specbuild.builder.resolve import resolve_model
+from specbuild.builder.tokenizer_compare import compare_tokenizers, read_tokenizer
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.formats.eagle3 import to_vllm_ids
 from specbuild.core.formats.eagle3_speculators import read_draft_folder
@@ -154,12 +155,14 @@ def load_eagle3(spec, out: list[CheckResult]) -> Eagle3Draft | None:
         if draft.has_weights
         else "config.json only (the weight checks below need the safetensors)"
     )
+    layout = "speculators format" if draft.format == "speculators" else "HF layout"
+    verifier = f", verifier {draft.verifier}" if draft.verifier else ""
     out.append(
         CheckResult(
             "eagle3: draft",
             PASS if draft.has_weights else WARN,
-            f"{short_path(folder)}: {draft.architecture}, {draft.num_hidden_layers} draft layer(s), hidden "
-            f"{draft.hidden_size}, {weights}",
+            f"{short_path(folder)}: {draft.architecture} ({layout}{verifier}), {draft.num_hidden_layers} "
+            f"draft layer(s), hidden {draft.hidden_size}, {weights}",
             "" if draft.has_weights else "download the EAGLE-3 weights before serving",
         )
     )
@@ -178,7 +181,30 @@ def check_eagle3(spec, target: LoadedModel | None, draft: Eagle3Draft, out: list
     t = target.config
     out.append(_hidden_row(draft, t.hidden_size))
     out.append(_vocab_row(draft, t.vocab_size))
+    out.append(_tokenizer_row(draft, target))
     out.append(_capture_row(spec, draft, t.num_hidden_layers, t.hidden_size))
+
+
+def _tokenizer_row(draft: Eagle3Draft, target: LoadedModel) -> CheckResult:
+    """The draft's tokenizer, when its folder ships one, is the target's (ids index the same embedding)."""
+    name = "eagle3: tokenizer"
+    if read_tokenizer(draft.folder) is None:
+        return CheckResult(
+            name,
+            PASS,
+            "the draft folder has no tokenizer: it reads the target's token ids (vocab_size compared above)",
+        )
+    cmp = compare_tokenizers(target.folder, draft.folder)
+    if cmp.status == "different":
+        return CheckResult(
+            name,
+            FAIL,
+            "the draft's tokenizer differs from the target's: " + " | ".join(cmp.differences[:4]),
+            "use the EAGLE-3 draft trained for this target's tokenizer",
+        )
+    if cmp.status == "skipped":
+        return CheckResult(name, WARN, f"not compared: {cmp.reason}", "add the target's tokenizer files")
+    return CheckResult(name, PASS, "the draft folder's tokenizer is the target's")
 
 
 def _hidden_row(draft: Eagle3Draft, target_hidden: int) -> CheckResult:

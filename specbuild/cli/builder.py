@@ -105,7 +105,9 @@ def inspect(
     special tokens).
 
     Reads config.json, safetensors headers and tokenizer files only (nothing is loaded, never downloads;
-    --check-values reads every weight once to find NaN/Inf); also describes a Medusa heads folder.
+    --check-values reads every weight once to find NaN/Inf); also describes a Medusa heads folder and an
+    EAGLE-3 draft in either checkpoint format (HF layout or speculators: sizes, vocabularies, the aux-layer
+    ids in both numberings, the verifier). `specbuild check` validates a draft against its target.
     """
     from specbuild.builder.inspect_model import inspect_model
 
