@@ -166,6 +166,18 @@ def load_eagle3(spec, out: list[CheckResult]) -> Eagle3Draft | None:
             "" if draft.has_weights else "download the EAGLE-3 weights before serving",
         )
     )
+    if draft.format == "speculators":
+        out.append(
+            CheckResult(
+                "eagle3: format",
+                WARN,
+                "speculators format (`layers.0.*`, transformer_layer_config): vLLM 0.33.0 reads it; SGLang "
+                "0.5.23 loads by architectures (LlamaForCausalLMEagle3) and TensorRT-LLM's loader reads the "
+                "HF layout (1.2.1: inferred, its loader was not read at that release)",
+                f"for TensorRT-LLM or SGLang: specbuild eagle3 convert {short_path(folder)} --to hf "
+                "--out DIR, and point eagle3.model at DIR",
+            )
+        )
     return draft
 
 
