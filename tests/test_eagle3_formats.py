@@ -122,6 +122,13 @@ def test_speculators_config_round_trips_and_refuses_ambiguity():
     with pytest.raises(CheckpointError, match="norm_before_residual") as err:
         from_speculators(unset, folder=Path("."), where="config.json")
     assert "vLLM 0.33.0 reads true" in err.value.found
+    qwen3 = {**raw, "transformer_layer_config": {**layer, "model_type": "qwen3"}}
+    with pytest.raises(CheckpointError, match="not named a Llama layer"):  # q_norm / k_norm
+        from_speculators(qwen3, folder=Path("."), where="config.json")
+    unnamed = {**raw, "transformer_layer_config": {k: v for k, v in layer.items() if k != "model_type"}}
+    with pytest.raises(CheckpointError, match="not named a Llama layer") as err:
+        from_speculators(unnamed, folder=Path("."), where="config.json")
+    assert "vLLM 0.33.0 a llama one" in err.value.found
     with pytest.raises(CheckpointError, match="not an EAGLE-3 draft"):
         from_speculators({**raw, "speculators_model_type": "dflash"}, folder=Path("."), where="c")
     assert (

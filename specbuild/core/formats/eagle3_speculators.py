@@ -1,28 +1,31 @@
 """The EAGLE-3 draft in the speculators format, its mapping to the HF layout (core/formats/eagle3.py), and
 reading a draft folder in either format. Torch-free.
 
-Facts (research note of issue 37, §B; each read at the release named):
-* config.json, speculators 0.9.0 wheel (release) `speculators/models/eagle3/config.py`
-  (`Eagle3SpeculatorConfig`) and `speculators/config.py`: top level `speculators_model_type: "eagle3"`,
-  `speculators_version`, `architectures: ["Eagle3Speculator"]`, `transformer_layer_config` (a
-  LlamaConfig / Qwen3Config diff dict with its `model_type`: the decoder layer's shapes, `vocab_size` =
-  the target's), `draft_vocab_size`, `target_hidden_size`, `norm_before_residual`, `norm_before_fc`,
-  `fc_norm`, `norm_output`, top-level `eagle_aux_hidden_state_layer_ids` (vLLM's numbering: 0 = the
-  embedding), and `speculators_config: {algorithm, proposal_methods: [{proposal_type: "greedy",
-  speculative_tokens, verifier_accept_k, accept_tolerance}], default_proposal_method, verifier:
-  {name_or_path, architectures}}`. `to_dict` drops the top-level `model_type`.
-* vLLM 0.33.0 wheel (release) `transformers_utils/configs/speculators/algos.py` `update_eagle3`: a
-  missing `norm_before_residual` is read as **True**, where speculators' own default is False; this
-  reader refuses the ambiguity instead of picking one. `validate_speculators_config` needs
-  `proposal_methods[0].speculative_tokens`, `verifier.name_or_path` and a dict `transformer_layer_config`.
-* Tensors (speculators 0.9.0 `convert/eagle/eagle3_converter.py`: `midlayer.` -> `layers.0.`;
-  `models/eagle3/core.py`): the HF layout's names with the decoder layer at `layers.{i}.*` instead of
-  `midlayer.*` (one layer) / `midlayer.{i}.*`; `embed_tokens.weight` saved when the draft has one;
-  `d2t` / `t2d` only when the draft vocabulary is reduced. vLLM 0.33.0 and SGLang 0.5.23 load both names
-  (`WeightsMapper` / `legacy_name_map`).
-* `transformer_layer_config` as speculators 0.9.0 writes it under transformers 5 (which it requires):
-  `dtype` and `rope_parameters` (inferred from transformers 5's `LlamaConfig.to_diff_dict`, not read in
-  a file speculators wrote); rope and dtype are read in both the transformers 4 and 5 spellings.
+Facts, read in the release wheels (research note of issue 37 §0 has their sha256):
+* speculators 0.9.0 `speculators/models/eagle3/config.py` (`Eagle3SpeculatorConfig`) and
+  `speculators/config.py`: top level `speculators_model_type: "eagle3"`, `speculators_version`,
+  `architectures: ["Eagle3Speculator"]`, `transformer_layer_config` (a LlamaConfig / Qwen3Config diff
+  dict with its `model_type`: the layer's shapes, `vocab_size` = the target's), `draft_vocab_size`,
+  `target_hidden_size`, `norm_before_residual`, `norm_before_fc`, `fc_norm`, `norm_output`, top-level
+  `eagle_aux_hidden_state_layer_ids` (vLLM's numbering: 0 = the embedding), `speculators_config:
+  {algorithm, proposal_methods: [{proposal_type: "greedy", speculative_tokens, verifier_accept_k,
+  accept_tolerance}], default_proposal_method, verifier: {name_or_path, architectures}}`; `to_dict`
+  drops the top-level `model_type`.
+* Tensors: speculators 0.9.0 `convert/eagle/eagle3_converter.py` renames `midlayer.` to `layers.0.`;
+  `models/eagle3/core.py` saves `embed_tokens.weight`, and `d2t` / `t2d` exist when the vocabulary is
+  reduced. vLLM 0.33.0 `model_executor/models/llama_eagle3.py` (`WeightsMapper` `midlayer.` ->
+  `layers.0.`) and SGLang 0.5.23 `srt/models/llama_eagle3.py` (`legacy_name_map`) load both names.
+* vLLM 0.33.0 (git 4ba787ec9) `transformers_utils/configs/speculators/algos.py` `update_eagle3`: a
+  missing `norm_before_residual` reads as **True** (speculators' default: False) and a layer config
+  without `model_type` as `llama` (speculators: a Qwen3Config). Both are refused here as ambiguous.
+  `configs/speculators/base.py` needs `proposal_methods[0].speculative_tokens`, `verifier.name_or_path`
+  and a dict `transformer_layer_config`; `transformers_utils/config.py` takes a folder with a
+  `speculators_config` for this format.
+* speculators 0.9.0 layers are `llama` or `qwen3` (`models/eagle3/model_definitions.py`); the HF
+  layout and the reference engine hold Llama layers, so a qwen3 layer is refused.
+* speculators 0.9.0 requires transformers >= 5, whose `LlamaConfig.to_diff_dict` writes `dtype` and
+  `rope_parameters` (how speculators spells the layer config: inferred, no file speculators wrote was
+  read); both the transformers 4 and 5 spellings are read.
 """
 
 from __future__ import annotations
@@ -108,6 +111,17 @@ def from_speculators(raw: dict[str, Any], *, folder: Path, where: str) -> DraftF
             expected="transformer_layer_config: {model_type: llama, hidden_size: ..., vocab_size: ...}",
             found=repr(layer)[:80],
             fix="use the config.json speculators wrote for this draft",
+        )
+    layer_type = layer.get("model_type")
+    if layer_type != "llama":
+        raise CheckpointError(
+            f"{where}: the draft's decoder layer is not named a Llama layer",
+            expected="transformer_layer_config.model_type: llama (the HF layout's LlamaForCausalLMEagle3 "
+            "layer, what specbuild reads, converts and runs)",
+            found=f"model_type {layer_type}"
+            if layer_type
+            else "no model_type (speculators 0.9.0 reads a qwen3 layer, vLLM 0.33.0 a llama one)",
+            fix="add model_type: llama if the layer is Llama's; serve a qwen3-layer draft with vLLM",
         )
     if "norm_before_residual" not in raw:
         raise CheckpointError(
