@@ -1,7 +1,9 @@
 """EAGLE-3 drafts for the tests, written by a minimal writer independent of specbuild's, and an oracle.
 
 `write_draft` lays out an HF EAGLE-3 folder by hand (names from the research note §A.2: SpecForge 0.2.0
-`llama3_eagle.py`, the layout vLLM / SGLang / TensorRT-LLM load), with random weights. `oracle_logits`
+`llama3_eagle.py`, the layout vLLM / SGLang / TensorRT-LLM load), with random weights; `write_hf` and
+`write_speculators` lay out given tensors in the HF layout and in the speculators format (speculators
+0.9.0); `raw_tensor_bytes` reads a safetensors file's stored bytes by hand. `oracle_logits`
 computes the draft's first-step logits from the HF transformers target's `output_hidden_states`, with
 its own plain-torch layer (no specbuild code), so the engine's capture convention and layer math are
 checked against an implementation that shares nothing with them.
@@ -57,25 +59,8 @@ def write_draft(
     }
     for norm in ("hidden_norm", "input_layernorm", "post_attention_layernorm"):
         w[f"{prefix}{norm}.weight"] = 1 + r(hidden)
-    save_file(w, str(folder / "model.safetensors"))
-    config = {
-        "architectures": ["LlamaForCausalLMEagle3"],
-        "hidden_size": hidden,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads,
-        "intermediate_size": intermediate,
-        "num_hidden_layers": 1,
-        "vocab_size": vocab,
-        "draft_vocab_size": draft_vocab,
-        "rms_norm_eps": 1e-6,
-        "torch_dtype": "float32",
-    }
-    if layers is not None and ids_key == "nested":
-        config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(layers)}
-    elif layers is not None:
-        config["eagle_aux_hidden_state_layer_ids"] = [i + 1 for i in layers]  # vLLM: 0 is the embedding
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
+    shape = dict(hidden=hidden, heads=heads, kv_heads=kv_heads, intermediate=intermediate, vocab=vocab)
+    return write_hf(folder, w, **shape, draft_vocab=draft_vocab, layers=layers, ids_key=ids_key)
 
 
 def _rms(x, w, eps=1e-6):
@@ -200,10 +185,21 @@ def write_speculators(
 
 
 def write_hf(
-    folder: Path, tensors: dict, *, hidden, heads, kv_heads, intermediate, vocab, draft_vocab, layers
+    folder: Path,
+    tensors: dict,
+    *,
+    hidden,
+    heads,
+    kv_heads,
+    intermediate,
+    vocab,
+    draft_vocab,
+    layers: list[int] | None,
+    ids_key: str = "nested",
 ) -> Path:
-    """An HF-layout EAGLE-3 folder by hand (SpecForge's keys: one `LlamaForCausalLMEagle3` layer, ids in
-    `eagle_config` as layer outputs) from HF-named tensors."""
+    """An HF-layout EAGLE-3 folder by hand from HF-named tensors (SpecForge's keys: one
+    `LlamaForCausalLMEagle3` layer; ids nested in `eagle_config` as layer outputs, or with ids_key "top"
+    at the top level in vLLM's numbering, 0 being the embedding)."""
     folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
     config = {
@@ -219,8 +215,11 @@ def write_hf(
         "rms_norm_eps": 1e-6,
         "rope_theta": 10000.0,
         "torch_dtype": "float32",
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(layers)},
     }
+    if layers is not None and ids_key == "nested":
+        config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(layers)}
+    elif layers is not None:
+        config["eagle_aux_hidden_state_layer_ids"] = [i + 1 for i in layers]
     (folder / "config.json").write_text(json.dumps(config))
     return folder
 

@@ -46,21 +46,6 @@ TOKENS = [5, 17, 42, 99, 7, 3, 250, 11]
 
 
 @pytest.fixture(scope="module")
-def target4(make_tiny):
-    return make_tiny("target4", num_layers=4, num_heads=4, num_kv_heads=2, seed=11)
-
-
-@pytest.fixture(scope="module")
-def target4_model(target4, tmp_path_factory):
-    from specbuild.engines.reference.loader import load_weights
-    from specbuild.engines.reference.model import LlamaModel
-    from specbuild.engines.trtllm.convert import convert_checkpoint
-
-    ckpt = convert_checkpoint(target4, tmp_path_factory.mktemp("t4") / "ckpt", dtype="float32")
-    return LlamaModel(load_weights(ckpt))
-
-
-@pytest.fixture(scope="module")
 def hf_draft(tmp_path_factory):
     return write_draft(tmp_path_factory.mktemp("e3f") / "hf", **SHAPE, layers=LAYERS, seed=5)
 

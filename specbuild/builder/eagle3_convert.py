@@ -17,7 +17,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from safetensors import safe_open
 from safetensors.torch import save_file
 
 from specbuild.builder.resolve import resolve_model
@@ -34,10 +33,9 @@ from specbuild.core.formats.eagle3_speculators import (
 )
 from specbuild.core.formats.manifest import atomic_output_dir, write_manifest
 from specbuild.core.formats.safe_io import read_json
-from specbuild.core.formats.weights import find_weights
+from specbuild.engines.reference.eagle3 import read_draft_tensors
 
 MANIFEST_KIND = "eagle3_draft"  # the kind train-eagle3 writes too
-MAX_FILE_BYTES = 1 << 34  # 16 GiB: far larger than any EAGLE-3 draft file
 WEIGHTS = "model.safetensors"
 TOKENIZER_FILES = (  # copied as they are when the draft folder ships a tokenizer
     "tokenizer.json",
@@ -86,7 +84,7 @@ def convert_eagle3(
             fix="copy the folder as it is, or pick the other --to",
         )
     config = _target_config(source, to, verifier, speculative_tokens)
-    tensors, metadata = _read_tensors(src)
+    tensors, metadata = read_draft_tensors(src)
     n = source.config.num_hidden_layers
     renamed = {tensor_name(k, to=to, num_layers=n): v for k, v in tensors.items()}
     if len(renamed) != len(tensors):
@@ -143,50 +141,6 @@ def _architectures(verifier: str) -> tuple[str, ...]:
     except SpecbuildError:
         return ()
     return tuple(str(a) for a in raw.get("architectures") or ())
-
-
-def _read_tensors(src: Path) -> tuple[dict, dict[str, str]]:
-    """Every tensor of the folder's safetensors files, as stored (torch tensors keep the bytes)."""
-    weights = find_weights(src)
-    if not weights.safetensors or weights.missing:
-        raise CheckpointError(
-            f"{src} has no complete safetensors weights",
-            expected="model.safetensors (or every shard its index names)",
-            found=f"missing shards {list(weights.missing)[:3]}" if weights.missing else "no safetensors",
-            fix="download the draft's weights (a pickle .bin is never loaded)",
-        )
-    tensors: dict = {}
-    metadata: dict[str, str] = {"format": "pt"}
-    for path in weights.safetensors:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise CheckpointError(
-                f"{path} is {path.stat().st_size >> 30} GiB",
-                expected="at most 16 GiB per draft file",
-                found="larger",
-                fix="check the folder holds an EAGLE-3 draft",
-            )
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                metadata.update(f.metadata() or {})
-                for name in f.keys():  # noqa: SIM118 (safe_open has no __iter__)
-                    if name in tensors:
-                        raise CheckpointError(
-                            f"{src}: tensor {name} is stored twice",
-                            expected="each tensor in one file",
-                            found=f"{name} again in {path.name}",
-                            fix="remove the stale shard",
-                        )
-                    tensors[name] = f.get_tensor(name)
-        except SpecbuildError:
-            raise
-        except Exception as exc:  # safetensors raises its own error types for damaged files
-            raise CheckpointError(
-                f"cannot read {path}",
-                expected="a complete safetensors file",
-                found=str(exc)[:200],
-                fix="download the draft again",
-            ) from None
-    return tensors, metadata
 
 
 def _require(tensors: dict, to: str, num_layers: int, *, where: str) -> None:
