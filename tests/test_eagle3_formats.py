@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,19 @@ def test_speculators_config_round_trips_and_refuses_ambiguity():
     assert back.config == cfg and back.format == "speculators" and back.speculative_tokens == 4
     assert back.verifier == Verifier("org/target", ("LlamaForCausalLM",))
     assert Eagle3DraftConfig.from_dict(back.config.to_hf()) == cfg
+    # a published Llama-3.1 draft: `LlamaForCausalLM`, llama3 rope scaling, no ids (the engines' default)
+    llama31 = {
+        **hf,
+        "architectures": ["LlamaForCausalLM"],
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192},
+    }
+    del llama31["eagle_config"]
+    cfg31 = Eagle3DraftConfig.from_dict(llama31)
+    raw31 = to_speculators(cfg31, verifier=Verifier("meta-llama/Llama-3.1-8B-Instruct"))
+    assert raw31["transformer_layer_config"]["rope_parameters"]["rope_type"] == "llama3"
+    assert "eagle_aux_hidden_state_layer_ids" not in raw31  # none named: none invented
+    back31 = from_speculators(raw31, folder=Path("."), where="config.json").config
+    assert back31 == replace(cfg31, architecture="LlamaForCausalLMEagle3")
     unset = {k: v for k, v in raw.items() if k != "norm_before_residual"}
     with pytest.raises(CheckpointError, match="norm_before_residual") as err:
         from_speculators(unset, folder=Path("."), where="config.json")
