@@ -192,6 +192,10 @@ def test_convert_round_trip_is_byte_exact_and_loses_no_input(tmp_path, target4, 
         assert r.exit_code == 2 and text in r.output and "Traceback" not in r.output, r.output
     r = _cli("eagle3", "convert", tmp_path / "s", "--to", "hf", "--out", tmp_path / "h")
     assert r.exit_code == 2 and "already exists" in r.output
+    r = _cli("eagle3", "convert", tmp_path / "s", "--to", "hf", "--out", tmp_path / "h3", "--verifier", "x")
+    assert r.exit_code == 2 and "with --to speculators only" in r.output
+    manifest = json.loads((tmp_path / "h" / "specbuild.json").read_text())
+    assert manifest["verifier"] == str(target4) and manifest["speculative_tokens"] == 3
     assert _digests(src) == before
 
 

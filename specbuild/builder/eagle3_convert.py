@@ -118,6 +118,15 @@ def _target_config(
     source: DraftFolder, to: str, verifier: str | None, speculative_tokens: int | None
 ) -> dict:
     if to == "hf":
+        if verifier or speculative_tokens:
+            raise CheckpointError(
+                "--verifier and --speculative-tokens describe a speculators checkpoint",
+                expected="them with --to speculators only (the HF layout has no place for them)",
+                found=f"--to hf with --verifier {verifier}"
+                if verifier
+                else "--to hf with --speculative-tokens",
+                fix="leave them out; the source's values are kept in the output's specbuild.json",
+            )
         return source.config.to_hf()
     if not verifier:
         raise CheckpointError(
