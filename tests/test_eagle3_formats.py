@@ -324,6 +324,18 @@ def test_check_validates_either_format_against_the_target(tmp_path, target4, hf_
     assert found["status"] == "fail" and found["fix"]
 
 
+def test_a_full_vocabulary_draft_with_d2t_warns_for_vllm(tmp_path, target4):
+    """vLLM 0.33.0 makes draft_id_to_target_id only for a reduced vocabulary but loads a d2t into it: the
+    checkpoint is refused there (llama_eagle3.py, AutoWeightsLoader; read, not run)."""
+    full = write_draft(tmp_path / "full", **{**SHAPE, "draft_vocab": 384}, layers=LAYERS, seed=1)
+    _, rows = _rows(_spec(tmp_path, target4, full))
+    assert rows["eagle3: vocabulary"].status == "warn" and "vLLM 0.33.0" in rows["eagle3: vocabulary"].found
+    w = load_file(str(full / "model.safetensors"))
+    save_file({k: v for k, v in w.items() if k not in ("d2t", "t2d")}, str(full / "model.safetensors"))
+    _, rows = _rows(_spec(tmp_path, target4, full))
+    assert rows["eagle3: vocabulary"].status == "pass"
+
+
 def test_inspect_shows_either_format(tmp_path, hf_draft):
     spec_draft = _speculators_copy(hf_draft, tmp_path / "spec", vllm_ids=VLLM_IDS)
     for folder, fmt in ((hf_draft, "HF layout"), (spec_draft, "speculators")):
@@ -402,7 +414,8 @@ def test_a_draft_trained_elsewhere_is_checked_converted_tuned_and_served(
         rows.pop("eagle3: format", None)  # the speculators warning (test above)
         assert report.ok and {r.status for r in rows.values()} == {"pass"}, rows
         out = tmp_path / f"{fmt}-as-{other}"
-        r = _cli("eagle3", "convert", folder, "--to", other, "--out", out, "--verifier", target4)
+        verifier = ("--verifier", target4) if other == "speculators" else ()
+        r = _cli("eagle3", "convert", folder, "--to", other, "--out", out, *verifier)
         assert r.exit_code == 0, r.output
         assert (
             raw_tensor_bytes(out / "model.safetensors").keys()

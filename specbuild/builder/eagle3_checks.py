@@ -31,10 +31,9 @@ import numpy as np
 from safetensors import safe_open
 
 from specbuild.builder.check_rows import FAIL, PASS, WARN, CheckResult, LoadedModel, short_path
+from specbuild.builder.eagle3_import_rows import format_row, tokenizer_row, trained_layers_row
 from specbuild.builder.resolve import resolve_model
-from specbuild.builder.tokenizer_compare import compare_tokenizers, read_tokenizer
 from specbuild.core.errors import SpecbuildError
-from specbuild.core.formats.eagle3 import to_vllm_ids
 from specbuild.core.formats.eagle3_speculators import read_draft_folder
 from specbuild.core.formats.hf_config import DTYPE_BYTES
 from specbuild.core.formats.weights import SAFETENSORS_DTYPE_BYTES, find_weights, safetensors_header
@@ -167,17 +166,7 @@ def load_eagle3(spec, out: list[CheckResult]) -> Eagle3Draft | None:
         )
     )
     if draft.format == "speculators":
-        out.append(
-            CheckResult(
-                "eagle3: format",
-                WARN,
-                "speculators format (`layers.0.*`, transformer_layer_config): vLLM 0.33.0 reads it; SGLang "
-                "0.5.23 loads by architectures (LlamaForCausalLMEagle3) and TensorRT-LLM's loader reads the "
-                "HF layout (1.2.1: inferred, its loader was not read at that release)",
-                f"for TensorRT-LLM or SGLang: specbuild eagle3 convert {short_path(folder)} --to hf "
-                "--out DIR, and point eagle3.model at DIR",
-            )
-        )
+        out.append(format_row(draft))
     return draft
 
 
@@ -193,30 +182,8 @@ def check_eagle3(spec, target: LoadedModel | None, draft: Eagle3Draft, out: list
     t = target.config
     out.append(_hidden_row(draft, t.hidden_size))
     out.append(_vocab_row(draft, t.vocab_size))
-    out.append(_tokenizer_row(draft, target))
+    out.append(tokenizer_row(draft, target))
     out.append(_capture_row(spec, draft, t.num_hidden_layers, t.hidden_size))
-
-
-def _tokenizer_row(draft: Eagle3Draft, target: LoadedModel) -> CheckResult:
-    """The draft's tokenizer, when its folder ships one, is the target's (ids index the same embedding)."""
-    name = "eagle3: tokenizer"
-    if read_tokenizer(draft.folder) is None:
-        return CheckResult(
-            name,
-            PASS,
-            "the draft folder has no tokenizer: it reads the target's token ids (vocab_size compared above)",
-        )
-    cmp = compare_tokenizers(target.folder, draft.folder)
-    if cmp.status == "different":
-        return CheckResult(
-            name,
-            FAIL,
-            "the draft's tokenizer differs from the target's: " + " | ".join(cmp.differences[:4]),
-            "use the EAGLE-3 draft trained for this target's tokenizer",
-        )
-    if cmp.status == "skipped":
-        return CheckResult(name, WARN, f"not compared: {cmp.reason}", "add the target's tokenizer files")
-    return CheckResult(name, PASS, "the draft folder's tokenizer is the target's")
 
 
 def _hidden_row(draft: Eagle3Draft, target_hidden: int) -> CheckResult:
@@ -276,6 +243,17 @@ def _vocab_row(draft: Eagle3Draft, target_vocab: int) -> CheckResult:
             f"lm_head {list(lm_head)}, expected [{dv}, {draft.hidden_size}] (draft_vocab_size x hidden_size)",
             "fix draft_vocab_size / hidden_size in config.json to match the weights",
         )
+    if dv == v and draft.shape(D2T) is not None:
+        # vLLM 0.33.0 llama_eagle3.py creates draft_id_to_target_id only when draft_vocab_size differs
+        # from the target's, yet loads a checkpoint's d2t into that name: its AutoWeightsLoader
+        # (models/utils.py) then raises "There is no module or parameter named ..." (read, not run)
+        return CheckResult(
+            name,
+            WARN,
+            f"full vocabulary ({v} tokens) with a d2t tensor: vLLM 0.33.0 has no parameter for it and "
+            "refuses the checkpoint",
+            "for vLLM, save the weights without d2t and t2d (a full vocabulary needs no map)",
+        )
     if dv == v:
         return CheckResult(name, PASS, f"full vocabulary ({v} tokens), no d2t map needed{note}")
     shape = draft.shape(D2T)
@@ -308,51 +286,13 @@ def _d2t_out_of_range(draft: Eagle3Draft, vocab: int) -> int:
     return int(((target < 0) | (target >= vocab)).sum())
 
 
-def _trained_layers_row(spec, draft: Eagle3Draft, target_layers: int) -> CheckResult | None:
-    """The layers the draft's config names (trained on) against the target and the spec's capture."""
-    name = "eagle3: layers captured"
-    trained = draft.aux_layers
-    if trained is None:
-        return None
-    both = f"{list(trained)} (layer outputs; vLLM / speculators ids {list(to_vllm_ids(trained))})"
-    outside = [i for i in trained if not 0 <= i < target_layers]
-    if outside:
-        return CheckResult(
-            name,
-            FAIL,
-            f"the draft's config.json names aux layers {both}; {outside} are not layers of the "
-            f"{target_layers}-layer target",
-            "use the EAGLE-3 draft trained for this target (eagle_config ids count layer outputs from 0; the "
-            "top-level vLLM key counts the embedding as 0)",
-        )
-    given = spec.eagle3.layers_to_capture
-    if given is not None and sorted(given) != list(trained):
-        return CheckResult(
-            name,
-            FAIL,
-            f"eagle3.layers_to_capture is {list(given)}, the draft was trained on {both}",
-            f"set eagle3.layers_to_capture: {list(trained)}, or remove it",
-        )
-    if given is None:
-        try:
-            default = capture_layers(None, target_layers)
-        except ValueError:
-            default = None
-        if default != trained:
-            return CheckResult(
-                name,
-                FAIL,
-                f"eagle3.layers_to_capture is unset: TensorRT-LLM captures "
-                f"{list(default) if default else 'nothing by default'} (it does not read the draft's "
-                f"ids), the draft was trained on {both}",
-                f"set eagle3.layers_to_capture: {list(trained)}",
-            )
-    return None
-
-
 def _capture_row(spec, draft: Eagle3Draft, target_layers: int, target_hidden: int) -> CheckResult:
     name = "eagle3: layers captured"
-    bad = _trained_layers_row(spec, draft, target_layers)
+    try:
+        default = capture_layers(None, target_layers)
+    except ValueError:
+        default = None
+    bad = trained_layers_row(spec.eagle3.layers_to_capture, draft, target_layers, default)
     if bad is not None:
         return bad
     try:
