@@ -20,6 +20,7 @@ vLLM and speculators count the embedding as 0: their id j is our j - 1 (`from_vl
 The fc input is the captured states concatenated in ascending layer order (vLLM and TensorRT-LLM sort).
 config.json carries them twice when specbuild writes it: nested `eagle_config` (our convention, what
 SGLang reads) and top-level `eagle_aux_hidden_state_layer_ids` (vLLM's, what vLLM reads first).
+The speculators format of the same draft, and reading a folder in either: core/formats/eagle3_speculators.py.
 """
 
 from __future__ import annotations
