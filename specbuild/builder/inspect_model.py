@@ -218,7 +218,8 @@ def _eagle3_summary(folder: Path) -> dict[str, Any]:
         "dtype": c.dtype,
     }
     if found.verifier is not None:
-        out["verifier"] = f"{found.verifier.name_or_path} {list(found.verifier.architectures)}"
+        archs = found.verifier.architectures
+        out["verifier"] = f"{found.verifier.name_or_path}" + (f" {list(archs)}" if archs else "")
         out["speculative tokens"] = found.speculative_tokens
     return out
 
