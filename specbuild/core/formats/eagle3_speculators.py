@@ -54,8 +54,9 @@ _SPEC_LAYER = re.compile(r"^layers\.(\d+)\.")
 
 
 def is_speculators(raw: dict[str, Any]) -> bool:
-    """A speculators config.json (what vLLM's `is_speculators` tests: a `speculators_config` key)."""
-    return "speculators_config" in raw or "speculators_model_type" in raw
+    """A speculators config.json: a `speculators_config` (what vLLM 0.33.0 `transformers_utils/config.py`
+    tests) or a `speculators_model_type`."""
+    return raw.get("speculators_config") is not None or "speculators_model_type" in raw
 
 
 @dataclass(frozen=True)
