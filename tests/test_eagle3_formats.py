@@ -349,6 +349,28 @@ def test_inspect_shows_either_format(tmp_path, hf_draft):
     assert r.exit_code == 0 and "eagle3 aux layers" in r.output
 
 
+def test_inspect_checks_a_draft_against_a_target_without_a_spec(tmp_path, target4, hf_draft):
+    spec_draft = _speculators_copy(hf_draft, tmp_path / "spec", vllm_ids=VLLM_IDS)
+    r = _cli("inspect", spec_draft, "--target", target4, "--layers", "1,2,3", "--json")
+    assert r.exit_code == 0, r.output
+    rows = {x["name"]: x["status"] for x in json.loads(r.stdout)["checks"]}
+    assert rows.pop("eagle3: format") == "warn" and set(rows.values()) == {"pass"}, rows
+    assert {
+        "eagle3: hidden size",
+        "eagle3: vocabulary",
+        "eagle3: tokenizer",
+        "eagle3: layers captured",
+    } <= set(rows)
+    r = _cli("inspect", spec_draft, "--target", target4)  # TensorRT-LLM's default would capture others
+    assert r.exit_code == 1 and "eagle3.layers_to_capture is unset" in r.output, r.output
+    for args, text in (
+        ((target4, "--target", target4), "not an EAGLE-3 draft"),
+        ((spec_draft, "--target", target4, "--layers", "1,x"), "not a list of layer ids"),
+    ):
+        r = _cli("inspect", *args)
+        assert r.exit_code == 2 and text in r.output and "Traceback" not in r.output, r.output
+
+
 # ---- import a draft trained elsewhere ---------------------------------------------------------------
 
 TRAINED = (0, 1, 2)

@@ -35,8 +35,9 @@ from specbuild.builder.eagle3_import_rows import format_row, tokenizer_row, trai
 from specbuild.builder.resolve import resolve_model
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.formats.eagle3_speculators import read_draft_folder
-from specbuild.core.formats.hf_config import DTYPE_BYTES
+from specbuild.core.formats.hf_config import DTYPE_BYTES, HFModelConfig
 from specbuild.core.formats.weights import SAFETENSORS_DTYPE_BYTES, find_weights, safetensors_header
+from specbuild.core.spec import ModelSection
 
 D2T = "d2t"
 
@@ -145,6 +146,15 @@ def capture_layers(spec_layers: Any, target_layers: int) -> tuple[int, ...]:
 def load_eagle3(spec, out: list[CheckResult]) -> Eagle3Draft | None:
     try:
         folder = resolve_model(spec.eagle3.model, base=spec.base_dir, what="eagle3 model")
+    except SpecbuildError as exc:
+        out.append(CheckResult("eagle3: draft", FAIL, f"{exc.what} ({exc.found})", exc.fix or ""))
+        return None
+    return load_eagle3_folder(folder, out)
+
+
+def load_eagle3_folder(folder: Path, out: list[CheckResult]) -> Eagle3Draft | None:
+    """The draft row (and the format row of a speculators folder); None when the draft is unreadable."""
+    try:
         draft = read_eagle3(folder)
     except SpecbuildError as exc:
         out.append(CheckResult("eagle3: draft", FAIL, f"{exc.what} ({exc.found})", exc.fix or ""))
@@ -172,6 +182,25 @@ def load_eagle3(spec, out: list[CheckResult]) -> Eagle3Draft | None:
 
 def check_eagle3(spec, target: LoadedModel | None, draft: Eagle3Draft, out: list[CheckResult]) -> None:
     """Hidden size, vocabulary (draft_vocab_size, d2t, lm_head) and captured layers against the target."""
+    check_against(spec.eagle3.layers_to_capture, target, draft, out)
+
+
+def check_draft_folder(draft: str | Path, target: str | Path, *, layers_to_capture=None) -> list[CheckResult]:
+    """`check`'s EAGLE-3 rows for a draft folder and a target without a spec (`inspect DRAFT --target`);
+    `layers_to_capture` as eagle3.layers_to_capture (None: TensorRT-LLM's default)."""
+    out: list[CheckResult] = []
+    head = load_eagle3_folder(resolve_model(draft, what="EAGLE-3 draft"), out)
+    folder = resolve_model(target, what="target model")
+    loaded = LoadedModel(
+        "target", ModelSection(str(target)), folder, HFModelConfig.from_hf(folder), find_weights(folder)
+    )
+    if head is not None:
+        check_against(layers_to_capture, loaded, head, out)
+    return out
+
+
+def check_against(given, target: LoadedModel | None, draft: Eagle3Draft, out: list[CheckResult]) -> None:
+    """check_eagle3 with the spec's eagle3.layers_to_capture (`given`) only."""
     if target is None:
         out.append(
             CheckResult(
@@ -183,7 +212,7 @@ def check_eagle3(spec, target: LoadedModel | None, draft: Eagle3Draft, out: list
     out.append(_hidden_row(draft, t.hidden_size))
     out.append(_vocab_row(draft, t.vocab_size))
     out.append(tokenizer_row(draft, target))
-    out.append(_capture_row(spec, draft, t.num_hidden_layers, t.hidden_size))
+    out.append(_capture_row(given, draft, t.num_hidden_layers, t.hidden_size))
 
 
 def _hidden_row(draft: Eagle3Draft, target_hidden: int) -> CheckResult:
@@ -286,17 +315,17 @@ def _d2t_out_of_range(draft: Eagle3Draft, vocab: int) -> int:
     return int(((target < 0) | (target >= vocab)).sum())
 
 
-def _capture_row(spec, draft: Eagle3Draft, target_layers: int, target_hidden: int) -> CheckResult:
+def _capture_row(given_layers, draft: Eagle3Draft, target_layers: int, target_hidden: int) -> CheckResult:
     name = "eagle3: layers captured"
     try:
         default = capture_layers(None, target_layers)
     except ValueError:
         default = None
-    bad = trained_layers_row(spec.eagle3.layers_to_capture, draft, target_layers, default)
+    bad = trained_layers_row(given_layers, draft, target_layers, default)
     if bad is not None:
         return bad
     try:
-        layers = capture_layers(spec.eagle3.layers_to_capture, target_layers)
+        layers = capture_layers(given_layers, target_layers)
     except ValueError as exc:
         return CheckResult(name, FAIL, str(exc), "set eagle3.layers_to_capture explicitly")
     outside = [i for i in layers if not (-1 <= i < target_layers)]
@@ -307,7 +336,7 @@ def _capture_row(spec, draft: Eagle3Draft, target_layers: int, target_hidden: in
             f"layers {outside} do not exist in the {target_layers}-layer target",
             f"use indices in 0..{target_layers - 1} (or -1 for the last layer)",
         )
-    given = "eagle3.layers_to_capture" if spec.eagle3.layers_to_capture is not None else "default"
+    given = "eagle3.layers_to_capture" if given_layers is not None else "default"
     n = len(layers)
     fc = draft.shape("fc.weight")
     if draft.has_weights:
