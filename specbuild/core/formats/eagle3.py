@@ -138,12 +138,7 @@ class Eagle3DraftConfig:
     @classmethod
     def from_hf(cls, path: str | Path) -> Eagle3DraftConfig:
         """Read `path`/config.json (or a config.json path)."""
-        path = Path(path)
-        file = path / "config.json" if path.is_dir() else path
-        try:
-            raw = read_json(file, what="EAGLE-3 config.json")
-        except InputFileError as exc:
-            raise CheckpointError(exc.what, expected=exc.expected, found=exc.found, fix=exc.fix) from None
+        file, raw = read_config(path)
         return cls.from_dict(raw, where=str(file))
 
     @classmethod
@@ -209,6 +204,16 @@ class Eagle3DraftConfig:
             out["eagle_aux_hidden_state_layer_ids"] = list(to_vllm_ids(self.aux_layers))  # vLLM: top level
             out["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(self.aux_layers)}  # SGLang
         return {**out, **(extra or {})}
+
+
+def read_config(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """(the file, its JSON) of `path`/config.json or a config.json path, bounded and checked."""
+    path = Path(path)
+    file = path / "config.json" if path.is_dir() else path
+    try:
+        return file, read_json(file, what="EAGLE-3 config.json")
+    except InputFileError as exc:
+        raise CheckpointError(exc.what, expected=exc.expected, found=exc.found, fix=exc.fix) from None
 
 
 def _aux_layers_of(raw: dict[str, Any], where: str) -> tuple[int, ...] | None:

@@ -37,8 +37,7 @@ from typing import Any
 
 from specbuild.core.errors import CheckpointError
 from specbuild.core.formats.eagle3 import ARCHITECTURE as HF_ARCHITECTURE
-from specbuild.core.formats.eagle3 import NORM_FLAGS, Eagle3DraftConfig, to_vllm_ids
-from specbuild.core.formats.safe_io import InputFileError, read_json
+from specbuild.core.formats.eagle3 import NORM_FLAGS, Eagle3DraftConfig, read_config, to_vllm_ids
 
 MODEL_TYPE = "eagle3"  # speculators_model_type
 ARCHITECTURE = "Eagle3Speculator"
@@ -83,12 +82,7 @@ class DraftFolder:
 
 def read_draft_folder(folder: str | Path) -> DraftFolder:
     """Read `folder`/config.json in either format."""
-    folder = Path(folder)
-    file = folder / "config.json" if folder.is_dir() else folder
-    try:
-        raw = read_json(file, what="EAGLE-3 config.json")
-    except InputFileError as exc:
-        raise CheckpointError(exc.what, expected=exc.expected, found=exc.found, fix=exc.fix) from None
+    file, raw = read_config(folder)
     folder = file.parent
     if not is_speculators(raw):
         return DraftFolder(folder, "hf", Eagle3DraftConfig.from_dict(raw, where=str(file)), raw=raw)
