@@ -2,9 +2,9 @@
 it and the HF layout (tensors byte-exact, aux-layer ids converted), `check` / `inspect` on either format,
 and a draft trained elsewhere imported: checked, converted, measured by `tune`, run by the reference engine.
 
-Every draft here is laid out by the minimal writers of tests/eagle3_drafts.py (plain safetensors + json),
-never by specbuild's own writer, so a reader and writer that agree with each other but not with the
-format would fail.
+Every draft handed to specbuild here is laid out by the minimal writers of tests/eagle3_drafts.py (plain
+safetensors + json), never by specbuild's own writer, so a reader and writer that agree with each other
+but not with the format would fail; specbuild's converter output is compared with those writers' names.
 """
 
 from __future__ import annotations
