@@ -101,7 +101,7 @@ class PrefixCache:
     entry stays for the sequence that owns it, as TensorRT-LLM's block reuse shares prefix blocks without
     freeing the other sequence's. Taking it over instead made concurrent growing sequences that share a
     prefix evict each other on every call, each call then recomputing its whole prefix (the c=4 collapse
-    of the streamed baseline on the real model: docs/serving.md, "In-flight batching")."""
+    of the streamed baseline on the real model: lab/notebook/2026-12-01-inflight-batching.md)."""
 
     def __init__(self, model: LlamaModel, *, max_entries: int = DEFAULT_PREFIX_CACHE_ENTRIES):
         self.model = model
