@@ -96,6 +96,24 @@ def tiny_target_model(tiny_target, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def target4(make_tiny) -> Path:
+    """A 4-layer Llama target (GQA) for the EAGLE-3 tests: enough layers to capture three."""
+    return make_tiny("target4", num_layers=4, num_heads=4, num_kv_heads=2, seed=11)
+
+
+@pytest.fixture(scope="session")
+def target4_model(target4, tmp_path_factory):
+    """target4 converted (float32) and loaded as the reference engine's LlamaModel."""
+    from specbuild.engines.reference.loader import load_weights
+    from specbuild.engines.reference.model import LlamaModel
+    from specbuild.engines.trtllm.convert import convert_checkpoint
+
+    return LlamaModel(
+        load_weights(convert_checkpoint(target4, tmp_path_factory.mktemp("t4") / "ckpt", dtype="float32"))
+    )
+
+
+@pytest.fixture(scope="session")
 def tiny_draft(make_tiny) -> Path:
     """A smaller Llama sharing the target's tokenizer."""
     return make_tiny(

@@ -1,7 +1,9 @@
 """EAGLE-3 drafts for the tests, written by a minimal writer independent of specbuild's, and an oracle.
 
 `write_draft` lays out an HF EAGLE-3 folder by hand (names from the research note §A.2: SpecForge 0.2.0
-`llama3_eagle.py`, the layout vLLM / SGLang / TensorRT-LLM load), with random weights. `oracle_logits`
+`llama3_eagle.py`, the layout vLLM / SGLang / TensorRT-LLM load), with random weights; `write_hf` and
+`write_speculators` lay out given tensors in the HF layout and in the speculators format (speculators
+0.9.0); `raw_tensor_bytes` reads a safetensors file's stored bytes by hand. `oracle_logits`
 computes the draft's first-step logits from the HF transformers target's `output_hidden_states`, with
 its own plain-torch layer (no specbuild code), so the engine's capture convention and layer math are
 checked against an implementation that shares nothing with them.
@@ -57,25 +59,8 @@ def write_draft(
     }
     for norm in ("hidden_norm", "input_layernorm", "post_attention_layernorm"):
         w[f"{prefix}{norm}.weight"] = 1 + r(hidden)
-    save_file(w, str(folder / "model.safetensors"))
-    config = {
-        "architectures": ["LlamaForCausalLMEagle3"],
-        "hidden_size": hidden,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads,
-        "intermediate_size": intermediate,
-        "num_hidden_layers": 1,
-        "vocab_size": vocab,
-        "draft_vocab_size": draft_vocab,
-        "rms_norm_eps": 1e-6,
-        "torch_dtype": "float32",
-    }
-    if layers is not None and ids_key == "nested":
-        config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(layers)}
-    elif layers is not None:
-        config["eagle_aux_hidden_state_layer_ids"] = [i + 1 for i in layers]  # vLLM: 0 is the embedding
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
+    shape = dict(hidden=hidden, heads=heads, kv_heads=kv_heads, intermediate=intermediate, vocab=vocab)
+    return write_hf(folder, w, **shape, draft_vocab=draft_vocab, layers=layers, ids_key=ids_key)
 
 
 def _rms(x, w, eps=1e-6):
@@ -129,3 +114,124 @@ def oracle_logits(hf_model, folder: Path, tokens: list[int], states: list[int]) 
             @ w[p + "mlp.down_proj.weight"].T
         )
         return _rms(y, w["norm.weight"]) @ w["lm_head.weight"].T  # [T-1,Vd]
+
+
+def write_speculators(
+    folder: Path,
+    tensors: dict,
+    *,
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    intermediate: int,
+    vocab: int,
+    draft_vocab: int,
+    vllm_ids: list[int] | None,
+    verifier: str = "org/target",
+    dtype: str = "float32",
+) -> Path:
+    """A speculators-format EAGLE-3 folder, laid out by hand from HF-layout tensors (names and keys from
+    the speculators 0.9.0 wheel: `models/eagle3/config.py`, `convert/eagle/eagle3_converter.py`), as
+    speculators writes under transformers 5: decoder layer at `layers.0.*`, the layer's shapes in
+    `transformer_layer_config`, aux-layer ids at the top level in vLLM's numbering (0 = the embedding)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    renamed = {
+        ("layers.0." + k[len("midlayer.") :] if k.startswith("midlayer.") else k): v
+        for k, v in tensors.items()
+    }
+    save_file({k: v.contiguous() for k, v in renamed.items()}, str(folder / "model.safetensors"))
+    config = {
+        "speculators_model_type": "eagle3",
+        "speculators_version": "0.9.0",
+        "architectures": ["Eagle3Speculator"],
+        "transformer_layer_config": {
+            "model_type": "llama",
+            "dtype": dtype,
+            "vocab_size": vocab,
+            "hidden_size": hidden,
+            "intermediate_size": intermediate,
+            "num_hidden_layers": 1,
+            "num_attention_heads": heads,
+            "num_key_value_heads": kv_heads,
+            "rms_norm_eps": 1e-6,
+            "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+            "tie_word_embeddings": False,
+        },
+        "draft_vocab_size": draft_vocab,
+        "norm_before_residual": False,
+        "target_hidden_size": None,
+        "norm_before_fc": False,
+        "fc_norm": False,
+        "norm_output": False,
+        "embed_requires_grad": False,
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "proposal_methods": [
+                {
+                    "proposal_type": "greedy",
+                    "speculative_tokens": 3,
+                    "verifier_accept_k": 1,
+                    "accept_tolerance": 0.0,
+                }
+            ],
+            "default_proposal_method": "greedy",
+            "verifier": {"name_or_path": verifier, "architectures": ["LlamaForCausalLM"]},
+        },
+    }
+    if vllm_ids is not None:
+        config["eagle_aux_hidden_state_layer_ids"] = list(vllm_ids)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def write_hf(
+    folder: Path,
+    tensors: dict,
+    *,
+    hidden,
+    heads,
+    kv_heads,
+    intermediate,
+    vocab,
+    draft_vocab,
+    layers: list[int] | None,
+    ids_key: str = "nested",
+) -> Path:
+    """An HF-layout EAGLE-3 folder by hand from HF-named tensors (SpecForge's keys: one
+    `LlamaForCausalLMEagle3` layer; ids nested in `eagle_config` as layer outputs, or with ids_key "top"
+    at the top level in vLLM's numbering, 0 being the embedding)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
+    config = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "intermediate_size": intermediate,
+        "num_hidden_layers": 1,
+        "vocab_size": vocab,
+        "draft_vocab_size": draft_vocab,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "torch_dtype": "float32",
+    }
+    if layers is not None and ids_key == "nested":
+        config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(layers)}
+    elif layers is not None:
+        config["eagle_aux_hidden_state_layer_ids"] = [i + 1 for i in layers]
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def raw_tensor_bytes(path: Path) -> dict[str, tuple[str, list[int], bytes]]:
+    """name -> (dtype, shape, the stored bytes), read from the safetensors header by hand."""
+    data = path.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + n])
+    header.pop("__metadata__", None)
+    base = 8 + n
+    return {
+        k: (v["dtype"], v["shape"], data[base + v["data_offsets"][0] : base + v["data_offsets"][1]])
+        for k, v in header.items()
+    }

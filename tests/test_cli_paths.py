@@ -59,6 +59,7 @@ def test_the_walk_finds_every_command_with_an_out():
         "compile",
         "convert",
         "deploy",
+        "eagle3 convert",
         "plan",
         "repo build",
         "train-eagle3",
@@ -223,7 +224,7 @@ OUTPUTS = sorted(
 
 
 def test_the_walk_finds_every_output():
-    assert ("tune", "plot_path") in OUTPUTS and ("serve", "log_file") in OUTPUTS and len(OUTPUTS) == 11
+    assert ("tune", "plot_path") in OUTPUTS and ("serve", "log_file") in OUTPUTS and len(OUTPUTS) == 12
 
 
 @pytest.mark.parametrize(("name", "param"), OUTPUTS)

@@ -287,6 +287,25 @@ def test_eagle3_draft_ids_are_checked_per_engine(tmp_path):
             run(_load(_eagle3(tmp_path / f"f-{run.__name__}", draft=EAGLE3_ARCH, layers=[3, 39, 76])))
 
 
+def test_sglang_refuses_a_speculators_draft_and_vllm_reads_its_ids(tmp_path):
+    """A speculators folder says architectures [Eagle3Speculator] ("Eagle3" in it) and keeps its ids at the
+    top level in vLLM's numbering: vLLM reads it, SGLang has no such class and would not see the ids."""
+    from specbuild.deploy.sglang import launch_argv
+    from specbuild.deploy.vllm import speculative_config
+
+    speculators = {
+        "speculators_model_type": "eagle3",
+        "architectures": ["Eagle3Speculator"],
+        "speculators_config": {"algorithm": "eagle3"},
+        "eagle_aux_hidden_state_layer_ids": [2, 40, 77],
+    }
+    spec = _load(_eagle3(tmp_path, draft=speculators, layers=[1, 39, 76]))
+    speculative_config(spec)
+    with pytest.raises(DeployError, match="speculators-format") as exc:
+        launch_argv(spec)
+    assert "eagle3 convert" in exc.value.fix and "--to hf" in exc.value.fix
+
+
 def test_readme_says_what_the_eagle3_draft_must_hold(tmp_path):
     from specbuild.deploy.eagle3_draft import DRAFT_CONTENTS
     from specbuild.deploy.readme import readme_for

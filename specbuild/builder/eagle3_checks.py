@@ -31,11 +31,13 @@ import numpy as np
 from safetensors import safe_open
 
 from specbuild.builder.check_rows import FAIL, PASS, WARN, CheckResult, LoadedModel, short_path
+from specbuild.builder.eagle3_import_rows import format_row, tokenizer_row, trained_layers_row
 from specbuild.builder.resolve import resolve_model
-from specbuild.core.errors import CheckpointError, SpecbuildError
-from specbuild.core.formats.hf_config import DTYPE_BYTES, FLOAT_DTYPES
-from specbuild.core.formats.safe_io import read_json
+from specbuild.core.errors import SpecbuildError
+from specbuild.core.formats.eagle3_speculators import read_draft_folder
+from specbuild.core.formats.hf_config import DTYPE_BYTES, HFModelConfig
 from specbuild.core.formats.weights import SAFETENSORS_DTYPE_BYTES, find_weights, safetensors_header
+from specbuild.core.spec import ModelSection
 
 D2T = "d2t"
 
@@ -59,6 +61,10 @@ class Eagle3Draft:
     architecture: str
     tensors: dict[str, tuple[tuple[int, ...], str]]  # name -> (shape, safetensors dtype); {} without weights
     tensor_files: dict[str, Path]  # name -> the file holding it
+    format: str = "hf"  # "hf" | "speculators"
+    aux_layers: tuple[int, ...] | None = None  # the config's ids, specbuild's convention (None: not named)
+    norm_flags: tuple[str, ...] = ()
+    verifier: str | None = None  # speculators_config.verifier.name_or_path
 
     @property
     def has_weights(self) -> bool:
@@ -93,25 +99,11 @@ class Eagle3Draft:
 
 
 def read_eagle3(folder: Path) -> Eagle3Draft:
-    """Read an EAGLE-3 folder's config.json and (when present) its safetensors headers."""
-    cfg = read_json(folder / "config.json", what="EAGLE-3 config.json")
-    where = str(folder / "config.json")
-
-    def need(key: str) -> int:
-        value = cfg.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise CheckpointError(
-                f"{where}: {key} is missing or not a positive integer",
-                expected=f"{key}: <int> (a LlamaConfig field TensorRT-LLM reads for the EAGLE-3 layers)",
-                found=repr(value),
-                fix="use the config.json the EAGLE-3 draft was trained with",
-            )
-        return value
-
-    hidden, heads, vocab = need("hidden_size"), need("num_attention_heads"), need("vocab_size")
-    target_hidden = cfg.get("target_hidden_size")
-    draft_vocab = cfg.get("draft_vocab_size")
-    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+    """Read an EAGLE-3 folder's config.json (HF layout or speculators, core/formats/eagle3_speculators.py)
+    and (when present) its safetensors headers."""
+    found = read_draft_folder(folder)
+    c = found.config
+    given = found.raw.get("draft_vocab_size")  # top level in both formats
     tensors: dict[str, tuple[tuple[int, ...], str]] = {}
     files: dict[str, Path] = {}
     for path in find_weights(folder).safetensors:
@@ -120,20 +112,24 @@ def read_eagle3(folder: Path) -> Eagle3Draft:
             files[name] = path
     return Eagle3Draft(
         folder=folder,
-        hidden_size=hidden,
-        hidden_size_in=int(target_hidden) if isinstance(target_hidden, int) and target_hidden > 0 else hidden,
-        vocab_size=vocab,
-        draft_vocab_size=int(draft_vocab) if isinstance(draft_vocab, int) and draft_vocab > 0 else vocab,
-        draft_vocab_size_given=isinstance(draft_vocab, int) and draft_vocab > 0,
-        num_hidden_layers=int(cfg.get("num_hidden_layers") or 1),
-        num_attention_heads=heads,
-        num_key_value_heads=int(cfg.get("num_key_value_heads") or heads),
-        head_dim=int(cfg.get("head_dim") or hidden // heads),
-        intermediate_size=int(cfg.get("intermediate_size") or 4 * hidden),
-        dtype=dtype if dtype in FLOAT_DTYPES else "bfloat16",
-        architecture=str((cfg.get("architectures") or ["?"])[0]),
+        hidden_size=c.hidden_size,
+        hidden_size_in=c.target_hidden_size,
+        vocab_size=c.vocab_size,
+        draft_vocab_size=c.draft_vocab_size,
+        draft_vocab_size_given=isinstance(given, int) and not isinstance(given, bool) and given > 0,
+        num_hidden_layers=c.num_hidden_layers,
+        num_attention_heads=c.num_attention_heads,
+        num_key_value_heads=c.num_key_value_heads,
+        head_dim=c.head_dim,
+        intermediate_size=c.intermediate_size,
+        dtype=c.dtype,
+        architecture=str((found.raw.get("architectures") or [c.architecture])[0]),
         tensors=tensors,
         tensor_files=files,
+        format=found.format,
+        aux_layers=c.aux_layers,
+        norm_flags=c.norm_flags,
+        verifier=found.verifier.name_or_path if found.verifier else None,
     )
 
 
@@ -150,6 +146,15 @@ def capture_layers(spec_layers: Any, target_layers: int) -> tuple[int, ...]:
 def load_eagle3(spec, out: list[CheckResult]) -> Eagle3Draft | None:
     try:
         folder = resolve_model(spec.eagle3.model, base=spec.base_dir, what="eagle3 model")
+    except SpecbuildError as exc:
+        out.append(CheckResult("eagle3: draft", FAIL, f"{exc.what} ({exc.found})", exc.fix or ""))
+        return None
+    return load_eagle3_folder(folder, out)
+
+
+def load_eagle3_folder(folder: Path, out: list[CheckResult]) -> Eagle3Draft | None:
+    """The draft row (and the format row of a speculators folder); None when the draft is unreadable."""
+    try:
         draft = read_eagle3(folder)
     except SpecbuildError as exc:
         out.append(CheckResult("eagle3: draft", FAIL, f"{exc.what} ({exc.found})", exc.fix or ""))
@@ -159,20 +164,43 @@ def load_eagle3(spec, out: list[CheckResult]) -> Eagle3Draft | None:
         if draft.has_weights
         else "config.json only (the weight checks below need the safetensors)"
     )
+    layout = "speculators format" if draft.format == "speculators" else "HF layout"
+    verifier = f", verifier {draft.verifier}" if draft.verifier else ""
     out.append(
         CheckResult(
             "eagle3: draft",
             PASS if draft.has_weights else WARN,
-            f"{short_path(folder)}: {draft.architecture}, {draft.num_hidden_layers} draft layer(s), hidden "
-            f"{draft.hidden_size}, {weights}",
+            f"{short_path(folder)}: {draft.architecture} ({layout}{verifier}), {draft.num_hidden_layers} "
+            f"draft layer(s), hidden {draft.hidden_size}, {weights}",
             "" if draft.has_weights else "download the EAGLE-3 weights before serving",
         )
     )
+    if draft.format == "speculators":
+        out.append(format_row(draft))
     return draft
 
 
 def check_eagle3(spec, target: LoadedModel | None, draft: Eagle3Draft, out: list[CheckResult]) -> None:
     """Hidden size, vocabulary (draft_vocab_size, d2t, lm_head) and captured layers against the target."""
+    check_against(spec.eagle3.layers_to_capture, target, draft, out)
+
+
+def check_draft_folder(draft: str | Path, target: str | Path, *, layers_to_capture=None) -> list[CheckResult]:
+    """`check`'s EAGLE-3 rows for a draft folder and a target without a spec (`inspect DRAFT --target`);
+    `layers_to_capture` as eagle3.layers_to_capture (None: TensorRT-LLM's default)."""
+    out: list[CheckResult] = []
+    head = load_eagle3_folder(resolve_model(draft, what="EAGLE-3 draft"), out)
+    folder = resolve_model(target, what="target model")
+    loaded = LoadedModel(
+        "target", ModelSection(str(target)), folder, HFModelConfig.from_hf(folder), find_weights(folder)
+    )
+    if head is not None:
+        check_against(layers_to_capture, loaded, head, out)
+    return out
+
+
+def check_against(given, target: LoadedModel | None, draft: Eagle3Draft, out: list[CheckResult]) -> None:
+    """check_eagle3 with the spec's eagle3.layers_to_capture (`given`) only."""
     if target is None:
         out.append(
             CheckResult(
@@ -183,7 +211,8 @@ def check_eagle3(spec, target: LoadedModel | None, draft: Eagle3Draft, out: list
     t = target.config
     out.append(_hidden_row(draft, t.hidden_size))
     out.append(_vocab_row(draft, t.vocab_size))
-    out.append(_capture_row(spec, draft, t.num_hidden_layers, t.hidden_size))
+    out.append(tokenizer_row(draft, target))
+    out.append(_capture_row(given, draft, t.num_hidden_layers, t.hidden_size))
 
 
 def _hidden_row(draft: Eagle3Draft, target_hidden: int) -> CheckResult:
@@ -243,6 +272,17 @@ def _vocab_row(draft: Eagle3Draft, target_vocab: int) -> CheckResult:
             f"lm_head {list(lm_head)}, expected [{dv}, {draft.hidden_size}] (draft_vocab_size x hidden_size)",
             "fix draft_vocab_size / hidden_size in config.json to match the weights",
         )
+    if dv == v and draft.shape(D2T) is not None:
+        # vLLM 0.33.0 llama_eagle3.py creates draft_id_to_target_id only when draft_vocab_size differs
+        # from the target's, yet loads a checkpoint's d2t into that name: its AutoWeightsLoader
+        # (models/utils.py) then raises "There is no module or parameter named ..." (read, not run)
+        return CheckResult(
+            name,
+            WARN,
+            f"full vocabulary ({v} tokens) with a d2t tensor: vLLM 0.33.0 has no parameter for it and "
+            "refuses the checkpoint",
+            "for vLLM, save the weights without d2t and t2d (a full vocabulary needs no map)",
+        )
     if dv == v:
         return CheckResult(name, PASS, f"full vocabulary ({v} tokens), no d2t map needed{note}")
     shape = draft.shape(D2T)
@@ -275,10 +315,17 @@ def _d2t_out_of_range(draft: Eagle3Draft, vocab: int) -> int:
     return int(((target < 0) | (target >= vocab)).sum())
 
 
-def _capture_row(spec, draft: Eagle3Draft, target_layers: int, target_hidden: int) -> CheckResult:
+def _capture_row(given_layers, draft: Eagle3Draft, target_layers: int, target_hidden: int) -> CheckResult:
     name = "eagle3: layers captured"
     try:
-        layers = capture_layers(spec.eagle3.layers_to_capture, target_layers)
+        default = capture_layers(None, target_layers)
+    except ValueError:
+        default = None
+    bad = trained_layers_row(given_layers, draft, target_layers, default)
+    if bad is not None:
+        return bad
+    try:
+        layers = capture_layers(given_layers, target_layers)
     except ValueError as exc:
         return CheckResult(name, FAIL, str(exc), "set eagle3.layers_to_capture explicitly")
     outside = [i for i in layers if not (-1 <= i < target_layers)]
@@ -289,7 +336,7 @@ def _capture_row(spec, draft: Eagle3Draft, target_layers: int, target_hidden: in
             f"layers {outside} do not exist in the {target_layers}-layer target",
             f"use indices in 0..{target_layers - 1} (or -1 for the last layer)",
         )
-    given = "eagle3.layers_to_capture" if spec.eagle3.layers_to_capture is not None else "default"
+    given = "eagle3.layers_to_capture" if given_layers is not None else "default"
     n = len(layers)
     fc = draft.shape("fc.weight")
     if draft.has_weights:

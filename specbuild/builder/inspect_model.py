@@ -2,7 +2,8 @@
 
 Nothing is loaded into memory: the parameter count comes from the config shapes and, when weights are
 present, from the safetensors headers too (the two must agree for a Llama-family checkpoint).
-A Medusa heads folder (config.json with medusa_num_heads) is recognised and described as such.
+A Medusa heads folder (config.json with medusa_num_heads) and an EAGLE-3 draft (HF layout or speculators
+format, core/formats/eagle3_speculators.py) are recognised and described as such.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from specbuild.builder.memory_plan import GIB
 from specbuild.builder.resolve import resolve_model
 from specbuild.builder.tokenizer_compare import TokenizerInfo, read_tokenizer
 from specbuild.core.errors import CheckpointError
+from specbuild.core.formats.eagle3 import ARCHITECTURE as EAGLE3_ARCHITECTURE
+from specbuild.core.formats.eagle3 import to_vllm_ids
+from specbuild.core.formats.eagle3_speculators import is_speculators, read_draft_folder
 from specbuild.core.formats.hf_config import HFModelConfig
 from specbuild.core.formats.medusa_heads import read_medusa_heads
 from specbuild.core.formats.safe_io import InputFileError, read_json
@@ -30,6 +34,7 @@ class ModelInspection:
     stats: WeightStats | None  # from safetensors headers, when present
     tokenizer: TokenizerInfo | None
     medusa: dict[str, Any] | None = None  # heads summary when the folder holds Medusa heads
+    eagle3: dict[str, Any] | None = None  # draft summary when the folder holds an EAGLE-3 draft
     nonfinite: dict[str, int] | None = None  # --check-values: {tensor: NaN/Inf count}; None when not scanned
 
     def to_dict(self) -> dict[str, Any]:
@@ -57,6 +62,8 @@ class ModelInspection:
         out["tokenizer"] = self.tokenizer.summary() if self.tokenizer else None
         if self.medusa is not None:
             out["medusa"] = self.medusa
+        if self.eagle3 is not None:
+            out["eagle3"] = self.eagle3
         if self.nonfinite is not None:
             out["nonfinite_tensors"] = self.nonfinite
         return out
@@ -92,6 +99,8 @@ class ModelInspection:
             ]
         if self.medusa is not None:
             rows += [(f"medusa {k}", str(v)) for k, v in self.medusa.items()]
+        if self.eagle3 is not None:
+            rows += [(f"eagle3 {k}", str(v)) for k, v in self.eagle3.items()]
         if self.weights.missing:
             rows.append(
                 ("weights", f"{len(self.weights.missing)} shard(s) missing, e.g. {self.weights.missing[0]}")
@@ -150,9 +159,12 @@ def inspect_model(
             raise CheckpointError(
                 exc.what, expected=exc.expected, found=exc.found, fix="re-download or re-save the config"
             ) from None
-    medusa = None
+    medusa = eagle3 = None
     if "architectures" not in raw and ("medusa_num_heads" in raw or "num_medusa_heads" in raw):
         medusa = _medusa_summary(folder)
+        config = None
+    elif is_eagle3_draft(raw):
+        eagle3 = _eagle3_summary(folder)
         config = None
     else:
         config = HFModelConfig.from_hf(folder)
@@ -163,7 +175,53 @@ def inspect_model(
         nonfinite = {}
         for path in weights.safetensors:
             nonfinite.update({f"{path.name}:{k}": v for k, v in scan_safetensors(path).items()})
-    return ModelInspection(folder, config, weights, stats, read_tokenizer(folder), medusa, nonfinite)
+    return ModelInspection(
+        folder,
+        config,
+        weights,
+        stats,
+        read_tokenizer(folder),
+        medusa=medusa,
+        nonfinite=nonfinite,
+        eagle3=eagle3,
+    )
+
+
+def is_eagle3_draft(raw: dict[str, Any]) -> bool:
+    """An EAGLE-3 draft's config.json: speculators, the HF layout's architecture, or a published
+    `LlamaForCausalLM` draft (one layer with a draft_vocab_size or eagle_config)."""
+    arch = (raw.get("architectures") or [None])[0]
+    one_layer_eagle = raw.get("num_hidden_layers") == 1 and (
+        "draft_vocab_size" in raw or "eagle_config" in raw
+    )
+    return is_speculators(raw) or arch == EAGLE3_ARCHITECTURE or one_layer_eagle
+
+
+def _eagle3_summary(folder: Path) -> dict[str, Any]:
+    found = read_draft_folder(folder)
+    c = found.config
+    layers = (
+        f"{list(c.aux_layers)} (layer outputs, eagle_config / TensorRT-LLM / SGLang); vLLM / speculators ids "
+        f"{list(to_vllm_ids(c.aux_layers))}"
+        if c.aux_layers is not None
+        else "not named: every engine's default (TensorRT-LLM 1, L//2-1, L-4)"
+    )
+    out: dict[str, Any] = {
+        "format": "speculators" if found.format == "speculators" else "HF layout",
+        "architecture": c.architecture if found.format == "hf" else found.raw.get("architectures"),
+        "draft layers": c.num_hidden_layers,
+        "hidden / target hidden": f"{c.hidden_size} / {c.target_hidden_size}",
+        "heads / KV heads / head dim": f"{c.num_attention_heads} / {c.num_key_value_heads} / {c.head_dim}",
+        "vocab / draft vocab": f"{c.vocab_size} / {c.draft_vocab_size}",
+        "aux layers": layers,
+        "norm flags": ", ".join(c.norm_flags) or "none",
+        "dtype": c.dtype,
+    }
+    if found.verifier is not None:
+        archs = found.verifier.architectures
+        out["verifier"] = f"{found.verifier.name_or_path}" + (f" {list(archs)}" if archs else "")
+        out["speculative tokens"] = found.speculative_tokens
+    return out
 
 
 def _medusa_summary(folder: Path) -> dict[str, Any]:

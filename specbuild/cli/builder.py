@@ -99,23 +99,74 @@ def inspect(
         help="Also read every weight and list the tensors holding NaN or Inf (reads the whole checkpoint "
         "once).",
     ),
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target",
+            help="An EAGLE-3 draft's target (folder or cached hub id): also run `check`'s EAGLE-3 rows "
+            "against it (exit 1 when one fails).",
+        ),
+        INPUT("target model"),
+    ] = None,
+    layers: Annotated[
+        str | None,
+        typer.Option(
+            "--layers",
+            help="With --target: the layers the target will capture, as eagle3.layers_to_capture "
+            "(comma-separated layer outputs; default TensorRT-LLM's).",
+        ),
+    ] = None,
 ) -> None:
     """Show what a checkpoint is: architecture, layers, hidden size, heads / KV heads, head dim, vocab, rope
     settings, dtype, parameter count and bytes, weight files, and a tokenizer summary (class, vocab size,
     special tokens).
 
     Reads config.json, safetensors headers and tokenizer files only (nothing is loaded, never downloads;
-    --check-values reads every weight once to find NaN/Inf); also describes a Medusa heads folder.
+    --check-values reads every weight once to find NaN/Inf); also describes a Medusa heads folder and an
+    EAGLE-3 draft in either checkpoint format (HF layout or speculators: sizes, vocabularies, the aux-layer
+    ids in both numberings, the verifier); with --target, `check`'s EAGLE-3 rows against that target
+    (hidden size, vocabularies and d2t, tokenizer, the layers it was trained on), without a spec.
     """
     from specbuild.builder.inspect_model import inspect_model
 
     report = inspect_model(model, check_values=check_values)
+    rows = _eagle3_rows(report, model, target, layers) if target is not None else None
     if as_json:
-        typer.echo(json.dumps(report.to_dict(), indent=2, default=str))
+        out = report.to_dict()
+        if rows is not None:
+            out["checks"] = [r.__dict__ for r in rows]
+        typer.echo(json.dumps(out, indent=2, default=str))
     else:
-        from specbuild.cli.render import render_inspection
+        from specbuild.cli.render import render_check_rows, render_inspection
 
         render_inspection(report, console())
+        if rows is not None:
+            render_check_rows(rows, console(), title=f"against {target}")
+    if rows is not None and any(r.status == "fail" for r in rows):
+        raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def _eagle3_rows(report, model: str, target: str, layers: str | None):
+    from specbuild.builder.eagle3_checks import check_draft_folder
+    from specbuild.core.errors import SpecbuildError
+
+    if report.eagle3 is None:
+        raise SpecbuildError(
+            "--target compares an EAGLE-3 draft with its target",
+            expected="an EAGLE-3 draft folder (HF layout or speculators)",
+            found=f"{model}: not an EAGLE-3 draft",
+            fix="leave out --target, or point at the draft",
+        )
+    try:
+        given = [int(x) for x in layers.split(",")] if layers else None
+    except ValueError:
+        raise SpecbuildError(
+            f"--layers {layers!r} is not a list of layer ids",
+            expected="comma-separated integers, e.g. 1,14,26 (the outputs of those target layers)",
+            found=layers,
+            fix="pass --layers like 1,14,26",
+        ) from None
+    return check_draft_folder(model, target, layers_to_capture=given)
 
 
 @command("compile", GPU_NOTE)

@@ -47,6 +47,11 @@ def render_check(report: CheckReport, console: Console) -> None:
     console.print(f"{verdict}: {counts}")
 
 
+def render_check_rows(rows, console: Console, *, title: str) -> None:
+    """Check rows without a spec (`inspect DRAFT --target`)."""
+    console.print(_rows_table(title, rows))
+
+
 def render_plan(plan: MemoryPlan, console: Console) -> None:
     from rich.table import Table
 

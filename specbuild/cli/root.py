@@ -11,7 +11,19 @@ import os
 
 import typer
 
-from specbuild.cli import builder, client, deploy, engines, generate, plan, repo, serve, train_eagle3, tuning  # noqa: F401 - they register commands
+from specbuild.cli import (  # noqa: F401 - they register commands
+    builder,
+    client,
+    deploy,
+    eagle3,
+    engines,
+    generate,
+    plan,
+    repo,
+    serve,
+    train_eagle3,
+    tuning,
+)
 from specbuild.cli.common import register
 
 app = typer.Typer(

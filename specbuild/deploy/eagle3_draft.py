@@ -23,6 +23,7 @@ from typing import Any
 from specbuild.builder.eagle3_checks import capture_layers
 from specbuild.builder.resolve import resolve_model
 from specbuild.core.errors import DeployError, SpecbuildError
+from specbuild.core.formats.eagle3_speculators import is_speculators
 from specbuild.core.formats.safe_io import read_json
 from specbuild.core.spec import BuildSpec
 
@@ -46,6 +47,7 @@ class DraftConfig:
     architectures: tuple[str, ...]
     top_level: tuple[int, ...] | None
     nested: tuple[int, ...] | None
+    speculators: bool = False  # the speculators format (core/formats/eagle3_speculators.py)
 
 
 def read_draft(spec: BuildSpec) -> DraftConfig | None:
@@ -63,6 +65,7 @@ def read_draft(spec: BuildSpec) -> DraftConfig | None:
         architectures=tuple(raw.get("architectures") or ()),
         top_level=_ids(raw.get(TOP_KEY)),
         nested=_ids(nested.get(TOP_KEY)) if isinstance(nested, dict) else None,
+        speculators=is_speculators(raw),
     )
 
 
@@ -112,6 +115,15 @@ def check_draft(spec: BuildSpec, engine: str) -> None:
     draft = read_draft(spec)
     if draft is None:
         return
+    if engine == "sglang" and draft.speculators:  # "Eagle3Speculator" is no SGLang model class
+        raise DeployError(
+            "SGLang would not load a speculators-format EAGLE-3 draft",
+            expected=f"the HF layout (architectures [{SGLANG_ARCH}], eagle_config ids; SGLang 0.5.23 loads "
+            "a draft by its architectures)",
+            found=f"a speculators config.json (architectures {list(draft.architectures)})",
+            fix=f"specbuild eagle3 convert {spec.eagle3.model} --to hf --out DIR, and point eagle3.model at "
+            "DIR",
+        )
     if engine == "sglang" and not any("Eagle3" in a for a in draft.architectures):
         raise DeployError(
             "SGLang would not load the draft as an EAGLE-3 model",

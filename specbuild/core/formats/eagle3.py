@@ -20,6 +20,7 @@ vLLM and speculators count the embedding as 0: their id j is our j - 1 (`from_vl
 The fc input is the captured states concatenated in ascending layer order (vLLM and TensorRT-LLM sort).
 config.json carries them twice when specbuild writes it: nested `eagle_config` (our convention, what
 SGLang reads) and top-level `eagle_aux_hidden_state_layer_ids` (vLLM's, what vLLM reads first).
+The speculators format of the same draft, and reading a folder in either: core/formats/eagle3_speculators.py.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from specbuild.core.errors import CheckpointError
-from specbuild.core.formats.hf_config import FLOAT_DTYPES
+from specbuild.core.formats.hf_config import FLOAT_DTYPES, rope_settings
 from specbuild.core.formats.safe_io import InputFileError, read_json
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"  # what SpecForge writes and vLLM / SGLang dispatch on
@@ -137,12 +138,7 @@ class Eagle3DraftConfig:
     @classmethod
     def from_hf(cls, path: str | Path) -> Eagle3DraftConfig:
         """Read `path`/config.json (or a config.json path)."""
-        path = Path(path)
-        file = path / "config.json" if path.is_dir() else path
-        try:
-            raw = read_json(file, what="EAGLE-3 config.json")
-        except InputFileError as exc:
-            raise CheckpointError(exc.what, expected=exc.expected, found=exc.found, fix=exc.fix) from None
+        file, raw = read_config(path)
         return cls.from_dict(raw, where=str(file))
 
     @classmethod
@@ -160,6 +156,7 @@ class Eagle3DraftConfig:
         vocab = _positive(raw, "vocab_size", where)
         draft_vocab = raw.get("draft_vocab_size") or vocab  # missing: the full vocabulary (all engines)
         dtype = str(raw.get("torch_dtype") or raw.get("dtype") or "bfloat16")
+        rope_theta, rope_scaling = rope_settings(raw)  # transformers 4 or 5 style
         return cls(
             architecture=arch,
             hidden_size=hidden,
@@ -172,8 +169,8 @@ class Eagle3DraftConfig:
             vocab_size=vocab,
             draft_vocab_size=int(draft_vocab),
             rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(raw.get("rope_theta", 10000.0)),
-            rope_scaling=raw.get("rope_scaling") or None,
+            rope_theta=rope_theta,
+            rope_scaling=rope_scaling,
             max_position_embeddings=int(raw.get("max_position_embeddings") or 2048),
             dtype=dtype if dtype in FLOAT_DTYPES else "bfloat16",
             aux_layers=_aux_layers_of(raw, where),
@@ -207,6 +204,16 @@ class Eagle3DraftConfig:
             out["eagle_aux_hidden_state_layer_ids"] = list(to_vllm_ids(self.aux_layers))  # vLLM: top level
             out["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(self.aux_layers)}  # SGLang
         return {**out, **(extra or {})}
+
+
+def read_config(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """(the file, its JSON) of `path`/config.json or a config.json path, bounded and checked."""
+    path = Path(path)
+    file = path / "config.json" if path.is_dir() else path
+    try:
+        return file, read_json(file, what="EAGLE-3 config.json")
+    except InputFileError as exc:
+        raise CheckpointError(exc.what, expected=exc.expected, found=exc.found, fix=exc.fix) from None
 
 
 def _aux_layers_of(raw: dict[str, Any], where: str) -> tuple[int, ...] | None:

@@ -76,7 +76,7 @@ class HFModelConfig:
         model_type = raw.get("model_type", SUPPORTED_ARCHITECTURES.get(arch, "unknown"))
         heads = _req(raw, "num_attention_heads", where)
         hidden = _req(raw, "hidden_size", where)
-        theta, scaling = _rope(raw)
+        theta, scaling = rope_settings(raw)
         eos = raw.get("eos_token_id")
         return cls(
             architecture=arch,
@@ -192,7 +192,7 @@ def _req(raw: dict[str, Any], key: str, where: str) -> int:
     return value
 
 
-def _rope(raw: dict[str, Any]) -> tuple[float, dict | None]:
+def rope_settings(raw: dict[str, Any]) -> tuple[float, dict | None]:
     """rope_theta and rope_scaling from either style.
 
     transformers 4: rope_theta + rope_scaling {rope_type|type, factor, ...};

@@ -39,6 +39,7 @@ from specbuild.core.formats.eagle3 import (
     check_aux_layers,
     default_aux_layers,
 )
+from specbuild.core.formats.eagle3_speculators import read_draft_folder
 from specbuild.core.formats.weights import find_weights
 from specbuild.engines.reference.config import RefModelConfig
 from specbuild.engines.reference.model import KVCache, LlamaModel, Rope, attention_mask, rms_norm, rotate_half
@@ -194,10 +195,11 @@ _SHORT = {  # HF layout name after the layer prefix -> short name
 def load_eagle3_draft(
     folder: str | Path, target: LlamaModel, *, aux_layers: tuple[int, ...] | list[int] | None = None
 ) -> Eagle3Draft:
-    """The draft in `folder` for `target` (shapes checked against it). `aux_layers`: the capture to use
-    (the spec's eagle3.layers_to_capture); None: the draft config's ids, else TensorRT-LLM's default."""
+    """The draft in `folder` (HF layout or speculators) for `target` (shapes checked against it).
+    `aux_layers`: the capture to use (the spec's eagle3.layers_to_capture); None: the draft config's ids,
+    else TensorRT-LLM's default."""
     folder = Path(folder)
-    cfg = Eagle3DraftConfig.from_hf(folder)
+    cfg = read_draft_folder(folder).config  # either format (core/formats/eagle3_speculators.py)
     where = str(folder)
     _refuse_unsupported(cfg, where)
     t = target.cfg
@@ -212,7 +214,7 @@ def load_eagle3_draft(
             found=f"target_hidden_size {cfg.target_hidden_size}, vocab_size {cfg.vocab_size}",
             fix="use the EAGLE-3 draft trained for this target",
         )
-    raw = _read_tensors(folder)
+    raw = {name.removeprefix("model."): t for name, t in read_draft_tensors(folder)[0].items()}
     tensors = _short_names(raw, cfg, n=len(layers), where=where)
     if (
         "embed" not in tensors
@@ -249,17 +251,23 @@ def _refuse_unsupported(cfg: Eagle3DraftConfig, where: str) -> None:
         )
 
 
-def _read_tensors(folder: Path) -> dict[str, torch.Tensor]:
-    files = find_weights(folder).safetensors
-    if not files:
+def read_draft_tensors(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Every tensor of the draft's safetensors files under its stored name, as stored (dtype and bytes
+    kept), and the files' metadata. Refuses no / missing / oversized / damaged files and a tensor stored
+    twice."""
+    weights = find_weights(folder)
+    if not weights.safetensors or weights.missing:
         raise CheckpointError(
-            f"{folder} has no safetensors weights",
-            expected="model.safetensors (or shards) of the EAGLE-3 draft",
-            found=", ".join(sorted(p.name for p in folder.iterdir())[:8]),
+            f"{folder} has no complete safetensors weights",
+            expected="model.safetensors (or every shard its index names) of the EAGLE-3 draft",
+            found=f"missing shards {list(weights.missing)[:3]}"
+            if weights.missing
+            else ", ".join(sorted(p.name for p in folder.iterdir())[:8]),
             fix="download the draft's weights (a pickle .bin is never loaded)",
         )
     out: dict[str, torch.Tensor] = {}
-    for path in files:
+    metadata: dict[str, str] = {"format": "pt"}
+    for path in weights.safetensors:
         if path.stat().st_size > MAX_DRAFT_FILE_BYTES:
             raise CheckpointError(
                 f"{path} is {path.stat().st_size >> 30} GiB",
@@ -269,8 +277,10 @@ def _read_tensors(folder: Path) -> dict[str, torch.Tensor]:
             )
         try:
             with safe_open(str(path), framework="pt") as f:
-                for name in f.keys():  # noqa: SIM118 (safe_open has no __iter__)
-                    out[name.removeprefix("model.")] = f.get_tensor(name)
+                metadata.update(f.metadata() or {})
+                names = list(f.keys())
+                twice = [n for n in names if n in out]
+                out.update({name: f.get_tensor(name) for name in names if name not in out})
         except Exception as exc:  # safetensors raises its own error types for damaged files
             raise CheckpointError(
                 f"cannot read {path}",
@@ -278,7 +288,14 @@ def _read_tensors(folder: Path) -> dict[str, torch.Tensor]:
                 found=str(exc)[:200],
                 fix="download the draft again",
             ) from None
-    return out
+        if twice:
+            raise CheckpointError(
+                f"{folder}: tensor {twice[0]} is stored twice",
+                expected="each tensor in one file",
+                found=f"{twice[0]} again in {path.name}",
+                fix="remove the stale shard",
+            )
+    return out, metadata
 
 
 def _short_names(raw: dict[str, torch.Tensor], cfg: Eagle3DraftConfig, *, n: int, where: str) -> dict:
