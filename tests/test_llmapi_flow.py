@@ -156,7 +156,7 @@ def test_rejection_sampling_only_where_the_version_has_it(tmp_path):
 @pytest.mark.parametrize("version", VERSIONS)
 def test_ngram_section_keys_are_upstream_keys(version):
     """The n-gram emission copies its section's fields verbatim: each must be an NGramDecodingConfig key."""
-    from specbuild.core.facts.llmapi import DECODINGS
+    from specbuild.core.methods import DECODINGS
 
     keys = DECODINGS["ngram"].section_keys.values()
     assert set(keys) <= set(FIELDS[version]["NGramDecodingConfig"])

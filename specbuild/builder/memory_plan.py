@@ -303,12 +303,15 @@ def plan_memory(
     plan's `kv_fraction_total` and `kv_tokens` become kv_cache_config.free_gpu_memory_fraction and
     max_tokens; an EAGLE-3 draft adds its weights and its layers' KV to the target's GPUs."""
     roles = {r.role: r for r in method_of(spec).roles(spec)}
+    draft_section = method_of(spec).draft_engine(spec)
     if target is None:
         target = HFModelConfig.from_hf(
             resolve_model(spec.target.model, base=spec.base_dir, what="target model")
         )
-    if "draft" in roles and draft is None and spec.draft is not None:
-        draft = HFModelConfig.from_hf(resolve_model(spec.draft.model, base=spec.base_dir, what="draft model"))
+    if "draft" in roles and draft is None and draft_section is not None:
+        draft = HFModelConfig.from_hf(
+            resolve_model(draft_section.model, base=spec.base_dir, what="draft model")
+        )
     heads = roles["target"].heads
     if heads is not None and medusa is None:
         medusa = MedusaShape(heads.num_heads, heads.num_layers)
@@ -327,14 +330,14 @@ def plan_memory(
             medusa=medusa if heads is not None else None,
         )
     ]
-    if "draft" in roles and draft is not None and spec.draft is not None:
+    if "draft" in roles and draft is not None and draft_section is not None:
         engines.append(
             engine_memory(
                 draft,
                 role="draft",
                 # LLM API: the draft runs with the target's mapping (one executor, its TP/PP)
-                tp=spec.target.tp_size if llmapi else spec.draft.tp_size,
-                pp=spec.target.pp_size if llmapi else spec.draft.pp_size,
+                tp=spec.target.tp_size if llmapi else draft_section.tp_size,
+                pp=spec.target.pp_size if llmapi else draft_section.pp_size,
                 dtype=spec.dtype,
                 weight_only=b.weight_only,
                 max_num_tokens=effective_max_num_tokens(spec, speculative_target=False),

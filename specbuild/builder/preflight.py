@@ -69,7 +69,9 @@ def run_checks(spec: BuildSpec, *, runtime_reserve_gib: float = RUNTIME_RESERVE_
     if row is not None:
         out.append(row)
     target = _load(spec, "target", spec.target, out)
-    draft = _load(spec, "draft", spec.draft, out) if spec.draft else None
+    method = method_of(spec)
+    draft_section = method.draft_engine(spec)
+    draft = _load(spec, "draft", draft_section, out) if draft_section else None
     for m in (target, draft):
         if m is not None:
             _check_architecture(m, out)
@@ -82,7 +84,7 @@ def run_checks(spec: BuildSpec, *, runtime_reserve_gib: float = RUNTIME_RESERVE_
         out.extend(check_tokenizers(target, draft))
     out.append(check_prompt_limit(spec))
     medusa = None
-    if spec.medusa is not None:  # heads converted into the target
+    if method.heads_of(spec) is not None:  # heads converted into the target
         medusa = check_medusa_heads(spec, target, out)
         out.append(check_tree(spec))
     eagle3 = None
@@ -97,7 +99,7 @@ def run_checks(spec: BuildSpec, *, runtime_reserve_gib: float = RUNTIME_RESERVE_
                 except ValueError:  # reported by the capture row
                     pass
     plan = None
-    if target and (draft or not method_of(spec).draft_model) and (spec.eagle3 is None or eagle3):
+    if target and (draft or not method.draft_model) and (spec.eagle3 is None or eagle3):
         plan = plan_memory(
             spec,
             target=target.config,
@@ -527,7 +529,7 @@ def _fit_fix(spec: BuildSpec, target: LoadedModel, draft: LoadedModel | None, re
             trial,
             target=target.config,
             draft=draft.config if draft else None,
-            medusa=MedusaShape(spec.medusa.num_heads, spec.medusa.num_layers) if spec.medusa else None,
+            medusa=MedusaShape(h.num_heads, h.num_layers) if (h := method_of(spec).heads_of(spec)) else None,
             runtime_reserve_gib=reserve,
         )
         if plan.fits and plan.kv_tokens >= spec.build.max_seq_len + spec.speculation.max_draft_len:

@@ -31,7 +31,8 @@ import shlex
 from typing import Any
 
 from specbuild.core.errors import DeployError
-from specbuild.core.facts.sglang import SGLANG_ALGORITHMS, SGLANG_REFUSED, SGLANG_VERSION, sglang_facts
+from specbuild.core.facts.sglang import SGLANG_REFUSED, SGLANG_VERSION, sglang_facts
+from specbuild.core.methods import SGLANG_ALGORITHMS
 from specbuild.core.perf.schedule import schedule_of
 from specbuild.core.spec import BuildSpec
 from specbuild.deploy import k8s

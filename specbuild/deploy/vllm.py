@@ -37,7 +37,8 @@ from typing import Any
 
 from specbuild.builder.memory_plan import plan_memory
 from specbuild.core.errors import DeployError
-from specbuild.core.facts.vllm import VLLM_METHODS, VLLM_REFUSED, VLLM_VERSION, VllmFacts, vllm_facts
+from specbuild.core.facts.vllm import VLLM_REFUSED, VLLM_VERSION, VllmFacts, vllm_facts
+from specbuild.core.methods import VLLM_METHODS
 from specbuild.core.perf.schedule import schedule_of
 from specbuild.core.spec import BuildSpec
 from specbuild.deploy import k8s
@@ -73,7 +74,7 @@ def speculative_config(spec: BuildSpec, *, model_root: str | None = None) -> dic
             f"no vLLM mapping for mode {mode}",
             expected=", ".join(sorted(VLLM_METHODS)),
             found=mode,
-            fix="add it to core/facts/vllm.py VLLM_METHODS",
+            fix="set its vllm_method in core/methods/<method>.py",
         )
     schedule = schedule_of(spec)
     if schedule is not None and schedule.off:

@@ -221,7 +221,7 @@ def plan_layout(
     schedule, guard = schedule_, guard_
     models = {}
     for name, role in roles.items():
-        section = spec.draft if name == "draft" else spec.target
+        section = spec.engine_sections()[name]
         models[name] = EngineModel(
             name=ROLE_MODELS[name],
             engine_dir=served(build.engines[name].path),

@@ -470,23 +470,7 @@ class Decoding:
     overlap_scheduler: bool = True
 
 
-DECODINGS: dict[str, Decoding] = {
-    "draft_target": Decoding(model_section="draft"),
-    # K is speculation.max_draft_len; the spec's ngram: section is NGramDecodingConfig's four fields, whose
-    # names and defaults are the same in both lines read (core/methods/ngram.py). NGram is not among the
-    # modes of SpeculativeDecodingMode.support_overlap_scheduler in any _torch/speculative/interface.py read
-    # (index ids 2550156383, 735060080, 10039271475, 55097849426, 57352998664, oldest to newest style): the
-    # executor turns the overlap scheduler off for it, so the options say so.
-    "ngram": Decoding(
-        section_keys={
-            k: k for k in ("max_matching_ngram_size", "is_keep_all", "is_use_oldest", "is_public_pool")
-        },
-        overlap_scheduler=False,
-    ),
-    "eagle3": Decoding(
-        section_keys={"layers_to_capture": "eagle3_layers_to_capture"}, model_section="eagle3"
-    ),
-}
+# Each method's Decoding is the method's (core/methods/<method>.py `llmapi`; DECODINGS there).
 
 
 def decoding_class(method: str, version: str) -> ConfigClass | None:
@@ -563,11 +547,11 @@ def support(method: str, flow: Flow, version: str) -> Support:
             "drafter)",
         )
     cls = decoding_class(method, version)
-    if method not in DECODINGS or cls is None:
+    if cls is None:
         return Support(
             False,
             f"specbuild has no LLM-API mapping for {method} on TensorRT-LLM {version}",
-            f"mode: {' | '.join(DECODINGS)}",
+            f"mode: {' | '.join(LLMAPI_VERSIONS[version].methods)}",
         )
     return Support(True, decoding_type=cls.decoding_type)
 

@@ -5,7 +5,8 @@ built with `--speculative_decoding_mode medusa` and a `--max_draft_len` that hol
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from specbuild.core.errors import SpecbuildError, SpecError
 from specbuild.core.facts.trtllm import SpeculativeDecodingMode
@@ -13,7 +14,15 @@ from specbuild.core.formats.medusa_choices import DEFAULT_TREE, MedusaChoices
 from specbuild.core.methods.base import SpeculationMethod, Tunable, require
 
 if TYPE_CHECKING:
-    from specbuild.core.spec import BuildSpec, MedusaSection
+    from specbuild.core.spec import BuildSpec
+
+
+@dataclass(frozen=True)
+class MedusaSection:
+    heads: str  # folder with the HF Medusa heads (config.json + medusa_lm_head.safetensors|.pt)
+    num_heads: int = 4
+    num_layers: int = 1  # ResBlocks per head
+    choices: Any = DEFAULT_TREE  # a named tree or a list of paths; see MedusaChoices
 
 
 class Medusa(SpeculationMethod):
@@ -53,6 +62,8 @@ MEDUSA = Medusa(
     name="medusa",
     title="Medusa",
     section="medusa",
+    section_type=MedusaSection,
+    ranges={"num_heads": (1, 64, "4"), "num_layers": (1, 64, "1")},
     section_example=f"medusa: {{heads: <folder>, num_heads: 4, choices: {DEFAULT_TREE}}}",
     model_key="heads",
     model_label="Medusa heads",
