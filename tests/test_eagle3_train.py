@@ -17,8 +17,8 @@ from safetensors.torch import load_file  # noqa: E402
 
 from specbuild.core.formats.eagle3 import Eagle3DraftConfig  # noqa: E402
 from specbuild.core.sampling_params import SamplingParams  # noqa: E402
-from specbuild.engines.reference import eagle3 as engine_eagle3  # noqa: E402
 from specbuild.engines.reference import cached_decode  # noqa: E402
+from specbuild.engines.reference import eagle3 as engine_eagle3  # noqa: E402
 from specbuild.engines.reference.eagle3 import load_eagle3_draft, open_row  # noqa: E402
 from specbuild.engines.reference.engine import ReferenceEngine  # noqa: E402
 from specbuild.engines.reference.sampling import probs_from_logits  # noqa: E402

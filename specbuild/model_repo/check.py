@@ -91,6 +91,20 @@ class _Repo:
         return Path(served)
 
 
+def kind_note(root: str | Path) -> str | None:
+    """What to tell about a repository whose manifest predates `repo_kind` (None: nothing)."""
+    try:
+        m = read_repo_manifest(root) if (Path(root) / MANIFEST).is_file() else None
+    except SpecbuildError:
+        return None  # check_repo reports the broken manifest
+    if m is None or m.kind_recorded:
+        return None
+    return (
+        f"{MANIFEST} has no repo_kind (an older specbuild): read {m.kind.value} from its backend field "
+        f"({m.kind.backend}); `specbuild repo BUILD_DIR OUT --force` records it"
+    )
+
+
 def check_repo(root: str | Path) -> list[Finding]:
     """Every inconsistency found (empty list: the repository is consistent)."""
     repo = _Repo(Path(root))

@@ -35,17 +35,13 @@ OPTIONS = f"{T.LLMAPI_MODEL}/1/{T.LLMAPI_OPTIONS}"
 
 def is_llmapi_repo(repo: _Repo) -> bool:
     if repo.manifest is not None:
-        return repo.manifest.backend in ("llmapi", "llmapi-local")
+        return repo.manifest.kind.llmapi
     return (repo.root / T.LLMAPI_MODEL / "1" / T.LLMAPI_OPTIONS).is_file()
 
 
 def check_llmapi(repo: _Repo) -> None:
     m = repo.manifest
-    local = (
-        m.backend == "llmapi-local"
-        if m is not None
-        else (repo.root / T.LLMAPI_MODEL / "1" / "model.py").is_file()
-    )
+    local = m.kind.local if m is not None else (repo.root / T.LLMAPI_MODEL / "1" / "model.py").is_file()
     version = m.trtllm_version if m is not None else None
     cfg = _config(repo)
     if cfg is not None:

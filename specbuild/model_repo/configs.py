@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from specbuild.core.deployment import RepoKind
 from specbuild.core.methods import Method
 from specbuild.core.perf.schedule import INFLIGHT_HOLD_MS, PLAIN_ROUND_GROWTH, PLAIN_ROUND_TOKENS
 from specbuild.model_repo import tensors as T
@@ -89,6 +90,11 @@ class RepoLayout:
     @property
     def names(self) -> T.Names:
         return T.names_for(self.trtllm_version)
+
+    @property
+    def kind(self) -> RepoKind:
+        """The repository kind (engine flow: `backend` is also its `repo --backend`)."""
+        return RepoKind.of_backend(self.backend)
 
 
 def _pb():
