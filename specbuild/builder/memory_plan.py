@@ -344,7 +344,7 @@ def plan_memory(
                 logits_rows=b.max_batch_size,
             )
         )
-    if spec.eagle3 is not None and spec.flow is Flow.LLMAPI:
+    if method_of(spec).one_model_draft(spec) is not None and spec.flow is Flow.LLMAPI:
         shape = eagle3 or eagle3_shape(spec, target)
         if shape is not None:
             engines.append(_eagle3_memory(spec, shape))
@@ -355,9 +355,15 @@ def eagle3_shape(spec: BuildSpec, target: HFModelConfig) -> Eagle3Shape | None:
     """The EAGLE-3 draft's shape from its folder (None when it cannot be read: `check` says why)."""
     try:
         draft = read_eagle3(resolve_model(spec.eagle3.model, base=spec.base_dir, what="eagle3 model"))
-        n = len(capture_layers(spec.eagle3.layers_to_capture, target.num_hidden_layers))
+        return eagle3_shape_read(draft, spec, target.num_hidden_layers)
     except (SpecbuildError, ValueError):
         return None
+
+
+def eagle3_shape_read(draft, spec: BuildSpec, target_layers: int) -> Eagle3Shape:
+    """The shape of a read EAGLE-3 draft capturing the spec's layers of a `target_layers`-layer target
+    (ValueError: the capture indices do not fit the target)."""
+    n = len(capture_layers(spec.eagle3.layers_to_capture, target_layers))
     return eagle3_shape_of(draft, spec, num_capture_layers=n)
 
 

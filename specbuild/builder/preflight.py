@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from specbuild.builder.check_rows import FAIL, PASS, WARN, CheckResult, LoadedModel, short_path
-from specbuild.builder.eagle3_checks import capture_layers, check_eagle3, load_eagle3
+from specbuild.builder.eagle3_checks import check_eagle3, load_eagle3
 from specbuild.builder.medusa_checks import check_medusa_heads, check_tree
 from specbuild.builder.memory_plan import (
     GIB,
     RUNTIME_RESERVE_GIB,
     MedusaShape,
     MemoryPlan,
-    eagle3_shape_of,
+    eagle3_shape_read,
     plan_memory,
     pp_layers,
 )
@@ -88,18 +88,18 @@ def run_checks(spec: BuildSpec, *, runtime_reserve_gib: float = RUNTIME_RESERVE_
         medusa = check_medusa_heads(spec, target, out)
         out.append(check_tree(spec))
     eagle3 = None
-    if spec.eagle3 is not None:  # an EAGLE-3 draft read by the target's engine (LLM-API flow)
+    one_model = method.one_model_draft(spec)
+    if one_model is not None:  # an EAGLE-3 draft read by the target's engine (LLM-API flow)
         head = load_eagle3(spec, out)
         if head is not None:
             check_eagle3(spec, target, head, out)
             if target is not None:
                 try:
-                    n = len(capture_layers(spec.eagle3.layers_to_capture, target.config.num_hidden_layers))
-                    eagle3 = eagle3_shape_of(head, spec, num_capture_layers=n)
+                    eagle3 = eagle3_shape_read(head, spec, target.config.num_hidden_layers)
                 except ValueError:  # reported by the capture row
                     pass
     plan = None
-    if target and (draft or not method.draft_model) and (spec.eagle3 is None or eagle3):
+    if target and (draft or not method.draft_model) and (one_model is None or eagle3):
         plan = plan_memory(
             spec,
             target=target.config,
