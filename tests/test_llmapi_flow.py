@@ -548,3 +548,15 @@ def test_argv_builders_refuse_unknown_flags_and_launchers():
         "4",
         "trtllm-llmapi-launch",
     ]
+
+
+def test_local_server_refuses_a_production_llmapi_repository(tmp_path):
+    """The repository's recorded kind sends an LLM-API repository for a GPU container to the GPU launch
+    (its model.py imports tensorrt_llm; its config says only `backend: "python"`)."""
+    from specbuild.core.errors import ServerError
+    from specbuild.serve.tritonserver import ServerOptions, TritonServer
+
+    repo = _llmapi_repo(tmp_path, VERSIONS[0])
+    with pytest.raises(ServerError, match="production repository: tensorrt_llm") as err:
+        TritonServer(repo, ServerOptions()).launch()
+    assert "repo_kind llmapi" in err.value.found and "--backend llmapi-local" in err.value.fix
