@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 from specbuild.cli import app
 from specbuild.core.errors import SpecError
-from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, Flow, check_options, release, support
+from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, Flow, check_options, release
+from specbuild.core.methods.matrix import support
 from specbuild.core.spec import load_spec, spec_from_dict
 
 DATA = Path(__file__).parent / "data"

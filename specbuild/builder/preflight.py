@@ -27,11 +27,12 @@ from specbuild.builder.resolve import resolve_model
 from specbuild.builder.schedule_checks import schedule_row
 from specbuild.builder.tokenizer_checks import check_tokenizers
 from specbuild.core.errors import SpecbuildError
-from specbuild.core.facts.llmapi import LLMAPI_DEFAULT_MAX_NUM_TOKENS, Flow, support
+from specbuild.core.facts.llmapi import LLMAPI_DEFAULT_MAX_NUM_TOKENS, Flow
 from specbuild.core.facts.trtllm import prompt_limit
 from specbuild.core.formats.hf_config import SUPPORTED_ARCHITECTURES, HFModelConfig
 from specbuild.core.formats.weights import WeightFiles, find_weights, weight_stats
 from specbuild.core.methods import method_of
+from specbuild.core.methods.matrix import support
 from specbuild.core.spec import BuildSpec, ModelSection
 from specbuild.engines.trtllm.plan import effective_build_config
 

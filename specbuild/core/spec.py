@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from specbuild.core.errors import SpecError
-from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, Flow, decoding_class, parse_flow, support
+from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, Flow, decoding_class, parse_flow
 from specbuild.core.facts.trtllm import DEFAULT_TRTLLM_VERSION, known_versions
 from specbuild.core.formats.hf_config import FLOAT_DTYPES
 from specbuild.core.formats.medusa_choices import MedusaChoices
@@ -27,6 +27,7 @@ from specbuild.core.formats.safe_io import InputFileError, read_text, shorten
 from specbuild.core.methods import METHODS, SECTIONS, Method, Tunable, method_of, parse_method
 from specbuild.core.methods.base import MODEL_RANGES, ModelSection
 from specbuild.core.methods.eagle3 import Eagle3Section
+from specbuild.core.methods.matrix import support
 from specbuild.core.methods.medusa import MedusaSection
 from specbuild.core.methods.ngram import NGramSection
 from specbuild.core.perf.schedule import DraftSchedule, ScheduleError

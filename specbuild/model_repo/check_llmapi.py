@@ -19,9 +19,10 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from specbuild.core.errors import SpecbuildError
-from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, Flow, check_options, decoding_class, support
+from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, Flow, check_options, decoding_class
 from specbuild.core.formats.manifest import MANIFEST
 from specbuild.core.formats.safe_io import read_json, read_text, shorten
+from specbuild.core.methods.matrix import support
 from specbuild.core.spec import MAX_DRAFT_LEN
 from specbuild.model_repo import tensors as T
 from specbuild.model_repo.configs import parse_text

@@ -175,6 +175,16 @@ class SpeculationMethod:
             return (target,)
         return (target, EngineRole("draft", SpeculativeDecodingMode.NONE, 0, gather))
 
+    # ---- the method x flow x version matrix (core/methods/matrix.py) ------------------------------
+    def engine_refusal(self) -> tuple[str, str] | None:
+        """(reason, nearest alternative) when the engine flow cannot run this method; None: it can."""
+        return None
+
+    def llmapi_refusal(self, version: str) -> tuple[str, str] | None:
+        """(reason, nearest alternative) when the LLM API of `version` cannot run this method; None: ask
+        the release's facts (its config class for the method)."""
+        return None
+
     def heads_of(self, spec: BuildSpec) -> MedusaSection | None:
         """Heads converted into the target's checkpoint (None: plain target weights)."""
         return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from specbuild.core.facts.llmapi import Decoding
+from specbuild.core.facts.llmapi import LINE_1_2, LINE_1_4, Decoding
 from specbuild.core.facts.trtllm import SpeculativeDecodingMode
 from specbuild.core.methods.base import SpeculationMethod, Tunable, require
 
@@ -35,6 +35,13 @@ class Eagle3Section:
 
 
 class Eagle3(SpeculationMethod):
+    def engine_refusal(self) -> tuple[str, str] | None:
+        return (
+            "EAGLE-3 runs only on the PyTorch backend (TrtLlmArgs refuses it: 'only supported on the "
+            "PyTorch backend')",
+            f'flow: llmapi (trtllm_version "{LINE_1_2}" or "{LINE_1_4}")',
+        )
+
     def validate(self, spec: BuildSpec, where: str, *, validate_tree: bool = True) -> None:
         layers = spec.eagle3.layers_to_capture
         if layers is None:

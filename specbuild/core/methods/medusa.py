@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from specbuild.core.errors import SpecbuildError, SpecError
+from specbuild.core.facts.llmapi import LINE_1_2, engine_flow_version
 from specbuild.core.facts.trtllm import SpeculativeDecodingMode
 from specbuild.core.formats.medusa_choices import DEFAULT_TREE, MedusaChoices
 from specbuild.core.methods.base import SpeculationMethod, Tunable, require
@@ -26,6 +27,19 @@ class MedusaSection:
 
 
 class Medusa(SpeculationMethod):
+    def llmapi_refusal(self, version: str) -> tuple[str, str] | None:
+        why = (
+            "Medusa runs on the TensorRT engine backend only (MedusaDecodingConfig.supports_backend excludes "
+            "pytorch)"
+            if engine_flow_version(version)
+            else f"Medusa was removed with the TensorRT backend: TensorRT-LLM {version} has no Medusa"
+        )
+        return (
+            why + "; engine flow only in 1.2.x",
+            f'flow: engine with trtllm_version: "{LINE_1_2}", or mode: eagle3 (the LLM API\'s head-based '
+            "drafter)",
+        )
+
     def default_max_draft_len(self, spec: BuildSpec) -> int:
         """The tree's size: every node is one draft token of the verify pass."""
         return MedusaChoices.parse(spec.medusa.choices if spec.medusa else DEFAULT_TREE).size
