@@ -54,13 +54,11 @@ def test_no_stage_compares_method_names():
 
 # file -> (reads of spec.draft / .medusa / .ngram / .eagle3 (or getattr(spec, "<section>")), why)
 SECTION_READS_ALLOWED: dict[str, tuple[int, str]] = {
-    "specbuild/builder/medusa_checks.py": (7, "Medusa's own preflight rows (heads vs tree)"),
     "specbuild/builder/eagle3_checks.py": (3, "EAGLE-3's own preflight rows (capture layers, draft folder)"),
     "specbuild/builder/memory_plan.py": (2, "EAGLE-3's shape: its capture layers set the fc input size"),
     "specbuild/deploy/eagle3_draft.py": (9, "EAGLE-3's draft config in vLLM's and SGLang's numbering"),
     "specbuild/deploy/vllm.py": (5, "vLLM translator: n-gram and EAGLE-3 section keys in vLLM's terms"),
     "specbuild/deploy/sglang.py": (2, "SGLang translator: the n-gram keys SGLang has no flag for"),
-    "specbuild/tuning/tune.py": (2, "Medusa's tree tuner (tune_tree) grows a tree for its heads"),
     "specbuild/tuning/tune_ngram.py": (2, "n-gram's tuner edits ngram.max_matching_ngram_size"),
 }
 # file -> (comparisons with Flow.X or a repository backend / interface / flow string, why)

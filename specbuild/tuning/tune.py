@@ -280,13 +280,14 @@ def tune_draft_len(spec, engine, prompts, options: TuneOptions, rep: Reporter) -
 
 def tune_tree(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> TuneReport:
     """A Medusa tree grown from the heads' measured accuracies within max_draft_len nodes."""
+    num_heads = method_of(spec).heads_of(spec).num_heads
     ranks = medusa_ranks(
         ReferenceMedusa(engine), prompts, max_new_tokens=options.max_tokens, topk=options.topk, reporter=rep
     )
     if not ranks:
         raise TrainingError(
             "no position to profile",
-            expected=f"greedy continuations longer than {spec.medusa.num_heads + 1} tokens",
+            expected=f"greedy continuations longer than {num_heads + 1} tokens",
             found=f"{len(prompts)} prompts, max_tokens {options.max_tokens}",
             fix="raise --max-tokens or add prompts",
         )
@@ -296,7 +297,7 @@ def tune_tree(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> Tun
         ranks,
         topk=options.topk,
         budget=min(budget, spec.speculation.max_draft_len),
-        num_heads=spec.medusa.num_heads,
+        num_heads=num_heads,
     )
     current = spec.medusa_choices()
     rep.log("timing a plain pass and the chosen and current trees' passes")
