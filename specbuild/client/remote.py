@@ -32,6 +32,7 @@ from tritonclient.utils import InferenceServerException
 from specbuild.client.request import KV, Chunk, build_inputs, build_llmapi_inputs, parse_response
 from specbuild.client.session_stream import SessionStream
 from specbuild.core.addresses import grpc_address
+from specbuild.core.deployment import RepoKind
 from specbuild.core.errors import ClientError, SpecbuildError
 from specbuild.core.facts.trtllm import SpeculativeDecodingMode
 from specbuild.core.generation import GenerationResult, SpecStats
@@ -44,7 +45,7 @@ DEFAULT_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 5.0
 
 
-BLS_INTERFACE, LLMAPI_INTERFACE = "bls", "llmapi"
+BLS_INTERFACE, LLMAPI_INTERFACE = RepoKind.ENGINE.interface, RepoKind.LLMAPI.interface  # the entry models'
 
 
 @dataclass(frozen=True)
