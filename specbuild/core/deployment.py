@@ -16,6 +16,8 @@ from specbuild.core.errors import SpecbuildError
 from specbuild.core.facts.llmapi import Flow
 
 ENGINE_ENTRY, LLMAPI_ENTRY = "tensorrt_llm_bls", "tensorrt_llm"  # the model a client sends requests to
+# Triton's backend names (a config.pbtxt's `backend:`): TensorRT-LLM's C++ backend, the Python backend
+TRITON_CPP_BACKEND, TRITON_PYTHON_BACKEND = "tensorrtllm", "python"
 
 
 class RepoKind(Enum):
@@ -51,7 +53,7 @@ class RepoKind(Enum):
     def engine_backend(self) -> str:
         """The Triton backend of the engine models (tensorrt_llm, tensorrt_llm_draft) of an engine-flow
         repository: the C++ `tensorrtllm`, or `python` (specbuild's tensorrt_llm_local stand-in)."""
-        return "python" if self.local else "tensorrtllm"
+        return TRITON_PYTHON_BACKEND if self.local else TRITON_CPP_BACKEND
 
     @property
     def stand_in(self) -> str | None:

@@ -18,6 +18,7 @@ import yaml
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
+from specbuild.core.deployment import TRITON_PYTHON_BACKEND
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, Flow, check_options, decoding_class
 from specbuild.core.formats.manifest import MANIFEST
@@ -103,7 +104,7 @@ def _check_interface(repo: _Repo, cfg, version: str | None, *, local: bool) -> N
             f"{cfg.name!r}, Triton's LLM-API model is {T.LLMAPI_MODEL!r}",
             'set name: "tensorrt_llm"',
         )
-    if cfg.backend != "python":
+    if cfg.backend != TRITON_PYTHON_BACKEND:
         repo.fail(
             CONFIG,
             "backend",
