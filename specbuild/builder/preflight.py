@@ -123,7 +123,7 @@ def run_checks(spec: BuildSpec, *, runtime_reserve_gib: float = RUNTIME_RESERVE_
 
 
 def flow_row(spec: BuildSpec) -> CheckResult:
-    """The method x flow x version combination (core/facts/llmapi.py; the spec loader refuses the rest)."""
+    """The method x flow x version combination (core/methods/matrix.py; the spec loader refuses the rest)."""
     found = support(spec.mode.value, spec.flow, spec.trtllm_version)
     if spec.flow is Flow.LLMAPI:
         what = (

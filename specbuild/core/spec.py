@@ -107,7 +107,7 @@ class BuildSpec:
     target: ModelSection
     trtllm_version: str = DEFAULT_TRTLLM_VERSION
     # engine: convert + trtllm-build + the C++ backend (up to 1.2.x); llmapi: the LLM API on the PyTorch
-    # backend (trtllm-serve, Triton's LLM-API model). core/facts/llmapi.py has the method x flow matrix.
+    # backend (trtllm-serve, Triton's LLM-API model). core/methods/matrix.py has the method x flow matrix.
     flow: Flow = Flow.ENGINE
     dtype: str = "bfloat16"
     # The methods' sections (core/methods SECTIONS, each typed by its method's section_type; only the
@@ -565,7 +565,7 @@ def _check_ranges(spec: BuildSpec, where: str) -> None:
 
 
 def _check_combination(spec: BuildSpec, where: str) -> None:
-    """The method x flow x version matrix (core/facts/llmapi.py): refuse what the version cannot serve,
+    """The method x flow x version matrix (core/methods/matrix.py): refuse what the version cannot serve,
     with the reason and the nearest supported alternative; then what the LLM-API flow has no key for."""
     version = spec.trtllm_version
     if version not in known_versions() and version not in LLMAPI_VERSIONS:  # a typo, not a combination
