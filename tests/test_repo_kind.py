@@ -50,3 +50,24 @@ def test_stand_ins_are_shipped_python_models():
     for kind in RepoKind:
         if kind.stand_in:
             assert (models / kind.stand_in / "model.py").is_file(), kind
+
+
+def test_what_a_kind_offers_per_method():
+    """K per request and a target-alone baseline: only where the BLS drives the rounds (draft/target and
+    n-gram on the engine flow); a draft to time: draft/target's BLS repository only."""
+    from specbuild.core.methods import METHODS, Method
+
+    for kind in RepoKind:
+        offers = {
+            m.value: (kind.k_per_request(s), kind.has_baseline(s), kind.separate_draft(s))
+            for m, s in METHODS.items()
+        }
+        if kind.llmapi:
+            assert not any(any(v) for v in offers.values()), kind
+        else:
+            assert offers[Method.DRAFT_TARGET.value] == (True, True, True)
+            assert offers[Method.NGRAM.value] == (True, True, False)
+            assert offers[Method.MEDUSA.value] == (False, False, False)
+    assert (
+        RepoKind.of_interface("llmapi") is RepoKind.LLMAPI and RepoKind.of_interface("bls") is RepoKind.ENGINE
+    )

@@ -63,26 +63,25 @@ class RepoInfo:
         return method_of(self.method) if self.method is not None else None
 
     @property
+    def kind(self) -> RepoKind:
+        """The repository kind as the wire shows it (core/deployment.py RepoKind.of_interface)."""
+        return RepoKind.of_interface(self.interface)
+
+    @property
     def bls_drives_loop(self) -> bool:
         """Requests choose K (num_draft_tokens; 0 = the target alone): the BLS runs the rounds."""
-        return (
-            self.interface == BLS_INTERFACE
-            and self.speculation is not None
-            and self.speculation.bls_drives_loop
-        )
+        return self.speculation is not None and self.kind.k_per_request(self.speculation)
 
     @property
     def has_baseline(self) -> bool:
         """The same server can run the target alone. The LLM API speculates on every request."""
-        return self.bls_drives_loop
+        return self.speculation is not None and self.kind.has_baseline(self.speculation)
 
     @property
     def draft_model(self) -> bool:
         """A separate draft model to time for the cost ratio (BLS repositories only: the LLM-API model is
         one model)."""
-        return (
-            self.interface == BLS_INTERFACE and self.speculation is not None and self.speculation.draft_model
-        )
+        return self.speculation is not None and self.kind.separate_draft(self.speculation)
 
     @property
     def always_speculates(self) -> bool:

@@ -11,9 +11,13 @@ only `backend`, from which `RepoKind.of_backend` reads it.
 from __future__ import annotations
 
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.facts.llmapi import Flow
+
+if TYPE_CHECKING:
+    from specbuild.core.methods import SpeculationMethod
 
 ENGINE_ENTRY, LLMAPI_ENTRY = "tensorrt_llm_bls", "tensorrt_llm"  # the model a client sends requests to
 # Triton's backend names (a config.pbtxt's `backend:`): TensorRT-LLM's C++ backend, the Python backend
@@ -70,6 +74,28 @@ class RepoKind(Enum):
     def interface(self) -> str:
         """The client interface of the entry model: "bls" (specbuild's BLS tensors) | "llmapi"."""
         return "llmapi" if self.llmapi else "bls"
+
+    # ---- what a repository of this kind serving `method` offers its clients ---------------------------
+    def k_per_request(self, method: SpeculationMethod) -> bool:
+        """Requests choose K (num_draft_tokens; 0 = the target alone): the BLS runs the draft -> verify
+        rounds. The LLM-API model (and an engine that speculates by itself) drafts its configured K."""
+        return not self.llmapi and method.bls_drives_loop
+
+    def has_baseline(self, method: SpeculationMethod) -> bool:
+        """The same server can run the target alone (the benchmarks' baseline)."""
+        return self.k_per_request(method)
+
+    def separate_draft(self, method: SpeculationMethod) -> bool:
+        """A draft model of its own the client can time (the BLS's tensorrt_llm_draft); the LLM-API model
+        is one model."""
+        return not self.llmapi and method.draft_model
+
+    @classmethod
+    def of_interface(cls, interface: str) -> RepoKind:
+        """The kind a client sees over the wire from the entry model's interface ("bls" | "llmapi"). The
+        place (production or local) does not show there; nothing a client asks depends on it, so this is
+        the production kind of that flow."""
+        return cls.LLMAPI if interface == cls.LLMAPI.interface else cls.ENGINE
 
     @classmethod
     def of_backend(cls, backend: str) -> RepoKind:
