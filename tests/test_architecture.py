@@ -77,7 +77,6 @@ KIND_BRANCHES_ALLOWED: dict[str, tuple[int, str]] = {
     "specbuild/engines/reference/engine.py": (1, "refuses an LLM-API build without reference engines"),
     "specbuild/model_repo/generate.py": (1, "the one place a build's flow picks the repository kind"),
     "specbuild/serve/llmapi_launch.py": (1, "a build folder (not a repository) has a flow, no kind"),
-    "specbuild/demo/report.py": (2, "a bench JSON's recorded interface (runs of any server, no manifest)"),
 }
 
 
