@@ -60,6 +60,7 @@ SECTION_READS_ALLOWED: dict[str, tuple[int, str]] = {
     "specbuild/deploy/vllm.py": (5, "vLLM translator: n-gram and EAGLE-3 section keys in vLLM's terms"),
     "specbuild/deploy/sglang.py": (2, "SGLang translator: the n-gram keys SGLang has no flag for"),
     "specbuild/tuning/tune_ngram.py": (2, "n-gram's tuner edits ngram.max_matching_ngram_size"),
+    "specbuild/planning/plan.py": (1, "reads the tuned keys by their path (the method's Tunable keys)"),
 }
 # file -> (comparisons with Flow.X or a repository backend / interface / flow string, why)
 KIND_BRANCHES_ALLOWED: dict[str, tuple[int, str]] = {
@@ -93,7 +94,8 @@ def _sites(check) -> dict[str, list[str]]:
 
 
 def _section_read(node: ast.AST) -> bool:
-    """`spec.<section>`, `x.spec.<section>` or `getattr(spec, "<section>")` for a method's section."""
+    """`spec.<section>`, `x.spec.<section>`, `getattr(spec, "<section>")` for a method's section, or
+    `getattr(spec, name)` with a name only known at run time."""
     from specbuild.core.methods import SECTIONS
 
     def specish(n: ast.AST) -> bool:
@@ -109,8 +111,7 @@ def _section_read(node: ast.AST) -> bool:
         and node.func.id == "getattr"
         and len(node.args) >= 2
         and specish(node.args[0])
-        and isinstance(node.args[1], ast.Constant)
-        and node.args[1].value in SECTIONS
+        and (not isinstance(node.args[1], ast.Constant) or node.args[1].value in SECTIONS)
     )
 
 
