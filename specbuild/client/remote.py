@@ -85,7 +85,7 @@ class RepoInfo:
 
     @property
     def always_speculates(self) -> bool:
-        if self.interface == LLMAPI_INTERFACE:
+        if self.kind.llmapi:
             return self.method is not None
         return (
             not self.bls_drives_loop
@@ -133,9 +133,13 @@ class ModelInfo:
         return self.repo.interface
 
     @property
+    def kind(self) -> RepoKind:
+        return self.repo.kind
+
+    @property
     def token_ids(self) -> bool:
         """Responses carry token ids (every specbuild repository; upstream's LLM-API model returns text)."""
-        return self.interface == BLS_INTERFACE or "output_ids" in self.outputs
+        return not self.kind.llmapi or "output_ids" in self.outputs
 
 
 # A Python-backend model whose stub process died: "Stub process 'tensorrt_llm_draft_0_0' is not healthy."
@@ -330,7 +334,7 @@ class _Collector:
 def request_inputs(info: ModelInfo, prompt, params, *, stream, num_draft_tokens, stop_words=()):
     """The InferInputs of one request to the served model (only the inputs it declares)."""
     out = []
-    if info.interface == LLMAPI_INTERFACE:
+    if info.kind.llmapi:
         built = build_llmapi_inputs(
             prompt,
             params,
@@ -357,7 +361,7 @@ def request_inputs(info: ModelInfo, prompt, params, *, stream, num_draft_tokens,
 
 
 def _run_stream(stream: SessionStream, info: ModelInfo, inputs, *, timeout_s: float, on_text) -> _Collector:
-    collector = _Collector(on_text, cumulative=info.interface == LLMAPI_INTERFACE)
+    collector = _Collector(on_text, cumulative=info.kind.llmapi)
     clean = False
     try:
         stream.send(info.name, inputs, collector.callback)
