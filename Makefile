@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-faults test-isa demo demo-real lint clean bench-convert bench-reference bench-serve bench-load aiperf fuzz
+.PHONY: setup test test-faults test-isa demo demo-real lint docs clean bench-convert bench-reference bench-serve bench-load aiperf fuzz
 
 setup: $(STAMP)
 
@@ -57,6 +57,11 @@ lint: setup
 	$(BIN)/ruff check specbuild lab tests
 	$(BIN)/ruff format --check specbuild lab tests
 	$(BIN)/lint-imports
+
+# docs/spec.md and the spec's JSON Schema (specbuild/data/spec.schema.json) from the spec dataclasses,
+# docs/cli.md from the command line; tests/test_docs_generated.py fails when they are not current.
+docs: setup
+	$(BIN)/python -m specbuild.cli.docs_gen
 
 bench-convert: setup
 	$(BIN)/python -m lab.benchmarks.convert

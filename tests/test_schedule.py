@@ -467,10 +467,14 @@ def test_counter_files_of_gone_servers_are_removed(tmp_path):
     stale = tmp_path / f"{inflight.PREFIX}{gone.pid}-0123456789abcdef"
     live = tmp_path / f"{inflight.PREFIX}{os.getpid()}-0123456789abcdef"
     other = tmp_path / "specbuild-bls-inflight-notapid"
-    for p in (stale, live, other):
+    # names anyone with /dev/shm can plant: a superscript digit (str.isdigit, not int()), a pid os.kill
+    # cannot take (OverflowError): skipped, not a crash of the BLS's initialize
+    planted = [tmp_path / f"{inflight.PREFIX}{d}-x" for d in ("\u00b2", "9" * 30, "9999999999")]
+    for p in (stale, live, other, *planted):
         p.write_bytes(b"\0" * 8)
     inflight.remove_stale(str(tmp_path))
     assert not stale.exists() and live.exists() and other.exists()
+    assert all(p.exists() for p in planted)
     path = inflight.counter_path(str(tmp_path), "m", server_pid=os.getpid())
     assert os.path.basename(path).startswith(f"{inflight.PREFIX}{os.getpid()}-")
 

@@ -17,8 +17,8 @@ from specbuild.cli.common import register
 app = typer.Typer(
     name="specbuild",
     help=(
-        "Build, serve and benchmark speculative decoding (draft/target and Medusa) on TensorRT-LLM "
-        "engines and Triton Inference Server.\n\n"
+        "Build, serve and benchmark speculative decoding (draft/target, Medusa, n-gram, EAGLE-3) on "
+        "TensorRT-LLM and Triton Inference Server.\n\n"
         "TensorRT-LLM engine builds need a GPU host with tensorrt_llm 1.2.x; without it, `compile` "
         "writes the exact build plan (build.sh, plan.json) plus a PyTorch reference engine that runs "
         "the same checkpoint, so the whole pipeline runs and is tested on a CPU."

@@ -1,10 +1,10 @@
 """One bidirectional gRPC stream that a `Session` keeps open across its requests.
 
 tritonclient opens a stream with a thread of its own (`start_stream`) and closes it with a round trip to
-the server that joins that thread (`stop_stream`): 0.65 + 0.70 ms on this machine (2026-12-03), paid by
-every streamed request when each opens its own. A Session sends one request at a time, so one stream
-serves them all: each request's responses go to the callback of the request that is running (requests
-are sequential, and a request is over only at its final response).
+the server that joins that thread (`stop_stream`), about a millisecond together, paid by every streamed
+request when each opens its own (lab/notebook/2026-12-03-engine-process.md). A Session sends one request
+at a time, so one stream serves them all: each request's responses go to the callback of the request
+that is running (requests are sequential, and a request is over only at its final response).
 
 A request that does not end cleanly (an error, or no final response within its timeout) closes the
 stream with `cancel_requests=True`, as a stream per request did: Triton cancels what is still running,

@@ -67,15 +67,15 @@ class GuardSection:
     """Stop drafting for a request once its last `window` drafted rounds accepted less than
     `min_acceptance` of their drafts (core/perf/schedule.py AcceptanceGuard)."""
 
-    window: int = 8
-    min_acceptance: float = 0.3
+    window: int = 8  # drafted rounds the acceptance is measured over
+    min_acceptance: float = 0.3  # accepted / drafted below which the request stops drafting
 
 
 @dataclass(frozen=True)
 class BuildSection:
-    max_batch_size: int = 8
-    max_input_len: int = 1024
-    max_seq_len: int = 2048
+    max_batch_size: int = 8  # requests an engine runs at once (trtllm-build --max_batch_size)
+    max_input_len: int = 1024  # longest prompt in tokens
+    max_seq_len: int = 2048  # longest prompt + answer in tokens
     max_num_tokens: int | None = None  # None: trtllm-build's default (8192, raised for speculation)
     weight_only: str = "none"  # none | int8 | int4 (quant_algo W8A16 / W4A16)
 
@@ -85,7 +85,7 @@ class ServingSection:
     gpu_memory_gb: float = 80.0  # per GPU
     kv_cache_free_gpu_mem_fraction: float = 0.9  # of memory left after weights, split between engines
     num_gpus: int | None = None  # None: the larger world size of target and draft
-    max_queue_delay_microseconds: int = 0
+    max_queue_delay_microseconds: int = 0  # how long Triton waits to fill a batch (dynamic batching)
     bls_instance_count: int = 4  # BLS concurrency (~ max batch size advised upstream)
     # The backend's enable_chunked_context parameter. Off: the longest prompt is min(engine max_seq_len - 1,
     # max_num_tokens); on: max_seq_len - 1, run max_num_tokens at a time (needs paged context FMHA, always
@@ -102,23 +102,21 @@ class ServingSection:
 
 @dataclass(frozen=True)
 class BuildSpec:
-    name: str
+    name: str  # the deployment's name (build folders, manifests, Kubernetes names)
     mode: Method  # the speculation method (core/methods)
-    target: ModelSection
-    trtllm_version: str = DEFAULT_TRTLLM_VERSION
+    target: ModelSection  # the model whose output is served
+    trtllm_version: str = DEFAULT_TRTLLM_VERSION  # the TensorRT-LLM release generated for (quote it)
     # engine: convert + trtllm-build + the C++ backend (up to 1.2.x); llmapi: the LLM API on the PyTorch
     # backend (trtllm-serve, Triton's LLM-API model). core/methods/matrix.py has the method x flow matrix.
     flow: Flow = Flow.ENGINE
-    dtype: str = "bfloat16"
-    # The methods' sections (core/methods SECTIONS, each typed by its method's section_type; only the
-    # spec's method's section is set). Stages outside core ask the method (method_of(spec)), not these.
-    draft: ModelSection | None = None
-    medusa: MedusaSection | None = None
-    ngram: NGramSection | None = None
-    eagle3: Eagle3Section | None = None
-    speculation: SpeculationSection = field(default_factory=SpeculationSection)
-    build: BuildSection = field(default_factory=BuildSection)
-    serving: ServingSection = field(default_factory=ServingSection)
+    dtype: str = "bfloat16"  # weights and activations (float16 on pre-Ampere GPUs)
+    draft: ModelSection | None = None  # mode draft_target: the draft model
+    medusa: MedusaSection | None = None  # mode medusa: the heads and the tree
+    ngram: NGramSection | None = None  # mode ngram: the n-gram pool (optional: defaults)
+    eagle3: Eagle3Section | None = None  # mode eagle3: the EAGLE-3 draft
+    speculation: SpeculationSection = field(default_factory=SpeculationSection)  # K, sampling, schedule
+    build: BuildSection = field(default_factory=BuildSection)  # the engines' limits
+    serving: ServingSection = field(default_factory=ServingSection)  # the GPUs and the Triton repository
     source: Path | None = None  # the YAML file; relative model paths are resolved against its folder
 
     @property

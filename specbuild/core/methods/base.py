@@ -40,8 +40,8 @@ class ModelSection:
     """A model the runtime loads as an engine of its own: the target, or draft/target's draft."""
 
     model: str  # local folder (relative to the spec file) or hub id
-    tp_size: int = 1
-    pp_size: int = 1
+    tp_size: int = 1  # tensor-parallel ranks (GPUs one copy of the weights is split over)
+    pp_size: int = 1  # pipeline-parallel stages
 
     @property
     def world_size(self) -> int:

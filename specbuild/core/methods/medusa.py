@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class MedusaSection:
     heads: str  # folder with the HF Medusa heads (config.json + medusa_lm_head.safetensors|.pt)
-    num_heads: int = 4
+    num_heads: int = 4  # Medusa heads (head i drafts the token i + 1 ahead)
     num_layers: int = 1  # ResBlocks per head
     choices: Any = DEFAULT_TREE  # a named tree or a list of paths; see MedusaChoices
 

@@ -46,9 +46,8 @@ MAX_THRESHOLD = 65536  # = spec.MAX_BATCH_SIZE: no server has more requests in f
 PLAIN_ROUND_TOKENS = 64
 # A streamed request's K=0 rounds ask 1, g, g^2, ... tokens (up to PLAIN_ROUND_TOKENS): the first token after
 # one target step (its TTFT, as without speculation), then few calls. Every call costs the BLS a round trip
-# through the Python backend and the engine a request to admit: g = 2 (1, 2, 4, ... : 6 calls for 48
-# tokens) measured the streamed schedule at 0.87 of the one-call baseline at c=1 and 0.63 at c=8 in a
-# `make demo` (2026-12-03 15:00 UTC, docs/schedule.md).
+# through the Python backend and the engine a request to admit, so g = 2 (6 calls for 48 tokens) lost
+# throughput to g = 8 (lab/notebook/2026-12-03-plain-round-growth.md).
 PLAIN_ROUND_GROWTH = 8
 # How long the count a schedule reads stays at least what it was when a request ended (`held_count`). A
 # closed-loop client answers a finished request with its next one a few milliseconds later; requests that

@@ -81,7 +81,10 @@ class CachedSequence:
         keep = min(self.common_prefix(ids), len(ids) - n_out)
         self.cache.truncate(0, keep)
         tail = torch.tensor([ids[keep:]], dtype=torch.long, device=self.model.device)  # [1,T]
-        hidden, aux = self.model.forward_capture(tail, self.cache, capture=capture)  # [1,T,H], [1,T,A]
+        if capture:  # [1,T,H], [1,T,A]
+            hidden, aux = self.model.forward_capture(tail, self.cache, capture=capture)
+        else:  # the plain pass is `forward`, the one entry point of every uncaptured pass
+            hidden, aux = self.model.forward(tail, self.cache), None  # [1,T,H]
         self.tokens = list(ids)
         self.forward_passes += 1
         return hidden[0, -n_out:], FedStates(keep, aux[0]) if capture else None  # [n_out,H]
@@ -98,7 +101,7 @@ class PrefixCache:
     entry stays for the sequence that owns it, as TensorRT-LLM's block reuse shares prefix blocks without
     freeing the other sequence's. Taking it over instead made concurrent growing sequences that share a
     prefix evict each other on every call, each call then recomputing its whole prefix (the c=4 collapse
-    of the streamed baseline on the real model: docs/serving.md, "In-flight batching")."""
+    of the streamed baseline on the real model: lab/notebook/2026-12-01-inflight-batching.md)."""
 
     def __init__(self, model: LlamaModel, *, max_entries: int = DEFAULT_PREFIX_CACHE_ENTRIES):
         self.model = model
@@ -262,7 +265,10 @@ class SequenceBatch:
             padded[row][: len(tail)] = tail
             n_new[row] = len(tail)
         tokens = torch.tensor(padded, dtype=torch.long, device=self.model.device)  # [B,T] right-padded
-        hidden, aux = self.model.forward_capture(tokens, self.cache, capture=capture, n_new=n_new)  # [B,T,H]
+        if capture:  # [B,T,H], [B,T,A]
+            hidden, aux = self.model.forward_capture(tokens, self.cache, capture=capture, n_new=n_new)
+        else:
+            hidden, aux = self.model.forward(tokens, self.cache, n_new=n_new), None  # [B,T,H]
         self.forward_passes += 1
         out = [
             hidden[row, len(t) - n : len(t)] for row, t, n in zip(rows, tails, n_out, strict=True)

@@ -126,8 +126,8 @@ class Outbox:
 
     The engine thread puts a streamed step's response here and goes on with the next step, so that
     building the response (detokenizing, the output tensors) and its IPC (the Python backend's
-    cancellation ask and send, each a round trip from the stub to the server: ~1.5 ms a step in all on
-    this machine, profiled in a real stub: docs/serving.md) overlap the engine's next step instead of
+    cancellation ask and send, each a round trip from the stub to the
+    server) overlap the engine's next step instead of
     adding to it. One FIFO for all requests: a request's responses, its final one last, go out in the
     order the engine produced them. A callable that raises is reported through `on_error` and the outbox
     goes on. `close` runs what was put before it, then stops the thread; what is put after close runs on

@@ -15,8 +15,9 @@ Python backend stub offers). **No ask after the final response, and none while i
 backend's server side deletes the request's response factory as it handles the final flag (python_be.cc,
 ResponseSendDecoupled), and an ask names that factory (TRITONBACKEND_ResponseFactoryIsCancelled), so an ask
 from another thread (a model's cancellation watcher) that lands after the final send reads freed memory:
-tritonserver 2.51 died of signal 11 in TRITONBACKEND_ResponseFactoryIsCancelled in a `make demo` at c=8
-(2026-12-03 14:47 UTC). The asks and the sends take one lock, and once closed the last answer stands.
+tritonserver 2.51 dies of signal 11 in TRITONBACKEND_ResponseFactoryIsCancelled
+(lab/notebook/2026-12-03-engine-process.md). The asks and the sends take one lock, and once closed the last
+answer stands.
 
 Each ask is an IPC round trip from the stub to the server, so the hot loops ask with `max_age_s` (the
 answer of an ask younger than that is reused): the engine models' per-step stop hooks at most every POLL_S

@@ -66,7 +66,8 @@ def remove_stale(folder: str | None = None) -> None:
     with contextlib.suppress(OSError):
         for name in os.listdir(folder):
             pid = name[len(PREFIX) :].partition("-")[0] if name.startswith(PREFIX) else ""
-            if pid.isdigit() and not _alive(int(pid)):
+            # ASCII digits up to Linux's largest pid_max (2**22): a planted name ("²", 30 digits) is skipped
+            if pid.isascii() and pid.isdigit() and len(pid) <= 7 and not _alive(int(pid)):
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(folder, name))
 

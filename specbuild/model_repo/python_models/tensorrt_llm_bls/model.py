@@ -456,7 +456,7 @@ class TritonPythonModel:
         # A streamed target-alone request (num_draft_tokens 0) to a target that cannot stream (not
         # decoupled: the BLS calls it round by round) runs the same loop with no drafts: one target call
         # per token through its prefix cache, each token sent as it comes (a real baseline stream; every
-        # token pays one BLS -> target call, docs/serving.md measures that overhead).
+        # token pays one BLS -> target call, docs/bench.md "Baseline stream overhead").
         stream_baseline = opts.stream and opts.num_draft_tokens == 0 and not self.target_decoupled
         if self.drafter_factory is not None and (opts.num_draft_tokens > 0 or stream_baseline):
             # the loop's stop hook asks after every round: a cancelled request ends within one round

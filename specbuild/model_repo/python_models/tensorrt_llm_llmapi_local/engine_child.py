@@ -2,8 +2,8 @@
 
 Why a process: the model's Triton process builds and sends a streamed response every engine step, and
 each send and cancellation ask is an IPC round trip that leaves and retakes the GIL. With the engine in
-the same process every such hand-over stalled the engine's thread (py-spy, 2026-12-03: 6.5% of its time
-waiting for the GIL after torch ops; streamed requests 12% slower in the engine than one-call ones).
+the same process every such hand-over stalled the engine's thread on the GIL, and streamed requests ran
+slower in the engine than one-call ones (lab/notebook/2026-12-03-engine-process.md).
 TensorRT-LLM's LLM API does the same for the same reason: on one GPU it runs the executor in a worker
 process ("Partition the workload to multiple process for streaming performance",
 tensorrt_llm/executor/executor.py GenerationExecutor.create, read at 005bc848).

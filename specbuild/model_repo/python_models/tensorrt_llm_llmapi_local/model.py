@@ -11,7 +11,7 @@ the LLM-API tensor interface (what each input does: llmapi_core.py).
 * the engine runs in a process of its own (engine_child.py, started and spoken to by engine_process.py),
   as the LLM API runs its executor in a worker process on one GPU: this process only reads requests,
   tokenizes, detokenizes and sends responses, so none of that stalls the engine (in one process, each
-  response's IPC hand-overs of the GIL cost the engine 12% of a streamed request; docs/serving.md).
+  response's IPC hand-overs of the GIL slowed the engine: lab/notebook/2026-12-03-engine-process.md).
 * decoupled (triton_config.decoupled: the repository's choice): `execute` hands the requests to one
   worker thread and returns, so concurrent requests reach the engine together: requests waiting when a
   batch starts decode together (up to max_batch_size; the engine's lockstep batch, draft/target
@@ -264,8 +264,8 @@ class TritonPythonModel:
         step): a `stop` request named it, or Triton cancelled it. A streamed request's every step is sent,
         and each send asks Triton afresh (on the outbox's thread): this reads that answer instead of asking
         again. Otherwise it asks at most every cancellation_check_period_ms, as upstream's model checks its
-        requests: asking every POLL_S (10 ms) cost a one-call request 4.5% of the engine's time on this
-        machine (py-spy, 2026-12-03)."""
+        requests: asking every POLL_S (10 ms) cost a one-call request engine time
+        (lab/notebook/2026-12-03-engine-process.md)."""
         max_age_s = float("inf") if job.req.streaming and self.decoupled else self.check_period_s
         return job.stopped or job.responder.ended(max_age_s=max_age_s)
 

@@ -3,10 +3,8 @@
 
 Why a process: the model's Triton process reads requests and builds and sends every response (a streamed
 request's every step), and each of those is Python work that holds the GIL. With the engine in the same
-process, that work shared one interpreter with the engine's steps: streamed K=0 rows of the Medusa
-repository ran 12-25% slower than the same rows answered in one call (their stub spent 0.72-0.89 CPU s a
-run against 0.61, bench 2026-12-03, docs/serving.md), and the LLM-API model, which moved its engine out
-first (engine_child.py), went from 0.80 to 0.89 of in-process for the streamed target alone. TensorRT-LLM's
+process, that work shared one interpreter with the engine's steps and slowed streamed rows against the
+same rows answered in one call (lab/notebook/2026-12-03-engine-process.md). TensorRT-LLM's
 LLM API does the same for the same reason ("Partition the workload to multiple process for streaming
 performance", tensorrt_llm/executor/executor.py GenerationExecutor.create, read at 005bc848); the C++
 backend runs its executor on threads of its own, outside the GIL.

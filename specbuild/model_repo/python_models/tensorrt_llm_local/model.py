@@ -276,7 +276,7 @@ class TritonPythonModel:
         request that streamed nothing (not decoupled, or decoupled and not streaming) is answered here, as
         the non-decoupled model answers: its one response waits behind no other request's streamed chunks
         on the outbox, and its client (a closed loop's worker) can send its next request sooner
-        (docs/serving.md, "The Medusa c=8 lead measured apart")."""
+        (lab/notebook/2026-12-02-bench-load-medusa-0623.md, "The Medusa c=8 lead measured apart")."""
         if self._outbox is None or not job.req.streaming:
             self._send_final(job.responder, self._final(job))
         else:
