@@ -409,8 +409,8 @@ def test_cli_deploy_writes_a_folder_and_keeps_an_existing_one(tmp_path):
 
 
 def test_every_method_is_mapped_to_vllm_or_refused():
-    from specbuild.core.facts.vllm import VLLM_METHODS, VLLM_REFUSED, vllm_facts
-    from specbuild.core.methods import Method
+    from specbuild.core.facts.vllm import VLLM_REFUSED, vllm_facts
+    from specbuild.core.methods import VLLM_METHODS, Method
 
     for m in Method:
         assert (m.value in VLLM_METHODS) != (m.value in VLLM_REFUSED), m

@@ -20,12 +20,17 @@ def render() -> str:
     from specbuild.core.facts import sglang as sglang_facts
     from specbuild.core.facts import vllm as vllm_facts
     from specbuild.core.facts.deploy_sources import triton_facts
+    from specbuild.core.methods import SGLANG_ALGORITHMS, VLLM_METHODS
     from specbuild.deploy.dynamo import DYNAMO_TRTLLM, PAIRING_SOURCE
 
     groups = [
         ("Triton + TensorRT-LLM (`triton`)", "1.2.1", triton_facts()),
-        ("vLLM (`vllm`)", vllm_facts.VLLM_VERSION, vllm_facts.release_facts()),
-        ("SGLang (`sglang`)", sglang_facts.SGLANG_VERSION, sglang_facts.release_facts()),
+        ("vLLM (`vllm`)", vllm_facts.VLLM_VERSION, vllm_facts.release_facts(writes=VLLM_METHODS)),
+        (
+            "SGLang (`sglang`)",
+            sglang_facts.SGLANG_VERSION,
+            sglang_facts.release_facts(writes=SGLANG_ALGORITHMS),
+        ),
         (
             "NVIDIA Dynamo (`dynamo`)",
             "runtime images",

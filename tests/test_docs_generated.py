@@ -203,11 +203,12 @@ def test_the_readme_tour_quotes_real_check_output():
 
 
 def test_the_readme_matrix_is_the_support_rule():
-    """README's method x flow table says yes exactly where core/facts/llmapi.py `support` does (the engine
+    """README's method x flow table says yes exactly where core/methods/matrix.py `support` does (the engine
     flow on the default release, the LLM-API flow on any release it is generated for)."""
-    from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, Flow, support
+    from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, Flow
     from specbuild.core.facts.trtllm import DEFAULT_TRTLLM_VERSION
     from specbuild.core.methods import Method
+    from specbuild.core.methods.matrix import support
 
     text = (ROOT / "README.md").read_text(encoding="utf-8").split("## Methods, flows and engines", 1)[1]
     text = text.split("\n## ", 1)[0]

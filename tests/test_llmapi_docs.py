@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specbuild.core.facts.llmapi import DECODINGS, LLMAPI_VERSIONS, release
+from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, release
+from specbuild.core.methods import DECODINGS
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "llmapi.md"
 BEGIN, END = "<!-- facts table: tests/test_llmapi_docs.py -->", "<!-- end facts table -->"

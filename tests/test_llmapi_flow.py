@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 from specbuild.cli import app
 from specbuild.core.errors import SpecError
-from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, Flow, check_options, release, support
+from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, Flow, check_options, release
+from specbuild.core.methods.matrix import support
 from specbuild.core.spec import load_spec, spec_from_dict
 
 DATA = Path(__file__).parent / "data"
@@ -156,7 +157,7 @@ def test_rejection_sampling_only_where_the_version_has_it(tmp_path):
 @pytest.mark.parametrize("version", VERSIONS)
 def test_ngram_section_keys_are_upstream_keys(version):
     """The n-gram emission copies its section's fields verbatim: each must be an NGramDecodingConfig key."""
-    from specbuild.core.facts.llmapi import DECODINGS
+    from specbuild.core.methods import DECODINGS
 
     keys = DECODINGS["ngram"].section_keys.values()
     assert set(keys) <= set(FIELDS[version]["NGramDecodingConfig"])
@@ -548,3 +549,15 @@ def test_argv_builders_refuse_unknown_flags_and_launchers():
         "4",
         "trtllm-llmapi-launch",
     ]
+
+
+def test_local_server_refuses_a_production_llmapi_repository(tmp_path):
+    """The repository's recorded kind sends an LLM-API repository for a GPU container to the GPU launch
+    (its model.py imports tensorrt_llm; its config says only `backend: "python"`)."""
+    from specbuild.core.errors import ServerError
+    from specbuild.serve.tritonserver import ServerOptions, TritonServer
+
+    repo = _llmapi_repo(tmp_path, VERSIONS[0])
+    with pytest.raises(ServerError, match="production repository: tensorrt_llm") as err:
+        TritonServer(repo, ServerOptions()).launch()
+    assert "repo_kind llmapi" in err.value.found and "--backend llmapi-local" in err.value.fix

@@ -327,3 +327,34 @@ def test_production_bls_without_vendored_loop(builds, tmp_path):
     repo = generate_repo(builds["draft_target"], tmp_path / "prod", backend="tensorrtllm")
     shutil.rmtree(repo / "tensorrt_llm_bls" / "1" / "vendor")
     assert "cannot import its loop" in only(check_repo(repo), "tensorrt_llm_bls/1/vendor", "-").problem
+
+
+def test_repository_records_its_kind_and_reads_older_manifests(builds, tmp_path):
+    """The manifest records repo_kind (core/deployment.py); a manifest written before the field still reads
+    (from `backend`), and `repo check` says so."""
+    from specbuild.cli import app
+    from specbuild.core.artifacts import read_repo_manifest
+    from specbuild.core.deployment import RepoKind
+
+    build = shutil.copytree(builds["ngram"], tmp_path / "build")
+    (build / "target" / "engine" / "rank0.engine").write_bytes(b"stand-in for trtllm-build's output")
+    prod = generate_repo(build, tmp_path / "prod", backend="tensorrtllm")
+    local = generate_repo(build, tmp_path / "local", backend="python")
+    for repo, kind in ((prod, RepoKind.ENGINE), (local, RepoKind.ENGINE_LOCAL)):
+        raw = json.loads((repo / "specbuild.json").read_text())
+        assert raw["repo_kind"] == kind.value
+        m = read_repo_manifest(repo)
+        assert (m.kind, m.kind_recorded) == (kind, True)
+    assert not (prod / "tensorrt_llm" / "1" / "model.py").exists()  # the C++ backend: no stand-in
+    assert (local / "tensorrt_llm" / "1" / "model.py").is_file()  # kind.stand_in, tensorrt_llm_local
+    result = CliRunner().invoke(app, ["repo", "check", str(local)])
+    assert result.exit_code == 0 and "NOTE" not in result.output
+
+    raw = json.loads((local / "specbuild.json").read_text())
+    del raw["repo_kind"]  # as an older specbuild wrote it
+    (local / "specbuild.json").write_text(json.dumps(raw))
+    m = read_repo_manifest(local)
+    assert (m.kind, m.kind_recorded) == (RepoKind.ENGINE_LOCAL, False)
+    result = CliRunner().invoke(app, ["repo", "check", str(local)])
+    assert result.exit_code == 0, result.output
+    assert "no repo_kind" in result.output and "backend field (python)" in result.output

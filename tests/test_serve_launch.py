@@ -222,6 +222,26 @@ def test_launch_commands_from_a_repository(tmp_path):
     assert not any(a.startswith("/opt/tritonserver") for a in argv[:image])
 
 
+def test_a_local_repository_gets_no_container_launch(tmp_path):
+    """A repository for the bundled CPU server (its tensorrt_llm is specbuild's stand-in) is refused by
+    the GPU launch, by its recorded kind (and, for an older manifest, by its backend field)."""
+    repo = tmp_path / "repo"
+    (repo / "tensorrt_llm").mkdir(parents=True)
+    spec = {
+        "trtllm_version": "1.2.1",
+        "mode": "medusa",
+        "target": {"tp_size": 1, "pp_size": 1},
+        "draft": None,
+    }
+    write_repo_manifest(repo, spec)
+    raw = json.loads((repo / "specbuild.json").read_text())
+    for fields in ({"repo_kind": "engine-local"}, {"backend": "python"}):
+        (repo / "specbuild.json").write_text(json.dumps({**raw, **fields}))
+        with pytest.raises(ServerError, match="local repository") as err:
+            launch_commands(repo)
+        assert "--backend tensorrtllm" in err.value.expected and "specbuild serve REPO" in err.value.fix
+
+
 def test_launch_without_manifest_is_explained(tmp_path):
     with pytest.raises(ServerError, match="cannot read the deployment layout"):
         launch_commands(tmp_path)

@@ -56,7 +56,7 @@ from specbuild.bench.multiturn import run_multiturn
 from specbuild.bench.options import BenchConfig, run_prompts
 from specbuild.bench.prometheus import scrape, settled_check
 from specbuild.bench.workers import Workers, send
-from specbuild.client.remote import LLMAPI_INTERFACE, connect, model_info
+from specbuild.client.remote import connect, model_info
 from specbuild.core.errors import ClientError
 from specbuild.core.perf.schedule_choice import round_order
 from specbuild.model_repo.tensors import DRAFT_MODEL, TARGET_MODEL
@@ -179,7 +179,7 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
             )
         cost_ratio = measure_cost_ratio(client, config.prompts[0]) if repo.draft_model else 0.0
         if (
-            info.interface == LLMAPI_INTERFACE
+            info.kind.llmapi
             and repo.speculation is not None
             and (repo.speculation.draft_model or repo.chain_after_context)
         ):

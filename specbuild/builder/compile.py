@@ -24,7 +24,7 @@ from specbuild.builder.preflight import FAIL, CheckReport, run_checks
 from specbuild.builder.resolve import resolve_model
 from specbuild.core.artifacts import RoleRecord
 from specbuild.core.errors import BuildError
-from specbuild.core.facts.llmapi import DECODINGS, Flow, release
+from specbuild.core.facts.llmapi import Flow, release
 from specbuild.core.facts.trtllm import SpeculativeDecodingMode
 from specbuild.core.formats.manifest import atomic_output_dir, write_manifest
 from specbuild.core.formats.safe_io import atomic_write_text
@@ -177,7 +177,7 @@ def _write_reference(spec, plans, tmp: Path) -> None:
 
 
 def _section(spec, role: str):
-    return spec.draft if role == "draft" else spec.target
+    return spec.engine_sections()[role]
 
 
 def _role_record(spec, plan, hf_dir: Path, built: bool) -> dict[str, Any]:
@@ -243,11 +243,11 @@ def _run_trtllm_build(plan, tmp: Path, final: Path) -> None:
 def llmapi_models(spec) -> dict[str, Path]:
     """section -> HF folder of every model the LLM API loads (target, and the draft / EAGLE-3 folder)."""
     models = {"target": resolve_model(spec.target.model, base=spec.base_dir, what="target model")}
-    section = DECODINGS[spec.mode.value].model_section
-    if section is not None:
-        models[section] = resolve_model(
-            getattr(spec, section).model, base=spec.base_dir, what=f"{section} model"
-        )
+    method = method_of(spec)
+    ref = method.speculative_model(spec)
+    if ref is not None:
+        section = method.llmapi.model_section
+        models[section] = resolve_model(ref, base=spec.base_dir, what=f"{section} model")
     return models
 
 

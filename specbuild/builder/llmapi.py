@@ -14,7 +14,7 @@ from typing import Any
 
 from specbuild.builder.memory_plan import MemoryPlan, effective_max_num_tokens
 from specbuild.core.errors import BuildError
-from specbuild.core.facts.llmapi import DECODINGS, check_options, decoding_class, release, two_model
+from specbuild.core.facts.llmapi import check_options, decoding_class, release, two_model
 from specbuild.core.llmapi_preflight import Refusal, installed_version, validate
 from specbuild.core.methods import method_of
 from specbuild.core.perf.schedule import DraftSchedule, guard_of, schedule_of
@@ -26,7 +26,8 @@ SERVE_SCRIPT = "serve.sh"
 
 def speculative_config(spec: BuildSpec, models: dict[str, str]) -> dict[str, Any]:
     """`speculative_config` of the spec's method, spelled for its TensorRT-LLM version."""
-    decoding = DECODINGS[spec.mode.value]
+    method = method_of(spec)
+    decoding = method.llmapi
     rel = release(spec.trtllm_version)
     cls = decoding_class(spec.mode.value, spec.trtllm_version)
     out: dict[str, Any] = {
@@ -36,8 +37,7 @@ def speculative_config(spec: BuildSpec, models: dict[str, str]) -> dict[str, Any
     if decoding.model_section is not None:
         out["speculative_model"] = models[decoding.model_section]
     out.update(rel.fixed.get(cls.name, {}))  # 1.2.1 EAGLE-3: eagle3_one_model: true
-    method = method_of(spec)
-    section = getattr(spec, method.section) if method.section else None
+    section = method.section_of(spec)
     for field, key in decoding.section_keys.items():
         value = getattr(section, field, None)
         if value is not None:
@@ -122,7 +122,7 @@ def llmapi_options(
     if schedule is not None and schedule.off:  # `tune` measured that speculation does not pay: target alone
         require_valid(out, spec.trtllm_version)
         return out
-    decoding = DECODINGS[spec.mode.value]
+    decoding = method_of(spec).llmapi
     if two_model(spec.mode.value, spec.trtllm_version) or not decoding.overlap_scheduler:
         # as the two-model draft/target examples of 1.2 set it; NGram: what the executor does anyway
         out["disable_overlap_scheduler"] = True

@@ -7,16 +7,18 @@ from specbuild.builder.memory_plan import MedusaShape
 from specbuild.builder.resolve import resolve_model
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.formats.medusa_heads import WEIGHT_FILES, read_medusa_heads
+from specbuild.core.methods import method_of
 from specbuild.core.spec import BuildSpec
 
 
 def check_medusa_heads(spec: BuildSpec, target: LoadedModel | None, out: list[CheckResult]) -> MedusaShape:
     """Append the heads' rows; return the head counts the memory plan should use (the spec's)."""
-    assert spec.medusa is not None
-    want_heads, want_layers = spec.medusa.num_heads, spec.medusa.num_layers
+    section = method_of(spec).heads_of(spec)
+    assert section is not None
+    want_heads, want_layers = section.num_heads, section.num_layers
     shape = MedusaShape(want_heads, want_layers)
     try:
-        folder = resolve_model(spec.medusa.heads, base=spec.base_dir, what="Medusa heads")
+        folder = resolve_model(section.heads, base=spec.base_dir, what="Medusa heads")
     except SpecbuildError as exc:
         out.append(CheckResult("medusa: heads", FAIL, f"{exc.what} ({exc.found})", exc.fix or ""))
         return shape
@@ -137,9 +139,10 @@ def check_medusa_heads(spec: BuildSpec, target: LoadedModel | None, out: list[Ch
 
 def check_tree(spec: BuildSpec) -> CheckResult:
 
-    assert spec.medusa is not None
+    section = method_of(spec).heads_of(spec)
+    assert section is not None
     tree = spec.medusa_choices()
-    problems = tree.problems(num_heads=spec.medusa.num_heads, max_draft_len=spec.speculation.max_draft_len)
+    problems = tree.problems(num_heads=section.num_heads, max_draft_len=spec.speculation.max_draft_len)
     if problems:
         return CheckResult(
             "medusa: tree",
@@ -151,6 +154,6 @@ def check_tree(spec: BuildSpec) -> CheckResult:
     return CheckResult(
         "medusa: tree",
         PASS,
-        f"{tree.size} nodes, depth {tree.depth} (heads {spec.medusa.num_heads}), "
+        f"{tree.size} nodes, depth {tree.depth} (heads {section.num_heads}), "
         f"size <= max_draft_len {spec.speculation.max_draft_len}, prefix-closed",
     )

@@ -303,12 +303,15 @@ def plan_memory(
     plan's `kv_fraction_total` and `kv_tokens` become kv_cache_config.free_gpu_memory_fraction and
     max_tokens; an EAGLE-3 draft adds its weights and its layers' KV to the target's GPUs."""
     roles = {r.role: r for r in method_of(spec).roles(spec)}
+    draft_section = method_of(spec).draft_engine(spec)
     if target is None:
         target = HFModelConfig.from_hf(
             resolve_model(spec.target.model, base=spec.base_dir, what="target model")
         )
-    if "draft" in roles and draft is None and spec.draft is not None:
-        draft = HFModelConfig.from_hf(resolve_model(spec.draft.model, base=spec.base_dir, what="draft model"))
+    if "draft" in roles and draft is None and draft_section is not None:
+        draft = HFModelConfig.from_hf(
+            resolve_model(draft_section.model, base=spec.base_dir, what="draft model")
+        )
     heads = roles["target"].heads
     if heads is not None and medusa is None:
         medusa = MedusaShape(heads.num_heads, heads.num_layers)
@@ -327,21 +330,21 @@ def plan_memory(
             medusa=medusa if heads is not None else None,
         )
     ]
-    if "draft" in roles and draft is not None and spec.draft is not None:
+    if "draft" in roles and draft is not None and draft_section is not None:
         engines.append(
             engine_memory(
                 draft,
                 role="draft",
                 # LLM API: the draft runs with the target's mapping (one executor, its TP/PP)
-                tp=spec.target.tp_size if llmapi else spec.draft.tp_size,
-                pp=spec.target.pp_size if llmapi else spec.draft.pp_size,
+                tp=spec.target.tp_size if llmapi else draft_section.tp_size,
+                pp=spec.target.pp_size if llmapi else draft_section.pp_size,
                 dtype=spec.dtype,
                 weight_only=b.weight_only,
                 max_num_tokens=effective_max_num_tokens(spec, speculative_target=False),
                 logits_rows=b.max_batch_size,
             )
         )
-    if spec.eagle3 is not None and spec.flow is Flow.LLMAPI:
+    if method_of(spec).one_model_draft(spec) is not None and spec.flow is Flow.LLMAPI:
         shape = eagle3 or eagle3_shape(spec, target)
         if shape is not None:
             engines.append(_eagle3_memory(spec, shape))
@@ -352,9 +355,15 @@ def eagle3_shape(spec: BuildSpec, target: HFModelConfig) -> Eagle3Shape | None:
     """The EAGLE-3 draft's shape from its folder (None when it cannot be read: `check` says why)."""
     try:
         draft = read_eagle3(resolve_model(spec.eagle3.model, base=spec.base_dir, what="eagle3 model"))
-        n = len(capture_layers(spec.eagle3.layers_to_capture, target.num_hidden_layers))
+        return eagle3_shape_read(draft, spec, target.num_hidden_layers)
     except (SpecbuildError, ValueError):
         return None
+
+
+def eagle3_shape_read(draft, spec: BuildSpec, target_layers: int) -> Eagle3Shape:
+    """The shape of a read EAGLE-3 draft capturing the spec's layers of a `target_layers`-layer target
+    (ValueError: the capture indices do not fit the target)."""
+    n = len(capture_layers(spec.eagle3.layers_to_capture, target_layers))
     return eagle3_shape_of(draft, spec, num_capture_layers=n)
 
 

@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from specbuild.builder.check_rows import FAIL, PASS, WARN, CheckResult, LoadedModel, short_path
-from specbuild.builder.eagle3_checks import capture_layers, check_eagle3, load_eagle3
+from specbuild.builder.eagle3_checks import check_eagle3, load_eagle3
 from specbuild.builder.medusa_checks import check_medusa_heads, check_tree
 from specbuild.builder.memory_plan import (
     GIB,
     RUNTIME_RESERVE_GIB,
     MedusaShape,
     MemoryPlan,
-    eagle3_shape_of,
+    eagle3_shape_read,
     plan_memory,
     pp_layers,
 )
@@ -27,11 +27,12 @@ from specbuild.builder.resolve import resolve_model
 from specbuild.builder.schedule_checks import schedule_row
 from specbuild.builder.tokenizer_checks import check_tokenizers
 from specbuild.core.errors import SpecbuildError
-from specbuild.core.facts.llmapi import LLMAPI_DEFAULT_MAX_NUM_TOKENS, Flow, support
+from specbuild.core.facts.llmapi import LLMAPI_DEFAULT_MAX_NUM_TOKENS, Flow
 from specbuild.core.facts.trtllm import prompt_limit
 from specbuild.core.formats.hf_config import SUPPORTED_ARCHITECTURES, HFModelConfig
 from specbuild.core.formats.weights import WeightFiles, find_weights, weight_stats
 from specbuild.core.methods import method_of
+from specbuild.core.methods.matrix import support
 from specbuild.core.spec import BuildSpec, ModelSection
 from specbuild.engines.trtllm.plan import effective_build_config
 
@@ -69,7 +70,9 @@ def run_checks(spec: BuildSpec, *, runtime_reserve_gib: float = RUNTIME_RESERVE_
     if row is not None:
         out.append(row)
     target = _load(spec, "target", spec.target, out)
-    draft = _load(spec, "draft", spec.draft, out) if spec.draft else None
+    method = method_of(spec)
+    draft_section = method.draft_engine(spec)
+    draft = _load(spec, "draft", draft_section, out) if draft_section else None
     for m in (target, draft):
         if m is not None:
             _check_architecture(m, out)
@@ -82,22 +85,22 @@ def run_checks(spec: BuildSpec, *, runtime_reserve_gib: float = RUNTIME_RESERVE_
         out.extend(check_tokenizers(target, draft))
     out.append(check_prompt_limit(spec))
     medusa = None
-    if spec.medusa is not None:  # heads converted into the target
+    if method.heads_of(spec) is not None:  # heads converted into the target
         medusa = check_medusa_heads(spec, target, out)
         out.append(check_tree(spec))
     eagle3 = None
-    if spec.eagle3 is not None:  # an EAGLE-3 draft read by the target's engine (LLM-API flow)
+    one_model = method.one_model_draft(spec)
+    if one_model is not None:  # an EAGLE-3 draft read by the target's engine (LLM-API flow)
         head = load_eagle3(spec, out)
         if head is not None:
             check_eagle3(spec, target, head, out)
             if target is not None:
                 try:
-                    n = len(capture_layers(spec.eagle3.layers_to_capture, target.config.num_hidden_layers))
-                    eagle3 = eagle3_shape_of(head, spec, num_capture_layers=n)
+                    eagle3 = eagle3_shape_read(head, spec, target.config.num_hidden_layers)
                 except ValueError:  # reported by the capture row
                     pass
     plan = None
-    if target and (draft or not method_of(spec).draft_model) and (spec.eagle3 is None or eagle3):
+    if target and (draft or not method.draft_model) and (one_model is None or eagle3):
         plan = plan_memory(
             spec,
             target=target.config,
@@ -120,7 +123,7 @@ def run_checks(spec: BuildSpec, *, runtime_reserve_gib: float = RUNTIME_RESERVE_
 
 
 def flow_row(spec: BuildSpec) -> CheckResult:
-    """The method x flow x version combination (core/facts/llmapi.py; the spec loader refuses the rest)."""
+    """The method x flow x version combination (core/methods/matrix.py; the spec loader refuses the rest)."""
     found = support(spec.mode.value, spec.flow, spec.trtllm_version)
     if spec.flow is Flow.LLMAPI:
         what = (
@@ -527,7 +530,7 @@ def _fit_fix(spec: BuildSpec, target: LoadedModel, draft: LoadedModel | None, re
             trial,
             target=target.config,
             draft=draft.config if draft else None,
-            medusa=MedusaShape(spec.medusa.num_heads, spec.medusa.num_layers) if spec.medusa else None,
+            medusa=MedusaShape(h.num_heads, h.num_layers) if (h := method_of(spec).heads_of(spec)) else None,
             runtime_reserve_gib=reserve,
         )
         if plan.fits and plan.kv_tokens >= spec.build.max_seq_len + spec.speculation.max_draft_len:

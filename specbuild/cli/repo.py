@@ -205,10 +205,9 @@ def entry_policy(repo: Path) -> str:
     from specbuild.core.artifacts import read_repo_manifest
     from specbuild.model_repo.transaction import serves
 
-    layout = read_repo_manifest(repo).layout
-    if layout.get("flow") == "llmapi":
-        return serves("tensorrt_llm", bool(layout["decoupled"]))
-    return serves("tensorrt_llm_bls", bool(layout["bls_decoupled"]))
+    manifest = read_repo_manifest(repo)
+    layout, entry = manifest.layout, manifest.kind.entry_model
+    return serves(entry, bool(layout["decoupled" if manifest.kind.llmapi else "bls_decoupled"]))
 
 
 @group_command(repo_app, "check")
@@ -229,10 +228,13 @@ def check(
     max_draft_len, decoding_mode vs the engine's speculative mode, logits dtypes, tokenizer folders,
     ensemble tensor mapping and types, required parameters. Each failure names the file, the field and the
     fix; exit code 1 when anything is wrong."""
-    from specbuild.model_repo.check import check_repo
+    from specbuild.model_repo.check import check_repo, kind_note
 
     findings = check_repo(repo)
     out = console()
+    note = kind_note(repo)
+    if note:
+        out.print(f"NOTE {note}")
     for finding in findings:
         out.print(f"FAIL {finding}")
     if findings:

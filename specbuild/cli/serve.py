@@ -218,11 +218,12 @@ def _print_facts(version: str | None, as_json: bool) -> None:
     from specbuild.core.facts import vllm as vllm_facts
     from specbuild.core.facts.deploy_sources import triton_facts
     from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, release_facts
+    from specbuild.core.methods import SGLANG_ALGORITHMS, VLLM_METHODS
     from specbuild.deploy.dynamo import DYNAMO_TRTLLM, PAIRING_SOURCE
 
     servers = {
-        f"vllm=={vllm_facts.VLLM_VERSION}": ("vLLM", vllm_facts.release_facts),
-        f"sglang=={sglang_facts.SGLANG_VERSION}": ("SGLang", sglang_facts.release_facts),
+        f"vllm=={vllm_facts.VLLM_VERSION}": ("vLLM", vllm_facts.release_facts, VLLM_METHODS),
+        f"sglang=={sglang_facts.SGLANG_VERSION}": ("SGLang", sglang_facts.release_facts, SGLANG_ALGORITHMS),
     }
     if version is not None and version not in (*LLMAPI_VERSIONS, *servers):
         raise SpecbuildError(
@@ -263,9 +264,9 @@ def _print_facts(version: str | None, as_json: bool) -> None:
         for v in LLMAPI_VERSIONS
         if version in (None, v)
     }
-    for key, (_, facts_of) in servers.items():
+    for key, (_, facts_of, names) in servers.items():
         if version in (None, key):
-            rows[key] = [row(*fact) for fact in facts_of(key.split("==")[1])]
+            rows[key] = [row(*fact) for fact in facts_of(key.split("==")[1], names)]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return

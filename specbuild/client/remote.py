@@ -32,6 +32,7 @@ from tritonclient.utils import InferenceServerException
 from specbuild.client.request import KV, Chunk, build_inputs, build_llmapi_inputs, parse_response
 from specbuild.client.session_stream import SessionStream
 from specbuild.core.addresses import grpc_address
+from specbuild.core.deployment import RepoKind
 from specbuild.core.errors import ClientError, SpecbuildError
 from specbuild.core.facts.trtllm import SpeculativeDecodingMode
 from specbuild.core.generation import GenerationResult, SpecStats
@@ -45,7 +46,7 @@ DEFAULT_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 5.0
 
 
-BLS_INTERFACE, LLMAPI_INTERFACE = "bls", "llmapi"
+BLS_INTERFACE, LLMAPI_INTERFACE = RepoKind.ENGINE.interface, RepoKind.LLMAPI.interface  # the entry models'
 
 
 @dataclass(frozen=True)
@@ -63,30 +64,29 @@ class RepoInfo:
         return method_of(self.method) if self.method is not None else None
 
     @property
+    def kind(self) -> RepoKind:
+        """The repository kind as the wire shows it (core/deployment.py RepoKind.of_interface)."""
+        return RepoKind.of_interface(self.interface)
+
+    @property
     def bls_drives_loop(self) -> bool:
         """Requests choose K (num_draft_tokens; 0 = the target alone): the BLS runs the rounds."""
-        return (
-            self.interface == BLS_INTERFACE
-            and self.speculation is not None
-            and self.speculation.bls_drives_loop
-        )
+        return self.speculation is not None and self.kind.k_per_request(self.speculation)
 
     @property
     def has_baseline(self) -> bool:
         """The same server can run the target alone. The LLM API speculates on every request."""
-        return self.bls_drives_loop
+        return self.speculation is not None and self.kind.has_baseline(self.speculation)
 
     @property
     def draft_model(self) -> bool:
         """A separate draft model to time for the cost ratio (BLS repositories only: the LLM-API model is
         one model)."""
-        return (
-            self.interface == BLS_INTERFACE and self.speculation is not None and self.speculation.draft_model
-        )
+        return self.speculation is not None and self.kind.separate_draft(self.speculation)
 
     @property
     def always_speculates(self) -> bool:
-        if self.interface == LLMAPI_INTERFACE:
+        if self.kind.llmapi:
             return self.method is not None
         return (
             not self.bls_drives_loop
@@ -151,9 +151,13 @@ class ModelInfo:
         return self.repo.interface
 
     @property
+    def kind(self) -> RepoKind:
+        return self.repo.kind
+
+    @property
     def token_ids(self) -> bool:
         """Responses carry token ids (every specbuild repository; upstream's LLM-API model returns text)."""
-        return self.interface == BLS_INTERFACE or "output_ids" in self.outputs
+        return not self.kind.llmapi or "output_ids" in self.outputs
 
 
 # A Python-backend model whose stub process died: "Stub process 'tensorrt_llm_draft_0_0' is not healthy."
@@ -348,7 +352,7 @@ class _Collector:
 def request_inputs(info: ModelInfo, prompt, params, *, stream, num_draft_tokens, stop_words=()):
     """The InferInputs of one request to the served model (only the inputs it declares)."""
     out = []
-    if info.interface == LLMAPI_INTERFACE:
+    if info.kind.llmapi:
         built = build_llmapi_inputs(
             prompt,
             params,
@@ -375,7 +379,7 @@ def request_inputs(info: ModelInfo, prompt, params, *, stream, num_draft_tokens,
 
 
 def _run_stream(stream: SessionStream, info: ModelInfo, inputs, *, timeout_s: float, on_text) -> _Collector:
-    collector = _Collector(on_text, cumulative=info.interface == LLMAPI_INTERFACE)
+    collector = _Collector(on_text, cumulative=info.kind.llmapi)
     clean = False
     try:
         stream.send(info.name, inputs, collector.callback)

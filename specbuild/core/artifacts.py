@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specbuild.core.deployment import RepoKind, kind_of_manifest
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.facts.llmapi import Flow
 from specbuild.core.facts.trtllm import SpeculativeDecodingMode
@@ -157,7 +158,7 @@ class RepoManifest:
     """A model repository written by `specbuild repo`."""
 
     folder: Path
-    backend: str  # tensorrtllm | python
+    backend: str  # tensorrtllm | python | llmapi | llmapi-local (`repo --backend`; `kind` answers for it)
     mode: Method
     trtllm_version: str
     build_dir: Path
@@ -166,6 +167,8 @@ class RepoManifest:
     models: tuple[str, ...]
     layout: dict[str, Any]  # the RepoLayout the configs were built from
     spec: dict[str, Any]  # the resolved build spec (BuildSpec.to_dict())
+    kind: RepoKind = RepoKind.ENGINE  # flow x production|local (core/deployment.py)
+    kind_recorded: bool = True  # False: an older repository; `kind` was read from its `backend` field
 
     @property
     def method(self) -> SpeculationMethod:
@@ -176,7 +179,10 @@ def read_repo_manifest(folder: str | Path) -> RepoManifest:
     folder = Path(folder)
     raw = read_manifest(folder, kind=REPO_KIND)
     try:
+        kind, recorded = kind_of_manifest(raw)
         return RepoManifest(
+            kind=kind,
+            kind_recorded=recorded,
             folder=folder,
             backend=raw["backend"],
             mode=parse_method(raw["mode"], where=str(folder / MANIFEST)),

@@ -19,14 +19,21 @@ from typing import Any
 import yaml
 
 from specbuild.core.errors import SpecError
-from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, Flow, decoding_class, parse_flow, support
+from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, Flow, decoding_class, parse_flow
 from specbuild.core.facts.trtllm import DEFAULT_TRTLLM_VERSION, known_versions
 from specbuild.core.formats.hf_config import FLOAT_DTYPES
-from specbuild.core.formats.medusa_choices import DEFAULT_TREE, MedusaChoices
+from specbuild.core.formats.medusa_choices import MedusaChoices
 from specbuild.core.formats.safe_io import InputFileError, read_text, shorten
 from specbuild.core.methods import METHODS, SECTIONS, Method, Tunable, method_of, parse_method
-from specbuild.core.methods import ngram as _ngram
+from specbuild.core.methods.base import MODEL_RANGES, ModelSection
+from specbuild.core.methods.eagle3 import Eagle3Section
+from specbuild.core.methods.matrix import support
+from specbuild.core.methods.medusa import MedusaSection
+from specbuild.core.methods.ngram import NGramSection
 from specbuild.core.perf.schedule import DraftSchedule, ScheduleError
+
+# The method sections live with their methods (core/methods/<method>.py); re-exported for readers of the spec.
+__all__ = ["BuildSpec", "Eagle3Section", "MedusaSection", "ModelSection", "NGramSection", "load_spec"]
 
 DTYPES = FLOAT_DTYPES
 QUANT = ("none", "int8", "int4")  # weight-only; trtllm-build quantizes float weights (trtllm.md 2.2)
@@ -38,45 +45,6 @@ INT32_MAX = 2**31 - 1  # TensorRT shapes and the backend's request fields are in
 MAX_BATCH_SIZE = 65536  # far above any served batch; TensorRT-LLM sizes per-slot buffers by it
 MAX_GPU_MEMORY_GB = 1024.0  # per GPU, GiB; the largest GPUs have 288 GB
 MAX_DRAFT_LEN = 256  # speculation.max_draft_len: far above any useful K (and every tree specbuild builds)
-
-
-@dataclass(frozen=True)
-class ModelSection:
-    model: str  # local folder (relative to the spec file) or hub id
-    tp_size: int = 1  # tensor-parallel ranks (GPUs one copy of the weights is split over)
-    pp_size: int = 1  # pipeline-parallel stages
-
-    @property
-    def world_size(self) -> int:
-        return self.tp_size * self.pp_size
-
-
-@dataclass(frozen=True)
-class MedusaSection:
-    heads: str  # folder with the HF Medusa heads (config.json + medusa_lm_head.safetensors|.pt)
-    num_heads: int = 4  # Medusa heads (head i drafts the token i + 1 ahead)
-    num_layers: int = 1  # ResBlocks per head
-    choices: Any = DEFAULT_TREE  # a named tree or a list of paths; see MedusaChoices
-
-
-@dataclass(frozen=True)
-class NGramSection:
-    """TensorRT-LLM's NGramDecodingConfig fields (core/methods/ngram.py); K is speculation.max_draft_len."""
-
-    max_matching_ngram_size: int = _ngram.DEFAULT_MAX_MATCHING_NGRAM_SIZE  # longest suffix looked up
-    is_keep_all: bool = _ngram.DEFAULT_IS_KEEP_ALL  # keep every continuation of a pattern (False: one)
-    is_use_oldest: bool = _ngram.DEFAULT_IS_USE_OLDEST  # draft the oldest continuation (False: newest)
-    is_public_pool: bool = _ngram.DEFAULT_IS_PUBLIC_POOL  # one pool for all requests (False: per request)
-
-
-@dataclass(frozen=True)
-class Eagle3Section:
-    """An EAGLE-3 draft checkpoint (LLM-API flow only): one or a few decoder layers that read the target's
-    hidden states of `layers_to_capture` (None: TensorRT-LLM's default (1, L//2 - 1, L - 4) of an L-layer
-    target), with its own lm_head over `draft_vocab_size` tokens and a `d2t` map to the target's ids."""
-
-    model: str  # folder with config.json (+ safetensors) of the EAGLE-3 draft
-    layers_to_capture: Any = None  # target layer indices whose hidden states feed the draft (a list)
 
 
 @dataclass(frozen=True)
@@ -139,7 +107,7 @@ class BuildSpec:
     target: ModelSection  # the model whose output is served
     trtllm_version: str = DEFAULT_TRTLLM_VERSION  # the TensorRT-LLM release generated for (quote it)
     # engine: convert + trtllm-build + the C++ backend (up to 1.2.x); llmapi: the LLM API on the PyTorch
-    # backend (trtllm-serve, Triton's LLM-API model). core/facts/llmapi.py has the method x flow matrix.
+    # backend (trtllm-serve, Triton's LLM-API model). core/methods/matrix.py has the method x flow matrix.
     flow: Flow = Flow.ENGINE
     dtype: str = "bfloat16"  # weights and activations (float16 on pre-Ampere GPUs)
     draft: ModelSection | None = None  # mode draft_target: the draft model
@@ -167,11 +135,17 @@ class BuildSpec:
                 out[label] = path
         return out
 
+    def engine_sections(self) -> dict[str, ModelSection]:
+        """The model sections that are engines of their own, role -> section: the target, and the draft
+        when the method has a separate draft engine (core/methods `draft_engine`)."""
+        draft = method_of(self).draft_engine(self)
+        return {"target": self.target, **({"draft": draft} if draft is not None else {})}
+
     @property
     def num_gpus(self) -> int:
         if self.serving.num_gpus:
             return self.serving.num_gpus
-        return max(self.target.world_size, self.draft.world_size if self.draft else 1)
+        return max(s.world_size for s in self.engine_sections().values())
 
     @property
     def gpus_per_node(self) -> int:
@@ -182,6 +156,10 @@ class BuildSpec:
         """The tree as a MedusaChoices (specs with a medusa section only)."""
         assert self.medusa is not None
         return MedusaChoices.parse(self.medusa.choices)
+
+    def medusa_tree(self) -> list[list[int]] | None:
+        """The Medusa tree as lists (None: the method has no tree)."""
+        return self.medusa_choices().to_lists() if self.medusa is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -457,9 +435,7 @@ def _fill_optional_section(spec: BuildSpec) -> BuildSpec:
     method = method_of(spec)
     if method.section is None or method.section_required or getattr(spec, method.section) is not None:
         return spec
-    hint = typing.get_type_hints(BuildSpec)[method.section]
-    section_type = next(a for a in typing.get_args(hint) if a is not type(None))
-    return dataclasses.replace(spec, **{method.section: section_type()})
+    return dataclasses.replace(spec, **{method.section: method.section_type()})
 
 
 def _check_sections(spec: BuildSpec, where: str) -> None:
@@ -528,9 +504,8 @@ def _check_values(spec: BuildSpec, where: str, *, validate_tree: bool = True) ->
             s.gpu_memory_gb,
             "use 80 (H100) or 141 (H200)",
         )
-    if s.num_gpus is not None and s.num_gpus < max(
-        spec.target.world_size, spec.draft.world_size if spec.draft else 1
-    ):
+    draft = spec.engine_sections().get("draft")
+    if s.num_gpus is not None and s.num_gpus < max(spec.target.world_size, draft.world_size if draft else 1):
         _fail(
             where,
             "serving.num_gpus",
@@ -538,13 +513,13 @@ def _check_values(spec: BuildSpec, where: str, *, validate_tree: bool = True) ->
             s.num_gpus,
             "raise num_gpus or lower tp_size",
         )
-    worlds = [spec.num_gpus, spec.target.world_size] + ([spec.draft.world_size] if spec.draft else [])
+    worlds = [spec.num_gpus, spec.target.world_size] + ([draft.world_size] if draft else [])
     if any(w % s.nodes for w in worlds):
         _fail(
             where,
             "serving.nodes",
             f"a divisor of the GPUs ({spec.num_gpus}) and of every engine's tp*pp (target "
-            f"{spec.target.world_size}" + (f", draft {spec.draft.world_size}" if spec.draft else "") + "): "
+            f"{spec.target.world_size}" + (f", draft {draft.world_size}" if draft else "") + "): "
             "every node holds the same number of each engine's ranks",
             s.nodes,
             "set serving.nodes: 1 (a draft/target spec runs on one node), or a tp_size / pp_size that splits "
@@ -552,14 +527,11 @@ def _check_values(spec: BuildSpec, where: str, *, validate_tree: bool = True) ->
         )
 
 
-# (section, key) -> (lowest, highest, example fix): every integer of a spec has a range.
+# (section, key) -> (lowest, highest, example fix): every integer of a spec has a range; the methods'
+# sections' ranges are their methods' (`ranges`).
 _RANGES: dict[tuple[str, str], tuple[int, int, str]] = {
-    ("target", "tp_size"): (1, 512, "1"),
-    ("target", "pp_size"): (1, 512, "1"),
-    ("draft", "tp_size"): (1, 512, "1"),
-    ("draft", "pp_size"): (1, 512, "1"),
-    ("medusa", "num_heads"): (1, 64, "4"),
-    ("medusa", "num_layers"): (1, 64, "1"),
+    **{("target", key): r for key, r in MODEL_RANGES.items()},
+    **{(m.section, key): r for m in METHODS.values() for key, r in m.ranges.items()},
     ("speculation", "max_draft_len"): (
         1,
         MAX_DRAFT_LEN,
@@ -591,7 +563,7 @@ def _check_ranges(spec: BuildSpec, where: str) -> None:
 
 
 def _check_combination(spec: BuildSpec, where: str) -> None:
-    """The method x flow x version matrix (core/facts/llmapi.py): refuse what the version cannot serve,
+    """The method x flow x version matrix (core/methods/matrix.py): refuse what the version cannot serve,
     with the reason and the nearest supported alternative; then what the LLM-API flow has no key for."""
     version = spec.trtllm_version
     if version not in known_versions() and version not in LLMAPI_VERSIONS:  # a typo, not a combination

@@ -26,6 +26,7 @@ from rich.table import Table
 
 from specbuild.bench.load_bench import FIXED_K_BAR, ONE_CALL_BAR, bar_verdict, decision_text
 from specbuild.bench.metrics import UNARY_BASELINE, UNARY_BASELINE_AGAIN, UNARY_SCHEDULE
+from specbuild.core.deployment import RepoKind
 from specbuild.core.methods import method_of
 from specbuild.core.perf import theory
 
@@ -364,14 +365,15 @@ def load_table(bench_json: Path) -> tuple[str, list[dict[str, Any]], list[str]] 
 def _own_baseline(key: str, bench: dict[str, Any]) -> bool:
     """The run has a target-alone baseline of its own (a BLS that drives the rounds)."""
     ctx = bench.get("context", {})
-    return ctx.get("interface", "bls") == "bls" and method_of(ctx.get("mode") or key).has_baseline
+    kind = RepoKind.of_interface(ctx.get("interface", RepoKind.ENGINE.interface))  # older runs: the BLS
+    return kind.has_baseline(method_of(ctx.get("mode") or key))
 
 
 def _mode_table(console, summary, mode, name, bench, loaded, paths) -> str:
     """Print one mode's table for one prompt set, record it in `summary`; returns its markdown."""
     ctx = bench.get("context", {})
     method = method_of(ctx.get("mode") or mode)  # the key may name a run ("draft_target (LLM API)")
-    llmapi = ctx.get("interface") == "llmapi"
+    llmapi = RepoKind.of_interface(ctx.get("interface", RepoKind.ENGINE.interface)).llmapi
     # a run without its own baseline (the engine always speculates) borrows one of the same target
     lenders = [(m, s[name]) for m, s in loaded.items() if name in s and _own_baseline(m, s[name])]
     lender, lent = lenders[0] if lenders else (None, None)

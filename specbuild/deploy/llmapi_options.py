@@ -10,7 +10,8 @@ from typing import Any
 from specbuild.builder.llmapi import llmapi_options
 from specbuild.builder.memory_plan import plan_memory
 from specbuild.core.errors import DeployError
-from specbuild.core.facts.llmapi import DECODINGS, Flow
+from specbuild.core.facts.llmapi import Flow
+from specbuild.core.methods import method_of
 from specbuild.core.spec import BuildSpec
 from specbuild.deploy.pods import MODEL_ROOT  # noqa: F401 (re-exported: where --models-claim mounts)
 from specbuild.deploy.vllm import pod_model
@@ -26,7 +27,8 @@ def spec_options(spec: BuildSpec, *, model_root: str | None = None) -> dict[str,
             fix="set `flow: llmapi` in the spec",
         )
     models = {"target": pod_model(spec, spec.target.model, model_root)}
-    section = DECODINGS[spec.mode.value].model_section
-    if section is not None:
-        models[section] = pod_model(spec, getattr(spec, section).model, model_root)
+    method = method_of(spec)
+    ref = method.speculative_model(spec)
+    if ref is not None:
+        models[method.llmapi.model_section] = pod_model(spec, ref, model_root)
     return llmapi_options(spec, plan_memory(spec), models=models)

@@ -10,6 +10,7 @@ from typing import Any
 
 from specbuild.builder.resolve import HUB_ID
 from specbuild.core.errors import DeployError
+from specbuild.core.methods import method_of
 from specbuild.core.spec import BuildSpec
 from specbuild.deploy import k8s
 
@@ -23,11 +24,12 @@ def is_local(spec: BuildSpec, model: str) -> bool:
 
 
 def spec_models(spec: BuildSpec, *, speculative: bool = True) -> dict[str, str]:
-    """{section: model} the server loads: the target, and the draft model (draft, eagle3) if any."""
+    """{section: model} the server loads: the target, and the method's draft model (draft, eagle3) if any."""
     out = {"target": spec.target.model}
-    for section in ("draft", "eagle3") if speculative else ():
-        if getattr(spec, section, None) is not None:
-            out[section] = getattr(spec, section).model
+    method = method_of(spec)
+    ref = method.speculative_model(spec) if speculative else None
+    if ref is not None:
+        out[method.section] = ref
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from specbuild.core.methods import method_of
 from specbuild.core.spec import BuildSpec
 from specbuild.deploy.eagle3_draft import DRAFT_CONTENTS
 
@@ -55,7 +56,7 @@ def readme_for(
         kinds = ", ".join(f"{o['kind']} {o['metadata']['name']}" for o in objs)
         lines.append(f"* `{name}`: {kinds}")
     lines += ["", "## Needs", ""] + [f"* {r}" for r in REQUIREMENTS[engine]]
-    if spec.eagle3 is not None and engine in DRAFT_CONTENTS:
+    if method_of(spec).one_model_draft(spec) is not None and engine in DRAFT_CONTENTS:
         lines.append(f"* {DRAFT_CONTENTS[engine]}")
     if recipe:
         lines += ["", "## Before applying (in order, from this folder)", ""]

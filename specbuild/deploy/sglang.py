@@ -31,7 +31,8 @@ import shlex
 from typing import Any
 
 from specbuild.core.errors import DeployError
-from specbuild.core.facts.sglang import SGLANG_ALGORITHMS, SGLANG_REFUSED, SGLANG_VERSION, sglang_facts
+from specbuild.core.facts.sglang import SGLANG_REFUSED, SGLANG_VERSION, sglang_facts
+from specbuild.core.methods import SGLANG_ALGORITHMS, method_of
 from specbuild.core.perf.schedule import schedule_of
 from specbuild.core.spec import BuildSpec
 from specbuild.deploy import k8s
@@ -61,15 +62,14 @@ def algorithm_of(spec: BuildSpec, requested: str | None = None) -> str:
     facts = sglang_facts()
     eagle = {"EAGLE", *facts.algorithms["aliases_of_EAGLE"]}
     draft = read_draft(spec)
-    eagle3_draft = spec.eagle3 is not None or (
-        draft is not None and any("Eagle3" in a for a in draft.architectures)
-    )
+    head = method_of(spec).one_model_draft(spec)
+    eagle3_draft = head is not None or (draft is not None and any("Eagle3" in a for a in draft.architectures))
     if algorithm in eagle and eagle3_draft:
         raise DeployError(
             f"--speculative-algorithm {algorithm} with an EAGLE-3 draft",
             expected="EAGLE3 (EAGLE captures no target layers for the draft: SGLang 0.5.23 accepts the "
             "draft, skips its fc and drafts with an acceptance length of 1 token a step)",
-            found=f"{algorithm} for {spec.eagle3.model if spec.eagle3 else 'an EAGLE-3 draft'}",
+            found=f"{algorithm} for {head or 'an EAGLE-3 draft'}",
             fix="use EAGLE3 (the default for mode eagle3)",
         )
     if algorithm not in facts.algorithm_names:
@@ -156,7 +156,8 @@ def speculative_args(
             "--speculative-ngram-max-bfs-breadth",
             "1",
         ]
-    draft = spec.draft or spec.eagle3
+    method = method_of(spec)
+    draft = method.speculative_model(spec)
     if draft is None:
         raise DeployError(
             f"{algorithm} needs a draft model",
@@ -164,9 +165,9 @@ def speculative_args(
             found=f"mode {spec.mode}",
             fix="add the draft model to the spec",
         )
-    if spec.eagle3 is not None:
+    if method.one_model_draft(spec) is not None:
         check_draft(spec, "sglang")
-    args += ["--speculative-draft-model-path", pod_model(spec, draft.model, model_root)]
+    args += ["--speculative-draft-model-path", pod_model(spec, draft, model_root)]
     args += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1"]
     args += ["--speculative-num-draft-tokens", str(k + 1)]
     if adaptive_path and adaptive_config(spec, algorithm) is not None:
@@ -229,9 +230,10 @@ def unmapped(spec: BuildSpec) -> list[str]:
     ]
     if spec.build.weight_only != "none":
         out.append(f"build.weight_only {spec.build.weight_only} (SGLang loads pre-quantized checkpoints)")
-    if spec.draft is not None and spec.draft.tp_size != spec.target.tp_size:
+    draft = method_of(spec).draft_engine(spec)
+    if draft is not None and draft.tp_size != spec.target.tp_size:
         out.append(
-            f"draft.tp_size {spec.draft.tp_size} (SGLang {SGLANG_VERSION} has no draft tensor-parallel flag: "
+            f"draft.tp_size {draft.tp_size} (SGLang {SGLANG_VERSION} has no draft tensor-parallel flag: "
             "the draft runs with the target's --tp-size; inferred from its flag list)"
         )
     if spec.speculation.use_logits:

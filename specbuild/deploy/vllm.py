@@ -37,7 +37,8 @@ from typing import Any
 
 from specbuild.builder.memory_plan import plan_memory
 from specbuild.core.errors import DeployError
-from specbuild.core.facts.vllm import VLLM_METHODS, VLLM_REFUSED, VLLM_VERSION, VllmFacts, vllm_facts
+from specbuild.core.facts.vllm import VLLM_REFUSED, VLLM_VERSION, VllmFacts, vllm_facts
+from specbuild.core.methods import VLLM_METHODS, method_of
 from specbuild.core.perf.schedule import schedule_of
 from specbuild.core.spec import BuildSpec
 from specbuild.deploy import k8s
@@ -73,7 +74,7 @@ def speculative_config(spec: BuildSpec, *, model_root: str | None = None) -> dic
             f"no vLLM mapping for mode {mode}",
             expected=", ".join(sorted(VLLM_METHODS)),
             found=mode,
-            fix="add it to core/facts/vllm.py VLLM_METHODS",
+            fix="set its vllm_method in core/methods/<method>.py",
         )
     schedule = schedule_of(spec)
     if schedule is not None and schedule.off:
@@ -83,19 +84,20 @@ def speculative_config(spec: BuildSpec, *, model_root: str | None = None) -> dic
         "num_speculative_tokens": spec.speculation.max_draft_len,
         "rejection_sample_method": "standard",  # lossless per-token rejection sampling, as TensorRT-LLM
     }
-    if spec.draft is not None:
-        if spec.draft.pp_size != 1:
+    method = method_of(spec)
+    if (draft := method.draft_engine(spec)) is not None:
+        if draft.pp_size != 1:
             raise DeployError(
                 "vLLM runs the draft without pipeline parallelism",
                 expected="draft.pp_size: 1",
-                found=f"draft.pp_size: {spec.draft.pp_size}",
+                found=f"draft.pp_size: {draft.pp_size}",
                 fix="set draft.pp_size: 1",
             )
-        cfg["model"] = pod_model(spec, spec.draft.model, model_root)
-        cfg["draft_tensor_parallel_size"] = spec.draft.tp_size
-    if spec.eagle3 is not None:  # the EAGLE-3 draft head
+        cfg["model"] = pod_model(spec, draft.model, model_root)
+        cfg["draft_tensor_parallel_size"] = draft.tp_size
+    if (head := method.one_model_draft(spec)) is not None:  # the EAGLE-3 draft head
         check_draft(spec, "vllm")
-        cfg["model"] = pod_model(spec, spec.eagle3.model, model_root)
+        cfg["model"] = pod_model(spec, head, model_root)
     if "model" in cfg:  # the draft's distribution in the ratio test (speculation.use_logits), else one-hot
         cfg["draft_sample_method"] = "probabilistic" if spec.speculation.use_logits else "greedy"
     if spec.ngram is not None:  # prompt lookup within the request (vLLM has no pool shared across requests)

@@ -25,7 +25,6 @@ from tritonclient.grpc._utils import _get_inference_request  # tritonclient's ow
 from tritonclient.utils import InferenceServerException
 
 from specbuild.client.remote import (
-    LLMAPI_INTERFACE,
     ModelInfo,
     connect,
     model_info,
@@ -59,7 +58,7 @@ class ServedModel:
 
     @property
     def llmapi(self) -> bool:
-        return self.info.interface == LLMAPI_INTERFACE
+        return self.info.kind.llmapi
 
     @property
     def loop_k(self) -> int | None:

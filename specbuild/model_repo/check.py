@@ -18,6 +18,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from specbuild.core.artifacts import RepoManifest, read_repo_manifest
+from specbuild.core.deployment import TRITON_CPP_BACKEND, TRITON_PYTHON_BACKEND
 from specbuild.core.errors import SpecbuildError, SpecError
 from specbuild.core.facts.trtllm import SpeculativeDecodingMode
 from specbuild.core.formats.manifest import MANIFEST
@@ -89,6 +90,20 @@ class _Repo:
         if served == m.layout.get("tokenizer_dir") and m.tokenizer_dir_host:
             return m.tokenizer_dir_host
         return Path(served)
+
+
+def kind_note(root: str | Path) -> str | None:
+    """What to tell about a repository whose manifest predates `repo_kind` (None: nothing)."""
+    try:
+        m = read_repo_manifest(root) if (Path(root) / MANIFEST).is_file() else None
+    except SpecbuildError:
+        return None  # check_repo reports the broken manifest
+    if m is None or m.kind_recorded:
+        return None
+    return (
+        f"{MANIFEST} has no repo_kind (an older specbuild): read {m.kind.value} from its backend field "
+        f"({m.kind.backend}); `specbuild repo BUILD_DIR OUT --force` records it"
+    )
 
 
 def check_repo(root: str | Path) -> list[Finding]:
@@ -179,7 +194,7 @@ def _check_engines(repo: _Repo) -> dict[str, dict]:
             )
             continue
         out[model] = cfg
-        if repo.configs[model].backend == "tensorrtllm" and not any(folder.glob("rank*.engine")):
+        if repo.configs[model].backend == TRITON_CPP_BACKEND and not any(folder.glob("rank*.engine")):
             repo.fail(
                 rel,
                 "parameters.gpt_model_path",
@@ -536,7 +551,7 @@ def _check_python_sources(repo: _Repo) -> None:
     """Python-backend models need 1/model.py; a production BLS needs its vendored loop (no
     specbuild there)."""
     for name, cfg in repo.configs.items():
-        if cfg.backend == "python" and not (repo.root / name / "1" / "model.py").is_file():
+        if cfg.backend == TRITON_PYTHON_BACKEND and not (repo.root / name / "1" / "model.py").is_file():
             repo.fail(
                 f"{name}/1/model.py",
                 "-",
@@ -544,7 +559,8 @@ def _check_python_sources(repo: _Repo) -> None:
                 "regenerate the repository with `specbuild repo --force`",
             )
     production = any(
-        repo.configs.get(m) is not None and repo.configs[m].backend == "tensorrtllm" for m in ENGINE_MODELS
+        repo.configs.get(m) is not None and repo.configs[m].backend == TRITON_CPP_BACKEND
+        for m in ENGINE_MODELS
     )
     vendor = repo.root / "tensorrt_llm_bls" / "1" / "vendor" / "specbuild"
     missing = [rel for rel in VENDORED_MODULES if not (vendor / rel).is_file()]

@@ -18,10 +18,12 @@ import yaml
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
+from specbuild.core.deployment import TRITON_PYTHON_BACKEND
 from specbuild.core.errors import SpecbuildError
-from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, Flow, check_options, decoding_class, support
+from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, Flow, check_options, decoding_class
 from specbuild.core.formats.manifest import MANIFEST
 from specbuild.core.formats.safe_io import read_json, read_text, shorten
+from specbuild.core.methods.matrix import support
 from specbuild.core.spec import MAX_DRAFT_LEN
 from specbuild.model_repo import tensors as T
 from specbuild.model_repo.configs import parse_text
@@ -35,17 +37,13 @@ OPTIONS = f"{T.LLMAPI_MODEL}/1/{T.LLMAPI_OPTIONS}"
 
 def is_llmapi_repo(repo: _Repo) -> bool:
     if repo.manifest is not None:
-        return repo.manifest.backend in ("llmapi", "llmapi-local")
+        return repo.manifest.kind.llmapi
     return (repo.root / T.LLMAPI_MODEL / "1" / T.LLMAPI_OPTIONS).is_file()
 
 
 def check_llmapi(repo: _Repo) -> None:
     m = repo.manifest
-    local = (
-        m.backend == "llmapi-local"
-        if m is not None
-        else (repo.root / T.LLMAPI_MODEL / "1" / "model.py").is_file()
-    )
+    local = m.kind.local if m is not None else (repo.root / T.LLMAPI_MODEL / "1" / "model.py").is_file()
     version = m.trtllm_version if m is not None else None
     cfg = _config(repo)
     if cfg is not None:
@@ -106,7 +104,7 @@ def _check_interface(repo: _Repo, cfg, version: str | None, *, local: bool) -> N
             f"{cfg.name!r}, Triton's LLM-API model is {T.LLMAPI_MODEL!r}",
             'set name: "tensorrt_llm"',
         )
-    if cfg.backend != "python":
+    if cfg.backend != TRITON_PYTHON_BACKEND:
         repo.fail(
             CONFIG,
             "backend",

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from specbuild.core.deployment import RepoKind
 from specbuild.core.methods import Method
 from specbuild.core.perf.schedule import INFLIGHT_HOLD_MS, PLAIN_ROUND_GROWTH, PLAIN_ROUND_TOKENS
 from specbuild.model_repo import tensors as T
 
-BACKENDS = ("tensorrtllm", "python")
+BACKENDS = tuple(k.backend for k in RepoKind if not k.llmapi)  # `repo --backend` of the engine flow
 # Parameters the C++ backend reads without a fallback: a config without them does not load (triton.md 1.2).
 REQUIRED_ENGINE_PARAMETERS = (
     "gpt_model_type",
@@ -89,6 +90,11 @@ class RepoLayout:
     @property
     def names(self) -> T.Names:
         return T.names_for(self.trtllm_version)
+
+    @property
+    def kind(self) -> RepoKind:
+        """The repository kind (engine flow: `backend` is also its `repo --backend`)."""
+        return RepoKind.of_backend(self.backend)
 
 
 def _pb():
@@ -285,7 +291,8 @@ def parse_text(text: str):
 
 # ---- Triton's LLM-API model ------------------------------------------------------------------------
 
-LLMAPI_BACKENDS = ("llmapi", "llmapi-local")  # upstream model.py in the container | the local reference model
+# upstream model.py in the container | the local reference model
+LLMAPI_BACKENDS = tuple(k.backend for k in RepoKind if k.llmapi)
 # Where the NGC tritonserver <yy.mm>-trtllm-python-py3 images keep the LLM-API model template (TensorRT-LLM
 # docs' EAGLE-3 Triton guide: `cp -R /app/all_models/llmapi/ ...`): the production launch takes its
 # 1/model.py and helpers.py from there, matched to the container's TensorRT-LLM.

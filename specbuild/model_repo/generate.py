@@ -20,6 +20,7 @@ from typing import Any
 
 from specbuild.builder.memory_plan import plan_memory
 from specbuild.core.artifacts import REPO_KIND, BuildManifest, read_build_manifest
+from specbuild.core.deployment import RepoKind
 from specbuild.core.engine_limits import EngineLimits, RequestLimits
 from specbuild.core.errors import RepoError
 from specbuild.core.facts.llmapi import Flow
@@ -209,7 +210,8 @@ def plan_layout(
             ) from None
         return str(Path(engine_root) / rel)
 
-    target_kv, draft_kv, kv_tokens = kv_fractions(build, strict=backend == "tensorrtllm")
+    kind = RepoKind.of_backend(backend)
+    target_kv, draft_kv, kv_tokens = kv_fractions(build, strict=not kind.local)
     method = build.manifest.method
     roles = {r.role: r for r in method.roles(spec)}
     loop = method.bls_drives_loop  # the BLS calls the engines round by round (else the engine speculates)
@@ -221,7 +223,7 @@ def plan_layout(
     schedule, guard = schedule_, guard_
     models = {}
     for name, role in roles.items():
-        section = spec.draft if name == "draft" else spec.target
+        section = spec.engine_sections()[name]
         models[name] = EngineModel(
             name=ROLE_MODELS[name],
             engine_dir=served(build.engines[name].path),
@@ -236,7 +238,7 @@ def plan_layout(
             medusa_choices=spec.medusa_choices().to_triton() if role.heads is not None else None,
             enable_chunked_context=spec.serving.enable_chunked_context,
             draft_len_schedule=schedule.to_text()
-            if schedule is not None and name == "target" and not loop and backend == "python"
+            if schedule is not None and name == "target" and not loop and kind.local
             else "",
         )
     return RepoLayout(
@@ -389,6 +391,7 @@ def generate_repo(
         write_manifest(
             tmp,
             kind=REPO_KIND,
+            repo_kind=layout.kind.value,
             backend=backend,
             mode=layout.mode.value,
             trtllm_version=layout.trtllm_version,
@@ -406,14 +409,14 @@ def _copy_python_model(name: str, version_dir: Path, layout: RepoLayout) -> None
     if name == "ensemble":
         return
     if name in (TARGET_MODEL, DRAFT_MODEL):
-        if layout.backend != "python":
+        if layout.kind.stand_in is None:
             return  # the C++ backend needs only the engine folder
-        source = PYTHON_MODELS / "tensorrt_llm_local"
+        source = PYTHON_MODELS / layout.kind.stand_in
     else:
         source = PYTHON_MODELS / name
     for file in sorted([*source.glob("*.py"), *(PYTHON_MODELS / "common").glob("*.py")]):
         shutil.copy2(file, version_dir / file.name)
-    if name == "tensorrt_llm_bls" and layout.backend == "tensorrtllm":
+    if name == "tensorrt_llm_bls" and not layout.kind.local:  # no specbuild package in the container
         _vendor(version_dir / "vendor" / "specbuild")
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from specbuild.core.artifacts import REPO_KIND, BuildManifest
+from specbuild.core.deployment import RepoKind
 from specbuild.core.errors import RepoError
 from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, check_options
 from specbuild.core.formats.manifest import atomic_output_dir, write_manifest
@@ -31,7 +32,8 @@ from specbuild.model_repo.configs import LLMAPI_BACKENDS, LlmApiLayout, llmapi_c
 from specbuild.model_repo.tensors import LLMAPI_MODEL, LLMAPI_OPTIONS
 
 PYTHON_MODELS = Path(__file__).parent / "python_models"
-LOCAL_MODEL = "tensorrt_llm_llmapi_local"  # python_models/ folder of the local stand-in
+LOCAL_MODEL = RepoKind.LLMAPI_LOCAL.stand_in  # python_models/ folder of the local stand-in
+ENGINE_LOCAL_MODEL = RepoKind.ENGINE_LOCAL.stand_in  # the engine flow's (its spec_metrics.py is shared)
 
 
 def triton_config(decoupled: bool) -> dict[str, Any]:
@@ -104,7 +106,8 @@ def generate_llmapi_repo(
         raise RepoError(
             f"no LLM-API facts for TensorRT-LLM {version}", fix="recompile with a supported version"
         )
-    local = backend == "llmapi-local"
+    kind = RepoKind.of_backend(backend)
+    local = kind.local
     if local and not manifest.engine_built:
         raise RepoError(
             f"{manifest.folder} has no reference engines for the local LLM-API model",
@@ -140,7 +143,7 @@ def generate_llmapi_repo(
             (folder / "1" / PREFLIGHT_FILE).write_text(preflight_source())
         if local:
             # the engine-flow local model's spec-decode metrics: one definition for both local models
-            shared = [PYTHON_MODELS / "tensorrt_llm_local" / "spec_metrics.py"]
+            shared = [PYTHON_MODELS / ENGINE_LOCAL_MODEL / "spec_metrics.py"]
             for file in sorted(
                 [
                     *(PYTHON_MODELS / LOCAL_MODEL).glob("*.py"),
@@ -152,6 +155,7 @@ def generate_llmapi_repo(
         write_manifest(
             tmp,
             kind=REPO_KIND,
+            repo_kind=kind.value,
             backend=backend,
             mode=layout.mode.value,
             trtllm_version=version,

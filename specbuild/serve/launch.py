@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from specbuild.core.artifacts import RepoManifest, read_repo_manifest
+from specbuild.core.deployment import RepoKind
 from specbuild.core.errors import ServerError, SpecbuildError
 from specbuild.core.facts.trtllm import containers, known_versions
 from specbuild.core.formats.safe_io import read_text
@@ -302,6 +303,17 @@ def read_layout(repo: Path) -> LaunchLayout:
 
 def launch_commands(repo: Path, *, tag: str | None = None, **server: Any) -> list[list[str]]:
     """[docker run ... image mpirun ...] for `repo`: one argv, ready for shlex.join."""
+    kind = _manifest(repo).kind
+    if kind.local:  # its tensorrt_llm is specbuild's stand-in on the reference engine: not in the container
+        raise ServerError(
+            f"{repo} is a local repository (repo_kind {kind.value}) for the bundled CPU tritonserver",
+            expected="a repository for a GPU container (`specbuild repo BUILD_DIR OUT --backend "
+            f"{RepoKind.of(kind.flow, local=False).backend}`)",
+            found=f"repo_kind {kind.value} (--backend {kind.backend}): {kind.stand_in} stands in for "
+            "tensorrt_llm",
+            fix="serve it here with `specbuild serve REPO`, or generate the container's repository from the "
+            "same build",
+        )
     layout = read_layout(repo)
     image = container_image(layout.trtllm_version, tag=tag)
     run = docker_argv(image, mounts=repo_mounts(repo), env=orchestrator_env(layout))

@@ -52,7 +52,7 @@ def is_llmapi(path: Path) -> bool:
         return False
     if isinstance(artifact, BuildManifest):
         return artifact.flow is Flow.LLMAPI
-    return isinstance(artifact, RepoManifest) and artifact.backend in ("llmapi", "llmapi-local")
+    return isinstance(artifact, RepoManifest) and artifact.kind.llmapi
 
 
 def llmapi_launch_lines(
@@ -152,11 +152,11 @@ def _with(argv: list[str], flag: str, value: str) -> list[str]:
 
 
 def _triton_lines(repo: RepoManifest, *, tag, host, ports, nodes, gpus, launcher) -> list[LaunchLine]:
-    if repo.backend != "llmapi":
+    if repo.kind.local:
         raise ServerError(
             f"{repo.folder} is a local LLM-API repository (the reference engine on CPU)",
             expected="a repository from `specbuild repo --backend llmapi` for a GPU container",
-            found=f"backend {repo.backend}",
+            found=f"backend {repo.kind.backend}",
             fix="serve it here with `specbuild serve`, or generate --backend llmapi from the same build",
         )
     options_path = repo.folder / LLMAPI_MODEL / "1" / LLMAPI_OPTIONS

@@ -30,7 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbuild.core.addresses import check_port
-from specbuild.core.errors import ServerError
+from specbuild.core.artifacts import RepoManifest, read_artifact
+from specbuild.core.deployment import RepoKind
+from specbuild.core.errors import ServerError, SpecbuildError
 from specbuild.core.pdeathsig import die_with_parent
 from specbuild.serve import guardian
 from specbuild.serve.bundle import TritonBundle, check_libpython, find_bundle
@@ -206,6 +208,15 @@ def important_log_lines(log: str, limit: int = 25) -> list[str]:
     return lines[-limit:]
 
 
+def recorded_kind(repo: Path) -> RepoKind | None:
+    """The repository kind its manifest records (None: no readable specbuild repository manifest)."""
+    try:
+        manifest = read_artifact(repo)
+    except SpecbuildError:
+        return None
+    return manifest.kind if isinstance(manifest, RepoManifest) else None
+
+
 class TritonServer:
     """A running tritonserver for one repository. Use as `with TritonServer(repo, opts) as srv:`."""
 
@@ -272,15 +283,22 @@ class TritonServer:
             for m in self._models
             if 'backend: "tensorrtllm"' in (self.repo / m / "config.pbtxt").read_text()
         ]
+        kind = recorded_kind(self.repo)
+        if kind is not None and not kind.local and not gpu_only:  # upstream's LLM-API model.py
+            gpu_only = [kind.entry_model]
+        local_kind = RepoKind.of(kind.flow, local=True) if kind else RepoKind.ENGINE_LOCAL
         if gpu_only:
             raise ServerError(
-                f"{self.repo} is a production repository: {', '.join(gpu_only)} use the TensorRT-LLM C++ "
-                "backend",
-                expected='a local repository (backend: "python") for the bundled CPU tritonserver',
-                found='backend: "tensorrtllm"',
+                f"{self.repo} is a production repository: {', '.join(gpu_only)} "
+                + (f"run TensorRT-LLM's {kind.flow} flow" if kind else "use the TensorRT-LLM C++ backend"),
+                expected="a local repository (repo --backend python | llmapi-local) for the bundled CPU "
+                "tritonserver",
+                found=f"repo_kind {kind.value} (--backend {kind.backend})"
+                if kind
+                else 'backend: "tensorrtllm"',
                 fix="on a GPU host run the container (`specbuild serve REPO --print-launch`); locally "
                 "generate "
-                "`specbuild repo BUILD_DIR OUT --backend python`",
+                f"`specbuild repo BUILD_DIR OUT --backend {local_kind.backend}`",
             )
         check_ports_free(self.options)
         bundle = self._bundle or find_bundle()

@@ -200,12 +200,10 @@ def open_engine(spec, engine_dir: Path | None, rep: Reporter, *, device: str = "
 
     target_hf = resolve_model(spec.target.model, base=spec.base_dir, what="target model")
     with tempfile.TemporaryDirectory(prefix="specbuild-tune-") as tmp:
-        medusa = None
-        if spec.medusa is not None:
-            heads = resolve_model(spec.medusa.heads, base=spec.base_dir, what="Medusa heads")
-            medusa = MedusaHeadsSource(
-                heads, num_heads=spec.medusa.num_heads, num_layers=spec.medusa.num_layers
-            )
+        medusa, method = None, method_of(spec)
+        if (section := method.heads_of(spec)) is not None:
+            heads = resolve_model(section.heads, base=spec.base_dir, what="Medusa heads")
+            medusa = MedusaHeadsSource(heads, num_heads=section.num_heads, num_layers=section.num_layers)
         rep.log("converting the spec's checkpoints for the reference engine (float32)")
         target_ckpt = convert_checkpoint(
             target_hf, Path(tmp) / "target", dtype="float32", medusa=medusa, on_progress=_bar(rep)
@@ -213,22 +211,22 @@ def open_engine(spec, engine_dir: Path | None, rep: Reporter, *, device: str = "
         rep.stop("convert")
         target = LlamaModel(load_weights(target_ckpt), device=device)
         draft = None
-        if spec.draft is not None:
-            draft_hf = resolve_model(spec.draft.model, base=spec.base_dir, what="draft model")
+        if (section := method.draft_engine(spec)) is not None:
+            draft_hf = resolve_model(section.model, base=spec.base_dir, what="draft model")
             draft_ckpt = convert_checkpoint(
                 draft_hf, Path(tmp) / "draft", dtype="float32", on_progress=_bar(rep)
             )
             rep.stop("convert")
             draft = LlamaModel(load_weights(draft_ckpt), device=device)
         head = None
-        if spec.eagle3 is not None:  # the EAGLE-3 draft layer reads the target's states (one-model)
-            head = resolve_model(spec.eagle3.model, base=spec.base_dir, what="eagle3 model")
+        if (ref := method.one_model_draft(spec)) is not None:  # EAGLE-3's layers read the target's states
+            head = resolve_model(ref, base=spec.base_dir, what=f"{method.section} model")
         yield ReferenceEngine(
             target,
             draft=draft,
             draft_head=head,
             method=spec.mode,
-            medusa_choices=spec.medusa_choices().to_lists() if spec.medusa else None,
+            medusa_choices=spec.medusa_tree(),
             tokenizer_dir=target_hf,
             max_draft_len=spec.speculation.max_draft_len,
             method_options=method_of(spec).options_of(spec),
@@ -248,7 +246,7 @@ def tune_draft_len(spec, engine, prompts, options: TuneOptions, rep: Reporter) -
         method=method_of(spec).ecosystem_name,
         conditional=prof.acceptance,
         target_model=spec.target.model,
-        draft_checkpoint=spec.draft.model if spec.draft else spec.eagle3.model if spec.eagle3 else None,
+        draft_checkpoint=method_of(spec).speculative_model(spec),
         measurement_conditions={
             "engine": "specbuild reference engine (CPU, float32), greedy",
             "dataset": options.prompts.name if options.prompts else None,
@@ -282,13 +280,14 @@ def tune_draft_len(spec, engine, prompts, options: TuneOptions, rep: Reporter) -
 
 def tune_tree(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> TuneReport:
     """A Medusa tree grown from the heads' measured accuracies within max_draft_len nodes."""
+    num_heads = method_of(spec).heads_of(spec).num_heads
     ranks = medusa_ranks(
         ReferenceMedusa(engine), prompts, max_new_tokens=options.max_tokens, topk=options.topk, reporter=rep
     )
     if not ranks:
         raise TrainingError(
             "no position to profile",
-            expected=f"greedy continuations longer than {spec.medusa.num_heads + 1} tokens",
+            expected=f"greedy continuations longer than {num_heads + 1} tokens",
             found=f"{len(prompts)} prompts, max_tokens {options.max_tokens}",
             fix="raise --max-tokens or add prompts",
         )
@@ -298,7 +297,7 @@ def tune_tree(spec, engine, prompts, options: TuneOptions, rep: Reporter) -> Tun
         ranks,
         topk=options.topk,
         budget=min(budget, spec.speculation.max_draft_len),
-        num_heads=spec.medusa.num_heads,
+        num_heads=num_heads,
     )
     current = spec.medusa_choices()
     rep.log("timing a plain pass and the chosen and current trees' passes")

@@ -6,7 +6,8 @@ file (`trtllm-serve --config`, Triton's `model.yaml`, Dynamo's `--extra-engine-a
 its bounds and where it was read, the `decoding_type` spelling of each speculation method per release,
 how each release parses the file (`Parser`: the function trtllm-serve calls on `--config`, then the
 args class), the load-aware keys and their runtime floors (`ScheduleRule`), the `trtllm-serve` flags
-specbuild passes, the NGC image of each release, and the method x flow x version matrix (`support`).
+specbuild passes and the NGC image of each release. The method x flow x version matrix (`support`) asks
+these facts and each method: core/methods/matrix.py.
 
 Every class, parser and rule carries its source (`core/facts/llmapi_sources.py` `Fact`: repository, path,
 revision, verified | inferred); `release_facts(version)` lists them and `specbuild doctor --facts`
@@ -37,7 +38,7 @@ from typing import Any
 
 from specbuild.core.facts import llmapi_sources as S
 from specbuild.core.facts.llmapi_sources import Fact
-from specbuild.core.facts.trtllm import known_versions, parse_version
+from specbuild.core.facts.trtllm import parse_version
 
 LINE_1_2 = "1.2.1"
 LINE_1_4 = "1.4.0rc4"
@@ -470,23 +471,7 @@ class Decoding:
     overlap_scheduler: bool = True
 
 
-DECODINGS: dict[str, Decoding] = {
-    "draft_target": Decoding(model_section="draft"),
-    # K is speculation.max_draft_len; the spec's ngram: section is NGramDecodingConfig's four fields, whose
-    # names and defaults are the same in both lines read (core/methods/ngram.py). NGram is not among the
-    # modes of SpeculativeDecodingMode.support_overlap_scheduler in any _torch/speculative/interface.py read
-    # (index ids 2550156383, 735060080, 10039271475, 55097849426, 57352998664, oldest to newest style): the
-    # executor turns the overlap scheduler off for it, so the options say so.
-    "ngram": Decoding(
-        section_keys={
-            k: k for k in ("max_matching_ngram_size", "is_keep_all", "is_use_oldest", "is_public_pool")
-        },
-        overlap_scheduler=False,
-    ),
-    "eagle3": Decoding(
-        section_keys={"layers_to_capture": "eagle3_layers_to_capture"}, model_section="eagle3"
-    ),
-}
+# Each method's Decoding is the method's (core/methods/<method>.py `llmapi`; DECODINGS there).
 
 
 def decoding_class(method: str, version: str) -> ConfigClass | None:
@@ -514,62 +499,6 @@ class Support:
 
 def engine_flow_version(version: str) -> bool:
     return parse_version(version)[:2] <= LAST_ENGINE_LINE
-
-
-def support(method: str, flow: Flow, version: str) -> Support:
-    """The matrix: can specbuild generate `method` on `flow` for TensorRT-LLM `version`?"""
-    flow = parse_flow(flow)
-    if flow is Flow.ENGINE:
-        if version not in known_versions():
-            if version in LLMAPI_VERSIONS:
-                return Support(
-                    False,
-                    f"TensorRT-LLM {version} has no engine flow: trtllm-build and the C++ tensorrtllm Triton "
-                    f"backend end with the 1.2.x line",
-                    f'flow: llmapi (trtllm_version "{version}"), or trtllm_version: "{LINE_1_2}" for the '
-                    "engine flow",
-                )
-            return Support(
-                False,
-                f"TensorRT-LLM {version} is not a release with a known serving container",
-                f'trtllm_version: "{LINE_1_2}"',
-            )
-        if method == "eagle3":
-            return Support(
-                False,
-                "EAGLE-3 runs only on the PyTorch backend (TrtLlmArgs refuses it: 'only supported on the "
-                "PyTorch backend')",
-                f'flow: llmapi (trtllm_version "{LINE_1_2}" or "{LINE_1_4}")',
-            )
-        return Support(True)
-    if version not in LLMAPI_VERSIONS:
-        return Support(
-            False,
-            f"no LLM-API facts for TensorRT-LLM {version}: specbuild generates the LLM-API flow for "
-            + ", ".join(LLMAPI_VERSIONS),
-            " or ".join(f'trtllm_version: "{v}"' for v in LLMAPI_VERSIONS),
-        )
-    if method == "medusa":
-        why = (
-            "Medusa runs on the TensorRT engine backend only (MedusaDecodingConfig.supports_backend excludes "
-            "pytorch)"
-            if engine_flow_version(version)
-            else f"Medusa was removed with the TensorRT backend: TensorRT-LLM {version} has no Medusa"
-        )
-        return Support(
-            False,
-            why + "; engine flow only in 1.2.x",
-            f'flow: engine with trtllm_version: "{LINE_1_2}", or mode: eagle3 (the LLM API\'s head-based '
-            "drafter)",
-        )
-    cls = decoding_class(method, version)
-    if method not in DECODINGS or cls is None:
-        return Support(
-            False,
-            f"specbuild has no LLM-API mapping for {method} on TensorRT-LLM {version}",
-            f"mode: {' | '.join(DECODINGS)}",
-        )
-    return Support(True, decoding_type=cls.decoding_type)
 
 
 # ---- validating an options dict ------------------------------------------------------------------

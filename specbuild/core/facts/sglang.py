@@ -8,6 +8,7 @@ its sha256 and the RECORD hash of every file read). `release_facts` lists each w
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -74,16 +75,18 @@ def sglang_facts(version: str = SGLANG_VERSION) -> SglangFacts:
     )
 
 
-# The spec's method (its `mode:` value) -> SGLang's --speculative-algorithm.
-SGLANG_ALGORITHMS: dict[str, str] = {"draft_target": "STANDALONE", "ngram": "NGRAM", "eagle3": "EAGLE3"}
+# The spec's method -> SGLang's --speculative-algorithm is each method's (core/methods: `sglang_algorithm`).
 SGLANG_REFUSED: dict[str, str] = {
     "medusa": f"SGLang {SGLANG_VERSION} has no Medusa algorithm (SpeculativeAlgorithm: DFLASH, UNO, DSPARK, "
     "EAGLE, EAGLE3, FROZEN_KV_MTP, STANDALONE, NGRAM)"
 }
 
 
-def release_facts(version: str = SGLANG_VERSION) -> list[tuple[str, str, Fact]]:
-    """(topic, value, source) for every SGLang fact `deploy --engine sglang` writes against."""
+def release_facts(
+    version: str = SGLANG_VERSION, writes: Mapping[str, str] | None = None
+) -> list[tuple[str, str, Fact]]:
+    """(topic, value, source) for every SGLang fact `deploy --engine sglang` writes against; `writes`: the
+    methods' algorithm names (core/methods SGLANG_ALGORITHMS), shown in the algorithm row."""
     f = sglang_facts(version)
     algos = f.algorithms
     fam = f.eagle_family
@@ -106,7 +109,7 @@ def release_facts(version: str = SGLANG_VERSION) -> list[tuple[str, str, Fact]]:
         (
             "--speculative-algorithm",
             ", ".join(algos["members"]) + f" (aliases of EAGLE: {', '.join(algos['aliases_of_EAGLE'])}); "
-            "specbuild writes " + ", ".join(f"{m}: {a}" for m, a in SGLANG_ALGORITHMS.items()),
+            "specbuild writes " + ", ".join(f"{m}: {a}" for m, a in (writes or {}).items()),
             f.fact(algos["read_from"]),
         ),
         (

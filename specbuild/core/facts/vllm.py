@@ -15,6 +15,7 @@ vLLM 0.33.0 has no "medusa" anywhere in its wheel (no file name, no string).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -88,9 +89,8 @@ def vllm_facts(version: str = VLLM_VERSION) -> VllmFacts:
     )
 
 
-# The spec's method (its `mode:` value) -> vLLM's `method` in --speculative-config (each tested in
-# tests/test_deploy.py against the release's SpeculativeMethod and key list).
-VLLM_METHODS: dict[str, str] = {"draft_target": "draft_model", "ngram": "ngram", "eagle3": "eagle3"}
+# The spec's method -> vLLM's `method` in --speculative-config is each method's (core/methods: `vllm_method`,
+# tested in tests/test_deploy.py against the release's SpeculativeMethod and key list).
 # Methods vLLM cannot run, with the reason (checked against the release's SpeculativeMethod).
 VLLM_REFUSED: dict[str, str] = {
     "medusa": f"vLLM {VLLM_VERSION} has no Medusa (no 'medusa' in SpeculativeMethod nor anywhere in its "
@@ -100,8 +100,11 @@ VLLM_REFUSED: dict[str, str] = {
 SPECULATIVE_FILE = "vllm/config/speculative.py"
 
 
-def release_facts(version: str = VLLM_VERSION) -> list[tuple[str, str, Fact]]:
-    """(topic, value, source) for every vLLM fact `deploy --engine vllm` writes against."""
+def release_facts(
+    version: str = VLLM_VERSION, writes: Mapping[str, str] | None = None
+) -> list[tuple[str, str, Fact]]:
+    """(topic, value, source) for every vLLM fact `deploy --engine vllm` writes against; `writes`: the
+    methods' vLLM names (core/methods VLLM_METHODS), shown in the `method` row."""
     f = vllm_facts(version)
     fields = f.fields
     dyn = f.dynamic
@@ -117,7 +120,7 @@ def release_facts(version: str = VLLM_VERSION) -> list[tuple[str, str, Fact]]:
         ("--speculative-config keys", ", ".join(sorted(f.speculative_config_keys)), f.fact(spec_file)),
         (
             "method",
-            ", ".join(VLLM_METHODS[m] for m in VLLM_METHODS) + " (what specbuild writes)",
+            ", ".join((writes or {}).values()) + " (what specbuild writes)",
             f.fact(spec_file),
         ),
         (

@@ -11,6 +11,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from specbuild.core.errors import SpecError
+from specbuild.core.facts.llmapi import Decoding
 from specbuild.core.facts.trtllm import SpeculativeDecodingMode
 from specbuild.core.methods.base import EngineRole, SpeculationMethod, Tunable, resolve_name
 from specbuild.core.methods.draft_target import DRAFT_TARGET  # registration
@@ -21,7 +22,18 @@ from specbuild.core.methods.ngram import NGRAM  # registration
 if TYPE_CHECKING:
     from specbuild.core.spec import BuildSpec
 
-__all__ = ["EngineRole", "Method", "METHODS", "SpeculationMethod", "Tunable", "method_of", "resolve_name"]
+__all__ = [
+    "DECODINGS",
+    "EngineRole",
+    "METHODS",
+    "Method",
+    "SGLANG_ALGORITHMS",
+    "SpeculationMethod",
+    "Tunable",
+    "VLLM_METHODS",
+    "method_of",
+    "resolve_name",
+]
 
 
 class Method(str, Enum):
@@ -43,6 +55,13 @@ METHODS: dict[Method, SpeculationMethod] = {
 SECTIONS: tuple[str, ...] = tuple(
     m.section for m in METHODS.values() if m.section
 )  # method-owned spec sections
+# What each method is called elsewhere, asked of the methods (method name -> ...): the LLM API's Decoding,
+# vLLM's `method`, SGLang's --speculative-algorithm; a method that engine cannot run is left out.
+DECODINGS: dict[str, Decoding] = {m.name: m.llmapi for m in METHODS.values() if m.llmapi}
+VLLM_METHODS: dict[str, str] = {m.name: m.vllm_method for m in METHODS.values() if m.vllm_method}
+SGLANG_ALGORITHMS: dict[str, str] = {
+    m.name: m.sglang_algorithm for m in METHODS.values() if m.sglang_algorithm
+}
 
 
 def parse_method(value: object, *, where: str = "<spec>") -> Method:

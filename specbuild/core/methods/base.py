@@ -5,6 +5,12 @@ has (`roles`, each with TensorRT-LLM's `speculative_decoding_mode` and `max_draf
 the draft -> verify loop when serving (the Triton BLS with a named drafter, or the engine itself),
 how the reference engine speculates in-process, what `tune` tunes and how the benchmarks baseline it.
 
+A method is also the one home of what is true of it elsewhere: its spec section (`section_type`, the
+integer ranges of its keys, which key names a model folder), how the LLM API writes it (`llmapi`, a
+`Decoding`; the class per TensorRT-LLM release is a fact of core/facts/llmapi.py), its vLLM `method` and
+SGLang `--speculative-algorithm` names (None: refused; the reason is the facts module's), its ecosystem
+(profile) name and what `tune` edits (`tunes`).
+
 Drafter code lives in the stages (engines/reference, the BLS model); a method only *names* it as
 "module:attribute", resolved by the stage that runs it (`resolve_name`).
 """
@@ -13,15 +19,36 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from specbuild.core.errors import SpecError
+from specbuild.core.facts.llmapi import Decoding
 from specbuild.core.facts.trtllm import SpeculativeDecodingMode
 
 if TYPE_CHECKING:
-    from specbuild.core.spec import BuildSpec, MedusaSection
+    from specbuild.core.methods.medusa import MedusaSection
+    from specbuild.core.spec import BuildSpec
+
+# (lowest, highest, example fix) of an integer key of a section: every integer of a spec has a range.
+Ranges = dict[str, tuple[int, int, str]]
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    """A model the runtime loads as an engine of its own: the target, or draft/target's draft."""
+
+    model: str  # local folder (relative to the spec file) or hub id
+    tp_size: int = 1  # tensor-parallel ranks (GPUs one copy of the weights is split over)
+    pp_size: int = 1  # pipeline-parallel stages
+
+    @property
+    def world_size(self) -> int:
+        return self.tp_size * self.pp_size
+
+
+MODEL_RANGES: Ranges = {"tp_size": (1, 512, "1"), "pp_size": (1, 512, "1")}
 
 
 class Tunable(Enum):
@@ -77,6 +104,8 @@ class SpeculationMethod:
     def ecosystem_name(self) -> str:
         return self.profile_name or self.name
 
+    section_type: type | None = None  # the dataclass of `section` (BuildSpec has a field of this type)
+    ranges: Ranges = field(default_factory=dict)  # integer keys of `section` -> (low, high, example)
     section_required: bool = True  # False: a spec may leave the section out (the loader fills its defaults)
     # the key of `section` naming a folder the runtime loads besides the target (the draft model, the
     # Medusa heads, the EAGLE-3 draft), and what messages call it; None: the method loads no other folder
@@ -84,6 +113,14 @@ class SpeculationMethod:
     model_label: str = ""
     # every round drafts min(K, tokens left - 1) (a client can rebuild the rounds); False: 0..K (n-gram)
     drafts_every_round: bool = True
+    # how the LLM API's speculative_config writes this method (None: no LLM-API path); its config class per
+    # release is core/facts/llmapi.py's `LlmApiRelease.methods`
+    llmapi: Decoding | None = None
+    # the method's name in other engines: vLLM's --speculative-config `method`, SGLang's
+    # --speculative-algorithm (None: that engine cannot run it; core/facts/vllm.py VLLM_REFUSED,
+    # core/facts/sglang.py SGLANG_REFUSED say why)
+    vllm_method: str | None = None
+    sglang_algorithm: str | None = None
 
     # ---- spec ---------------------------------------------------------------------------------
     def default_max_draft_len(self, spec: BuildSpec) -> int:
@@ -93,16 +130,35 @@ class SpeculationMethod:
     def validate(self, spec: BuildSpec, where: str, *, validate_tree: bool = True) -> None:
         """Method-specific value checks (sections are checked by the spec loader); raise SpecError."""
 
+    def section_of(self, spec: BuildSpec) -> Any:
+        """The spec's section of this method (None: the method has none)."""
+        return getattr(spec, self.section) if self.section else None
+
     def options_of(self, spec: BuildSpec) -> dict[str, Any] | None:
         """The spec's section of this method as a plain dict (what its drafters are configured with)."""
-        section = getattr(spec, self.section) if self.section else None
+        section = self.section_of(spec)
         return dataclasses.asdict(section) if section is not None else None
 
     def extra_models(self, spec: BuildSpec) -> dict[str, str]:
         """The folders besides the target's that serving this spec loads: label -> the spec's reference
         (a folder relative to the spec file, or a hub id). The target is every method's input."""
-        section = getattr(spec, self.section) if self.section and self.model_key else None
+        section = self.section_of(spec) if self.model_key else None
         return {self.model_label: getattr(section, self.model_key)} if section is not None else {}
+
+    def speculative_model(self, spec: BuildSpec) -> str | None:
+        """The spec's reference of the folder the LLM API loads as `speculative_model` (None: none)."""
+        if self.llmapi is None or self.llmapi.model_section is None:
+            return None
+        return next(iter(self.extra_models(spec).values()), None)
+
+    def one_model_draft(self, spec: BuildSpec) -> str | None:
+        """The spec's reference of a draft that runs inside the target's model (EAGLE-3's layers read the
+        target's hidden states): the speculative model when it is not an engine of its own."""
+        return None if self.draft_model else self.speculative_model(spec)
+
+    def draft_engine(self, spec: BuildSpec) -> ModelSection | None:
+        """The section of the separate draft engine (role "draft"; None: the method has none)."""
+        return self.section_of(spec) if self.draft_model else None
 
     def bls_parameters(self, spec: BuildSpec) -> dict[str, str]:
         """Extra string parameters of the BLS model its drafter reads (`bls_drafter`'s `configure`)."""
@@ -118,6 +174,16 @@ class SpeculationMethod:
         if not self.draft_model:
             return (target,)
         return (target, EngineRole("draft", SpeculativeDecodingMode.NONE, 0, gather))
+
+    # ---- the method x flow x version matrix (core/methods/matrix.py) ------------------------------
+    def engine_refusal(self) -> tuple[str, str] | None:
+        """(reason, nearest alternative) when the engine flow cannot run this method; None: it can."""
+        return None
+
+    def llmapi_refusal(self, version: str) -> tuple[str, str] | None:
+        """(reason, nearest alternative) when the LLM API of `version` cannot run this method; None: ask
+        the release's facts (its config class for the method)."""
+        return None
 
     def heads_of(self, spec: BuildSpec) -> MedusaSection | None:
         """Heads converted into the target's checkpoint (None: plain target weights)."""

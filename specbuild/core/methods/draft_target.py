@@ -5,8 +5,9 @@ Triton BLS runs the draft -> target rounds."""
 
 from __future__ import annotations
 
+from specbuild.core.facts.llmapi import Decoding
 from specbuild.core.facts.trtllm import SpeculativeDecodingMode
-from specbuild.core.methods.base import SpeculationMethod, Tunable
+from specbuild.core.methods.base import MODEL_RANGES, ModelSection, SpeculationMethod, Tunable
 
 DEFAULT_K = 5  # draft tokens per round when the spec leaves speculation.max_draft_len out
 
@@ -15,6 +16,8 @@ DRAFT_TARGET = SpeculationMethod(
     name="draft_target",
     title="draft/target",
     section="draft",
+    section_type=ModelSection,  # the draft is an engine of its own: model, tp_size, pp_size
+    ranges=MODEL_RANGES,
     section_example="draft: {model: <folder>, tp_size: 1}",
     model_key="model",
     model_label="draft model",
@@ -26,4 +29,7 @@ DRAFT_TARGET = SpeculationMethod(
     tuner="specbuild.tuning.tune:tune_draft_len",
     default_k=DEFAULT_K,
     profile_name="draft_model",  # vLLM's and ModelOpt's name of the method
+    llmapi=Decoding(model_section="draft"),
+    vllm_method="draft_model",
+    sglang_algorithm="STANDALONE",
 )

@@ -10,8 +10,10 @@ the target, plans its memory and writes the options and the Triton LLM-API repos
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from specbuild.core.facts.llmapi import LINE_1_2, LINE_1_4, Decoding
 from specbuild.core.facts.trtllm import SpeculativeDecodingMode
 from specbuild.core.methods.base import SpeculationMethod, Tunable, require
 
@@ -22,7 +24,24 @@ DEFAULT_K = 3  # draft tokens per step when the spec leaves speculation.max_draf
 MAX_LAYER_INDEX = 4096  # a capture index beyond any model's depth is a typo
 
 
+@dataclass(frozen=True)
+class Eagle3Section:
+    """An EAGLE-3 draft checkpoint (LLM-API flow only): one or a few decoder layers that read the target's
+    hidden states of `layers_to_capture` (None: TensorRT-LLM's default (1, L//2 - 1, L - 4) of an L-layer
+    target), with its own lm_head over `draft_vocab_size` tokens and a `d2t` map to the target's ids."""
+
+    model: str  # folder with config.json (+ safetensors) of the EAGLE-3 draft
+    layers_to_capture: Any = None  # target layer indices whose hidden states feed the draft (a list)
+
+
 class Eagle3(SpeculationMethod):
+    def engine_refusal(self) -> tuple[str, str] | None:
+        return (
+            "EAGLE-3 runs only on the PyTorch backend (TrtLlmArgs refuses it: 'only supported on the "
+            "PyTorch backend')",
+            f'flow: llmapi (trtllm_version "{LINE_1_2}" or "{LINE_1_4}")',
+        )
+
     def validate(self, spec: BuildSpec, where: str, *, validate_tree: bool = True) -> None:
         layers = spec.eagle3.layers_to_capture
         if layers is None:
@@ -46,6 +65,7 @@ EAGLE3 = Eagle3(
     name="eagle3",
     title="EAGLE-3",
     section="eagle3",
+    section_type=Eagle3Section,
     section_example="eagle3: {model: <EAGLE-3 draft folder>}",
     model_key="model",
     model_label="EAGLE-3 draft model",
@@ -60,4 +80,7 @@ EAGLE3 = Eagle3(
     default_k=DEFAULT_K,
     # the first round of a request only prefills (no target state to draft from yet): 0 drafts
     drafts_every_round=False,
+    llmapi=Decoding(section_keys={"layers_to_capture": "eagle3_layers_to_capture"}, model_section="eagle3"),
+    vllm_method="eagle3",
+    sglang_algorithm="EAGLE3",
 )

@@ -5,18 +5,41 @@ built with `--speculative_decoding_mode medusa` and a `--max_draft_len` that hol
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from specbuild.core.errors import SpecbuildError, SpecError
+from specbuild.core.facts.llmapi import LINE_1_2, engine_flow_version
 from specbuild.core.facts.trtllm import SpeculativeDecodingMode
 from specbuild.core.formats.medusa_choices import DEFAULT_TREE, MedusaChoices
 from specbuild.core.methods.base import SpeculationMethod, Tunable, require
 
 if TYPE_CHECKING:
-    from specbuild.core.spec import BuildSpec, MedusaSection
+    from specbuild.core.spec import BuildSpec
+
+
+@dataclass(frozen=True)
+class MedusaSection:
+    heads: str  # folder with the HF Medusa heads (config.json + medusa_lm_head.safetensors|.pt)
+    num_heads: int = 4  # Medusa heads (head i drafts the token i + 1 ahead)
+    num_layers: int = 1  # ResBlocks per head
+    choices: Any = DEFAULT_TREE  # a named tree or a list of paths; see MedusaChoices
 
 
 class Medusa(SpeculationMethod):
+    def llmapi_refusal(self, version: str) -> tuple[str, str] | None:
+        why = (
+            "Medusa runs on the TensorRT engine backend only (MedusaDecodingConfig.supports_backend excludes "
+            "pytorch)"
+            if engine_flow_version(version)
+            else f"Medusa was removed with the TensorRT backend: TensorRT-LLM {version} has no Medusa"
+        )
+        return (
+            why + "; engine flow only in 1.2.x",
+            f'flow: engine with trtllm_version: "{LINE_1_2}", or mode: eagle3 (the LLM API\'s head-based '
+            "drafter)",
+        )
+
     def default_max_draft_len(self, spec: BuildSpec) -> int:
         """The tree's size: every node is one draft token of the verify pass."""
         return MedusaChoices.parse(spec.medusa.choices if spec.medusa else DEFAULT_TREE).size
@@ -53,6 +76,8 @@ MEDUSA = Medusa(
     name="medusa",
     title="Medusa",
     section="medusa",
+    section_type=MedusaSection,
+    ranges={"num_heads": (1, 64, "4"), "num_layers": (1, 64, "1")},
     section_example=f"medusa: {{heads: <folder>, num_heads: 4, choices: {DEFAULT_TREE}}}",
     model_key="heads",
     model_label="Medusa heads",

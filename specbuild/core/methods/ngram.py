@@ -25,8 +25,10 @@ docs/ngram.md lists where specbuild and newer TensorRT-LLM differ.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from specbuild.core.facts.llmapi import Decoding
 from specbuild.core.facts.trtllm import SpeculativeDecodingMode
 from specbuild.core.methods.base import SpeculationMethod, Tunable, require
 
@@ -41,6 +43,16 @@ DEFAULT_IS_PUBLIC_POOL = True
 MAX_MATCHING_NGRAM_SIZE = 64  # upstream: any PositiveInt; longer patterns almost never recur
 # auto_heuristic.suggest_spec_config: K 5 up to batch 4, else 3 (without a spec: the larger batches' 3)
 SMALL_BATCH, K_SMALL_BATCH, K_LARGE_BATCH = 4, 5, 3
+
+
+@dataclass(frozen=True)
+class NGramSection:
+    """TensorRT-LLM's NGramDecodingConfig fields (above); K is speculation.max_draft_len."""
+
+    max_matching_ngram_size: int = DEFAULT_MAX_MATCHING_NGRAM_SIZE  # longest suffix looked up
+    is_keep_all: bool = DEFAULT_IS_KEEP_ALL  # keep every continuation of a pattern (False: one)
+    is_use_oldest: bool = DEFAULT_IS_USE_OLDEST  # draft the oldest continuation (False: newest)
+    is_public_pool: bool = DEFAULT_IS_PUBLIC_POOL  # one pool for all requests (False: per request)
 
 
 class NGram(SpeculationMethod):
@@ -83,6 +95,7 @@ NGRAM = NGram(
     name="ngram",
     title="n-gram",
     section="ngram",
+    section_type=NGramSection,
     section_example=f"ngram: {{max_matching_ngram_size: {DEFAULT_MAX_MATCHING_NGRAM_SIZE}}}",
     section_required=False,  # every key has upstream's default
     drafts_every_round=False,  # a round drafts what the pool holds: 0..K tokens
@@ -93,4 +106,17 @@ NGRAM = NGram(
     tunes=Tunable.NGRAM,
     tuner="specbuild.tuning.tune_ngram:tune_ngram",
     default_k=K_LARGE_BATCH,
+    # K is speculation.max_draft_len; the section is NGramDecodingConfig's four fields, whose names and
+    # defaults are the same in both lines read (above). NGram is not among the modes of
+    # SpeculativeDecodingMode.support_overlap_scheduler in any _torch/speculative/interface.py read (index
+    # ids 2550156383, 735060080, 10039271475, 55097849426, 57352998664, oldest to newest style): the
+    # executor turns the overlap scheduler off for it, so the options say so.
+    llmapi=Decoding(
+        section_keys={
+            k: k for k in ("max_matching_ngram_size", "is_keep_all", "is_use_oldest", "is_public_pool")
+        },
+        overlap_scheduler=False,
+    ),
+    vllm_method="ngram",  # prompt lookup within the request (vLLM has no pool shared across requests)
+    sglang_algorithm="NGRAM",
 )

@@ -111,7 +111,7 @@ def locate(path: str | Path) -> EngineLayout:
             target=artifact.loadable_dir("target"),
             draft=artifact.loadable_dir("draft") if method.draft_model else None,
             tokenizer_dir=artifact.tokenizer_dir,
-            medusa_choices=spec.medusa.choices if spec.medusa else None,
+            medusa_choices=heads.choices if (heads := method.heads_of(spec)) else None,
             max_draft_len=artifact.roles["target"].max_draft_len,
             method=spec.mode,
             method_options=method.options_of(spec),

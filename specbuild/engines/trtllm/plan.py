@@ -47,7 +47,7 @@ def role_values(
     spec: BuildSpec, role: EngineRole, *, checkpoint_dir: str, output_dir: str
 ) -> list[tuple[str, Any]]:
     """(flag, value) of one engine, in argv order; None leaves a flag out (its default applies)."""
-    section = spec.draft if role.role == "draft" else spec.target
+    section = spec.engine_sections()[role.role]
     b = spec.build
     return [
         ("--checkpoint_dir", checkpoint_dir),
