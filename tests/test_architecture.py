@@ -54,9 +54,9 @@ def test_no_stage_compares_method_names():
 
 # file -> (reads of spec.draft / .medusa / .ngram / .eagle3 (or getattr(spec, "<section>")), why)
 SECTION_READS_ALLOWED: dict[str, tuple[int, str]] = {
-    "specbuild/builder/eagle3_checks.py": (3, "EAGLE-3's own preflight rows (capture layers, draft folder)"),
+    "specbuild/builder/eagle3_checks.py": (2, "EAGLE-3's own preflight rows (capture layers, draft folder)"),
     "specbuild/builder/memory_plan.py": (2, "EAGLE-3's shape: its capture layers set the fc input size"),
-    "specbuild/deploy/eagle3_draft.py": (9, "EAGLE-3's draft config in vLLM's and SGLang's numbering"),
+    "specbuild/deploy/eagle3_draft.py": (6, "EAGLE-3's draft config in vLLM's and SGLang's numbering"),
     "specbuild/deploy/vllm.py": (5, "vLLM translator: n-gram and EAGLE-3 section keys in vLLM's terms"),
     "specbuild/deploy/sglang.py": (2, "SGLang translator: the n-gram keys SGLang has no flag for"),
     "specbuild/tuning/tune_ngram.py": (2, "n-gram's tuner edits ngram.max_matching_ngram_size"),

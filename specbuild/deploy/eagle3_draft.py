@@ -115,13 +115,14 @@ def check_draft(spec: BuildSpec, engine: str) -> None:
     draft = read_draft(spec)
     if draft is None:
         return
+    section = spec.eagle3  # read_draft: an EAGLE-3 spec
     if engine == "sglang" and draft.speculators:  # "Eagle3Speculator" is no SGLang model class
         raise DeployError(
             "SGLang would not load a speculators-format EAGLE-3 draft",
             expected=f"the HF layout (architectures [{SGLANG_ARCH}], eagle_config ids; SGLang 0.5.23 loads "
             "a draft by its architectures)",
             found=f"a speculators config.json (architectures {list(draft.architectures)})",
-            fix=f"specbuild eagle3 convert {spec.eagle3.model} --to hf --out DIR, and point eagle3.model at "
+            fix=f"specbuild eagle3 convert {section.model} --to hf --out DIR, and point eagle3.model at "
             "DIR",
         )
     if engine == "sglang" and not any("Eagle3" in a for a in draft.architectures):
@@ -130,22 +131,22 @@ def check_draft(spec: BuildSpec, engine: str) -> None:
             expected=f"architectures: [{SGLANG_ARCH}] in the draft's config.json (SGLang picks the model "
             "class by this name)",
             found=f"architectures: {list(draft.architectures)}",
-            fix=f'set "architectures": ["{SGLANG_ARCH}"] in {spec.eagle3.model}/config.json',
+            fix=f'set "architectures": ["{SGLANG_ARCH}"] in {section.model}/config.json',
         )
     want = wanted(spec)
     got, where = engine_layers(spec, draft, engine)
     if want is None or got is None or want == got:
         return
     if engine == "vllm":
-        fix = f'add "{TOP_KEY}": {json.dumps(list(want))} at the top level of {spec.eagle3.model}/config.json'
+        fix = f'add "{TOP_KEY}": {json.dumps(list(want))} at the top level of {section.model}/config.json'
     else:
         fix = f'set "eagle_config": {{"{TOP_KEY}": {json.dumps([k - 1 for k in want])}}} in ' + (
-            f"{spec.eagle3.model}/config.json"
+            f"{section.model}/config.json"
         )
     raise DeployError(
         f"{engine} would feed the EAGLE-3 draft other target layers than the spec's",
         expected=f"the hidden states after decoder layers {list(want)} (eagle3.layers_to_capture "
-        f"{spec.eagle3.layers_to_capture or 'unset: the default'}, TensorRT-LLM's numbering + 1)",
+        f"{section.layers_to_capture or 'unset: the default'}, TensorRT-LLM's numbering + 1)",
         found=f"after layers {list(got)} ({where})",
         fix=fix,
     )
