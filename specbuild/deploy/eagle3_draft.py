@@ -122,8 +122,7 @@ def check_draft(spec: BuildSpec, engine: str) -> None:
             expected=f"the HF layout (architectures [{SGLANG_ARCH}], eagle_config ids; SGLang 0.5.23 loads "
             "a draft by its architectures)",
             found=f"a speculators config.json (architectures {list(draft.architectures)})",
-            fix=f"specbuild eagle3 convert {section.model} --to hf --out DIR, and point eagle3.model at "
-            "DIR",
+            fix=f"specbuild eagle3 convert {section.model} --to hf --out DIR, and point eagle3.model at DIR",
         )
     if engine == "sglang" and not any("Eagle3" in a for a in draft.architectures):
         raise DeployError(
