@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-faults test-isa demo demo-real lint docs clean bench-convert bench-reference bench-serve bench-load aiperf fuzz
+.PHONY: setup test test-fast test-faults test-isa demo demo-real lint docs clean bench-convert bench-reference bench-serve bench-load aiperf fuzz
 
 setup: $(STAMP)
 
@@ -18,6 +18,10 @@ $(STAMP): pyproject.toml
 
 test: setup
 	$(BIN)/python -m pytest -q tests
+
+# The inner loop: everything but the end-to-end tests that start a tritonserver or train models.
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow" tests
 
 # The hostile-input runs of `make test`, longer: schemathesis against the OpenAI frontend on a real
 # tritonserver (FUZZ_EXAMPLES per route) and the hypothesis properties of the readers (FUZZ_PROPERTY_EXAMPLES

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -214,11 +215,12 @@ def test_bls_timers_account_for_every_engine_call_and_response(off_server, tmp_p
     s = off_server
     bls = s.models["tensorrt_llm_bls"]
     start = len(s.calls)
-    bls.timings = str(tmp_path)
+    timing = sys.modules[type(bls).__module__].TimingObserver(str(tmp_path))  # what the env var installs
+    saved, bls.observer = bls.observer, timing
     try:
         got = collect(s.infer("tensorrt_llm_bls", text_request(PROMPT, N, num_draft_tokens=2, stream=True)))
     finally:
-        bls.timings = None
+        bls.observer = saved
     (path,) = tmp_path.glob("bls-*.jsonl")
     (row,) = [json.loads(line) for line in path.read_text().splitlines()]
     calls = {}

@@ -169,6 +169,33 @@ def llmapi_docker_argv(
     return argv + [image]
 
 
+def tritonserver_argv(
+    repo: str,
+    *,
+    binary: str = CONTAINER_TRITONSERVER,
+    host: str = DEFAULT_HOST,
+    grpc_port: int = 8001,
+    http_port: int = 8000,
+    metrics_port: int = 8002,
+    backend_dir: str | None = None,
+) -> list[str]:
+    """The one tritonserver command line: the repository and the three endpoints, each bound to `host`
+    (the local server adds its backend directory). Every launch (local `serve`, the engine flow's mpirun
+    ranks, the LLM-API repository, deploy's pods) starts from it and appends its own flags."""
+    backend = [f"--backend-directory={backend_dir}"] if backend_dir is not None else []
+    return [
+        str(binary),
+        f"--model-repository={repo}",
+        *backend,
+        f"--grpc-address={host}",
+        f"--grpc-port={grpc_port}",
+        f"--http-address={host}",
+        f"--http-port={http_port}",
+        f"--metrics-address={host}",
+        f"--metrics-port={metrics_port}",
+    ]
+
+
 def triton_llmapi_argv(
     repo: str,
     *,
@@ -178,16 +205,9 @@ def triton_llmapi_argv(
     metrics_port: int = 8002,
 ) -> list[str]:
     """tritonserver over an LLM-API repository (the model's LLM starts its own TP/PP workers)."""
-    return [
-        CONTAINER_TRITONSERVER,
-        f"--model-repository={repo}",
-        f"--grpc-address={host}",
-        f"--grpc-port={grpc_port}",
-        f"--http-address={host}",
-        f"--http-port={http_port}",
-        f"--metrics-address={host}",
-        f"--metrics-port={metrics_port}",
-    ]
+    return tritonserver_argv(
+        repo, host=host, grpc_port=grpc_port, http_port=http_port, metrics_port=metrics_port
+    )
 
 
 LAUNCHERS = ("srun", "mpirun")

@@ -27,14 +27,13 @@ from specbuild.core.deployment import RepoKind
 from specbuild.core.errors import ServerError, SpecbuildError
 from specbuild.core.facts.trtllm import containers, known_versions
 from specbuild.core.formats.safe_io import read_text
+from specbuild.core.launch import STACK_BYTES, tritonserver_argv
 from specbuild.core.methods import Method, method_of, parse_method
 from specbuild.model_repo.configs import parse_text
 
 IMAGE_REPO = "nvcr.io/nvidia/tritonserver"
 IMAGE_SUFFIX = "trtllm-python-py3"
-CONTAINER_TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
 SHM_SIZE = "2g"  # the Python backend (pre/post-processing, BLS) moves tensors through /dev/shm
-STACK_BYTES = 67108864  # ulimit stack the TensorRT-LLM containers are documented with
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,14 +188,9 @@ def mpirun_argv(
         argv += [
             "-n",
             "1",
-            CONTAINER_TRITONSERVER,
-            f"--model-repository={repo}",
-            f"--grpc-address={host}",
-            f"--grpc-port={grpc_port}",
-            f"--http-address={host}",
-            f"--http-port={http_port}",
-            f"--metrics-address={host}",
-            f"--metrics-port={metrics_port}",
+            *tritonserver_argv(
+                str(repo), host=host, grpc_port=grpc_port, http_port=http_port, metrics_port=metrics_port
+            ),
         ]
         if log_file and rank == 0:
             argv += ["--log-verbose=3", f"--log-file={log_file}"]

@@ -33,6 +33,7 @@ from specbuild.core.addresses import check_port
 from specbuild.core.artifacts import RepoManifest, read_artifact
 from specbuild.core.deployment import RepoKind
 from specbuild.core.errors import ServerError, SpecbuildError
+from specbuild.core.launch import tritonserver_argv
 from specbuild.core.pdeathsig import die_with_parent
 from specbuild.serve import guardian
 from specbuild.serve.bundle import TritonBundle, check_libpython, find_bundle
@@ -177,16 +178,17 @@ def server_argv(
     shared-memory region prefix (unique per server, so its leftovers can be found)."""
     host = options.host
     extra = [f"--backend-config=python,shm-region-prefix-name={shm_prefix}"] if shm_prefix else []
+    base = tritonserver_argv(
+        str(repo),
+        binary=str(binary),
+        host=host,
+        grpc_port=options.grpc_port,
+        http_port=options.http_port,
+        metrics_port=options.metrics_port,
+        backend_dir=str(backend_dir),
+    )
     return [
-        str(binary),
-        f"--model-repository={repo}",
-        f"--backend-directory={backend_dir}",
-        f"--grpc-address={host}",
-        f"--grpc-port={options.grpc_port}",
-        f"--http-address={host}",
-        f"--http-port={options.http_port}",
-        f"--metrics-address={host}",
-        f"--metrics-port={options.metrics_port}",
+        *base,
         f"--exit-timeout-secs={options.exit_timeout_s}",
         f"--log-verbose={options.log_verbose}",
         *extra,

@@ -14,9 +14,12 @@ from typing import Any
 
 from specbuild.core.errors import CheckpointError
 from specbuild.core.formats.hf_config import FLOAT_DTYPES
+from specbuild.core.formats.hf_config import SUPPORTED_ARCHITECTURES as HF_ARCHITECTURES
 from specbuild.core.formats.trtllm_layout import Parallel
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "MedusaForCausalLM")
+# a converted checkpoint's `architecture`: the HF families specbuild converts (the one list, hf_config), and
+# a TensorRT-LLM Medusa checkpoint (convert writes MedusaForCausalLM for a target with heads)
+SUPPORTED_ARCHITECTURES = (*HF_ARCHITECTURES, "MedusaForCausalLM")
 DTYPES = FLOAT_DTYPES
 ROPE_TYPES = (None, "default", "llama3", "linear")
 

@@ -577,6 +577,25 @@ class RequestTimers:
             f.write(line + "\n")
 
 
+class NoTimers:
+    """RequestTimers' stand-in when nothing observes the request: every hook does nothing, so the BLS
+    calls them unconditionally (model.py's Observer)."""
+
+    ask_ns = 0
+
+    def add_exec(self, model: str, ns: int) -> None:
+        pass
+
+    def add_send(self, ns: int) -> None:
+        pass
+
+    def add_ask(self, ns: int) -> None:
+        pass
+
+
+NO_TIMERS = NoTimers()
+
+
 class TextStream:
     """Accumulates tokens and yields only the new text: detokenizing with context keeps spaces and
     multi-byte characters right (a lone chunk can decode differently than inside the sequence)."""

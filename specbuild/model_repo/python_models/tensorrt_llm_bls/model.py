@@ -53,8 +53,10 @@ for _path in (os.path.join(_HERE, "vendor"), _HERE):
 
 import bls_core  # noqa: E402
 from bls_core import (  # noqa: E402
+    NO_TIMERS,
     PERF_OUTPUTS,
     BlsOptions,
+    NoTimers,
     RequestTimers,
     TextStream,
     detokenize,
@@ -71,8 +73,8 @@ from lifeline import start_in_stub  # noqa: E402
 from responder import POLL_S, Responder, cancelled_error  # noqa: E402
 from words import flag, param  # noqa: E402
 
-# A folder: each request's timers (RequestTimers) are appended to FOLDER/bls-<pid>.jsonl (bench-serve reads
-# them); unset: no timers.
+# A folder: each request's timers are appended to FOLDER/bls-<pid>.jsonl (TimingObserver; bench-serve reads
+# them); unset: nothing is observed (Observer).
 TIMINGS_ENV = "SPECBUILD_BLS_TIMINGS"
 _NUMPY_LOGITS = {"TYPE_FP32": "float32", "TYPE_FP16": "float16", "TYPE_BF16": "float32"}  # no numpy bf16
 
@@ -166,6 +168,33 @@ class TimedResponder(Responder):
             self.timers.add_send(time.perf_counter_ns() - t0 - (self.timers.ask_ns - asked))
 
 
+class Observer:
+    """The BLS's measurement hooks, one small interface: for each request, the responder that sends its
+    responses and the timers its engine calls report to, and `done` when it ended. This one observes
+    nothing (plain Responder, NO_TIMERS); TimingObserver is the SPECBUILD_BLS_TIMINGS one."""
+
+    def request(self, request) -> tuple[Responder, RequestTimers | NoTimers]:
+        return Responder(request, request.get_response_sender()), NO_TIMERS
+
+    def done(self, timers) -> None:
+        pass
+
+
+class TimingObserver(Observer):
+    """Times each request's engine calls, sends and asks (RequestTimers) and appends its row to
+    FOLDER/bls-<pid>.jsonl (bench-serve's `bls_breakdown` reads them)."""
+
+    def __init__(self, folder: str):
+        self.path = os.path.join(folder, f"bls-{os.getpid()}.jsonl")
+
+    def request(self, request) -> tuple[Responder, RequestTimers]:
+        timers = RequestTimers()
+        return TimedResponder(request, request.get_response_sender(), timers), timers
+
+    def done(self, timers) -> None:
+        timers.write(self.path)
+
+
 def _token_outputs(tokens: list[int]) -> dict:
     """The response's token ids (specbuild addition): output_ids [1, 1, n], sequence_length [1, 1]."""
     return {
@@ -253,7 +282,8 @@ class TritonPythonModel:
                 tokenizer_dir, legacy=False, trust_remote_code=False
             )
             self.skip_special_tokens = flag(param(config, "skip_special_tokens", "true"))
-        self.timings = os.environ.get(TIMINGS_ENV) or None
+        timings = os.environ.get(TIMINGS_ENV) or None
+        self.observer = TimingObserver(timings) if timings else Observer()
         self.parking = StreamParking()
         self.inflight = None
         if self.schedule is not None:
@@ -267,10 +297,10 @@ class TritonPythonModel:
             self.inflight.close()
 
     # ---- Triton plumbing ------------------------------------------------------------------------
-    def _caller(self, responder: Responder, rounds: RoundGate, timers: RequestTimers | None = None):
+    def _caller(self, responder: Responder, rounds: RoundGate, timers: RequestTimers | NoTimers = NO_TIMERS):
         """call(model, inputs, output_names) for one request: refuses to start an engine call once the
         request is cancelled (asked before each round's first call: a round is at most one draft call
-        and one target call). With timers, each exec's wall time is added to them."""
+        and one target call). Each exec's wall time goes to the request's timers."""
 
         def call(model: str, inputs: dict, output_names: list[str]) -> dict:
             if rounds.cancelled():
@@ -280,8 +310,6 @@ class TritonPythonModel:
                 requested_output_names=output_names,
                 inputs=[pb_utils.Tensor(name, value) for name, value in inputs.items()],
             )
-            if timers is None:
-                return self._outputs(model, request.exec(), output_names)
             t0 = time.perf_counter_ns()
             response = request.exec()
             timers.add_exec(model, time.perf_counter_ns() - t0)
@@ -355,11 +383,7 @@ class TritonPythonModel:
 
     def execute(self, requests):
         for request in requests:
-            timers = RequestTimers() if self.timings else None
-            if timers is None:
-                responder = Responder(request, request.get_response_sender())
-            else:
-                responder = TimedResponder(request, request.get_response_sender(), timers)
+            responder, timers = self.observer.request(request)
             try:
                 if self.inflight is not None:
                     with self.inflight.handling(self.hold_ms):
@@ -375,12 +399,11 @@ class TritonPythonModel:
                 responder.finish(final)
             else:  # the one response a non-decoupled model sends, through its response sender
                 responder.finish_one(final if final is not None else cancelled_error("tensorrt_llm_bls"))
-            if timers is not None:
-                timers.write(os.path.join(self.timings, f"bls-{os.getpid()}.jsonl"))
+            self.observer.done(timers)
         return None
 
     # ---- one request ----------------------------------------------------------------------------
-    def _handle(self, request, responder: Responder, timers: RequestTimers | None = None):
+    def _handle(self, request, responder: Responder, timers: RequestTimers | NoTimers = NO_TIMERS):
         """One request, its streamed responses sent; returns its final response."""
         arrival = time.time_ns()
 
