@@ -16,9 +16,9 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from specbuild.core.errors import TrainingError
+from specbuild.core.errors import OutputExistsError, TrainingError
 from specbuild.core.formats.manifest import atomic_output_dir
-from specbuild.core.formats.safe_io import InputFileError, read_json
+from specbuild.core.formats.safe_io import InputFileError, guard_output, read_json
 
 KEEP = 2  # complete checkpoints kept; older ones are deleted
 _PREFIX = "step-"
@@ -104,3 +104,25 @@ def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict[str, Any])
         state.setdefault(int(idx), {}).update(values)
     groups = [{k: tuple(v) if k == "betas" else v for k, v in g.items()} for g in meta["param_groups"]]
     return {"state": state, "param_groups": groups}
+
+
+def check_outputs(out: Path, checkpoint_dir: Path, inputs: dict, *, force: bool, resume: bool) -> None:
+    """Before a training run (train-medusa, train-eagle3): neither the output nor its checkpoint folder is,
+    holds or lies in an input; an existing output needs --force; checkpoints of an unfinished run need
+    --resume (never silently continued or overwritten)."""
+    guard_output(out, inputs)
+    guard_output(checkpoint_dir, inputs, option="the checkpoint folder (beside --out)")
+    if out.exists() and not force:
+        raise OutputExistsError(
+            f"output folder {out} already exists",
+            expected="a new path",
+            found=str(out),
+            fix="choose another --out or pass --force",
+        )
+    if not resume and latest_checkpoint(checkpoint_dir) is not None:
+        raise TrainingError(
+            f"{checkpoint_dir} holds checkpoints of an earlier, unfinished run",
+            expected="no checkpoints, or --resume",
+            found=str(latest_checkpoint(checkpoint_dir)),
+            fix=f"pass --resume to continue that run, or delete {checkpoint_dir}",
+        )

@@ -32,11 +32,10 @@ import torch
 from safetensors.torch import save_file
 
 from specbuild.builder.resolve import resolve_model
-from specbuild.core.errors import OutputExistsError, TrainingError
+from specbuild.core.errors import TrainingError
 from specbuild.core.formats.eagle3 import Eagle3DraftConfig, check_aux_layers, default_aux_layers
 from specbuild.core.formats.hf_config import HFModelConfig
 from specbuild.core.formats.manifest import atomic_output_dir, sha256_file, write_manifest
-from specbuild.core.formats.safe_io import guard_output
 from specbuild.tuning import checkpoint as ckpt
 from specbuild.tuning.config import Eagle3TrainConfig
 from specbuild.tuning.data import encode, read_texts, regenerated
@@ -312,22 +311,7 @@ def _check_options(config: Eagle3TrainConfig) -> None:
             fix="see `specbuild train-eagle3 --help`",
         )
     inputs = {"target model": resolve_model(config.model, what="target model"), "prompts": config.data}
-    guard_output(config.out, inputs)
-    guard_output(config.checkpoint_dir, inputs, option="the checkpoint folder (beside --out)")
-    if config.out.exists() and not config.force:
-        raise OutputExistsError(
-            f"output folder {config.out} already exists",
-            expected="a new path",
-            found=str(config.out),
-            fix="choose another --out or pass --force",
-        )
-    if not config.resume and ckpt.latest_checkpoint(config.checkpoint_dir) is not None:
-        raise TrainingError(
-            f"{config.checkpoint_dir} holds checkpoints of an earlier, unfinished run",
-            expected="no checkpoints, or --resume",
-            found=str(ckpt.latest_checkpoint(config.checkpoint_dir)),
-            fix=f"pass --resume to continue that run, or delete {config.checkpoint_dir}",
-        )
+    ckpt.check_outputs(config.out, config.checkpoint_dir, inputs, force=config.force, resume=config.resume)
 
 
 def _save(

@@ -20,9 +20,8 @@ from typing import Any
 import torch
 
 from specbuild.builder.resolve import resolve_model
-from specbuild.core.errors import OutputExistsError, TrainingError
+from specbuild.core.errors import TrainingError
 from specbuild.core.formats.manifest import atomic_output_dir, write_manifest
-from specbuild.core.formats.safe_io import guard_output
 from specbuild.tuning import checkpoint as ckpt
 from specbuild.tuning.config import TrainConfig
 from specbuild.tuning.data import encode, pack_windows, read_texts, regenerated, split_heldout
@@ -246,22 +245,7 @@ def _check_options(config: TrainConfig) -> None:
         )
 
     inputs = {"base model": resolve_model(config.model, what="base model"), "training data": config.data}
-    guard_output(config.out, inputs)
-    guard_output(config.checkpoint_dir, inputs, option="the checkpoint folder (beside --out)")
-    if config.out.exists() and not config.force:
-        raise OutputExistsError(
-            f"output folder {config.out} already exists",
-            expected="a new path",
-            found=str(config.out),
-            fix="choose another --out or pass --force",
-        )
-    if not config.resume and ckpt.latest_checkpoint(config.checkpoint_dir) is not None:
-        raise TrainingError(
-            f"{config.checkpoint_dir} holds checkpoints of an earlier, unfinished run",
-            expected="no checkpoints, or --resume",
-            found=str(ckpt.latest_checkpoint(config.checkpoint_dir)),
-            fix=f"pass --resume to continue that run, or delete {config.checkpoint_dir}",
-        )
+    ckpt.check_outputs(config.out, config.checkpoint_dir, inputs, force=config.force, resume=config.resume)
 
 
 def _training_windows(config: TrainConfig, base: BaseModel, rep: Reporter) -> torch.Tensor:
