@@ -413,7 +413,12 @@ def test_a_dying_process_takes_its_tree_and_leaves_nothing(kind, mode, chains, g
         assert code == 2 and "tritonserver exited (killed by SIGKILL)" in output, output
     else:
         model = mode.partition(":")[2]
-        assert code == 2 and f"a model's Python-backend process died: {model}" in output, output
+        # serve names the dead model, or (a race in tritonserver 2.51's Python backend: the stub dies while
+        # the server's side of a request is in flight, and libtriton_python throws out of a thread) the
+        # server aborts first and serve says so; either way the tree ended and /dev/shm is clean (above)
+        died = f"a model's Python-backend process died: {model}" in output
+        aborted = "tritonserver exited (killed by SIGABRT)" in output
+        assert code == 2 and (died or aborted), output
     assert "Traceback" not in output, output
 
     asked = time.monotonic()  # a new request fails at once
