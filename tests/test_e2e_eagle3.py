@@ -266,7 +266,8 @@ def test_bench_and_repo_check(served, e3_build, tmp_path):
         # the draft layer costs a pass per draft, unknown through this interface: no prediction at c = 0
         assert "speedup_predicted" not in m
         check = m["prometheus_check"]  # trtllm-serve's spec-decode series agree with the requests
-        assert check["agree"] and check["prometheus"]["drafted"] == sum(r.drafted for r in run.records) > 0
+        assert check["agree"], check
+        assert check["prometheus"]["drafted"] == sum(r.drafted for r in run.records) > 0
     write_report(runs, context, tmp_path)
     profile = json.loads((tmp_path / "speculation_profile.json").read_text())
     assert profile["num_speculative_tokens"] == K and profile["method"] == "eagle3"

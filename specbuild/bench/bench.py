@@ -54,7 +54,7 @@ from specbuild.bench.metrics import (
 )
 from specbuild.bench.multiturn import run_multiturn
 from specbuild.bench.options import BenchConfig, run_prompts
-from specbuild.bench.prometheus import scrape, settled_check
+from specbuild.bench.prometheus import quiet_scrape, settled_check
 from specbuild.bench.workers import Workers, send
 from specbuild.client.remote import connect, model_info
 from specbuild.core.errors import ClientError
@@ -206,7 +206,7 @@ def run_bench(config: BenchConfig, *, console=None) -> tuple[list[RunSummary], d
     runs: list[RunSummary] = []
 
     def one(round_: int, temperature: float, concurrency: int, mode: str, kk: int | None, advance) -> None:
-        before = scrape(config.metrics_url) if config.metrics_url else None
+        before = quiet_scrape(config.metrics_url) if config.metrics_url else None
         common = dict(
             mode=mode,
             temperature=temperature,

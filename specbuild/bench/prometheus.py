@@ -118,8 +118,26 @@ def cross_check(delta: SpecCounters, *, drafted: int, accepted: int, steps: int 
 
 
 # The local engine models publish their counters from a flusher thread (spec_metrics.py FLUSH_S = 0.05 s
-# after the step); a real server's iteration stats lag too. Read the page again until it agrees, this long.
-SETTLE_S = 2.0
+# after the step); a real server's iteration stats lag too, and a loaded host delays both. Read the page
+# again until it agrees, this long (the wait costs nothing when the counters already agree).
+SETTLE_S = 5.0
+# Before a run: the counters are quiet when two reads this far apart are equal (several flush periods).
+QUIET_S = 0.3
+
+
+def quiet_scrape(url: str, model: str = TARGET_MODEL) -> SpecCounters:
+    """The counters once the server has stopped publishing earlier work (the last steps of a cancelled or
+    just-finished request land after its response): re-read every QUIET_S until two reads are equal, for
+    up to SETTLE_S; then the last read."""
+    deadline = time.monotonic() + SETTLE_S
+    last = scrape(url, model)
+    while time.monotonic() < deadline:
+        time.sleep(QUIET_S)
+        now = scrape(url, model)
+        if now == last:
+            return now
+        last = now
+    return last
 
 
 def settled_check(url: str, before: SpecCounters, *, drafted: int, accepted: int, steps: int | None) -> dict:
