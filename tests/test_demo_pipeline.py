@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from specbuild.demo import report as demo_report
-from specbuild.demo import run as demo
+from specbuild.demo import commands, pipeline
+from specbuild.demo import models as dm
+from specbuild.demo import stages as demo
 
 
 def _run(mode, concurrency, *, tps, ttft=10.0, itl=5.0, **extra):
@@ -96,7 +98,7 @@ def test_spec_copies_point_at_the_cache_links(tmp_path):
     assert medusa.medusa_choices() == original.medusa_choices()
     assert medusa.speculation == original.speculation and medusa.build == original.build
     # the heads the demo trains are the heads the example spec describes
-    for settings in (demo.DemoSettings(), demo.MICRO):
+    for settings in (dm.DemoSettings(), dm.MICRO):
         assert (settings.medusa.num_heads, settings.medusa.num_layers) == (
             medusa.medusa.num_heads,
             medusa.medusa.num_layers,
@@ -104,19 +106,19 @@ def test_spec_copies_point_at_the_cache_links(tmp_path):
 
 
 def test_commands_are_echoed_as_a_user_types_them(tmp_path, monkeypatch):
-    monkeypatch.chdir(demo.REPO_ROOT)
+    monkeypatch.chdir(commands.REPO_ROOT)
     argv = [
         "/x/.venv/bin/specbuild",
         "compile",
-        str(demo.REPO_ROOT / "build/demo/specs/medusa.yaml"),
+        str(commands.REPO_ROOT / "build/demo/specs/medusa.yaml"),
         "--prompt",
         "def f(x):",
     ]
-    assert demo._shown(argv) == 'specbuild compile build/demo/specs/medusa.yaml --prompt "def f(x):"'
+    assert commands.shown(argv) == 'specbuild compile build/demo/specs/medusa.yaml --prompt "def f(x):"'
 
 
 def test_free_ports_are_distinct_loopback_ports():
-    ports = {demo.free_port() for _ in range(3)}
+    ports = {pipeline.free_port() for _ in range(3)}
     assert all(1024 < p < 65536 for p in ports)
 
 
