@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from specbuild.demo import report as demo_report
 from specbuild.demo import commands, pipeline
 from specbuild.demo import models as dm
+from specbuild.demo import report as demo_report
 from specbuild.demo import stages as demo
 
 

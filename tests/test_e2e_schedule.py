@@ -18,8 +18,8 @@ PROMPTS = ["The quick brown fox", "Once upon a time", "def main():", "Speculativ
 
 @pytest.fixture(scope="module")
 def scheduled_server(e2e_builds, tmp_path_factory):
-    from specbuild.model_repo.generate import generate_repo
     from specbuild.demo.pipeline import local_server
+    from specbuild.model_repo.generate import generate_repo
 
     build = e2e_builds["draft_target"][0]
     repo = generate_repo(

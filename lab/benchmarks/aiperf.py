@@ -47,9 +47,9 @@ from specbuild.bench.bench import run_bench
 from specbuild.bench.options import BenchConfig, load_prompts
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.pdeathsig import die_with_parent
+from specbuild.demo.pipeline import local_server
 from specbuild.frontend.run import FrontendOptions, start_frontend
 from specbuild.frontend.triton import describe
-from specbuild.demo.pipeline import local_server
 from specbuild.serve.tritonserver import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

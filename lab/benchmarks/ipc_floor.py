@@ -30,8 +30,8 @@ import tritonclient.grpc as grpcclient
 
 from lab.benchmarks.floor_models_probe import PIECES as PROBE_PIECES
 from lab.benchmarks.floor_models_probe import time_engine_pieces
-from specbuild.engines.reference.engine import ReferenceEngine
 from specbuild.demo.pipeline import local_server
+from specbuild.engines.reference.engine import ReferenceEngine
 
 MODELS = Path(__file__).with_name("floor_models")
 PIECES = ("build", "draft", "target", "send", "cancel")  # = floor_models/caller.py PIECES

@@ -51,10 +51,10 @@ from specbuild.bench.bench import run_bench
 from specbuild.bench.options import BenchConfig, default_prompts_file, load_prompts
 from specbuild.bench.report import table, write_report
 from specbuild.client.remote import Session
+from specbuild.core.deployment import RepoKind
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, decoding_class
 from specbuild.core.generation import GenerationResult
-from specbuild.core.deployment import RepoKind
 from specbuild.core.methods import Method
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.demo.models import DEFAULT_CACHE, DemoSettings, build_family

@@ -67,7 +67,6 @@ from specbuild.demo.pipeline import (
 )
 from specbuild.demo.settings import cpu_count
 
-
 # ---------------------------------------------------------------- serving and bench
 
 
@@ -88,8 +87,6 @@ def write_schedule(spec: Path, plain_from: int) -> dict[int, int] | None:
         "and the schedule)"
     )
     return schedule
-
-
 
 
 def run_method(
@@ -133,7 +130,10 @@ def run_method(
             run_trtllm_plan(spec, out / "trtllm-plan")
         run_repo(served)
     benches = {}
-    with ledger.stage(f"{mode}: serve, generate, bench"), serving(served.repo, out / "tritonserver.log") as url:
+    with (
+        ledger.stage(f"{mode}: serve, generate, bench"),
+        serving(served.repo, out / "tritonserver.log") as url,
+    ):
         prompt = json.loads(prompt_files[show].read_text().splitlines()[0])["prompt"]
         print(f"one {show!r} prompt, answered through the server (the chat template is applied client-side):")
         print(quoted_question(prompt))

@@ -75,7 +75,6 @@ class RealOptions:
     methods: tuple[str, ...] = ()  # empty: every method this checkout has
 
 
-
 def available_methods(wanted: tuple[str, ...]) -> tuple[str, ...]:
     """n-gram, Medusa and EAGLE-3, in that order: the methods that need no separate draft model."""
     known = {m.value for m in Method}
@@ -235,5 +234,3 @@ def _link(cache: Path, name: str, dest: Path) -> None:
     tmp.unlink(missing_ok=True)
     tmp.symlink_to(os.path.relpath(dest, cache.resolve()))
     os.replace(tmp, link)
-
-

@@ -18,7 +18,7 @@ from specbuild.demo.commands import Ledger, console
 from specbuild.demo.report import _fmt, load_bench, summary_rows
 
 
-def machinemachine_load() -> str:
+def machine_load() -> str:
     one, five, _ = os.getloadavg()
     return f"load {one:.1f} (1 min) / {five:.1f} (5 min) on {os.cpu_count()} cores"
 
@@ -40,7 +40,6 @@ def answer_record(prompt: str, stdout: str, stderr: str) -> dict:
         "answer": stdout.rstrip("\n"),
         "stats": lines[-1] if lines else "",
     }
-
 
 
 COLUMNS = (
@@ -179,4 +178,3 @@ def summary_markdown(rows: list[dict], summary: dict) -> str:
         f"{summary['load']['end']} at the end."
     ]
     return "\n".join(md) + "\n"
-

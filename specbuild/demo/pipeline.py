@@ -64,9 +64,18 @@ class ServedBuild:
         return self.out / self.repo_dir
 
     def compile_args(self) -> list[str]:
-        """`specbuild compile` for this build (`--flow llmapi` for an LLM-API kind: whatever the spec says)."""
+        """`specbuild compile` for this build (an LLM-API kind adds `--flow llmapi`)."""
         flow = ["--flow", self.kind.flow.value] if self.kind.llmapi else []
-        return ["compile", str(self.spec), *flow, "--out", str(self.build), "--engine", "reference", "--force"]
+        return [
+            "compile",
+            str(self.spec),
+            *flow,
+            "--out",
+            str(self.build),
+            "--engine",
+            "reference",
+            "--force",
+        ]
 
     def repo_args(self) -> list[str]:
         """`specbuild repo` for this build."""
@@ -163,7 +172,15 @@ def run_generate(
 ) -> subprocess.CompletedProcess:
     """`specbuild generate --url --stream` (capture: the answer on stdout, its stats line on stderr)."""
     return run_cli(
-        "generate", "--url", url, "--prompt", prompt, "--max-tokens", str(max_tokens), "--stream", capture=capture
+        "generate",
+        "--url",
+        url,
+        "--prompt",
+        prompt,
+        "--max-tokens",
+        str(max_tokens),
+        "--stream",
+        capture=capture,
     )
 
 

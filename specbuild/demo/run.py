@@ -35,7 +35,6 @@ Stages (each prints the real `specbuild ...` command it runs, in a subprocess of
 Everything is written under build/demo/ (override with --out).
 """
 
-
 from __future__ import annotations
 
 import argparse

@@ -38,7 +38,6 @@ LLMAPI_RUN = "draft_target (LLM API)"  # the draft/target spec on the LLM-API fl
 LLMAPI_ONLY = (Method.EAGLE3.value,)  # modes with no engine flow: served through the LLM-API model only
 
 
-
 # what earlier demo runs wrote under <mode>/schedule/ (the in-process curve's report and plot, this run's
 # files): removed before a run, so the summary never mixes two runs' schedules
 STALE_SCHEDULE_FILES = (
@@ -69,7 +68,6 @@ class DemoOptions:
     modes: tuple[str, ...] = MODES
     llmapi: bool = True  # also serve the draft/target spec through the LLM-API interface (bench at c=1)
     settings: DemoSettings = DemoSettings()  # MICRO with --micro: a quick pipeline check, untrained models
-
 
 
 def stage_models(opts: DemoOptions):
@@ -104,7 +102,8 @@ def stage_specs(opts: DemoOptions, modes: tuple[str, ...]) -> dict[str, Path]:
     specs = {}
     for mode in modes:
         source = EXAMPLES / f"{mode}.yaml"
-        raw = spec_copy(source, opts.cache)  # the example names .cache/demo/<link>: the same link in opts.cache
+        # the example names .cache/demo/<link>; the copy names the same link in opts.cache
+        raw = spec_copy(source, opts.cache)
         dest = out / source.name
         dest.write_text(
             f"# Copied by `make demo` from {os.path.relpath(source, REPO_ROOT)}; tune --write edits this "
@@ -170,8 +169,6 @@ def stage_served_schedule(
         f"{sched.get('curve', {}).get('seconds', 0):.0f} s; predicted: {relative(str(plot))}"
     )
     return SERVED_OFF if off else None
-
-
 
 
 def stage_bench(url: str, prompts: Path, out: Path, opts: DemoOptions, *extra: str) -> Path:
@@ -271,5 +268,3 @@ def tune_prompts_file(family_prompts: Path, dest: Path, n: int) -> Path:
     ]
     dest.write_text("\n".join(lines) + "\n")
     return dest
-
-
