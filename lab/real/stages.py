@@ -9,8 +9,6 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import yaml
-
 from lab.real.checks import check_exact
 from lab.real.model import DEFAULT_CACHE, LINK, RealModel, chat_prompt
 from lab.real.prompts import PromptSets
@@ -18,7 +16,7 @@ from specbuild.core.errors import SpecbuildError
 from specbuild.core.formats.manifest import MANIFEST, read_manifest
 from specbuild.core.methods import Method
 from specbuild.demo.commands import REPO_ROOT, run_cli
-from specbuild.demo.pipeline import spec_copy
+from specbuild.demo.pipeline import spec_copy, write_spec_copy
 from specbuild.demo.settings import Eagle3Settings, MedusaSettings, settings_hash
 
 EXAMPLES = REPO_ROOT / "examples" / "real"
@@ -114,19 +112,12 @@ def stage_specs(opts: RealOptions, methods: tuple[str, ...], real: RealModel) ->
     for mode in methods:
         source = EXAMPLES / f"{mode}.yaml"
         raw = spec_copy(source, opts.cache)
-        origin = os.path.relpath(source, REPO_ROOT)
-        header = f"# Copied by `make demo-real` from {origin}; tune --write edits it.\n"
-        dest = out / source.name
-        dest.write_text(header + yaml.safe_dump(raw, sort_keys=False))
-        specs[mode] = dest.resolve()
-        if len(specs) == 1:
+        specs[mode] = write_spec_copy(raw, out / source.name, source=source, by="make demo-real")
+        if len(specs) == 1:  # a TP 3 copy for `check`
             raw["name"] = f"{raw['name']}-tp{CHECK_TP}"
             raw["target"]["tp_size"] = CHECK_TP
             tp = out / f"{source.stem}-tp{CHECK_TP}.yaml"
-            tp.write_text(
-                header.replace("it.", "it; TP 3 for `check`.") + yaml.safe_dump(raw, sort_keys=False)
-            )
-            specs[f"{mode}-tp{CHECK_TP}"] = tp.resolve()
+            specs[f"{mode}-tp{CHECK_TP}"] = write_spec_copy(raw, tp, source=source, by="make demo-real")
     return specs
 
 

@@ -34,7 +34,7 @@ from specbuild.core.deployment import RepoKind
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.pdeathsig import die_with_parent
 from specbuild.core.spec import PATH_KEYS, load_spec
-from specbuild.demo.commands import console, env, relative, run_cli, shown, specbuild_exe
+from specbuild.demo.commands import REPO_ROOT, console, env, relative, run_cli, shown, specbuild_exe
 from specbuild.model_repo.generate import generate_repo
 from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
 
@@ -222,6 +222,14 @@ def spec_copy(source: Path, cache: Path) -> dict[str, Any]:
         if section in raw:
             raw[section][key] = str(Path(cache).absolute() / Path(raw[section][key]).name)
     return raw
+
+
+def write_spec_copy(raw: dict[str, Any], dest: Path, *, source: Path, by: str) -> Path:
+    """RAW (a `spec_copy` of SOURCE) written to DEST with a header naming SOURCE and BY (the make target);
+    `tune --write` edits the copy, never the example. Returns DEST, absolute."""
+    header = f"# Copied by `{by}` from {os.path.relpath(source, REPO_ROOT)}; tune --write edits this copy.\n"
+    dest.write_text(header + yaml.safe_dump(raw, sort_keys=False))
+    return dest.resolve()
 
 
 # ---------------------------------------------------------------- in process

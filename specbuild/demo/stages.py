@@ -5,11 +5,8 @@ and the prompt files (tune and bench prompts never overlap). run.py drives them 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-
-import yaml
 
 from specbuild.bench.load_bench import LOAD_WAVES
 from specbuild.core.methods import Method
@@ -23,7 +20,7 @@ from specbuild.demo.models import (
     build_medusa,
     link_current,
 )
-from specbuild.demo.pipeline import run_bench, spec_copy
+from specbuild.demo.pipeline import run_bench, spec_copy, write_spec_copy
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 # Held-out prompts whose continuation naturally repeats their own text (written for specbuild: "complete
@@ -104,12 +101,7 @@ def stage_specs(opts: DemoOptions, modes: tuple[str, ...]) -> dict[str, Path]:
         source = EXAMPLES / f"{mode}.yaml"
         # the example names .cache/demo/<link>; the copy names the same link in opts.cache
         raw = spec_copy(source, opts.cache)
-        dest = out / source.name
-        dest.write_text(
-            f"# Copied by `make demo` from {os.path.relpath(source, REPO_ROOT)}; tune --write edits this "
-            "copy.\n" + yaml.safe_dump(raw, sort_keys=False)
-        )
-        specs[mode] = dest.resolve()
+        specs[mode] = write_spec_copy(raw, out / source.name, source=source, by="make demo")
     return specs
 
 
