@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-fast test-faults test-isa demo demo-real lint docs clean bench-convert bench-reference bench-serve bench-load aiperf fuzz
+.PHONY: setup test test-fast test-faults test-isa demo demo-real lint docs clean bench-convert bench-reference bench-serve bench-serve-real bench-load aiperf fuzz
 
 setup: $(STAMP)
 
@@ -75,6 +75,11 @@ bench-reference: setup
 
 bench-serve: setup
 	$(BIN)/python -m lab.benchmarks.serve
+
+# Triton / in-process on the real model, every method of `make demo-real` on every flow it has (needs
+# `make demo-real` first: it reuses build/demo-real).
+bench-serve-real: $(REAL_STAMP)
+	$(BIN)/python -m lab.benchmarks.serve_real $(ARGS)
 
 # The load-aware schedule on the demo family: tune --schedule, in-process and Triton runs over
 # concurrency 1,2,4,8 (baseline, each fixed K, the schedule; interleaved rounds) -> build/bench-load/load.md

@@ -196,7 +196,13 @@ def prepare(config: Eagle3TrainConfig, rep: Reporter) -> Prepared:
         f"{used.numel()} of {vocab}; captured layers {list(layers)}"
     )
     return Prepared(
-        base, draft_config, stores["train"], stores["heldout"], used, lm_rows, t2d.to(base.device)
+        base,
+        draft_config,
+        stores["train"],
+        stores["heldout"],
+        used.to(base.device),  # indexed by the draft's argmax, which lives on the target's device
+        lm_rows,
+        t2d.to(base.device),
     )
 
 
@@ -381,7 +387,7 @@ def recipe_digest(config: Eagle3TrainConfig) -> str:
 
 
 def _write_output(config: Eagle3TrainConfig, data: Prepared, draft: Eagle3TrainDraft, metrics: dict) -> Path:
-    d2t, t2d = vocab_maps(data.used, data.config.vocab_size)
+    d2t, t2d = vocab_maps(data.used.cpu(), data.config.vocab_size)
     tensors = {k: v.to(data.base.stored_dtype).contiguous().cpu() for k, v in draft.hf_state_dict().items()}
     tensors |= {"d2t": d2t, "t2d": t2d}
     with atomic_output_dir(
