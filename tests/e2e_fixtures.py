@@ -1,6 +1,7 @@
 """Session fixtures of the end-to-end tests (a pytest plugin, see conftest.py): tiny models -> reference
 engines -> Python-backend repositories (draft/target, Medusa, n-gram) -> one real tritonserver each, shared
-by every e2e module (starting them is the slow part; both load at the same time).
+by every e2e module (starting them is the slow part; both load at the same time). The stages run in process
+through the demo's pipeline API (specbuild/demo/pipeline.py: compile, repo, a server on free ports).
 
 The builds allow long requests (max_seq_len 512) so that cancellation and limits can be watched on
 requests that take a while. A test that destroys a server (kills it, or one of its model processes)
@@ -14,8 +15,12 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from specbuild.demo.pipeline import ServedBuild
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -24,12 +29,13 @@ MAX_INPUT_LEN = 256
 K = 3  # draft tokens per round the tests ask for (the build's max_draft_len is 4)
 
 
-def _compile(workdir: Path, mode: str, *, target: Path, draft: Path | None, bls_instances: int) -> Path:
+def _compile(
+    workdir: Path, mode: str, *, target: Path, draft: Path | None, bls_instances: int
+) -> ServedBuild:
     import yaml
     from repo_builds import EXAMPLES, make_heads
 
-    from specbuild.builder.compile import compile_spec
-    from specbuild.core.spec import load_spec
+    from specbuild.demo.pipeline import ServedBuild, compile_in_process
 
     workdir.mkdir(parents=True)
     name = f"{mode.replace('_', '-')}.yaml"  # examples/tiny/
@@ -43,19 +49,21 @@ def _compile(workdir: Path, mode: str, *, target: Path, draft: Path | None, bls_
     if mode == "medusa":
         cfg = json.loads((target / "config.json").read_text())
         make_heads(workdir / "medusa_heads", hidden=cfg["hidden_size"], vocab=cfg["vocab_size"], heads=3)
-    return compile_spec(load_spec(workdir / name), workdir / "build", engine="reference")
+    served = ServedBuild(spec=workdir / name, out=workdir)  # repo --backend python
+    compile_in_process(served)
+    return served
 
 
 @pytest.fixture(scope="session")
 def e2e_builds(tmp_path_factory, tiny_target, tiny_draft):
     """mode -> (build folder, repository) for draft_target, medusa and ngram."""
-    from specbuild.model_repo.generate import generate_repo
+    from specbuild.demo.pipeline import repo_in_process
 
     root = tmp_path_factory.mktemp("e2e")
     out = {}
     for mode, draft, bls in (("draft_target", tiny_draft, 4), ("medusa", None, 2), ("ngram", None, 2)):
-        build = _compile(root / mode, mode, target=tiny_target, draft=draft, bls_instances=bls)
-        out[mode] = (build, generate_repo(build, root / mode / "repo", backend="python"))
+        served = _compile(root / mode, mode, target=tiny_target, draft=draft, bls_instances=bls)
+        out[mode] = (served.build, repo_in_process(served))
     return out
 
 
@@ -67,10 +75,9 @@ class ServerPool:
         self.servers = {}
 
     def _new(self, mode):
-        from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
+        from specbuild.demo.pipeline import local_server
 
-        opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
-        return TritonServer(self.builds[mode][1], opts).launch()
+        return local_server(self.builds[mode][1]).launch()
 
     def start_all(self) -> None:
         for mode in self.builds:  # launch all, then wait: their model loading overlaps
@@ -142,9 +149,8 @@ def _llmapi_repo(
     import yaml
     from repo_builds import EXAMPLES
 
-    from specbuild.builder.compile import compile_spec
-    from specbuild.core.spec import load_spec
-    from specbuild.model_repo.generate import generate_repo
+    from specbuild.core.deployment import RepoKind
+    from specbuild.demo.pipeline import ServedBuild, compile_in_process, repo_in_process
 
     raw = yaml.safe_load((EXAMPLES / example).read_text())
     raw["build"].update(max_seq_len=MAX_SEQ_LEN, max_input_len=MAX_INPUT_LEN)
@@ -152,16 +158,15 @@ def _llmapi_repo(
     (root / "spec.yaml").write_text(yaml.safe_dump(raw))
     for name, folder in models.items():
         shutil.copytree(folder, root / name)
-    build = compile_spec(load_spec(root / "spec.yaml"), root / "build", engine="reference")
-    return build, generate_repo(build, root / "repo", backend="llmapi-local", decoupled=decoupled)
+    served = ServedBuild(spec=root / "spec.yaml", out=root, kind=RepoKind.LLMAPI_LOCAL, decoupled=decoupled)
+    return compile_in_process(served), repo_in_process(served)
 
 
 def _llmapi_server(build: Path, repo: Path):
     """A tritonserver serving the LLM-API interface of `repo`; yields (build, repository, server)."""
-    from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
+    from specbuild.demo.pipeline import local_server
 
-    opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
-    server = TritonServer(repo, opts).launch().wait_ready()
+    server = local_server(repo).launch().wait_ready()
     try:
         yield build, repo, server
     finally:

@@ -17,15 +17,14 @@ def test_llmapi_repository_without_speculative_config_serves_the_target_alone(e2
     from lab.benchmarks.serve import llmapi_speculation, without_speculation
     from specbuild.client.remote import Session
     from specbuild.core.sampling_params import SamplingParams
-    from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
+    from specbuild.demo.pipeline import local_server
 
     _, repo, speculative = e2e_llmapi
     plain = without_speculation(repo, tmp_path / "plain")
     assert llmapi_speculation(plain) == {} and llmapi_speculation(repo)["max_draft_len"] == 4
     params = SamplingParams(max_tokens=MAX_TOKENS)
-    opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
     with (
-        TritonServer(plain, opts) as server,
+        local_server(plain) as server,
         Session(server.grpc_url) as alone,
         Session(speculative.grpc_url) as spec,
     ):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from specbuild.demo import models as dm
-from specbuild.demo import run as demo
+from specbuild.demo import stages as demo
 
 pytestmark = pytest.mark.numeric  # a micro family is trained (float results through CPU kernels)
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
+from specbuild.demo import commands, pipeline
+from specbuild.demo import models as dm
 from specbuild.demo import report as demo_report
-from specbuild.demo import run as demo
+from specbuild.demo import stages as demo
 
 
 def _run(mode, concurrency, *, tps, ttft=10.0, itl=5.0, **extra):
@@ -96,7 +99,7 @@ def test_spec_copies_point_at_the_cache_links(tmp_path):
     assert medusa.medusa_choices() == original.medusa_choices()
     assert medusa.speculation == original.speculation and medusa.build == original.build
     # the heads the demo trains are the heads the example spec describes
-    for settings in (demo.DemoSettings(), demo.MICRO):
+    for settings in (dm.DemoSettings(), dm.MICRO):
         assert (settings.medusa.num_heads, settings.medusa.num_layers) == (
             medusa.medusa.num_heads,
             medusa.medusa.num_layers,
@@ -104,19 +107,19 @@ def test_spec_copies_point_at_the_cache_links(tmp_path):
 
 
 def test_commands_are_echoed_as_a_user_types_them(tmp_path, monkeypatch):
-    monkeypatch.chdir(demo.REPO_ROOT)
+    monkeypatch.chdir(commands.REPO_ROOT)
     argv = [
         "/x/.venv/bin/specbuild",
         "compile",
-        str(demo.REPO_ROOT / "build/demo/specs/medusa.yaml"),
+        str(commands.REPO_ROOT / "build/demo/specs/medusa.yaml"),
         "--prompt",
         "def f(x):",
     ]
-    assert demo._shown(argv) == 'specbuild compile build/demo/specs/medusa.yaml --prompt "def f(x):"'
+    assert commands.shown(argv) == 'specbuild compile build/demo/specs/medusa.yaml --prompt "def f(x):"'
 
 
 def test_free_ports_are_distinct_loopback_ports():
-    ports = {demo.free_port() for _ in range(3)}
+    ports = {pipeline.free_port() for _ in range(3)}
     assert all(1024 < p < 65536 for p in ports)
 
 
@@ -241,3 +244,52 @@ def test_summary_has_the_load_aware_table(tmp_path):
     by = load_rows()
     assert by[8, "schedule"]["sched K"] == 0 and "in-process sched K" not in by[8, "schedule"]
     assert "the repository and the in-process engine both carry it" in (tmp_path / "summary.md").read_text()
+
+
+def test_a_served_build_is_the_commands_a_user_types(tmp_path):
+    """The pipeline API's stages as `make demo` typed them before it existed: compile with the reference
+    engine, `repo` of the kind (LLM-API kinds compile with --flow llmapi and stream when decoupled)."""
+    from specbuild.core.deployment import RepoKind
+
+    spec, out = tmp_path / "dt.yaml", tmp_path / "dt"
+    served = pipeline.ServedBuild(spec=spec, out=out, build_dir="reference")
+    assert served.compile_args() == [
+        "compile",
+        str(spec),
+        "--out",
+        str(out / "reference"),
+        "--engine",
+        "reference",
+        "--force",
+    ]
+    assert served.repo_args() == [
+        "repo",
+        str(out / "reference"),
+        "--out",
+        str(out / "repo"),
+        "--backend",
+        "python",
+        "--force",
+    ]
+    off = dataclasses.replace(served, schedule="1:0")
+    assert off.repo_args()[-2:] == ["--schedule", "1:0"]
+    llmapi = pipeline.ServedBuild(spec=spec, out=out, kind=RepoKind.LLMAPI_LOCAL, decoupled=True)
+    assert llmapi.compile_args()[2:4] == ["--flow", "llmapi"]
+    assert llmapi.repo_args()[4:8] == ["--backend", "llmapi-local", "--decoupled", "--force"]
+    unary = dataclasses.replace(llmapi, decoupled=False)
+    assert "--no-decoupled" in unary.repo_args()
+
+
+def test_serving_says_so_when_serve_exits_before_the_server_is_ready(tmp_path, monkeypatch):
+    """`serving` starts `specbuild serve` in the background; a serve that exits (a bad repository, a port
+    taken) is an error naming its exit code and the log, not a wait for the ready timeout."""
+    fake = tmp_path / "specbuild"
+    fake.write_text("#!/bin/sh\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(pipeline, "specbuild_exe", lambda: str(fake))
+    with (
+        pytest.raises(pipeline.SpecbuildError, match="exited before the server was ready") as err,
+        pipeline.serving(tmp_path / "repo", tmp_path / "server.log"),
+    ):
+        pytest.fail("the block must not run")
+    assert err.value.found == "exit code 3" and "server.log" in err.value.fix

@@ -107,15 +107,14 @@ def hostile_tmp(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def hostile_server(e2e_builds, hostile_tmp):
-    from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
+    from specbuild.demo.pipeline import local_server
 
     tmp, _ = hostile_tmp
     saved = {k: os.environ.get(k) for k in ("TMPDIR", "XDG_RUNTIME_DIR")}
     os.environ["TMPDIR"] = str(tmp)  # the server's processes inherit it (bundle.env copies os.environ)
     os.environ.pop("XDG_RUNTIME_DIR", None)
-    opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
     try:
-        server = TritonServer(e2e_builds["ngram"][1], opts).launch()
+        server = local_server(e2e_builds["ngram"][1]).launch()
     finally:
         for key, value in saved.items():
             if value is None:

@@ -18,15 +18,14 @@ PROMPTS = ["The quick brown fox", "Once upon a time", "def main():", "Speculativ
 
 @pytest.fixture(scope="module")
 def scheduled_server(e2e_builds, tmp_path_factory):
+    from specbuild.demo.pipeline import local_server
     from specbuild.model_repo.generate import generate_repo
-    from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
 
     build = e2e_builds["draft_target"][0]
     repo = generate_repo(
         build, tmp_path_factory.mktemp("sched") / "repo", backend="python", schedule="1:4,2:0", guard="2:1.0"
     )
-    opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
-    server = TritonServer(repo, opts).launch().wait_ready()
+    server = local_server(repo).launch().wait_ready()
     try:
         yield server
     finally:

@@ -45,15 +45,14 @@ def unary_servers(tmp_path_factory, e2e_builds, tiny_target, tiny_draft):
     with its default policy} on tritonservers of their own."""
     from e2e_fixtures import _llmapi_repo, _llmapi_server
 
+    from specbuild.demo.pipeline import local_server
     from specbuild.model_repo.generate import generate_repo
-    from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
 
     build = e2e_builds["draft_target"][0]
     repo = generate_repo(
         build, tmp_path_factory.mktemp("unary-bls") / "repo", backend="python", decoupled=False
     )
-    opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
-    bls = TritonServer(repo, opts).launch()
+    bls = local_server(repo).launch()
     llmapi = _llmapi_server(
         *_llmapi_repo(
             tmp_path_factory.mktemp("unary-llmapi"),

@@ -14,7 +14,7 @@ from test_real_model import _bench
 def test_eagle3_gets_the_medusa_heads_budget():
     from dataclasses import replace
 
-    from lab.real.run import REAL_EAGLE3, REAL_MEDUSA, RealOptions, available_methods
+    from lab.real.stages import REAL_EAGLE3, REAL_MEDUSA, RealOptions, available_methods
 
     assert available_methods(()) == ("ngram", "medusa", "eagle3")
     for field in ("steps", "batch_size", "seq_len", "lr"):
@@ -24,7 +24,7 @@ def test_eagle3_gets_the_medusa_heads_budget():
 
 
 def test_the_spec_is_llmapi_and_points_at_the_draft_link(tmp_path):
-    from lab.real.run import RealOptions, stage_specs
+    from lab.real.stages import RealOptions, stage_specs
     from specbuild.core.facts.llmapi import Flow
     from specbuild.core.spec import load_spec
 
@@ -36,7 +36,7 @@ def test_the_spec_is_llmapi_and_points_at_the_draft_link(tmp_path):
 
 
 def test_summary_measures_eagle3_against_the_same_prompt_sets_baseline(tmp_path):
-    from lab.real.run import summary_table
+    from lab.real.summary import summary_table
 
     benches = {
         "ngram": {
@@ -56,12 +56,12 @@ def test_summary_measures_eagle3_against_the_same_prompt_sets_baseline(tmp_path)
 
 
 def test_the_training_stage_runs_train_eagle3_with_the_budget(tmp_path, monkeypatch):
-    import lab.real.run as real_run
+    import lab.real.stages as real_stages
     from lab.real.prompts import PromptSets
-    from lab.real.run import RealOptions, stage_eagle3
+    from lab.real.stages import RealOptions, stage_eagle3
 
     calls = []
-    monkeypatch.setattr(real_run, "run_cli", lambda *args, **kw: calls.append(args))
+    monkeypatch.setattr(real_stages, "run_cli", lambda *args, **kw: calls.append(args))
 
     class Real:
         root = tmp_path / "smollm2-entry"

@@ -180,7 +180,7 @@ def _bench(path: Path, method: str, runs: list[tuple[str, int, float]]) -> Path:
 
 
 def test_summary_measures_medusa_against_the_same_prompt_sets_baseline(tmp_path):
-    from lab.real.run import summary_table
+    from lab.real.summary import summary_table
 
     benches = {
         "draft_target": {
@@ -206,7 +206,7 @@ def test_summary_has_a_row_for_the_fixed_k_and_one_for_the_schedule(tmp_path):
     """bench runs a repository with speculation.schedule three ways per concurrency (baseline, fixed K,
     schedule): the summary keeps both speculative rows, each against the same baseline; Medusa (no
     baseline of its own, one run per concurrency) is labelled with its repository's schedule."""
-    from lab.real.run import summary_table
+    from lab.real.summary import summary_table
 
     def with_context(path: Path, **context) -> Path:
         body = json.loads(path.read_text())
@@ -239,7 +239,7 @@ def test_summary_compares_every_method_with_the_one_call_baseline(tmp_path):
     """bench's baseline-unary run (the target alone, one call per request) is the fair baseline: the streamed
     one pays one BLS -> target call per token. n-gram rows take their own; Medusa's (no target-alone mode)
     take n-gram's on the same prompts and concurrency; the summary shows both ratios."""
-    from lab.real.run import COLUMNS, summary_markdown, summary_table
+    from lab.real.summary import COLUMNS, summary_markdown, summary_table
 
     runs = [("baseline", 1, 10.0), ("baseline-unary", 1, 12.0), ("speculative", 1, 24.0)]
     runs += [("baseline", 4, 2.0), ("baseline-unary", 4, 16.0), ("speculative", 4, 8.0)]
@@ -259,7 +259,7 @@ def test_summary_compares_every_method_with_the_one_call_baseline(tmp_path):
 
 
 def test_the_streamed_answer_and_its_stats_go_into_the_summary():
-    from lab.real.run import answer_record, summary_markdown
+    from lab.real.summary import answer_record, summary_markdown
 
     prompt = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQuote:\n```x```<|im_end|>\n"
     prompt += "<|im_start|>assistant\n"

@@ -47,9 +47,10 @@ from specbuild.bench.bench import run_bench
 from specbuild.bench.options import BenchConfig, load_prompts
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.pdeathsig import die_with_parent
+from specbuild.demo.pipeline import local_server
 from specbuild.frontend.run import FrontendOptions, start_frontend
 from specbuild.frontend.triton import describe
-from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
+from specbuild.serve.tritonserver import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_REPO = REPO_ROOT / "build" / "demo" / "draft_target" / "repo"
@@ -220,12 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     template = args.out / "pass_through.jinja"
     template.write_text(PASS_THROUGH_TEMPLATE)
-    opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
     results: dict[tuple[str, int, str], list[dict]] = {}
     loads = [os.getloadavg()[0]]
     started = time.monotonic()
     failed: dict[tuple[str, int, str], str] = {}
-    with TritonServer(args.repo, opts) as server:  # started (every model READY) on entry
+    with local_server(args.repo) as server:  # started (every model READY) on entry
+        opts = server.options
         metrics_url = f"http://{opts.host}:{opts.metrics_port}/metrics"
         frontend = start_frontend(
             server.grpc_url,

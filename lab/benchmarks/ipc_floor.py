@@ -30,8 +30,8 @@ import tritonclient.grpc as grpcclient
 
 from lab.benchmarks.floor_models_probe import PIECES as PROBE_PIECES
 from lab.benchmarks.floor_models_probe import time_engine_pieces
+from specbuild.demo.pipeline import local_server
 from specbuild.engines.reference.engine import ReferenceEngine
-from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
 
 MODELS = Path(__file__).with_name("floor_models")
 PIECES = ("build", "draft", "target", "send", "cancel")  # = floor_models/caller.py PIECES
@@ -228,9 +228,8 @@ def measure(
     engine_build: Path | None = None,
 ) -> dict:
     repo = build_floor_repo(real_repo, out, engine_build=engine_build)
-    opts = ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
     probe = None
-    with TritonServer(repo, opts) as server:
+    with local_server(repo) as server:
         times = time_pieces(server.grpc_url, calls=calls, prompt_len=prompt_len, draft_len=draft_len)
         callee = callee_stats(server.grpc_url)
         if engine_build is not None:

@@ -27,6 +27,7 @@ import json
 import os
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -55,16 +56,14 @@ from specbuild.bench.serve_curve import (
     predict_served,
     predicted_tokens_per_s,
 )
-from specbuild.builder.compile import compile_spec
 from specbuild.core.methods import Method, Tunable, method_of
 from specbuild.core.perf.schedule import DraftSchedule, schedule_steps
 from specbuild.core.perf.schedule_choice import choose, round_order
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.core.spec import load_spec
 from specbuild.demo.models import DEFAULT_CACHE, build_family, build_medusa
+from specbuild.demo.pipeline import ServedBuild, compile_in_process, local_server, repo_in_process
 from specbuild.engines.reference.engine import ReferenceEngine
-from specbuild.model_repo.generate import generate_repo
-from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
 from specbuild.tuning.cost_curve import plot
 from specbuild.tuning.holdout import calibrated_run
 from specbuild.tuning.tune import round_tokens, tune_spec
@@ -77,10 +76,6 @@ CONCURRENCY = (1, 2, 4, 8)
 def _load() -> str:
     one, five, _ = os.getloadavg()
     return f"{one:.2f} (1 min), {five:.2f} (5 min) at {time.strftime('%H:%M:%S', time.gmtime())} UTC"
-
-
-def _server_options() -> ServerOptions:
-    return ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
 
 
 def write_spec(out: Path, family, *, k: int, method: str = Method.DRAFT_TARGET.value) -> Path:
@@ -274,7 +269,8 @@ def main(argv: list[str] | None = None) -> None:
         f"schedule: {schedule.to_dict() if schedule else None} "
         f"(max_draft_len {spec.speculation.max_draft_len})"
     )
-    build = compile_spec(spec, out / "build", engine="reference", force=True)
+    served = ServedBuild(spec=spec_path, out=out)
+    build = compile_in_process(served)
     engine = ReferenceEngine.load(build)
     prompt_ids = [engine.encode(t) for t in held]
     ks = list(range(1, spec.speculation.max_draft_len + 1))
@@ -306,8 +302,8 @@ def main(argv: list[str] | None = None) -> None:
         }
     if not args.skip_triton:
         acceptance, tokens = round_tokens(report)
-        curve_repo = generate_repo(build, out / "repo-curve", backend="python", force=True, schedule="off")
-        with TritonServer(curve_repo, _server_options()) as server:
+        curve_repo = repo_in_process(replace(served, repo_dir="repo-curve", schedule="off"))
+        with local_server(curve_repo) as server:
             curve = measure_served(
                 server.grpc_url,
                 tune_texts[:8],
@@ -324,8 +320,8 @@ def main(argv: list[str] | None = None) -> None:
         text = served["repository_schedule"]
         result["served_schedule"] = text
         console.print(f"served schedule: {text}")
-        repo = generate_repo(build, out / "repo", backend="python", force=True, schedule=text)
-        with TritonServer(repo, _server_options()) as server:
+        repo = repo_in_process(replace(served, schedule=text))
+        with local_server(repo) as server:
             url = server.grpc_url
             modes = [(url, BASELINE_MODE, 0), (url, UNARY_BASELINE, 0)] + [(url, FIXED_MODE, k) for k in ks]
             # streamed, and in one call per request (against the one-call baseline)
@@ -376,7 +372,7 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
     right after its calibration on the tune prompts."""
     heads = build_medusa(family, cache=args.demo_cache or DEFAULT_CACHE, log=console.print)
     loads = {"start": _load()}
-    base_spec = load_spec(write_spec(out / "dt", family, k=args.k))
+    base_spec = write_spec(out / "dt", family, k=args.k)
     raw = yaml.safe_load(
         (Path(__file__).resolve().parents[2] / "examples" / "demo" / "medusa.yaml").read_text()
     )
@@ -387,12 +383,13 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
     (out / "medusa" / "spec.yaml").write_text(yaml.safe_dump(raw))
     medusa_spec = load_spec(out / "medusa" / "spec.yaml")
     tree_k = medusa_spec.speculation.max_draft_len
-    dt_build = compile_spec(base_spec, out / "dt" / "build", engine="reference", force=True)
-    m_build = compile_spec(medusa_spec, out / "medusa" / "build", engine="reference", force=True)
-    dt_repo = generate_repo(dt_build, out / "dt" / "repo", backend="python", force=True, schedule="off")
-    tree_repo = generate_repo(
-        m_build, out / "medusa" / "repo-tree", backend="python", force=True, schedule="off"
+    dt_build = ServedBuild(spec=base_spec, out=out / "dt", schedule="off")
+    tree_build = ServedBuild(
+        spec=out / "medusa" / "spec.yaml", out=out / "medusa", repo_dir="repo-tree", schedule="off"
     )
+    compile_in_process(dt_build)
+    compile_in_process(tree_build)
+    dt_repo, tree_repo = repo_in_process(dt_build), repo_in_process(tree_build)
 
     def config(url, prompts):
         return BenchConfig(
@@ -415,7 +412,7 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
             "measured": point["throughput"],
         }
 
-    with TritonServer(dt_repo, _server_options()) as dt, TritonServer(tree_repo, _server_options()) as tree:
+    with local_server(dt_repo) as dt, local_server(tree_repo) as tree:
         measured: dict[int, dict[str, list[dict]]] = {}
         for r in range(REPEATS):  # the sweep repeated, interleaved (as bench/serve_curve.measure_served)
             for c in CONCURRENCY:
@@ -448,10 +445,8 @@ def run_medusa(args, family, out: Path, tune_texts: list[str], held: list[str], 
                 (tree.grpc_url, FIXED_MODE, None),
             ]
             if text != "off":
-                sched_repo = generate_repo(
-                    m_build, out / "medusa" / "repo-schedule", backend="python", force=True, schedule=text
-                )
-                sched = stack.enter_context(TritonServer(sched_repo, _server_options()))
+                sched_repo = repo_in_process(replace(tree_build, repo_dir="repo-schedule", schedule=text))
+                sched = stack.enter_context(local_server(sched_repo))
                 modes.append((sched.grpc_url, SCHEDULE_MODE, None))
                 # the same schedule in one unary call per request: its K=0 batches then answer once per
                 # request, like the one-call baseline (streamed, they send one response per token)

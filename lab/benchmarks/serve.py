@@ -50,20 +50,18 @@ from lab.benchmarks.serve_frontend import format_frontend, measure_frontend
 from specbuild.bench.bench import run_bench
 from specbuild.bench.options import BenchConfig, default_prompts_file, load_prompts
 from specbuild.bench.report import table, write_report
-from specbuild.builder.compile import compile_spec
 from specbuild.client.remote import Session
+from specbuild.core.deployment import RepoKind
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.facts.llmapi import LLMAPI_VERSIONS, decoding_class
 from specbuild.core.generation import GenerationResult
 from specbuild.core.methods import Method
 from specbuild.core.sampling_params import SamplingParams
-from specbuild.core.spec import spec_from_dict
 from specbuild.demo.models import DEFAULT_CACHE, DemoSettings, build_family
+from specbuild.demo.pipeline import ServedBuild, compile_in_process, local_server, repo_in_process
 from specbuild.demo.synthetic import make_model, train_tokenizer
 from specbuild.engines.reference.api import generate_local
 from specbuild.engines.reference.engine import ReferenceEngine
-from specbuild.model_repo.generate import generate_repo
-from specbuild.serve.tritonserver import ServerOptions, TritonServer, free_port
 
 DEFAULT_OUT = Path("build/bench-serve")
 GOAL_RATIO = 0.9  # Triton tokens/s over in-process tokens/s at concurrency 1, speculation on (issue 16)
@@ -131,11 +129,10 @@ def build_repo(
     }
     if flow != "engine":
         raw["flow"] = flow
-    spec = spec_from_dict(raw, source=root / "spec.yaml")
-    build = compile_spec(spec, root / "build", engine="reference", force=True)
-    backend = "python" if flow == "engine" else "llmapi-local"
-    repo = generate_repo(build, root / "repo", backend=backend, force=True, decoupled=True)  # it streams
-    return build, repo, prompts
+    (root / "spec.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    kind = RepoKind.ENGINE_LOCAL if flow == "engine" else RepoKind.LLMAPI_LOCAL
+    served = ServedBuild(spec=root / "spec.yaml", out=root, kind=kind, decoupled=True)  # it streams
+    return compile_in_process(served), repo_in_process(served), prompts
 
 
 LLMAPI_OPTIONS_FILE = Path("tensorrt_llm") / "1" / "model.yaml"  # = model_repo/tensors.py LLMAPI_OPTIONS
@@ -386,10 +383,6 @@ def check_setup(
     return {"method": Method.DRAFT_TARGET.value, "k": k if mode == "speculative" else 0, **checked}
 
 
-def _server_options() -> ServerOptions:
-    return ServerOptions(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
-
-
 def read_bls_timings(folder: Path) -> list[dict]:
     """The BLS's per-request timers (model.py, SPECBUILD_BLS_TIMINGS): one JSON object a line per file."""
     rows = []
@@ -448,7 +441,7 @@ def run_engine_flow(
         os.environ[BLS_TIMINGS_ENV] = str(timings)  # the server's BLS processes inherit it
     flow: dict = {"repository": str(repo), "modes": {}, "sweep_report": None}
     try:
-        with TritonServer(repo, _server_options()) as server, Session(server.grpc_url) as session:
+        with local_server(repo) as server, Session(server.grpc_url) as session:
             # one connection for all requests, as a serving client (and `bench`) keeps it
             for arm in engine_arms(engine, session, params, args.num_draft_tokens):
                 checked = check_setup(
@@ -523,7 +516,7 @@ def run_llmapi_flow(
     engine = ReferenceEngine.load(build)
     flow: dict = {"repository": str(repo), "repository_no_speculation": str(plain), "modes": {}}
     for mode, repository, k in (("baseline", plain, 0), ("speculative", repo, args.num_draft_tokens)):
-        with TritonServer(repository, _server_options()) as server, Session(server.grpc_url) as session:
+        with local_server(repository) as server, Session(server.grpc_url) as session:
             checked = check_setup(
                 "llmapi", mode, engine=engine, session=session, repo=repository, k=args.num_draft_tokens
             )

@@ -27,25 +27,24 @@ import torch
 import yaml
 from rich.console import Console
 
-from lab.benchmarks.serve import GOAL_RATIO, Arm, _server_options, run_arm, summarize
+from lab.benchmarks.serve import GOAL_RATIO, Arm, run_arm, summarize
 from specbuild.bench.options import load_prompts
-from specbuild.builder.compile import compile_spec
 from specbuild.client.remote import Session
+from specbuild.core.deployment import RepoKind
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.facts.llmapi import Flow, parse_flow
 from specbuild.core.methods.matrix import support
 from specbuild.core.sampling_params import SamplingParams
 from specbuild.core.spec import load_spec
+from specbuild.demo.pipeline import ServedBuild, compile_in_process, local_server, repo_in_process
 from specbuild.engines.reference.api import generate_local
 from specbuild.engines.reference.engine import ReferenceEngine
-from specbuild.model_repo.generate import generate_repo
-from specbuild.serve.tritonserver import TritonServer
 
 DEFAULT_ROOT = Path("build/demo-real")
 DEFAULT_OUT = Path("build/bench-serve-real")
 METHODS = ("ngram", "medusa", "eagle3")
 PROMPT_SETS = ("quoting", "open")
-BACKEND = {Flow.ENGINE: "python", Flow.LLMAPI: "llmapi-local"}
+LOCAL_KIND = {kind.flow: kind for kind in RepoKind if kind.local}  # the repository served on this CPU
 
 
 def flows_of(spec_path: Path) -> list[Flow]:
@@ -68,17 +67,18 @@ def build_for(root: Path, out: Path, method: str, flow: Flow) -> tuple[Path, Pat
     folder.mkdir(parents=True, exist_ok=True)
     spec_file = folder / "spec.yaml"
     spec_file.write_text(yaml.safe_dump(raw, sort_keys=False))
-    build = compile_spec(load_spec(spec_file), folder / "reference", engine="reference", force=True)
     # the LLM-API model streams only when decoupled
-    repo = generate_repo(build, folder / "repo", backend=BACKEND[flow], force=True, decoupled=True)
-    return build, repo
+    served = ServedBuild(
+        spec=spec_file, out=folder, kind=LOCAL_KIND[flow], decoupled=True, build_dir="reference"
+    )
+    return compile_in_process(served), repo_in_process(served)
 
 
 def measure(build: Path, repo: Path, label: str, prompts: list[str], args, expected: dict) -> dict:
     engine = ReferenceEngine.load(build)
     params = SamplingParams(max_tokens=args.max_tokens)  # greedy: the tokens are checked identical
     k = engine.num_draft_tokens
-    with TritonServer(repo, _server_options()) as server, Session(server.grpc_url) as session:
+    with local_server(repo) as server, Session(server.grpc_url) as session:
 
         def remote(prompt: str) -> object:  # the repository's own K (its tuned value)
             return session.generate(prompt, params, stream=True, timeout_s=600)
