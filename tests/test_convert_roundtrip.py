@@ -345,18 +345,3 @@ def test_sharded_checkpoint_with_index(tiny_target, tmp_path):
     (shard / "config.json").write_text((tiny_target / "config.json").read_text())
     back, _, _ = unshard(convert_checkpoint(shard, tmp_path / "ckpt", tp_size=2))
     assert all(torch.equal(back[n], hf[n]) for n in names)
-
-
-def test_without_copy_file_range(tiny_target, tmp_path, monkeypatch):
-    """File systems that refuse copy_file_range (EXDEV, ENOSYS, ...) get the read/write fallback."""
-    import errno
-    import os
-
-    def refuse(*_a, **_k):
-        raise OSError(errno.EXDEV, "cross-device")
-
-    monkeypatch.setattr(os, "copy_file_range", refuse)
-    out = convert_checkpoint(tiny_target, tmp_path / "ckpt", tp_size=2)
-    back, _, _ = unshard(out)
-    assert all(torch.equal(back[n], t) for n, t in hf_tensors(tiny_target).items())
-    assert verify_manifest(out) == []

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from specbuild.core.errors import ConversionError
+from specbuild.core.errors import CheckpointError, ConversionError
 from specbuild.engines.trtllm.sources import SafetensorsSource
 from specbuild.engines.trtllm.st_writer import Entry, StreamingWriter
 
@@ -33,6 +33,20 @@ def test_parts_from_tensors_and_file_ranges(tmp_path):
     assert w.sha256 == hashlib.sha256(data).hexdigest()
     (n,) = struct.unpack("<Q", data[:8])
     assert n % 8 == 0 and json.loads(data[8 : 8 + n])["x"]["data_offsets"] == [0, 80]
+
+
+def test_a_source_range_past_the_end_of_its_file_is_an_error(tmp_path):
+    """A source file that ends before a planned range (shortened after it was indexed) stops the writer
+    with an error naming the file, and no digest is taken as the file's."""
+    save_file({"a": torch.ones(64, 16)}, tmp_path / "src.safetensors")
+    src = SafetensorsSource([tmp_path / "src.safetensors"], where="test")
+    part = src.byte_range("a")
+    with open(tmp_path / "src.safetensors", "r+b") as f:
+        f.truncate(part.offset + part.nbytes - 4)
+    with pytest.raises(ConversionError, match="src.safetensors ended early"):
+        with StreamingWriter(tmp_path / "out.safetensors", [Entry("x", "float32", (64, 16))]) as w:
+            w.write("x", [part])
+    assert w.sha256 is None
 
 
 def test_writer_refuses_what_was_not_planned(tmp_path):
@@ -63,3 +77,25 @@ def test_count_nonfinite_is_exact_across_passes(dtype):
     assert finite.count_nonfinite(raw, dtype) == len(spots)
     ones = torch.ones(3, dtype=t.dtype).view(torch.uint8).numpy().tobytes()
     assert finite.count_nonfinite(ones, dtype) == 0
+
+
+def test_ranges_over_many_maps_and_chunks_keep_bytes_digest_and_checks(tmp_path, monkeypatch):
+    """A file range passes through several maps and chunks (shrunk here to 64 and 16 bytes): the bytes and
+    the digest are the source's, and a NaN and an Inf on either side of a map's end are both found."""
+    from specbuild.engines.trtllm import st_writer
+
+    monkeypatch.setattr(st_writer, "_CHUNK", 16)
+    monkeypatch.setattr(st_writer, "_WINDOW", 64)
+    good = torch.arange(100, dtype=torch.float32)
+    bad = good.clone()
+    bad[15], bad[16] = float("nan"), float("inf")  # bytes 60..67: across the first map's end (64)
+    save_file({"b": good, "c": bad}, tmp_path / "src.safetensors")
+    src = SafetensorsSource([tmp_path / "src.safetensors"], where="test")
+    with StreamingWriter(tmp_path / "out.safetensors", [Entry("b", "float32", (100,))]) as w:
+        w.write("b", [src.byte_range("b")])
+    data = (tmp_path / "out.safetensors").read_bytes()
+    assert w.sha256 == hashlib.sha256(data).hexdigest()
+    assert torch.equal(load_file(tmp_path / "out.safetensors")["b"], good)
+    with pytest.raises(CheckpointError, match="holds 2 NaN/Inf"):
+        with StreamingWriter(tmp_path / "bad.safetensors", [Entry("c", "float32", (100,))]) as w:
+            w.write("c", [src.byte_range("c")])

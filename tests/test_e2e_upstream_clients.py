@@ -90,10 +90,13 @@ def _tensor(lib, name, array):
 # ---- end_to_end_grpc_client.py -S --return-perf-metrics, tensorrt_llm_bls ---------------------------
 
 
-def test_end_to_end_grpc_client_streams_every_perf_output_from_the_bls(e2e_servers, greedy):
+@pytest.mark.parametrize("mode", ["draft_target", "medusa"])
+def test_end_to_end_grpc_client_streams_every_perf_output_from_the_bls(e2e_servers, greedy, mode):
+    """draft_target: the BLS's own loop; medusa: the BLS forwards each streamed response of tensorrt_llm
+    (its local engine sent the perf outputs on its final response only: TypeError on the first chunk)."""
     import tritonclient.grpc as grpcclient
 
-    server = e2e_servers["draft_target"]  # its BLS is decoupled (the engine flow's default): it streams
+    server = e2e_servers[mode]  # its BLS is decoupled (the engine flow's default): it streams
     for prompt in PROMPTS:
         expected, _, _ = greedy(prompt, N)
         values = {
@@ -124,6 +127,55 @@ def test_end_to_end_grpc_client_streams_every_perf_output_from_the_bls(e2e_serve
             perf = {name: result.as_numpy(name)[0][0] for name in UPSTREAM_PERF}  # TypeError before the fix
             assert perf["total_accepted_draft_tokens"] <= perf["total_draft_tokens"]
         assert responses > 1 and text == expected  # --check-outputs, streamed: no prompt in front
+
+
+def test_a_streamed_medusa_engine_sends_every_perf_output_on_every_response(e2e_servers, e2e_engine):
+    """tensorrt_llm of a Medusa repository (its local engine, in its own process behind tritonserver),
+    streamed with return_perf_metrics, as upstream's inflight_batcher_llm_client.py asks it: every
+    response carries every perf output with the C++ backend's type; the running draft counts never go
+    back and the final response's are the request's totals (its last chunk's)."""
+    import tritonclient.grpc as grpcclient
+
+    server = e2e_servers["medusa"]
+    from specbuild.core.sampling_params import SamplingParams
+
+    prompt_ids = e2e_engine.encode(PROMPTS[0])  # no end_id: TensorRT-LLM's -1, no end token (greedy alike)
+    expected_ids = e2e_engine.generate(prompt_ids, SamplingParams(max_tokens=N, end_id=-1), speculative=False)
+    expected_ids = expected_ids.token_ids
+    values = {
+        "input_ids": np.array([prompt_ids], dtype=np.int32),
+        "input_lengths": np.array([[len(prompt_ids)]], dtype=np.int32),
+        "request_output_len": np.array([[N]], dtype=np.int32),
+        "streaming": np.array([[True]], dtype=bool),
+        "return_perf_metrics": np.array([[True]], dtype=bool),
+    }
+    inputs = [_tensor(grpcclient, k, v) for k, v in values.items()]
+    got = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error, got=got: got.put(error or result))
+    client.async_stream_infer(
+        "tensorrt_llm", inputs, request_id="medusa-perf", enable_empty_final_response=True
+    )
+    client.stop_stream()
+    client.close()
+    seen, tokens = [], []
+    while not got.empty():
+        result = got.get()
+        assert not isinstance(result, Exception), result
+        out = {name: result.as_numpy(name) for name in ("output_ids", *UPSTREAM_PERF)}
+        for name, dtype in UPSTREAM_PERF_TYPES.items():
+            assert out[name] is not None, (name, len(seen))  # the old engine: None on every chunk
+            assert out[name].shape == (1, 1) and out[name].dtype == dtype, (name, out[name].dtype)
+        tokens += out["output_ids"].reshape(-1).tolist()
+        seen.append({name: out[name][0][0].item() for name in UPSTREAM_PERF})
+    assert (
+        tokens == expected_ids and len(seen) > 2
+    )  # the chunks (the root token, the tree's steps), the final
+    for before, after in zip(seen, seen[1:], strict=False):
+        assert before["total_draft_tokens"] <= after["total_draft_tokens"]
+        assert before["total_accepted_draft_tokens"] <= after["total_accepted_draft_tokens"]
+        assert before["first_token_time_ns"] == after["first_token_time_ns"] > 0
+    assert seen[-1] == seen[-2] and seen[-1]["total_draft_tokens"] > 0  # the totals, on the final response
 
 
 # ---- end_to_end_test.py --test-bls -----------------------------------------------------------------

@@ -5,6 +5,7 @@ long request it shares the engine with ends. Tokens stay those of each request a
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import numpy as np
@@ -465,3 +466,74 @@ def test_a_decoupled_request_that_does_not_stream_is_answered_on_the_engine_thre
     assert chunks > 0 and set(streamed_on) == {f"{model.name}-responses"}
     want = engine.generate(ids, SamplingParams(max_tokens=6, end_id=-1), speculative=False).token_ids
     assert tokens == _answer(unary)[0] == want  # the greedy tokens, either way
+
+
+def _streamed_perf(request) -> list[dict]:
+    """Every response's perf outputs (each must carry all of UPSTREAM_PERF, with the C++ backend's shape
+    and type) as Python numbers, the final response last."""
+    from test_repo_models import UPSTREAM_PERF
+
+    seen = []
+    for response, _ in request.sender.responses:
+        out = {t.name(): t.as_numpy() for t in response.output_tensors}
+        for name, dtype in UPSTREAM_PERF.items():
+            assert name in out, (name, len(seen))
+            assert out[name].shape == (1, 1) and out[name].dtype == dtype, (name, out[name].dtype)
+        seen.append({name: out[name][0][0].item() for name in UPSTREAM_PERF})
+    return seen
+
+
+def _check_running(seen: list[dict]) -> None:
+    """Running figures: the counts and times never go back, the prompt's reuse stays, the rate is the
+    counts' ratio, and the last chunk's are the final response's (it ends with no new tokens)."""
+    for before, after in zip(seen, seen[1:], strict=False):
+        for name in ("total_draft_tokens", "total_accepted_draft_tokens", "kv_cache_alloc_total_blocks"):
+            assert before[name] <= after[name], (name, before, after)
+        assert before["kv_cache_alloc_new_blocks"] <= after["kv_cache_alloc_new_blocks"]
+        assert before["kv_cache_reused_blocks"] == after["kv_cache_reused_blocks"]
+        assert before["arrival_time_ns"] == after["arrival_time_ns"]
+        assert before["first_token_time_ns"] == after["first_token_time_ns"] > 0
+        assert before["last_token_time_ns"] <= after["last_token_time_ns"]
+    for row in seen:
+        drafted, accepted = row["total_draft_tokens"], row["total_accepted_draft_tokens"]
+        assert 0 <= accepted <= drafted
+        assert row["acceptance_rate"] == pytest.approx(
+            accepted / drafted if drafted else 0.0
+        )  # float32 (1e-6)
+        assert (
+            row["kv_cache_alloc_total_blocks"]
+            == row["kv_cache_alloc_new_blocks"] + row["kv_cache_reused_blocks"]
+        )
+    assert seen[-2] == seen[-1]
+
+
+def test_every_streamed_medusa_response_carries_the_perf_outputs_so_far(medusa):
+    """With return_perf_metrics every streamed response carries every perf output, as the C++ backend fills
+    them on each response: a tree's running accepted / drafted counts (its first chunk, the root token,
+    none yet; then each step's), the final response the totals; plain rows (K(2) = 0) the same outputs,
+    nothing drafted. The old model sent them on the final response only."""
+    model = medusa.models["tensorrt_llm"]
+    engine = model.engine
+    ids = [5, 17, 99, 3, 44, 12]
+    tree = engine.generate(ids, SamplingParams(max_tokens=LONG, end_id=-1), speculative=True)
+    request = _perf_request(ids, LONG, stream=True)
+    medusa.infer_batch("tensorrt_llm", [], requests=[request])
+    seen = _streamed_perf(request)
+    assert len(seen) == len(tree.stats.steps) + 2  # the root token, one chunk per tree step, the final
+    _check_running(seen)
+    assert seen[0]["total_draft_tokens"] == 0  # the root token comes before any tree step
+    drafted = list(itertools.accumulate(d for _, d in tree.stats.steps))
+    accepted = list(itertools.accumulate(a for a, _ in tree.stats.steps))
+    assert [row["total_draft_tokens"] for row in seen[1:-1]] == drafted  # each step's running count
+    assert [row["total_accepted_draft_tokens"] for row in seen[1:-1]] == accepted
+    assert seen[-1]["total_draft_tokens"] == tree.stats.drafted > 0
+    assert seen[-1]["total_accepted_draft_tokens"] == tree.stats.accepted
+
+    rows = [_perf_request(ids, 5, stream=True), _perf_request([7, 7, 8, 21], 4, stream=True)]
+    assert model.execute(rows) is None  # 2 in flight: K(2) = 0, both rows
+    assert all(r.sender.done.wait(60) for r in rows)
+    for request, n in zip(rows, (5, 4), strict=True):
+        seen = _streamed_perf(request)
+        assert len(seen) == n + 1  # one chunk per token, then the final
+        _check_running(seen)
+        assert seen[-1]["total_draft_tokens"] == 0

@@ -224,7 +224,9 @@ class Eagle3Speculator:
     def __post_init__(self) -> None:
         self.draft_cache = PrefixCache(self.draft, max_entries=self.prefix_cache.max_entries)
 
-    def generate(self, prompt_ids, params, *, num_draft_tokens, on_tokens=None, stop=None, guard=None):
+    def generate(
+        self, prompt_ids, params, *, num_draft_tokens, on_tokens=None, stop=None, guard=None, stats=None
+    ):
         prompt = list(prompt_ids)
         drafts = Eagle3Drafts(
             self.draft, [prompt], [make_generator(params.seed, offset=1)], prefix_cache=self.draft_cache
@@ -247,6 +249,7 @@ class Eagle3Speculator:
                 on_tokens=on_tokens,
                 stop=stop,
                 guard=guard,
+                stats=stats,
             )
         finally:
             drafts.store()

@@ -282,8 +282,11 @@ class ReferenceEngine:
         num_draft_tokens: int | None = None,
         on_tokens=None,
         stop: StopHook | None = None,
+        stats: SpecStats | None = None,
     ) -> GenerationResult:
-        """One request: the continuation of prompt_ids (text decoded when a tokenizer is known)."""
+        """One request: the continuation of prompt_ids (text decoded when a tokenizer is known). `stats`: a
+        SpecStats the speculator counts in while it runs, updated before each step's on_tokens (a streaming
+        caller reads the request's running totals there); unused when it decodes plainly."""
         _check_prompt(prompt_ids, self.target.cfg.vocab_size)
         params = self._bound(
             prompt_ids,
@@ -311,6 +314,7 @@ class ReferenceEngine:
                     on_tokens=on_tokens,
                     stop=stop,
                     guard=self.guard,
+                    stats=stats,
                 )
             else:
                 seq = self.prefix_cache.acquire(list(prompt_ids))

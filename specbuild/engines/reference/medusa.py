@@ -152,12 +152,14 @@ def medusa_generate(
     on_tokens=None,
     stop: StopHook | None = None,
     seq: CachedSequence | None = None,
+    stats: SpecStats | None = None,
 ) -> tuple[list[int], SpecStats]:
     """Generate with Medusa; `params.end_id` resolved by the caller. Returns (new token ids, stats).
 
     `seq`: the sequence to run in (a prefix-cache entry: the prompt's cached prefix is not recomputed,
     and the entry is left holding the prompt and the tokens taken but the last, as a plain request
-    leaves it); None: a fresh one."""
+    leaves it); None: a fresh one. `stats`: the SpecStats to count in, updated before each step's
+    on_tokens (a streaming caller reads the running totals there); None: a fresh one."""
     gen = make_generator(params.seed)
     stops = stop_ids(params)
     room = len(prompt_ids) + params.max_tokens + tree.num_nodes + 1  # the sequence at its longest
@@ -167,7 +169,8 @@ def medusa_generate(
         seq.cache.reserve(room)  # grown once, not by doubling in the loop
     hidden = seq.feed(list(prompt_ids), 1)[0]  # [H] prefill (of what the entry does not hold)
     out: list[int] = []
-    stats = SpecStats(target_passes=1)
+    stats = stats if stats is not None else SpecStats()
+    stats.target_passes += 1  # the prefill
     root = sample(probs_from_logits(model.logits(hidden), params), gen)
     taken, finished = emit(out, [root], params, stops, stop)
     if on_tokens and taken:
@@ -206,7 +209,9 @@ class MedusaSpeculator:
         self.tree = TreeBuffers.from_choices(choices, num_heads=target.cfg.num_medusa_heads)
         self.prefix_cache = prefix_cache
 
-    def generate(self, prompt_ids, params, *, num_draft_tokens=0, on_tokens=None, stop=None, guard=None):
+    def generate(
+        self, prompt_ids, params, *, num_draft_tokens=0, on_tokens=None, stop=None, guard=None, stats=None
+    ):
         """num_draft_tokens is unused: the tree fixes what is drafted; so is the acceptance guard (the tree
         step has no plain round; TensorRT-LLM's Medusa engines cannot switch speculation off either)."""
         seq = self.prefix_cache.acquire(list(prompt_ids)) if self.prefix_cache is not None else None
@@ -222,6 +227,7 @@ class MedusaSpeculator:
                 on_tokens=on_tokens,
                 stop=stop,
                 seq=seq,
+                stats=stats,
             )
         finally:
             if seq is not None:

@@ -63,7 +63,9 @@ class NGramSpeculator:
     def request(self, num_draft_tokens: int) -> NGramRequest:
         return NGramRequest(self.config, num_draft_tokens, self.pool)
 
-    def generate(self, prompt_ids, params, *, num_draft_tokens, on_tokens=None, stop=None, guard=None):
+    def generate(
+        self, prompt_ids, params, *, num_draft_tokens, on_tokens=None, stop=None, guard=None, stats=None
+    ):
         return speculative_generate(
             NGramDrafter(self.request(num_draft_tokens)),
             ModelVerifier(self.target, generator=make_generator(params.seed)),
@@ -73,6 +75,7 @@ class NGramSpeculator:
             on_tokens=on_tokens,
             stop=stop,
             guard=guard,
+            stats=stats,
         )
 
     def generate_batch(self, prompts, params, *, num_draft_tokens, prefix_cache=None, **loop):

@@ -174,6 +174,7 @@ class SpecRequest:
         on_tokens: OnTokens | None = None,
         stop: StopHook | None = None,
         guard=None,
+        stats: SpecStats | None = None,
     ):
         if num_draft_tokens < 0:
             raise ValueError(f"num_draft_tokens must be >= 0, got {num_draft_tokens}")
@@ -185,7 +186,7 @@ class SpecRequest:
             stop,
         )
         self.out: list[int] = []
-        self.stats = SpecStats()
+        self.stats = stats if stats is not None else SpecStats()  # the caller's: read while it runs
         self.stops = stop_ids(params)
         self.finished = False
         self.guard = guard  # core/perf/schedule.AcceptanceGuard or None
@@ -245,6 +246,7 @@ def speculative_generate(
     guard=None,
     plain_tokens: int = 1,
     plain_growth: int | None = None,
+    stats: SpecStats | None = None,
 ) -> tuple[list[int], SpecStats]:
     """Generate up to params.max_tokens tokens after prompt_ids; return (new token ids, stats).
 
@@ -252,9 +254,17 @@ def speculative_generate(
     target tokens a K=0 round asks of a verifier with `plain` (one call; the schedule is asked again
     after it). plain_growth g (a streamed request): the K=0 rounds ask 1, g, g^2, ... tokens, up to
     plain_tokens, so the first token comes after one target step, as without speculation, and a long
-    answer still takes few calls (g = 8: 3 for 64 tokens, against 1 and 64)."""
+    answer still takes few calls (g = 8: 3 for 64 tokens, against 1 and 64). stats: the SpecStats to
+    count in (updated before each round's on_tokens: a streaming caller reads the running totals there;
+    None: a fresh one); the one returned."""
     req = SpecRequest(
-        prompt_ids, params, num_draft_tokens=num_draft_tokens, on_tokens=on_tokens, stop=stop, guard=guard
+        prompt_ids,
+        params,
+        num_draft_tokens=num_draft_tokens,
+        on_tokens=on_tokens,
+        stop=stop,
+        guard=guard,
+        stats=stats,
     )
     draft_start, target_start = drafter.forward_passes, verifier.forward_passes
     plain, plain_rounds = getattr(verifier, "plain", None), 0

@@ -41,7 +41,10 @@ class Speculator(Protocol):
         on_tokens: OnTokens | None = None,
         stop: StopHook | None = None,
         guard=None,
-    ) -> tuple[list[int], SpecStats]: ...
+        stats: SpecStats | None = None,
+    ) -> tuple[list[int], SpecStats]:
+        """stats: the SpecStats to count in, updated before each step's on_tokens (None: a fresh one)."""
+        ...
 
     def generate_batch(
         self,
@@ -72,7 +75,9 @@ class DraftModelSpeculator:
     draft: LlamaModel
     batched: bool = True
 
-    def generate(self, prompt_ids, params, *, num_draft_tokens, on_tokens=None, stop=None, guard=None):
+    def generate(
+        self, prompt_ids, params, *, num_draft_tokens, on_tokens=None, stop=None, guard=None, stats=None
+    ):
         # The draft samples from its own stream (offset 1) so drafts and verification draws stay independent.
         drafter = ModelDrafter(self.draft, generator=make_generator(params.seed, offset=1))
         verifier = ModelVerifier(self.target, generator=make_generator(params.seed))
@@ -85,6 +90,7 @@ class DraftModelSpeculator:
             on_tokens=on_tokens,
             stop=stop,
             guard=guard,
+            stats=stats,
         )
 
     def generate_batch(self, prompts, params, *, num_draft_tokens, prefix_cache=None, **loop):

@@ -6,8 +6,7 @@ through a memory map (`safe_open`). Each read opens and closes the map, so the p
 the process: peak memory follows the largest tensor, not the checkpoint size.
 
 `byte_range` gives the file offset and length of a tensor's row range (rows are contiguous in the
-file), so the writer can copy it with `os.copy_file_range` (in the kernel, as fast as a file copy)
-instead of through Python.
+file), so the writer can take those bytes through a map of just that range, without a tensor.
 
 `MemorySource` wraps an already-loaded state dict (a Medusa `medusa_lm_head.pt`) behind the same
 interface. Both report dtype as a torch dtype name ("float32", "bfloat16", ...).

@@ -6,19 +6,18 @@ File format (safetensors): u64 little-endian header length N, N bytes of JSON
 multiple of 8, then the tensors' bytes back to back in header order (offsets relative to the data
 start, contiguous, no gaps). `safetensors.safe_open` / `load_file` read it like any other file.
 
-A tensor is written from parts: tensors (bytes through Python) or `FileRange`s of a source file,
-copied with `os.copy_file_range` inside the kernel (a plain read/write loop where the kernel or file
-system refuses). The file's sha256 is computed while writing, on a helper thread (hashlib releases the
-GIL) that reads the same bytes, so the manifest needs no second pass over the output; the writing
-never waits for the hash of a file range (only a part in memory waits for the previous one's, which
-bounds memory), so with one writer per TP rank file the files are hashed in parallel while they are
-written. The same pass checks that every value is finite (`finite.py`): a NaN or Inf weight stops the
-conversion, naming the tensor, instead of an engine that generates token 0 forever.
+A tensor is written from parts: tensors (their bytes) or `FileRange`s of a source file (read through a
+map of just that range). Each part goes out in one pass, chunk by chunk, on the file's own thread: a
+chunk (1 MiB, it stays in the CPU's L2 cache) is added to the file's sha256, checked, then written
+from the same memory, so every byte is read from memory once and the manifest needs no second pass
+over the output (hashlib and os.write release the GIL: one writer per TP rank file writes and hashes
+the files in parallel). The caller never waits for a file range; a part in memory waits only for the
+previous one's pass, which bounds memory. The check: every value is finite (`finite.py`): a NaN or Inf
+weight stops the conversion, naming the tensor, instead of an engine that generates token 0 forever.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import mmap
@@ -36,8 +35,10 @@ from specbuild.engines.trtllm.finite import count_nonfinite, nonfinite_error
 from specbuild.engines.trtllm.sources import ITEMSIZE, FileRange
 
 ST_DTYPE = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
-_CHUNK = 8 << 20  # bytes per read when hashing or copying a FileRange through Python
-_NO_COPY_FILE_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF}
+# bytes hashed, checked and written at a time: small enough to stay in L2 between the three, large
+# enough that the per-chunk Python work is noise (a multiple of every dtype's size)
+_CHUNK = 1 << 20
+_WINDOW = 32 << 20  # bytes of a source range mapped at a time (a multiple of _CHUNK)
 
 
 @dataclass(frozen=True)
@@ -64,13 +65,11 @@ class StreamingWriter:
         self._next = 0
         self._file: BinaryIO | None = None
         self._hash = hashlib.sha256()
-        self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sha256")  # FIFO: in file order
-        self._pending: list[Future] = []  # hash jobs submitted and not yet seen to finish
-        self._last_bytes: Future | None = None  # the hash job of the last part written from memory
-        self._fds: dict[
-            Path, int
-        ] = {}  # source files of FileRange parts (shared by both threads: pread only)
-        self._kernel_copy = hasattr(os, "copy_file_range")
+        # the file's thread: hashes, checks and writes the parts, FIFO, so in file order
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="st-writer")
+        self._pending: list[Future] = []  # parts submitted and not yet seen written
+        self._last_bytes: Future | None = None  # the job of the last part from memory
+        self._fds: dict[Path, int] = {}  # source files of FileRange parts (mapped on the file's thread)
         self.sha256: str | None = None  # set when the file is complete
 
     def __enter__(self) -> StreamingWriter:
@@ -85,32 +84,26 @@ class StreamingWriter:
             offset += e.nbytes
         raw = json.dumps(header, separators=(",", ":")).encode()
         raw += b" " * (-len(raw) % 8)  # 8-byte alignment of the data section, as safetensors writes it
-        self._file = open(
-            self.path, "wb", buffering=0
-        )  # unbuffered: copy_file_range writes at the fd position
-        self._emit(struct.pack("<Q", len(raw)))
-        self._emit(raw)
+        self._file = open(self.path, "wb", buffering=0)  # unbuffered: every chunk goes out as it is
+        self._pass(memoryview(struct.pack("<Q", len(raw)) + raw), None)
         return self
 
     def _emit(self, part, *, check: tuple[str, str] | None = None) -> None:
-        """Write `part` here while the helper thread hashes it (in file order: one FIFO thread).
+        """Hand `part` to the file's thread (FIFO: in file order), which hashes, checks and writes it.
 
-        A FileRange holds no memory, so its hash job never holds up the writing: the writer runs ahead
-        of the hash and the two overlap fully. A part in memory (an assembled tensor: a Scratch buffer,
-        reused two tensors later) waits for the previous such part's hash first, which bounds memory
-        to the two buffers. `check` = (tensor label, dtype): the part's values are checked for NaN/Inf
-        on that thread."""
+        A FileRange holds no memory, so the caller goes on at once. A part in memory (an assembled
+        tensor: a Scratch buffer, reused two tensors later) waits for the previous such part's pass
+        first, which bounds memory to the two buffers. `check` = (tensor label, dtype): the part's
+        values are checked for NaN/Inf on the way."""
         assert self._file is not None
         self._reap()
         if isinstance(part, FileRange):
-            self._pending.append(self._hasher.submit(self._hash_range, part, check))
-            self._copy_range(part)
+            self._pending.append(self._worker.submit(self._pass_range, part, check))
         else:
             if self._last_bytes is not None:
                 self._last_bytes.result()  # (raises a failed check at once)
-            self._last_bytes = self._hasher.submit(self._hash_bytes, part, check)
+            self._last_bytes = self._worker.submit(self._pass_bytes, part, check)
             self._pending.append(self._last_bytes)
-            self._file.write(part)
 
     def _reap(self) -> None:
         """Drop finished hash jobs, raising the first failure (a non-finite value stops the writing)."""
@@ -122,63 +115,52 @@ class StreamingWriter:
             self._fds[path] = os.open(path, os.O_RDONLY)
         return self._fds[path]
 
-    def _hash_range(self, part: FileRange, check: tuple[str, str] | None = None) -> None:
-        """Hash a source range through a map of just that range (no copy; unmapped right after, so
-        its pages leave this process); with `check`, count its non-finite values on the way."""
-        if part.nbytes == 0:
-            return  # (a zero length would map the whole file)
-        start = part.offset - part.offset % mmap.ALLOCATIONGRANULARITY
-        skip = part.offset - start
-        bad = 0
-        with mmap.mmap(self._fd(part.file), skip + part.nbytes, access=mmap.ACCESS_READ, offset=start) as m:
-            view = memoryview(m)
-            try:
-                for pos in range(skip, skip + part.nbytes, _CHUNK):  # chunks start at element boundaries
-                    chunk = view[pos : min(pos + _CHUNK, skip + part.nbytes)]
+    def _pass_range(self, part: FileRange, check: tuple[str, str] | None) -> None:
+        """A source range through maps of _WINDOW bytes at a time (each unmapped right after, so at most
+        one window of source pages is in this process per file)."""
+        fd = self._fd(part.file)
+        size = os.fstat(fd).st_size
+        if size < part.offset + part.nbytes:
+            raise ConversionError(
+                f"{part.file} ended early",
+                expected=f"{part.nbytes} bytes at {part.offset}",
+                found=f"{size} bytes in the file",
+                fix="re-download the checkpoint",
+            )
+        pos, end, bad = part.offset, part.offset + part.nbytes, 0
+        while pos < end:  # (a zero length would map the whole file: never asked)
+            start = pos - pos % mmap.ALLOCATIONGRANULARITY
+            stop = min(end, pos + _WINDOW)  # a window is a whole number of elements after the last
+            with (
+                mmap.mmap(fd, stop - start, access=mmap.ACCESS_READ, offset=start) as m,
+                memoryview(m) as view,
+                view[pos - start :] as body,
+            ):
+                bad += self._pass(body, check)
+            pos = stop
+        if bad:  # the whole range's count, in the error
+            raise nonfinite_error(check[0], check[1], bad)
+
+    def _pass_bytes(self, data, check: tuple[str, str] | None) -> None:
+        if bad := self._pass(data, check):
+            raise nonfinite_error(check[0], check[1], bad)
+
+    def _pass(self, data, check: tuple[str, str] | None) -> int:
+        """Hash, check and write `data` (bytes-like, [nbytes]) chunk by chunk, each from the cache;
+        returns its count of non-finite values (0 without `check`)."""
+        assert self._file is not None
+        out, bad = self._file.fileno(), 0
+        with memoryview(data) as whole, whole.cast("B") as view:
+            for pos in range(0, len(view), _CHUNK):  # chunks start at element boundaries
+                with view[pos : pos + _CHUNK] as chunk:
                     self._hash.update(chunk)
                     if check is not None:
                         bad += count_nonfinite(chunk, check[1])
-                    chunk.release()
-            finally:
-                view.release()
-        if bad:
-            raise nonfinite_error(check[0], check[1], bad)
-
-    def _hash_bytes(self, part, check: tuple[str, str] | None) -> None:
-        self._hash.update(part)
-        if check is not None and (bad := count_nonfinite(part, check[1])):
-            raise nonfinite_error(check[0], check[1], bad)
-
-    def _copy_range(self, part: FileRange) -> None:
-        assert self._file is not None
-        fd, out, pos, left = self._fd(part.file), self._file.fileno(), part.offset, part.nbytes
-        while left and self._kernel_copy:
-            try:
-                n = os.copy_file_range(fd, out, left, pos)
-            except OSError as exc:
-                if exc.errno not in _NO_COPY_FILE_RANGE:
-                    raise
-                self._kernel_copy = False
-                break
-            if n == 0:
-                raise ConversionError(
-                    f"{part.file} ended early",
-                    expected=f"{part.nbytes} bytes at {part.offset}",
-                    found="end of file",
-                    fix="re-download the checkpoint",
-                )
-            pos, left = pos + n, left - n
-        while left:
-            chunk = os.pread(fd, min(_CHUNK, left), pos)
-            if not chunk:
-                raise ConversionError(
-                    f"{part.file} ended early",
-                    expected=f"{part.nbytes} bytes at {part.offset}",
-                    found="end of file",
-                    fix="re-download the checkpoint",
-                )
-            self._file.write(chunk)
-            pos, left = pos + len(chunk), left - len(chunk)
+                    done = 0
+                    while done < len(chunk):  # os.write may write less than asked
+                        with chunk[done:] as rest:
+                            done += os.write(out, rest)
+        return bad
 
     def write(self, name: str, parts: list, *, label: str | None = None) -> None:
         """Append the next planned tensor from its parts (tensors and FileRanges, in order).
@@ -205,13 +187,16 @@ class StreamingWriter:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         assert self._file is not None
-        self._file.close()
+        failed = exc_type is not None
         try:
-            for job in self._pending:  # in order: the first failure is the one reported
-                if exc_type is None:
-                    job.result()
-        finally:  # a failed write: the jobs not started are dropped, the running one ends first
-            self._hasher.shutdown(cancel_futures=exc_type is not None)
+            for job in self._pending if not failed else ():  # in order: the first failure is reported
+                job.result()
+        except BaseException:
+            failed = True
+            raise
+        finally:  # after a failure the parts not started are dropped, the running one ends first
+            self._worker.shutdown(cancel_futures=failed)
+            self._file.close()
             for fd in self._fds.values():
                 os.close(fd)
         self.sha256 = self._hash.hexdigest()

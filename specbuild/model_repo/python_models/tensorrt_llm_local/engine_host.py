@@ -13,7 +13,8 @@ Started by host_link.ProcessHost as `python engine_host.py OPTIONS_JSON` (common
 plumbing). Protocol, one JSON object a line:
 * events: {"e": "ready", "speculates", "num_draft_tokens", "draft_per_step", "reused"} once the engine is
   loaded and warmed up (or {"e": "failed", "msg"}); {"e": "tok", "jid", "new"} for each step's tokens of
-  a streamed request; {"e": "done", "jid", ...its result: _done_event} when a request ended;
+  a streamed request (with return_perf_metrics, "perf": the request's counters so far, _perf_so_far);
+  {"e": "done", "jid", ...its result: _done_event} when a request ended;
   {"e": "log", "msg"} for the server's log;
 * commands: {"op": "job", "jid", "req": local_core.request_to_wire(...)} (a request to run),
   {"op": "stop", "jid"} (a `stop` request named it: it ends at its next step and keeps what it produced),
@@ -43,6 +44,7 @@ from local_core import Job, Perf, cut, request_from_wire  # noqa: E402
 from step_scheduler import StepScheduler, plain_k  # noqa: E402
 from words import find_stop, stop_at_words  # noqa: E402
 
+from specbuild.core.generation import SpecStats  # noqa: E402
 from specbuild.core.perf.schedule import INFLIGHT_HOLD_MS, held_count, record_end  # noqa: E402
 
 
@@ -186,19 +188,46 @@ class EngineHost:
 
     def _run_one(self, job: Job) -> None:
         before = self.engine.prefix_cache.reused_tokens  # this request's own prefix reuse: its run only
+        job.live = (SpecStats(), before)  # what its streamed chunks report while it runs (_on_tokens)
         try:
             self._run(job)
             job.reused_tokens = self.engine.prefix_cache.reused_tokens - before
         except Exception as exc:  # noqa: BLE001 - the request's error response
             job.error = exc
+        finally:
+            job.live = None
         if job.cancelled:
             self._log_end(job)
         job.ran = True
 
     def _on_tokens(self, job: Job, new: list[int]) -> None:
+        """A step's tokens of `job` (the engine's thread); streamed, they go out now, or once its
+        admission ends (a row's first token: job.held, see _admitted)."""
         job.perf.token()
+        if job.live is not None:  # a whole job (a tree): its counts so far
+            stats, reuse_before = job.live
+            job.perf.accepted, job.perf.drafted = stats.accepted, stats.drafted
+            job.reused_tokens = self.engine.prefix_cache.reused_tokens - reuse_before
         if job.req.streaming and new and not job.cancelled:
-            self.emit({"e": "tok", "jid": job.jid, "new": [int(t) for t in new]})
+            if job.held is not None:
+                job.held += [int(t) for t in new]
+            else:
+                self._stream(job, [int(t) for t in new])
+
+    def _admitted(self, job: Job, reused_tokens: int | None) -> None:
+        """A row's admission ended (step_scheduler._add): its prefix reuse (None: keep what its tree
+        reused) and the tokens it held meanwhile go out."""
+        if reused_tokens is not None:
+            job.reused_tokens = reused_tokens
+        held, job.held = job.held, None
+        if held and not job.cancelled:
+            self._stream(job, held)
+
+    def _stream(self, job: Job, new: list[int]) -> None:
+        event = {"e": "tok", "jid": job.jid, "new": new}
+        if job.req.perf:
+            event["perf"] = _perf_so_far(job)
+        self.emit(event)
 
     def _run_verify_batch(self, jobs: list[Job]) -> None:
         """Verification requests admitted together in one target pass (ReferenceEngine.verify_external_batch:
@@ -275,7 +304,12 @@ class EngineHost:
             job.extra["generation_logits"] = logits.float().numpy()[None, None]  # [1, 1, n, V]
         else:
             result = self.engine.generate(
-                req.prompt_ids, req.params, speculative=True, on_tokens=on_tokens, stop=stop
+                req.prompt_ids,
+                req.params,
+                speculative=True,
+                on_tokens=on_tokens,
+                stop=stop,
+                stats=job.live[0] if job.live is not None else None,
             )
         job.tokens = result.token_ids
         perf.accepted, perf.drafted = result.stats.accepted, result.stats.drafted
@@ -300,6 +334,22 @@ def _done_event(job: Job) -> dict:
         "first_token_ns": perf.first_token_ns,
         "last_token_ns": perf.last_token_ns,
         "extra": {name: pack_array(value) for name, value in job.extra.items()},
+    }
+
+
+def _perf_so_far(job: Job) -> dict:
+    """The counters behind a streamed chunk's perf outputs (the model adds the tokens streamed so far):
+    the C++ backend fills every perf output on every response, with the request's figures so far
+    (model_instance_state.cc fillTritonResponse; TensorRT-LLM's LlmRequest::createResult hands each
+    streamed result the request's perf metrics)."""
+    perf = job.perf
+    return {
+        "accepted": int(perf.accepted),
+        "drafted": int(perf.drafted),
+        "reused_tokens": int(job.reused_tokens),
+        "scheduled_ns": perf.scheduled_ns,
+        "first_token_ns": perf.first_token_ns,
+        "last_token_ns": perf.last_token_ns,
     }
 
 

@@ -239,3 +239,7 @@ class Job:
     head: list = field(default_factory=list)  # tokens its tree produced before it went on as a plain row
     paused: bool = False  # its tree stopped because the load turned the schedule's K to 0 (a row goes on)
     jid: int = 0  # its number between the model and its engine host (engine_host.py)
+    # streamed with return_perf_metrics, each chunk carries the perf outputs so far (engine_host.py):
+    live: tuple | None = None  # a whole job while it runs: (its SpecStats, the prefix cache's reuse before)
+    held: list | None = None  # a row's streamed tokens held while it is admitted (its reuse is known after)
+    streamed: int = 0  # the model's side: tokens streamed so far

@@ -22,9 +22,11 @@ selects the Medusa tree. What each input does: local_core.py.
   else its tree runs between steps, one request after another, and goes on as a plain row after the step
   in which that count turns K to 0 (step_scheduler.py);
 * responses: each request's responses go through its response sender. Decoupled (Medusa
-  repositories): each generated chunk is sent as it is produced when `streaming` is true; the last
-  response carries COMPLETE_FINAL (and the perf outputs). A streamed request's chunks and its final
-  response go out on a thread of their own (engine_worker.Outbox), in the order the engine produced them.
+  repositories): each generated chunk is sent as it is produced when `streaming` is true, with every perf
+  output (return_perf_metrics: the request's counters so far, as the C++ backend fills them on each
+  response); the last response carries COMPLETE_FINAL (and the perf outputs: the totals). A streamed
+  request's chunks and its final response go out on a thread of their own (engine_worker.Outbox), in the
+  order the engine produced them.
   A request that does not stream is answered on the thread that reads the engine's events (its one
   response: nothing to order it after). Not decoupled (draft/target repositories: the BLS calls round by
   round): exactly one response per request, with the final flag, as the Python backend of tritonserver
@@ -229,6 +231,9 @@ class TritonPythonModel:
             job = self._jobs.get(event["jid"])
             if job is not None and self._outbox is not None:
                 chunk = token_outputs(event["new"], job.req, with_prompt=False)
+                job.streamed += len(event["new"])
+                if "perf" in event:  # return_perf_metrics: every perf output, the request's so far
+                    chunk.update(self._perf_so_far(job, event["perf"]))
                 self._outbox.put(functools.partial(self._send_chunk, job, chunk))
         elif kind == "done":
             with self._lock:
@@ -247,6 +252,23 @@ class TritonPythonModel:
                 job.error = ChildError(event["msg"])
                 self._active.remove(job.req.request_id, job)
                 self._answer(job)
+
+    def _perf_so_far(self, job: Job, counters: dict) -> dict:
+        """A streamed chunk's perf outputs: the engine's counters so far (engine_host._perf_so_far), the KV
+        blocks of the sequence so far (the final response's, once the request ends)."""
+        perf = job.perf
+        perf.accepted, perf.drafted = int(counters["accepted"]), int(counters["drafted"])
+        perf.scheduled_ns = int(counters["scheduled_ns"])
+        perf.first_token_ns, perf.last_token_ns = (
+            int(counters["first_token_ns"]),
+            int(counters["last_token_ns"]),
+        )
+        perf.blocks(
+            reused_tokens=int(counters["reused_tokens"]),
+            total_tokens=len(job.req.prompt_ids) + job.streamed,
+            tokens_per_block=self.tokens_per_block,
+        )
+        return perf.outputs()
 
     def _watch(self) -> None:
         """Ask Triton about each running request whose last answer is older than

@@ -40,8 +40,8 @@ def plain_k(in_flight: int) -> int:
 
 class StepScheduler:
     """The rows, whole jobs and verifications of one local engine model (see the module docstring).
-    `model`: the engine host (engine_host.EngineHost: its engine, _run_jobs, _on_tokens, _stop_hook, _ended,
-    _log_end)."""
+    `model`: the engine host (engine_host.EngineHost: its engine, _run_jobs, _on_tokens, _admitted,
+    _stop_hook, _ended, _log_end)."""
 
     def __init__(
         self, model, *, tree_k: Callable[[int], int] = plain_k, in_flight: Callable[[], int] | None = None
@@ -116,9 +116,13 @@ class StepScheduler:
 
     def _add(self, plain: list, *, continued: bool = False) -> None:
         """New plain requests (job, checked params): rows of the session, prefilled together. continued:
-        requests whose tree stopped (their prompt + what the tree produced is prefilled)."""
+        requests whose tree stopped (their prompt + what the tree produced is prefilled). A row's first
+        token is taken while it is admitted, before its prefix reuse is known: the model holds the streamed
+        tokens until then (engine_host._admitted), so each chunk's perf outputs count its reuse."""
         model = self.model
         jobs = [job for job, _ in plain]
+        for job in jobs:
+            job.held = []
         try:
             rows = self.session.add_many(
                 [
@@ -134,10 +138,12 @@ class StepScheduler:
             )
         except Exception as exc:  # noqa: BLE001 - every request of the pass gets the error
             for job in jobs:
-                job.error, job.ran = exc, True
+                job.error, job.ran, job.held = exc, True, None
                 self.done.append(job)
             return
         for job, row in zip(jobs, rows, strict=True):
+            # a continued row's prefill reuses its own tree's KV: the request's reuse is what its tree reused
+            model._admitted(job, None if continued else row.cached_prompt_tokens)
             if row.done:
                 self._ended(job, row)
             else:
@@ -145,7 +151,8 @@ class StepScheduler:
 
     def _ended(self, job, row) -> None:
         job.tokens, job.ran = job.head + row.tokens, True
-        job.reused_tokens = row.cached_prompt_tokens  # its row's prefix reuse
+        if not job.head:  # its row's prefix reuse (a continued row's: its tree's, kept)
+            job.reused_tokens = row.cached_prompt_tokens
         if job.cancelled:
             self.model._log_end(job)
         self.done.append(job)
