@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -170,6 +172,80 @@ def test_a_killed_engine_process_fails_its_request_and_is_started_again(dt):
     assert not again.has_error(), again.error().message()
     get = lambda r: {t.name(): t.as_numpy() for t in r.output_tensors}["output_ids"].tolist()  # noqa: E731
     assert get(again) == get(want)
+
+
+def _output_ids(response) -> list:
+    assert not response.has_error(), response.error().message()
+    return {t.name(): t.as_numpy() for t in response.output_tensors}["output_ids"].tolist()
+
+
+def _wait_dead(host) -> None:
+    deadline = time.monotonic() + 30
+    while host.alive:  # False once the process is reaped (by the host's reader, or by this poll)
+        assert time.monotonic() < deadline, "the killed engine process is still running"
+        time.sleep(0.01)
+
+
+def test_a_request_read_before_the_gone_event_runs_on_the_restarted_engine(dt):
+    """The engine process dies and the model reads the next request before the dead host's "gone" event was
+    handled (held here, as a loaded CPU holds the reader thread; issue 40's late error, a BLS round sent
+    right after the kill): the request the dead engine held fails at once, before the new engine loads; the
+    new request runs on the restarted engine and is answered exactly; the late "gone" fails nothing of it."""
+    here, there = dt
+    model = there.models["tensorrt_llm"]
+    inputs = engine_request(here.models["preprocessing"].tokenizer.encode(PROMPT), 60)
+    (want,) = here.infer("tensorrt_llm", inputs)
+    old, restarts = model.host, model.restarts
+    release = threading.Event()
+    deliver = old._on_event
+
+    def hold_gone(event):
+        if event.get("e") == "gone":
+            release.wait(60)
+        deliver(event)
+
+    old._on_event = hold_gone
+    first = _child_pid(there)
+    held = Request(dict(inputs))
+    os.kill(first, signal.SIGSTOP)  # the request is handed over, the engine stands still
+    assert model.execute([held]) is None
+    os.kill(first, signal.SIGKILL)
+    _wait_dead(old)
+    after = Request(dict(inputs))
+    try:
+        assert model.execute([after]) is None  # the engine is started again first
+        assert held.sender.done.is_set(), "the dead engine's request was not answered before the restart"
+    finally:
+        release.set()
+    ((response, _),) = held.sender.responses
+    assert response.has_error() and "the engine process is gone" in response.error().message()
+    assert after.sender.done.wait(60)
+    ((response, _),) = after.sender.responses
+    assert _output_ids(response) == _output_ids(want)
+    assert model.host is not old and model.restarts == restarts + 1 and _child_pid(there) != first
+
+
+def test_a_request_whose_write_finds_the_engine_dead_runs_on_the_restarted_engine(dt):
+    """The engine process died after the model last saw it running: the write of the next request breaks,
+    and the model starts the engine again and runs the request there (not an error)."""
+    here, there = dt
+    model = there.models["tensorrt_llm"]
+    inputs = engine_request(here.models["preprocessing"].tokenizer.encode(PROMPT), 8)
+    (want,) = here.infer("tensorrt_llm", inputs)
+    old, restarts = model.host, model.restarts
+    os.kill(_child_pid(there), signal.SIGKILL)
+    _wait_dead(old)
+    proc = old.child.proc
+    poll = proc.poll
+
+    def running_once():  # the model's look finds it running: it died right after
+        proc.poll = poll
+        return None
+
+    proc.poll = running_once
+    (response,) = there.infer("tensorrt_llm", inputs)
+    assert _output_ids(response) == _output_ids(want)
+    assert model.host is not old and model.restarts == restarts + 1
 
 
 def test_an_engine_that_does_not_load_fails_with_its_reason(dt, tmp_path):

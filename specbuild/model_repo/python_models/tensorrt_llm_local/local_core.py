@@ -239,3 +239,4 @@ class Job:
     head: list = field(default_factory=list)  # tokens its tree produced before it went on as a plain row
     paused: bool = False  # its tree stopped because the load turned the schedule's K to 0 (a row goes on)
     jid: int = 0  # its number between the model and its engine host (engine_host.py)
+    host: int = 0  # which start of the engine host it was handed to (model.py: a dead host's jobs fail)
