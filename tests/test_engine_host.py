@@ -248,6 +248,32 @@ def test_a_request_whose_write_finds_the_engine_dead_runs_on_the_restarted_engin
     assert model.host is not old and model.restarts == restarts + 1
 
 
+def test_the_bls_passes_on_its_engines_error_without_a_stop_request(medusa):
+    """The Medusa engine process dies under a BLS call to the decoupled tensorrt_llm: the BLS answers its
+    client with the engine's error and sends no `stop` for the failed call (served, that `stop` waits in
+    tensorrt_llm's queue behind the restart of its engine, and the client's error came seconds late)."""
+    model = medusa.models["tensorrt_llm"]
+    first = _child_pid(medusa)
+    os.kill(first, signal.SIGSTOP)  # the call is handed over, the engine stands still
+    calls = len(medusa.calls)
+    answered = []
+    bls = threading.Thread(
+        target=lambda: answered.append(medusa.infer("tensorrt_llm_bls", text_request(PROMPT, N))), daemon=True
+    )
+    bls.start()
+    deadline = time.monotonic() + 60
+    while not model._jobs:
+        assert time.monotonic() < deadline, "the BLS's call never reached the engine host"
+        time.sleep(0.01)
+    os.kill(first, signal.SIGKILL)
+    bls.join(60)
+    assert answered, "the BLS did not answer"
+    response = answered[0][-1]
+    assert response.has_error() and "the engine process is gone" in response.error().message()
+    stops = [inputs for name, inputs in medusa.calls[calls:] if name == "tensorrt_llm" and "stop" in inputs]
+    assert stops == []
+
+
 def test_an_engine_that_does_not_load_fails_with_its_reason(dt, tmp_path):
     """A build the engine process cannot load: starting the host fails with the engine's own reason (the
     model's initialize turns it into the load error Triton logs)."""

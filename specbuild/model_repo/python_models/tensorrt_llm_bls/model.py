@@ -320,7 +320,9 @@ class TritonPythonModel:
     def _stream(self, model: str, inputs: dict, output_names: list[str], responder: Responder):
         """A call to a decoupled model: yields each data response's outputs. When the request is cancelled
         (or the caller stops reading), a `stop` request with the call's request id ends the engine's work
-        and the stream is drained to its final response."""
+        and the stream is drained to its final response. An error response ends the call (RuntimeError) with
+        no `stop`: the engine's request ended with it (its final response), and a `stop` would wait in the
+        model's queue, behind a restart of its engine process, before the error reached the client."""
         inner_id = f"bls-{uuid.uuid4().hex}"
         request = pb_utils.InferenceRequest(
             model_name=model,
@@ -334,6 +336,7 @@ class TritonPythonModel:
             for response in responses:
                 if responder.cancelled(max_age_s=POLL_S):
                     break
+                finished = response.has_error()  # raised just below: nothing left to stop or drain
                 outputs = self._outputs(model, response, output_names)
                 if outputs.get("output_ids") is not None:  # the final response may carry flags only
                     yield outputs
