@@ -15,7 +15,16 @@ import time
 
 import numpy as np
 import pytest
-from fake_triton import FakeServer, Request, collect, engine_request, stop_request, text_request
+from fake_triton import (
+    FINAL,
+    FakeServer,
+    InferenceResponse,
+    Request,
+    collect,
+    engine_request,
+    stop_request,
+    text_request,
+)
 from repo_builds import cached_build
 
 from specbuild.core.sampling_params import SamplingParams
@@ -272,6 +281,42 @@ def test_the_bls_passes_on_its_engines_error_without_a_stop_request(medusa):
     assert response.has_error() and "the engine process is gone" in response.error().message()
     stops = [inputs for name, inputs in medusa.calls[calls:] if name == "tensorrt_llm" and "stop" in inputs]
     assert stops == []
+
+
+def test_a_stream_that_fails_after_its_chunks_sends_the_error_then_the_final_flag_alone(medusa):
+    """A streamed request whose engine process dies after it sent chunks: its error goes out as a response of
+    its own and the final flag alone after it (tritonserver 2.51 loses an error response following data
+    responses on its way to a BLS, and the final flag with it when they go together: the BLS hung)."""
+    model = medusa.models["tensorrt_llm"]
+    request = _long([5, 17, 99, 3, 44, 12], 400)
+    assert model.execute([request]) is None
+    deadline = time.monotonic() + 60
+    while not request.sender.responses:  # a chunk went out
+        assert time.monotonic() < deadline, "no chunk was streamed"
+        time.sleep(0.001)
+    os.kill(_child_pid(medusa), signal.SIGKILL)
+    assert request.sender.done.wait(60)
+    *chunks, (error, flags), (last, final) = request.sender.responses
+    assert chunks and all(r is not None and not r.has_error() and f == 0 for r, f in chunks)
+    assert flags == 0 and error.has_error() and "the engine process is gone" in error.error().message()
+    assert last is None and final == FINAL
+
+
+def test_the_bls_fails_a_stream_that_ends_without_outputs(medusa, monkeypatch):
+    """A stream from tensorrt_llm as tritonserver 2.51 hands a failed one to the BLS: its first chunk, then
+    the final flag alone (the error response after it never arrives). The BLS answers with an error, never
+    with the partial text as if it were complete."""
+    infer = medusa.infer
+
+    def as_2_51_delivers(name, inputs, request_id=""):
+        responses = infer(name, inputs, request_id=request_id)
+        if name != "tensorrt_llm" or "stop" in inputs:
+            return responses
+        return [*responses[:1], InferenceResponse()]  # the final flag alone: a response without outputs
+
+    monkeypatch.setattr(medusa, "infer", as_2_51_delivers)
+    last = medusa.infer("tensorrt_llm_bls", text_request(PROMPT, 24, stream=True))[-1]
+    assert last.has_error() and "the stream ended without its outputs" in last.error().message()
 
 
 def test_an_engine_that_does_not_load_fails_with_its_reason(dt, tmp_path):

@@ -335,8 +335,17 @@ class TritonPythonModel:
 
     def _send_final(self, responder: Responder, response) -> None:
         """A request's final response: decoupled, with the final flag (flags only when there is nothing to
-        write); not decoupled, its one response (a cancelled request's is the CANCELLED error)."""
+        write); not decoupled, its one response (a cancelled request's is the CANCELLED error).
+
+        Decoupled, an error after streamed chunks goes out as a response of its own and the final flag alone
+        after it: tritonserver 2.51 does not deliver an error response that follows data responses to a BLS
+        caller's response iterator, and with it lost the final flag too (the BLS waited for ever). The flag
+        alone reaches it; the BLS fails a stream that ends without outputs (tensorrt_llm_bls/model.py)."""
         if self.decoupled:
+            if response is not None and response.has_error() and responder.sent:
+                responder.send(response)
+                responder.finish(None)
+                return
             responder.finish(response)
         else:
             responder.finish_one(response)
