@@ -10,10 +10,21 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
-from fake_triton import FakeServer, Request, collect, engine_request, stop_request, text_request
+from fake_triton import (
+    FINAL,
+    FakeServer,
+    InferenceResponse,
+    Request,
+    collect,
+    engine_request,
+    stop_request,
+    text_request,
+)
 from repo_builds import cached_build
 
 from specbuild.core.sampling_params import SamplingParams
@@ -170,6 +181,142 @@ def test_a_killed_engine_process_fails_its_request_and_is_started_again(dt):
     assert not again.has_error(), again.error().message()
     get = lambda r: {t.name(): t.as_numpy() for t in r.output_tensors}["output_ids"].tolist()  # noqa: E731
     assert get(again) == get(want)
+
+
+def _output_ids(response) -> list:
+    assert not response.has_error(), response.error().message()
+    return {t.name(): t.as_numpy() for t in response.output_tensors}["output_ids"].tolist()
+
+
+def _wait_dead(host) -> None:
+    deadline = time.monotonic() + 30
+    while host.alive:  # False once the process is reaped (by the host's reader, or by this poll)
+        assert time.monotonic() < deadline, "the killed engine process is still running"
+        time.sleep(0.01)
+
+
+def test_a_request_read_before_the_gone_event_runs_on_the_restarted_engine(dt):
+    """The engine process dies and the model reads the next request before the dead host's "gone" event was
+    handled (held here, as a loaded CPU holds the reader thread; issue 40's late error, a BLS round sent
+    right after the kill): the request the dead engine held fails at once, before the new engine loads; the
+    new request runs on the restarted engine and is answered exactly; the late "gone" fails nothing of it."""
+    here, there = dt
+    model = there.models["tensorrt_llm"]
+    inputs = engine_request(here.models["preprocessing"].tokenizer.encode(PROMPT), 60)
+    (want,) = here.infer("tensorrt_llm", inputs)
+    old, restarts = model.host, model.restarts
+    release = threading.Event()
+    deliver = old._on_event
+
+    def hold_gone(event):
+        if event.get("e") == "gone":
+            release.wait(60)
+        deliver(event)
+
+    old._on_event = hold_gone
+    first = _child_pid(there)
+    held = Request(dict(inputs))
+    os.kill(first, signal.SIGSTOP)  # the request is handed over, the engine stands still
+    assert model.execute([held]) is None
+    os.kill(first, signal.SIGKILL)
+    _wait_dead(old)
+    after = Request(dict(inputs))
+    try:
+        assert model.execute([after]) is None  # the engine is started again first
+        assert held.sender.done.is_set(), "the dead engine's request was not answered before the restart"
+    finally:
+        release.set()
+    ((response, _),) = held.sender.responses
+    assert response.has_error() and "the engine process is gone" in response.error().message()
+    assert after.sender.done.wait(60)
+    ((response, _),) = after.sender.responses
+    assert _output_ids(response) == _output_ids(want)
+    assert model.host is not old and model.restarts == restarts + 1 and _child_pid(there) != first
+
+
+def test_a_request_whose_write_finds_the_engine_dead_runs_on_the_restarted_engine(dt):
+    """The engine process died after the model last saw it running: the write of the next request breaks,
+    and the model starts the engine again and runs the request there (not an error)."""
+    here, there = dt
+    model = there.models["tensorrt_llm"]
+    inputs = engine_request(here.models["preprocessing"].tokenizer.encode(PROMPT), 8)
+    (want,) = here.infer("tensorrt_llm", inputs)
+    old, restarts = model.host, model.restarts
+    os.kill(_child_pid(there), signal.SIGKILL)
+    _wait_dead(old)
+    proc = old.child.proc
+    poll = proc.poll
+
+    def running_once():  # the model's look finds it running: it died right after
+        proc.poll = poll
+        return None
+
+    proc.poll = running_once
+    (response,) = there.infer("tensorrt_llm", inputs)
+    assert _output_ids(response) == _output_ids(want)
+    assert model.host is not old and model.restarts == restarts + 1
+
+
+def test_the_bls_passes_on_its_engines_error_without_a_stop_request(medusa):
+    """The Medusa engine process dies under a BLS call to the decoupled tensorrt_llm: the BLS answers its
+    client with the engine's error and sends no `stop` for the failed call (served, that `stop` waits in
+    tensorrt_llm's queue behind the restart of its engine, and the client's error came seconds late)."""
+    model = medusa.models["tensorrt_llm"]
+    first = _child_pid(medusa)
+    os.kill(first, signal.SIGSTOP)  # the call is handed over, the engine stands still
+    calls = len(medusa.calls)
+    answered = []
+    bls = threading.Thread(
+        target=lambda: answered.append(medusa.infer("tensorrt_llm_bls", text_request(PROMPT, N))), daemon=True
+    )
+    bls.start()
+    deadline = time.monotonic() + 60
+    while not model._jobs:
+        assert time.monotonic() < deadline, "the BLS's call never reached the engine host"
+        time.sleep(0.01)
+    os.kill(first, signal.SIGKILL)
+    bls.join(60)
+    assert answered, "the BLS did not answer"
+    response = answered[0][-1]
+    assert response.has_error() and "the engine process is gone" in response.error().message()
+    stops = [inputs for name, inputs in medusa.calls[calls:] if name == "tensorrt_llm" and "stop" in inputs]
+    assert stops == []
+
+
+def test_a_stream_that_fails_after_its_chunks_sends_the_error_then_the_final_flag_alone(medusa):
+    """A streamed request whose engine process dies after it sent chunks: its error goes out as a response of
+    its own and the final flag alone after it (tritonserver 2.51 loses an error response following data
+    responses on its way to a BLS, and the final flag with it when they go together: the BLS hung)."""
+    model = medusa.models["tensorrt_llm"]
+    request = _long([5, 17, 99, 3, 44, 12], 400)
+    assert model.execute([request]) is None
+    deadline = time.monotonic() + 60
+    while not request.sender.responses:  # a chunk went out
+        assert time.monotonic() < deadline, "no chunk was streamed"
+        time.sleep(0.001)
+    os.kill(_child_pid(medusa), signal.SIGKILL)
+    assert request.sender.done.wait(60)
+    *chunks, (error, flags), (last, final) = request.sender.responses
+    assert chunks and all(r is not None and not r.has_error() and f == 0 for r, f in chunks)
+    assert flags == 0 and error.has_error() and "the engine process is gone" in error.error().message()
+    assert last is None and final == FINAL
+
+
+def test_the_bls_fails_a_stream_that_ends_without_outputs(medusa, monkeypatch):
+    """A stream from tensorrt_llm as tritonserver 2.51 hands a failed one to the BLS: its first chunk, then
+    the final flag alone (the error response after it never arrives). The BLS answers with an error, never
+    with the partial text as if it were complete."""
+    infer = medusa.infer
+
+    def as_2_51_delivers(name, inputs, request_id=""):
+        responses = infer(name, inputs, request_id=request_id)
+        if name != "tensorrt_llm" or "stop" in inputs:
+            return responses
+        return [*responses[:1], InferenceResponse()]  # the final flag alone: a response without outputs
+
+    monkeypatch.setattr(medusa, "infer", as_2_51_delivers)
+    last = medusa.infer("tensorrt_llm_bls", text_request(PROMPT, 24, stream=True))[-1]
+    assert last.has_error() and "the stream ended without its outputs" in last.error().message()
 
 
 def test_an_engine_that_does_not_load_fails_with_its_reason(dt, tmp_path):

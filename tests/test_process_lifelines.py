@@ -82,6 +82,31 @@ threading.Event().wait()
 """
 
 
+WRITE_TO_GONE_PARENT = """
+import os, sys
+sys.path.insert(0, sys.argv[1])
+from child_channel import child_stdout
+events = child_stdout()
+sys.stdin.read()  # the test closes our stdout's reader, then our stdin
+events.send({"e": "log", "msg": "x" * 100_000})  # more than a pipe holds: the write meets the closed pipe
+print("still running", file=sys.stderr)
+"""
+
+
+def test_an_engine_process_whose_event_reader_is_gone_exits_quietly():
+    """The child writes an event after the model's process (its events' reader) is gone: it exits at once
+    with status 1 and no traceback (its stderr is the server's log)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITE_TO_GONE_PARENT, str(COMMON)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.close()
+    _, err = proc.communicate(b"", timeout=60)
+    assert proc.returncode == 1 and err == b"", err.decode()
+
+
 def test_a_stub_whose_server_is_killed_removes_its_region_and_exits(tmp_path):
     """The process is named triton_python_backend_stub (a link to Python) and gets the stub's argv."""
     stub = tmp_path / "triton_python_backend_stub"

@@ -71,7 +71,10 @@ def unpack_array(packed: dict) -> np.ndarray:
 
 
 class EventWriter:
-    """The child's event channel (its original stdout), one whole line per write, from any thread."""
+    """The child's event channel (its original stdout), one whole line per write, from any thread. A write
+    that finds the channel closed means the model's process is gone (nobody reads the events): the child
+    ends at once and quietly, as its lifeline would end it (an engine thread's traceback in the server's
+    log made a killed stub look like a crash)."""
 
     def __init__(self, fd: int):
         self._out = os.fdopen(fd, "wb", buffering=0)
@@ -80,7 +83,10 @@ class EventWriter:
     def send(self, event: dict) -> None:
         line = (json.dumps(event, separators=(",", ":")) + "\n").encode()
         with self._lock:
-            self._out.write(line)
+            try:
+                self._out.write(line)
+            except OSError:  # BrokenPipeError: the reader is gone
+                os._exit(1)
 
 
 def child_stdout() -> EventWriter:

@@ -51,6 +51,7 @@ class Responder:
         self._cancelled = False
         self._asked = float("-inf")  # time.monotonic() of the last ask
         self.asks = 0  # asks that went to Triton (each one an IPC round trip)
+        self.sent = 0  # non-final responses sent
         # asks and sends take turns, and no ask follows the final send (module docstring)
         self._lock = threading.Lock()
 
@@ -97,6 +98,7 @@ class Responder:
             if self.closed or self._ask():
                 return False
             self.sender.send(response)
+            self.sent += 1
             return True
 
     def finish(self, response=None) -> None:

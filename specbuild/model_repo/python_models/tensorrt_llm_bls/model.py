@@ -320,7 +320,13 @@ class TritonPythonModel:
     def _stream(self, model: str, inputs: dict, output_names: list[str], responder: Responder):
         """A call to a decoupled model: yields each data response's outputs. When the request is cancelled
         (or the caller stops reading), a `stop` request with the call's request id ends the engine's work
-        and the stream is drained to its final response."""
+        and the stream is drained to its final response. An error response ends the call (RuntimeError) with
+        no `stop`: the engine's request ended with it (its final response), and a `stop` would wait in the
+        model's queue, behind a restart of its engine process, before the error reached the client. A stream
+        whose final response has no outputs and that this request did not cancel failed (RuntimeError):
+        tensorrt_llm ends a stream with its outputs, and tritonserver 2.51 does not deliver to this iterator
+        an error response that follows data responses (the local model sends the final flag alone after it:
+        tensorrt_llm_local/model.py _send_final)."""
         inner_id = f"bls-{uuid.uuid4().hex}"
         request = pb_utils.InferenceRequest(
             model_name=model,
@@ -330,12 +336,15 @@ class TritonPythonModel:
         )
         responses = request.exec(decoupled=True)
         finished = False
+        empty = True  # the last response carried no outputs
         try:
             for response in responses:
                 if responder.cancelled(max_age_s=POLL_S):
                     break
+                finished = response.has_error()  # raised just below: nothing left to stop or drain
                 outputs = self._outputs(model, response, output_names)
-                if outputs.get("output_ids") is not None:  # the final response may carry flags only
+                empty = outputs.get("output_ids") is None
+                if not empty:
                     yield outputs
             else:
                 finished = True
@@ -345,8 +354,10 @@ class TritonPythonModel:
                 for _ in responses:  # drain: the engine answers the stopped request with a final response
                     pass
             self.parking.park(responses)
-        if not finished:
+        if not finished or (empty and responder.cancelled()):
             raise Cancelled
+        if empty:
+            raise RuntimeError(f"{model}: the stream ended without its outputs (see the server's log)")
 
     def _send_stop(self, model: str, request_id: str) -> None:
         """The backend's stop request: input stop = true with the request id to end (placeholder inputs)."""

@@ -49,10 +49,15 @@ class ProcessHost:
         return self.child.alive
 
     def close(self) -> None:
-        """The child ends after its running step (its unfinished requests are done with an error first)."""
+        """The child ends after its running step (its unfinished requests are done with an error first) and
+        its events are handed over before this returns. A child already dead (its model starts another) is
+        not waited on: its reader may be handing over its "gone" event, which waits for the model's lock
+        that the restart holds; the model fails that host's requests itself."""
+        dead = not self.child.alive
         self._closing = True
         self.child.close()
-        self._reader.join(timeout=10)
+        if not dead:
+            self._reader.join(timeout=10)
 
     def _read(self) -> None:
         while True:

@@ -243,3 +243,4 @@ class Job:
     live: tuple | None = None  # a whole job while it runs: (its SpecStats, the prefix cache's reuse before)
     held: list | None = None  # a row's streamed tokens held while it is admitted (its reuse is known after)
     streamed: int = 0  # the model's side: tokens streamed so far
+    host: int = 0  # which start of the engine host it was handed to (model.py: a dead host's jobs fail)

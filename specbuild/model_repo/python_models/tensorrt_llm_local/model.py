@@ -137,6 +137,7 @@ class TritonPythonModel:
             Outbox(f"{self.name}-responses", on_error=self._send_failed) if self.decoupled else None
         )
         self.restarts = 0  # times the engine process was started again after it died
+        self._host_no = 0  # which start of the engine host is the live one (a job's `host`)
         try:
             self.host = self._start_host()
         except ChildError as exc:
@@ -155,8 +156,10 @@ class TritonPythonModel:
         return getattr(self.host, "engine", None)
 
     def _start_host(self):
+        """A new engine host, numbered: its events are told from an earlier one's (whose "gone" is late)."""
         kind = ProcessHost if self.engine_process else ThreadHost
-        return kind(self.host_options, self._on_event)
+        self._host_no += 1
+        return kind(self.host_options, functools.partial(self._on_event, host=self._host_no))
 
     def finalize(self):
         self._closing.set()
@@ -196,23 +199,40 @@ class TritonPythonModel:
     def _submit(self, job: Job) -> None:
         wire = request_to_wire(job.req)
         with self._lock:
-            job.jid = next(self._jids)
+            try:
+                self._hand_over(job, wire)
+                return
+            except ChildError as exc:
+                error = exc
+        self._active.remove(job.req.request_id, job)
+        self._send_final(job.responder, self._error(error))
+
+    def _hand_over(self, job: Job, wire: dict) -> None:
+        """Give the job to a live engine host. A host found dead, or whose pipe breaks on this job (it died
+        since it was last seen), is started again first: a request read after the engine died is run by
+        the new one, and fails (ChildError) only when the engine cannot be started again. Called with _lock
+        held."""
+        for attempt in range(2):
+            host = self._live_host()
+            job.jid, job.host = next(self._jids), self._host_no
             self._jobs[job.jid] = job
             self._running.notify()
             try:
-                self._live_host().submit(job.jid, wire)
+                host.submit(job.jid, wire)
                 return
-            except ChildError as exc:
+            except ChildError:  # the process is gone (reaped by the failed write: not alive any more)
                 self._jobs.pop(job.jid, None)
-                job.error = exc
-        self._active.remove(job.req.request_id, job)
-        self._send_final(job.responder, self._error(job.error))
+                if attempt:
+                    raise
 
     def _live_host(self):
         """The engine host, started again if its process died (at most MAX_ENGINE_RESTARTS times: a crash
-        that repeats leaves every later request with the error). Called with _lock held."""
+        that repeats leaves every later request with the error). The dead host's requests get their error
+        first, at once, whether or not its "gone" event was handled yet: never after the new engine loaded.
+        Called with _lock held."""
         if self.host.alive:
             return self.host
+        self._fail(self._taken(self._host_no), self.host.child.gone())  # ThreadHost is always alive
         if self.restarts >= MAX_ENGINE_RESTARTS:
             raise ChildError(f"the engine process died {self.restarts + 1} times; not started again")
         self.restarts += 1
@@ -224,8 +244,23 @@ class TritonPythonModel:
         self.host = self._start_host()
         return self.host
 
+    def _taken(self, host: int) -> list[Job]:
+        """The requests handed to engine host `host` (its start: _start_host) and not answered yet, taken
+        from _jobs (with _lock held: each is answered once, by whoever takes it)."""
+        jobs = [job for job in self._jobs.values() if job.host == host]
+        for job in jobs:
+            del self._jobs[job.jid]
+        return jobs
+
+    def _fail(self, jobs: list[Job], message: str) -> None:
+        for job in jobs:
+            job.error = ChildError(message)
+            self._active.remove(job.req.request_id, job)
+            self._answer(job)
+
     # ---- the engine's events (the host's reader thread; in ThreadHost, the engine's thread) -------------
-    def _on_event(self, event: dict) -> None:
+    def _on_event(self, event: dict, *, host: int) -> None:
+        """An event of engine host `host` (the start it came from: _start_host)."""
         kind = event.get("e")
         if kind == "tok":
             job = self._jobs.get(event["jid"])
@@ -244,14 +279,12 @@ class TritonPythonModel:
                 self._answer(job)
         elif kind == "log":
             pb_utils.Logger.log_info(event["msg"])
-        elif kind == "gone":  # the engine process died: every request it held fails, saying so
+        elif kind == "gone":  # the engine process died: every request it held fails, saying so (the
+            # requests handed to a host started since are not its own)
             pb_utils.Logger.log_error(f"{self.name}: {event['msg']}")
             with self._lock:
-                jobs, self._jobs = list(self._jobs.values()), {}
-            for job in jobs:
-                job.error = ChildError(event["msg"])
-                self._active.remove(job.req.request_id, job)
-                self._answer(job)
+                jobs = self._taken(host)
+            self._fail(jobs, event["msg"])
 
     def _perf_so_far(self, job: Job, counters: dict) -> dict:
         """A streamed chunk's perf outputs: the engine's counters so far (engine_host._perf_so_far), the KV
@@ -324,8 +357,17 @@ class TritonPythonModel:
 
     def _send_final(self, responder: Responder, response) -> None:
         """A request's final response: decoupled, with the final flag (flags only when there is nothing to
-        write); not decoupled, its one response (a cancelled request's is the CANCELLED error)."""
+        write); not decoupled, its one response (a cancelled request's is the CANCELLED error).
+
+        Decoupled, an error after streamed chunks goes out as a response of its own and the final flag alone
+        after it: tritonserver 2.51 does not deliver an error response that follows data responses to a BLS
+        caller's response iterator, and with it lost the final flag too (the BLS waited for ever). The flag
+        alone reaches it; the BLS fails a stream that ends without outputs (tensorrt_llm_bls/model.py)."""
         if self.decoupled:
+            if response is not None and response.has_error() and responder.sent:
+                responder.send(response)
+                responder.finish(None)
+                return
             responder.finish(response)
         else:
             responder.finish_one(response)
