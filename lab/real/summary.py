@@ -15,6 +15,7 @@ from rich.table import Table
 from specbuild.bench.load_bench import SCHEDULE_MODE
 from specbuild.core.methods import method_of
 from specbuild.demo.commands import Ledger, console
+from specbuild.demo.report import COLUMNS as DEMO_COLUMNS
 from specbuild.demo.report import _fmt, load_bench, summary_rows
 
 
@@ -42,23 +43,8 @@ def answer_record(prompt: str, stdout: str, stderr: str) -> dict:
     }
 
 
-COLUMNS = (
-    "method",
-    "prompts",
-    "conc",
-    "K",
-    "accept",
-    "tok/pass",
-    "predicted",
-    "measured",
-    "TTFT ms",
-    "ITL ms",
-    "base ITL ms",
-    "tok/s",
-    "base tok/s",
-    "1-call base tok/s",
-    "vs 1-call",
-)
+# the demo summary's columns after its (T, conc): the same figures, per method and prompt set
+COLUMNS = ("method", "prompts", "conc", "K", *DEMO_COLUMNS[2:])
 # "measured" is tok/s over the STREAMED target-alone baseline (one BLS -> target call per token); "vs 1-call"
 # over the target alone answering each request in one call (bench's baseline-unary run), the fair baseline
 HEADERS = {
