@@ -67,6 +67,8 @@ VENDORED_MODULES = (
     "engines/reference/speculative.py",
     "engines/reference/ngram.py",
     "engines/reference/sampling.py",
+    "model_repo/tensors.py",  # the tensor names the BLS forwards (perf outputs), not re-listed there
+    "core/facts/trtllm.py",  # tensors.py imports it; the BLS calls nothing that reads its data files
 )
 
 
@@ -437,6 +439,8 @@ def _vendor(dest: Path) -> None:
         dest,
         dest / "core",
         dest / "core" / "perf",
+        dest / "core" / "facts",
+        dest / "model_repo",
         dest / "engines",
         dest / "engines" / "reference",
     ):

@@ -33,21 +33,11 @@ from words import scalar as read
 
 from specbuild.engines.reference.ngram import NGramConfig, NGramRequest, PatternPool
 from specbuild.engines.reference.speculative import speculative_generate
+from specbuild.model_repo.tensors import KV_OUTPUT_NAMES, PERF_OUTPUT_NAMES
 
 Call = Callable[[str, dict[str, np.ndarray], list[str]], dict[str, np.ndarray]]
 ENGINE_OUTPUTS = ["output_ids", "sequence_length"]
-PERF_OUTPUTS = [
-    "kv_cache_alloc_new_blocks",
-    "kv_cache_reused_blocks",
-    "kv_cache_alloc_total_blocks",
-    "arrival_time_ns",
-    "first_scheduled_time_ns",
-    "first_token_time_ns",
-    "last_token_time_ns",
-    "acceptance_rate",
-    "total_accepted_draft_tokens",
-    "total_draft_tokens",
-]
+PERF_OUTPUTS = list(PERF_OUTPUT_NAMES)  # the perf outputs a round asks tensorrt_llm for
 # BLS input -> tensorrt_llm input for the sampling options forwarded unchanged (names: tensors.py).
 FORWARDED = {
     "temperature": "temperature",
@@ -463,7 +453,7 @@ class TritonVerifier:
         return out
 
 
-KV_OUTPUTS = ("kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks")
+KV_OUTPUTS = KV_OUTPUT_NAMES
 DRAFT_KV_PREFIX = "draft_"  # the BLS's draft_kv_cache_* outputs: the draft engine's figures (specbuild)
 
 

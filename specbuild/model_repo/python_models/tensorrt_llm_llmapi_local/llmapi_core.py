@@ -41,6 +41,8 @@ import numpy as np
 from engine_worker import RequestCounters
 from words import scalar
 
+from specbuild.model_repo.tensors import LLMAPI_PERF_OUTPUTS
+
 Get = Callable[[str], "np.ndarray | None"]
 DEFAULT_MAX_TOKENS = 32  # TensorRT-LLM SamplingParams.max_tokens default (UNVERIFIED for 1.4)
 REFUSED = ("image_url", "lora_id", "lora_name", "lora_path", "lora_ckpt_source")
@@ -220,7 +222,8 @@ class Perf(RequestCounters):
             "total_accepted_draft_tokens": self.accepted,
             "total_draft_tokens": self.drafted,
         }
-        return {name: np.array([str(value)], dtype=object) for name, value in values.items()}  # [1] BYTES
+        # every perf output of the tensor table (model_repo/tensors.py), [1] BYTES each
+        return {t.name: np.array([str(values[t.name])], dtype=object) for t in LLMAPI_PERF_OUTPUTS}
 
 
 def _micros(ns: int) -> int:

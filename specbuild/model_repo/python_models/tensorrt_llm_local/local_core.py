@@ -40,6 +40,7 @@ from trtllm_semantics import check_sampling, sampling_params
 from words import scalar, word_lists
 
 from specbuild.core.sampling_params import SamplingParams
+from specbuild.model_repo.tensors import NUMPY_DTYPE, PERF_OUTPUTS
 
 Get = Callable[[str], "np.ndarray | None"]
 
@@ -194,21 +195,20 @@ class Perf(RequestCounters):
     """The backend's return_perf_metrics outputs for one request (counters: common/engine_worker.py)."""
 
     def outputs(self) -> dict[str, np.ndarray]:
-        def one(value, dtype):
-            return np.array([[value]], dtype=dtype)  # [1, 1]
-
-        return {
-            "kv_cache_alloc_new_blocks": one(self.new_blocks, np.int32),
-            "kv_cache_reused_blocks": one(self.reused_blocks, np.int32),
-            "kv_cache_alloc_total_blocks": one(self.new_blocks + self.reused_blocks, np.int32),
-            "arrival_time_ns": one(self.arrival_ns, np.int64),
-            "first_scheduled_time_ns": one(self.scheduled_ns or self.arrival_ns, np.int64),
-            "first_token_time_ns": one(self.first_token_ns, np.int64),
-            "last_token_time_ns": one(self.last_token_ns, np.int64),
-            "acceptance_rate": one(self.acceptance_rate, np.float32),
-            "total_accepted_draft_tokens": one(self.accepted, np.int32),
-            "total_draft_tokens": one(self.drafted, np.int32),
+        """Every perf output of the tensor table (model_repo/tensors.py PERF_OUTPUTS), [1, 1] each."""
+        values = {
+            "kv_cache_alloc_new_blocks": self.new_blocks,
+            "kv_cache_reused_blocks": self.reused_blocks,
+            "kv_cache_alloc_total_blocks": self.new_blocks + self.reused_blocks,
+            "arrival_time_ns": self.arrival_ns,
+            "first_scheduled_time_ns": self.scheduled_ns or self.arrival_ns,
+            "first_token_time_ns": self.first_token_ns,
+            "last_token_time_ns": self.last_token_ns,
+            "acceptance_rate": self.acceptance_rate,
+            "total_accepted_draft_tokens": self.accepted,
+            "total_draft_tokens": self.drafted,
         }
+        return {t.name: np.array([[values[t.name]]], dtype=NUMPY_DTYPE[t.data_type]) for t in PERF_OUTPUTS}
 
 
 def cut(tokens: list[int], params, limit: int) -> list[int]:
