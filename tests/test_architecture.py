@@ -62,23 +62,10 @@ SECTION_READS_ALLOWED: dict[str, tuple[int, str]] = {
     "specbuild/tuning/tune_ngram.py": (2, "n-gram's tuner edits ngram.max_matching_ngram_size"),
     "specbuild/planning/plan.py": (1, "reads the tuned keys by their path (the method's Tunable keys)"),
 }
-# file -> (comparisons with Flow.X or a repository backend / interface / flow string, why)
-KIND_BRANCHES_ALLOWED: dict[str, tuple[int, str]] = {
-    "specbuild/builder/compile.py": (
-        1,
-        "compile dispatches on the flow: the two flows build different things",
-    ),
-    "specbuild/builder/memory_plan.py": (
-        5,
-        "the LLM API's one KV pool and one executor mapping (flow facts)",
-    ),
-    "specbuild/builder/preflight.py": (3, "the flow row and the flow's token limits in check's table"),
-    "specbuild/builder/schedule_checks.py": (2, "schedule rules differ by flow (BLS vs LLM-API keys)"),
-    "specbuild/deploy/llmapi_options.py": (1, "refuses a spec not loaded for the LLM-API flow"),
-    "specbuild/engines/reference/engine.py": (1, "refuses an LLM-API build without reference engines"),
-    "specbuild/model_repo/generate.py": (1, "the one place a build's flow picks the repository kind"),
-    "specbuild/serve/llmapi_launch.py": (1, "a build folder (not a repository) has a flow, no kind"),
-}
+# file -> (comparisons with Flow.X or a repository backend / interface / flow string, why): none. Where the
+# flows differ, stages ask the flow what its runtime does (core/facts/llmapi.py Flow: builds_engines,
+# one_model_repo, one_kv_pool, runtime_floors_schedule, default_max_num_tokens) or the RepoKind.
+KIND_BRANCHES_ALLOWED: dict[str, tuple[int, str]] = {}
 
 
 def _sites(check) -> dict[str, list[str]]:

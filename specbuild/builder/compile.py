@@ -24,7 +24,7 @@ from specbuild.builder.preflight import FAIL, CheckReport, run_checks
 from specbuild.builder.resolve import resolve_model
 from specbuild.core.artifacts import RoleRecord
 from specbuild.core.errors import BuildError
-from specbuild.core.facts.llmapi import Flow, release
+from specbuild.core.facts.llmapi import release
 from specbuild.core.facts.trtllm import SpeculativeDecodingMode
 from specbuild.core.formats.manifest import atomic_output_dir, write_manifest
 from specbuild.core.formats.safe_io import atomic_write_text
@@ -62,7 +62,7 @@ def compile_spec(
     """Convert every model of `spec` and build its engines into `out`; returns `out`.
 
     engine None: "reference" on the engine flow, "none" on the LLM-API flow (compile_llmapi)."""
-    if spec.flow is Flow.LLMAPI:
+    if not spec.flow.builds_engines:
         return compile_llmapi(spec, out, engine=engine or "none", force=force, on_progress=on_progress)
     engine = engine or "reference"
     if engine not in ENGINES:

@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Any
 from specbuild.builder.eagle3_checks import capture_layers, eagle3_weight_bytes, read_eagle3
 from specbuild.builder.resolve import resolve_model
 from specbuild.core.errors import SpecbuildError
-from specbuild.core.facts.llmapi import LLMAPI_DEFAULT_MAX_NUM_TOKENS, Flow
 from specbuild.core.facts.trtllm import engine_limits
 from specbuild.core.formats.hf_config import DTYPE_BYTES, HFModelConfig
 from specbuild.core.formats.trtllm_layout import Parallel
@@ -272,8 +271,8 @@ def effective_max_num_tokens(spec: BuildSpec, *, speculative_target: bool) -> in
     """The max_num_tokens the built engine records (core/facts/trtllm.py, trtllm-build's rules); on the
     LLM-API flow the spec's value or BaseLlmArgs' default (8192), with no speculative adjustment."""
     b = spec.build
-    if spec.flow is Flow.LLMAPI:
-        return b.max_num_tokens or LLMAPI_DEFAULT_MAX_NUM_TOKENS
+    if not spec.flow.builds_engines:
+        return b.max_num_tokens or spec.flow.default_max_num_tokens
     target = method_of(spec).roles(spec)[0]
     speculative = speculative_target and target.mode.speculative
     k = target.max_draft_len if speculative else 0
@@ -316,7 +315,7 @@ def plan_memory(
     if heads is not None and medusa is None:
         medusa = MedusaShape(heads.num_heads, heads.num_layers)
     k, b = spec.speculation.max_draft_len, spec.build
-    llmapi = spec.flow is Flow.LLMAPI
+    shared_mapping = spec.flow.one_kv_pool  # draft models on the target's TP/PP
     engines = [
         engine_memory(
             target,
@@ -336,15 +335,15 @@ def plan_memory(
                 draft,
                 role="draft",
                 # LLM API: the draft runs with the target's mapping (one executor, its TP/PP)
-                tp=spec.target.tp_size if llmapi else draft_section.tp_size,
-                pp=spec.target.pp_size if llmapi else draft_section.pp_size,
+                tp=spec.target.tp_size if shared_mapping else draft_section.tp_size,
+                pp=spec.target.pp_size if shared_mapping else draft_section.pp_size,
                 dtype=spec.dtype,
                 weight_only=b.weight_only,
                 max_num_tokens=effective_max_num_tokens(spec, speculative_target=False),
                 logits_rows=b.max_batch_size,
             )
         )
-    if method_of(spec).one_model_draft(spec) is not None and spec.flow is Flow.LLMAPI:
+    if method_of(spec).one_model_draft(spec) is not None and not spec.flow.builds_engines:
         shape = eagle3 or eagle3_shape(spec, target)
         if shape is not None:
             engines.append(_eagle3_memory(spec, shape))
@@ -454,10 +453,10 @@ def _split_kv(spec: BuildSpec, engines: list[EngineMemory], reserve_gib: float) 
                 "draft model "
                 "and EAGLE-3 layers use the target's TP/PP mapping",
             )
-            if spec.flow is Flow.LLMAPI
+            if spec.flow.one_kv_pool
             else ()
         ),
-        llmapi=spec.flow is Flow.LLMAPI,
+        llmapi=spec.flow.one_kv_pool,
     )
 
 

@@ -27,7 +27,6 @@ from specbuild.builder.resolve import resolve_model
 from specbuild.builder.schedule_checks import schedule_row
 from specbuild.builder.tokenizer_checks import check_tokenizers
 from specbuild.core.errors import SpecbuildError
-from specbuild.core.facts.llmapi import LLMAPI_DEFAULT_MAX_NUM_TOKENS, Flow
 from specbuild.core.facts.trtllm import prompt_limit
 from specbuild.core.formats.hf_config import SUPPORTED_ARCHITECTURES, HFModelConfig
 from specbuild.core.formats.weights import WeightFiles, find_weights, weight_stats
@@ -125,7 +124,7 @@ def run_checks(spec: BuildSpec, *, runtime_reserve_gib: float = RUNTIME_RESERVE_
 def flow_row(spec: BuildSpec) -> CheckResult:
     """The method x flow x version combination (core/methods/matrix.py; the spec loader refuses the rest)."""
     found = support(spec.mode.value, spec.flow, spec.trtllm_version)
-    if spec.flow is Flow.LLMAPI:
+    if not spec.flow.builds_engines:
         what = (
             f"LLM API (PyTorch backend) on TensorRT-LLM {spec.trtllm_version}: speculative_config "
             "decoding_type "
@@ -402,7 +401,7 @@ def _check_special_ids(target: LoadedModel, draft: LoadedModel, out: list[CheckR
 def check_prompt_limit(spec: BuildSpec) -> CheckResult:
     """The longest prompt the engines accept (core/facts/trtllm.py: the runtime's rule)."""
     chunked = spec.serving.enable_chunked_context
-    if spec.flow is Flow.LLMAPI:
+    if not spec.flow.builds_engines:  # no engine limits: the LLM API's own max_num_tokens rule
         return _llmapi_prompt_limit(spec)
     limits = {}
     for role in method_of(spec).roles(spec):
@@ -445,7 +444,7 @@ def _llmapi_prompt_limit(spec: BuildSpec) -> CheckResult:
     """LLM API: without chunked prefill a prompt longer than max_num_tokens is refused ("The sum of prompt
     length ..., query length (0) should not exceed max_num_tokens", TensorRT-LLM's test_max_num_token_check,
     tests/unittest/llmapi/test_llm.py index id 4226824540); max_tokens is lowered to max_seq_len - prompt."""
-    tokens = spec.build.max_num_tokens or LLMAPI_DEFAULT_MAX_NUM_TOKENS
+    tokens = spec.build.max_num_tokens or spec.flow.default_max_num_tokens
     seq = spec.build.max_seq_len
     if spec.serving.enable_chunked_context:
         return CheckResult(
@@ -496,7 +495,7 @@ def _check_plan(
         f", draft {d.kv_fraction}" if d else ""
     )
     e = plan.engine("eagle3")
-    if spec.flow is Flow.LLMAPI:
+    if spec.flow.one_kv_pool:
         fractions = (
             f"kv_cache_config free_gpu_memory_fraction {plan.kv_fraction_total:g}, max_tokens "
             f"{plan.kv_tokens} (one pool for every model)"

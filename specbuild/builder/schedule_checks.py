@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from specbuild.builder.check_rows import PASS, WARN, CheckResult
 from specbuild.builder.llmapi import runtime_schedule
-from specbuild.core.facts.llmapi import Flow, release
+from specbuild.core.facts.llmapi import release
 from specbuild.core.perf.schedule import DraftSchedule, schedule_of
 from specbuild.core.spec import BuildSpec
 
 
 def served_schedule(spec: BuildSpec) -> DraftSchedule | None:
     """The schedule the spec's serving runtime applies: the release's floors on the LLM-API flow."""
-    return runtime_schedule(spec) if spec.flow is Flow.LLMAPI else schedule_of(spec)
+    return runtime_schedule(spec) if spec.flow.runtime_floors_schedule else schedule_of(spec)
 
 
 def schedule_row(spec: BuildSpec) -> CheckResult | None:
@@ -29,7 +29,7 @@ def schedule_row(spec: BuildSpec) -> CheckResult | None:
         return None
     if schedule.off:
         return CheckResult("schedule", PASS, "speculation.schedule {1: 0}: the target alone at every load")
-    if spec.flow is not Flow.LLMAPI:
+    if not spec.flow.runtime_floors_schedule:
         return CheckResult("schedule", PASS, f"the BLS applies the schedule as written: {schedule.to_text()}")
     rule, method = release(spec.trtllm_version).schedule, spec.mode.value
     runs = served_schedule(spec)

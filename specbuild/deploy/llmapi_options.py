@@ -10,7 +10,6 @@ from typing import Any
 from specbuild.builder.llmapi import llmapi_options
 from specbuild.builder.memory_plan import plan_memory
 from specbuild.core.errors import DeployError
-from specbuild.core.facts.llmapi import Flow
 from specbuild.core.methods import method_of
 from specbuild.core.spec import BuildSpec
 from specbuild.deploy.pods import MODEL_ROOT  # noqa: F401 (re-exported: where --models-claim mounts)
@@ -19,7 +18,7 @@ from specbuild.deploy.vllm import pod_model
 
 def spec_options(spec: BuildSpec, *, model_root: str | None = None) -> dict[str, Any]:
     """{key: value}, validated for the spec's TensorRT-LLM version (llmapi_options refuses unknown keys)."""
-    if spec.flow is not Flow.LLMAPI:  # the memory plan (one KV pool) and max_num_tokens differ by flow
+    if spec.flow.builds_engines:  # the memory plan (one KV pool) and max_num_tokens differ by flow
         raise DeployError(
             "the spec is not loaded for the LLM-API flow",
             expected="flow: llmapi (load_spec(..., overrides={'flow': 'llmapi'}))",

@@ -23,7 +23,6 @@ from specbuild.core.artifacts import REPO_KIND, BuildManifest, read_build_manife
 from specbuild.core.deployment import RepoKind
 from specbuild.core.engine_limits import EngineLimits, RequestLimits
 from specbuild.core.errors import RepoError
-from specbuild.core.facts.llmapi import Flow
 from specbuild.core.facts.trtllm import known_versions, parse_version
 from specbuild.core.formats.hf_config import HFModelConfig
 from specbuild.core.formats.manifest import atomic_output_dir, write_manifest
@@ -348,7 +347,7 @@ def generate_repo(
     build used TensorRT-LLM, python (the reference engine) otherwise. schedule, guard, decoupled: see
     plan_layout (decoupled: the LLM-API model's too)."""
     manifest = read_build_manifest(build_dir)
-    if manifest.flow is Flow.LLMAPI:
+    if manifest.flow.one_model_repo:
         return generate_llmapi_repo(
             manifest,
             Path(out),

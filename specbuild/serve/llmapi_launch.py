@@ -21,7 +21,6 @@ import yaml
 
 from specbuild.core.artifacts import BuildManifest, RepoManifest, read_artifact
 from specbuild.core.errors import ServerError
-from specbuild.core.facts.llmapi import Flow
 from specbuild.core.formats.safe_io import read_text
 from specbuild.core.launch import (
     PREFLIGHT_FILE,
@@ -51,7 +50,7 @@ def is_llmapi(path: Path) -> bool:
     except Exception:  # noqa: BLE001 - not one of ours: the engine-flow launch explains
         return False
     if isinstance(artifact, BuildManifest):
-        return artifact.flow is Flow.LLMAPI
+        return not artifact.flow.builds_engines  # trtllm-serve reads the HF folders
     return isinstance(artifact, RepoManifest) and artifact.kind.llmapi
 
 

@@ -56,6 +56,39 @@ class Flow(str, Enum):
     def __str__(self) -> str:
         return self.value
 
+    # ---- what the flow's runtime does that the stages model differently (they ask; they do not branch) --
+    @property
+    def builds_engines(self) -> bool:
+        """`compile` converts checkpoints and builds engines (trtllm-build's limits apply to them). On the
+        LLM-API flow the runtime reads the HF folders itself: compile writes its options, no engines
+        (unless `--engine reference`, for the local stand-in)."""
+        return self is Flow.ENGINE
+
+    @property
+    def one_model_repo(self) -> bool:
+        """Its Triton repository is one model (the LLM-API model.py) that speculates by itself; the engine
+        flow's is the ensemble, the BLS and an engine model per role (core/deployment.py RepoKind)."""
+        return self is Flow.LLMAPI
+
+    @property
+    def one_kv_pool(self) -> bool:
+        """One KV pool holds every model's K and V per token and the draft model and EAGLE-3 layers use
+        the target's TP/PP mapping (the LLM API's KvCacheCreator); the engine flow sizes one pool per
+        engine, each on its own mapping."""
+        return self is Flow.LLMAPI
+
+    @property
+    def runtime_floors_schedule(self) -> bool:
+        """The runtime applies `draft_len_schedule` with the release's per-mode floors (the LLM API);
+        on the engine flow specbuild's BLS applies the schedule as written."""
+        return self is Flow.LLMAPI
+
+    @property
+    def default_max_num_tokens(self) -> int | None:
+        """max_num_tokens when the spec sets none: BaseLlmArgs' default on the LLM API; None on the engine
+        flow, where trtllm-build derives it from the build limits (core/facts/trtllm.py)."""
+        return LLMAPI_DEFAULT_MAX_NUM_TOKENS if self is Flow.LLMAPI else None
+
 
 def parse_flow(value: object) -> Flow:
     """A Flow from its name; ValueError with the valid names otherwise."""

@@ -36,7 +36,6 @@ import torch
 from specbuild.core.artifacts import BuildManifest, CheckpointManifest, EngineManifest, read_artifact
 from specbuild.core.engine_limits import EngineLimits, LimitError
 from specbuild.core.errors import EngineError
-from specbuild.core.facts.llmapi import Flow
 from specbuild.core.facts.trtllm import SpeculativeDecodingMode
 from specbuild.core.formats.hf_config import HFModelConfig
 from specbuild.core.formats.safe_io import InputFileError, read_json
@@ -98,7 +97,7 @@ def locate(path: str | Path) -> EngineLayout:
             fix="check the --engine path",
         )
     artifact = read_artifact(folder)
-    if isinstance(artifact, BuildManifest) and artifact.flow is Flow.LLMAPI and not artifact.engine_built:
+    if isinstance(artifact, BuildManifest) and not artifact.flow.builds_engines and not artifact.engine_built:
         raise EngineError(
             f"{folder} is an LLM-API build without reference engines",
             expected="a build with engine folders (the LLM API itself reads the HF folders on a GPU host)",
