@@ -57,8 +57,6 @@ SECTION_READS_ALLOWED: dict[str, tuple[int, str]] = {
     "specbuild/builder/eagle3_checks.py": (2, "EAGLE-3's own preflight rows (capture layers, draft folder)"),
     "specbuild/builder/memory_plan.py": (2, "EAGLE-3's shape: its capture layers set the fc input size"),
     "specbuild/deploy/eagle3_draft.py": (6, "EAGLE-3's draft config in vLLM's and SGLang's numbering"),
-    "specbuild/deploy/vllm.py": (5, "vLLM translator: n-gram and EAGLE-3 section keys in vLLM's terms"),
-    "specbuild/deploy/sglang.py": (2, "SGLang translator: the n-gram keys SGLang has no flag for"),
     "specbuild/tuning/tune_ngram.py": (2, "n-gram's tuner edits ngram.max_matching_ngram_size"),
     "specbuild/planning/plan.py": (1, "reads the tuned keys by their path (the method's Tunable keys)"),
 }

@@ -238,11 +238,7 @@ def unmapped(spec: BuildSpec) -> list[str]:
         )
     if spec.speculation.use_logits:
         out.append("speculation.use_logits (SGLang verifies with its own sampler)")
-    if spec.ngram is not None:
-        out.append(
-            f"ngram.max_matching_ngram_size {spec.ngram.max_matching_ngram_size} and the pool options "
-            "(SGLang matches up to --speculative-ngram-max-trie-depth tokens in its own corpus)"
-        )
+    out.extend(method_of(spec).sglang_unmapped(spec))
     schedule = schedule_of(spec)
     if schedule is not None and not schedule.off and len(schedule.steps) > 1:
         algorithm = SGLANG_ALGORITHMS.get(spec.mode.value)

@@ -100,9 +100,7 @@ def speculative_config(spec: BuildSpec, *, model_root: str | None = None) -> dic
         cfg["model"] = pod_model(spec, head, model_root)
     if "model" in cfg:  # the draft's distribution in the ratio test (speculation.use_logits), else one-hot
         cfg["draft_sample_method"] = "probabilistic" if spec.speculation.use_logits else "greedy"
-    if spec.ngram is not None:  # prompt lookup within the request (vLLM has no pool shared across requests)
-        cfg["prompt_lookup_max"] = spec.ngram.max_matching_ngram_size
-        cfg["prompt_lookup_min"] = 1  # TensorRT-LLM's NGram tries every size from the largest down to 1
+    cfg.update(method.vllm_section_config(spec))
     if schedule is not None and len(schedule.steps) > 1:
         cfg[SCHEDULE_KEY] = [list(r) for r in schedule.ranges(spec.build.max_batch_size)]
     check_speculative_config(cfg, spec.target.tp_size)
@@ -230,17 +228,7 @@ def unmapped(spec: BuildSpec) -> list[str]:
     ]
     if spec.build.weight_only != "none":
         out.append(f"build.weight_only {spec.build.weight_only} (vLLM needs a pre-quantized checkpoint)")
-    if spec.ngram is not None:
-        out.append(
-            "ngram.is_keep_all / is_use_oldest / is_public_pool (vLLM's n-gram proposer looks up the "
-            "request's own tokens and has no pool options)"
-        )
-    if spec.eagle3 is not None and spec.eagle3.layers_to_capture is not None:
-        out.append(
-            "eagle3.layers_to_capture (no --speculative-config key: vLLM reads "
-            "eagle_aux_hidden_state_layer_ids from the draft's config.json, in its own layer numbering; "
-            "checked when that file is readable)"
-        )
+    out.extend(method_of(spec).vllm_unmapped(spec))
     s = spec.serving
     out.append(
         f"serving.kv_cache_free_gpu_mem_fraction {s.kv_cache_free_gpu_mem_fraction} (folded into "

@@ -164,6 +164,19 @@ class SpeculationMethod:
         """Extra string parameters of the BLS model its drafter reads (`bls_drafter`'s `configure`)."""
         return {}
 
+    # ---- other engines (deploy/vllm.py, deploy/sglang.py ask; names: vllm_method, sglang_algorithm) ---
+    def vllm_section_config(self, spec: BuildSpec) -> dict[str, Any]:
+        """vLLM --speculative-config keys for this method's section (besides method, K and the model)."""
+        return {}
+
+    def vllm_unmapped(self, spec: BuildSpec) -> list[str]:
+        """This method's section settings with no vLLM equivalent, as set in the spec."""
+        return []
+
+    def sglang_unmapped(self, spec: BuildSpec) -> list[str]:
+        """This method's section settings with no SGLang equivalent, as set in the spec."""
+        return []
+
     # ---- engines ------------------------------------------------------------------------------
     def roles(self, spec: BuildSpec) -> tuple[EngineRole, ...]:
         """The engines a build of `spec` has, target first."""

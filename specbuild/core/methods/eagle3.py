@@ -42,6 +42,15 @@ class Eagle3(SpeculationMethod):
             f'flow: llmapi (trtllm_version "{LINE_1_2}" or "{LINE_1_4}")',
         )
 
+    def vllm_unmapped(self, spec: BuildSpec) -> list[str]:
+        if spec.eagle3.layers_to_capture is None:
+            return []
+        return [
+            "eagle3.layers_to_capture (no --speculative-config key: vLLM reads "
+            "eagle_aux_hidden_state_layer_ids from the draft's config.json, in its own layer numbering; "
+            "checked when that file is readable)"
+        ]
+
     def validate(self, spec: BuildSpec, where: str, *, validate_tree: bool = True) -> None:
         layers = spec.eagle3.layers_to_capture
         if layers is None:

@@ -26,7 +26,7 @@ docs/ngram.md lists where specbuild and newer TensorRT-LLM differ.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from specbuild.core.facts.llmapi import Decoding
 from specbuild.core.facts.trtllm import SpeculativeDecodingMode
@@ -78,6 +78,23 @@ class NGram(SpeculationMethod):
             True,
             "remove speculation.use_logits",
         )
+
+    def vllm_section_config(self, spec: BuildSpec) -> dict[str, Any]:
+        # prompt lookup within the request (vLLM has no pool shared across requests); min 1 because
+        # TensorRT-LLM's NGram tries every size from the largest down to 1
+        return {"prompt_lookup_max": spec.ngram.max_matching_ngram_size, "prompt_lookup_min": 1}
+
+    def vllm_unmapped(self, spec: BuildSpec) -> list[str]:
+        return [
+            "ngram.is_keep_all / is_use_oldest / is_public_pool (vLLM's n-gram proposer looks up the "
+            "request's own tokens and has no pool options)"
+        ]
+
+    def sglang_unmapped(self, spec: BuildSpec) -> list[str]:
+        return [
+            f"ngram.max_matching_ngram_size {spec.ngram.max_matching_ngram_size} and the pool options "
+            "(SGLang matches up to --speculative-ngram-max-trie-depth tokens in its own corpus)"
+        ]
 
     def bls_parameters(self, spec: BuildSpec) -> dict[str, str]:
         """The section as the BLS's ngram_* parameters (bls_core.NGramDrafter.configure reads them)."""
