@@ -63,7 +63,8 @@ lint: setup
 	$(BIN)/lint-imports
 
 # docs/spec.md and the spec's JSON Schema (specbuild/data/spec.schema.json) from the spec dataclasses,
-# docs/cli.md from the command line; tests/test_docs_generated.py fails when they are not current.
+# docs/cli.md from the command line, and the output of the deterministic commands README and docs show
+# (`<!-- make docs runs: ... -->` blocks); tests/test_docs_generated.py fails when they are not current.
 docs: setup
 	$(BIN)/python -m specbuild.cli.docs_gen
 

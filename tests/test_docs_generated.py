@@ -1,7 +1,7 @@
 """The generated docs are current, and what README and docs/*.md quote exists.
 
-`make docs` writes docs/cli.md, docs/spec.md and specbuild/data/spec.schema.json; the first test
-regenerates them in memory and compares. The others read every `specbuild COMMAND --flag` and every
+`make docs` writes docs/cli.md, docs/spec.md, specbuild/data/spec.schema.json and the command outputs of
+the pages' run blocks; the first test regenerates them in memory and compares. The others read every `specbuild COMMAND --flag` and every
 spec key (`section.key`) that README.md and docs/*.md quote and look each up in the Typer app and the
 spec's dataclasses.
 """
@@ -184,22 +184,24 @@ def test_the_key_reader_skips_files_and_code_paths():
     ]
 
 
-def test_the_readme_tour_quotes_real_check_output():
-    """The lines README quotes from `specbuild check` on the seed example are what it prints today."""
-    from typer.testing import CliRunner
-
-    from specbuild.cli.root import app
+def test_the_readme_tour_quotes_generated_check_output():
+    """README's `check` output is a `make docs` run block, so test_generated_files_are_current keeps it
+    what `check` prints today."""
+    from specbuild.cli.docs_gen import RUN_BLOCK
 
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    quoted = re.search(r"`check` ends with.*?```\n(.*?)```", text, re.S)
-    assert quoted, "README's tour quotes the end of `specbuild check`"
-    result = CliRunner().invoke(
-        app, ["check", str(ROOT / "examples" / "llama33-70b-1b.yaml")], env={"COLUMNS": "200"}
-    )
-    assert result.exit_code == 0, result.output
-    printed = {line.strip() for line in result.output.splitlines()}
-    missing = [line for line in quoted.group(1).splitlines() if line.strip() and line.strip() not in printed]
-    assert not missing, f"README quotes lines `check` no longer prints: {missing}"
+    commands = [m.group("cmd") for m in RUN_BLOCK.finditer(text)]
+    assert any(c.startswith("specbuild check examples/llama33-70b-1b.yaml") for c in commands), commands
+
+
+def test_a_stale_run_block_is_rewritten_with_the_commands_output():
+    from specbuild.cli.docs_gen import with_outputs
+
+    cmd = "specbuild plan examples/llama33-70b-1b.yaml --tokens-per-day 100M --gpu h100 | tail -1"
+    page = f"before\n<!-- make docs runs: {cmd} -->\n```text\n$ {cmd}\nan old figure\n```\nafter\n"
+    lines = with_outputs(page).splitlines()
+    assert lines[:4] == ["before", f"<!-- make docs runs: {cmd} -->", "```text", f"$ {cmd}"]
+    assert lines[4].startswith("note: ") and lines[5:] == ["```", "after"]  # tail -1: plan's last note
 
 
 def test_the_readme_matrix_is_the_support_rule():

@@ -1,18 +1,38 @@
-"""`make docs`: docs/cli.md from the Typer app, docs/spec.md and the spec's JSON Schema from the dataclasses.
+"""`make docs`: docs/cli.md from the Typer app, docs/spec.md and the spec's JSON Schema from the dataclasses,
+and the output of every deterministic command README.md and docs/*.md show.
 
-`python -m specbuild.cli.docs_gen [--check]` writes the three files (or, with --check, exits 1 naming
-those that differ); tests/test_docs_generated.py compares them in memory.
+A page shows a command's current output as a marker line and the fenced block after it:
+
+    <!-- make docs runs: specbuild plan examples/x.yaml --gpu h100 | tail -2 -->
+    ```text
+    $ specbuild plan examples/x.yaml --gpu h100 | tail -2
+    ...
+    ```
+
+`make docs` runs the command (in the repository root, 200 columns, no colour; `| tail -N` keeps the last N
+lines) and rewrites the block. Only commands whose output is a function of their inputs belong there
+(plan, check from config.json): measured figures are written by the make target that measures them.
+
+`python -m specbuild.cli.docs_gen [--check]` writes the files (or, with --check, exits 1 naming those that
+differ); tests/test_docs_generated.py compares them in memory.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 
 import typer
 
 ROOT = Path(__file__).resolve().parents[2]
+RUN_BLOCK = re.compile(r"^<!-- make docs runs: (?P<cmd>[^\n]+?) -->\n```text\n.*?^```$", re.M | re.S)
+RUN_COLUMNS = "200"  # wide enough for plan's table: the width decides rich's wrapping
+RUN_TIMEOUT_S = 120
 
 
 def cli_markdown() -> str:
@@ -93,6 +113,50 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
+def command_output(command: str) -> str:
+    """What `command` (`specbuild ARGS [| tail -N]`) prints, run as a user would in the repository root."""
+    words, tail = command, None
+    if (m := re.fullmatch(r"(.+?) \| tail -(\d+)", command)) is not None:
+        words, tail = m.group(1), int(m.group(2))
+    argv = shlex.split(words)
+    if argv[0] != "specbuild":
+        raise ValueError(f"a docs run block runs specbuild commands only, not {argv[0]!r}")
+    env = {**os.environ, "COLUMNS": RUN_COLUMNS, "NO_COLOR": "1", "TERM": "dumb"}
+    result = subprocess.run(
+        [sys.executable, "-m", "specbuild", *argv[1:]],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+    if result.returncode not in (0, 1):  # 1: a check that found failures still prints its table
+        raise RuntimeError(f"`{command}` exited {result.returncode}:\n{result.stderr[-2000:]}")
+    lines = (result.stdout + result.stderr).rstrip("\n").split("\n")
+    return "\n".join(lines[-tail:] if tail else lines)
+
+
+def with_outputs(text: str) -> str:
+    """`text` with every run block's output rewritten."""
+
+    def block(m: re.Match) -> str:
+        cmd = m.group("cmd")
+        return f"<!-- make docs runs: {cmd} -->\n```text\n$ {cmd}\n{command_output(cmd)}\n```"
+
+    return RUN_BLOCK.sub(block, text)
+
+
+def pages_with_runs() -> dict[Path, str]:
+    """Each page holding run blocks -> its text with current outputs."""
+    out = {}
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+        if RUN_BLOCK.search(text):
+            out[page] = with_outputs(text)
+    return out
+
+
 def generated() -> dict[Path, str]:
     """Each generated file (absolute path) -> its current text."""
     from specbuild.core import spec_schema
@@ -101,6 +165,7 @@ def generated() -> dict[Path, str]:
         ROOT / "docs" / "cli.md": cli_markdown(),
         ROOT / "docs" / "spec.md": spec_schema.spec_markdown(),
         ROOT / "specbuild" / "data" / spec_schema.SCHEMA_FILE: spec_schema.schema_text(),
+        **pages_with_runs(),
     }
 
 
