@@ -1,9 +1,9 @@
 """The generated docs are current, and what README and docs/*.md quote exists.
 
 `make docs` writes docs/cli.md, docs/spec.md, specbuild/data/spec.schema.json and the command outputs of
-the pages' run blocks; the first test regenerates them in memory and compares. The others read every `specbuild COMMAND --flag` and every
-spec key (`section.key`) that README.md and docs/*.md quote and look each up in the Typer app and the
-spec's dataclasses.
+the pages' run blocks; the first test regenerates them in memory and compares. The others read every
+`specbuild COMMAND --flag` and every spec key (`section.key`) that README.md and docs/*.md quote and look
+each up in the Typer app and the spec's dataclasses.
 """
 
 from __future__ import annotations
