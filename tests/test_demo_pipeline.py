@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from specbuild.core.errors import SpecbuildError
 from specbuild.demo import commands, pipeline
 from specbuild.demo import models as dm
 from specbuild.demo import report as demo_report
@@ -82,6 +83,34 @@ def test_print_summary_writes_json_and_markdown(tmp_path):
     assert summary["modes"]["draft_target"]["rows"][0]["measured"] == 1.8
     assert json.loads((tmp_path / "summary.json").read_text())["total_s"] == 10.0
     assert "K=4, cost ratio c=0.20" in (tmp_path / "summary.md").read_text()
+
+
+def test_the_figures_page_holds_the_runs_tune_reports_and_summary(tmp_path):
+    from specbuild.demo.figures import figures_page, write_figures
+
+    text = figures_page(
+        summary_md="**draft_target: K=4, cost ratio c=0.20**\n\n| T | conc |\n|---|---|\n",
+        tune_reports={"draft_target": "$ specbuild tune build/demo/specs/draft_target.yaml\nchosen   K=6\n"},
+        family_line=demo_report.family_line(
+            {
+                "target_params": 6.6e6,
+                "draft_params": 3.3e5,
+                "held_out_greedy_acceptance": {"alpha_token": 0.84},
+            },
+        ),
+        stage_times={"compile": 3.2},
+    )
+    assert text.startswith("# Current figures: `make demo`\n")
+    assert "Written by `make figures`" in text and " CPU cores (" in text
+    assert "```text\n$ specbuild tune build/demo/specs/draft_target.yaml\nchosen   K=6\n```" in text
+    assert "**draft_target: K=4, cost ratio c=0.20**" in text and "Stage times: compile 3 s." in text
+    assert "demo family: target 6.6M params, draft 0.33M; offline greedy acceptance per token 0.84" in text
+    page = tmp_path / "figures" / "demo.md"
+    with pytest.raises(SpecbuildError, match="cannot write the figures page"):
+        write_figures(page, text)  # no docs/figures folder: nothing is created by mistake
+    page.parent.mkdir()
+    write_figures(page, text)
+    assert page.read_text() == text
 
 
 def test_spec_copies_point_at_the_cache_links(tmp_path):

@@ -130,6 +130,18 @@ def markdown(title: str, rows: list[dict[str, Any]], columns: tuple[str, ...] = 
     return "\n".join(lines) + "\n"
 
 
+def family_line(family_metrics: dict | None) -> str | None:
+    """The demo family's sizes and offline acceptance (models.py metrics.json), one line."""
+    if not family_metrics:
+        return None
+    acc = family_metrics.get("held_out_greedy_acceptance", {})
+    return (
+        f"demo family: target {family_metrics['target_params'] / 1e6:.1f}M params, draft "
+        f"{family_metrics['draft_params'] / 1e6:.2f}M; offline greedy acceptance per token "
+        f"{_fmt(acc.get('alpha_token'))}, tokens per pass at K=4 {_fmt(acc.get('tokens_per_pass_k4'))}"
+    )
+
+
 def _by_set(benches: dict[str, Any]) -> dict[str, dict[str, Path]]:
     """mode -> {prompt set: bench.json}; a plain path is the "usual" set."""
     return {mode: v if isinstance(v, dict) else {"usual": v} for mode, v in benches.items()}
@@ -191,13 +203,8 @@ def print_summary(
             for plot in plots:
                 console.print(f"plot (load-aware): {plot}")
     if family_metrics:
-        acc = family_metrics.get("held_out_greedy_acceptance", {})
         summary["demo_family"] = family_metrics
-        console.print(
-            f"demo family: target {family_metrics['target_params'] / 1e6:.1f}M params, draft "
-            f"{family_metrics['draft_params'] / 1e6:.2f}M; offline greedy acceptance per token "
-            f"{_fmt(acc.get('alpha_token'))}, tokens per pass at K=4 {_fmt(acc.get('tokens_per_pass_k4'))}"
-        )
+        console.print(family_line(family_metrics))
     for mode in loaded:
         for plot in summary["modes"][mode]["plots"]:
             console.print(f"plot: {plot}")

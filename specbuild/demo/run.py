@@ -50,9 +50,10 @@ from specbuild.core.deployment import RepoKind
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.methods import Method
 from specbuild.demo.commands import Ledger, add_common_options, relative, rule, run_cli
+from specbuild.demo.figures import figures_page, write_figures
 from specbuild.demo.models import MICRO, DemoSettings, cpu_count
 from specbuild.demo.pipeline import ServedBuild, run_compile, run_generate, run_repo, run_trtllm_plan, serving
-from specbuild.demo.report import print_summary
+from specbuild.demo.report import family_line, print_summary
 from specbuild.demo.stages import (
     LLMAPI_ONLY,
     LLMAPI_RUN,
@@ -191,7 +192,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="skip the draft/target run through the LLM-API interface (compile --flow llmapi)",
     )
+    parser.add_argument(
+        "--figures",
+        type=Path,
+        default=None,
+        help="after a full run, write its figures to this docs page (`make figures`: docs/figures/demo.md)",
+    )
     args = parser.parse_args(argv)
+    if args.figures is not None and args.micro:
+        parser.error("--figures records a full run's figures: drop --micro")
     sys.stdout.reconfigure(line_buffering=True)  # our lines and the commands' output stay in order in a log
     opts = DemoOptions(
         out=args.out,
@@ -208,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ledger = Ledger()
     benches: dict[str, dict[str, Path]] = {}
+    tune_reports: dict[str, str] = {}
     family = None
     try:
         with ledger.stage("1. demo models (trained once, then cached)"):
@@ -219,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                 family.prompts, Path(opts.out) / "tune_prompts.jsonl", opts.tune_prompts
             )
             for mode in modes:
-                stage_check_and_tune(specs[mode], tune_prompts, opts.tune_max_tokens)
+                tune_reports[mode] = stage_check_and_tune(specs[mode], tune_prompts, opts.tune_max_tokens)
         for mode in modes:
             try:
                 if mode in LLMAPI_ONLY:
@@ -242,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         print(exc.message(), file=sys.stderr)
     rule("summary")
     loads = {mode: sets.pop("load") for mode, sets in benches.items() if "load" in sets}
-    print_summary(
+    summary = print_summary(
         benches,
         loads=loads,
         family_metrics=family.metrics if family else None,
@@ -252,7 +262,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     for failure in ledger.failures:
         print(f"FAILED: {failure}", file=sys.stderr)
-    return 1 if ledger.failures else 0
+    if ledger.failures:
+        if args.figures is not None:
+            print(f"figures: {args.figures} not written (the run failed)", file=sys.stderr)
+        return 1
+    if args.figures is not None:
+        write_figures(
+            args.figures,
+            figures_page(
+                summary_md=(Path(opts.out) / "summary.md").read_text(),
+                tune_reports={m: r for m, r in tune_reports.items() if r},
+                family_line=family_line(summary.get("demo_family")),
+                stage_times=ledger.timings,
+            ),
+        )
+    return 0
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from pathlib import Path
 from specbuild.bench.load_bench import LOAD_WAVES
 from specbuild.core.methods import Method
 from specbuild.core.perf.schedule import SERVED_OFF
-from specbuild.demo.commands import REPO_ROOT, has_command, relative, run_cli, specbuild_exe
+from specbuild.demo.commands import REPO_ROOT, has_command, relative, run_cli, shown, specbuild_exe
 from specbuild.demo.models import (
     DEFAULT_CACHE,
     DemoSettings,
@@ -105,13 +105,16 @@ def stage_specs(opts: DemoOptions, modes: tuple[str, ...]) -> dict[str, Path]:
     return specs
 
 
-def stage_check_and_tune(spec: Path, prompts: Path, max_tokens: int) -> None:
-    """check, then tune --write (acceptance profiled on the tune prompts; K, tree or n-gram size)."""
+def stage_check_and_tune(spec: Path, prompts: Path, max_tokens: int) -> str:
+    """check, then tune --write (acceptance profiled on the tune prompts; K, tree or n-gram size). Returns
+    the tune command as typed and what it printed (for the figures page)."""
     run_cli("check", str(spec))
     if not has_command("tune"):
         print("(`specbuild tune` is not in this checkout yet: the spec keeps its settings)")
-        return
-    run_cli("tune", str(spec), "--prompts", str(prompts), "--max-tokens", str(max_tokens), "--write")
+        return ""
+    args = ("tune", str(spec), "--prompts", str(prompts), "--max-tokens", str(max_tokens), "--write")
+    done = run_cli(*args, capture=True)
+    return f"$ {shown([specbuild_exe(), *args])}\n{done.stdout}"
 
 
 def stage_served_schedule(
