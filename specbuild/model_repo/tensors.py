@@ -229,13 +229,8 @@ def tensorrt_llm_interface(
     return Interface(tuple(inputs), tuple(outputs))
 
 
-# tensorrt_llm's (and the BLS's, the ensemble's) perf outputs: filled only when the request sets
-# return_perf_metrics (times: ns since the epoch). The local engine model fills them from this table and
-# the BLS forwards them by these names (it is vendored into the BLS for that: generate.VENDORED_MODULES).
-PERF_OUTPUTS = (
-    _t("kv_cache_alloc_new_blocks", "INT32", (1,)),
-    _t("kv_cache_reused_blocks", "INT32", (1,)),
-    _t("kv_cache_alloc_total_blocks", "INT32", (1,)),
+# The request's times and draft counters, named alike by tensorrt_llm and the LLM-API model (dims [1]).
+REQUEST_PERF_OUTPUTS = (
     _t("arrival_time_ns", "INT64", (1,)),
     _t("first_scheduled_time_ns", "INT64", (1,)),
     _t("first_token_time_ns", "INT64", (1,)),
@@ -243,6 +238,15 @@ PERF_OUTPUTS = (
     _t("acceptance_rate", "FP32", (1,)),
     _t("total_accepted_draft_tokens", "INT32", (1,)),
     _t("total_draft_tokens", "INT32", (1,)),
+)
+# tensorrt_llm's (and the BLS's, the ensemble's) perf outputs: filled only when the request sets
+# return_perf_metrics (times: ns since the epoch). The local engine model fills them from this table and
+# the BLS forwards them by these names (it is vendored into the BLS for that: generate.VENDORED_MODULES).
+PERF_OUTPUTS = (
+    _t("kv_cache_alloc_new_blocks", "INT32", (1,)),
+    _t("kv_cache_reused_blocks", "INT32", (1,)),
+    _t("kv_cache_alloc_total_blocks", "INT32", (1,)),
+    *REQUEST_PERF_OUTPUTS,
 )
 PERF_OUTPUT_NAMES = tuple(t.name for t in PERF_OUTPUTS)
 KV_OUTPUT_NAMES = tuple(n for n in PERF_OUTPUT_NAMES if n.startswith("kv_cache_"))  # per engine: summed
@@ -529,13 +533,7 @@ LLMAPI_PERF_OUTPUTS = (
     _t("kv_cache_alloc_new_blocks", "INT32", (-1,)),
     _t("kv_cache_alloc_total_blocks", "INT32", (-1,)),
     _t("kv_cache_hit_rate", "FP32", (-1,)),
-    _t("arrival_time_ns", "INT64", (1,)),
-    _t("first_scheduled_time_ns", "INT64", (1,)),
-    _t("first_token_time_ns", "INT64", (1,)),
-    _t("last_token_time_ns", "INT64", (1,)),
-    _t("acceptance_rate", "FP32", (1,)),
-    _t("total_accepted_draft_tokens", "INT32", (1,)),
-    _t("total_draft_tokens", "INT32", (1,)),
+    *REQUEST_PERF_OUTPUTS,
 )
 
 
