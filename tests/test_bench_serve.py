@@ -10,16 +10,8 @@ import json
 import pytest
 
 from lab.benchmarks import ipc_floor
-from lab.benchmarks.serve import (
-    Arm,
-    BenchServeError,
-    bls_breakdown,
-    check_tokens,
-    llmapi_speculation,
-    run_arm,
-    summarize,
-    without_speculation,
-)
+from lab.benchmarks.serve_arms import Arm, bls_breakdown, check_tokens, run_arm, summarize
+from lab.benchmarks.serve_setup import BenchServeError, llmapi_speculation, without_speculation
 from specbuild.core.generation import GenerationResult, SpecStats
 
 

@@ -14,7 +14,7 @@ PROMPTS = ["The quick brown fox", "def main():"]
 
 
 def test_llmapi_repository_without_speculative_config_serves_the_target_alone(e2e_llmapi, greedy, tmp_path):
-    from lab.benchmarks.serve import llmapi_speculation, without_speculation
+    from lab.benchmarks.serve_setup import llmapi_speculation, without_speculation
     from specbuild.client.remote import Session
     from specbuild.core.sampling_params import SamplingParams
     from specbuild.demo.pipeline import local_server
@@ -58,7 +58,7 @@ def _run_both(repo, tmp_path, seen, greedy):
     import numpy as np
     from fake_triton import FakeServer
 
-    from lab.benchmarks.serve import without_speculation
+    from lab.benchmarks.serve_setup import without_speculation
 
     for folder, speculate in ((without_speculation(repo, tmp_path / "plain"), False), (repo, True)):
         model = FakeServer(folder).models["tensorrt_llm"]

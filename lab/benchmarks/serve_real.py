@@ -27,7 +27,8 @@ import torch
 import yaml
 from rich.console import Console
 
-from lab.benchmarks.serve import GOAL_RATIO, Arm, run_arm, summarize
+from lab.benchmarks.serve import GOAL_RATIO
+from lab.benchmarks.serve_arms import Arm, run_arm, summarize
 from specbuild.bench.options import load_prompts
 from specbuild.client.remote import Session
 from specbuild.core.deployment import RepoKind
