@@ -364,6 +364,19 @@ def test_eagle3_checkpoint_checked_against_the_target(tmp_path, tiny_target):
     assert (repo / "tensorrt_llm" / "1" / "specbuild_preflight.py").is_file()  # the launch runs it first
 
 
+def test_the_checked_capture_default_is_tensorrt_llms():
+    """check's default capture is core/formats/eagle3.py's (Eagle3SpecMetadata.__post_init__): the one
+    layer of a 1-layer target, none for 2..5 layers, (1, L//2 - 1, L - 4) above."""
+    from specbuild.builder.eagle3_checks import capture_layers
+
+    assert capture_layers(None, 1) == (0,)
+    assert capture_layers(None, 8) == (1, 3, 4)
+    assert capture_layers([4, 0], 3) == (4, 0)  # the spec's, as written (the row checks the range)
+    for layers in (2, 5):
+        with pytest.raises(ValueError, match="Not enough hidden layers"):
+            capture_layers(None, layers)
+
+
 @pytest.mark.parametrize(
     ("kw", "layers", "row", "text"),
     [

@@ -16,8 +16,9 @@ LlamaConfig whatever its `architectures` say, and `Eagle3ForCausalLM` holds
 * `d2t` int [draft_vocab_size] when draft_vocab_size != vocab_size: target_id = draft_id + d2t[draft_id];
 * `embed_tokens` only when hidden_size_in != hidden_size; otherwise the target's embedding is shared,
   so `vocab_size` must be the target's.
-The captured layers default to (1, L//2 - 1, L - 4) of an L-layer target and need L > 5
-(`Eagle3SpecMetadata`, `_torch/speculative/eagle3.py` @f933a608); their count sizes `fc`.
+The captured layers default to (1, L//2 - 1, L - 4) of an L-layer target, its one layer for L = 1, and
+need explicit ids for L = 2..5 (`Eagle3SpecMetadata`, `_torch/speculative/eagle3.py` @f933a608;
+core/formats/eagle3.py default_aux_layers is the one home); their count sizes `fc`.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from safetensors import safe_open
 from specbuild.builder.check_rows import FAIL, PASS, WARN, CheckResult, LoadedModel, short_path
 from specbuild.builder.eagle3_import_rows import format_row, tokenizer_row, trained_layers_row
 from specbuild.builder.resolve import resolve_model
-from specbuild.core.errors import SpecbuildError
+from specbuild.core.errors import CheckpointError, SpecbuildError
+from specbuild.core.formats.eagle3 import default_aux_layers
 from specbuild.core.formats.eagle3_speculators import read_draft_folder
 from specbuild.core.formats.hf_config import DTYPE_BYTES, HFModelConfig
 from specbuild.core.formats.weights import SAFETENSORS_DTYPE_BYTES, find_weights, safetensors_header
@@ -135,12 +137,16 @@ def read_eagle3(folder: Path) -> Eagle3Draft:
 
 def capture_layers(spec_layers: Any, target_layers: int) -> tuple[int, ...]:
     """The target layers whose hidden states feed the draft: the spec's, else TensorRT-LLM's default
-    (1, L//2 - 1, L - 4) (ValueError for L <= 5, as Eagle3SpecMetadata raises)."""
+    (core/formats/eagle3.py default_aux_layers: its one layer for a 1-layer target, (1, L//2 - 1, L - 4)
+    above 5 layers; ValueError for 2..5 layers, as Eagle3SpecMetadata raises)."""
     if spec_layers is not None:
         return tuple(spec_layers)
-    if target_layers <= 5:
-        raise ValueError(f"Not enough hidden layers for default EAGLE3 capture ({target_layers} layers)")
-    return (1, target_layers // 2 - 1, target_layers - 4)
+    try:
+        return default_aux_layers(target_layers)
+    except CheckpointError:
+        raise ValueError(
+            f"Not enough hidden layers for default EAGLE3 capture ({target_layers} layers)"
+        ) from None
 
 
 def load_eagle3(spec, out: list[CheckResult]) -> Eagle3Draft | None:
