@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-fast test-faults test-isa demo figures demo-real lint docs clean bench-convert bench-reference bench-serve bench-serve-real bench-load aiperf fuzz
+.PHONY: setup test test-fast test-faults test-isa demo figures demo-real figures-real lint docs clean bench-convert bench-reference bench-serve bench-serve-real bench-load aiperf fuzz
 
 setup: $(STAMP)
 
@@ -61,6 +61,10 @@ $(REAL_STAMP): $(STAMP)
 demo-real: $(REAL_STAMP)
 	@echo "demo-real: starting (importing torch and transformers takes a few seconds)"
 	$(BIN)/python -m lab.real.run $(ARGS)
+
+# docs/figures/demo-real.md: the current figures of `make demo-real` (a full run, then its summary written there).
+figures-real: $(REAL_STAMP)
+	$(BIN)/python -m lab.real.run --figures docs/figures/demo-real.md
 
 lint: setup
 	$(BIN)/ruff check specbuild lab tests

@@ -56,6 +56,7 @@ from specbuild.core.deployment import RepoKind
 from specbuild.core.errors import SpecbuildError
 from specbuild.core.methods import Method
 from specbuild.demo.commands import Ledger, add_common_options, rule, run_cli, specbuild_exe
+from specbuild.demo.figures import page_header, write_figures
 from specbuild.demo.pipeline import (
     ServedBuild,
     run_bench,
@@ -178,7 +179,15 @@ def main(argv: list[str] | None = None) -> int:
         help="a pipeline check: 2 bench prompts per set, 4 training prompts, 2 Medusa steps, short answers "
         "(its figures mean nothing)",
     )
+    parser.add_argument(
+        "--figures",
+        type=Path,
+        default=None,
+        help="after a full run, write its summary to this docs page (`make figures-real`)",
+    )
     args = parser.parse_args(argv)
+    if args.figures is not None and (args.quick or args.method):
+        parser.error("--figures records a full run's figures: drop --quick and --method")
     sys.stdout.reconfigure(line_buffering=True)
     if not sys.stdout.isatty():
         # The commands' progress bars (rich) draw only on a terminal: into a log they would stay silent for
@@ -274,7 +283,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     for failure in ledger.failures:
         print(f"FAILED: {failure}", file=sys.stderr)
-    return 1 if ledger.failures else 0
+    if ledger.failures:
+        return 1
+    if args.figures is not None:
+        about = (
+            "Acceptance and tokens per pass are properties of the model, the prompts and the trained\n"
+            "drafts; speeds are this machine's. How to read the table: [../demo-real.md](../demo-real.md)."
+        )
+        header = page_header(
+            "`make demo-real`", "python -m lab.real.run --figures docs/figures/demo-real.md", about
+        )
+        write_figures(args.figures, "\n".join(header) + (Path(opts.out) / "summary.md").read_text())
+    return 0
 
 
 if __name__ == "__main__":

@@ -35,17 +35,13 @@ def figures_page(
     *, summary_md: str, tune_reports: dict[str, str], family_line: str | None, stage_times: dict[str, float]
 ) -> str:
     """The page's text (tune_reports: mode -> the `specbuild tune` command line and its output)."""
-    lines = [
-        "# Current figures: `make demo`",
-        "",
-        "<!-- Written by `make figures` (python -m specbuild.demo --figures docs/figures/demo.md) from the",
-        "     run it makes; do not edit. Dated runs: lab/notebook/. -->",
-        "",
-        f"Measured on {machine()}. Acceptance and tokens per pass are deterministic for the demo",
-        "models, prompts and the K or tree tune chose; times, and the K chosen from the measured cost ratio,",
-        "are this machine's. How to read the tables: [../demo.md](../demo.md).",
-        "",
-    ]
+    lines = page_header(
+        "`make demo`",
+        "python -m specbuild.demo --figures docs/figures/demo.md",
+        "Acceptance and tokens per pass are deterministic for the demo models, prompts and the K or\n"
+        "tree tune chose; times, and the K chosen from the measured cost ratio, are this machine's. How to\n"
+        "read the tables: [../demo.md](../demo.md).",
+    )
     if family_line:
         lines += [family_line, ""]
     if tune_reports:
@@ -56,6 +52,19 @@ def figures_page(
     if stage_times:
         lines += ["Stage times: " + ", ".join(f"{k} {v:.0f} s" for k, v in stage_times.items()) + ".", ""]
     return "\n".join(lines)
+
+
+def page_header(title: str, command: str, about: str) -> list[str]:
+    """The first lines of a figures page: its title, the make target that writes it, and the machine."""
+    return [
+        f"# Current figures: {title}",
+        "",
+        f"<!-- Written by `make figures` ({command}) from the run it makes; do not edit.",
+        "     Dated runs: lab/notebook/. -->",
+        "",
+        f"Measured on {machine()}. {about}",
+        "",
+    ]
 
 
 def write_figures(page: Path, text: str) -> None:
