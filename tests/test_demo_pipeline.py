@@ -89,7 +89,8 @@ def test_the_figures_page_holds_the_runs_tune_reports_and_summary(tmp_path):
     from specbuild.demo.figures import figures_page, write_figures
 
     text = figures_page(
-        summary_md="**draft_target: K=4, cost ratio c=0.20**\n\n| T | conc |\n|---|---|\n",
+        summary_md="**draft_target: K=4, cost ratio c=0.20**\n\n| T | conc |\n|---|---|\n"
+        f"plots: `{commands.REPO_ROOT / 'build' / 'demo' / 'x.png'}`\n",
         tune_reports={"draft_target": "$ specbuild tune build/demo/specs/draft_target.yaml\nchosen   K=6\n"},
         family_line=demo_report.family_line(
             {
@@ -104,6 +105,7 @@ def test_the_figures_page_holds_the_runs_tune_reports_and_summary(tmp_path):
     assert "Written by `make figures`" in text and " CPU cores (" in text
     assert "```text\n$ specbuild tune build/demo/specs/draft_target.yaml\nchosen   K=6\n```" in text
     assert "**draft_target: K=4, cost ratio c=0.20**" in text and "Stage times: compile 3 s." in text
+    assert "plots: `build/demo/x.png`" in text  # paths as the docs name them, not this checkout's
     assert "demo family: target 6.6M params, draft 0.33M; offline greedy acceptance per token 0.84" in text
     page = tmp_path / "figures" / "demo.md"
     with pytest.raises(SpecbuildError, match="cannot write the figures page"):

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from specbuild.core.errors import SpecbuildError
+from specbuild.demo.commands import REPO_ROOT
 
 
 def machine() -> str:
@@ -49,6 +50,7 @@ def figures_page(
         for report in tune_reports.values():
             lines += ["```text", report.rstrip("\n"), "```", ""]
     lines += ["## Summary", "", summary_md.rstrip("\n"), ""]
+    lines = [line.replace(f"{REPO_ROOT}{os.sep}", "") for line in lines]  # build/... as the docs name it
     if stage_times:
         lines += ["Stage times: " + ", ".join(f"{k} {v:.0f} s" for k, v in stage_times.items()) + ".", ""]
     return "\n".join(lines)
