@@ -290,10 +290,9 @@ def main(argv: list[str] | None = None) -> int:
             "Acceptance and tokens per pass are properties of the model, the prompts and the trained\n"
             "drafts; speeds are this machine's. How to read the table: [../demo-real.md](../demo-real.md)."
         )
-        header = page_header(
-            "`make demo-real`", "python -m lab.real.run --figures docs/figures/demo-real.md", about
-        )
-        write_figures(args.figures, "\n".join(header) + (Path(opts.out) / "summary.md").read_text())
+        command = "python -m lab.real.run --figures docs/figures/demo-real.md"
+        header = page_header("`make demo-real`", "make figures-real", command, about)
+        write_figures(args.figures, "\n".join([*header, ""]) + (Path(opts.out) / "summary.md").read_text())
     return 0
 
 

@@ -38,6 +38,7 @@ def figures_page(
     """The page's text (tune_reports: mode -> the `specbuild tune` command line and its output)."""
     lines = page_header(
         "`make demo`",
+        "make figures",
         "python -m specbuild.demo --figures docs/figures/demo.md",
         "Acceptance and tokens per pass are deterministic for the demo models, prompts and the K or\n"
         "tree tune chose; times, and the K chosen from the measured cost ratio, are this machine's. How to\n"
@@ -56,12 +57,12 @@ def figures_page(
     return "\n".join(lines)
 
 
-def page_header(title: str, command: str, about: str) -> list[str]:
+def page_header(title: str, target: str, command: str, about: str) -> list[str]:
     """The first lines of a figures page: its title, the make target that writes it, and the machine."""
     return [
         f"# Current figures: {title}",
         "",
-        f"<!-- Written by `make figures` ({command}) from the run it makes; do not edit.",
+        f"<!-- Written by `{target}` ({command}) from the run it makes; do not edit.",
         "     Dated runs: lab/notebook/. -->",
         "",
         f"Measured on {machine()}. {about}",
