@@ -118,10 +118,11 @@ def test_stop_request_cancels_a_running_request(e2e_llmapi):
         t.set_data_from_numpy(np.array([value], dtype=object if dtype == "BYTES" else None))
         return t
 
-    results, errors, done = [], [], threading.Event()
+    results, errors, done, running = [], [], threading.Event(), threading.Event()
 
     def callback(result, error):
         (errors if error is not None else results).append(error or result)
+        running.set()
         final = result is not None and result.get_response().parameters["triton_final_response"].bool_param
         if final:  # the stopped request's last response
             done.set()
@@ -136,7 +137,8 @@ def test_stop_request_cancels_a_running_request(e2e_llmapi):
             tensor("return_finish_reason", True, "BOOL"),
         ]
         client.async_stream_infer("tensorrt_llm", inputs, request_id="stop-me")
-        time.sleep(0.05)  # upstream's stop input: the same request id, on the stream (decoupled model)
+        assert running.wait(60), "the request never streamed its first token"
+        # upstream's stop input: the same request id, on the stream (decoupled model), sent while it runs
         stop = [tensor("text_input", b"", "BYTES"), tensor("stop", True, "BOOL")]
         client.async_stream_infer("tensorrt_llm", stop, request_id="stop-me")
         assert done.wait(60), "the stopped request never ended"
@@ -146,4 +148,6 @@ def test_stop_request_cancels_a_running_request(e2e_llmapi):
         client.close()
     assert [e.message() for e in errors] == ["Request cancelled by client"]  # the stop request's answer
     assert results[-1].as_numpy("finish_reason")[0] == b"cancelled"
-    assert len(results) < 40  # stopped long before max_tokens (or the end token)
+    # it ended by the stop, not by its length: fewer chunks than max_tokens (a chunk holds >= 1 token); how
+    # many rounds ran before the stop landed depends on the machine's speed, so no tighter bound is honest
+    assert len(results) < 400
