@@ -257,6 +257,33 @@ def test_a_request_whose_write_finds_the_engine_dead_runs_on_the_restarted_engin
     assert model.host is not old and model.restarts == restarts + 1
 
 
+def test_an_engine_that_keeps_dying_is_not_started_again_past_its_budget(dt):
+    """The restart rule (child_channel.RestartBudget): with no restart left, a request read after the engine
+    process died gets an error that says so, at once, and no engine is started; with one left again, the
+    next request starts one and is answered exactly."""
+    here, there = dt
+    model = there.models["tensorrt_llm"]
+    inputs = engine_request(here.models["preprocessing"].tokenizer.encode(PROMPT), 8)
+    (want,) = here.infer("tensorrt_llm", inputs)
+    budget, old = model._restarts, model.host
+    budget.limit = budget.used  # none left
+    try:
+        os.kill(_child_pid(there), signal.SIGKILL)
+        _wait_dead(old)
+        (response,) = there.infer("tensorrt_llm", inputs)
+        assert response.has_error()
+        assert (
+            f"the engine process died {budget.used + 1} times; not started again"
+            in response.error().message()
+        )
+        assert model.host is old and not old.alive
+    finally:
+        budget.limit = budget.used + 1  # one left: the module's later tests get a live engine
+    (again,) = there.infer("tensorrt_llm", inputs)
+    assert model.host is not old and not again.has_error(), again.error().message()
+    assert _output_ids(again) == _output_ids(want)
+
+
 def test_the_bls_passes_on_its_engines_error_without_a_stop_request(medusa):
     """The Medusa engine process dies under a BLS call to the decoupled tensorrt_llm: the BLS answers its
     client with the engine's error and sends no `stop` for the failed call (served, that `stop` waits in

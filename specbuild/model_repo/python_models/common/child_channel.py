@@ -42,6 +42,25 @@ class ChildError(RuntimeError):
     """The engine process failed to start, failed a batch, or is gone."""
 
 
+class RestartBudget:
+    """The restart rule both local engine models follow: a dead engine process is started again at most
+    `limit` times, so a crash that repeats leaves every later request with the error instead of a loop of
+    restarts. The caller answers the dead process's requests with their error first, then asks `take`."""
+
+    LIMIT = 3
+
+    def __init__(self, limit: int = LIMIT):
+        self.limit = limit
+        self.used = 0  # times the engine process was started again after it died
+
+    def take(self, why: str) -> str:
+        """One restart, or ChildError when none is left; returns the line for the server's log."""
+        if self.used >= self.limit:
+            raise ChildError(f"the engine process died {self.used + 1} times; not started again")
+        self.used += 1
+        return f"{why}; starting it again ({self.used} of {self.limit})"
+
+
 def python_executable() -> str:
     """The interpreter to start the child with: this process's, else the `python3` on PATH (inside the
     Python backend's stub, sys.executable is the stub's binary; the stub itself takes its Python from the

@@ -53,6 +53,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
+from child_channel import RestartBudget  # noqa: E402
 from engine_process import EngineProcess, EngineProcessError  # noqa: E402
 from engine_worker import ActiveRequests, EngineWorker, Outbox  # noqa: E402
 from lifeline import start_in_stub  # noqa: E402
@@ -75,7 +76,6 @@ from specbuild.engines.reference.text import decode  # noqa: E402
 DEFAULT_TORCH_THREADS = "1"
 DEFAULT_TOKENS_PER_BLOCK = 32  # KvCacheConfig.tokens_per_block default
 DEFAULT_CHECK_PERIOD_MS = 100  # upstream's cancellation_check_period_ms when triton_config has none
-MAX_ENGINE_RESTARTS = 3  # a dead engine process is started again this often at most (_restart_if_gone)
 CANCELLED_MESSAGE = "Request cancelled by client"
 
 
@@ -117,7 +117,7 @@ class TritonPythonModel:
             self.engine = EngineProcess(path, threads=threads)
         except EngineProcessError as exc:
             raise pb_utils.TritonModelException(f"tensorrt_llm: {exc}") from None
-        self.restarts = 0  # times the engine process was started again after it died
+        self._restarts = RestartBudget()  # the restart rule (_restart_if_gone)
         info = self.engine.info
         self.tokenizer = load_tokenizer(info.tokenizer_dir)
         spec_cfg = options.get("speculative_config") or {}
@@ -159,6 +159,11 @@ class TritonPythonModel:
                 self._run,
                 lambda job: self._outbox.put(lambda: job.responder.finish(self._final(job))),
             )
+
+    @property
+    def restarts(self) -> int:
+        """Times the engine process was started again after it died."""
+        return self._restarts.used
 
     def finalize(self):
         if self._worker is not None:
@@ -311,18 +316,12 @@ class TritonPythonModel:
                 self._done(job, result)
 
     def _restart_if_gone(self) -> None:
-        """Before a batch: a dead engine process is started again, at most MAX_ENGINE_RESTARTS times (a
-        crash that repeats leaves every later request with the error). Not when its batch failed: the
+        """Before a batch: a dead engine process is started again (child_channel.RestartBudget: a crash
+        that repeats leaves every later request with the error). Not when its batch failed: the
         requests it was running get their error first, at once, instead of after the engine loaded."""
         if self.engine.alive:
             return
-        if self.restarts >= MAX_ENGINE_RESTARTS:
-            raise EngineProcessError(f"the engine process died {self.restarts + 1} times; not started again")
-        self.restarts += 1
-        pb_utils.Logger.log_error(
-            f"tensorrt_llm: {self.engine.child.gone()}; starting it again "
-            f"({self.restarts} of {MAX_ENGINE_RESTARTS})"
-        )
+        pb_utils.Logger.log_error("tensorrt_llm: " + self._restarts.take(self.engine.child.gone()))
         self.engine.close()
         self.engine = EngineProcess(self.engine.engine_path, threads=self.engine.threads)
 

@@ -61,7 +61,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from child_channel import ChildError, unpack_array  # noqa: E402
+from child_channel import ChildError, RestartBudget, unpack_array  # noqa: E402
 from engine_worker import ActiveRequests, Outbox  # noqa: E402
 from host_link import ProcessHost, ThreadHost  # noqa: E402
 from lifeline import start_in_stub  # noqa: E402
@@ -77,7 +77,6 @@ DEFAULT_TOKENS_PER_BLOCK = 32  # KV block size the perf counters are reported in
 # A request without end_id has no end token: TensorRT-LLM's decoder takes `mEndId.value_or(-1)`
 # (batch_manager createNewDecoderRequests / generateRequestOptions), so it never stops at the model's eos.
 NO_END_ID = -1
-MAX_ENGINE_RESTARTS = 3  # a dead engine process is started again this often at most (_live_host)
 
 
 class TritonPythonModel:
@@ -136,7 +135,7 @@ class TritonPythonModel:
         self._outbox = (
             Outbox(f"{self.name}-responses", on_error=self._send_failed) if self.decoupled else None
         )
-        self.restarts = 0  # times the engine process was started again after it died
+        self._restarts = RestartBudget()  # the restart rule (_live_host)
         self._host_no = 0  # which start of the engine host is the live one (a job's `host`)
         try:
             self.host = self._start_host()
@@ -149,6 +148,11 @@ class TritonPythonModel:
         self._closing = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name=f"{self.name}-cancellation", daemon=True)
         self._watcher.start()
+
+    @property
+    def restarts(self) -> int:
+        """Times the engine process was started again after it died."""
+        return self._restarts.used
 
     @property
     def engine(self):
@@ -226,20 +230,14 @@ class TritonPythonModel:
                     raise
 
     def _live_host(self):
-        """The engine host, started again if its process died (at most MAX_ENGINE_RESTARTS times: a crash
-        that repeats leaves every later request with the error). The dead host's requests get their error
+        """The engine host, started again if its process died (child_channel.RestartBudget: a crash that
+        repeats leaves every later request with the error). The dead host's requests get their error
         first, at once, whether or not its "gone" event was handled yet: never after the new engine loaded.
         Called with _lock held."""
         if self.host.alive:
             return self.host
         self._fail(self._taken(self._host_no), self.host.child.gone())  # ThreadHost is always alive
-        if self.restarts >= MAX_ENGINE_RESTARTS:
-            raise ChildError(f"the engine process died {self.restarts + 1} times; not started again")
-        self.restarts += 1
-        pb_utils.Logger.log_error(
-            f"{self.name}: the engine process died; starting it again "
-            f"({self.restarts} of {MAX_ENGINE_RESTARTS})"
-        )
+        pb_utils.Logger.log_error(f"{self.name}: " + self._restarts.take("the engine process died"))
         self.host.close()
         self.host = self._start_host()
         return self.host
