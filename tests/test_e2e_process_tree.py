@@ -148,7 +148,7 @@ def _role(argv: list[str]) -> str:
     if argv[0].endswith("triton_python_backend_stub"):
         return f"stub:{Path(argv[1]).parent.parent.name}"  # <repo>/<model>/1/model.py
     script = next((a for a in argv[1:3] if a.endswith((".py",))), "")
-    if script.endswith(("engine_host.py", "engine_child.py")):
+    if script.endswith("engine_host.py"):
         return f"engine:{Path(script).parent.parent.name}"
     return f"other:{' '.join(argv)[:80]}"
 

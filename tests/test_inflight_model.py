@@ -179,7 +179,7 @@ def _answer(request) -> tuple[list[int], dict, int]:
 def _held_tokens(model, when, gate: threading.Event, reached: threading.Event):
     """Wrap the model's per-step token callback (the engine's thread): once `when(job, tokens so far)`
     holds, set `reached` and wait for `gate` there, so the engine stands still meanwhile."""
-    core = model.host.core  # the engine host (engine_host.EngineHost), in this process here
+    core = model.host.core  # the engine host (step_host.StepHost), in this process here
     on_tokens, seen = core._on_tokens, {}
 
     def held(job, new):

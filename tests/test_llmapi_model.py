@@ -172,8 +172,8 @@ def _engine_process(model):
 
 
 def test_the_engine_runs_in_a_process_of_its_own_and_streams_each_step(llmapi, greedy):
-    """engine_child.py: the model's Triton process only sends responses; the engine's steps come back as
-    they are made, and their tokens are the greedy ones."""
+    """engine_host.py + batch_host.py: the model's Triton process only sends responses; the engine's steps
+    come back as they are made, and their tokens are the greedy ones."""
     import os
 
     _, model = llmapi

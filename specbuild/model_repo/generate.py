@@ -44,6 +44,7 @@ from specbuild.model_repo.configs import (
     to_text,
 )
 from specbuild.model_repo.llmapi_repo import generate_llmapi_repo
+from specbuild.model_repo.sources import PYTHON_MODELS, model_files
 from specbuild.model_repo.tensors import (
     DEFAULT_LOGITS_DTYPE,
     DRAFT_MODEL,
@@ -53,7 +54,6 @@ from specbuild.model_repo.tensors import (
 )
 from specbuild.model_repo.transaction import decoupled_of
 
-PYTHON_MODELS = Path(__file__).parent / "python_models"
 # The torch-light modules the BLS needs for the shared speculative loop. Production containers do not
 # have specbuild installed, so the generator vendors them into tensorrt_llm_bls/1/vendor/.
 # Their packages get empty __init__.py files, so nothing else of specbuild is imported.
@@ -412,10 +412,10 @@ def _copy_python_model(name: str, version_dir: Path, layout: RepoLayout) -> None
     if name in (TARGET_MODEL, DRAFT_MODEL):
         if layout.kind.stand_in is None:
             return  # the C++ backend needs only the engine folder
-        source = PYTHON_MODELS / layout.kind.stand_in
+        files = model_files(layout.kind.stand_in, engine_stand_in=True)
     else:
-        source = PYTHON_MODELS / name
-    for file in sorted([*source.glob("*.py"), *(PYTHON_MODELS / "common").glob("*.py")]):
+        files = model_files(name, engine_stand_in=False)
+    for file in files:
         shutil.copy2(file, version_dir / file.name)
     if name == "tensorrt_llm_bls" and not layout.kind.local:  # no specbuild package in the container
         _vendor(version_dir / "vendor" / "specbuild")

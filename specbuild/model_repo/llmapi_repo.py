@@ -29,11 +29,10 @@ from specbuild.core.formats.manifest import atomic_output_dir, write_manifest
 from specbuild.core.formats.safe_io import read_text
 from specbuild.core.launch import PREFLIGHT_FILE, preflight_source
 from specbuild.model_repo.configs import LLMAPI_BACKENDS, LlmApiLayout, llmapi_config, to_text
+from specbuild.model_repo.sources import PYTHON_MODELS, model_files
 from specbuild.model_repo.tensors import LLMAPI_MODEL, LLMAPI_OPTIONS
 
-PYTHON_MODELS = Path(__file__).parent / "python_models"
 LOCAL_MODEL = RepoKind.LLMAPI_LOCAL.stand_in  # python_models/ folder of the local stand-in
-ENGINE_LOCAL_MODEL = RepoKind.ENGINE_LOCAL.stand_in  # the engine flow's (its spec_metrics.py is shared)
 
 
 def triton_config(decoupled: bool) -> dict[str, Any]:
@@ -142,15 +141,7 @@ def generate_llmapi_repo(
         if not local:  # the launch runs it before tritonserver (serve/llmapi_launch.py)
             (folder / "1" / PREFLIGHT_FILE).write_text(preflight_source())
         if local:
-            # the engine-flow local model's spec-decode metrics: one definition for both local models
-            shared = [PYTHON_MODELS / ENGINE_LOCAL_MODEL / "spec_metrics.py"]
-            for file in sorted(
-                [
-                    *(PYTHON_MODELS / LOCAL_MODEL).glob("*.py"),
-                    *(PYTHON_MODELS / "common").glob("*.py"),
-                    *shared,
-                ]
-            ):
+            for file in model_files(LOCAL_MODEL, engine_stand_in=True):
                 shutil.copy2(file, folder / "1" / file.name)
         write_manifest(
             tmp,

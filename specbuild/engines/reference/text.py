@@ -2,7 +2,8 @@
 
 `ReferenceEngine.tokenizer` loads it through `load_tokenizer`; the local LLM-API model's Triton process,
 which tokenizes prompts and detokenizes responses while its engine runs in a process of its own
-(engine_child.py), loads the same tokenizer the same way without loading the model.
+(python_models/engine_common/engine_host.py), loads the same tokenizer the same way without loading the
+model.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """A local engine model's engine process: start it, exchange JSON lines with it, stop it.
 
-Both local engine models run their engine in a child process (tensorrt_llm_local/engine_host.py,
-tensorrt_llm_llmapi_local/engine_child.py say why and what they exchange). This module is the plumbing they
-share: commands go to the child's stdin and events come from its stdout, one JSON object a line; the
-child's own prints go to stderr (the server's log). No pickle: both sides are this project's code, and
-JSON is all they exchange; arrays travel as base64 of their bytes with dtype and shape (`pack_array`).
+Both local engine models run their engine in a child process (engine_host.py says why and what they
+exchange). This module is the plumbing: commands go to the child's stdin and events come from its
+stdout, one JSON object a line; the child's own prints go to stderr (the server's log). No pickle: both
+sides are this project's code, and JSON is all they exchange; arrays travel as base64 of their bytes
+with dtype and shape (`pack_array`).
 
 The child ends with its parent, however the parent ends (`bind_to_parent`, called first thing in the
 child): SIGKILL from the kernel (PR_SET_PDEATHSIG) when the parent started it from its main thread, a

@@ -4,7 +4,7 @@ repository drafted from a private pool instead of the server's shared one (bls_c
 reason "locked" (another process held the pool file), "error" (another SQLite error), "unusable" (the
 instance could not open the shared pool at start: every request it serves counts).
 
-Lifetime as tensorrt_llm_local/spec_metrics.py explains (python_backend r24.10, src/metric.cc): a
+Lifetime as engine_common/spec_metrics.py explains (python_backend r24.10, src/metric.cc): a
 Metric or MetricFamily deleted after the stub tore down its shared memory segfaults the stub, so the
 objects are held by the module (`_OPEN`) and deleted by `close()` in the model's finalize, never by
 the garbage collector. Fallbacks are rare: each is sent at once (one IPC round trip), no flusher.

@@ -1,5 +1,6 @@
-"""The Triton side of the local LLM-API model's engine process (engine_child.py, which says why it is a
-process and what the two exchange): start it, run one batch at a time, stop it.
+"""The Triton side of the local LLM-API model's engine process (engine_common/engine_host.py, which says
+why it is a process and what the two exchange, running batch_host.py): start it, run one batch at a
+time, stop it.
 
 Plain Python (no Triton, no torch): copied into the model folder like the other modules, unit-tested by
 starting a real child on a tiny build.
@@ -8,6 +9,7 @@ starting a real child on a tiny build.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +17,9 @@ from pathlib import Path
 
 from child_channel import READY_TIMEOUT_S, ChildError, ChildProcess
 
-CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine_child.py")
+# this folder's copy (a module imported by name may be another model folder's in a shared test process)
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine_host.py")
+
 EngineProcessError = ChildError  # the engine process failed to start, failed a batch, or is gone
 
 
@@ -34,9 +38,10 @@ class EngineProcess:
 
     def __init__(self, engine_path: str, *, threads: int, ready_timeout_s: float = READY_TIMEOUT_S):
         self.engine_path, self.threads = engine_path, threads
-        self.child = ChildProcess(CHILD, [engine_path, str(threads)], ready_timeout_s=ready_timeout_s)
+        options = {"host": "batches", "name": "tensorrt_llm", "path": engine_path, "threads": threads}
+        self.child = ChildProcess(SCRIPT, [json.dumps(options)], ready_timeout_s=ready_timeout_s)
         self.proc = self.child.proc
-        self._rids = itertools.count(1)
+        self._jids = itertools.count(1)
         ready = self.child.ready
         self.info = EngineInfo(
             method=ready["method"],
@@ -57,24 +62,25 @@ class EngineProcess:
     ) -> list[dict]:
         """One batch (its rows: {"ids", "params", "stops"}) to its end. For each step of a row,
         on_tokens(row, new tokens, time.time_ns() they were made at), then stop(row): True ends that row
-        at its next step (it keeps what it produced). Returns each row's result (engine_child._result);
+        at its next step (it keeps what it produced). Returns each row's result (batch_host._result);
         EngineProcessError when the engine failed the batch or the process is gone."""
-        rid = next(self._rids)
-        self.child.send({"op": "gen", "rid": rid, "rows": rows, "speculative": speculative, "k": k})
-        aborted: set[int] = set()
+        jid = next(self._jids)
+        req = {"rows": rows, "speculative": speculative, "k": k}
+        self.child.send({"op": "job", "jid": jid, "req": req})
+        stopped: set[int] = set()
         while True:
             event = self.child.next()
             kind = event.get("e")
-            if kind == "tok" and event["rid"] == rid:
+            if kind == "tok" and event["jid"] == jid:
                 row = int(event["row"])
                 on_tokens(row, event["new"], int(event["ns"]))
-                if row not in aborted and stop(row):
-                    aborted.add(row)
-                    self.child.send({"op": "abort", "rid": rid, "row": row})
-            elif kind == "done" and event["rid"] == rid:
+                if row not in stopped and stop(row):
+                    stopped.add(row)
+                    self.child.send({"op": "stop", "jid": jid, "row": row})
+            elif kind == "done" and event["jid"] == jid:
                 self.reused = int(event["reused"])
                 return event["results"]
-            elif kind == "error" and event["rid"] == rid:
+            elif kind == "error" and event["jid"] == jid:
                 raise EngineProcessError(event["msg"])
 
     @property

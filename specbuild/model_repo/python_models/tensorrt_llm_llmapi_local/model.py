@@ -8,10 +8,11 @@ the LLM-API tensor interface (what each input does: llmapi_core.py).
   max_draft_len the K of every request; without it the target decodes alone, as
   the LLM API does without speculation). The config.pbtxt parameter `reference_engine` names the
   `compile --flow llmapi --engine reference` build the engine loads.
-* the engine runs in a process of its own (engine_child.py, started and spoken to by engine_process.py),
-  as the LLM API runs its executor in a worker process on one GPU: this process only reads requests,
-  tokenizes, detokenizes and sends responses, so none of that stalls the engine (in one process, each
-  response's IPC hand-overs of the GIL slowed the engine: lab/notebook/2026-12-03-engine-process.md).
+* the engine runs in a process of its own (engine_common/engine_host.py running batch_host.py, started and
+  spoken to by engine_process.py), as the LLM API runs its executor in a worker process on one GPU:
+  this process only reads requests, tokenizes, detokenizes and sends responses, so none of that stalls
+  the engine (in one process, each response's IPC hand-overs of the GIL slowed the engine:
+  lab/notebook/2026-12-03-engine-process.md).
 * decoupled (triton_config.decoupled: the repository's choice): `execute` hands the requests to one
   worker thread and returns, so concurrent requests reach the engine together: requests waiting when a
   batch starts decode together (up to max_batch_size; the engine's lockstep batch, draft/target
@@ -111,7 +112,7 @@ class TritonPythonModel:
         path = param(config, "reference_engine")
         if not path:
             raise pb_utils.TritonModelException("parameter reference_engine is required by the local model")
-        # the engine runs in a process of its own (engine_child.py: why), warmed up before it says ready
+        # the engine runs in a process of its own (engine_common/engine_host.py: why), warmed up first
         threads = int(os.environ.get("SPECBUILD_TORCH_THREADS", DEFAULT_TORCH_THREADS))
         try:
             self.engine = EngineProcess(path, threads=threads)

@@ -1,9 +1,9 @@
-"""The Triton side's link to the local model's engine host (engine_host.py): one interface, two places.
+"""The Triton side's link to the local model's engine host (step_host.py): one interface, two places.
 
-* ProcessHost (the default): the engine host runs in a child process (engine_host.py says why); commands
-  go down its stdin, and a reader thread hands each event to `on_event`. When the process dies, the
-  thread hands over one {"e": "gone", "msg"} event and ends.
-* ThreadHost (`engine_process` "false"): the same EngineHost inside this process, its events handed to
+* ProcessHost (the default): the engine host runs in the engine process (engine_common/engine_host.py says why
+  and what the two exchange); commands go down its stdin, and a reader thread hands each event to
+  `on_event`. When the process dies, the thread hands over one {"e": "gone", "msg"} event and ends.
+* ThreadHost (`engine_process` "false"): the same StepHost inside this process, its events handed to
   `on_event` directly from the engine's thread; what the fake-Triton tests drive (they reach its engine
   and scheduler), and a way to profile the engine inside the stub.
 
@@ -19,14 +19,16 @@ import threading
 from collections.abc import Callable
 
 from child_channel import ChildError, ChildProcess
-from engine_host import EngineHost, load_engine, ready_event
+from engine_host import load_engine, ready_event
+from step_host import make_host
 
-HOST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine_host.py")
+# this folder's copy (a module imported by name may be another model folder's in a shared test process)
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine_host.py")
 
 
 class ProcessHost:
     def __init__(self, options: dict, on_event: Callable[[dict], None]):
-        self.child = ChildProcess(HOST, [json.dumps(options)])
+        self.child = ChildProcess(SCRIPT, [json.dumps(options)])
         self.info = self.child.ready
         self._on_event = on_event
         self._closing = False
@@ -73,13 +75,7 @@ class ProcessHost:
 class ThreadHost:
     def __init__(self, options: dict, on_event: Callable[[dict], None]):
         self.engine = load_engine(options)
-        self.core = EngineHost(
-            self.engine,
-            on_event,
-            name=options.get("name", "tensorrt_llm"),
-            max_batch=int(options.get("max_batch", 1)),
-            hold_ms=float(options["hold_ms"]),
-        )
+        self.core = make_host(self.engine, on_event, options)
         self.info = ready_event(self.engine)
 
     def submit(self, jid: int, wire: dict) -> None:

@@ -160,7 +160,7 @@ def parse_request(
 
 
 def request_to_wire(req: LocalRequest) -> dict:
-    """A request as the engine process reads it (JSON: engine_host.py); request_from_wire reverses it."""
+    """A request as the engine process reads it (JSON: step_host.py); request_from_wire reverses it."""
     wire = dataclasses.asdict(dataclasses.replace(req, params=None, draft_logits=None))
     wire["params"] = req.params.to_dict()
     wire["draft_logits"] = None if req.draft_logits is None else pack_array(req.draft_logits)
@@ -238,8 +238,8 @@ class Job:
     steps: list = field(default_factory=list)  # (accepted, drafted) of its verification steps (metrics)
     head: list = field(default_factory=list)  # tokens its tree produced before it went on as a plain row
     paused: bool = False  # its tree stopped because the load turned the schedule's K to 0 (a row goes on)
-    jid: int = 0  # its number between the model and its engine host (engine_host.py)
-    # streamed with return_perf_metrics, each chunk carries the perf outputs so far (engine_host.py):
+    jid: int = 0  # its number between the model and its engine host (step_host.py)
+    # streamed with return_perf_metrics, each chunk carries the perf outputs so far (step_host.py):
     live: tuple | None = None  # a whole job while it runs: (its SpecStats, the prefix cache's reuse before)
     held: list | None = None  # a row's streamed tokens held while it is admitted (its reuse is known after)
     streamed: int = 0  # the model's side: tokens streamed so far

@@ -5,9 +5,10 @@ ensemble, pre/postprocessing and BLS are identical in local and production repos
 `gpt_model_path` (a reference engine folder) with ReferenceEngine; `medusa_choices` (backend form)
 selects the Medusa tree. What each input does: local_core.py.
 
-* the engine runs in a process of its own (engine_host.py: why; host_link.py: the link; the parameter
-  `engine_process` "false" keeps it in this process). This process reads the requests, answers them
-  and asks Triton about cancellation; the engine process runs them;
+* the engine runs in a process of its own (engine_common/engine_host.py: why; step_host.py: what runs there;
+  host_link.py: the link; the parameter `engine_process` "false" keeps it in this process). This
+  process reads the requests, answers them and asks Triton about cancellation; the engine process runs
+  them;
 * scheduling, per step as TensorRT-LLM's batch manager (in-flight batching): `execute` only reads the
   requests and hands them to the engine host, so it returns at once and later requests (new ones, and
   `stop` requests for running ones) are read while the engine works, as the C++ backend's enqueue is.
@@ -90,8 +91,9 @@ class TritonPythonModel:
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         path = param(config, "gpt_model_path")
         self.max_batch = max(1, int(config.get("max_batch_size") or 1))  # rows the engine decodes together
-        # what the engine host is started with (engine_host.load_engine / EngineHost)
+        # what the engine host is started with (engine_common/engine_host.load_engine, step_host.make_host)
         self.host_options = {
+            "host": "steps",
             "name": self.name,
             "path": path,
             "medusa_choices": param(config, "medusa_choices") or None,
@@ -103,6 +105,7 @@ class TritonPythonModel:
             "hold_ms": float(param(config, "inflight_hold_ms", str(INFLIGHT_HOLD_MS))),
             "max_batch": self.max_batch,
             "threads": int(os.environ.get("SPECBUILD_TORCH_THREADS", DEFAULT_TORCH_THREADS)),
+            "warm_verify": True,  # a target the BLS drives verifies drafts: warmed up too
         }
         self.engine_process = param(config, "engine_process", "true").lower() != "false"
         self.exclude_default = param(config, "exclude_input_in_output", "false").lower() == "true"
@@ -285,7 +288,7 @@ class TritonPythonModel:
             self._fail(jobs, event["msg"])
 
     def _perf_so_far(self, job: Job, counters: dict) -> dict:
-        """A streamed chunk's perf outputs: the engine's counters so far (engine_host._perf_so_far), the KV
+        """A streamed chunk's perf outputs: the engine's counters so far (step_host._perf_so_far), the KV
         blocks of the sequence so far (the final response's, once the request ends)."""
         perf = job.perf
         perf.accepted, perf.drafted = int(counters["accepted"]), int(counters["drafted"])
@@ -446,7 +449,7 @@ class TritonPythonModel:
 
 
 def _apply_done(job: Job, event: dict) -> None:
-    """A job's result from the engine host (engine_host._done_event)."""
+    """A job's result from the engine host (step_host._done_event)."""
     perf = job.perf
     job.tokens = list(event["tokens"])
     job.cancelled = job.cancelled or bool(event["cancelled"])

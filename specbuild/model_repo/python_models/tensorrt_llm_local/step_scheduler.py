@@ -23,7 +23,7 @@ loop whose rows ended together sent its next requests one by one into trees that
 back to one tree request at a time: bench-load medusa 0.70 of the one-call baseline at c=4, 0.90 with
 the switch.) An engine that decodes plainly (draft/target, n-gram: the BLS drafts) has tree_k = 0.
 
-Plain Python over the engine host's methods (engine_host.EngineHost: no Triton calls); copied beside
+Plain Python over the engine host's methods (step_host.StepHost: no Triton calls); copied beside
 model.py.
 """
 
@@ -40,7 +40,7 @@ def plain_k(in_flight: int) -> int:
 
 class StepScheduler:
     """The rows, whole jobs and verifications of one local engine model (see the module docstring).
-    `model`: the engine host (engine_host.EngineHost: its engine, _run_jobs, _on_tokens, _admitted,
+    `model`: the engine host (step_host.StepHost: its engine, _run_jobs, _on_tokens, _admitted,
     _stop_hook, _ended, _log_end)."""
 
     def __init__(
@@ -118,7 +118,7 @@ class StepScheduler:
         """New plain requests (job, checked params): rows of the session, prefilled together. continued:
         requests whose tree stopped (their prompt + what the tree produced is prefilled). A row's first
         token is taken while it is admitted, before its prefix reuse is known: the model holds the streamed
-        tokens until then (engine_host._admitted), so each chunk's perf outputs count its reuse."""
+        tokens until then (step_host._admitted), so each chunk's perf outputs count its reuse."""
         model = self.model
         jobs = [job for job, _ in plain]
         for job in jobs:

@@ -1,33 +1,19 @@
-"""The engine side of the local `tensorrt_llm` model: the reference engine and its in-flight batching
-(step_scheduler.py), in a process of its own.
+"""The local `tensorrt_llm` model's engine host: the reference engine and its in-flight batching
+(step_scheduler.py), run by the engine process (engine_common/engine_host.py: why a process, the protocol,
+the lifecycle) as the C++ backend's executor runs its requests: one request a job, rows joining and
+leaving the batch at each step.
 
-Why a process: the model's Triton process reads requests and builds and sends every response (a streamed
-request's every step), and each of those is Python work that holds the GIL. With the engine in the same
-process, that work shared one interpreter with the engine's steps and slowed streamed rows against the
-same rows answered in one call (lab/notebook/2026-12-03-engine-process.md). TensorRT-LLM's
-LLM API does the same for the same reason ("Partition the workload to multiple process for streaming
-performance", tensorrt_llm/executor/executor.py GenerationExecutor.create, read at 005bc848); the C++
-backend runs its executor on threads of its own, outside the GIL.
-
-Started by host_link.ProcessHost as `python engine_host.py OPTIONS_JSON` (common/child_channel.py: the
-plumbing). Protocol, one JSON object a line:
-* events: {"e": "ready", "speculates", "num_draft_tokens", "draft_per_step", "reused"} once the engine is
-  loaded and warmed up (or {"e": "failed", "msg"}); {"e": "tok", "jid", "new"} for each step's tokens of
-  a streamed request (with return_perf_metrics, "perf": the request's counters so far, _perf_so_far);
-  {"e": "done", "jid", ...its result: _done_event} when a request ended;
-  {"e": "log", "msg"} for the server's log;
-* commands: {"op": "job", "jid", "req": local_core.request_to_wire(...)} (a request to run),
-  {"op": "stop", "jid"} (a `stop` request named it: it ends at its next step and keeps what it produced),
-  {"op": "cancel", "jid"} (Triton cancelled it: it ends at its next step), {"op": "close"} (the running
-  step ends first; the end of stdin without it means the model's process is gone: this one exits at once,
-  as it does when that process dies: child_channel.bind_to_parent).
-The same EngineHost also runs inside the model's process (host_link.ThreadHost: the `engine_process`
+What this host adds to the common protocol: a job's `req` is local_core.request_to_wire(...); its events
+are {"e": "tok", "jid", "new"} for each step's tokens of a streamed request (with return_perf_metrics,
+"perf": the request's counters so far, _perf_so_far), {"e": "done", "jid", ...its result: _done_event}
+when a request ended, and {"e": "log", "msg"} when one was cancelled or stopped; `stop` and `cancel` name
+the request (one row a job).
+The same StepHost also runs inside the model's process (host_link.ThreadHost: the `engine_process`
 parameter "false"), with the events handed over directly: what the fake-Triton tests drive.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -38,7 +24,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from child_channel import bind_to_parent, child_stdout, pack_array  # noqa: E402
+from child_channel import pack_array  # noqa: E402
 from engine_worker import EngineWorker  # noqa: E402
 from local_core import Job, Perf, cut, request_from_wire  # noqa: E402
 from step_scheduler import StepScheduler, plain_k  # noqa: E402
@@ -63,7 +49,7 @@ class Flags:
         return self.gone
 
 
-class EngineHost:
+class StepHost:
     """The engine and the requests it runs. `emit(event)` hands each event to the Triton side (a pipe
     write in the engine process; a call in ThreadHost), from the engine's thread."""
 
@@ -103,12 +89,12 @@ class EngineHost:
             self._holding += 1
         self._worker.submit([job])
 
-    def stop(self, jid: int) -> None:
+    def stop(self, jid: int, row: int = 0) -> None:  # one row a job
         job = self._jobs.get(jid)
         if job is not None:
             job.responder.stopped = True
 
-    def cancel(self, jid: int) -> None:
+    def cancel(self, jid: int, row: int = 0) -> None:
         job = self._jobs.get(jid)
         if job is not None:
             job.responder.gone = True
@@ -353,80 +339,12 @@ def _perf_so_far(job: Job) -> dict:
     }
 
 
-def load_engine(options: dict):
-    """The reference engine of `options` (host_link.host_options), its schedule set, warmed up: the first
-    request must not pay for torch's lazy initialisation (seconds on a busy CPU, which would distort TTFT
-    measurements)."""
-    import torch  # noqa: PLC0415
-
-    from specbuild.core.sampling_params import SamplingParams  # noqa: PLC0415
-    from specbuild.engines.reference.engine import ReferenceEngine  # noqa: PLC0415
-
-    # Several processes (draft, target, BLS, pre/post) share the CPU: torch's default of one thread per
-    # core in each of them oversubscribes it (measured 50x slower on 2 loaded cores).
-    torch.set_num_threads(int(options["threads"]))
-    engine = ReferenceEngine.load(options["path"], medusa_choices=options.get("medusa_choices") or None)
-    # specbuild addition (the C++ backend has no such parameter): on a self-drafting engine (Medusa) a
-    # request admitted while the schedule's K for the requests in flight is 0 decodes as a plain row
-    if options.get("schedule") and engine.speculates:
-        from specbuild.core.perf.schedule import DraftSchedule  # noqa: PLC0415
-
-        engine.schedule = DraftSchedule.from_text(options["schedule"], max_draft_len=engine.num_draft_tokens)
-    params = SamplingParams(max_tokens=2, end_id=-1)
-    engine.generate([0], params, speculative=True)
-    if not engine.speculates:  # an engine the BLS drives verifies drafts
-        engine.verify_external([0], [0], None, params=params)
-    return engine
-
-
-def ready_event(engine) -> dict:
-    return {
-        "e": "ready",
-        "speculates": engine.speculates,
-        "num_draft_tokens": engine.num_draft_tokens,
-        "draft_per_step": engine.draft_per_step(),
-        "reused": engine.prefix_cache.reused_tokens,
-    }
-
-
-def read_commands(host: EngineHost, stream) -> bool:
-    """The engine process's stdin: each command to the host, until close (True) or end of input (False)."""
-    for line in stream:
-        command = json.loads(line)
-        op = command.get("op")
-        if op == "job":
-            host.submit(int(command["jid"]), command["req"])
-        elif op == "stop":
-            host.stop(int(command["jid"]))
-        elif op == "cancel":
-            host.cancel(int(command["jid"]))
-        elif op == "close":
-            return True
-    return False
-
-
-def main(argv: list[str]) -> int:
-    options = json.loads(argv[1])
-    bind_to_parent(f"the engine process of '{options.get('name', 'tensorrt_llm')}'")
-    events = child_stdout()
-    try:
-        engine = load_engine(options)
-    except Exception as exc:  # noqa: BLE001 - the Triton process reports it and fails to load
-        events.send({"e": "failed", "msg": f"{type(exc).__name__}: {exc}"})
-        return 1
-    host = EngineHost(
+def make_host(engine, emit: Callable[[dict], None], options: dict) -> StepHost:
+    """The host engine_common/engine_host.py runs for this model (options: host_link.host_options)."""
+    return StepHost(
         engine,
-        events.send,
+        emit,
         name=options.get("name", "tensorrt_llm"),
         max_batch=int(options.get("max_batch", 1)),
         hold_ms=float(options.get("hold_ms", INFLIGHT_HOLD_MS)),
     )
-    events.send(ready_event(engine))
-    if not read_commands(host, sys.stdin):  # the model's process is gone: nobody reads the answers
-        os._exit(1)
-    host.close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

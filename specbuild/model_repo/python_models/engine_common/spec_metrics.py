@@ -1,7 +1,7 @@
 """trtllm-serve's speculative-decoding Prometheus series from a local Python-backend engine model, through
-Triton's custom-metrics API: the engine-flow `tensorrt_llm` stand-in (this folder) and the LLM-API one
-(`repo --backend llmapi-local` copies this file next to it). Not in common/: the BLS vendors every
-common module and must not depend on specbuild; these models run where specbuild is installed."""
+Triton's custom-metrics API: the engine-flow `tensorrt_llm` stand-in and the LLM-API one (both get this
+folder: model_repo/sources.py). Not in common/: the BLS gets every common module and must not depend on
+specbuild; these models run where specbuild is installed."""
 
 from __future__ import annotations
 
