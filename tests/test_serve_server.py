@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from specbuild.core.errors import ServerError
 from specbuild.serve import bundle as bundle_mod
+from specbuild.serve import tritonserver as tritonserver_mod
 from specbuild.serve.tritonserver import (
     ServerOptions,
+    StubLaunchHang,
     TritonServer,
     check_ports_free,
     free_port,
@@ -506,3 +514,93 @@ def test_a_server_whose_guardian_does_not_start_is_not_left_running(tmp_path, mo
     with pytest.raises(ServerError, match="guardian"):
         server.launch()
     assert started and group_alive(started[0]) == [] and server.pid is None
+
+
+SLOW_INIT_MODEL = (
+    ECHO_MODEL
+    + """
+    def initialize(self, args):
+        import time
+
+        time.sleep(6)
+"""
+)
+
+
+def _stop_stub_while_it_initializes(server, instance: str, launches: int) -> threading.Thread:
+    """For each of the first `launches` starts of `server`: SIGSTOP the stub of `instance` 2 s into its
+    initialize, for 3 s (its health thread misses tritonserver 2.51's 1 s check, as a starved one did)."""
+
+    def run():
+        seen: set[int] = set()
+        deadline = time.monotonic() + 120
+        while len(seen) < launches and time.monotonic() < deadline:
+            pid = server.pid
+            try:
+                stubs = [c for c in psutil.Process(pid).children() if c.cmdline()[-2:-1] == [instance]]
+            except (psutil.Error, TypeError):
+                stubs = []
+            if pid in seen or not stubs:
+                time.sleep(0.1)
+                continue
+            seen.add(pid)
+            time.sleep(2)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stubs[0].pid, signal.SIGSTOP)
+                time.sleep(3)
+                os.kill(stubs[0].pid, signal.SIGCONT)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.slow
+def test_a_load_hung_on_a_stub_that_missed_its_health_check_is_started_again(tmp_path):
+    """tritonserver 2.51 waits forever for a stub that missed its health check while its model initialized
+    (tritonserver.StubLaunchHang): the server is started again, loads, and says why."""
+    server = TritonServer(make_repo(tmp_path / "repo", {"slow": SLOW_INIT_MODEL}), loopback_options())
+    stopper = _stop_stub_while_it_initializes(server, "slow_0_0", launches=1)
+    try:
+        server.start()
+        assert server.model_states() == {"slow": ("READY", "")}
+        assert len(server.load_restarts) == 1 and "missed its health check" in server.load_restarts[0]
+    finally:
+        server.stop()
+        stopper.join(10)
+
+
+@pytest.mark.slow
+def test_a_load_that_hangs_again_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(tritonserver_mod, "LOAD_RESTARTS", 0)
+    server = TritonServer(make_repo(tmp_path / "repo", {"slow": SLOW_INIT_MODEL}), loopback_options())
+    stopper = _stop_stub_while_it_initializes(server, "slow_0_0", launches=1)
+    with pytest.raises(StubLaunchHang) as err:
+        server.start()
+    stopper.join(10)
+    assert "health check" in err.value.what and "waiting for a stub to exit" in err.value.found
+    assert server.pid is None and server.load_restarts == []
+    left = [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+    assert not left, "the hung server's processes outlived the error"
+
+
+def test_a_process_waiting_for_its_child_is_told_apart():
+    """server_watch.waits_on_a_child: the signature of 2.51's hung stub launch (a thread in wait4)."""
+    from specbuild.serve.server_watch import waits_on_a_child
+
+    code = (
+        "import os, time\nc = os.fork()\n"
+        "if c == 0: time.sleep(30)\nelse: print(c, flush=True); os.waitpid(c, 0)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    child = int(proc.stdout.readline())
+    try:
+        deadline = time.monotonic() + 10
+        while not waits_on_a_child(proc.pid):
+            assert time.monotonic() < deadline, "the parent never showed as waiting"
+            time.sleep(0.05)
+        assert not waits_on_a_child(child)  # asleep, not waiting
+    finally:
+        os.kill(child, signal.SIGKILL)
+        proc.wait(10)
+    assert not waits_on_a_child(proc.pid)  # gone: /proc cannot tell

@@ -70,6 +70,8 @@ def run_server(
         ) as progress:
             task = progress.add_task("models", total=None)
             server.start(on_progress=lambda ready, total: progress.update(task, completed=ready, total=total))
+        for why in server.load_restarts:  # tritonserver.StubLaunchHang: started again, then loaded
+            console.print(f"[yellow]started tritonserver again[/]: {why}")
         models = ", ".join(sorted(server.model_states()))
         console.print(f"[green]ready[/]: {models}")
         console.print(

@@ -106,6 +106,25 @@ def stub_processes(server_pid: int) -> dict[int, Stub]:
     return out
 
 
+def waits_on_a_child(pid: int) -> bool:
+    """A thread of process `pid` is blocked waiting for a child to exit (Linux: its wchan is `do_wait`);
+    False where /proc cannot tell. While tritonserver 2.51 loads its models this happens only in the
+    python backend's failed stub launch (StubLauncher::Launch, python_backend r24.10: a stub that missed
+    the 1 s health check during its initialize is waited for; it waits for its next command and never
+    exits), so the load hangs with nothing in the log."""
+    try:
+        tasks = list(Path(f"/proc/{int(pid)}/task").iterdir())
+    except OSError:
+        return False
+    for task in tasks:
+        try:
+            if (task / "wchan").read_text().strip() == "do_wait":
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def dead(stubs: dict[int, Stub]) -> list[tuple[Stub, str]]:
     """The stubs that are no longer running, with how they ended when that can be told."""
     gone = []

@@ -46,6 +46,7 @@ from specbuild.serve.server_watch import (
     shm_prefix,
     stub_processes,
     wait_group_gone,
+    waits_on_a_child,
 )
 
 DEFAULT_HOST = "127.0.0.1"
@@ -59,6 +60,14 @@ READY_TIMEOUT_S = 300.0  # model loading of the reference engines takes seconds;
 # 15 s at load 5-8 (5 s left it and tensorrt_llm loaded when the server exited). A server whose timeout
 # runs out exits with stubs still running; they end without their finalize (SIGKILL from stop()).
 EXIT_TIMEOUT_S = 20
+# A Python-backend stub that misses tritonserver 2.51's health check while its model initializes (its
+# health thread did not run for 1 s: a stopped or starved process, as when tens of stubs start at once on 2
+# busy cores) leaves the load hanging for good, with nothing in the log: the server waits for that stub to
+# exit and the stub waits for its next command (server_watch.waits_on_a_child; the mechanism and how it was
+# found: lab/notebook/2026-12-05-stub-launch-hang.md). Such a wait, this long, is that hang (a stub whose
+# initialize failed exits and is reaped at once); the server is then started again, LOAD_RESTARTS times.
+STUB_HANG_S = 10.0
+LOAD_RESTARTS = 1
 LOG_READ_BYTES = 8 * 2**20  # the most of a server log read back (its tail) to explain a failure
 
 # Log lines of a CPU host that are not errors of ours (no CUDA driver, no NVML / DCGM).
@@ -66,6 +75,10 @@ _HARMLESS = ("CudaDriverHelper", "NVML", "DCGM", "pinned memory pool", "CUDA mem
 _ERROR_LINE = re.compile(
     r"^E\d{4} |failed to load|UNAVAILABLE|Error|error:|Traceback|Exception", re.IGNORECASE
 )
+
+
+class StubLaunchHang(ServerError):
+    """tritonserver 2.51 hangs in a failed stub launch (STUB_HANG_S)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -236,6 +249,7 @@ class TritonServer:
         self._shm_prefix = shm_prefix()
         self._stubs: dict = {}  # pid -> server_watch.Stub, recorded when every model is READY
         self._ready_at: int | None = None  # log size when the server became ready (what follows: serving)
+        self.load_restarts: list[str] = []  # why it was started again while it loaded (StubLaunchHang)
 
     # ---- addresses -------------------------------------------------------------------------
     @property
@@ -339,16 +353,27 @@ class TritonServer:
         return self
 
     def wait_ready(self, *, on_progress: Callable[[int, int], None] | None = None) -> TritonServer:
-        """Block until every model is READY; on failure stop the server and raise ServerError."""
-        try:
-            self._wait_ready(self._models, on_progress)
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        """Block until every model is READY; on failure stop the server and raise ServerError. A load that
+        hangs in a failed stub launch (StubLaunchHang) is started again, at most LOAD_RESTARTS times, each
+        reason kept in `load_restarts`."""
+        while True:
+            try:
+                self._wait_ready(self._models, on_progress)
+                return self
+            except StubLaunchHang as exc:
+                self.kill()  # it serves nothing yet, and SIGTERM would wait out the exit timeout
+                self.stop()
+                if len(self.load_restarts) >= LOAD_RESTARTS:
+                    raise
+                self.load_restarts.append(f"{exc.what}: {exc.found}")
+            except BaseException:
+                self.stop()
+                raise
+            self.launch()
 
     def _wait_ready(self, models: list[str], on_progress: Callable[[int, int], None] | None) -> None:
         deadline = time.monotonic() + self.options.ready_timeout_s
+        hung_since: float | None = None  # since when tritonserver waits for a stub to exit
         while True:
             if self._proc.poll() is not None:
                 raise self._died("while loading the models")
@@ -360,6 +385,18 @@ class TritonServer:
                 self._stubs = stub_processes(self._proc.pid)
                 self._ready_at = self._log_size()
                 return
+            now = time.monotonic()
+            hung_since = (hung_since or now) if waits_on_a_child(self._proc.pid) else None
+            if hung_since is not None and now - hung_since > STUB_HANG_S:
+                raise StubLaunchHang(
+                    "tritonserver hangs loading the models: a Python-backend stub missed its health check",
+                    expected="each stub's health thread to run at least once a second while its model "
+                    "initializes (tritonserver 2.51 otherwise waits forever for that stub to exit)",
+                    found=f"tritonserver waiting for a stub to exit for {now - hung_since:.0f} s, "
+                    f"{ready} of {len(models)} models READY",
+                    fix="start it again on a less busy machine (fewer servers or model instances loading "
+                    f"at once); whole log: {self.log_path}",
+                )
             if time.monotonic() > deadline:
                 waiting = [m for m in models if states.get(m, ("",))[0] != "READY"]
                 raise ServerError(
