@@ -353,7 +353,8 @@ def plan_memory(
 def eagle3_shape(spec: BuildSpec, target: HFModelConfig) -> Eagle3Shape | None:
     """The EAGLE-3 draft's shape from its folder (None when it cannot be read: `check` says why)."""
     try:
-        draft = read_eagle3(resolve_model(spec.eagle3.model, base=spec.base_dir, what="eagle3 model"))
+        folder = method_of(spec).one_model_draft(spec)
+        draft = read_eagle3(resolve_model(folder, base=spec.base_dir, what="eagle3 model"))
         return eagle3_shape_read(draft, spec, target.num_hidden_layers)
     except (SpecbuildError, ValueError):
         return None
@@ -362,7 +363,7 @@ def eagle3_shape(spec: BuildSpec, target: HFModelConfig) -> Eagle3Shape | None:
 def eagle3_shape_read(draft, spec: BuildSpec, target_layers: int) -> Eagle3Shape:
     """The shape of a read EAGLE-3 draft capturing the spec's layers of a `target_layers`-layer target
     (ValueError: the capture indices do not fit the target)."""
-    n = len(capture_layers(spec.eagle3.layers_to_capture, target_layers))
+    n = len(capture_layers(method_of(spec).capture_layers(spec), target_layers))
     return eagle3_shape_of(draft, spec, num_capture_layers=n)
 
 

@@ -290,12 +290,7 @@ def _gpu(spec: BuildSpec, req: PlanRequest) -> R.Gpu:
 
 def _tuned_value(spec: BuildSpec) -> Any:
     """What the spec has of what `tune` chooses, as a tune report's setting value spells it."""
-    tunes = method_of(spec).tunes
-    if tunes is Tunable.TREE:
-        return spec.medusa_choices().to_lists()
-    if len(tunes.keys) > 1:
-        return {f"{section}.{key}": getattr(getattr(spec, section), key) for section, key in tunes.keys}
-    return None
+    return method_of(spec).tunes.setting_of(spec)
 
 
 def _points(rows: list[BenchRow]) -> tuple[C.Point, ...]:

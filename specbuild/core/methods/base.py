@@ -62,6 +62,15 @@ class Tunable(Enum):
     def keys(self) -> tuple[tuple[str, str], ...]:
         return self.value
 
+    def setting_of(self, spec: BuildSpec) -> Any:
+        """What the spec has of what `tune` chooses, as a tune report's setting value spells it (None for
+        K alone: a report's K needs no matching)."""
+        if self is Tunable.TREE:
+            return spec.medusa_choices().to_lists()
+        if len(self.keys) > 1:
+            return {f"{section}.{key}": getattr(getattr(spec, section), key) for section, key in self.keys}
+        return None
+
     def assignments(self, chosen: Any) -> list[tuple[str, str, Any]]:
         """(section, key, value) edits for a tuner's chosen value: the value itself for one key, else a
         mapping "section.key" -> value."""
@@ -144,6 +153,11 @@ class SpeculationMethod:
         (a folder relative to the spec file, or a hub id). The target is every method's input."""
         section = self.section_of(spec) if self.model_key else None
         return {self.model_label: getattr(section, self.model_key)} if section is not None else {}
+
+    def capture_layers(self, spec: BuildSpec) -> list[int] | None:
+        """The target layers whose hidden states feed a one-model draft, as the spec names them (None:
+        the runtime's default, or a method that captures none)."""
+        return None
 
     def speculative_model(self, spec: BuildSpec) -> str | None:
         """The spec's reference of the folder the LLM API loads as `speculative_model` (None: none)."""

@@ -42,6 +42,9 @@ class Eagle3(SpeculationMethod):
             f'flow: llmapi (trtllm_version "{LINE_1_2}" or "{LINE_1_4}")',
         )
 
+    def capture_layers(self, spec: BuildSpec) -> list[int] | None:
+        return spec.eagle3.layers_to_capture
+
     def vllm_unmapped(self, spec: BuildSpec) -> list[str]:
         if spec.eagle3.layers_to_capture is None:
             return []
