@@ -468,6 +468,7 @@ def test_a_second_sigterm_while_serve_stops_neither_cuts_the_stop_short_nor_hide
 
     class DyingServer:
         grpc_url, http_url, log_path = "127.0.0.1:1", "http://127.0.0.1:2", Path("server.log")
+        load_restarts: list[str] = []
 
         def __init__(self, repo, options):
             pass

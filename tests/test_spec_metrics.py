@@ -1,4 +1,4 @@
-"""tensorrt_llm_local/spec_metrics.py: the speculative Prometheus series are summed in the model and sent
+"""engine_common/spec_metrics.py: the speculative Prometheus series are summed in the model and sent
 by a flusher thread (each Metric update is an IPC round trip through the Python backend), totals exact."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 MODULE = (
     Path(__file__).resolve().parents[1]
-    / "specbuild/model_repo/python_models/tensorrt_llm_local/spec_metrics.py"
+    / "specbuild/model_repo/python_models/engine_common/spec_metrics.py"
 )
 
 
