@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 MODULE = (
-    Path(__file__).resolve().parents[1]
-    / "specbuild/model_repo/python_models/engine_common/spec_metrics.py"
+    Path(__file__).resolve().parents[1] / "specbuild/model_repo/python_models/engine_common/spec_metrics.py"
 )
 
 
