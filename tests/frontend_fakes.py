@@ -25,7 +25,14 @@ MODEL = "fake"
 class FakeBridge:
     """Streams `tokens` chunks of text "t{i} " (one token each), one every `step_s` seconds."""
 
-    def __init__(self, *, max_total: int | None = 4096, max_prompt: int | None = None, step_s: float = 0.0):
+    def __init__(
+        self,
+        *,
+        max_total: int | None = 4096,
+        max_prompt: int | None = None,
+        step_s: float = 0.0,
+        swallow_cancels: int = 0,
+    ):
         info = ModelInfo(
             "tensorrt_llm_bls",
             frozenset({"text_input"}),
@@ -38,13 +45,21 @@ class FakeBridge:
         self.produced = 0  # chunks yielded, all requests
         self.open = 0  # requests running
         self.closed = threading.Event()  # set when a request ends (finished or closed early)
+        # cancels taken for a result, as asyncio.wait_for can before Python 3.12 (CPython gh-86296)
+        self.swallow_cancels = swallow_cancels
+        self.swallowed = 0
 
     async def stream(self, prompt, params, *, num_draft_tokens, stop_words=()):
         self.open += 1
         try:
             for i in range(params.max_tokens):
                 if self.step_s:
-                    await asyncio.sleep(self.step_s)
+                    try:
+                        await asyncio.sleep(self.step_s)
+                    except asyncio.CancelledError:
+                        if self.swallowed >= self.swallow_cancels:
+                            raise
+                        self.swallowed += 1
                 self.produced += 1
                 yield Chunk(text=f"t{i} ", token_ids=[i], final=i == params.max_tokens - 1)
         finally:

@@ -5,9 +5,11 @@ string, and the app publishes its OpenAPI document."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import time
+from types import SimpleNamespace
 
 import pytest
 from frontend_fakes import MODEL, FakeBridge, FakeServer
@@ -167,6 +169,44 @@ def test_a_client_that_goes_away_stops_its_request(stream):
         assert status == 200 and json.loads(body)["choices"][0]["text"] == "t0 t1 "
     finally:
         s.stop()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_request_whose_first_cancel_is_lost_is_cancelled_again(stream):
+    """A cancel taken for a result (asyncio.wait_for before Python 3.12 does that when it lands as a
+    response arrives) used to leave a non-streamed request running to its end after its client left."""
+    bridge = FakeBridge(step_s=0.01, swallow_cancels=2)  # 2,000 tokens: 20 s when nobody stops it
+    s = FakeServer(bridge)
+    try:
+        _abandon(s.port, {"model": MODEL, "prompt": "p", "max_tokens": 2000, "stream": stream}, 0.3)
+        assert bridge.closed.wait(5), "the request ran on after its client went away"
+        assert bridge.swallowed == 2 and bridge.produced < 1000 and bridge.open == 0
+    finally:
+        s.stop()
+
+
+def test_a_cancel_that_lands_as_a_response_arrives_ends_the_bridges_read():
+    """The bridge's read with a timeout raises the caller's cancel even when the response arrived in the
+    same turn of the event loop (asyncio.wait_for returned the response there before Python 3.12)."""
+    from specbuild.frontend.triton import TritonBridge
+
+    async def main():
+        arrived = asyncio.get_running_loop().create_future()
+
+        class Call:
+            async def read(self):
+                return await arrived
+
+        bridge = TritonBridge("127.0.0.1:8001", FakeBridge().served)
+        reading = asyncio.ensure_future(bridge._read(Call(), MODEL, 10.0))
+        for _ in range(3):  # the read is waiting for its response
+            await asyncio.sleep(0)
+        arrived.set_result(SimpleNamespace(error_message=""))  # the response and the cancel: one turn
+        reading.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reading
+
+    asyncio.run(main())
 
 
 def test_bench_serve_reads_the_frontends_stream_and_refuses_a_different_answer(server):

@@ -74,14 +74,36 @@ async def _unless_gone(request: Request, work):
     watch = asyncio.ensure_future(_until_disconnect(request))
     try:
         done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    finally:  # also when this handler is cancelled
+    finally:  # also when this handler is cancelled: the work is then stopped in the background
         watch.cancel()
-        if not task.done():
-            task.cancel()
-    if task in done:
+        stopping = None if task.done() else _stop_in_background(task)
+    if stopping is None:
         return task.result()
-    await asyncio.gather(task, return_exceptions=True)  # let the bridge close the request
+    await asyncio.shield(stopping)  # the bridge closes the request before the handler answers
     raise ClientGone
+
+
+# A cancel can be lost: a library may take it for a result (asyncio.wait_for before Python 3.12, CPython
+# gh-86296), and the request then ran to its end after its client had gone. `_stop` cancels again until
+# the work has ended, as the anyio cancel scope that Starlette cancels a streamed response's body with does.
+CANCEL_AGAIN_S = 0.05
+_STOPPING: set[asyncio.Future] = set()  # the tasks running `_stop`, referenced until they end
+
+
+def _stop_in_background(task: asyncio.Future) -> asyncio.Future:
+    stopping = asyncio.ensure_future(_stop(task))
+    _STOPPING.add(stopping)
+    stopping.add_done_callback(_STOPPING.discard)
+    return stopping
+
+
+async def _stop(task: asyncio.Future) -> None:
+    """Cancel `task` every CANCEL_AGAIN_S until it has ended (its result or error is dropped)."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=CANCEL_AGAIN_S)
+    if not task.cancelled():
+        task.exception()  # retrieved: no "exception was never retrieved" warning
 
 
 class ClientGone(Exception):

@@ -199,10 +199,20 @@ class TritonBridge:
                 # one's call ends (a cancelled caller's awaits would be cancelled again by anyio)
 
     async def _read(self, call, model: str, timeout_s: float):
+        """The call's next response within `timeout_s`. A cancel of the caller always ends it (and the read:
+        grpc.aio then cancels the call). Not `asyncio.wait_for`: before Python 3.12 it returns the result
+        instead of raising when the cancel lands as the read completes (CPython gh-86296), and the request
+        then ran on to its end after its client had gone."""
+        read = asyncio.ensure_future(call.read())
         try:
-            response = await asyncio.wait_for(call.read(), timeout_s)
-        except TimeoutError:
-            raise OpenAIError(f"no response from the server within {timeout_s:g} s", status=504) from None
+            done, _ = await asyncio.wait({read}, timeout=timeout_s)
+        finally:  # the caller was cancelled, or no response in time
+            if not read.done():
+                read.cancel()
+        if not done:
+            raise OpenAIError(f"no response from the server within {timeout_s:g} s", status=504)
+        try:
+            response = read.result()
         except grpc.aio.AioRpcError as exc:
             raise _openai_error(self.url, model, exc.details() or str(exc.code()), timeout_s) from None
         if response is grpc.aio.EOF:
