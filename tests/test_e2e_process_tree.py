@@ -27,6 +27,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from specbuild.core.pdeathsig import die_with_parent
+
 pytestmark = pytest.mark.slow
 
 PROMPT = "The quick brown fox"
@@ -200,7 +202,15 @@ class Served:
         for name, port in zip(("--grpc-port", "--http-port", "--metrics-port"), ports, strict=True):
             argv += [name, str(port)]
         with open(self.out, "w") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            # die_with_parent: a test run that is itself killed leaves no server behind (the test kills
+            # `serve` on purpose; the kernel's signal is only for the case its teardown never runs)
+            self.proc = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=die_with_parent(),
+            )
         deadline = time.monotonic() + READY_S
         while "ready:" not in self.output():
             if self.proc.poll() is not None or time.monotonic() > deadline:
