@@ -153,6 +153,8 @@ def test_prompt_sets_are_fixed_disjoint_and_of_each_kind():
     assert sets == prompt_sets(bench_size=4, train_size=32)  # reproducible
     assert len(sets.quoting) == len(sets.open) == 4 and len(sets.train) == 32
     assert not (set(sets.quoting) | set(sets.open)) & set(sets.train)  # bench prompts are held out
+    assert len(sets.tune) == 4 and not set(sets.tune) & (set(sets.train) | set(sets.quoting) | set(sets.open))
+    assert sum("```" in p or "text:" in p for p in sets.tune) == 2  # half quoting, half open
     assert all("```python" in p or "text" in p for p in sets.quoting)  # each quotes code or text to repeat
     assert not any("```" in p for p in sets.open)
     assert any("```python" in p for p in sets.train) and any("```" not in p for p in sets.train)

@@ -85,6 +85,71 @@ TOPICS = (
     "space travel",
     "playing chess",
     "a rainy afternoon",
+    # appended (the bench prompts come first and stay the same): training data for 128 training prompts
+    "a busy harbour",
+    "a quiet library",
+    "the northern lights",
+    "a bicycle repair shop",
+    "learning a new language",
+    "a street musician",
+    "an old map",
+    "a thunderstorm",
+    "a beekeeper",
+    "a desert oasis",
+    "a city at dawn",
+    "a forgotten letter",
+    "hiking in the mountains",
+    "a kite festival",
+    "a school science fair",
+    "a vegetable market",
+    "a clockmaker",
+    "a snowy forest",
+    "a paper boat",
+    "a night market",
+    "the smell of coffee",
+    "a jazz club",
+    "a family reunion",
+    "a treehouse",
+    "a broken compass",
+    "a glass of lemonade",
+    "a lonely astronaut",
+    "a fishing trip",
+    "an ancient castle",
+    "a spring meadow",
+    "a sleepy dragon",
+    "a crowded subway",
+    "a pottery class",
+    "a windmill",
+    "a marathon runner",
+    "a birthday surprise",
+    "a secret garden",
+    "the moon",
+    "an island ferry",
+    "a violin",
+    "a lost puppy",
+    "a farmers' almanac",
+    "a winter cabin",
+    "a volcano",
+    "a toy shop",
+    "a river crossing",
+    "a chess tournament",
+    "a summer camp",
+    "a carpenter",
+    "a hot air balloon",
+    "a city park",
+    "an old photograph",
+    "a shooting star",
+    "a bakery at dawn",
+    "a sailing race",
+    "a museum guard",
+    "a garden snail",
+    "a mountain lake",
+    "a foggy morning",
+    "a tailor",
+    "a rooftop garden",
+    "a postman",
+    "a camping trip",
+    "a field of sunflowers",
 )
 BENCH_EVERY = 5  # every 5th prompt of each kind is a bench prompt, the others train
 
@@ -94,6 +159,9 @@ class PromptSets:
     quoting: tuple[str, ...]
     open: tuple[str, ...]
     train: tuple[str, ...]
+    # what `tune` measures on: half quoting, half open, from neither the bench nor the training prompts
+    # (a draft trained on its tune prompts' answers looks better there than on unseen ones)
+    tune: tuple[str, ...] = ()
 
 
 def _stdlib() -> Path:
@@ -141,9 +209,12 @@ def _split(items: list[str]) -> tuple[list[str], list[str]]:
     return bench, train
 
 
-def prompt_sets(*, bench_size: int = 4, train_size: int = 32, stdlib: Path | None = None) -> PromptSets:
-    """The three sets: `bench_size` quoting (half code, half text) and open prompts, `train_size` training
-    prompts (half quoting, half open), interleaved so both kinds appear early."""
+def prompt_sets(
+    *, bench_size: int = 4, train_size: int = 32, tune_size: int = 4, stdlib: Path | None = None
+) -> PromptSets:
+    """The four sets: `bench_size` quoting (half code, half text) and open prompts, `train_size` training
+    prompts (half quoting, half open), interleaved so both kinds appear early, and `tune_size` tune prompts
+    (half quoting, half open) from the bench pools past the bench prompts."""
     functions = short_functions(stdlib)
     code = [CODE_TASKS[i % len(CODE_TASKS)].format(code=f) for i, f in enumerate(functions)]
     text = [TEXT_TASKS[0].format(text=t) for t in docstring_paragraphs(stdlib)]
@@ -155,18 +226,26 @@ def prompt_sets(*, bench_size: int = 4, train_size: int = 32, stdlib: Path | Non
     quoting = tuple(code_b[: bench_size - half] + text_b[:half])
     quoting_train = _interleave(code_t, text_t)[: train_size // 2]
     train = tuple(_interleave(quoting_train, chat_t[: train_size - len(quoting_train)]))
-    if len(quoting) < bench_size or len(chat_b) < bench_size or len(train) < train_size:
+    quoting_tune = _interleave(code_b[bench_size - half :], text_b[half:])[: tune_size // 2]
+    tune = tuple(_interleave(quoting_tune, chat_b[bench_size : bench_size + tune_size - len(quoting_tune)]))
+    if (
+        len(quoting) < bench_size
+        or len(chat_b) < bench_size
+        or len(train) < train_size
+        or len(tune) < tune_size
+    ):
         raise SpecbuildError(
             "too few standard-library sources for the demo-real prompts",
-            expected=f"{bench_size} quoting and open bench prompts, {train_size} training prompts",
-            found=f"{len(quoting)} quoting, {len(chat_b)} open, {len(train)} training",
+            expected=f"{bench_size} quoting and open bench prompts, {train_size} training prompts, "
+            f"{tune_size} tune prompts",
+            found=f"{len(quoting)} quoting, {len(chat_b)} open, {len(train)} training, {len(tune)} tune",
             fix="run the demo with a CPython that ships its standard library sources",
         )
-    return PromptSets(quoting=quoting, open=tuple(chat_b[:bench_size]), train=train)
+    return PromptSets(quoting=quoting, open=tuple(chat_b[:bench_size]), train=train, tune=tune)
 
 
 def _takes(i: int, task: str) -> bool:
-    """Each topic takes two of the four open tasks, in rotation (32 prompts from 16 topics)."""
+    """Each topic takes two of the four open tasks, in rotation (two prompts a topic)."""
     k = OPEN_TASKS.index(task)
     return k in (i % len(OPEN_TASKS), (i + 1) % len(OPEN_TASKS))
 

@@ -9,8 +9,8 @@ Stages (each `specbuild ...` command is printed and run as a user would type it)
 3. convert  - `specbuild convert` at TP 1 and TP 3, then the reference engine on each checkpoint against
               transformers on the HF folder: max |Δlogit| and greedy token equality (real_checks.py);
 4. train    - Medusa heads by `specbuild train-medusa --self-distill` and an EAGLE-3 draft by
-              `specbuild train-eagle3` on the training prompts, with the same budget (steps, batch,
-              sequence length, answer tokens; cached); no draft model (README "demo-real" says why);
+              `specbuild train-eagle3` on the same training prompts, answers, batch and sequence length,
+              for a comparable training time (cached); no draft model (README "demo-real" says why);
 5. serve    - per method (n-gram, Medusa, EAGLE-3): `tune --write`, speculation.schedule {1: K, 3: 0} (plain
               target steps from 3 requests in flight; not EAGLE-3's, on the LLM-API flow), `compile
               --engine reference`, `repo` (EAGLE-3: `--backend llmapi-local`, Triton's LLM-API model),
@@ -161,10 +161,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.real.run", description=__doc__.split("\n\n")[0])
     add_common_options(parser, RealOptions)
     parser.add_argument(
-        "--medusa-steps",
+        "--medusa-steps", type=int, default=REAL_MEDUSA.steps, help="train-medusa steps (~8 s each here)"
+    )
+    parser.add_argument(
+        "--eagle3-steps",
         type=int,
-        default=REAL_MEDUSA.steps,
-        help="train-medusa and train-eagle3 steps (24: the same budget for both)",
+        default=REAL_EAGLE3.steps,
+        help="train-eagle3 steps (~0.4 s each here, a Medusa step ~8 s: 400 take about 1.5x the heads' time)",
+    )
+    parser.add_argument(
+        "--train-prompts",
+        type=int,
+        default=RealOptions.train_prompts,
+        help="training prompts of both trained methods (the target answers each: ~1 s a prompt here)",
     )
     parser.add_argument(
         "--plain-from",
@@ -200,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         concurrency=args.concurrency,
         max_tokens=args.max_tokens,
         medusa=replace(REAL_MEDUSA, steps=args.medusa_steps),
-        eagle3=replace(REAL_EAGLE3, steps=args.medusa_steps),  # the same budget
+        eagle3=replace(REAL_EAGLE3, steps=args.eagle3_steps),
+        train_prompts=args.train_prompts,
         plain_from=args.plain_from,
         methods=tuple(args.method),
     )
@@ -229,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
             real = build_real_model(Path(opts.cache))
             extra["model"] = {k: real.manifest[k] for k in ("model", "source", "checks")}
             run_cli("inspect", str(Path(opts.cache) / LINK))
-            sets = prompt_sets(bench_size=opts.bench_prompts, train_size=opts.train_prompts)
+            sets = prompt_sets(
+                bench_size=opts.bench_prompts, train_size=opts.train_prompts, tune_size=opts.tune_prompts
+            )
             prompt_files = write_prompts(real, sets, Path(opts.out), opts)
         with ledger.stage("2. check the specs (TP 1, TP 3)"):
             specs = stage_specs(opts, methods, real)
@@ -246,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                     if name in specs:
                         run_cli("check", str(specs[name]))
         if Method.EAGLE3.value in methods:
-            with ledger.stage("4. EAGLE-3 draft (once; cached; the Medusa heads' budget)"):
+            with ledger.stage("4. EAGLE-3 draft (once; cached)"):
                 draft = stage_eagle3(real, prompt_files["train"], sets, opts)
                 extra["eagle3"] = json.loads((draft / "metrics.json").read_text())
                 for name in ("eagle3", f"eagle3-tp{CHECK_TP}"):
