@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         "--eagle3-steps",
         type=int,
         default=REAL_EAGLE3.steps,
-        help="train-eagle3 steps (~0.4 s each here, a Medusa step ~8 s; the stage takes ~1.7x the heads')",
+        help="train-eagle3 steps (~0.4 s each here, a Medusa step ~8 s)",
     )
     parser.add_argument(
         "--train-prompts",
